@@ -1,0 +1,96 @@
+# sparseflash: `make` builds every command into bin/, `make check` runs
+# every test, `make check SANITIZE=1` the same under ASan and UBSan.
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+SHARED  ?= $(abspath ../shared)
+
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -Ilib/common
+LDLIBS  = -ljansson -lcsv -luring -lpcre2-8 -lpthread -lm
+
+ifeq ($(SANITIZE),1)
+BUILD   = build/san
+BINDIR  = build/san/bin
+CFLAGS_OPT = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDFLAGS_SAN = -fsanitize=address,undefined
+else
+BUILD   = build/opt
+BINDIR  = bin
+CFLAGS_OPT = -O2
+endif
+
+# O=DIR puts every build product under DIR (parallel work trees).
+ifneq ($(O),)
+BUILD   = $(O)
+BINDIR  = $(O)/bin
+endif
+
+ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS_OPT) $(CFLAGS)
+ALL_LDFLAGS = $(LDFLAGS_SAN) $(LDFLAGS)
+
+LIB_SRC  = $(wildcard lib/common/*.c)
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB      = $(BUILD)/libsparseflash.a
+CMDS     = $(notdir $(wildcard cmd/sf-*))
+BINS     = $(CMDS:%=$(BINDIR)/%)
+UNIT_SRC = $(wildcard tests/unit/test_*.c)
+UNITS    = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FIXTURE_SRC = $(wildcard tests/fixtures/*.c)
+FIXTURES = $(FIXTURE_SRC:tests/fixtures/%.c=$(BUILD)/fixtures/%)
+BENCH_SRC = $(wildcard tests/bench/*.c)
+BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
+MAN      = $(wildcard man/*.[1-9])
+
+.PHONY: all check unit cli install demo bench clean
+all: $(BINS) $(FIXTURES)
+
+$(BUILD)/%.o: %.c $(wildcard lib/common/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BINDIR)/%: $(LIB) $(wildcard cmd/%/*.c) $(wildcard lib/common/*.h)
+	@mkdir -p $(BINDIR)
+	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: tests/bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -O3 -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+
+$(BUILD)/fixtures/%: tests/fixtures/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+
+# Environment every test reads: where the binaries, fixtures, embedded
+# model and ../shared are.
+TEST_ENV = SF_BIN=$(abspath $(BINDIR)) SF_FIXTURES=$(abspath $(BUILD)/fixtures) \
+	SF_ROOT=$(CURDIR) SF_SHARED=$(SHARED) SF_TMP=$(abspath $(BUILD)/tmp) \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+
+check: all $(UNITS)
+	@mkdir -p $(BUILD)/tmp
+	@$(TEST_ENV) tests/run-unit $(UNITS)
+	@$(TEST_ENV) bats tests/cli
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
+	for m in $(MAN); do install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}; done
+
+demo: all
+	$(BINDIR)/sf-run --model models/mix4-1m -p "In the beginning God created" -n 48 --seed 1
+
+bench: all $(BENCHES)
+	SF_BIN=$(abspath $(BINDIR)) SF_BENCH=$(abspath $(BUILD)/bench) SF_FIXTURES=$(abspath $(BUILD)/fixtures) \
+		SF_SHARED=$(SHARED) tests/bench/dense.sh
+
+clean:
+	rm -rf build bin

@@ -1,0 +1,494 @@
+/* sf-run: the decoder. With --model DIR it runs the dense model from a
+ * Hugging Face directory in RAM: generation from -p or stdin, streamed to
+ * stdout, or teacher-forced perplexity with --ppl. See man/sf-run.1. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "corpus.h"
+#include "eval.h"
+#include "forward.h"
+#include "kernels.h"
+#include "model.h"
+#include "pool.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#define DEFAULT_N_PREDICT 256
+#define DEFAULT_TEMP 0.8
+#define DEFAULT_TOP_P 0.95
+#define DEFAULT_SEED 42
+#define DEFAULT_WINDOW 256
+#define MAX_THREADS 256
+#define MAX_PROMPT_BYTES (64u << 20)
+
+struct options {
+	const char *model_dir;
+	const char *prompt;		/* NULL: read stdin */
+	const char *ppl_file;
+	const char *stats_file;
+	long n_predict;			/* -1: until EOS or the context is full */
+	double temp, top_p;
+	uint64_t seed;
+	int threads;
+	int ctx;			/* 0: the model's max_position_embeddings */
+	uint64_t max_tokens;		/* --ppl: 0 for all */
+	int window;
+	int ignore_eos, echo, verbose, quiet, progress;
+};
+
+static void usage(void)
+{
+	printf("Usage: sf-run --model DIR [options]\n"
+	       "Run a language model: generate text, or measure perplexity.\n"
+	       "\n"
+	       "  -m, --model DIR       Hugging Face model directory (dense, in RAM)\n"
+	       "  -p, --prompt TEXT     prompt (default: read standard input)\n"
+	       "  -n, --n-predict N     tokens to generate, -1 until EOS or the context\n"
+	       "                        is full (default %d)\n"
+	       "      --temp T          temperature, 0 for greedy (default %.2f)\n"
+	       "      --top-p P         nucleus sampling threshold (default %.2f)\n"
+	       "      --seed N          sampling seed (default %d)\n"
+	       "      --ignore-eos      keep generating past the end-of-text token\n"
+	       "      --echo            print the prompt before the generated text\n"
+	       "  -c, --ctx-size N      context length (default: the model's)\n"
+	       "  -t, --threads N       worker threads (default: online CPUs)\n"
+	       "      --ppl FILE        perplexity of FILE (documents separated by a\n"
+	       "                        blank line, \"-\" for stdin), printed as JSON\n"
+	       "      --max-tokens N    --ppl: score only the first N tokens\n"
+	       "      --window N        --ppl: tokens scored per window (default %d)\n"
+	       "      --stats FILE      write timings as JSON to FILE\n"
+	       "      --progress        report --ppl progress on stderr\n"
+	       "  -q, --quiet           no timings on stderr\n"
+	       "  -v, --verbose         report what was loaded on stderr\n"
+	       "  -h, --help            show this help\n"
+	       "  -V, --version         show the version\n"
+	       "\n"
+	       "Examples:\n"
+	       "  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
+	       "  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n",
+	       DEFAULT_N_PREDICT, DEFAULT_TEMP, DEFAULT_TOP_P, DEFAULT_SEED, DEFAULT_WINDOW);
+}
+
+static void parse_options(int argc, char **argv, struct options *o)
+{
+	enum { OPT_TEMP = 256, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
+	       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_PROGRESS };
+	static const struct option longopts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "n-predict", required_argument, NULL, 'n' },
+		{ "temp", required_argument, NULL, OPT_TEMP },
+		{ "top-p", required_argument, NULL, OPT_TOP_P },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
+		{ "echo", no_argument, NULL, OPT_ECHO },
+		{ "ctx-size", required_argument, NULL, 'c' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "ppl", required_argument, NULL, OPT_PPL },
+		{ "max-tokens", required_argument, NULL, OPT_MAX_TOKENS },
+		{ "window", required_argument, NULL, OPT_WINDOW },
+		{ "stats", required_argument, NULL, OPT_STATS },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int c;
+
+	*o = (struct options){
+		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
+		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW,
+		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+	};
+	while ((c = getopt_long(argc, argv, "m:p:n:c:t:qvhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model_dir = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case 'n':
+			if (strcmp(optarg, "-1") == 0)
+				o->n_predict = -1;
+			else
+				o->n_predict = (long)sf_opt_u64("--n-predict", optarg, 0, 1u << 30);
+			break;
+		case OPT_TEMP: o->temp = sf_opt_f64("--temp", optarg, 0.0, 100.0); break;
+		case OPT_TOP_P: o->top_p = sf_opt_f64("--top-p", optarg, 0.0, 1.0); break;
+		case OPT_SEED: o->seed = sf_opt_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
+		case OPT_ECHO: o->echo = 1; break;
+		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
+		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
+		case OPT_PPL: o->ppl_file = optarg; break;
+		case OPT_MAX_TOKENS:
+			o->max_tokens = sf_opt_u64("--max-tokens", optarg, 2, UINT64_MAX);
+			break;
+		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
+		case OPT_STATS: o->stats_file = optarg; break;
+		case OPT_PROGRESS: o->progress = 1; break;
+		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
+		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+		default:
+			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
+			exit(SF_EXIT_USAGE);
+		}
+	}
+	if (optind < argc)
+		sf_usage_error("unexpected argument '%s'", argv[optind]);
+	if (!o->model_dir)
+		sf_usage_error("--model DIR is required");
+	if (o->ppl_file && o->prompt)
+		sf_usage_error("--ppl and --prompt cannot be combined");
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Everything a run holds, freed in one place. */
+struct session {
+	struct sf_model model;
+	struct sf_tokenizer *tok;
+	struct sf_pool *pool;
+	struct sf_runstate state;
+	struct sf_sampler sampler;
+	double prompt_s, decode_s;
+	size_t prompt_tokens, decode_tokens;
+	size_t decode_steps;	/* forward passes after the prompt */
+};
+
+static void session_free(struct session *S)
+{
+	sf_sampler_free(&S->sampler);
+	sf_state_free(&S->state);
+	sf_pool_destroy(S->pool);
+	sf_tokenizer_close(S->tok);
+	sf_model_close(&S->model);
+}
+
+static int session_open(struct session *S, const struct options *o, int ctx)
+{
+	struct sf_err e = { 0 };
+	int ret;
+
+	if ((ret = sf_model_open(&S->model, o->model_dir, &e)) ||
+	    (ret = sf_tokenizer_open(&S->tok, o->model_dir, &e))) {
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	if (ctx == 0)
+		ctx = S->model.cfg.max_seq_len;
+	if (ctx > S->model.cfg.max_seq_len) {
+		sf_error("--ctx-size %d: the model supports at most %d positions", ctx,
+			 S->model.cfg.max_seq_len);
+		return -EINVAL;
+	}
+	if ((ret = sf_pool_create(&S->pool, o->threads))) {
+		sf_error("thread pool of %d: %s", o->threads, sf_strerror(ret));
+		return ret;
+	}
+	if ((ret = sf_state_init(&S->state, &S->model.cfg, ctx, &e)) ||
+	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
+				   (float)o->top_p, o->seed, &e))) {
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	S->state.pool = S->pool;
+	if (o->verbose)
+		fprintf(stderr, "%s: %s: %s, %d layers, dim %d, fingerprint %s; kernels %s, "
+			"%d threads, context %d\n", sf_progname, o->model_dir,
+			sf_arch_name(S->model.cfg.arch), S->model.cfg.n_layers,
+			S->model.cfg.dim, S->model.fingerprint, sf_kernels_isa(), o->threads, ctx);
+	return 0;
+}
+
+/* Reads all of standard input as the prompt; one final newline, which
+ * `echo` adds, is not part of it. */
+static char *read_stdin_prompt(size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+
+	while (buf) {
+		size_t got = fread(buf + n, 1, cap - n - 1, stdin);
+		n += got;
+		if (got == 0)
+			break;
+		if (n + 1 == cap) {
+			if (cap >= MAX_PROMPT_BYTES) {
+				sf_error("standard input: prompt longer than %u bytes",
+					 MAX_PROMPT_BYTES);
+				free(buf);
+				return NULL;
+			}
+			char *p = realloc(buf, cap * 2);
+			if (!p)
+				break;
+			buf = p;
+			cap *= 2;
+		}
+	}
+	if (!buf || ferror(stdin)) {
+		sf_error("standard input: %s", buf ? strerror(errno) : strerror(ENOMEM));
+		free(buf);
+		return NULL;
+	}
+	if (n && buf[n - 1] == '\n')
+		n--;
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+static int emit(struct sf_detok *d, int32_t id)
+{
+	char piece[256];
+	size_t n = sf_detok_push(d, id, piece, sizeof(piece));
+	if (n && fwrite(piece, 1, n, stdout) != n)
+		return -EIO;
+	return fflush(stdout) ? -EIO : 0;
+}
+
+static int generate(struct session *S, const struct options *o)
+{
+	struct sf_err e = { 0 };
+	char *stdin_text = NULL;
+	const char *text = o->prompt;
+	size_t text_len = text ? strlen(text) : 0;
+	int32_t *prompt = NULL;
+	size_t np = 0;
+	struct sf_detok detok;
+	int ret;
+
+	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len)))
+		return -EIO;
+	ret = sf_tokenizer_encode(S->tok, text, text_len, 1, &prompt, &np, &e);
+	free(stdin_text);
+	if (ret) {
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	if (np == 0) {
+		sf_error("prompt: empty, and the tokenizer adds no BOS token to start from");
+		free(prompt);
+		return -EINVAL;
+	}
+	if (np > (size_t)S->state.seq_len) {
+		sf_error("prompt: %zu tokens do not fit the context of %d positions", np,
+			 S->state.seq_len);
+		free(prompt);
+		return -EINVAL;
+	}
+
+	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
+	int eos = sf_tokenizer_eos(S->tok);
+	int32_t token = prompt[0];
+	double t0 = now_seconds(), t1 = t0;
+
+	sf_detok_init(&detok, S->tok);
+	for (size_t i = 0; i < np && !ret; i++) {
+		if (o->echo) {
+			ret = emit(&detok, prompt[i]);
+		} else {
+			char sink[256];
+			sf_detok_push(&detok, prompt[i], sink, sizeof(sink));
+		}
+	}
+
+	/* The forward pass at the prompt's last position gives the first
+	 * sample; every later position is one decode step. */
+	S->prompt_tokens = np;
+	for (size_t pos = 0; pos < (size_t)S->state.seq_len && !ret &&
+			     (long)S->decode_tokens < limit; pos++) {
+		S->state.skip_logits = pos + 1 < np;
+		float *logits = sf_forward(&S->model, &S->state, token, (int)pos);
+		if (pos + 1 < np) {
+			token = prompt[pos + 1];
+			continue;
+		}
+		if (pos + 1 == np)
+			t1 = now_seconds();
+		else
+			S->decode_steps++;
+		token = sf_sample(&S->sampler, logits);
+		if (token == eos && !o->ignore_eos)
+			break;
+		S->decode_tokens++;
+		ret = emit(&detok, token);
+	}
+	if (!ret) {
+		char tail[64];
+		size_t n = sf_detok_finish(&detok, tail, sizeof(tail));
+		if (n && fwrite(tail, 1, n, stdout) != n)
+			ret = -EIO;
+	}
+	if (ret == -EIO)
+		sf_error("write error on standard output: %s", strerror(errno));
+	S->prompt_s = t1 - t0;
+	S->decode_s = now_seconds() - t1;
+	free(prompt);
+	return ret;
+}
+
+/* Tokenizes the documents of the file, each prefixed with BOS, into one
+ * stream of at most max_tokens tokens (0: all). */
+static int read_ppl_tokens(struct session *S, const char *path, uint64_t max_tokens,
+			   int32_t **out, size_t *n_out, size_t *docs_out)
+{
+	struct sf_err e = { 0 };
+	struct sf_corpus *corpus = NULL;
+	int32_t *all = NULL, *ids = NULL;
+	size_t n = 0, cap = 0, docs = 0, nids;
+	const char *doc;
+	size_t len;
+	int ret;
+
+	if ((ret = sf_corpus_open(&corpus, path, &e))) {
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	while ((!max_tokens || n < max_tokens) && (ret = sf_corpus_next(corpus, &doc, &len, &e)) > 0) {
+		if ((ret = sf_tokenizer_encode(S->tok, doc, len, 1, &ids, &nids, &e)))
+			break;
+		if (n + nids > cap) {
+			size_t ncap = cap ? cap * 2 : 65536;
+			while (ncap < n + nids)
+				ncap *= 2;
+			int32_t *p = realloc(all, ncap * sizeof(*all));
+			if (!p) {
+				ret = sf_err_set(&e, -ENOMEM, "%s: %zu tokens: %s", path, ncap,
+						 sf_strerror(-ENOMEM));
+				break;
+			}
+			all = p;
+			cap = ncap;
+		}
+		memcpy(all + n, ids, nids * sizeof(*ids));
+		n += nids;
+		docs++;
+		free(ids);
+		ids = NULL;
+	}
+	free(ids);
+	sf_corpus_close(corpus);
+	if (ret < 0) {
+		sf_error("%s", e.msg);
+		free(all);
+		return ret;
+	}
+	if (max_tokens && n > max_tokens)
+		n = (size_t)max_tokens;
+	if (n < 2) {
+		sf_error("%s: %zu tokens: perplexity needs at least 2", path, n);
+		free(all);
+		return -EINVAL;
+	}
+	*out = all;
+	*n_out = n;
+	*docs_out = docs;
+	return 0;
+}
+
+static int perplexity(struct session *S, const struct options *o)
+{
+	int32_t *tokens;
+	size_t n, docs;
+	struct sf_ppl acc = { 0 };
+	int ret = read_ppl_tokens(S, o->ppl_file, o->max_tokens, &tokens, &n, &docs);
+
+	if (ret)
+		return ret;
+	double t0 = now_seconds();
+	for (size_t start = 0; start + 1 < n; start += (size_t)o->window) {
+		size_t len = n - start < (size_t)o->window + 1 ? n - start : (size_t)o->window + 1;
+		sf_ppl_add(&S->model, &S->state, tokens + start, len, o->window, &acc);
+		if (o->progress || (isatty(STDERR_FILENO) && !o->quiet))
+			fprintf(stderr, "\r%s: %llu/%zu tokens, ppl %.4f", sf_progname,
+				(unsigned long long)acc.scored, n - 1, exp(acc.nll / acc.scored));
+	}
+	if (o->progress || (isatty(STDERR_FILENO) && !o->quiet))
+		fputc('\n', stderr);
+	S->prompt_tokens = n;
+	S->prompt_s = now_seconds() - t0;
+	free(tokens);
+
+	json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f}", "file", o->ppl_file,
+			      "documents", (json_int_t)docs, "tokens", (json_int_t)acc.scored,
+			      "window", o->window, "nll", acc.nll / (double)acc.scored,
+			      "ppl", exp(acc.nll / (double)acc.scored));
+	if (!j)
+		return -ENOMEM;
+	ret = json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) || fputc('\n', stdout) == EOF ? -EIO : 0;
+	json_decref(j);
+	if (ret)
+		sf_error("write error on standard output: %s", strerror(errno));
+	return ret;
+}
+
+static int write_stats(const struct session *S, const struct options *o)
+{
+	double pr = S->prompt_s > 0 ? (double)S->prompt_tokens / S->prompt_s : 0.0;
+	double dr = S->decode_s > 0 ? (double)S->decode_steps / S->decode_s : 0.0;
+	json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
+			      "mode", o->ppl_file ? "ppl" : "generate", "model", o->model_dir,
+			      "threads", o->threads, "kernels", sf_kernels_isa(),
+			      "prompt_tokens", (json_int_t)S->prompt_tokens,
+			      "prompt_seconds", S->prompt_s, "prompt_tokens_per_second", pr,
+			      "decode_tokens", (json_int_t)S->decode_tokens,
+			      "decode_steps", (json_int_t)S->decode_steps,
+			      "decode_seconds", S->decode_s, "decode_tokens_per_second", dr);
+	int ret = j ? 0 : -ENOMEM;
+
+	if (!ret) {
+		if (strcmp(o->stats_file, "-") == 0)
+			ret = json_dumpf(j, stderr, JSON_REAL_PRECISION(10)) ? -EIO : 0;
+		else
+			ret = json_dump_file(j, o->stats_file, JSON_REAL_PRECISION(10)) ? -EIO : 0;
+		json_decref(j);
+	}
+	if (ret)
+		sf_error("%s: cannot write statistics", o->stats_file);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	struct session S = { 0 };
+	int ret;
+
+	sf_progname = "sf-run";
+	parse_options(argc, argv, &o);
+
+	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
+	ret = session_open(&S, &o, ctx);
+	if (!ret)
+		ret = o.ppl_file ? perplexity(&S, &o) : generate(&S, &o);
+	if (!ret && !o.quiet && !o.ppl_file) {
+		fprintf(stderr, "\n%s: prompt %zu tokens, %.1f tok/s; decode %zu tokens, %.1f tok/s\n",
+			sf_progname, S.prompt_tokens,
+			S.prompt_s > 0 ? (double)S.prompt_tokens / S.prompt_s : 0.0,
+			S.decode_tokens,
+			S.decode_s > 0 ? (double)S.decode_steps / S.decode_s : 0.0);
+	}
+	if (!ret && o.stats_file)
+		ret = write_stats(&S, &o);
+	session_free(&S);
+	if (sf_close_stdout())
+		ret = -EIO;
+	return ret ? SF_EXIT_FAIL : SF_EXIT_OK;
+}

@@ -1,0 +1,42 @@
+/* Command-line support shared by the cmd/sf-* programs: the one error
+ * printer, checked number parsing, version text and the stdout check at exit.
+ * This is the only lib/common module that prints or exits, on behalf of the
+ * command that calls it. */
+#ifndef SF_CLI_H
+#define SF_CLI_H
+
+#include <stdint.h>
+
+#define SF_VERSION "0.1.0"
+
+enum { SF_EXIT_OK = 0, SF_EXIT_FAIL = 1, SF_EXIT_USAGE = 2 };
+
+/* Set by main before anything else: "sf-run", ... */
+extern const char *sf_progname;
+
+/* "prog: <message>\n" on stderr. */
+void sf_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A usage error: the message, then "Try 'prog --help'.", exit 2. */
+_Noreturn void sf_usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* "prog (sparseflash) VERSION" on stdout. */
+void sf_print_version(void);
+
+/* Parses an unsigned integer with an optional K/M/G/T suffix (powers of
+ * 1024). Returns 0, -EINVAL when it is not a number, -ERANGE when outside
+ * [min, max]. Never clamps. */
+int sf_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int sf_parse_f64(const char *s, double min, double max, double *out);
+
+/* Option-value parsers for getopt loops: on a bad value they print
+ * "prog: --opt: 'value' is not ...: expected MIN..MAX" and exit 2. */
+uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
+double sf_opt_f64(const char *opt, const char *s, double min, double max);
+
+/* Flushes and closes stdout; reports a write error and returns 1 on
+ * failure so main can `return sf_close_stdout() ? 1 : status;`. */
+int sf_close_stdout(void);
+
+#endif

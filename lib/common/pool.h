@@ -1,0 +1,20 @@
+/* A fixed pool of worker threads for the decoder (-t N). sf_pool_run calls
+ * fn(arg, ith, nth) for ith in [0, nth) on nth threads, the caller being
+ * ith 0, and returns when all are done; work is split by (ith, nth) as
+ * ggml does. Dispatch is cheap enough to call once per matrix. */
+#ifndef SF_POOL_H
+#define SF_POOL_H
+
+struct sf_pool;
+
+/* nthreads >= 1; 1 runs everything on the caller with no threads made. */
+int sf_pool_create(struct sf_pool **p, int nthreads);
+void sf_pool_destroy(struct sf_pool *p);	/* accepts NULL */
+int sf_pool_size(const struct sf_pool *p);
+void sf_pool_run(struct sf_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* [*lo, *hi) of n items for worker ith of nth, in contiguous chunks whose
+ * starts are multiples of align (align >= 1). */
+void sf_pool_split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *hi);
+
+#endif

@@ -1,0 +1,42 @@
+/* A minimal harness for the C unit tests: CHECK records a failure and
+ * goes on, the test's main returns unit_exit(). Exit 0 pass, 1 fail, 77
+ * skip (with the reason as the last line). Inputs come from the
+ * environment the Makefile sets: SF_ROOT, SF_SHARED, SF_TMP. */
+#ifndef SF_UNIT_H
+#define SF_UNIT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int unit_failures;
+
+#define CHECK(cond, ...) do { \
+	if (!(cond)) { \
+		unit_failures++; \
+		fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+		fprintf(stderr, __VA_ARGS__); \
+		fputc('\n', stderr); \
+	} \
+} while (0)
+
+static inline int unit_exit(void)
+{
+	if (unit_failures)
+		fprintf(stderr, "%d check(s) failed\n", unit_failures);
+	return unit_failures ? 1 : 0;
+}
+
+static inline _Noreturn void unit_skip(const char *why)
+{
+	printf("%s\n", why);
+	exit(77);
+}
+
+/* $name or the fallback */
+static inline const char *unit_env(const char *name, const char *fallback)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : fallback;
+}
+
+#endif
