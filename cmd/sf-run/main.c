@@ -254,13 +254,30 @@ static char *read_stdin_prompt(size_t *len)
 	return buf;
 }
 
-static int emit(struct sf_detok *d, int32_t id)
+static int write_out(const char *p, size_t n)
 {
-	char piece[256];
-	size_t n = sf_detok_push(d, id, piece, sizeof(piece));
-	if (n && fwrite(piece, 1, n, stdout) != n)
+	if (n && fwrite(p, 1, n, stdout) != n)
 		return -EIO;
 	return fflush(stdout) ? -EIO : 0;
+}
+
+static int emit(struct sf_detok *d, int32_t id)
+{
+	const char *p;
+	size_t n;
+	int ret = sf_detok_push(d, id, &p, &n);
+	return ret ? ret : write_out(p, n);
+}
+
+/* End of text: the tokenizer's EOS or any of config.json's eos_token_id. */
+static int is_eos(const struct session *S, int32_t token)
+{
+	if (token == sf_tokenizer_eos(S->tok))
+		return 1;
+	for (int i = 0; i < S->model.cfg.n_eos; i++)
+		if (token == S->model.cfg.eos_ids[i])
+			return 1;
+	return 0;
 }
 
 static int generate(struct session *S, const struct options *o)
@@ -295,18 +312,18 @@ static int generate(struct session *S, const struct options *o)
 	}
 
 	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
-	int eos = sf_tokenizer_eos(S->tok);
 	int32_t token = prompt[0];
 	double t0 = now_seconds(), t1 = t0;
 
-	sf_detok_init(&detok, S->tok);
+	/* The prompt goes through the detokenizer even when not echoed: how
+	 * the first generated piece decodes depends on what precedes it. */
+	sf_detok_init(&detok, S->tok, SF_DECODE_SKIP_SPECIAL);
 	for (size_t i = 0; i < np && !ret; i++) {
-		if (o->echo) {
-			ret = emit(&detok, prompt[i]);
-		} else {
-			char sink[256];
-			sf_detok_push(&detok, prompt[i], sink, sizeof(sink));
-		}
+		const char *p;
+		size_t n;
+		ret = sf_detok_push(&detok, prompt[i], &p, &n);
+		if (!ret && o->echo)
+			ret = write_out(p, n);
 	}
 
 	/* The forward pass at the prompt's last position gives the first
@@ -325,19 +342,23 @@ static int generate(struct session *S, const struct options *o)
 		else
 			S->decode_steps++;
 		token = sf_sample(&S->sampler, logits);
-		if (token == eos && !o->ignore_eos)
+		if (is_eos(S, token) && !o->ignore_eos)
 			break;
 		S->decode_tokens++;
 		ret = emit(&detok, token);
 	}
 	if (!ret) {
-		char tail[64];
-		size_t n = sf_detok_finish(&detok, tail, sizeof(tail));
-		if (n && fwrite(tail, 1, n, stdout) != n)
-			ret = -EIO;
+		const char *p;
+		size_t n;
+		ret = sf_detok_finish(&detok, &p, &n);
+		if (!ret)
+			ret = write_out(p, n);
 	}
+	sf_detok_free(&detok);
 	if (ret == -EIO)
 		sf_error("write error on standard output: %s", strerror(errno));
+	else if (ret)
+		sf_error("generation: %s", sf_strerror(ret));
 	S->prompt_s = t1 - t0;
 	S->decode_s = now_seconds() - t1;
 	free(prompt);

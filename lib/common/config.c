@@ -290,7 +290,7 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 			      struct sf_err *e)
 {
 	json_t *act = json_object_get(root, "hidden_act");
-	int b, ret;
+	int b = 0, ret;
 
 	if (act && !json_is_null(act)) {
 		const char *s = json_string_value(act);
@@ -344,7 +344,7 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 {
 	char *text = NULL;
-	size_t len;
+	size_t len = 0;
 	json_t *root = NULL, *v;
 	json_error_t jerr;
 	int ret, head_dim_default;

@@ -138,12 +138,24 @@ void sf_state_free(struct sf_runstate *s)
 // ----------------------------------------------------------------------------
 // helpers
 
+/* Element i of w as float32. memcpy, because safetensors packs tensors
+ * without padding: an F32 tensor may start at any byte. */
 static float weight_at(const struct sf_weight *w, uint64_t i)
 {
+	const unsigned char *p = w->data;
+	uint16_t h;
+	float f;
+
 	switch (w->dtype) {
-	case SF_DTYPE_F32: return ((const float *)w->data)[i];
-	case SF_DTYPE_F16: return sf_f16_to_f32(((const uint16_t *)w->data)[i]);
-	case SF_DTYPE_BF16: return sf_bf16_to_f32(((const uint16_t *)w->data)[i]);
+	case SF_DTYPE_F32:
+		memcpy(&f, p + i * 4, 4);
+		return f;
+	case SF_DTYPE_F16:
+		memcpy(&h, p + i * 2, 2);
+		return sf_f16_to_f32(h);
+	case SF_DTYPE_BF16:
+		memcpy(&h, p + i * 2, 2);
+		return sf_bf16_to_f32(h);
 	}
 	return 0.0f;
 }
@@ -223,6 +235,17 @@ static void matvec_group(struct sf_pool *pool, const float *x, int n, float *con
 	run(pool, matvec_worker, &t);
 }
 
+/* A group's products: observed first, then dense or through s->exec. */
+static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const float *in,
+			size_t n, int nout, float *const *y, const struct sf_weight *const *w)
+{
+	observe(s, layer, g, in, n);
+	if (s->exec && s->exec->fn)
+		s->exec->fn(s->exec->ctx, layer, g, in, n, nout, y, w);
+	else
+		matvec_group(s->pool, in, nout, y, w);
+}
+
 // ----------------------------------------------------------------------------
 // attention, heads split over the workers
 
@@ -279,11 +302,10 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
 
 		// attention: q, k, v from the normed residual
 		sf_rmsnorm(s->xb, s->x, w->attn_norm.data, w->attn_norm.dtype, dim, c->norm_eps);
-		observe(s, l, SF_GROUP_ATTN_IN, s->xb, dim);
 		{
 			float *y[] = { s->q, s->k, s->v };
 			const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
-			matvec_group(s->pool, s->xb, 3, y, mw);
+			apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, 3, y, mw);
 		}
 		add_bias(s->q, &w->bq);
 		add_bias(s->k, &w->bk);
@@ -298,28 +320,25 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
 		struct attn_task at = { .c = c, .s = s, .layer = l, .pos = pos };
 		run(s->pool, attn_worker, &at);
 
-		observe(s, l, SF_GROUP_ATTN_OUT, s->z, (size_t)c->n_heads * hd);
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->wo };
-			matvec_group(s->pool, s->z, 1, y, mw);
+			apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, (size_t)c->n_heads * hd, 1, y, mw);
 		}
 		sf_axpy_f32(s->x, 1.0f, s->proj, dim);
 
 		// FFN: down(silu(gate(x)) * up(x)) on the normed residual
 		sf_rmsnorm(s->xb, s->x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps);
-		observe(s, l, SF_GROUP_FFN_IN, s->xb, dim);
 		{
 			float *y[] = { s->gate, s->up };
 			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
-			matvec_group(s->pool, s->xb, 2, y, mw);
+			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, 2, y, mw);
 		}
 		sf_swiglu(s->act, s->gate, s->up, hidden);
-		observe(s, l, SF_GROUP_FFN_OUT, s->act, hidden);
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->w_down };
-			matvec_group(s->pool, s->act, 1, y, mw);
+			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, 1, y, mw);
 		}
 		sf_axpy_f32(s->x, 1.0f, s->proj, dim);
 	}

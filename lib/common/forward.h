@@ -35,6 +35,16 @@ struct sf_observer {
 	void *ctx;
 };
 
+/* Computes a group's outputs in place of the dense product: the sparse
+ * decoder, tier calibration and --simulate apply their column selections
+ * here. w[i] is the dense weight of output i (q, k, v; o; gate, up; down),
+ * out[i] its output vector (w[i]->rows floats). */
+struct sf_group_exec {
+	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
+		   int nout, float *const *out, const struct sf_weight *const *w);
+	void *ctx;
+};
+
 struct sf_runstate {
 	int seq_len;		/* positions the KV cache holds */
 	float *x;		/* (dim) residual stream */
@@ -53,6 +63,7 @@ struct sf_runstate {
 
 	struct sf_pool *pool;	/* workers; NULL runs on the caller */
 	const struct sf_observer *observer;	/* NULL for none */
+	const struct sf_group_exec *exec;	/* NULL: dense products */
 	int skip_logits;	/* set during prefill: the head is not applied */
 };
 

@@ -40,10 +40,17 @@ struct sf_model {
 	struct sf_weight lm_head;	/* (vocab_size, dim): embed when tied */
 	struct sf_layer_weights *layers;	/* (n_layers) */
 	/* Hash of the config and every tensor's name, shape and dtype: stages
-	 * refuse streams whose fingerprint differs. */
+	 * refuse streams whose fingerprint differs. 64-bit FNV-1a of a
+	 * canonical text (see model.c), 16 lowercase hex digits. Weight
+	 * values do not enter it: two models of the same shape share it. */
 	char fingerprint[SF_FINGERPRINT_LEN + 1];
 };
 
+/* Loads DIR/config.json and DIR's safetensors and binds every weight.
+ * Refused: a tensor missing or of the wrong shape (SF_EMISMATCH), and a
+ * tensor the config does not use (SF_EUNSUPPORTED: it would be silently
+ * ignored), except *.rotary_emb.inv_freq and, when tied, lm_head.weight,
+ * which Hugging Face ignores too. On failure *m is zeroed. */
 int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
 

@@ -265,6 +265,23 @@ static int parse_entry(const char *path, const char *name, json_t *v, const unsi
 	return 0;
 }
 
+/* jansson reports a duplicate as: duplicate object key near '"NAME"'. */
+static int dup_key_error(const char *path, const json_error_t *jerr, struct sf_err *e)
+{
+	static const char pre[] = "near '\"";
+	const char *p = strstr(jerr->text, pre);
+	size_t len;
+
+	if (p) {
+		p += sizeof(pre) - 1;
+		len = strlen(p);
+		if (len >= 2 && p[len - 2] == '"' && p[len - 1] == '\'')
+			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%.*s': named twice in the header",
+					  path, (int)(len - 2), p);
+	}
+	return sf_err_set(e, SF_EFORMAT, "%s: header: duplicate tensor name (%s)", path, jerr->text);
+}
+
 /* Maps one file and appends its tensors to st->tensors (unsorted). */
 static int load_file(struct sf_safetensors *st, const char *path, size_t *cap, struct sf_err *e)
 {
@@ -320,9 +337,9 @@ static int load_file(struct sf_safetensors *st, const char *path, size_t *cap, s
 	hlen = get_le64(map);
 	if (hlen > fsize - 8) {
 		ret = sf_err_set(e, SF_EFORMAT,
-				 "%s: header of %llu bytes ends at byte %llu, past the end of the file (%llu bytes)",
-				 path, (unsigned long long)hlen, (unsigned long long)hlen + 8,
-				 (unsigned long long)fsize);
+				 "%s: header of %llu bytes runs past the end of the file (%llu bytes, room for %llu)",
+				 path, (unsigned long long)hlen, (unsigned long long)fsize,
+				 (unsigned long long)(fsize - 8));
 		goto out;
 	}
 	if (hlen > HEADER_MAX) {
@@ -334,8 +351,7 @@ static int load_file(struct sf_safetensors *st, const char *path, size_t *cap, s
 	root = json_loadb((const char *)map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		if (json_error_code(&jerr) == json_error_duplicate_key)
-			ret = sf_err_set(e, SF_EFORMAT, "%s: header: duplicate tensor name (%s)",
-					 path, jerr.text);
+			ret = dup_key_error(path, &jerr, e);
 		else
 			ret = sf_err_set(e, SF_EFORMAT,
 					 "%s: header is not valid JSON: %s at byte %d", path,
@@ -519,7 +535,7 @@ static int open_index(struct sf_safetensors *st, const char *dir, const char *ip
 		      struct sf_err *e)
 {
 	char *text = NULL, *spath = NULL;
-	size_t len, cap = 0;
+	size_t len = 0, cap = 0;
 	json_t *root = NULL, *wm;
 	json_error_t jerr;
 	const char *key;
@@ -577,6 +593,9 @@ static int open_index(struct sf_safetensors *st, const char *dir, const char *ip
 		if (i < st->nfiles)
 			continue;
 		ret = load_file(st, spath, &cap, e);
+		if (ret == -ENOENT)
+			ret = sf_err_set(e, ret, "%s: tensor '%s': shard %s: %s", ipath,
+					 name_is_printable(key) ? key : "?", spath, strerror(ENOENT));
 		if (ret)
 			goto out;
 	}
@@ -820,7 +839,7 @@ int sf_safetensors_write(const char *path, const struct sf_tensor_out *t, size_t
 	uint64_t *nbytes = NULL;
 	char *header = NULL, *tmp = NULL;
 	unsigned char *chunk = NULL, lenbuf[8];
-	size_t hlen, tlen;
+	size_t hlen = 0, tlen;
 	int fd = -1, ret;
 
 	if (n > TENSORS_MAX)

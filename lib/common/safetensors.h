@@ -27,7 +27,9 @@ struct sf_tensor {
 	int ndim;
 	uint64_t shape[SF_TENSOR_MAX_DIMS];
 	uint64_t nbytes;
-	const void *data;	/* inside the mapping of its file */
+	const void *data;	/* inside the mapping of its file; safetensors
+				 * packs tensors without padding, so data is
+				 * not always aligned to its element size */
 	int file;		/* index into the shard list */
 };
 
@@ -42,7 +44,17 @@ struct sf_safetensors {
 };
 
 /* Opens DIR/model.safetensors, or the shards named by
- * DIR/model.safetensors.index.json when that exists. */
+ * DIR/model.safetensors.index.json when that exists (each distinct shard
+ * opened once; every tensor listed must be in the shard named, every
+ * tensor in a shard listed, no tensor in two shards). Each file is mapped
+ * read-only and its header validated: length within the file and at most
+ * 100 MiB, a JSON object without duplicate names, dtype F32/F16/BF16
+ * (other safetensors dtypes refused by name), at most SF_TENSOR_MAX_DIMS
+ * dimensions, shape * element size == end - begin without overflow,
+ * ranges inside the data buffer and not overlapping, names shorter than
+ * SF_TENSOR_NAME_MAX, at most 2^20 tensors. Returns 0, -errno, or
+ * SF_EFORMAT / SF_EUNSUPPORTED / SF_ELIMIT / SF_EMISMATCH; *st is zeroed
+ * on failure. */
 int sf_safetensors_open(struct sf_safetensors *st, const char *dir, struct sf_err *e);
 /* Opens one .safetensors file. */
 int sf_safetensors_open_file(struct sf_safetensors *st, const char *path, struct sf_err *e);

@@ -1,0 +1,23 @@
+# Shared set-up of the bats tests: where the binaries, the embedded model
+# and ../shared are (the Makefile sets SF_BIN, SF_ROOT, SF_SHARED, SF_TMP).
+bats_require_minimum_version 1.5.0
+SF_ROOT=${SF_ROOT:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
+SF_BIN=${SF_BIN:-$SF_ROOT/bin}
+SF_SHARED=${SF_SHARED:-$SF_ROOT/../shared}
+SF_FIXTURES=${SF_FIXTURES:-$SF_ROOT/build/opt/fixtures}
+MODEL=$SF_ROOT/models/mix4-1m
+PATH=$SF_BIN:$PATH
+
+# Skips with a reason when ../shared is absent (CI always has it).
+need_shared() {
+	[ -d "$SF_SHARED/models" ] && [ -d "$SF_SHARED/data/mix4" ] ||
+		skip "../shared absent ($SF_SHARED): shared models and data not checked"
+}
+
+# A writable copy of the embedded model, for tests that damage it.
+copy_model() {
+	local dst=$BATS_TEST_TMPDIR/model
+	cp -r "$MODEL" "$dst"
+	chmod -R u+w "$dst"
+	echo "$dst"
+}

@@ -1,0 +1,196 @@
+#!/usr/bin/env bats
+# sf-run --model: the dense decoder, against reference.json and on bad input.
+
+load helpers
+
+ref() { jq -r "$1" "$MODEL/reference.json"; }
+
+@test "--help prints usage with an example and exits 0" {
+	run sf-run --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"Usage: sf-run --model DIR"* ]]
+	[[ "$output" == *"Examples:"* ]]
+}
+
+@test "--version prints the version" {
+	run sf-run --version
+	[ "$status" -eq 0 ]
+	[[ "$output" =~ ^sf-run\ \(sparseflash\)\ [0-9]+\.[0-9]+\.[0-9]+$ ]]
+}
+
+@test "an unknown option is a usage error" {
+	run sf-run --frobnicate
+	[ "$status" -eq 2 ]
+	[ "${lines[-1]}" = "Try 'sf-run --help'." ]
+}
+
+@test "a missing --model is a usage error" {
+	run sf-run -p hello
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sf-run: --model DIR is required" ]
+}
+
+@test "a number out of range is a usage error naming the range" {
+	run sf-run --model "$MODEL" --top-p 1.5
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sf-run: --top-p: 1.5 is out of range: expected 0..1" ]
+}
+
+@test "a value that is not a number is a usage error" {
+	run sf-run --model "$MODEL" -t two
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sf-run: --threads: 'two' is not a whole number" ]
+}
+
+@test "greedy generation gives reference.json's continuation" {
+	local prompt text
+	prompt=$(ref '.encode[0].text')
+	text=$(ref '.greedy[0].text')
+	run --separate-stderr sf-run --model "$MODEL" -p "$prompt" -n 32 --temp 0
+	[ "$status" -eq 0 ]
+	[ "$output" = "${text#"$prompt"}" ]
+	[[ "$stderr" == *"decode 32 tokens"* ]]
+}
+
+@test "--echo prints the prompt before the continuation" {
+	local prompt text
+	prompt=$(ref '.encode[1].text')
+	text=$(ref '.greedy[1].text')
+	run --separate-stderr sf-run --model "$MODEL" -p "$prompt" -n 32 --temp 0 --echo
+	[ "$status" -eq 0 ]
+	[ "$output" = "$text" ]
+}
+
+@test "the prompt can come from standard input" {
+	local prompt text
+	prompt=$(ref '.encode[2].text')
+	text=$(ref '.greedy[2].text')
+	run --separate-stderr sh -c 'echo "$1" | sf-run --model "$2" -n 32 --temp 0 -q' _ "$prompt" "$MODEL"
+	[ "$status" -eq 0 ]
+	[ "$output" = "${text#"$prompt"}" ]
+}
+
+@test "one and two threads give the same text" {
+	run sf-run --model "$MODEL" -p "The program" -n 40 --seed 7 -t 1 -q
+	local one=$output
+	run sf-run --model "$MODEL" -p "The program" -n 40 --seed 7 -t 2 -q
+	[ "$status" -eq 0 ]
+	[ "$output" = "$one" ]
+}
+
+@test "the same seed gives the same sample, another seed another" {
+	run sf-run --model "$MODEL" -p "A man" -n 48 --temp 1 --seed 1 -q
+	local first=$output
+	run sf-run --model "$MODEL" -p "A man" -n 48 --temp 1 --seed 1 -q
+	[ "$output" = "$first" ]
+	run sf-run --model "$MODEL" -p "A man" -n 48 --temp 1 --seed 2 -q
+	[ "$output" != "$first" ]
+}
+
+@test "--stats writes timings that jq reads" {
+	run sf-run --model "$MODEL" -p "The" -n 20 --ignore-eos -q --stats "$BATS_TEST_TMPDIR/s.json"
+	[ "$status" -eq 0 ]
+	[ "$(jq .decode_tokens "$BATS_TEST_TMPDIR/s.json")" = 20 ]
+	[ "$(jq '.decode_tokens_per_second > 0' "$BATS_TEST_TMPDIR/s.json")" = true ]
+}
+
+@test "a prompt longer than the context is refused" {
+	run --separate-stderr sf-run --model "$MODEL" -c 4 -p "In the beginning God created"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: prompt: 12 tokens do not fit the context of 4 positions" ]
+	[ -z "$output" ]
+}
+
+@test "a context beyond the model's is refused" {
+	run --separate-stderr sf-run --model "$MODEL" -c 4096 -p hi
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: --ctx-size 4096: the model supports at most 1024 positions" ]
+}
+
+@test "a write error on standard output is reported" {
+	run sh -c 'sf-run --model "$1" -p hi -n 8 --ignore-eos -q > /dev/full' _ "$MODEL"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "sf-run: write error on standard output"* ]]
+}
+
+@test "a missing config.json is a data error naming the file" {
+	local m; m=$(copy_model)
+	rm "$m/config.json"
+	run --separate-stderr sf-run --model "$m" -p hi
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $m/config.json: "*"No such file or directory" ]]
+	[ -z "$output" ]
+}
+
+@test "a malformed config.json is a data error" {
+	local m; m=$(copy_model)
+	printf '{"hidden_size": 128,' > "$m/config.json"
+	run --separate-stderr sf-run --model "$m" -p hi
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $m/config.json: "* ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+}
+
+@test "an unknown architecture is refused by name" {
+	local m; m=$(copy_model)
+	jq '.architectures = ["GPT2LMHeadModel"]' "$MODEL/config.json" > "$m/config.json"
+	run --separate-stderr sf-run --model "$m" -p hi
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $m/config.json: "*"GPT2LMHeadModel"* ]]
+}
+
+@test "a truncated safetensors file is a data error" {
+	local m; m=$(copy_model)
+	truncate -s 100000 "$m/model.safetensors"
+	run --separate-stderr sf-run --model "$m" -p hi
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $m/model.safetensors: "* ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+}
+
+@test "a malformed tokenizer.json is a data error" {
+	local m; m=$(copy_model)
+	head -c 5000 "$MODEL/tokenizer.json" > "$m/tokenizer.json"
+	run --separate-stderr sf-run --model "$m" -p hi
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $m/tokenizer.json: "* ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+}
+
+@test "--ppl on a missing file is a data error" {
+	run --separate-stderr sf-run --model "$MODEL" --ppl "$BATS_TEST_TMPDIR/none.txt"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $BATS_TEST_TMPDIR/none.txt: No such file or directory" ]
+	[ -z "$output" ]
+}
+
+@test "--ppl reads documents from standard input" {
+	run --separate-stderr sh -c 'printf "In the beginning God created the heaven.\n\nAnd the earth.\n" |
+		sf-run --model "$1" --ppl - --window 8' _ "$MODEL"
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq .documents)" = 2 ]
+	[ "$(echo "$output" | jq '.ppl > 1')" = true ]
+}
+
+# Perplexity of every genre within 0.5% of reference.json, on the shared models.
+check_ppl() {
+	local model=$1 genre=$2 want got
+	need_shared
+	want=$(jq ".perplexity.$genre.ppl" "$SF_SHARED/models/$model/reference.json")
+	run --separate-stderr sf-run --model "$SF_SHARED/models/$model" \
+		--ppl "$SF_SHARED/data/mix4/$genre.test.txt" --max-tokens 16384 --window 256
+	[ "$status" -eq 0 ]
+	got=$(echo "$output" | jq .ppl)
+	[ "$(echo "$output" | jq .tokens)" = 16383 ]
+	echo "$model $genre: ppl $got, reference $want"
+	jq -n --argjson g "$got" --argjson w "$want" -e '(($g - $w) / $w | fabs) < 0.005'
+}
+
+@test "mix4-1m perplexity on kjv matches reference.json" { check_ppl mix4-1m kjv; }
+@test "mix4-1m perplexity on fortunes matches reference.json" { check_ppl mix4-1m fortunes; }
+@test "mix4-1m perplexity on gcide matches reference.json" { check_ppl mix4-1m gcide; }
+@test "mix4-1m perplexity on man matches reference.json" { check_ppl mix4-1m man; }
+@test "mix4-5m perplexity on kjv matches reference.json" { check_ppl mix4-5m kjv; }
+@test "mix4-5m perplexity on fortunes matches reference.json" { check_ppl mix4-5m fortunes; }
+@test "mix4-5m perplexity on gcide matches reference.json" { check_ppl mix4-5m gcide; }
+@test "mix4-5m perplexity on man matches reference.json" { check_ppl mix4-5m man; }

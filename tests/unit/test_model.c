@@ -1,0 +1,573 @@
+/* Unit test of lib/common/config.c and model.c: the embedded mix4-1m (and
+ * ../shared's models when present) bind with the right config, shapes and
+ * fingerprints; config.json variants and edited copies of the model in
+ * $SF_TMP are refused with messages naming the file and the field. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "unit.h"
+
+/* The fingerprint of models/mix4-1m. Pinned: a change to the fingerprint
+ * text silently invalidates every stream made so far, so it must be
+ * deliberate. */
+#define MIX4_1M_FINGERPRINT "330c4fda0ed5bf30"
+
+static char tmpdir[4096];
+static char model1[4096];	/* $SF_ROOT/models/mix4-1m */
+
+static void check_err_at(int line, int ret, int code, const struct sf_err *e, ...)
+{
+	va_list ap;
+	const char *s;
+
+	if (getenv("UNIT_VERBOSE"))
+		fprintf(stderr, "line %d: %s\n", line, e->msg);
+	CHECK(ret == code, "line %d: returned %d, expected %d (%s)", line, ret, code, e->msg);
+	CHECK(!strchr(e->msg, '\n'), "line %d: message '%s' is not one line", line, e->msg);
+	va_start(ap, e);
+	while ((s = va_arg(ap, const char *)))
+		CHECK(strstr(e->msg, s), "line %d: message '%s' lacks '%s'", line, e->msg, s);
+	va_end(ap);
+}
+#define CHECK_ERR(ret, code, e, ...) check_err_at(__LINE__, ret, code, e, __VA_ARGS__, NULL)
+
+static int is_dir(const char *p)
+{
+	struct stat sb;
+	return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int weight_is(const struct sf_weight *w, uint64_t rows, uint64_t cols)
+{
+	return w->data && w->rows == rows && w->cols == cols;
+}
+
+/* Every weight of m bound with the shape its config implies. */
+static void check_bound(const struct sf_model *m, const char *what)
+{
+	const struct sf_config *c = &m->cfg;
+	uint64_t dim = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
+	uint64_t kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, hid = (uint64_t)c->hidden_dim;
+
+	CHECK(weight_is(&m->embed, (uint64_t)c->vocab_size, dim), "%s: embed", what);
+	CHECK(weight_is(&m->final_norm, dim, 1), "%s: final_norm", what);
+	CHECK(weight_is(&m->lm_head, (uint64_t)c->vocab_size, dim), "%s: lm_head", what);
+	CHECK(!c->tie_embeddings || m->lm_head.data == m->embed.data, "%s: lm_head not tied", what);
+	CHECK(m->layers != NULL, "%s: no layers", what);
+	for (int l = 0; m->layers && l < c->n_layers; l++) {
+		const struct sf_layer_weights *w = &m->layers[l];
+
+		CHECK(weight_is(&w->attn_norm, dim, 1) && weight_is(&w->ffn_norm, dim, 1),
+		      "%s: layer %d norms", what, l);
+		CHECK(weight_is(&w->wq, q, dim) && weight_is(&w->wk, kv, dim) &&
+		      weight_is(&w->wv, kv, dim) && weight_is(&w->wo, dim, q),
+		      "%s: layer %d attention", what, l);
+		CHECK(weight_is(&w->w_gate, hid, dim) && weight_is(&w->w_up, hid, dim) &&
+		      weight_is(&w->w_down, dim, hid), "%s: layer %d ffn", what, l);
+		if (c->qkv_bias)
+			CHECK(weight_is(&w->bq, q, 1) && weight_is(&w->bk, kv, 1) &&
+			      weight_is(&w->bv, kv, 1), "%s: layer %d biases", what, l);
+		else
+			CHECK(!w->bq.data && !w->bk.data && !w->bv.data, "%s: layer %d biases bound", what, l);
+	}
+	CHECK(strlen(m->fingerprint) == SF_FINGERPRINT_LEN &&
+	      strspn(m->fingerprint, "0123456789abcdef") == SF_FINGERPRINT_LEN,
+	      "%s: fingerprint '%s'", what, m->fingerprint);
+}
+
+// --- the real models
+
+static void test_mix4(void)
+{
+	struct sf_model m, m2;
+	struct sf_err e = { 0 };
+	char p1[4200], p5[4200];
+	const char *shared = unit_env("SF_SHARED", NULL);
+	int ret;
+
+	ret = sf_model_open(&m, model1, &e);
+	CHECK(ret == 0, "%s: %d %s", model1, ret, e.msg);
+	if (ret)
+		return;
+	{
+		const struct sf_config *c = &m.cfg;
+
+		CHECK(c->arch == SF_ARCH_LLAMA && c->dim == 128 && c->hidden_dim == 384 &&
+		      c->n_layers == 4 && c->n_heads == 4 && c->n_kv_heads == 2 && c->head_dim == 32 &&
+		      c->vocab_size == 1024 && c->max_seq_len == 1024, "mix4-1m shape fields");
+		CHECK(c->norm_eps == 1e-5f && c->rope_theta == 10000.0f && !c->rope_llama3,
+		      "mix4-1m eps %g theta %g", c->norm_eps, c->rope_theta);
+		CHECK(c->tie_embeddings && !c->qkv_bias && c->bos_id == 1 && c->n_eos == 1 &&
+		      c->eos_ids[0] == 2 && c->sliding_window == 0, "mix4-1m tie/bias/bos/eos");
+	}
+	check_bound(&m, "mix4-1m");
+	CHECK(m.embed.dtype == SF_DTYPE_BF16 && m.layers[3].w_down.dtype == SF_DTYPE_BF16,
+	      "mix4-1m dtype");
+	CHECK(m.st.ntensors == 38, "mix4-1m: %zu tensors", m.st.ntensors);
+	CHECK(!strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "mix4-1m fingerprint %s, pinned %s",
+	      m.fingerprint, MIX4_1M_FINGERPRINT);
+
+	/* Stable: a second open gives the same. */
+	ret = sf_model_open(&m2, model1, &e);
+	CHECK(ret == 0 && !strcmp(m.fingerprint, m2.fingerprint), "second open: %s", e.msg);
+	sf_model_close(&m2);
+
+	if (!shared) {
+		fprintf(stderr, "SF_SHARED unset: shared models not tested\n");
+		sf_model_close(&m);
+		return;
+	}
+	snprintf(p1, sizeof(p1), "%s/models/mix4-1m", shared);
+	snprintf(p5, sizeof(p5), "%s/models/mix4-5m", shared);
+	if (is_dir(p1)) {
+		ret = sf_model_open(&m2, p1, &e);
+		CHECK(ret == 0, "%s: %s", p1, e.msg);
+		if (!ret)
+			CHECK(!strcmp(m2.fingerprint, m.fingerprint), "shared mix4-1m fingerprint %s vs %s",
+			      m2.fingerprint, m.fingerprint);
+		sf_model_close(&m2);
+	}
+	if (is_dir(p5)) {
+		ret = sf_model_open(&m2, p5, &e);
+		CHECK(ret == 0, "%s: %s", p5, e.msg);
+		if (!ret) {
+			const struct sf_config *c = &m2.cfg;
+
+			CHECK(c->dim == 256 && c->hidden_dim == 768 && c->n_layers == 6 &&
+			      c->n_heads == 8 && c->n_kv_heads == 4 && c->head_dim == 32 &&
+			      c->vocab_size == 1024 && c->tie_embeddings, "mix4-5m config");
+			check_bound(&m2, "mix4-5m");
+			CHECK(strcmp(m2.fingerprint, m.fingerprint), "mix4-5m and mix4-1m share %s",
+			      m.fingerprint);
+		}
+		sf_model_close(&m2);
+	}
+	sf_model_close(&m);
+}
+
+// --- config.json variants
+
+static json_t *base_config(void)
+{
+	char p[4200];
+	json_error_t je;
+	json_t *c;
+
+	snprintf(p, sizeof(p), "%s/config.json", model1);
+	c = json_load_file(p, 0, &je);
+	CHECK(c != NULL, "%s: %s", p, je.text);
+	return c;
+}
+
+static void write_text(const char *path, const char *s)
+{
+	FILE *f = fopen(path, "w");
+
+	CHECK(f && fputs(s, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* Loads cfg (consumed) as DIR/cfg/config.json. */
+static int load_variant(json_t *cfg, struct sf_config *c, struct sf_err *e, char *path,
+			size_t size)
+{
+	snprintf(path, size, "%s/cfg", tmpdir);
+	mkdir(path, 0755);
+	snprintf(path, size, "%s/cfg/config.json", tmpdir);
+	CHECK(json_dump_file(cfg, path, JSON_INDENT(2)) == 0, "cannot write %s", path);
+	json_decref(cfg);
+	return sf_config_load(c, path, e);
+}
+
+/* base config with one key set (v consumed; NULL deletes the key) */
+static json_t *with(json_t *cfg, const char *key, json_t *v)
+{
+	if (v)
+		json_object_set_new(cfg, key, v);
+	else
+		json_object_del(cfg, key);
+	return cfg;
+}
+
+static void test_config(void)
+{
+	struct sf_config c;
+	struct sf_err e = { 0 };
+	char path[4200];
+	json_t *j;
+	int ret;
+
+#define VARIANT(cfg) load_variant(cfg, &c, &e, path, sizeof(path))
+	/* Shape fields are required. */
+	ret = VARIANT(with(base_config(), "hidden_size", NULL));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'hidden_size': missing");
+	ret = VARIANT(with(base_config(), "vocab_size", json_null()));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'vocab_size': missing");
+	ret = VARIANT(with(base_config(), "num_hidden_layers", json_string("4")));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_hidden_layers': a string, expected an integer");
+	ret = VARIANT(with(base_config(), "hidden_size", json_integer(0)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'hidden_size': 0, expected 1..65536");
+	ret = VARIANT(with(base_config(), "vocab_size", json_integer(5000000)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'vocab_size': 5000000, expected 1..4194304");
+	ret = VARIANT(with(base_config(), "num_key_value_heads", json_integer(3)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_attention_heads' 4 is not a multiple of 'num_key_value_heads' 3");
+	ret = VARIANT(with(base_config(), "num_attention_heads", json_integer(3)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'hidden_size' 128 is not a multiple of 'num_attention_heads' 3");
+	ret = VARIANT(with(base_config(), "rms_norm_eps", json_real(-1)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'rms_norm_eps': -1");
+
+	/* Architectures. */
+	j = base_config();
+	json_object_set_new(j, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+	ret = VARIANT(j);
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "architectures[0] 'GPT2LMHeadModel': unsupported architecture");
+	j = with(base_config(), "architectures", NULL);
+	ret = VARIANT(with(j, "model_type", json_string("qwen2")));
+	CHECK(ret == 0 && c.arch == SF_ARCH_QWEN2 && c.qkv_bias, "model_type qwen2: %s", e.msg);
+	j = with(base_config(), "architectures", NULL);
+	ret = VARIANT(with(j, "model_type", json_string("gemma")));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");
+	j = with(base_config(), "architectures", NULL);
+	ret = VARIANT(with(j, "model_type", NULL));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'architectures': missing");
+
+	/* Unsupported features, by name. */
+	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "type", "yarn", "factor", 4.0)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'yarn' unsupported");
+	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "linear", "factor", 2.0)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'linear'");
+	ret = VARIANT(with(base_config(), "attention_bias", json_true()));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'attention_bias': true unsupported");
+	ret = VARIANT(with(base_config(), "mlp_bias", json_true()));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'mlp_bias': true unsupported");
+	ret = VARIANT(with(base_config(), "hidden_act", json_string("gelu")));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'hidden_act': 'gelu' unsupported");
+	ret = VARIANT(with(base_config(), "tie_word_embeddings", json_integer(1)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'tie_word_embeddings': an integer, expected true or false");
+
+	/* Accepted variants and defaults. */
+	ret = VARIANT(with(base_config(), "rope_scaling",
+			   json_pack("{s:s,s:f,s:f,s:f,s:i}", "rope_type", "llama3", "factor", 8.0,
+				     "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+				     "original_max_position_embeddings", 8192)));
+	CHECK(ret == 0 && c.rope_llama3 && c.rope_factor == 8 && c.rope_low_freq_factor == 1 &&
+	      c.rope_high_freq_factor == 4 && c.rope_orig_max_pos == 8192, "llama3: %s", e.msg);
+	ret = VARIANT(with(base_config(), "rope_scaling",
+			   json_pack("{s:s,s:f,s:f}", "rope_type", "llama3", "factor", 8.0,
+				     "low_freq_factor", 1.0)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'rope_scaling.high_freq_factor': missing");
+	ret = VARIANT(with(base_config(), "rope_scaling", json_null()));
+	CHECK(ret == 0 && !c.rope_llama3, "rope_scaling null: %s", e.msg);
+	j = with(base_config(), "head_dim", json_null());
+	j = with(j, "num_key_value_heads", NULL);
+	j = with(j, "rope_theta", NULL);
+	j = with(j, "tie_word_embeddings", NULL);
+	j = with(j, "bos_token_id", NULL);
+	ret = VARIANT(with(j, "eos_token_id", json_pack("[i,i,i]", 2, 5, 7)));
+	CHECK(ret == 0 && c.head_dim == 32 && c.n_kv_heads == 4 && c.rope_theta == 10000.0f &&
+	      !c.tie_embeddings && c.bos_id == -1 && c.n_eos == 3 && c.eos_ids[2] == 7,
+	      "defaults: %d %s", ret, e.msg);
+	ret = VARIANT(with(base_config(), "head_dim", json_integer(64)));
+	CHECK(ret == 0 && c.head_dim == 64, "head_dim 64: %s", e.msg);
+	ret = VARIANT(with(base_config(), "head_dim", json_integer(33)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'head_dim' 33 is odd");
+	ret = VARIANT(with(base_config(), "eos_token_id", json_integer(1024)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'eos_token_id': 1024, expected 0..1023");
+	/* Mistral: context limited to the sliding window. */
+	j = with(base_config(), "architectures", json_pack("[s]", "MistralForCausalLM"));
+	j = with(j, "attention_bias", json_true());	/* MistralConfig ignores it */
+	ret = VARIANT(with(j, "sliding_window", json_integer(256)));
+	CHECK(ret == 0 && c.arch == SF_ARCH_MISTRAL && c.max_seq_len == 256 &&
+	      c.sliding_window == 256, "mistral window: %d %s", ret, e.msg);
+	j = with(base_config(), "architectures", json_pack("[s]", "MistralForCausalLM"));
+	ret = VARIANT(with(j, "sliding_window", json_null()));
+	CHECK(ret == 0 && c.max_seq_len == 1024 && !c.sliding_window, "mistral no window: %s", e.msg);
+
+	/* The file itself. */
+	snprintf(path, sizeof(path), "%s/cfg/config.json", tmpdir);
+	write_text(path, "{\"hidden_size\": 128,");
+	ret = sf_config_load(&c, path, &e);
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "not valid JSON");
+	write_text(path, "[1]");
+	ret = sf_config_load(&c, path, &e);
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "an array, expected a JSON object");
+	write_text(path, "{\"hidden_size\": 1, \"hidden_size\": 2}");
+	ret = sf_config_load(&c, path, &e);
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "duplicate");
+	unlink(path);
+	ret = sf_config_load(&c, path, &e);
+	CHECK_ERR(ret, -ENOENT, &e, path, "cannot open");
+#undef VARIANT
+}
+
+// --- edited copies of the model
+
+struct tensors {
+	struct sf_safetensors st;
+	struct sf_tensor_out *t;	/* (n + 1): room for one more */
+	size_t n;
+};
+
+static int load_tensors(struct tensors *ts)
+{
+	struct sf_err e = { 0 };
+	int ret = sf_safetensors_open(&ts->st, model1, &e);
+
+	CHECK(ret == 0, "%s: %s", model1, e.msg);
+	if (ret)
+		return ret;
+	ts->n = ts->st.ntensors;
+	ts->t = calloc(ts->n + 1, sizeof(*ts->t));
+	for (size_t i = 0; i < ts->n; i++) {
+		const struct sf_tensor *s = &ts->st.tensors[i];
+
+		ts->t[i] = (struct sf_tensor_out){ .name = s->name, .dtype = s->dtype,
+						   .ndim = s->ndim, .data = s->data };
+		memcpy(ts->t[i].shape, s->shape, sizeof(s->shape));
+	}
+	return 0;
+}
+
+static struct sf_tensor_out *find_out(struct tensors *ts, const char *name)
+{
+	for (size_t i = 0; i < ts->n; i++)
+		if (!strcmp(ts->t[i].name, name))
+			return &ts->t[i];
+	return NULL;
+}
+
+/* DIR/NAME with config.json from cfg (consumed; NULL: none) and
+ * model.safetensors from t[0..n). Returns the directory. */
+static const char *make_model(const char *name, json_t *cfg, const struct sf_tensor_out *t,
+			      size_t n)
+{
+	static char dir[4200];
+	char p[4300];
+	struct sf_err e = { 0 };
+	int ret;
+
+	snprintf(dir, sizeof(dir), "%s/%s", tmpdir, name);
+	mkdir(dir, 0755);
+	snprintf(p, sizeof(p), "%s/config.json", dir);
+	unlink(p);
+	if (cfg) {
+		CHECK(json_dump_file(cfg, p, JSON_INDENT(2)) == 0, "cannot write %s", p);
+		json_decref(cfg);
+	}
+	snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+	ret = sf_safetensors_write(p, t, n, &e);
+	CHECK(ret == 0, "write %s: %s", p, e.msg);
+	return dir;
+}
+
+static void test_bad_models(void)
+{
+	struct tensors ts = { 0 };
+	struct sf_model m;
+	struct sf_err e = { 0 };
+	struct sf_tensor_out *o, saved;
+	const char *dir;
+	char want[4400], fp_tied[SF_FINGERPRINT_LEN + 1];
+	int ret;
+
+	if (load_tensors(&ts))
+		return;
+
+	/* An unchanged copy opens with the same fingerprint. */
+	dir = make_model("copy", base_config(), ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK(ret == 0 && !strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "copy: %d %s", ret, e.msg);
+	sf_model_close(&m);
+
+	dir = make_model("noconfig", NULL, ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	snprintf(want, sizeof(want), "%s/config.json", dir);
+	CHECK_ERR(ret, -ENOENT, &e, want, "No such file");
+	CHECK(m.layers == NULL && m.st.ntensors == 0, "model not cleared on failure");
+	sf_model_close(&m);
+
+	dir = make_model("badjson", NULL, ts.t, ts.n);
+	snprintf(want, sizeof(want), "%s/config.json", dir);
+	write_text(want, "{\"architectures\": [\"LlamaForCausalLM\"]");
+	ret = sf_model_open(&m, dir, &e);
+	CHECK_ERR(ret, SF_EFORMAT, &e, want, "not valid JSON");
+
+	dir = make_model("gpt2", with(base_config(), "architectures", json_pack("[s]", "GPT2LMHeadModel")),
+			 ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	snprintf(want, sizeof(want), "%s/config.json", dir);
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, want, "'GPT2LMHeadModel': unsupported architecture");
+
+	dir = make_model("yarn", with(base_config(), "rope_scaling",
+				      json_pack("{s:s,s:f}", "rope_type", "yarn", "factor", 4.0)),
+			 ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	snprintf(want, sizeof(want), "%s/config.json", dir);
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, want, "'rope_scaling'", "'yarn'");
+
+	/* A tensor missing: move it to the end and write one fewer. */
+	o = find_out(&ts, "model.layers.2.mlp.up_proj.weight");
+	CHECK(o != NULL, "no up_proj");
+	if (o) {
+		saved = *o;
+		*o = ts.t[ts.n - 1];
+		ts.t[ts.n - 1] = saved;
+		dir = make_model("missing", base_config(), ts.t, ts.n - 1);
+		ret = sf_model_open(&m, dir, &e);
+		snprintf(want, sizeof(want), "%s/model.safetensors", dir);
+		CHECK_ERR(ret, SF_EMISMATCH, &e, want,
+			  "tensor 'model.layers.2.mlp.up_proj.weight': missing");
+	}
+
+	/* A tensor with the wrong shape (same bytes, dimensions swapped). */
+	o = find_out(&ts, "model.layers.1.self_attn.k_proj.weight");
+	CHECK(o != NULL, "no k_proj");
+	if (o) {
+		saved = *o;
+		o->shape[0] = 128;
+		o->shape[1] = 64;
+		dir = make_model("shape", base_config(), ts.t, ts.n);
+		ret = sf_model_open(&m, dir, &e);
+		snprintf(want, sizeof(want), "%s/model.safetensors", dir);
+		CHECK_ERR(ret, SF_EMISMATCH, &e, want, "tensor 'model.layers.1.self_attn.k_proj.weight'",
+			  "shape [128, 64], expected [64, 128]");
+		o->shape[0] = 64 * 128;
+		o->ndim = 1;
+		dir = make_model("shape1", base_config(), ts.t, ts.n);
+		ret = sf_model_open(&m, dir, &e);
+		CHECK_ERR(ret, SF_EMISMATCH, &e, "shape [8192], expected [64, 128]");
+		*o = saved;
+	}
+
+	/* A config that does not match the file: 4 kv heads, not 2. */
+	dir = make_model("kv", with(base_config(), "num_key_value_heads", json_integer(4)), ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK_ERR(ret, SF_EMISMATCH, &e, "tensor 'model.layers.0.self_attn.k_proj.weight'",
+		  "shape [64, 128], expected [128, 128]");
+
+	/* Qwen2 needs q/k/v biases the file does not have. */
+	dir = make_model("qwen", with(base_config(), "architectures", json_pack("[s]", "Qwen2ForCausalLM")),
+			 ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK_ERR(ret, SF_EMISMATCH, &e, "tensor 'model.layers.0.self_attn.q_proj.bias': missing");
+
+	/* An unused tensor would be silently ignored: refused. */
+	o = &ts.t[ts.n];
+	*o = *find_out(&ts, "model.norm.weight");
+	o->name = "model.layers.0.self_attn.o_proj.bias";
+	dir = make_model("extra", base_config(), ts.t, ts.n + 1);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, "tensor 'model.layers.0.self_attn.o_proj.bias': not part of");
+	o->name = "model.layers.0.self_attn.rotary_emb.inv_freq";	/* ignored, as by HF */
+	dir = make_model("invfreq", base_config(), ts.t, ts.n + 1);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK(ret == 0, "inv_freq: %s", e.msg);
+	sf_model_close(&m);
+
+	/* lm_head: untied and absent; untied and present; tied and present. */
+	dir = make_model("untied", with(base_config(), "tie_word_embeddings", json_false()), ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK_ERR(ret, SF_EMISMATCH, &e, "tensor 'lm_head.weight': missing");
+	*o = *find_out(&ts, "model.embed_tokens.weight");
+	o->name = "lm_head.weight";
+	dir = make_model("head", with(base_config(), "tie_word_embeddings", json_false()), ts.t, ts.n + 1);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK(ret == 0, "untied with lm_head: %s", e.msg);
+	if (!ret) {
+		check_bound(&m, "untied");
+		CHECK(m.lm_head.data != m.embed.data && !m.cfg.tie_embeddings, "lm_head is embed");
+		CHECK(strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "untied fingerprint equals tied");
+	}
+	sf_model_close(&m);
+	dir = make_model("tiedhead", base_config(), ts.t, ts.n + 1);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK(ret == 0 && m.lm_head.data == m.embed.data, "tied with lm_head: %s", e.msg);
+	snprintf(fp_tied, sizeof(fp_tied), "%s", m.fingerprint);
+	CHECK(!strcmp(fp_tied, MIX4_1M_FINGERPRINT), "tied + lm_head fingerprint %s", fp_tied);
+	sf_model_close(&m);
+
+	/* Mixed dtypes: the embeddings widened to F32 (bf16 is the top half). */
+	o = find_out(&ts, "model.embed_tokens.weight");
+	if (o) {
+		uint64_t n = o->shape[0] * o->shape[1];
+		unsigned char *f = malloc(n * 4);
+		const unsigned char *b = o->data;
+
+		for (uint64_t i = 0; i < n; i++) {
+			f[4 * i] = f[4 * i + 1] = 0;
+			f[4 * i + 2] = b[2 * i];
+			f[4 * i + 3] = b[2 * i + 1];
+		}
+		saved = *o;
+		o->dtype = SF_DTYPE_F32;
+		o->data = f;
+		dir = make_model("mixed", base_config(), ts.t, ts.n);
+		ret = sf_model_open(&m, dir, &e);
+		CHECK(ret == 0 && m.embed.dtype == SF_DTYPE_F32 && m.lm_head.dtype == SF_DTYPE_F32 &&
+		      m.layers[0].wq.dtype == SF_DTYPE_BF16, "mixed dtypes: %s", e.msg);
+		CHECK(ret || strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "dtype not in fingerprint");
+		sf_model_close(&m);
+		*o = saved;
+		free(f);
+	}
+
+	free(ts.t);
+	sf_safetensors_close(&ts.st);
+}
+
+// --- models made by mkmodel, when the fixture is built
+
+static void test_mkmodel(void)
+{
+	const char *fx = unit_env("SF_FIXTURES", NULL);
+	char mk[4200], cmd[12000], dir[4200];
+	struct sf_model m;
+	struct sf_err e = { 0 };
+	int ret;
+
+	if (!fx)
+		return;
+	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
+	if (access(mk, X_OK)) {
+		fprintf(stderr, "%s not built: mkmodel models not tested\n", mk);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/mk-qwen", tmpdir);
+	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' --arch qwen2 --shards 3 --no-tie --dtype f16 "
+		 "--hidden 64 --heads 4 --kv-heads 1 --layers 2 --vocab 300 --seed 9", mk, dir);
+	CHECK(system(cmd) == 0, "%s failed", cmd);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK(ret == 0, "%s: %s", dir, e.msg);
+	if (!ret) {
+		CHECK(m.cfg.arch == SF_ARCH_QWEN2 && m.cfg.qkv_bias && !m.cfg.tie_embeddings &&
+		      m.cfg.n_kv_heads == 1 && m.st.nfiles == 3 && m.embed.dtype == SF_DTYPE_F16,
+		      "mkmodel qwen2 config");
+		check_bound(&m, "mkmodel qwen2");
+	}
+	sf_model_close(&m);
+}
+
+int main(void)
+{
+	const char *root = unit_env("SF_ROOT", ".");
+	const char *base = unit_env("SF_TMP", "/tmp");
+
+	snprintf(model1, sizeof(model1), "%s/models/mix4-1m", root);
+	if (!is_dir(model1))
+		unit_skip("models/mix4-1m not found (SF_ROOT unset?)");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/test_model.%d", base, (int)getpid());
+	if (mkdir(tmpdir, 0755) && errno != EEXIST) {
+		fprintf(stderr, "cannot create %s: %s\n", tmpdir, strerror(errno));
+		return 1;
+	}
+	test_mix4();
+	test_config();
+	test_bad_models();
+	test_mkmodel();
+	return unit_exit();
+}
