@@ -5,12 +5,17 @@
 #ifndef SF_POOL_H
 #define SF_POOL_H
 
+#include <stddef.h>
+
 struct sf_pool;
 
-/* nthreads >= 1; 1 runs everything on the caller with no threads made. */
+/* nthreads >= 1; 1 runs everything on the caller with no threads made.
+ * 0, -EINVAL, -ENOMEM or the -errno of pthread_create; *p NULL on error. */
 int sf_pool_create(struct sf_pool **p, int nthreads);
 void sf_pool_destroy(struct sf_pool *p);	/* accepts NULL */
 int sf_pool_size(const struct sf_pool *p);
+/* Everything fn wrote is visible to the caller on return. One caller at a
+ * time, and not from inside fn. A NULL pool runs fn(arg, 0, 1). */
 void sf_pool_run(struct sf_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
 /* [*lo, *hi) of n items for worker ith of nth, in contiguous chunks whose

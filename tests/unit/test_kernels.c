@@ -1,0 +1,533 @@
+/* Unit test of lib/common/kernels.c: every SIMD variant this CPU supports
+ * against the scalar reference within a stated tolerance, the bf16/f16
+ * conversions exhaustively, and RoPE/RMSNorm/llama3 frequencies against
+ * direct double-precision formulas. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "unit.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* The tolerance every SIMD result is held to against the reference: the
+ * two sum the same products in a different order, so the difference is
+ * bounded by a few ulps of the sum of magnitudes. */
+#define TOL_REL 1e-5
+#define TOL_ABS 1e-6
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static uint32_t rnd32(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+/* uniform in [-1, 1) */
+static float frand(void)
+{
+	return (float)((double)rnd32() / 2147483648.0 - 1.0);
+}
+
+static const enum sf_dtype dtypes[] = { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16 };
+static const char *const dtnames[] = { "f32", "f16", "bf16" };
+
+static size_t esize(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_F32 ? 4 : 2;
+}
+
+/* n random weights in dt at p; returns them as f32 in wf (as the kernel
+ * will see them) */
+static void fill_w(void *p, float *wf, enum sf_dtype dt, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float f = frand();
+		switch (dt) {
+		case SF_DTYPE_F32: memcpy((char *)p + 4 * i, &f, 4); wf[i] = f; break;
+		case SF_DTYPE_F16: {
+			uint16_t h = sf_f32_to_f16(f);
+			memcpy((char *)p + 2 * i, &h, 2);
+			wf[i] = sf_f16_to_f32(h);
+			break;
+		}
+		case SF_DTYPE_BF16: {
+			uint16_t h = sf_f32_to_bf16(f);
+			memcpy((char *)p + 2 * i, &h, 2);
+			wf[i] = sf_bf16_to_f32(h);
+			break;
+		}
+		}
+	}
+}
+
+static int close_enough(float got, float want, double scale)
+{
+	return fabs((double)got - want) <= TOL_REL * scale + TOL_ABS;
+}
+
+// ----------------------------------------------------------------------------
+// conversions
+
+static uint32_t f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void test_bf16(void)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = sf_bf16_to_f32((uint16_t)h);
+		CHECK(f2u(f) == h << 16, "bf16 %04x -> %08x", h, f2u(f));
+		uint16_t back = sf_f32_to_bf16(f);
+		if (isnan(f))
+			CHECK(isnan(sf_bf16_to_f32(back)) && (back & 0x8000) == (h & 0x8000),
+			      "bf16 NaN %04x -> %04x", h, back);
+		else
+			CHECK(back == h, "bf16 round trip %04x -> %04x", h, back);
+	}
+	/* Each midpoint between neighbours (exact in f32) goes to the even
+	 * one, one f32 ulp either side to the nearer; 0x7f7f's upper
+	 * neighbour is infinity. Both signs. */
+	for (uint32_t h = 0; h < 0x7f80; h++) {
+		for (uint32_t s = 0; s <= 0x8000; s += 0x8000) {
+			uint32_t mid = (h << 16) | 0x8000u;
+			uint16_t even = (uint16_t)(((h & 1) ? h + 1 : h) | s);
+			uint16_t r = sf_f32_to_bf16(u2f(mid | s << 16));
+			CHECK(r == even, "bf16 tie %08x -> %04x, want %04x", mid | s << 16, r, even);
+			r = sf_f32_to_bf16(u2f((mid + 1) | s << 16));
+			CHECK(r == ((h + 1) | s), "bf16 above tie %08x -> %04x", mid + 1, r);
+			r = sf_f32_to_bf16(u2f((mid - 1) | s << 16));
+			CHECK(r == (h | s), "bf16 below tie %08x -> %04x", mid - 1, r);
+		}
+	}
+	CHECK(sf_f32_to_bf16(INFINITY) == 0x7f80, "bf16 inf");
+	CHECK(sf_f32_to_bf16(-INFINITY) == 0xff80, "bf16 -inf");
+	CHECK(sf_f32_to_bf16(u2f(0x7f800001u)) != 0x7f80 &&
+	      isnan(sf_bf16_to_f32(sf_f32_to_bf16(u2f(0x7f800001u)))), "bf16 low-payload NaN kept");
+}
+
+/* f16 value straight from the definition, for comparison */
+static double f16_def(uint16_t h)
+{
+	int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+	double v;
+	if (e == 0)
+		v = ldexp(m, -24);
+	else if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = ldexp(1024 + m, e - 25);
+	return s ? -v : v;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f)
+{
+	return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+#endif
+
+static void test_f16(void)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = sf_f16_to_f32((uint16_t)h);
+		double d = f16_def((uint16_t)h);
+		if (isnan(d))
+			CHECK(isnan(f), "f16 %04x not NaN", h);
+		else
+			CHECK((double)f == d && !!signbit(f) == !!(h & 0x8000),
+			      "f16 %04x -> %a, want %a", h, f, d);
+		uint16_t back = sf_f32_to_f16(f);
+		if (isnan(f))
+			CHECK(isnan(sf_f16_to_f32(back)) && (back & 0x8000) == (h & 0x8000),
+			      "f16 NaN %04x -> %04x", h, back);
+		else
+			CHECK(back == h, "f16 round trip %04x -> %04x", h, back);
+	}
+	/* ties between neighbours, subnormals included; 0x7bff's upper
+	 * neighbour is infinity (65520 rounds up to it) */
+	for (uint32_t h = 0; h < 0x7c00; h++) {
+		double a = f16_def((uint16_t)h);
+		double b = h == 0x7bff ? 65536.0 : f16_def((uint16_t)(h + 1));
+		float mid = (float)((a + b) / 2);
+		CHECK((double)mid == (a + b) / 2, "f16 midpoint %04x not exact", h);
+		for (int s = 0; s < 2; s++) {
+			float m = s ? -mid : mid;
+			uint16_t sg = s ? 0x8000 : 0;
+			uint16_t even = (uint16_t)(((h & 1) ? h + 1 : h) | sg);
+			uint16_t r = sf_f32_to_f16(m);
+			CHECK(r == even, "f16 tie %a -> %04x, want %04x", m, r, even);
+			r = sf_f32_to_f16(nextafterf(m, s ? -INFINITY : INFINITY));
+			CHECK(r == ((h + 1) | sg), "f16 above tie %a -> %04x", m, r);
+			r = sf_f32_to_f16(nextafterf(m, 0.0f));
+			CHECK(r == (h | sg), "f16 below tie %a -> %04x", m, r);
+		}
+	}
+	CHECK(sf_f32_to_f16(1e10f) == 0x7c00, "f16 overflow");
+	CHECK(sf_f32_to_f16(-1e-10f) == 0x8000, "f16 underflow keeps sign");
+	CHECK(sf_f32_to_f16(0x1p-25f) == 0, "f16 half of the least subnormal ties to 0");
+	CHECK(sf_f32_to_f16(nextafterf(0x1p-25f, 1)) == 1, "f16 above half rounds up");
+	CHECK(sf_f32_to_f16(u2f(0x7f800001u)) != 0x7c00, "f16 low-payload NaN kept");
+
+#if defined(__x86_64__)
+	/* random floats over the whole range against the F16C instruction */
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("f16c")) {
+		int bad = 0;
+		for (int i = 0; i < 2000000; i++) {
+			uint32_t u = rnd32() ^ (rnd32() << 16);
+			/* concentrate on exponents f16 can represent */
+			if (i & 1)
+				u = (u & 0x807fffffu) | ((100u + rnd32() % 50u) << 23);
+			float f = u2f(u);
+			if (isnan(f))
+				continue;
+			if (sf_f32_to_f16(f) != hw_f32_to_f16(f) && bad++ < 5)
+				CHECK(0, "f16 %a: %04x, F16C %04x", f, sf_f32_to_f16(f), hw_f32_to_f16(f));
+		}
+		for (uint32_t h = 0; h < 65536; h++) {
+			float a = sf_f16_to_f32((uint16_t)h), b = hw_f16_to_f32((uint16_t)h);
+			if (!isnan(b))
+				CHECK(f2u(a) == f2u(b), "f16 %04x: %a, F16C %a", h, a, b);
+		}
+	}
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// matvec and colaccum: the variant selected now against the _ref
+
+static void check_matvec(const char *isa, enum sf_dtype dt, const char *dn,
+			 size_t rows, size_t cols, size_t off)
+{
+	size_t es = esize(dt), n = rows * cols;
+	/* off elements of slack in front: tensors inside an mmap are only
+	 * element-aligned */
+	char *wbuf = malloc((n + off) * es + 1);
+	float *wf = malloc((n + 1) * sizeof(float));
+	float *xbuf = malloc((cols + off) * sizeof(float));
+	float *y = malloc((rows + 1) * sizeof(float)), *yr = malloc((rows + 1) * sizeof(float));
+	void *W = wbuf + off * es;
+	float *x = xbuf + off;
+
+	fill_w(W, wf, dt, n);
+	for (size_t c = 0; c < cols; c++)
+		x[c] = frand();
+	/* a sub-range of rows too, as threads call it */
+	size_t r0 = rows > 2 ? 1 : 0, r1 = rows;
+	for (int pass = 0; pass < 2; pass++) {
+		size_t a = pass ? r0 : 0, nr = r1 - a;
+		y[nr] = yr[nr] = 12345.0f;
+		sf_matvec_rows(y, W, dt, cols, x, a, r1);
+		sf_matvec_rows_ref(yr, W, dt, cols, x, a, r1);
+		CHECK(y[nr] == 12345.0f, "%s matvec %s wrote past row %zu", isa, dn, nr);
+		for (size_t r = 0; r < nr; r++) {
+			double mag = 0;
+			for (size_t c = 0; c < cols; c++)
+				mag += fabs((double)wf[(a + r) * cols + c] * x[c]);
+			if (!close_enough(y[r], yr[r], mag)) {
+				CHECK(0, "%s matvec %s %zux%zu off %zu row %zu: %.9g, ref %.9g",
+				      isa, dn, rows, cols, off, a + r, y[r], yr[r]);
+				break;
+			}
+		}
+	}
+	free(wbuf), free(wf), free(xbuf), free(y), free(yr);
+}
+
+static void test_matvec(const char *isa)
+{
+	static const size_t rowsv[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13 };
+	static const size_t bigcols[] = { 511, 1024, 2048, 4097, 5632 };
+	for (int d = 0; d < 3; d++) {
+		for (size_t ri = 0; ri < sizeof(rowsv) / sizeof(rowsv[0]); ri++)
+			for (size_t cols = 1; cols <= 300; cols++)
+				check_matvec(isa, dtypes[d], dtnames[d], rowsv[ri], cols, cols & 1);
+		for (size_t i = 0; i < sizeof(bigcols) / sizeof(bigcols[0]); i++)
+			check_matvec(isa, dtypes[d], dtnames[d], 6, bigcols[i], i & 1);
+	}
+}
+
+static void check_colaccum(const char *isa, enum sf_dtype dt, const char *dn, size_t m,
+			   size_t n, size_t off)
+{
+	size_t ncol = 40, stride = m + (m % 3), es = esize(dt), total = ncol * stride;
+	char *cbuf = malloc((total + off) * es + 1);
+	float *cf = malloc(total * sizeof(float));
+	float *y = malloc((m + off + 1) * sizeof(float)), *yr = malloc((m + 1) * sizeof(float));
+	float *yo = y + off, xv[32];
+	uint32_t idx[32];
+	void *C = cbuf + off * es;
+
+	fill_w(C, cf, dt, total);
+	for (size_t k = 0; k < n; k++) {
+		idx[k] = rnd32() % ncol;	/* repeats are allowed */
+		xv[k] = frand();
+	}
+	for (size_t j = 0; j < m; j++)
+		yo[j] = yr[j] = frand();
+	yo[m] = yr[m] = 12345.0f;
+	sf_colaccum(yo, m, C, dt, stride, idx, xv, n);
+	sf_colaccum_ref(yr, m, C, dt, stride, idx, xv, n);
+	CHECK(yo[m] == 12345.0f, "%s colaccum %s wrote past m", isa, dn);
+	for (size_t j = 0; j < m; j++) {
+		double mag = 1.0;	/* |y0| <= 1 */
+		for (size_t k = 0; k < n; k++)
+			mag += fabs((double)xv[k] * cf[idx[k] * stride + j]);
+		if (!close_enough(yo[j], yr[j], mag)) {
+			CHECK(0, "%s colaccum %s m %zu n %zu off %zu j %zu: %.9g, ref %.9g",
+			      isa, dn, m, n, off, j, yo[j], yr[j]);
+			break;
+		}
+	}
+	free(cbuf), free(cf), free(y), free(yr);
+}
+
+static void test_colaccum(const char *isa)
+{
+	static const size_t nv[] = { 0, 1, 3, 4, 5, 8, 17, 32 };
+	for (int d = 0; d < 3; d++)
+		for (size_t m = 1; m <= 300; m += (m < 40 ? 1 : 7))
+			for (size_t i = 0; i < sizeof(nv) / sizeof(nv[0]); i++)
+				check_colaccum(isa, dtypes[d], dtnames[d], m, nv[i], m & 1);
+	check_colaccum(isa, SF_DTYPE_BF16, "bf16", 2048, 32, 1);
+}
+
+// ----------------------------------------------------------------------------
+// the vector kernels: ref run first (selected), then isa
+
+static void test_rmsnorm(const char *isa)
+{
+	for (int d = 0; d < 3; d++) {
+		for (size_t n = 1; n <= 2048; n += (n < 300 ? 1 : 437)) {
+			size_t es = esize(dtypes[d]), off = n & 1;
+			char *wb = malloc((n + off) * es);
+			float *wf = malloc(n * sizeof(float)), *x = malloc((n + 1) * sizeof(float));
+			float *o = malloc(n * sizeof(float)), *oref = malloc(n * sizeof(float));
+			float *xo = x + off;
+			fill_w(wb + off * es, wf, dtypes[d], n);
+			double ss = 0;
+			for (size_t i = 0; i < n; i++) {
+				xo[i] = 3.0f * frand();
+				ss += (double)xo[i] * xo[i];
+			}
+			double rs = 1.0 / sqrt(ss / (double)n + 1e-5);
+			sf_kernels_select("ref");
+			sf_rmsnorm(oref, xo, wb + off * es, dtypes[d], n, 1e-5f);
+			sf_kernels_select(isa);
+			sf_rmsnorm(o, xo, wb + off * es, dtypes[d], n, 1e-5f);
+			for (size_t i = 0; i < n; i++) {
+				double want = wf[i] * xo[i] * rs, mag = fabs(want);
+				if (!close_enough(o[i], oref[i], mag) || !close_enough(oref[i], (float)want, mag)) {
+					CHECK(0, "%s rmsnorm %s n %zu i %zu: %.9g, ref %.9g, exact %.9g",
+					      isa, dtnames[d], n, i, o[i], oref[i], want);
+					break;
+				}
+			}
+			/* in place */
+			sf_rmsnorm(xo, xo, wb + off * es, dtypes[d], n, 1e-5f);
+			CHECK(memcmp(xo, o, n * sizeof(float)) == 0, "%s rmsnorm in place n %zu", isa, n);
+			free(wb), free(wf), free(x), free(o), free(oref);
+		}
+	}
+}
+
+static void test_softmax(const char *isa)
+{
+	for (size_t n = 1; n <= 300; n++) {
+		float a[301], b[301];
+		for (size_t i = 0; i < n; i++)
+			a[i] = b[i] = 20.0f * frand();
+		if (n > 3)
+			a[n / 2] = b[n / 2] = -INFINITY;	/* a masked position */
+		if (n > 10)
+			a[3] = b[3] = -200.0f;	/* underflows to 0 */
+		sf_kernels_select("ref");
+		sf_softmax(b, n);
+		sf_kernels_select(isa);
+		sf_softmax(a, n);
+		double sum = 0;
+		for (size_t i = 0; i < n; i++) {
+			sum += a[i];
+			if (!close_enough(a[i], b[i], fabs(b[i]))) {
+				CHECK(0, "%s softmax n %zu i %zu: %.9g, ref %.9g", isa, n, i, a[i], b[i]);
+				break;
+			}
+		}
+		CHECK(fabs(sum - 1.0) < 1e-5, "%s softmax n %zu sums to %.9g", isa, n, sum);
+		if (n > 3)
+			CHECK(a[n / 2] == 0.0f, "%s softmax -inf -> %g", isa, a[n / 2]);
+	}
+}
+
+static void test_swiglu(const char *isa)
+{
+	for (size_t n = 1; n <= 300; n++) {
+		float g[300], u[300], a[300], b[300];
+		for (size_t i = 0; i < n; i++) {
+			g[i] = 12.0f * frand();
+			u[i] = frand();
+		}
+		if (n > 4) {
+			/* exp(-g) overflows and underflows */
+			g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f, g[3] = -88.9f;
+		}
+		sf_kernels_select("ref");
+		sf_swiglu(b, g, u, n);
+		sf_kernels_select(isa);
+		sf_swiglu(a, g, u, n);
+		for (size_t i = 0; i < n; i++) {
+			double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+			if (!close_enough(a[i], b[i], fabs(want)) ||
+			    !close_enough(b[i], (float)want, fabs(want))) {
+				CHECK(0, "%s swiglu g %.9g u %.9g: %.9g, ref %.9g, exact %.9g",
+				      isa, g[i], u[i], a[i], b[i], want);
+				break;
+			}
+		}
+	}
+}
+
+static void test_dot_axpy(const char *isa)
+{
+	for (size_t n = 0; n <= 300; n++) {
+		float a[301], b[301], y1[301], y2[301];
+		size_t off = n & 1;
+		double mag = 0;
+		for (size_t i = 0; i < n + off; i++) {
+			a[i] = frand(), b[i] = frand();
+			y1[i] = y2[i] = frand();
+		}
+		for (size_t i = 0; i < n; i++)
+			mag += fabs((double)a[i + off] * b[i + off]);
+		sf_kernels_select("ref");
+		float dr = sf_dot_f32(a + off, b + off, n);
+		sf_axpy_f32(y2 + off, 0.37f, a + off, n);
+		sf_kernels_select(isa);
+		float ds = sf_dot_f32(a + off, b + off, n);
+		sf_axpy_f32(y1 + off, 0.37f, a + off, n);
+		CHECK(close_enough(ds, dr, mag), "%s dot n %zu: %.9g, ref %.9g", isa, n, ds, dr);
+		for (size_t i = 0; i < n; i++) {
+			double m = fabs(y2[i + off]) + fabs(0.37 * a[i + off]);
+			if (!close_enough(y1[i + off], y2[i + off], m)) {
+				CHECK(0, "%s axpy n %zu i %zu: %.9g, ref %.9g", isa, n, i,
+				      y1[i + off], y2[i + off]);
+				break;
+			}
+		}
+	}
+}
+
+// ----------------------------------------------------------------------------
+// RoPE and its frequencies
+
+static void test_rope(void)
+{
+	static const size_t dims[] = { 2, 64, 128 };
+	static const int poss[] = { 0, 1, 7, 100, 8191, 131071 };
+	float inv[64], v[128], v0[128];
+
+	for (size_t di = 0; di < 3; di++) {
+		size_t d = dims[di], h = d / 2;
+		sf_rope_inv_freq(inv, d, 10000.0f, 0, 0, 0, 0);
+		for (size_t i = 0; i < h; i++) {
+			double want = pow(10000.0, -(double)(2 * i) / (double)d);
+			CHECK(fabs(inv[i] - want) <= 2e-7 * want, "inv_freq d %zu i %zu: %.9g, want %.9g",
+			      d, i, inv[i], want);
+		}
+		for (size_t pi = 0; pi < 6; pi++) {
+			for (size_t i = 0; i < d; i++)
+				v[i] = v0[i] = frand();
+			sf_rope(v, d, inv, poss[pi]);
+			for (size_t i = 0; i < h; i++) {
+				/* the angle as torch forms it (a float product), then
+				 * exact trigonometry */
+				double a = (double)((float)poss[pi] * inv[i]);
+				double c = cos(a), s = sin(a), x1 = v0[i], x2 = v0[i + h];
+				double w1 = x1 * c - x2 * s, w2 = x2 * c + x1 * s;
+				double tol = 3e-7 * (fabs(x1) + fabs(x2)) + 1e-7;
+				CHECK(fabs(v[i] - w1) <= tol && fabs(v[i + h] - w2) <= tol,
+				      "rope d %zu pos %d i %zu: %.9g %.9g, want %.9g %.9g",
+				      d, poss[pi], i, v[i], v[i + h], w1, w2);
+			}
+		}
+	}
+	/* Llama 3.x: factor 8, low 1, high 4, orig 8192, theta 500000, head
+	 * dim 128; expected values from HF's _compute_llama3_parameters in
+	 * double. 0-28 keep, 29-34 interpolate, 35-63 are divided by 8. */
+	static const struct { int i; double want; } l3[] = {
+		{ 0, 1.0 }, { 20, 1.656044008e-02 }, { 28, 3.211445995e-03 },
+		{ 29, 2.166570764e-03 }, { 31, 8.567514129e-04 }, { 34, 1.785078128e-04 },
+		{ 35, 9.556212354e-05 }, { 63, 3.068925989e-07 },
+	};
+	sf_rope_inv_freq(inv, 128, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+	for (size_t k = 0; k < sizeof(l3) / sizeof(l3[0]); k++)
+		CHECK(fabs(inv[l3[k].i] - l3[k].want) <= 1e-6 * l3[k].want,
+		      "llama3 inv_freq[%d] = %.9e, want %.9e", l3[k].i, inv[l3[k].i], l3[k].want);
+}
+
+// ----------------------------------------------------------------------------
+
+static void test_isa(const char *isa)
+{
+	int rc = sf_kernels_select(isa);
+	if (rc == -ENOTSUP) {
+		printf("%s: not supported here, not tested\n", isa);
+		return;
+	}
+	CHECK(rc == 0, "select %s: %d", isa, rc);
+	CHECK(strcmp(sf_kernels_isa(), isa) == 0, "isa %s after selecting %s", sf_kernels_isa(), isa);
+	test_matvec(isa);
+	test_colaccum(isa);
+	test_rmsnorm(isa);
+	test_softmax(isa);
+	test_swiglu(isa);
+	test_dot_axpy(isa);
+	printf("%s: compared against ref\n", isa);
+}
+
+int main(void)
+{
+	const char *isa0 = sf_kernels_isa();
+	printf("dispatch picks %s\n", isa0);
+
+	setenv("SF_REF", "1", 1);
+	CHECK(sf_kernels_select(NULL) == 0 && strcmp(sf_kernels_isa(), "ref") == 0,
+	      "SF_REF=1 gives %s", sf_kernels_isa());
+	unsetenv("SF_REF");
+	CHECK(sf_kernels_select(NULL) == 0, "select NULL");
+	CHECK(sf_kernels_select("sse9") == -EINVAL, "unknown isa accepted");
+
+	test_bf16();
+	test_f16();
+	test_rope();
+	/* ref against itself keeps the harness honest where no SIMD exists */
+	test_isa("ref");
+	test_isa("avx2");
+	test_isa("avx512");
+	sf_kernels_select(NULL);
+	return unit_exit();
+}
