@@ -52,7 +52,9 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BINDIR)/%: $(LIB) $(wildcard cmd/%/*.c) $(wildcard lib/common/*.h)
+# A command is every .c file of its cmd/ directory.
+.SECONDEXPANSION:
+$(BINDIR)/%: $(LIB) $$(wildcard cmd/$$*/*.c) $(wildcard lib/common/*.h)
 	@mkdir -p $(BINDIR)
 	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
@@ -88,9 +90,12 @@ install: all
 demo: all
 	$(BINDIR)/sf-run --model models/mix4-1m -p "In the beginning God created" -n 48 --seed 1
 
+# Every benchmark script, or one: make bench BENCH=tests/bench/dense.sh
+BENCH ?= $(wildcard tests/bench/*.sh)
 bench: all $(BENCHES)
-	SF_BIN=$(abspath $(BINDIR)) SF_BENCH=$(abspath $(BUILD)/bench) SF_FIXTURES=$(abspath $(BUILD)/fixtures) \
-		SF_SHARED=$(SHARED) tests/bench/dense.sh
+	@for b in $(BENCH); do echo "== $$b"; \
+		SF_BIN=$(abspath $(BINDIR)) SF_BENCH=$(abspath $(BUILD)/bench) \
+		SF_FIXTURES=$(abspath $(BUILD)/fixtures) SF_SHARED=$(SHARED) $$b || exit 1; done
 
 clean:
 	rm -rf build bin

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 const char *sf_progname = "sparseflash";
 
@@ -121,4 +124,160 @@ int sf_close_stdout(void)
 		return 1;
 	}
 	return 0;
+}
+
+int sf_parse_range(const char *s, uint64_t max, int *lo, int *hi)
+{
+	const char *dash = strchr(s, '-');
+	char first[32];
+	uint64_t a, b;
+
+	if (!dash) {
+		if (sf_parse_u64(s, 0, max, &a))
+			return -EINVAL;
+		*lo = *hi = (int)a;
+		return 0;
+	}
+	if ((size_t)(dash - s) >= sizeof(first))
+		return -EINVAL;
+	memcpy(first, s, (size_t)(dash - s));
+	first[dash - s] = '\0';
+	if (sf_parse_u64(first, 0, max, &a) || sf_parse_u64(dash + 1, 0, max, &b) || a > b)
+		return -EINVAL;
+	*lo = (int)a;
+	*hi = (int)b;
+	return 0;
+}
+
+double sf_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void sf_progress_init(struct sf_progress *p, int force, const char *unit)
+{
+	p->on = force || isatty(STDERR_FILENO);
+	p->unit = unit;
+	p->t0 = p->last = sf_now();
+}
+
+static void progress_line(struct sf_progress *p, uint64_t done, double fraction, double t)
+{
+	double rate = t > p->t0 ? (double)done / (t - p->t0) : 0.0;
+	fprintf(stderr, "\r%s: %llu %s, %.1f %s/s", sf_progname, (unsigned long long)done,
+		p->unit, rate, p->unit);
+	if (fraction > 0 && fraction < 1)
+		fprintf(stderr, ", ETA %.0f s  ", (t - p->t0) * (1 - fraction) / fraction);
+	else
+		fputs("  ", stderr);
+}
+
+void sf_progress_update(struct sf_progress *p, uint64_t done, double fraction)
+{
+	double t;
+	if (!p->on || (t = sf_now()) - p->last < 0.5)
+		return;
+	p->last = t;
+	progress_line(p, done, fraction, t);
+}
+
+void sf_progress_end(struct sf_progress *p, uint64_t done)
+{
+	if (!p->on)
+		return;
+	progress_line(p, done, 1.0, sf_now());
+	fputc('\n', stderr);
+}
+
+int sf_out_open(struct sf_out *o, const char *path, int binary)
+{
+	struct stat st;
+	int fd;
+
+	memset(o, 0, sizeof(*o));
+	if (!path || strcmp(path, "-") == 0) {
+		o->path = "(stdout)";
+		if (binary && isatty(STDOUT_FILENO)) {
+			sf_error("refusing to write binary output to a terminal; use -o FILE or "
+				 "a pipe");
+			return -EINVAL;
+		}
+		o->f = stdout;
+		return 0;
+	}
+	o->path = path;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (!(o->f = fopen(path, "wb"))) {
+			sf_error("%s: %s", path, strerror(errno));
+			return -errno;
+		}
+		return 0;
+	}
+	size_t n = strlen(path);
+	if (!(o->tmp = malloc(n + 16))) {
+		sf_error("%s: %s", path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	snprintf(o->tmp, n + 16, "%s.tmp.XXXXXX", path);
+	if ((fd = mkstemp(o->tmp)) < 0 || !(o->f = fdopen(fd, "wb"))) {
+		int err = errno;
+		sf_error("%s: %s", path, strerror(err));
+		if (fd >= 0) {
+			close(fd);
+			unlink(o->tmp);
+		}
+		free(o->tmp);
+		o->tmp = NULL;
+		return -err;
+	}
+	/* mkstemp makes the file 0600; an output file gets the usual mode */
+	mode_t mask = umask(0);
+	umask(mask);
+	fchmod(fd, 0666 & ~mask);
+	return 0;
+}
+
+int sf_out_commit(struct sf_out *o)
+{
+	int ret = 0;
+
+	if (o->f == stdout) {
+		if (fflush(stdout)) {
+			sf_error("write error on standard output: %s", strerror(errno));
+			ret = -EIO;
+		}
+		o->f = NULL;
+		return ret;
+	}
+	if (fflush(o->f) || ferror(o->f) || (o->tmp && fsync(fileno(o->f)))) {
+		ret = -(errno ? errno : EIO);
+		sf_error("%s: write error: %s", o->path, strerror(-ret));
+	}
+	if (fclose(o->f) && !ret) {
+		ret = -(errno ? errno : EIO);
+		sf_error("%s: write error: %s", o->path, strerror(-ret));
+	}
+	o->f = NULL;
+	if (!ret && o->tmp && rename(o->tmp, o->path)) {
+		ret = -errno;
+		sf_error("%s: %s", o->path, strerror(errno));
+	}
+	if (ret && o->tmp)
+		unlink(o->tmp);
+	free(o->tmp);
+	o->tmp = NULL;
+	return ret;
+}
+
+void sf_out_abort(struct sf_out *o)
+{
+	if (o->f && o->f != stdout)
+		fclose(o->f);
+	if (o->tmp) {
+		unlink(o->tmp);
+		free(o->tmp);
+	}
+	memset(o, 0, sizeof(*o));
 }

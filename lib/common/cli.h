@@ -6,6 +6,7 @@
 #define SF_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define SF_VERSION "0.1.0"
 
@@ -34,6 +35,36 @@ int sf_parse_f64(const char *s, double min, double max, double *out);
  * "prog: --opt: 'value' is not ...: expected MIN..MAX" and exit 2. */
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
 double sf_opt_f64(const char *opt, const char *s, double min, double max);
+
+/* "A-B" or "A" (inclusive, A <= B <= max) into *lo, *hi: 0, or -EINVAL. */
+int sf_parse_range(const char *s, uint64_t max, int *lo, int *hi);
+
+/* Progress on stderr ("\rprog: DONE UNIT, RATE UNIT/s, ETA"), at most
+ * twice a second, when stderr is a terminal or on request. */
+struct sf_progress {
+	int on;
+	const char *unit;
+	double t0, last;
+};
+void sf_progress_init(struct sf_progress *p, int force, const char *unit);
+/* fraction: of the whole work done, or < 0 when unknown (no ETA). */
+void sf_progress_update(struct sf_progress *p, uint64_t done, double fraction);
+void sf_progress_end(struct sf_progress *p, uint64_t done);	/* the final line */
+double sf_now(void);	/* monotonic seconds */
+
+/* An output named with -o: written to a temporary name in the same
+ * directory and renamed by sf_out_commit, removed by sf_out_abort, so a
+ * failed run leaves nothing behind. NULL or "-" is stdout, refused when
+ * binary and a terminal; a path that exists and is not a regular file
+ * (/dev/null) is written in place. These print the error themselves. */
+struct sf_out {
+	FILE *f;
+	const char *path;	/* as given, for messages ("(stdout)" for stdout) */
+	char *tmp;		/* the temporary name, or NULL */
+};
+int sf_out_open(struct sf_out *o, const char *path, int binary);
+int sf_out_commit(struct sf_out *o);	/* 0, or -errno after printing */
+void sf_out_abort(struct sf_out *o);	/* accepts a zeroed o */
 
 /* Flushes and closes stdout; reports a write error and returns 1 on
  * failure so main can `return sf_close_stdout() ? 1 : status;`. */

@@ -1,44 +1,132 @@
-/* Plain-text corpora, one document at a time: see corpus.h. */
+/* Corpora, one document at a time: plain text, JSON lines (a field, or
+ * Alpaca records) and CSV through libcsv. See corpus.h and sf-profile(1). */
 #include "corpus.h"
 
+#include <csv.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#define CSV_CHUNK (64u << 10)
 
 struct sf_corpus {
 	FILE *f;
-	int owns_file;		/* not stdin */
+	int owns_file;
 	char *path;
+	enum sf_corpus_format format;
+	char *field;		/* jsonl field or csv column */
+	uint64_t size;		/* of a regular file, else 0 */
+	uint64_t lineno;	/* text, jsonl: lines read */
 	char *line;		/* getline buffer */
 	size_t line_cap;
 	char *doc;		/* the document being assembled */
 	size_t doc_len, doc_cap;
+
+	/* csv */
+	struct csv_parser csv;
+	int csv_ready, csv_eof;
+	unsigned char *chunk;
+	uint64_t row;		/* records seen, the header being 1 */
+	long col;		/* the column's index, -1 until the header is read */
+	long field_no;		/* field within the current record */
+	char **header;		/* names of the header row */
+	size_t nheader;
+	char **queue;		/* documents parsed, not yet returned */
+	size_t *qlen, qhead, qn, qcap;
+	char *cur;		/* the document last returned */
+	int cb_err;		/* an error inside a libcsv callback */
+	struct sf_err cb_msg;
 };
 
-int sf_corpus_open(struct sf_corpus **out, const char *path, struct sf_err *e)
+static const char *const format_names[] = { "text", "jsonl", "alpaca", "csv" };
+
+const char *sf_corpus_format_name(enum sf_corpus_format f)
+{
+	return (unsigned)f < 4 ? format_names[f] : "?";
+}
+
+int sf_corpus_format_parse(const char *name, enum sf_corpus_format *f)
+{
+	for (int i = 0; i < 4; i++) {
+		if (strcmp(name, format_names[i]) == 0) {
+			*f = (enum sf_corpus_format)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+enum sf_corpus_format sf_corpus_guess(const char *path)
+{
+	if (ends_with(path, ".jsonl") || ends_with(path, ".json"))
+		return SF_CORPUS_JSONL;
+	if (ends_with(path, ".csv"))
+		return SF_CORPUS_CSV;
+	return SF_CORPUS_TEXT;
+}
+
+/* RFC 4180: spaces are part of a field; libcsv trims them by default. */
+static int no_space(unsigned char ch)
+{
+	(void)ch;
+	return 0;
+}
+
+int sf_corpus_open_as(struct sf_corpus **out, const char *path, const struct sf_corpus_opts *o,
+		      struct sf_err *e)
 {
 	struct sf_corpus *c = calloc(1, sizeof(*c));
-	if (!c)
-		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
-	c->path = strdup(strcmp(path, "-") == 0 ? "(stdin)" : path);
-	if (!c->path) {
-		free(c);
-		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
-	}
+	const char *field = o->format == SF_CORPUS_CSV
+				    ? (o->column ? o->column : SF_CORPUS_DEFAULT_COLUMN)
+				    : (o->field ? o->field : SF_CORPUS_DEFAULT_FIELD);
+	int ret;
+
+	if (!c || !(c->path = strdup(strcmp(path, "-") == 0 ? "(stdin)" : path)) ||
+	    !(c->field = strdup(field)))
+		goto nomem;
+	c->format = o->format;
+	c->col = -1;
 	if (strcmp(path, "-") == 0) {
 		c->f = stdin;
 	} else {
-		c->f = fopen(path, "rb");
-		if (!c->f) {
-			int ret = -errno;
+		if (!(c->f = fopen(path, "rb"))) {
+			ret = -errno;
 			sf_corpus_close(c);
 			return sf_err_set(e, ret, "%s: %s", path, sf_strerror(ret));
 		}
 		c->owns_file = 1;
 	}
+	struct stat st;
+	if (fstat(fileno(c->f), &st) == 0 && S_ISREG(st.st_mode))
+		c->size = (uint64_t)st.st_size;
+	if (c->format == SF_CORPUS_CSV) {
+		if (csv_init(&c->csv, CSV_STRICT | CSV_STRICT_FINI) != 0)
+			goto nomem;
+		c->csv_ready = 1;
+		csv_set_space_func(&c->csv, no_space);
+		if (!(c->chunk = malloc(CSV_CHUNK)))
+			goto nomem;
+	}
 	*out = c;
 	return 0;
+nomem:
+	sf_corpus_close(c);
+	return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
+}
+
+int sf_corpus_open(struct sf_corpus **c, const char *path, struct sf_err *e)
+{
+	struct sf_corpus_opts o = { .format = SF_CORPUS_TEXT };
+	return sf_corpus_open_as(c, path, &o, e);
 }
 
 void sf_corpus_close(struct sf_corpus *c)
@@ -47,10 +135,29 @@ void sf_corpus_close(struct sf_corpus *c)
 		return;
 	if (c->owns_file)
 		fclose(c->f);
+	if (c->csv_ready)
+		csv_free(&c->csv);
+	for (size_t i = 0; i < c->nheader; i++)
+		free(c->header[i]);
+	free(c->header);
+	for (size_t i = c->qhead; i < c->qn; i++)
+		free(c->queue[i]);
+	free(c->queue);
+	free(c->qlen);
+	free(c->cur);
+	free(c->chunk);
+	free(c->field);
 	free(c->path);
 	free(c->line);
 	free(c->doc);
 	free(c);
+}
+
+void sf_corpus_progress(const struct sf_corpus *c, uint64_t *done, uint64_t *total)
+{
+	off_t pos = ftello(c->f);
+	*done = pos > 0 ? (uint64_t)pos : 0;
+	*total = c->size;
 }
 
 static int doc_append(struct sf_corpus *c, const char *s, size_t n, struct sf_err *e)
@@ -72,24 +179,35 @@ static int doc_append(struct sf_corpus *c, const char *s, size_t n, struct sf_er
 	return 0;
 }
 
-int sf_corpus_next(struct sf_corpus *c, const char **doc, size_t *len, struct sf_err *e)
+/* 1 with the next line in c->line and its length without the newline
+ * in *len, 0 at the end, or a negative error. */
+static int next_line(struct sf_corpus *c, size_t *len, struct sf_err *e)
 {
-	ssize_t n;
+	errno = 0;
+	ssize_t n = getline(&c->line, &c->line_cap, c->f);
+	if (n < 0) {
+		if (ferror(c->f)) {
+			int ret = errno ? -errno : -EIO;
+			return sf_err_set(e, ret, "%s: %s", c->path, sf_strerror(ret));
+		}
+		return 0;
+	}
+	c->lineno++;
+	if (n > 0 && c->line[n - 1] == '\n')
+		n--;
+	*len = (size_t)n;
+	return 1;
+}
+
+// ----------------------------------------------------------------------------
+// text
+
+static int next_text(struct sf_corpus *c, struct sf_err *e)
+{
+	size_t n;
 	int ret;
 
-	c->doc_len = 0;
-	for (;;) {
-		errno = 0;
-		n = getline(&c->line, &c->line_cap, c->f);
-		if (n < 0) {
-			if (ferror(c->f)) {
-				ret = errno ? -errno : -EIO;
-				return sf_err_set(e, ret, "%s: %s", c->path, sf_strerror(ret));
-			}
-			break;
-		}
-		if (n > 0 && c->line[n - 1] == '\n')
-			n--;
+	while ((ret = next_line(c, &n, e)) > 0) {
 		if (n == 0) {
 			if (c->doc_len)
 				break;
@@ -97,11 +215,254 @@ int sf_corpus_next(struct sf_corpus *c, const char **doc, size_t *len, struct sf
 		}
 		if (c->doc_len && (ret = doc_append(c, "\n", 1, e)))
 			return ret;
-		if ((ret = doc_append(c, c->line, (size_t)n, e)))
+		if ((ret = doc_append(c, c->line, n, e)))
 			return ret;
 	}
-	if (!c->doc_len)
-		return 0;
+	if (ret < 0)
+		return ret;
+	return c->doc_len ? 1 : 0;
+}
+
+// ----------------------------------------------------------------------------
+// JSON lines
+
+static int blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+			return 0;
+	return 1;
+}
+
+/* The string field key of object o; required or NULL when absent. */
+static int string_field(struct sf_corpus *c, json_t *o, const char *key, int required,
+			const char **s, size_t *len, struct sf_err *e)
+{
+	json_t *v = json_object_get(o, key);
+	*s = NULL;
+	*len = 0;
+	if (!v) {
+		if (!required)
+			return 0;
+		return sf_err_set(e, SF_EFORMAT, "%s: line %llu: no field \"%s\"", c->path,
+				  (unsigned long long)c->lineno, key);
+	}
+	if (!json_is_string(v))
+		return sf_err_set(e, SF_EFORMAT, "%s: line %llu: field \"%s\" is not a string",
+				  c->path, (unsigned long long)c->lineno, key);
+	*s = json_string_value(v);
+	*len = json_string_length(v);
+	return 0;
+}
+
+static int alpaca_doc(struct sf_corpus *c, json_t *o, struct sf_err *e)
+{
+	static const char with_input[] =
+		"Below is an instruction that describes a task, paired with an input that "
+		"provides further context. Write a response that appropriately completes the "
+		"request.\n\n### Instruction:\n";
+	static const char without_input[] =
+		"Below is an instruction that describes a task. Write a response that "
+		"appropriately completes the request.\n\n### Instruction:\n";
+	const char *ins, *in, *out;
+	size_t nins, nin, nout;
+	int ret;
+
+	if ((ret = string_field(c, o, "instruction", 1, &ins, &nins, e)) ||
+	    (ret = string_field(c, o, "input", 0, &in, &nin, e)) ||
+	    (ret = string_field(c, o, "output", 1, &out, &nout, e)))
+		return ret;
+	if (nin) {
+		if ((ret = doc_append(c, with_input, sizeof(with_input) - 1, e)) ||
+		    (ret = doc_append(c, ins, nins, e)) ||
+		    (ret = doc_append(c, "\n\n### Input:\n", 13, e)) ||
+		    (ret = doc_append(c, in, nin, e)))
+			return ret;
+	} else if ((ret = doc_append(c, without_input, sizeof(without_input) - 1, e)) ||
+		   (ret = doc_append(c, ins, nins, e))) {
+		return ret;
+	}
+	if ((ret = doc_append(c, "\n\n### Response:\n", 16, e)) ||
+	    (ret = doc_append(c, out, nout, e)))
+		return ret;
+	return 0;
+}
+
+static int next_jsonl(struct sf_corpus *c, struct sf_err *e)
+{
+	size_t n;
+	int ret;
+
+	while ((ret = next_line(c, &n, e)) > 0) {
+		if (blank(c->line, n))
+			continue;
+		json_error_t je;
+		json_t *o = json_loadb(c->line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+		if (!o)
+			return sf_err_set(e, SF_EFORMAT, "%s: line %llu: not JSON: %s", c->path,
+					  (unsigned long long)c->lineno, je.text);
+		if (!json_is_object(o)) {
+			json_decref(o);
+			return sf_err_set(e, SF_EFORMAT, "%s: line %llu: not a JSON object", c->path,
+					  (unsigned long long)c->lineno);
+		}
+		if (c->format == SF_CORPUS_ALPACA) {
+			ret = alpaca_doc(c, o, e);
+		} else {
+			const char *s;
+			size_t len;
+			ret = string_field(c, o, c->field, 1, &s, &len, e);
+			if (!ret && len)
+				ret = doc_append(c, s, len, e);
+		}
+		json_decref(o);
+		if (ret)
+			return ret;
+		if (c->doc_len)
+			return 1;
+	}
+	return ret;
+}
+
+// ----------------------------------------------------------------------------
+// CSV
+
+static void csv_fail(struct sf_corpus *c, int code, const char *what)
+{
+	if (c->cb_err)
+		return;
+	c->cb_err = code;
+	sf_err_set(&c->cb_msg, code, "%s: row %llu: %s", c->path,
+		   (unsigned long long)c->row + 1, what);
+}
+
+static void csv_field(void *s, size_t len, void *data)
+{
+	struct sf_corpus *c = data;
+	long k = c->field_no++;
+
+	if (c->cb_err)
+		return;
+	if (c->col < 0) {	/* the header row */
+		char **p = realloc(c->header, (c->nheader + 1) * sizeof(*p));
+		if (!p)
+			return csv_fail(c, -ENOMEM, "header: out of memory");
+		c->header = p;
+		/* a UTF-8 byte order mark, as spreadsheets write, is not part of the name */
+		if (k == 0 && len >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0) {
+			s = (char *)s + 3;
+			len -= 3;
+		}
+		if (!(p[c->nheader] = strndup(s, len)))
+			return csv_fail(c, -ENOMEM, "header: out of memory");
+		c->nheader++;
+		return;
+	}
+	if (k != c->col || len == 0)
+		return;
+	char *doc = malloc(len + 1);
+	if (!doc)
+		return csv_fail(c, -ENOMEM, "out of memory");
+	memcpy(doc, s, len);
+	doc[len] = '\0';
+	if (c->qn == c->qcap) {
+		if (c->qhead) {	/* reuse the consumed front */
+			memmove(c->queue, c->queue + c->qhead, (c->qn - c->qhead) * sizeof(char *));
+			memmove(c->qlen, c->qlen + c->qhead, (c->qn - c->qhead) * sizeof(size_t));
+			c->qn -= c->qhead;
+			c->qhead = 0;
+		}
+		if (c->qn == c->qcap) {
+			size_t cap = c->qcap ? c->qcap * 2 : 64;
+			char **q = realloc(c->queue, cap * sizeof(*q));
+			if (q)
+				c->queue = q;
+			size_t *ql = q ? realloc(c->qlen, cap * sizeof(*ql)) : NULL;
+			if (!ql) {
+				free(doc);
+				return csv_fail(c, -ENOMEM, "out of memory");
+			}
+			c->qlen = ql;
+			c->qcap = cap;
+		}
+	}
+	c->queue[c->qn] = doc;
+	c->qlen[c->qn++] = len;
+}
+
+static void csv_record(int term, void *data)
+{
+	struct sf_corpus *c = data;
+	(void)term;
+
+	if (c->cb_err)
+		return;
+	if (c->col < 0) {
+		for (size_t i = 0; i < c->nheader; i++)
+			if (strcmp(c->header[i], c->field) == 0 && c->col < 0)
+				c->col = (long)i;
+		if (c->col < 0) {
+			char names[256] = "";
+			for (size_t i = 0; i < c->nheader; i++)
+				snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+					 i ? ", " : "", c->header[i]);
+			c->cb_err = SF_EFORMAT;
+			sf_err_set(&c->cb_msg, SF_EFORMAT, "%s: no column \"%s\" in the header (%s)",
+				   c->path, c->field, names);
+		}
+	} else if (c->field_no <= c->col) {
+		char what[128];
+		snprintf(what, sizeof(what), "%ld fields, no column \"%s\" (field %ld)",
+			 c->field_no, c->field, c->col + 1);
+		csv_fail(c, SF_EFORMAT, what);
+	}
+	c->row++;
+	c->field_no = 0;
+}
+
+static int next_csv(struct sf_corpus *c, const char **doc, size_t *len, struct sf_err *e)
+{
+	free(c->cur);
+	c->cur = NULL;
+	while (c->qhead == c->qn) {
+		if (c->cb_err)
+			return sf_err_set(e, c->cb_err, "%s", c->cb_msg.msg);
+		if (c->csv_eof)
+			return 0;
+		size_t n = fread(c->chunk, 1, CSV_CHUNK, c->f);
+		if (n == 0) {
+			if (ferror(c->f))
+				return sf_err_set(e, -EIO, "%s: %s", c->path, strerror(errno));
+			c->csv_eof = 1;
+			if (csv_fini(&c->csv, csv_field, csv_record, c) != 0 && !c->cb_err)
+				return sf_err_set(e, SF_EFORMAT, "%s: row %llu: %s", c->path,
+						  (unsigned long long)c->row + 1,
+						  "unterminated quoted field");
+			continue;
+		}
+		if (csv_parse(&c->csv, c->chunk, n, csv_field, csv_record, c) != n && !c->cb_err)
+			return sf_err_set(e, SF_EFORMAT, "%s: row %llu: %s", c->path,
+					  (unsigned long long)c->row + 1,
+					  csv_strerror(csv_error(&c->csv)));
+	}
+	if (c->cb_err)	/* documents before a bad row are not returned */
+		return sf_err_set(e, c->cb_err, "%s", c->cb_msg.msg);
+	c->cur = c->queue[c->qhead];
+	*doc = c->cur;
+	*len = c->qlen[c->qhead++];
+	return 1;
+}
+
+int sf_corpus_next(struct sf_corpus *c, const char **doc, size_t *len, struct sf_err *e)
+{
+	int ret;
+
+	if (c->format == SF_CORPUS_CSV)
+		return next_csv(c, doc, len, e);
+	c->doc_len = 0;
+	ret = c->format == SF_CORPUS_TEXT ? next_text(c, e) : next_jsonl(c, e);
+	if (ret <= 0)
+		return ret;
 	*doc = c->doc;
 	*len = c->doc_len;
 	return 1;

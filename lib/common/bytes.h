@@ -1,0 +1,59 @@
+/* Little-endian encode and decode of fixed-width integers and IEEE-754
+ * values for the binary streams (trace, coact): explicit byte order, never
+ * a struct read raw. The layouts they serve are in man/sf-formats.5. */
+#ifndef SF_BYTES_H
+#define SF_BYTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline void sf_put_le32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void sf_put_le64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t sf_get_le32(const unsigned char *p)
+{
+	uint32_t v = 0;
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static inline uint64_t sf_get_le64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static inline void sf_put_f64(unsigned char *p, double d)
+{
+	uint64_t v;
+	memcpy(&v, &d, 8);
+	sf_put_le64(p, v);
+}
+
+static inline double sf_get_f64(const unsigned char *p)
+{
+	uint64_t v = sf_get_le64(p);
+	double d;
+	memcpy(&d, &v, 8);
+	return d;
+}
+
+/* CRC-32C (Castagnoli) of a buffer, continuing from crc (0 to start):
+ * every trace block and coact section carries one, so a flipped byte is
+ * an error rather than a silently different statistic. */
+uint32_t sf_crc32c(uint32_t crc, const void *buf, size_t n);
+
+#endif

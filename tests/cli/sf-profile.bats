@@ -1,0 +1,161 @@
+#!/usr/bin/env bats
+# sf-profile: activation traces of the embedded model from text, JSON
+# lines, Alpaca records and CSV, and one clear error line on bad input.
+
+load helpers
+
+setup() {
+	KJV=$BATS_TEST_TMPDIR/kjv.txt
+	printf 'In the beginning God created the heaven and the earth.\nAnd the earth was without form.\n\nAnd God said, Let there be light: and there was light.\n\n\nAnd God saw the light, that it was good.\n' >"$KJV"
+}
+
+# The slots of a trace as sf-coact --info sees them.
+info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info "$BATS_TEST_TMPDIR/info.sfc"; }
+
+@test "--help prints usage with an example and exits 0" {
+	run sf-profile --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"Usage: sf-profile --model DIR"* ]]
+	[[ "$output" == *"Examples:"* ]]
+}
+
+@test "--version prints the version" {
+	run sf-profile --version
+	[ "$status" -eq 0 ]
+	[[ "$output" =~ ^sf-profile\ \(sparseflash\)\ [0-9]+\.[0-9]+\.[0-9]+$ ]]
+}
+
+@test "an unknown option is a usage error" {
+	run sf-profile --frobnicate
+	[ "$status" -eq 2 ]
+	[ "${lines[-1]}" = "Try 'sf-profile --help'." ]
+}
+
+@test "no corpus is a usage error" {
+	run --separate-stderr sf-profile --model "$MODEL"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-profile: no corpus given (\"-\" reads standard input)" ]
+}
+
+@test "a trace streams into sf-coact through a pipe" {
+	run --separate-stderr sh -c 'sf-profile -q -m "$1" --task kjv "$2" | sf-coact -q >"$3"' _ \
+		"$MODEL" "$KJV" "$BATS_TEST_TMPDIR/p.sfc"
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	run sf-coact -q --info "$BATS_TEST_TMPDIR/p.sfc"
+	[ "$(echo "$output" | jq '.slots | length')" = 16 ]
+	[ "$(echo "$output" | jq -c '[.slots[].tasks.kjv] | unique')" = "[63]" ]
+}
+
+@test "the density is honoured exactly: round(D*n) entries per token" {
+	sf-profile -q -m "$MODEL" --density 0.1 "$KJV" -o "$BATS_TEST_TMPDIR/d.sft"
+	run info "$BATS_TEST_TMPDIR/d.sft"
+	[ "$status" -eq 0 ]
+	# round(0.1 * 128) = 13, round(0.1 * 384) = 38
+	[ "$(echo "$output" | jq -c '[.slots[] | .mean_density * .entries] | unique')" = "[13,38]" ]
+}
+
+@test "--layers and --groups restrict what is recorded" {
+	sf-profile -q -m "$MODEL" --layers 1-2 --groups ffn_out,attn_in "$KJV" -o "$BATS_TEST_TMPDIR/l.sft"
+	run info "$BATS_TEST_TMPDIR/l.sft"
+	[ "$(echo "$output" | jq -c '[.slots[] | "\(.layer) \(.group)"]')" = '["1 attn_in","1 ffn_out","2 attn_in","2 ffn_out"]' ]
+}
+
+@test "--max-tokens and --context: windows from an empty cache, stopped at N" {
+	sf-profile -q -m "$MODEL" --context 8 --max-tokens 30 "$KJV" -o "$BATS_TEST_TMPDIR/c.sft"
+	run info "$BATS_TEST_TMPDIR/c.sft"
+	[ "$(echo "$output" | jq '.slots[0].tokens')" = 30 ]
+}
+
+@test "JSON lines, Alpaca records and CSV are read" {
+	local t=$BATS_TEST_TMPDIR
+	printf '{"text": "In the beginning God created the heaven and the earth."}\n{"text": "And God said, \\"Let there be light\\"."}\n' >"$t/a.jsonl"
+	printf 'id,text\n1,In the beginning God created the heaven and the earth.\n2,"And God said, ""Let there be light""."\n' >"$t/a.csv"
+	sf-profile -q -m "$MODEL" "$t/a.jsonl" -o "$t/j.sft"
+	sf-profile -q -m "$MODEL" "$t/a.csv" -o "$t/c.sft"
+	run info "$t/j.sft"
+	local j=$(echo "$output" | jq -c '[.slots[].crc]')
+	run info "$t/c.sft"
+	[ "$(echo "$output" | jq -c '[.slots[].crc]')" = "$j" ]
+	printf '{"instruction": "Say hi.", "input": "", "output": "hi"}\n' >"$t/al.jsonl"
+	run --separate-stderr sf-profile -m "$MODEL" --format alpaca "$t/al.jsonl" -o "$t/al.sft"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == "sf-profile: "*" tokens of 1 documents in "* ]]
+}
+
+@test "the shared JSON lines and CSV give the same trace" {
+	need_shared
+	local d=$SF_SHARED/data/mix4 t=$BATS_TEST_TMPDIR
+	sf-profile -q -m "$MODEL" --max-docs 3 --max-tokens 400 "$d/profile.jsonl" -o "$t/j.sft"
+	sf-profile -q -m "$MODEL" --max-docs 3 --max-tokens 400 "$d/profile.csv" -o "$t/c.sft"
+	run info "$t/j.sft"
+	local j=$(echo "$output" | jq -c '[.slots[].crc]')
+	run info "$t/c.sft"
+	[ "$(echo "$output" | jq '.slots[0].tokens')" = 400 ]
+	[ "$(echo "$output" | jq -c '[.slots[].crc]')" = "$j" ]
+}
+
+@test "a density outside (0, 1] is one error line, exit 1, nothing written" {
+	mkdir "$BATS_TEST_TMPDIR/out"
+	run --separate-stderr sf-profile -m "$MODEL" --density 1.5 "$KJV" -o "$BATS_TEST_TMPDIR/out/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: --density 1.5: expected a value in (0, 1]" ]
+	run --separate-stderr sf-profile -m "$MODEL" --density 0 "$KJV" -o "$BATS_TEST_TMPDIR/out/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: --density 0: expected a value in (0, 1]" ]
+	[ -z "$(ls -A "$BATS_TEST_TMPDIR/out")" ]
+}
+
+@test "a density that selects no entry is refused" {
+	run --separate-stderr sf-profile -m "$MODEL" --density 0.001 "$KJV" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: density 0.001 selects no entry of attn_in (128 entries)" ]
+}
+
+@test "an empty corpus is one error line and leaves no output" {
+	printf '\n\n\n' >"$BATS_TEST_TMPDIR/empty.txt"
+	mkdir "$BATS_TEST_TMPDIR/out"
+	run --separate-stderr sf-profile -m "$MODEL" "$BATS_TEST_TMPDIR/empty.txt" -o "$BATS_TEST_TMPDIR/out/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: $BATS_TEST_TMPDIR/empty.txt: no documents" ]
+	[ -z "$(ls -A "$BATS_TEST_TMPDIR/out")" ]
+}
+
+@test "a CSV without the named column is one error line" {
+	printf 'task,text\nkjv,hello\n' >"$BATS_TEST_TMPDIR/a.csv"
+	run --separate-stderr sf-profile -m "$MODEL" --column body "$BATS_TEST_TMPDIR/a.csv" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: $BATS_TEST_TMPDIR/a.csv: no column \"body\" in the header (task, text)" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sft" ]
+}
+
+@test "a JSON line that is not an object, or lacks the field, is one error line" {
+	printf '{"text": "fine"}\n["text"]\n' >"$BATS_TEST_TMPDIR/a.jsonl"
+	run --separate-stderr sf-profile -m "$MODEL" "$BATS_TEST_TMPDIR/a.jsonl" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: $BATS_TEST_TMPDIR/a.jsonl: line 2: not a JSON object" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sft" ]
+	printf '{"body": "fine"}\n' >"$BATS_TEST_TMPDIR/b.jsonl"
+	run --separate-stderr sf-profile -m "$MODEL" "$BATS_TEST_TMPDIR/b.jsonl" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: $BATS_TEST_TMPDIR/b.jsonl: line 1: no field \"text\"" ]
+}
+
+@test "a context beyond the model's is refused" {
+	run --separate-stderr sf-profile -m "$MODEL" --context 4096 "$KJV" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: --context 4096: the model supports at most 1024 positions" ]
+}
+
+@test "--density and --threshold cannot be combined" {
+	run --separate-stderr sf-profile -m "$MODEL" --density 0.5 --threshold 0.1 "$KJV"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-profile: --density and --threshold cannot be combined" ]
+}
+
+@test "--threshold records entries above it" {
+	sf-profile -q -m "$MODEL" --threshold 0.5 "$KJV" -o "$BATS_TEST_TMPDIR/t.sft"
+	run info "$BATS_TEST_TMPDIR/t.sft"
+	[ "$(echo "$output" | jq -r '.selection.mode')" = threshold ]
+	[ "$(echo "$output" | jq '[.slots[].mean_density] | max < 1')" = true ]
+}

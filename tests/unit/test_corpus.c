@@ -1,0 +1,137 @@
+/* Corpus readers: plain text, JSON lines, Alpaca records and RFC 4180 CSV
+ * give the documents expected (quotes, embedded newlines, commas, UTF-8,
+ * CRLF, a byte order mark), and bad input fails with one line naming the
+ * file and the line or row. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "corpus.h"
+#include "unit.h"
+
+static const char *tmp;
+
+static const char *put(const char *name, const char *text)
+{
+	static char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	FILE *f = fopen(path, "wb");
+	fwrite(text, 1, strlen(text), f);
+	fclose(f);
+	return path;
+}
+
+/* Reads every document of text as format; checks them against want (a
+ * NULL-terminated list) or, with err, that reading fails with that exact
+ * message after the file name (want NULL: documents before it not checked). */
+static void expect(const char *what, const char *text, enum sf_corpus_format fmt,
+		   const char *field, const char *const *want, const char *err)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "corpus-%s", what);
+	const char *path = put(name, text);
+	struct sf_corpus_opts o = { .format = fmt, .field = field, .column = field };
+	struct sf_corpus *c = NULL;
+	struct sf_err e = { 0 };
+	const char *doc;
+	size_t len;
+	int ret = sf_corpus_open_as(&c, path, &o, &e), k = 0;
+
+	CHECK(ret == 0, "%s: open: %s", what, e.msg);
+	if (ret)
+		return;
+	while ((ret = sf_corpus_next(c, &doc, &len, &e)) > 0) {
+		if (!want)
+			continue;	/* an error case: what comes before the bad line */
+		if (!want[k]) {
+			CHECK(0, "%s: document %d not expected: \"%s\"", what, k, doc);
+			break;
+		}
+		CHECK(len == strlen(want[k]) && memcmp(doc, want[k], len) == 0,
+		      "%s: document %d is \"%s\", expected \"%s\"", what, k, doc, want[k]);
+		k++;
+	}
+	if (err) {
+		char full[8192];
+		snprintf(full, sizeof(full), "%s: %s", path, err);
+		CHECK(ret < 0 && strcmp(e.msg, full) == 0, "%s: error \"%s\", expected \"%s\"", what,
+		      ret < 0 ? e.msg : "(none)", full);
+	} else {
+		CHECK(ret == 0, "%s: %s", what, e.msg);
+		CHECK(want[k] == NULL, "%s: %d documents, more expected", what, k);
+	}
+	sf_corpus_close(c);
+}
+
+int main(void)
+{
+	tmp = unit_env("SF_TMP", "/tmp");
+
+	const char *text[] = { "first line\nsecond line", "caf\xc3\xa9 \xe2\x80\x94 ok", "last",
+			       NULL };
+	expect("text", "\n\nfirst line\nsecond line\n\n\n\ncaf\xc3\xa9 \xe2\x80\x94 ok\n\nlast",
+	       SF_CORPUS_TEXT, NULL, text, NULL);
+	const char *none[] = { NULL };
+	expect("empty", "\n\n\n", SF_CORPUS_TEXT, NULL, none, NULL);
+
+	const char *jsonl[] = { "He said \"hi\", then left.\nNext line", "\xce\xbb x", NULL };
+	expect("jsonl",
+	       "{\"task\": \"a\", \"text\": \"He said \\\"hi\\\", then left.\\nNext line\"}\n"
+	       "\n"
+	       "{\"text\": \"\"}\n"
+	       "{\"text\": \"\\u03bb x\", \"extra\": [1, 2]}\r\n",
+	       SF_CORPUS_JSONL, NULL, jsonl, NULL);
+	const char *body[] = { "b1", NULL };
+	expect("jsonl-field", "{\"text\": \"t\", \"body\": \"b1\"}\n", SF_CORPUS_JSONL, "body", body,
+	       NULL);
+	expect("jsonl-array", "{\"text\": \"ok\"}\n[1, 2]\n", SF_CORPUS_JSONL, NULL, NULL,
+	       "line 2: not a JSON object");
+	expect("jsonl-nofield", "{\"body\": \"x\"}\n", SF_CORPUS_JSONL, NULL, NULL,
+	       "line 1: no field \"text\"");
+	expect("jsonl-number", "{\"text\": 3}\n", SF_CORPUS_JSONL, NULL, NULL,
+	       "line 1: field \"text\" is not a string");
+	expect("jsonl-broken", "{\"text\": \"x\"\n", SF_CORPUS_JSONL, NULL, NULL,
+	       "line 1: not JSON: '}' expected near end of file");
+
+	const char *alpaca[] = {
+		"Below is an instruction that describes a task, paired with an input that provides "
+		"further context. Write a response that appropriately completes the request.\n\n"
+		"### Instruction:\nTranslate.\n\n### Input:\nchat\n\n### Response:\ncat",
+		"Below is an instruction that describes a task. Write a response that appropriately "
+		"completes the request.\n\n### Instruction:\nSay hi.\n\n### Response:\nhi",
+		NULL };
+	expect("alpaca",
+	       "{\"instruction\": \"Translate.\", \"input\": \"chat\", \"output\": \"cat\"}\n"
+	       "{\"instruction\": \"Say hi.\", \"input\": \"\", \"output\": \"hi\"}\n",
+	       SF_CORPUS_ALPACA, NULL, alpaca, NULL);
+	expect("alpaca-nooutput", "{\"instruction\": \"x\"}\n", SF_CORPUS_ALPACA, NULL, NULL,
+	       "line 1: no field \"output\"");
+
+	const char *csv[] = { "plain", "with, comma", "a \"quoted\" word",
+			      "two\nlines, and \xe2\x9c\x93", "  spaces kept  ", "crlf\r\ninside",
+			      NULL };
+	expect("csv",
+	       "\xef\xbb\xbftask,text,n\r\n"
+	       "a,plain,1\r\n"
+	       "b,\"with, comma\",2\r\n"
+	       "c,\"a \"\"quoted\"\" word\",3\n"
+	       "d,\"two\nlines, and \xe2\x9c\x93\",4\n"
+	       "e,,5\n"
+	       "\n"
+	       "f,  spaces kept  ,6\n"
+	       "g,\"crlf\r\ninside\",7",
+	       SF_CORPUS_CSV, NULL, csv, NULL);
+	expect("csv-nocolumn", "task,body\nkjv,x\n", SF_CORPUS_CSV, NULL, NULL,
+	       "no column \"text\" in the header (task, body)");
+	expect("csv-short", "task,text\nkjv,x\nman\n", SF_CORPUS_CSV, NULL, NULL,
+	       "row 3: 1 fields, no column \"text\" (field 2)");
+	expect("csv-quote", "task,text\nkjv,\"open\n", SF_CORPUS_CSV, NULL, NULL,
+	       "row 2: unterminated quoted field");
+	const char *col[] = { "kjv", NULL };
+	expect("csv-column", "task,text\nkjv,x\n", SF_CORPUS_CSV, "task", col, NULL);
+
+	CHECK(sf_corpus_guess("a/b.jsonl") == SF_CORPUS_JSONL &&
+	      sf_corpus_guess("b.csv") == SF_CORPUS_CSV &&
+	      sf_corpus_guess("kjv.profile.txt") == SF_CORPUS_TEXT, "format from the name");
+	return unit_exit();
+}

@@ -1,0 +1,392 @@
+/* Activation traces: top-k selection against a sort, the writer and
+ * reader round trip in both encodings, the trace of the embedded model
+ * against an independent observer of the dense pass (active sets and
+ * |value| sums), and a truncated, corrupted or extended stream refused. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "model.h"
+#include "trace.h"
+#include "unit.h"
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t next_rand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* The definition: k largest |x|, ties to the lower index, by sorting. */
+static const float *sort_x;
+static int by_mag(const void *a, const void *b)
+{
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+	float x = fabsf(sort_x[i]), y = fabsf(sort_x[j]);
+	if (x != y)
+		return x > y ? -1 : 1;
+	return i < j ? -1 : 1;
+}
+
+static void brute_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits)
+{
+	uint32_t *idx = malloc(n * sizeof(*idx));
+	for (uint32_t i = 0; i < n; i++)
+		idx[i] = i;
+	sort_x = x;
+	qsort(idx, n, sizeof(*idx), by_mag);
+	memset(bits, 0, (n + 63) / 64 * 8);
+	for (uint32_t i = 0; i < k; i++)
+		bits[idx[i] / 64] |= 1ull << (idx[i] % 64);
+	free(idx);
+}
+
+static void test_topk(void)
+{
+	static const uint32_t sizes[] = { 1, 7, 63, 64, 65, 128, 384, 1000 };
+	float x[1000];
+	uint64_t a[16], b[16];
+	uint32_t scratch[2000];
+
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(*sizes); si++) {
+		uint32_t n = sizes[si];
+		for (int rep = 0; rep < 20; rep++) {
+			/* rep odd: few distinct magnitudes, so ties decide */
+			for (uint32_t i = 0; i < n; i++) {
+				double u = (double)(next_rand() >> 11) / 9007199254740992.0;
+				x[i] = rep % 2 ? (float)((int)(u * 5) - 2) * 0.5f : (float)(u * 2 - 1);
+			}
+			uint32_t k = (uint32_t)(next_rand() % (n + 1));
+			sf_trace_select_topk(x, n, k, a, scratch);
+			brute_topk(x, n, k, b);
+			CHECK(memcmp(a, b, (n + 63) / 64 * 8) == 0, "top-%u of %u (rep %d) differs "
+			      "from the sort", k, n, rep);
+		}
+	}
+	/* -0 and +0 tie in magnitude */
+	float z[4] = { -0.0f, 0.0f, 1.0f, -1.0f };
+	sf_trace_select_topk(z, 4, 3, a, scratch);
+	CHECK(a[0] == 0xd, "top-3 of {-0, 0, 1, -1}: bits %llx, expected d",
+	      (unsigned long long)a[0]);
+	sf_trace_select_threshold(z, 4, 0.5f, a);
+	CHECK(a[0] == 0xc, "threshold 0.5: bits %llx, expected c", (unsigned long long)a[0]);
+	CHECK(sf_trace_density_k(0.3, 384) == 115 && sf_trace_density_k(0.5, 3) == 2 &&
+	      sf_trace_density_k(1.0, 11008) == 11008, "round(D*n)");
+}
+
+static void test_info_errors(void)
+{
+	uint32_t entries[SF_NGROUPS] = { 128, 128, 128, 384 };
+	struct sf_trace_info info;
+	struct sf_err e = { 0 };
+
+	CHECK(sf_trace_info_init(&info, "0123456789abcdef", 4, entries, 0, 3, 15,
+				 SF_TRACE_DENSITY, 1.5, NULL, &e) == -EINVAL,
+	      "density 1.5 accepted");
+	CHECK(strcmp(e.msg, "trace: density 1.5: expected a value in (0, 1]") == 0, "%s", e.msg);
+	CHECK(sf_trace_info_init(&info, "0123456789abcdef", 4, entries, 0, 3, 15,
+				 SF_TRACE_DENSITY, 0.001, NULL, &e) == -EINVAL,
+	      "density selecting nothing accepted");
+	CHECK(sf_trace_info_init(&info, "0123456789abcdef", 4, entries, 2, 4, 15,
+				 SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL, "layer 4 of 4 accepted");
+}
+
+/* Writes ntok random tokens (rows with exactly k bits in density mode) to
+ * path, keeping the rows in *rows (ntok, nslots, words). */
+static int write_random(const char *path, double density, int ntok, uint64_t **rows_out,
+			struct sf_trace_info *info)
+{
+	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
+	struct sf_err e = { 0 };
+	struct sf_trace_writer *w = NULL;
+	FILE *f = fopen(path, "wb");
+	int ret = sf_trace_info_init(info, "00112233aabbccdd", 3, entries, 1, 2, 0xb,
+				     SF_TRACE_DENSITY, density, NULL, &e);
+	CHECK(ret == 0, "info: %s", e.msg);
+	if (ret || !f || (ret = sf_trace_writer_open(&w, f, path, info, &e))) {
+		CHECK(0, "writer: %s", e.msg);
+		return -1;
+	}
+	size_t stride = 0;
+	for (int s = 0; s < info->nslots; s++)
+		stride += info->slots[s].words;
+	uint64_t *rows = calloc((size_t)ntok * stride, 8);
+	for (int t = 0; t < ntok; t++) {
+		uint64_t *tr = rows + (size_t)t * stride;
+		for (int s = 0; s < info->nslots; s++) {
+			const struct sf_trace_slot *sl = &info->slots[s];
+			uint64_t *row = sf_trace_writer_row(w, s);
+			for (uint32_t got = 0; got < sl->k;) {
+				uint32_t i = (uint32_t)(next_rand() % sl->entries);
+				if (!(row[i / 64] >> (i % 64) & 1)) {
+					row[i / 64] |= 1ull << (i % 64);
+					got++;
+				}
+			}
+			memcpy(tr, row, sl->words * 8);
+			tr += sl->words;
+		}
+		ret = sf_trace_writer_token(w, &e);
+		CHECK(ret == 0, "token %d: %s", t, e.msg);
+	}
+	ret = sf_trace_writer_finish(w, &e);
+	CHECK(ret == 0, "finish: %s", e.msg);
+	sf_trace_writer_free(w);
+	fclose(f);
+	*rows_out = rows;
+	return 0;
+}
+
+static void test_roundtrip(const char *tmp)
+{
+	static const double densities[] = { 0.3, 0.02 };	/* bitmaps; index lists for ffn_out */
+	char path[4096];
+
+	for (int d = 0; d < 2; d++) {
+		struct sf_trace_info info;
+		uint64_t *rows = NULL;
+		snprintf(path, sizeof(path), "%s/roundtrip%d.sft", tmp, d);
+		if (write_random(path, densities[d], 150, &rows, &info))
+			return;
+		CHECK(info.slots[2].encoding == (d ? SF_TRACE_INDEX : SF_TRACE_BITMAP),
+		      "density %g: ffn_out encoding %d", densities[d], info.slots[2].encoding);
+
+		struct sf_trace_reader *r = NULL;
+		struct sf_err e = { 0 };
+		uint32_t ntok;
+		int ret = sf_trace_open(&r, path, &e), t = 0, bad = 0;
+		CHECK(ret == 0, "open: %s", e.msg);
+		if (ret) {
+			free(rows);
+			sf_trace_info_free(&info);
+			return;
+		}
+		const struct sf_trace_info *ri = sf_trace_reader_info(r);
+		CHECK(ri->nslots == 6 && ri->layer_lo == 1 && ri->layer_hi == 2 && ri->groups == 0xb,
+		      "slots read back: %d, layers %d-%d", ri->nslots, ri->layer_lo, ri->layer_hi);
+		size_t stride = 0;
+		for (int s = 0; s < info.nslots; s++)
+			stride += info.slots[s].words;
+		while ((ret = sf_trace_next(r, &ntok, &e)) > 0) {
+			for (uint32_t i = 0; i < ntok; i++, t++) {
+				const uint64_t *tr = rows + (size_t)t * stride;
+				for (int s = 0; s < ri->nslots; s++) {
+					uint32_t wds = ri->slots[s].words;
+					bad += memcmp(sf_trace_rows(r, s) + (size_t)i * wds, tr, wds * 8) != 0;
+					tr += wds;
+				}
+			}
+		}
+		CHECK(ret == 0, "read: %s", e.msg);
+		CHECK(t == 150 && sf_trace_tokens(r) == 150, "%d tokens read back", t);
+		CHECK(bad == 0, "density %g: %d rows differ after the round trip", densities[d], bad);
+		sf_trace_close(r);
+		free(rows);
+		sf_trace_info_free(&info);
+	}
+}
+
+/* Reads the whole trace at path; the error code, with the message in e. */
+static int read_all(const char *path, struct sf_err *e)
+{
+	struct sf_trace_reader *r = NULL;
+	uint32_t ntok;
+	int ret = sf_trace_open(&r, path, e);
+	while (ret == 0 && (ret = sf_trace_next(r, &ntok, e)) > 0)
+		ret = 0;
+	sf_trace_close(r);
+	return ret;
+}
+
+static void test_damage(const char *tmp)
+{
+	char path[4096], bad[4096];
+	struct sf_trace_info info;
+	uint64_t *rows = NULL;
+	struct sf_err e = { 0 };
+
+	snprintf(path, sizeof(path), "%s/damage.sft", tmp);
+	snprintf(bad, sizeof(bad), "%s/damaged.sft", tmp);
+	if (write_random(path, 0.3, 100, &rows, &info))
+		return;
+	free(rows);
+	sf_trace_info_free(&info);
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf = malloc(1 << 20);
+	size_t n = fread(buf, 1, 1 << 20, f);
+	fclose(f);
+
+	/* truncated in the last block */
+	f = fopen(bad, "wb");
+	fwrite(buf, 1, n - 100, f);
+	fclose(f);
+	CHECK(read_all(bad, &e) == SF_EFORMAT && strstr(e.msg, "truncated at byte"),
+	      "truncated trace: %s", e.msg);
+	/* a flipped byte in the middle of the first block */
+	buf[n / 3] ^= 0x10;
+	f = fopen(bad, "wb");
+	fwrite(buf, 1, n, f);
+	fclose(f);
+	CHECK(read_all(bad, &e) == SF_EFORMAT && strstr(e.msg, "checksum"),
+	      "corrupted trace: %s", e.msg);
+	buf[n / 3] ^= 0x10;
+	/* bytes after the trailer */
+	f = fopen(bad, "wb");
+	fwrite(buf, 1, n, f);
+	fputc(0, f);
+	fclose(f);
+	CHECK(read_all(bad, &e) == SF_EFORMAT && strstr(e.msg, "data after the sums trailer"),
+	      "extended trace: %s", e.msg);
+	/* not a trace */
+	buf[0] = 'X';
+	f = fopen(bad, "wb");
+	fwrite(buf, 1, n, f);
+	fclose(f);
+	CHECK(read_all(bad, &e) == SF_EFORMAT && strstr(e.msg, "bad magic"), "magic: %s", e.msg);
+	free(buf);
+}
+
+// ----------------------------------------------------------------------------
+// the embedded model: the trace against an independent observer
+
+struct witness {
+	struct sf_trace_writer *w;
+	const struct sf_trace_info *info;
+	double **sums;		/* (nslots, entries) */
+	uint64_t **rows;	/* (nslots) -> (max tokens, words) by brute force */
+	int tokens;
+	uint32_t calls;
+};
+
+static void witness_fn(void *ctx, int layer, enum sf_group g, const float *in, size_t n)
+{
+	struct witness *W = ctx;
+	int s = sf_trace_slot_index(W->info, layer, g);
+
+	sf_trace_writer_record(W->w, layer, g, in, n);
+	W->calls++;
+	if (s < 0)
+		return;
+	const struct sf_trace_slot *sl = &W->info->slots[s];
+	for (size_t i = 0; i < n; i++)
+		W->sums[s][i] += fabs((double)in[i]);
+	brute_topk(in, (uint32_t)n, sl->k, W->rows[s] + (size_t)W->tokens * sl->words);
+}
+
+static void test_model(const char *root, const char *tmp)
+{
+	char dir[4096], path[4096];
+	struct sf_model m = { 0 };
+	struct sf_runstate st = { 0 };
+	struct sf_err e = { 0 };
+	struct sf_trace_info info = { 0 };
+	uint32_t entries[SF_NGROUPS];
+	enum { NTOK = 200, CTX = 64 };
+
+	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", root);
+	snprintf(path, sizeof(path), "%s/model.sft", tmp);
+	if (sf_model_open(&m, dir, &e)) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	sf_trace_model_entries(&m.cfg, entries);
+	/* layers 1-3, three groups: the observer must skip what is not recorded */
+	int ret = sf_trace_info_init(&info, m.fingerprint, m.cfg.n_layers, entries, 1, 3, 0xd,
+				     SF_TRACE_DENSITY, 0.25, NULL, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	ret = ret ? ret : sf_state_init(&st, &m.cfg, CTX, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	FILE *f = fopen(path, "wb");
+	struct witness W = { .info = &info };
+	if (!ret)
+		ret = sf_trace_writer_open(&W.w, f, path, &info, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	if (ret)
+		goto out;
+	W.sums = calloc((size_t)info.nslots, sizeof(*W.sums));
+	W.rows = calloc((size_t)info.nslots, sizeof(*W.rows));
+	for (int s = 0; s < info.nslots; s++) {
+		W.sums[s] = calloc(info.slots[s].entries, sizeof(double));
+		W.rows[s] = calloc((size_t)NTOK * info.slots[s].words, 8);
+	}
+	struct sf_observer obs = { .fn = witness_fn, .ctx = &W };
+	st.observer = &obs;
+	st.skip_logits = 1;
+	/* token ids from a fixed pseudo-random stream, windows of CTX */
+	for (W.tokens = 0; W.tokens < NTOK; W.tokens++) {
+		int32_t tok = W.tokens % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
+		sf_forward(&m, &st, tok, W.tokens % CTX);
+		if ((ret = sf_trace_writer_token(W.w, &e)))
+			break;
+	}
+	CHECK(ret == 0, "%s", e.msg);
+	CHECK(W.calls == (uint32_t)NTOK * m.cfg.n_layers * SF_NGROUPS, "observer saw %u groups",
+	      W.calls);
+	ret = sf_trace_writer_finish(W.w, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	fclose(f);
+	f = NULL;
+
+	struct sf_trace_reader *r = NULL;
+	uint32_t ntok;
+	int t = 0, bad_rows = 0, bad_k = 0, bad_sums = 0;
+	ret = sf_trace_open(&r, path, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	while (ret == 0 && (ret = sf_trace_next(r, &ntok, &e)) > 0) {
+		ret = 0;
+		for (int s = 0; s < info.nslots; s++) {
+			const struct sf_trace_slot *sl = &info.slots[s];
+			for (uint32_t i = 0; i < ntok; i++) {
+				const uint64_t *row = sf_trace_rows(r, s) + (size_t)i * sl->words;
+				uint32_t c = 0;
+				for (uint32_t w = 0; w < sl->words; w++)
+					c += (uint32_t)__builtin_popcountll(row[w]);
+				bad_k += c != (uint32_t)floor(0.25 * sl->entries + 0.5);
+				bad_rows += memcmp(row, W.rows[s] + (size_t)(t + i) * sl->words,
+						   sl->words * 8) != 0;
+			}
+		}
+		t += (int)ntok;
+	}
+	CHECK(ret == 0, "%s", e.msg);
+	CHECK(t == NTOK, "%d tokens in the trace", t);
+	CHECK(bad_k == 0, "%d active sets without round(0.25 n) entries", bad_k);
+	CHECK(bad_rows == 0, "%d active sets differ from the brute-force top-k", bad_rows);
+	for (int s = 0; !ret && s < info.nslots; s++)
+		for (uint32_t i = 0; i < info.slots[s].entries; i++)
+			bad_sums += sf_trace_sums(r, s)[i] != W.sums[s][i];
+	CHECK(bad_sums == 0, "%d |value| sums differ from the observer's", bad_sums);
+	sf_trace_close(r);
+	for (int s = 0; s < info.nslots; s++) {
+		free(W.sums[s]);
+		free(W.rows[s]);
+	}
+	free(W.sums);
+	free(W.rows);
+out:
+	if (f)
+		fclose(f);
+	sf_trace_writer_free(W.w);
+	sf_trace_info_free(&info);
+	sf_state_free(&st);
+	sf_model_close(&m);
+}
+
+int main(void)
+{
+	const char *root = unit_env("SF_ROOT", ".");
+	const char *tmp = unit_env("SF_TMP", "/tmp");
+
+	test_topk();
+	test_info_errors();
+	test_roundtrip(tmp);
+	test_damage(tmp);
+	test_model(root, tmp);
+	return unit_exit();
+}
