@@ -1,0 +1,613 @@
+/* sf-encode: writes the 2-bit middle-tier codes of a model's weight columns
+ * (.sfq), merges .sfq files of separate layer jobs, and with --calibrate
+ * chooses SpAx tier sizes per budget (calib.json). See man/sf-encode.1. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calib.h"
+#include "cli.h"
+#include "codes.h"
+#include "corpus.h"
+#include "forward.h"
+#include "model.h"
+#include "pool.h"
+#include "tokenizer.h"
+#include "trellis.h"
+
+#define DEFAULT_CALIB_TOKENS 1024
+#define DEFAULT_WINDOW 128
+#define MAX_THREADS 256
+#define MAX_CORPORA 16
+
+struct options {
+	const char *model_dir, *output, *stats, *info, *codes;
+	const char *layers, *groups, *dense_layers, *budgets;
+	const char *corpora[MAX_CORPORA];
+	int ncorpora;
+	enum sf_code_method method;
+	uint64_t seed, calib_tokens;
+	int threads, window, merge, calibrate, progress;
+	char **inputs;		/* --merge */
+	int ninputs;
+};
+
+static void usage(void)
+{
+	printf("Usage: sf-encode --model DIR [options] -o FILE.sfq\n"
+	       "       sf-encode --merge A.sfq B.sfq ... -o FILE.sfq\n"
+	       "       sf-encode --info FILE.sfq\n"
+	       "       sf-encode --model DIR --calibrate --corpus FILE --budgets LIST -o calib.json\n"
+	       "Write the 2-bit middle-tier codes of every weight column, or calibrate\n"
+	       "SpAx tier sizes per budget.\n"
+	       "\n"
+	       "  -m, --model DIR       Hugging Face model directory\n"
+	       "  -o, --output FILE     output file, \"-\" for standard output\n"
+	       "      --method M        trellis or scalar (default %s)\n"
+	       "      --seed N          trellis codebook seed (default %d)\n"
+	       "      --layers LIST     layers to encode, e.g. 0-3,6 (default all)\n"
+	       "      --groups LIST     groups: attn_in,attn_out,ffn_in,ffn_out (default all)\n"
+	       "  -t, --threads N       worker threads (default: online CPUs)\n"
+	       "      --stats FILE      write the encoding error per layer and group as JSON\n"
+	       "      --merge           merge the .sfq files given as arguments\n"
+	       "      --info FILE       print a .sfq file's header and checksums as JSON\n"
+	       "      --calibrate       choose tier sizes per budget (writes calib.json)\n"
+	       "      --corpus FILE     calibration text (documents separated by a blank\n"
+	       "                        line); may be given up to %d times\n"
+	       "      --budgets LIST    budgets in (0, 1], e.g. 0.3,0.5,0.7\n"
+	       "      --codes FILE      --calibrate: codes to use (default: encode in memory)\n"
+	       "      --calib-tokens N  --calibrate: tokens to measure on (default %d)\n"
+	       "      --window N        --calibrate: tokens per window (default %d)\n"
+	       "      --dense-layers L  --calibrate: layers that stay dense, e.g. 0,3\n"
+	       "      --progress        report progress on stderr\n"
+	       "  -h, --help            show this help\n"
+	       "  -V, --version         show the version\n"
+	       "\n"
+	       "Examples:\n"
+	       "  sf-encode --model models/mix4-1m -o mix4-1m.sfq\n"
+	       "  sf-encode --model models/mix4-1m --layers 0-1 -o a.sfq\n"
+	       "  sf-encode --model models/mix4-1m --layers 2-3 -o b.sfq\n"
+	       "  sf-encode --merge a.sfq b.sfq -o all.sfq\n"
+	       "  sf-encode --model models/mix4-1m --calibrate --codes all.sfq \\\n"
+	       "    --corpus kjv.calib.txt --budgets 0.3,0.5 -o calib.json\n",
+	       sf_codes_method_name(SF_CODES_DEFAULT_METHOD), SF_TRELLIS_DEFAULT_SEED, MAX_CORPORA,
+	       DEFAULT_CALIB_TOKENS, DEFAULT_WINDOW);
+}
+
+static void parse_options(int argc, char **argv, struct options *o)
+{
+	enum { OPT_METHOD = 256, OPT_SEED, OPT_LAYERS, OPT_GROUPS, OPT_STATS, OPT_MERGE,
+	       OPT_INFO, OPT_CALIBRATE, OPT_CORPUS, OPT_BUDGETS, OPT_CODES, OPT_CALIB_TOKENS,
+	       OPT_WINDOW, OPT_DENSE_LAYERS, OPT_PROGRESS };
+	static const struct option longopts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "method", required_argument, NULL, OPT_METHOD },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "layers", required_argument, NULL, OPT_LAYERS },
+		{ "groups", required_argument, NULL, OPT_GROUPS },
+		{ "threads", required_argument, NULL, 't' },
+		{ "stats", required_argument, NULL, OPT_STATS },
+		{ "merge", no_argument, NULL, OPT_MERGE },
+		{ "info", required_argument, NULL, OPT_INFO },
+		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
+		{ "corpus", required_argument, NULL, OPT_CORPUS },
+		{ "budgets", required_argument, NULL, OPT_BUDGETS },
+		{ "codes", required_argument, NULL, OPT_CODES },
+		{ "calib-tokens", required_argument, NULL, OPT_CALIB_TOKENS },
+		{ "window", required_argument, NULL, OPT_WINDOW },
+		{ "dense-layers", required_argument, NULL, OPT_DENSE_LAYERS },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int c;
+
+	*o = (struct options){
+		.method = SF_CODES_DEFAULT_METHOD, .seed = SF_TRELLIS_DEFAULT_SEED,
+		.calib_tokens = DEFAULT_CALIB_TOKENS, .window = DEFAULT_WINDOW,
+		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+	};
+	while ((c = getopt_long(argc, argv, "m:o:t:hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model_dir = optarg; break;
+		case 'o': o->output = optarg; break;
+		case OPT_METHOD:
+			if (sf_codes_method_parse(optarg, &o->method))
+				sf_usage_error("--method: unknown method '%s': expected trellis or "
+					       "scalar", optarg);
+			break;
+		case OPT_SEED: o->seed = sf_opt_u64("--seed", optarg, 0, INT64_MAX); break;
+		case OPT_LAYERS: o->layers = optarg; break;
+		case OPT_GROUPS: o->groups = optarg; break;
+		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
+		case OPT_STATS: o->stats = optarg; break;
+		case OPT_MERGE: o->merge = 1; break;
+		case OPT_INFO: o->info = optarg; break;
+		case OPT_CALIBRATE: o->calibrate = 1; break;
+		case OPT_CORPUS:
+			if (o->ncorpora == MAX_CORPORA)
+				sf_usage_error("--corpus: at most %d files", MAX_CORPORA);
+			o->corpora[o->ncorpora++] = optarg;
+			break;
+		case OPT_BUDGETS: o->budgets = optarg; break;
+		case OPT_CODES: o->codes = optarg; break;
+		case OPT_CALIB_TOKENS:
+			o->calib_tokens = sf_opt_u64("--calib-tokens", optarg, 1, 1u << 24);
+			break;
+		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 20); break;
+		case OPT_DENSE_LAYERS: o->dense_layers = optarg; break;
+		case OPT_PROGRESS: o->progress = 1; break;
+		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+		default:
+			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
+			exit(SF_EXIT_USAGE);
+		}
+	}
+	o->inputs = argv + optind;
+	o->ninputs = argc - optind;
+	if (o->merge + !!o->info + o->calibrate > 1)
+		sf_usage_error("--merge, --info and --calibrate cannot be combined");
+	if (o->info) {
+		if (o->ninputs)
+			sf_usage_error("unexpected argument '%s'", o->inputs[0]);
+		return;
+	}
+	if (o->merge) {
+		if (o->ninputs < 1)
+			sf_usage_error("--merge needs at least one .sfq file");
+	} else if (o->ninputs) {
+		sf_usage_error("unexpected argument '%s'", o->inputs[0]);
+	} else if (!o->model_dir) {
+		sf_usage_error("--model DIR is required");
+	}
+	if (!o->output)
+		sf_usage_error("-o FILE is required");
+	if (o->calibrate && (!o->ncorpora || !o->budgets))
+		sf_usage_error("--calibrate needs --corpus FILE and --budgets LIST");
+	if (!o->calibrate && (o->ncorpora || o->budgets || o->codes || o->dense_layers))
+		sf_usage_error("--corpus, --budgets, --codes and --dense-layers need --calibrate");
+}
+
+/* "0-3,6" into flags[0..n): a usage error names what is wrong. */
+static void parse_layers(const char *opt, const char *s, int n, uint8_t *flags)
+{
+	const char *p = s;
+	memset(flags, 0, (size_t)n);
+	while (*p) {
+		char *end;
+		long a = strtol(p, &end, 10), b = a;
+		if (end == p || a < 0)
+			sf_usage_error("%s: '%s' is not a list of layers such as 0-3,6", opt, s);
+		if (*end == '-') {
+			p = end + 1;
+			b = strtol(p, &end, 10);
+			if (end == p || b < a)
+				sf_usage_error("%s: '%s' is not a list of layers such as 0-3,6", opt, s);
+		}
+		if (b >= n)
+			sf_usage_error("%s: layer %ld is out of range: the model has %d layers", opt,
+				       b, n);
+		for (long i = a; i <= b; i++)
+			flags[i] = 1;
+		if (*end == ',')
+			end++;
+		else if (*end)
+			sf_usage_error("%s: '%s' is not a list of layers such as 0-3,6", opt, s);
+		p = end;
+	}
+}
+
+static unsigned parse_groups(const char *s)
+{
+	unsigned mask = 0;
+	char *copy = strdup(s), *save = NULL;
+	if (!copy)
+		sf_usage_error("--groups: %s", strerror(ENOMEM));
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		enum sf_group g;
+		if (sf_group_parse(t, &g)) {
+			sf_error("--groups: unknown group '%s': expected attn_in, attn_out, ffn_in "
+				 "or ffn_out", t);
+			free(copy);
+			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
+			exit(SF_EXIT_USAGE);
+		}
+		mask |= 1u << g;
+	}
+	free(copy);
+	if (!mask)
+		sf_usage_error("--groups: no group in '%s'", s);
+	return mask;
+}
+
+static size_t parse_budgets(const char *s, double *out)
+{
+	size_t n = 0;
+	char *copy = strdup(s), *save = NULL;
+	if (!copy)
+		sf_usage_error("--budgets: %s", strerror(ENOMEM));
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		double v;
+		if (n == SF_CALIB_MAX_BUDGETS)
+			sf_usage_error("--budgets: at most %d budgets", SF_CALIB_MAX_BUDGETS);
+		if (sf_parse_f64(t, 0.0, 1.0, &v) || v <= 0.0) {
+			sf_error("--budgets: %s is not a budget in (0, 1]", t);
+			free(copy);
+			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
+			exit(SF_EXIT_USAGE);
+		}
+		out[n++] = v;
+	}
+	free(copy);
+	if (!n)
+		sf_usage_error("--budgets: no budget in '%s'", s);
+	return n;
+}
+
+static json_t *producer_json(const struct options *o)
+{
+	json_t *opts = json_object();
+	if (o->merge) {
+		json_t *in = json_array();
+		for (int i = 0; i < o->ninputs; i++)
+			json_array_append_new(in, json_string(o->inputs[i]));
+		json_object_set_new(opts, "merge", in);
+	} else {
+		json_object_set_new(opts, "model", json_string(o->model_dir));
+		json_object_set_new(opts, "method", json_string(sf_codes_method_name(o->method)));
+		json_object_set_new(opts, "seed", json_integer((json_int_t)o->seed));
+		json_object_set_new(opts, "layers", json_string(o->layers ? o->layers : "all"));
+		json_object_set_new(opts, "groups", json_string(o->groups ? o->groups : "all"));
+	}
+	if (o->calibrate) {
+		json_t *c = json_array();
+		for (int i = 0; i < o->ncorpora; i++)
+			json_array_append_new(c, json_string(o->corpora[i]));
+		json_object_set_new(opts, "corpora", c);
+		json_object_set_new(opts, "budgets", json_string(o->budgets));
+		json_object_set_new(opts, "codes", o->codes ? json_string(o->codes) : json_null());
+		json_object_set_new(opts, "dense_layers",
+				    json_string(o->dense_layers ? o->dense_layers : ""));
+	}
+	return json_pack("{s:s,s:s,s:o}", "program", "sf-encode", "version", SF_VERSION,
+			 "options", opts);
+}
+
+// ----------------------------------------------------------------------------
+// encoding
+
+struct encode_sink {
+	struct sf_sfq_writer *w;	/* NULL: into the in-memory file */
+	struct sf_sfq *mem;
+	json_t *stats;
+	int progress;
+};
+
+static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_stats *st,
+		struct sf_err *e)
+{
+	struct encode_sink *S = arg;
+	const struct sf_sfq_section *s = &S->mem->sections[i];
+	int ret = 0;
+	if (S->w)
+		ret = sf_sfq_writer_section(S->w, data, s->bytes, e);
+	else
+		memcpy(S->mem->buf + s->offset, data, (size_t)s->bytes);
+	json_t *mats = json_object();
+	double sse = 0.0, ss = 0.0;
+	for (int k = 0; k < s->nmat; k++) {
+		json_object_set_new(mats, s->mat[k].name,
+				    json_pack("{s:f,s:f}", "mse",
+					      st->sse[k] / (double)(s->mat[k].rows * s->entries),
+					      "relative", st->ss[k] > 0 ? st->sse[k] / st->ss[k] : 0.0));
+		sse += st->sse[k];
+		ss += st->ss[k];
+	}
+	json_array_append_new(S->stats, json_pack("{s:i,s:s,s:f,s:o}", "layer", s->layer,
+						  "group", sf_group_name(s->group), "relative",
+						  ss > 0 ? sse / ss : 0.0, "matrices", mats));
+	if (S->progress)
+		fprintf(stderr, "%s: layer %d %s: relative error %.4f\n", sf_progname, s->layer,
+			sf_group_name(s->group), ss > 0 ? sse / ss : 0.0);
+	return ret;
+}
+
+/* The file description of the codes of the selected layers and groups. */
+static int describe(struct sf_sfq *d, const struct sf_model *m, const struct options *o,
+		    const uint8_t *layers, unsigned groups)
+{
+	memset(d, 0, sizeof(*d));
+	memcpy(d->fingerprint, m->fingerprint, sizeof(d->fingerprint));
+	d->method = o->method;
+	d->seed = o->seed;
+	sf_sfq_shape_of(&d->shape, &m->cfg);
+	d->sections = calloc((size_t)m->cfg.n_layers * SF_NGROUPS, sizeof(*d->sections));
+	if (!d->sections)
+		return -ENOMEM;
+	if (o->method == SF_CODES_TRELLIS) {
+		if (posix_memalign((void **)&d->codebook, 64, SF_TRELLIS_CODEBOOK * sizeof(float))) {
+			d->codebook = NULL;
+			return -ENOMEM;
+		}
+		sf_trellis_codebook(d->codebook, o->seed);
+	}
+	for (int l = 0; l < m->cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++)
+			if (layers[l] && (groups >> g & 1))
+				sf_sfq_section_init(&d->sections[d->nsections++], o->method, &d->shape,
+						    l, (enum sf_group)g);
+	return 0;
+}
+
+static int write_stats(const char *path, json_t *stats)
+{
+	int bad = strcmp(path, "-") == 0 ? json_dumpf(stats, stdout, JSON_INDENT(1)) || fputc('\n', stdout) == EOF
+					 : json_dump_file(stats, path, JSON_INDENT(1));
+	if (bad)
+		sf_error("%s: cannot write the statistics", path);
+	return bad ? -EIO : 0;
+}
+
+/* Encodes into a file (o->output) or, with mem set, into memory. */
+static int encode(const struct sf_model *m, const struct options *o, struct sf_pool *pool,
+		  const uint8_t *layers, unsigned groups, struct sf_sfq *mem)
+{
+	struct sf_sfq d;
+	struct sf_err e = { 0 };
+	struct encode_sink S = { .stats = json_array(), .progress = o->progress };
+	int ret;
+
+	if ((ret = describe(&d, m, o, layers, groups))) {
+		sf_error("%s", strerror(-ret));
+		goto out;
+	}
+	d.producer = producer_json(o);
+	S.mem = &d;
+	if (!mem && (ret = sf_sfq_writer_open(&S.w, o->output, &d, &e))) {
+		sf_error("%s", e.msg);
+		goto out;
+	}
+	if (mem) {
+		uint64_t total = 0;
+		for (size_t i = 0; i < d.nsections; i++) {
+			d.sections[i].offset = total;
+			total += d.sections[i].bytes;
+		}
+		if (!(d.buf = malloc(total ? (size_t)total : 1))) {
+			ret = -ENOMEM;
+			sf_error("codes in memory: %" PRIu64 " bytes: %s", total, strerror(ENOMEM));
+			goto out;
+		}
+	}
+	if ((ret = sf_codes_encode_sections(m, &d, pool, sink, &S, &e))) {
+		sf_error("%s", e.msg);
+		goto out;
+	}
+	if (S.w) {
+		ret = sf_sfq_writer_close(S.w, &e);
+		S.w = NULL;
+		if (ret) {
+			sf_error("%s", e.msg);
+			goto out;
+		}
+	}
+	if (o->stats && !mem && (ret = write_stats(o->stats, S.stats)))
+		goto out;
+	if (mem) {
+		for (size_t i = 0; i < d.nsections; i++)
+			d.sections[i].data = d.buf + d.sections[i].offset;
+		*mem = d;
+		memset(&d, 0, sizeof(d));
+	}
+out:
+	sf_sfq_writer_abort(S.w);
+	json_decref(S.stats);
+	sf_sfq_close(&d);
+	return ret;
+}
+
+// ----------------------------------------------------------------------------
+// calibration
+
+/* Documents of the corpora in turn, one from each file per round, each
+ * with BOS, concatenated up to max tokens. */
+static int read_tokens(const struct options *o, const struct sf_tokenizer *tok, int32_t **out,
+		       size_t *n)
+{
+	struct sf_corpus *c[MAX_CORPORA] = { 0 };
+	struct sf_err e = { 0 };
+	int32_t *all = malloc(o->calib_tokens * sizeof(int32_t));
+	int live = 0, ret = 0;
+	*n = 0;
+	if (!all) {
+		sf_error("calibration tokens: %s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	for (int i = 0; i < o->ncorpora; i++) {
+		if ((ret = sf_corpus_open(&c[i], o->corpora[i], &e))) {
+			sf_error("%s", e.msg);
+			goto out;
+		}
+		live++;
+	}
+	while (live && *n < o->calib_tokens) {
+		for (int i = 0; i < o->ncorpora && *n < o->calib_tokens; i++) {
+			const char *doc;
+			size_t len, k;
+			int32_t *ids;
+			if (!c[i])
+				continue;
+			ret = sf_corpus_next(c[i], &doc, &len, &e);
+			if (ret < 0) {
+				sf_error("%s", e.msg);
+				goto out;
+			}
+			if (ret == 0) {
+				sf_corpus_close(c[i]);
+				c[i] = NULL;
+				live--;
+				continue;
+			}
+			if ((ret = sf_tokenizer_encode(tok, doc, len, 1, &ids, &k, &e))) {
+				sf_error("%s: %s", o->corpora[i], e.msg);
+				goto out;
+			}
+			size_t take = k < o->calib_tokens - *n ? k : (size_t)(o->calib_tokens - *n);
+			memcpy(all + *n, ids, take * sizeof(int32_t));
+			*n += take;
+			free(ids);
+		}
+	}
+	ret = 0;
+	if (*n < 2) {
+		sf_error("%s: no text to calibrate on", o->corpora[0]);
+		ret = -EINVAL;
+	}
+out:
+	for (int i = 0; i < o->ncorpora; i++)
+		sf_corpus_close(c[i]);
+	if (ret)
+		free(all);
+	else
+		*out = all;
+	return ret;
+}
+
+static int calibrate(const struct sf_model *m, const struct options *o, struct sf_pool *pool,
+		     const uint8_t *dense)
+{
+	struct sf_tokenizer *tok = NULL;
+	struct sf_sfq q = { 0 };
+	struct sf_calib C = { 0 };
+	struct sf_err e = { 0 };
+	double budgets[SF_CALIB_MAX_BUDGETS];
+	int32_t *tokens = NULL;
+	size_t ntok = 0;
+	int ret;
+
+	struct sf_calib_opts co = { budgets, parse_budgets(o->budgets, budgets), dense, o->window };
+	if (o->window > m->cfg.max_seq_len)
+		sf_usage_error("--window: %d is more than the model's %d positions", o->window,
+			       m->cfg.max_seq_len);
+	if (o->codes) {
+		if ((ret = sf_sfq_open(&q, o->codes, &e)) ||
+		    (ret = sf_sfq_check_model(&q, o->codes, m, &e))) {
+			sf_error("%s", e.msg);
+			goto out;
+		}
+	} else {
+		uint8_t *need = malloc((size_t)m->cfg.n_layers);
+		if (!need) {
+			ret = -ENOMEM;
+			sf_error("%s", strerror(ENOMEM));
+			goto out;
+		}
+		for (int l = 0; l < m->cfg.n_layers; l++)
+			need[l] = !dense[l];
+		ret = encode(m, o, pool, need, (1u << SF_NGROUPS) - 1, &q);
+		free(need);
+		if (ret)
+			goto out;
+	}
+	if ((ret = sf_tokenizer_open(&tok, o->model_dir, &e))) {
+		sf_error("%s", e.msg);
+		goto out;
+	}
+	if ((ret = read_tokens(o, tok, &tokens, &ntok)))
+		goto out;
+	if (o->progress)
+		fprintf(stderr, "%s: calibrating on %zu tokens, %zu budgets\n", sf_progname, ntok,
+			co.nbudgets);
+	if ((ret = sf_calib_run(&C, m, &q, tokens, ntok, &co, pool, &e))) {
+		sf_error("%s", e.msg);
+		goto out;
+	}
+	C.producer = producer_json(o);
+	if ((ret = sf_calib_write(&C, o->output, &e)))
+		sf_error("%s", e.msg);
+out:
+	sf_calib_free(&C);
+	sf_sfq_close(&q);
+	free(tokens);
+	sf_tokenizer_close(tok);
+	return ret;
+}
+
+static int info(const char *path)
+{
+	struct sf_sfq q;
+	struct sf_err e = { 0 };
+	int ret = sf_sfq_open(&q, path, &e);
+	if (ret) {
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	json_t *j = sf_sfq_info_json(&q);
+	if (json_dumpf(j, stdout, JSON_INDENT(1)) || fputc('\n', stdout) == EOF)
+		ret = -EIO;
+	json_decref(j);
+	sf_sfq_close(&q);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	struct sf_model m = { 0 };
+	struct sf_pool *pool = NULL;
+	struct sf_err e = { 0 };
+	uint8_t *layers = NULL, *dense = NULL;
+	int ret;
+
+	sf_progname = "sf-encode";
+	parse_options(argc, argv, &o);
+	if (o.info) {
+		ret = info(o.info);
+		goto out;
+	}
+	if (o.merge) {
+		json_t *p = producer_json(&o);
+		if ((ret = sf_sfq_merge(o.output, (const char *const *)o.inputs, (size_t)o.ninputs,
+					p, &e)))
+			sf_error("%s", e.msg);
+		json_decref(p);
+		goto out;
+	}
+	if ((ret = sf_model_open(&m, o.model_dir, &e))) {
+		sf_error("%s", e.msg);
+		goto out;
+	}
+	int L = m.cfg.n_layers;
+	if (!(layers = malloc((size_t)L)) || !(dense = calloc((size_t)L, 1))) {
+		ret = -ENOMEM;
+		sf_error("%s", strerror(ENOMEM));
+		goto out;
+	}
+	if (o.layers)
+		parse_layers("--layers", o.layers, L, layers);
+	else
+		memset(layers, 1, (size_t)L);
+	if (o.dense_layers)
+		parse_layers("--dense-layers", o.dense_layers, L, dense);
+	unsigned groups = o.groups ? parse_groups(o.groups) : (1u << SF_NGROUPS) - 1;
+	if ((ret = sf_pool_create(&pool, o.threads))) {
+		sf_error("thread pool of %d: %s", o.threads, sf_strerror(ret));
+		goto out;
+	}
+	ret = o.calibrate ? calibrate(&m, &o, pool, dense) : encode(&m, &o, pool, layers, groups, NULL);
+out:
+	free(layers);
+	free(dense);
+	sf_pool_destroy(pool);
+	sf_model_close(&m);
+	return sf_close_stdout() ? SF_EXIT_FAIL : ret ? SF_EXIT_FAIL : SF_EXIT_OK;
+}

@@ -1,0 +1,48 @@
+/* The bitshift trellis of SpAx's middle tier (after QTIP): a column of m
+ * weights is m 2-bit codes; weight t reads codebook[idx_t] with
+ * idx_t = ((idx_{t-1} << 2) | c_t) & 0xFFFF and idx_{-1} = 0. The encoder
+ * is an exact Viterbi search over the 2^14 states (the last seven codes),
+ * four predecessors each, with 2-bit traceback per state per step. The
+ * codebook generator is documented in man/sf-formats.5 (codes). */
+#ifndef SF_TRELLIS_H
+#define SF_TRELLIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SF_TRELLIS_CODEBOOK (1u << 16)	/* entries: window L = 16 bits */
+#define SF_TRELLIS_STATES (1u << 14)	/* the last seven codes */
+#define SF_TRELLIS_LOCKSTEP 4		/* columns one encoder call searches at once */
+#define SF_TRELLIS_DEFAULT_SEED 1
+
+/* Fills cb[SF_TRELLIS_CODEBOOK] with standard normal values: splitmix64
+ * seeded with seed, each pair of draws u1, u2 = (next() >> 11) * 2^-53
+ * giving r = sqrt(-2 ln(1 - u1)), cb[2i] = r cos(2 pi u2), cb[2i+1] =
+ * r sin(2 pi u2), computed in double and rounded to float. The table is
+ * stored beside the codes, so libm differences cannot change a decode. */
+void sf_trellis_codebook(float *cb, uint64_t seed);
+
+/* Scratch of one encoding thread for columns up to mmax long: two cost
+ * vectors per lockstep column and the traceback (4 KiB per step and column). */
+struct sf_trellis_work;
+uint64_t sf_trellis_work_bytes(size_t mmax);
+int sf_trellis_work_init(struct sf_trellis_work **w, size_t mmax);	/* 0 or -ENOMEM */
+void sf_trellis_work_free(struct sf_trellis_work *w);	/* accepts NULL */
+
+/* Encodes n columns (1 <= n <= SF_TRELLIS_LOCKSTEP) of m values each,
+ * x[i][0..m) (finite, already divided by the column's scale), into
+ * codes[i][0..m) (one code 0..3 per byte), minimising sum_t (x[i][t] -
+ * cb[idx_t])^2 exactly; err[i] gets that minimum (may be NULL). The n
+ * columns are searched in lockstep so each codebook load serves them all;
+ * the result of a column does not depend on the others. m <= mmax of w.
+ * The _ref path gives bit-identical codes (same float operations, fused
+ * multiply-add included). */
+void sf_trellis_encode(const float *cb, const float *const *x, int n, size_t m,
+		       uint8_t *const *codes, double *err, struct sf_trellis_work *w);
+void sf_trellis_encode_ref(const float *cb, const float *const *x, int n, size_t m,
+			   uint8_t *const *codes, double *err, struct sf_trellis_work *w);
+
+/* out[t] = cb[idx_t] for the codes c[0..m). */
+void sf_trellis_decode(const float *cb, const uint8_t *c, size_t m, float *out);
+
+#endif

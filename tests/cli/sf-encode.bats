@@ -1,0 +1,146 @@
+#!/usr/bin/env bats
+# sf-encode: middle-tier codes (.sfq), merging, --info, --calibrate, and
+# bad input.
+
+load helpers
+
+setup() {
+	T=$BATS_TEST_TMPDIR
+}
+
+info() { sf-encode --info "$1"; }
+
+@test "--help prints usage with an example and exits 0" {
+	run sf-encode --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"Usage: sf-encode --model DIR"* ]]
+	[[ "$output" == *"Examples:"* ]]
+}
+
+@test "--version prints the version" {
+	run sf-encode --version
+	[ "$status" -eq 0 ]
+	[[ "$output" =~ ^sf-encode\ \(sparseflash\)\ [0-9]+\.[0-9]+\.[0-9]+$ ]]
+}
+
+@test "an unknown option is a usage error" {
+	run sf-encode --frobnicate
+	[ "$status" -eq 2 ]
+	[ "${lines[-1]}" = "Try 'sf-encode --help'." ]
+}
+
+@test "an unknown method is a usage error" {
+	run --separate-stderr sf-encode --model "$MODEL" --method lattice -o "$T/x.sfq"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --method: unknown method 'lattice': expected trellis or scalar" ]
+	[ ! -e "$T/x.sfq" ]
+}
+
+@test "a budget outside (0, 1] is a usage error" {
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus /dev/null --budgets 0.5,1.2 -o "$T/c.json"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --budgets: 1.2 is not a budget in (0, 1]" ]
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus /dev/null --budgets 0 -o "$T/c.json"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --budgets: 0 is not a budget in (0, 1]" ]
+}
+
+@test "a layer out of range is a usage error" {
+	run --separate-stderr sf-encode --model "$MODEL" --layers 2-4 -o "$T/x.sfq"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --layers: layer 4 is out of range: the model has 4 layers" ]
+}
+
+@test "trellis codes of one group: header, sections and the error on stderr" {
+	run --separate-stderr sf-encode --model "$MODEL" --layers 0 --groups attn_out -o "$T/a.sfq" --stats "$T/s.json"
+	[ "$status" -eq 0 ]
+	run info "$T/a.sfq"
+	[ "$status" -eq 0 ]
+	[ "$(jq -r .method <<<"$output")" = trellis ]
+	[ "$(jq -r '.sections | length' <<<"$output")" = 1 ]
+	[ "$(jq -r '.sections[0].group' <<<"$output")" = attn_out ]
+	# 128 entries of one column of 128 rows: 2 scale bytes + 32 code bytes
+	[ "$(jq -r '.sections[0].bytes' <<<"$output")" = $((128 * 34)) ]
+	rel=$(jq -r '.[0].relative' "$T/s.json")
+	awk -v r="$rel" 'BEGIN { exit !(r > 0.05 && r < 0.10) }'
+}
+
+@test "encoding is deterministic and the same at -t 1 and -t 2" {
+	sf-encode --model "$MODEL" --method scalar -t 1 -o "$T/a.sfq"
+	sf-encode --model "$MODEL" --method scalar -t 2 -o "$T/b.sfq"
+	cmp "$T/a.sfq" "$T/b.sfq"
+}
+
+@test "layer-split encodes merge into the full encode" {
+	sf-encode --model "$MODEL" --method scalar -o "$T/all.sfq"
+	sf-encode --model "$MODEL" --method scalar --layers 2-3 -o "$T/b.sfq"
+	sf-encode --model "$MODEL" --method scalar --layers 0,1 -o "$T/a.sfq"
+	run --separate-stderr sf-encode --merge "$T/b.sfq" "$T/a.sfq" -o "$T/m.sfq"
+	[ "$status" -eq 0 ]
+	[ "$(info "$T/m.sfq" | jq -c '.sections')" = "$(info "$T/all.sfq" | jq -c '.sections')" ]
+}
+
+@test "codes stream through a pipe" {
+	run bash -c 'sf-encode --model "$1" --method scalar --groups ffn_out -o - | sf-encode --info - | jq -r ".sections | length"' _ "$MODEL"
+	[ "$status" -eq 0 ]
+	[ "$output" = 4 ]
+}
+
+@test "a truncated .sfq is refused and --merge leaves no output" {
+	sf-encode --model "$MODEL" --method scalar --layers 0 -o "$T/a.sfq"
+	head -c 9000 "$T/a.sfq" >"$T/cut.sfq"
+	run --separate-stderr sf-encode --info "$T/cut.sfq"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" == "sf-encode: $T/cut.sfq: layer 0 attn_in: "*"(truncated?)" ]]
+	run --separate-stderr sf-encode --merge "$T/a.sfq" "$T/cut.sfq" -o "$T/out.sfq"
+	[ "$status" -eq 1 ]
+	[ ! -e "$T/out.sfq" ]
+	[ -z "$(ls "$T" | grep tmp)" ]
+}
+
+@test "a file that is not a .sfq is refused" {
+	run --separate-stderr sf-encode --info "$MODEL/config.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: $MODEL/config.json: not a .sfq file (bad magic)" ]
+}
+
+@test "an unknown method in a .sfq header is refused" {
+	sf-encode --model "$MODEL" --method scalar --layers 0 --groups attn_out -o "$T/a.sfq"
+	sed 's/"method":"scalar"/"method":"lattic"/' "$T/a.sfq" >"$T/bad.sfq"
+	run --separate-stderr sf-encode --info "$T/bad.sfq"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: $T/bad.sfq: header: unknown method lattic" ]
+}
+
+@test "codes of another model are refused" {
+	"$SF_FIXTURES/mkmodel" -o "$T/other" --hidden 64 --intermediate 128 --layers 2 --tokenizer "$MODEL" >/dev/null
+	sf-encode --model "$T/other" --method scalar -o "$T/other.sfq"
+	fo=$(info "$T/other.sfq" | jq -r .fingerprint)
+	sf-encode --model "$MODEL" --method scalar --layers 0 -o "$T/a.sfq"
+	fm=$(info "$T/a.sfq" | jq -r .fingerprint)
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --codes "$T/other.sfq" --corpus "$MODEL/config.json" --budgets 0.5 -o "$T/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: $T/other.sfq: codes of another model: fingerprint $fo, the model's is $fm" ]
+	[ ! -e "$T/c.json" ]
+	run --separate-stderr sf-encode --merge "$T/a.sfq" "$T/other.sfq" -o "$T/m.sfq"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: $T/other.sfq: codes of another model: fingerprint $fo, $T/a.sfq has $fm" ]
+	[ ! -e "$T/m.sfq" ]
+}
+
+@test "--calibrate writes tier sizes that add up to each budget" {
+	need_shared
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --method scalar \
+		--corpus "$SF_SHARED/data/mix4/kjv.calib.txt" --corpus "$SF_SHARED/data/mix4/man.calib.txt" \
+		--budgets 0.5,0.8 --calib-tokens 32 --window 16 --dense-layers 0,2-3 -o "$T/c.json"
+	[ "$status" -eq 0 ]
+	[ "$(jq -r '.budgets | length' "$T/c.json")" = 2 ]
+	[ "$(jq -r '.budgets[0].layers[0].dense' "$T/c.json")" = true ]
+	[ "$(jq -r '.budgets[0].layers[0].groups.ffn_out.k_top' "$T/c.json")" = 384 ]
+	# layer 1 realised budget within rounding of the target, below it
+	jq -e '.budgets[] | .budget as $b | .layers[1].budget | (. <= $b + 1e-9 and . > $b - 0.01)' "$T/c.json" >/dev/null
+	# Equation 5 from the k's and the group sizes
+	jq -e '.groups as $s | .budgets[].layers[1].groups | to_entries | all(.value.budget - ((.value.k_top * $s[.key].top_bytes + .value.k_mid * $s[.key].mid_bytes) / ($s[.key].entries * $s[.key].top_bytes)) | fabs < 1e-9)' "$T/c.json" >/dev/null
+	# more budget, less error
+	jq -e '.budgets[0].layers[1].error > .budgets[1].layers[1].error' "$T/c.json" >/dev/null
+}

@@ -1,0 +1,147 @@
+/* The bitshift trellis: the Viterbi encoder against brute force over every
+ * code sequence of a tiny column, the SIMD path against _ref, lockstep
+ * columns independent of each other, determinism, and the decoder giving
+ * the error the encoder reported. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "trellis.h"
+#include "unit.h"
+
+static uint64_t rng = 12345;
+static double uniform(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return ((double)(rng >> 11) + 0.5) * 0x1p-53;
+}
+static float gauss(void)
+{
+	return (float)(sqrt(-2.0 * log(uniform())) * cos(2.0 * M_PI * uniform()));
+}
+
+static double sse_of(const float *cb, const float *x, const uint8_t *c, size_t m)
+{
+	float *d = malloc(m * sizeof(float));
+	sf_trellis_decode(cb, c, m, d);
+	double e = 0.0;
+	for (size_t t = 0; t < m; t++)
+		e += ((double)x[t] - d[t]) * ((double)x[t] - d[t]);
+	free(d);
+	return e;
+}
+
+/* The least error over all 4^m code sequences, by enumeration. */
+static double brute(const float *cb, const float *x, size_t m)
+{
+	double best = INFINITY;
+	uint8_t c[8];
+	for (uint32_t s = 0; s < (1u << (2 * m)); s++) {
+		for (size_t t = 0; t < m; t++)
+			c[t] = (s >> (2 * t)) & 3;
+		double e = 0.0;
+		uint32_t idx = 0;
+		for (size_t t = 0; t < m; t++) {
+			idx = ((idx << 2) | c[t]) & 0xffff;
+			double d = (double)x[t] - cb[idx];
+			e += d * d;
+		}
+		if (e < best)
+			best = e;
+	}
+	return best;
+}
+
+int main(void)
+{
+	float *cb;
+	struct sf_trellis_work *w;
+	CHECK(posix_memalign((void **)&cb, 64, SF_TRELLIS_CODEBOOK * sizeof(float)) == 0, "alloc");
+	sf_trellis_codebook(cb, SF_TRELLIS_DEFAULT_SEED);
+	CHECK(sf_trellis_work_init(&w, 300) == 0, "work");
+
+	/* the codebook: standard normal, and reproducible from the seed */
+	double mean = 0, var = 0;
+	for (size_t i = 0; i < SF_TRELLIS_CODEBOOK; i++) {
+		mean += cb[i];
+		var += (double)cb[i] * cb[i];
+	}
+	mean /= SF_TRELLIS_CODEBOOK;
+	var = var / SF_TRELLIS_CODEBOOK - mean * mean;
+	CHECK(fabs(mean) < 0.02 && fabs(var - 1.0) < 0.03, "codebook mean %g var %g", mean, var);
+	float *cb2 = malloc(SF_TRELLIS_CODEBOOK * sizeof(float));
+	sf_trellis_codebook(cb2, SF_TRELLIS_DEFAULT_SEED);
+	CHECK(memcmp(cb, cb2, SF_TRELLIS_CODEBOOK * sizeof(float)) == 0, "codebook not reproducible");
+	sf_trellis_codebook(cb2, 2);
+	CHECK(memcmp(cb, cb2, SF_TRELLIS_CODEBOOK * sizeof(float)) != 0, "seed ignored");
+	free(cb2);
+
+	/* Viterbi equals brute force on tiny columns (every length 1..8) */
+	for (size_t m = 1; m <= 8; m++) {
+		for (int rep = 0; rep < (m == 8 ? 3 : 5); rep++) {
+			float x[8];
+			uint8_t c[8];
+			const float *xp[1] = { x };
+			uint8_t *cp[1] = { c };
+			double err;
+			for (size_t t = 0; t < m; t++)
+				x[t] = gauss();
+			sf_trellis_encode(cb, xp, 1, m, cp, &err, w);
+			double b = brute(cb, x, m), mine = sse_of(cb, x, c, m);
+			CHECK(fabs(mine - b) <= 1e-5 * (1 + b), "m %zu: viterbi %g, brute force %g", m,
+			      mine, b);
+			CHECK(fabs(err - mine) <= 1e-4 * (1 + mine), "m %zu: reported %g, decoded %g", m,
+			      err, mine);
+		}
+	}
+
+	/* SIMD and _ref: identical codes; lockstep columns independent */
+	enum { M = 300, N = SF_TRELLIS_LOCKSTEP };
+	float *x[N];
+	uint8_t *c[N], *r[N], alone[M];
+	double err[N], rerr[N];
+	for (int k = 0; k < N; k++) {
+		x[k] = malloc(M * sizeof(float));
+		c[k] = malloc(M);
+		r[k] = malloc(M);
+		for (size_t t = 0; t < M; t++)
+			x[k][t] = gauss();
+	}
+	/* _ref is slow (a plain loop over 2^16 edges per weight): compare on
+	 * the first 40 weights of each column */
+	sf_trellis_encode(cb, (const float *const *)x, N, 40, c, err, w);
+	CHECK(sf_kernels_select("ref") == 0, "select ref");
+	sf_trellis_encode(cb, (const float *const *)x, N, 40, r, rerr, w);
+	sf_kernels_select(NULL);
+	for (int k = 0; k < N; k++) {
+		CHECK(memcmp(c[k], r[k], 40) == 0, "column %d: SIMD and _ref codes differ", k);
+		CHECK(err[k] == rerr[k], "column %d: errors %g and %g", k, err[k], rerr[k]);
+	}
+	sf_trellis_encode(cb, (const float *const *)x, N, M, c, err, w);
+	for (int k = 0; k < N; k++) {
+		double e = sse_of(cb, x[k], c[k], M);
+		CHECK(fabs(e - err[k]) <= 1e-4 * e, "column %d: reported %g decoded %g", k, err[k], e);
+		CHECK(e / M < 0.085, "column %d: MSE %g", k, e / M);
+	}
+	for (int k = 0; k < N; k++) {
+		const float *xp[1] = { x[k] };
+		uint8_t *cp[1] = { alone };
+		sf_trellis_encode(cb, xp, 1, M, cp, NULL, w);
+		CHECK(memcmp(alone, c[k], M) == 0, "column %d alone differs from lockstep", k);
+	}
+	/* a column of zeros: every code reachable; codes decode near zero */
+	memset(x[0], 0, M * sizeof(float));
+	sf_trellis_encode(cb, (const float *const *)x, 1, M, c, err, w);
+	CHECK(err[0] < 0.01 * M, "zero column error %g", err[0]);
+
+	for (int k = 0; k < N; k++) {
+		free(x[k]);
+		free(c[k]);
+		free(r[k]);
+	}
+	sf_trellis_work_free(w);
+	sf_trellis_work_free(NULL);
+	free(cb);
+	return unit_exit();
+}
