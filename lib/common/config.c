@@ -345,14 +345,29 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 {
 	char *text = NULL;
 	size_t len = 0;
+	int ret;
+
+	memset(c, 0, sizeof(*c));
+	if ((ret = slurp(path, &text, &len, e)))
+		return ret;
+	ret = sf_config_parse(c, path, text, len, e);
+	free(text);
+	return ret;
+}
+
+int sf_config_parse(struct sf_config *c, const char *path, const char *text, size_t len,
+		    struct sf_err *e)
+{
 	json_t *root = NULL, *v;
 	json_error_t jerr;
 	int ret, head_dim_default;
 
 	memset(c, 0, sizeof(*c));
-	ret = slurp(path, &text, &len, e);
-	if (ret)
+	if (len > CONFIG_FILE_MAX) {
+		ret = sf_err_set(e, SF_ELIMIT, "%s: larger than the limit of %u bytes", path,
+				 CONFIG_FILE_MAX);
 		goto out;
+	}
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: not valid JSON: %s at line %d column %d", path,
@@ -415,7 +430,6 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 	ret = 0;
 out:
 	json_decref(root);
-	free(text);
 	if (ret)
 		memset(c, 0, sizeof(*c));
 	return ret;

@@ -40,6 +40,10 @@ struct sf_config {
  * defaults. Returns 0, -errno, or SF_EFORMAT / SF_EUNSUPPORTED /
  * SF_ELIMIT with the field named in e; *c is zeroed on failure. */
 int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
+/* The same from config.json's text in memory (an image's header); name
+ * stands for the file in messages. */
+int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
+		    struct sf_err *e);
 const char *sf_arch_name(enum sf_arch a);
 
 #endif

@@ -75,6 +75,7 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 
 struct binder {
 	struct sf_model *m;
+	const struct sf_safetensors *st;	/* the tensors bound */
 	const char *source;	/* file to name when a tensor is missing */
 	unsigned char *used;	/* (st.ntensors) 1 when bound */
 	uint64_t hash;
@@ -85,7 +86,7 @@ struct binder {
 static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_t rows,
 		uint64_t cols, int optional, struct sf_err *e)
 {
-	const struct sf_safetensors *st = &b->m->st;
+	const struct sf_safetensors *st = b->st;
 	const struct sf_tensor *t = sf_safetensors_find(st, name);
 	int ndim = cols ? 2 : 1;
 
@@ -164,7 +165,7 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
  * extra norm): refuse it, except what Hugging Face itself ignores. */
 static int check_unused(struct binder *b, struct sf_err *e)
 {
-	const struct sf_safetensors *st = &b->m->st;
+	const struct sf_safetensors *st = b->st;
 	static const char inv_freq[] = ".rotary_emb.inv_freq";
 
 	for (size_t i = 0; i < st->ntensors; i++) {
@@ -194,30 +195,18 @@ void sf_model_close(struct sf_model *m)
 	memset(m, 0, sizeof(*m));
 }
 
-int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e)
+/* Binds every weight of m->cfg from st, then the fingerprint. */
+static int bind_all(struct sf_model *m, const struct sf_safetensors *st, struct sf_err *e)
 {
-	struct binder b = { .m = m, .hash = FNV_BASIS };
+	struct binder b = { .m = m, .st = st, .hash = FNV_BASIS };
 	uint64_t vocab, dim;
-	char *path = NULL;
-	size_t plen = strlen(dir) + sizeof("/config.json");
 	int ret;
 
-	memset(m, 0, sizeof(*m));
-	path = malloc(plen);
-	if (!path) {
-		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", dir);
-		goto out;
-	}
-	snprintf(path, plen, "%s/config.json", dir);
-	if ((ret = sf_config_load(&m->cfg, path, e)))
-		goto out;
-	if ((ret = sf_safetensors_open(&m->st, dir, e)))
-		goto out;
-	b.source = sf_safetensors_source(&m->st);
-	b.used = calloc(m->st.ntensors ? m->st.ntensors : 1, 1);
+	b.source = sf_safetensors_source(st);
+	b.used = calloc(st->ntensors ? st->ntensors : 1, 1);
 	m->layers = calloc((size_t)m->cfg.n_layers, sizeof(*m->layers));
 	if (!b.used || !m->layers) {
-		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", dir);
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", b.source);
 		goto out;
 	}
 	hash_config(&b.hash, &m->cfg);
@@ -242,8 +231,42 @@ int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e)
 	ret = 0;
 out:
 	free(b.used);
+	return ret;
+}
+
+int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e)
+{
+	char *path = NULL;
+	size_t plen = strlen(dir) + sizeof("/config.json");
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	path = malloc(plen);
+	if (!path) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", dir);
+		goto out;
+	}
+	snprintf(path, plen, "%s/config.json", dir);
+	if ((ret = sf_config_load(&m->cfg, path, e)))
+		goto out;
+	if ((ret = sf_safetensors_open(&m->st, dir, e)))
+		goto out;
+	ret = bind_all(m, &m->st, e);
+out:
 	free(path);
 	if (ret)
+		sf_model_close(m);
+	return ret;
+}
+
+int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
+		  struct sf_err *e)
+{
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	m->cfg = *cfg;
+	if ((ret = bind_all(m, st, e)))
 		sf_model_close(m);
 	return ret;
 }

@@ -52,6 +52,15 @@ struct sf_model {
  * ignored), except *.rotary_emb.inv_freq and, when tied, lm_head.weight,
  * which Hugging Face ignores too. On failure *m is zeroed. */
 int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e);
+/* Binds a model to a tensor set that is not a directory's own (an
+ * image's: tensors with data NULL stay on flash, their sf_weight has data
+ * NULL and the forward pass must compute their group through an
+ * sf_group_exec). st's tensors must be sorted by name, as the safetensors
+ * reader sorts them; st is neither copied nor closed (m->st stays
+ * zeroed), so it and the data it points to must outlive m. The checks
+ * and the fingerprint are sf_model_open's. */
+int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
+		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
 
 #endif

@@ -428,14 +428,16 @@ struct sf_tokenizer {
 #define FMT(...) sf_err_set(e, SF_EFORMAT, __VA_ARGS__)
 #define UNSUP(...) sf_err_set(e, SF_EUNSUPPORTED, __VA_ARGS__)
 
-static int read_json(const char *path, bool optional, json_t **out, struct sf_err *e)
+/* Reads the whole file into *data (*data NULL and 0 returned when
+ * optional and absent). */
+static int read_file(const char *path, bool optional, char **data, size_t *len, struct sf_err *e)
 {
 	struct stat st;
-	json_error_t je;
-	char *data = NULL;
+	char *buf = NULL;
 	int r = 0;
 
-	*out = NULL;
+	*data = NULL;
+	*len = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		r = -errno;
@@ -458,13 +460,13 @@ static int read_json(const char *path, bool optional, json_t **out, struct sf_er
 		goto out;
 	}
 	size_t size = (size_t)st.st_size, got = 0;
-	data = malloc(size + 1);
-	if (!data) {
+	buf = malloc(size + 1);
+	if (!buf) {
 		r = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
 		goto out;
 	}
 	while (got < size) {
-		ssize_t k = read(fd, data + got, size - got);
+		ssize_t k = read(fd, buf + got, size - got);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0) {
@@ -476,20 +478,35 @@ static int read_json(const char *path, bool optional, json_t **out, struct sf_er
 			break;	/* shrank under us: parse what is there */
 		got += (size_t)k;
 	}
-	*out = json_loadb(data, got, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-	if (!*out) {
-		r = FMT("%s: line %d column %d: not valid JSON: %s", path, je.line, je.column, je.text);
-		goto out;
-	}
+	*data = buf;
+	*len = got;
+	buf = NULL;
+out:
+	free(buf);
+	close(fd);
+	return r;
+}
+
+/* Parses a JSON object; path names it in messages. */
+static int parse_json(const char *path, const char *data, size_t len, json_t **out,
+		      struct sf_err *e)
+{
+	json_error_t je;
+
+	*out = NULL;
+	if ((uint64_t)len > SF_TOKENIZER_MAX_FILE)
+		return sf_err_set(e, SF_ELIMIT, "%s: %llu bytes: over the limit of %llu (256 MiB)",
+				  path, (unsigned long long)len,
+				  (unsigned long long)SF_TOKENIZER_MAX_FILE);
+	*out = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+	if (!*out)
+		return FMT("%s: line %d column %d: not valid JSON: %s", path, je.line, je.column, je.text);
 	if (!json_is_object(*out)) {
 		json_decref(*out);
 		*out = NULL;
-		r = FMT("%s: top level: not an object", path);
+		return FMT("%s: top level: not an object", path);
 	}
-out:
-	free(data);
-	close(fd);
-	return r;
+	return 0;
 }
 
 /* A JSON string's bytes into the arena. */
@@ -1126,14 +1143,12 @@ static bool id_in(const int32_t *arr, size_t n, int32_t id)
 /* tokenizer_config.json names BOS and EOS, and its add_bos_token /
  * add_eos_token override the template as transformers' Llama tokenizers
  * rebuild it. */
-static int load_config(struct sf_tokenizer *t, const char *dir, struct sf_err *e)
+static int load_config(struct sf_tokenizer *t, const char *cpath, const char *text, size_t len,
+		       struct sf_err *e)
 {
-	char *cpath = NULL;
 	json_t *cfg = NULL;
 	int r;
-	if (asprintf(&cpath, "%s/tokenizer_config.json", dir) < 0)
-		return nomem(t, e);
-	if ((r = read_json(cpath, true, &cfg, e)))
+	if (text && (r = parse_json(cpath, text, len, &cfg, e)))
 		goto out;
 	t->bos = t->eos = -1;
 	if (t->nprefix)
@@ -1176,11 +1191,13 @@ static int load_config(struct sf_tokenizer *t, const char *dir, struct sf_err *e
 	t->adds_bos = t->bos >= 0 && id_in(t->prefix, t->nprefix, t->bos);
 out:
 	json_decref(cfg);
-	free(cpath);
 	return r;
 }
 
-int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *e)
+/* Builds the tokenizer from the two texts (ctext NULL: no
+ * tokenizer_config.json); tpath and cpath name them in messages. */
+static int open_texts(struct sf_tokenizer **tp, const char *tpath, const char *ttext, size_t tlen,
+		      const char *cpath, const char *ctext, size_t clen, struct sf_err *e)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	json_t *root = NULL, *v;
@@ -1191,14 +1208,13 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 	pthread_once(&once, bl_init);
 	struct sf_tokenizer *t = calloc(1, sizeof(*t));
 	if (!t)
-		return sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
+		return sf_err_set(e, -ENOMEM, "%s: %s", tpath, strerror(ENOMEM));
 	t->unk = t->bos = t->eos = -1;
-	if (asprintf(&t->path, "%s/tokenizer.json", dir) < 0) {
-		t->path = NULL;
-		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
+	if (!(t->path = strdup(tpath))) {
+		r = sf_err_set(e, -ENOMEM, "%s: %s", tpath, strerror(ENOMEM));
 		goto fail;
 	}
-	if ((r = read_json(t->path, false, &root, e)))
+	if ((r = parse_json(t->path, ttext, tlen, &root, e)))
 		goto fail;
 	if ((r = load_added(t, json_object_get(root, "added_tokens"), &maxid, e)))
 		goto fail;
@@ -1231,7 +1247,7 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 	}
 	if ((r = load_post(t, json_object_get(root, "post_processor"), "post_processor", e)))
 		goto fail;
-	if ((r = load_config(t, dir, e)))
+	if ((r = load_config(t, cpath, ctext, clen, e)))
 		goto fail;
 	json_decref(root);
 	*tp = t;
@@ -1239,6 +1255,59 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 fail:
 	json_decref(root);
 	sf_tokenizer_close(t);
+	return r;
+}
+
+int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *e)
+{
+	char *tpath = NULL, *cpath = NULL, *ttext = NULL, *ctext = NULL;
+	size_t tlen = 0, clen = 0;
+	int r;
+
+	*tp = NULL;
+	if (asprintf(&tpath, "%s/tokenizer.json", dir) < 0) {
+		tpath = NULL;
+		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
+		goto out;
+	}
+	if (asprintf(&cpath, "%s/tokenizer_config.json", dir) < 0) {
+		cpath = NULL;
+		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
+		goto out;
+	}
+	if ((r = read_file(tpath, false, &ttext, &tlen, e)) ||
+	    (r = read_file(cpath, true, &ctext, &clen, e)))
+		goto out;
+	r = open_texts(tp, tpath, ttext, tlen, cpath, ctext, clen, e);
+out:
+	free(ttext);
+	free(ctext);
+	free(tpath);
+	free(cpath);
+	return r;
+}
+
+int sf_tokenizer_open_mem(struct sf_tokenizer **tp, const char *name, const char *tokenizer_json,
+			  size_t tlen, const char *config_json, size_t clen, struct sf_err *e)
+{
+	char *tpath = NULL, *cpath = NULL;
+	int r;
+
+	*tp = NULL;
+	if (asprintf(&tpath, "%s: tokenizer.json", name) < 0) {
+		tpath = NULL;
+		r = sf_err_set(e, -ENOMEM, "%s: %s", name, strerror(ENOMEM));
+		goto out;
+	}
+	if (asprintf(&cpath, "%s: tokenizer_config.json", name) < 0) {
+		cpath = NULL;
+		r = sf_err_set(e, -ENOMEM, "%s: %s", name, strerror(ENOMEM));
+		goto out;
+	}
+	r = open_texts(tp, tpath, tokenizer_json, tlen, cpath, config_json, clen, e);
+out:
+	free(tpath);
+	free(cpath);
 	return r;
 }
 

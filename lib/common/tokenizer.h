@@ -22,6 +22,11 @@ struct sf_tokenizer;
  * optional). The tokenizer is read-only afterwards: encode and decode may
  * run in several threads at once. */
 int sf_tokenizer_open(struct sf_tokenizer **t, const char *dir, struct sf_err *e);
+/* The same from the two files' texts in memory (an image's header);
+ * config_json may be NULL (no tokenizer_config.json). Messages name them
+ * "NAME: tokenizer.json" and "NAME: tokenizer_config.json". */
+int sf_tokenizer_open_mem(struct sf_tokenizer **t, const char *name, const char *tokenizer_json,
+			  size_t tlen, const char *config_json, size_t clen, struct sf_err *e);
 void sf_tokenizer_close(struct sf_tokenizer *t);	/* accepts NULL */
 
 /* Highest id of the model vocabulary or the added tokens, plus one. */

@@ -1,0 +1,259 @@
+/* sf-pack: lays a model, its placement, codes and tier sizes out as the
+ * flash image sf-run decodes from; --verify checks an image's every
+ * checksum, --info summarises it as JSON. See man/sf-pack.1. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib.h"
+#include "cli.h"
+#include "codes.h"
+#include "image.h"
+#include "model.h"
+#include "placement.h"
+
+#define DEFAULT_DTYPE "keep"
+
+struct options {
+	const char *model_dir, *placement, *codes, *calib, *keep, *resident, *dtype_name;
+	const char *output, *verify, *info;
+	unsigned resident_mask;
+	int dtype, progress;
+};
+
+static void usage(void)
+{
+	printf("Usage: sf-pack --model DIR [options] -o model.sfimg\n"
+	       "       sf-pack --verify IMAGE\n"
+	       "       sf-pack --info IMAGE\n"
+	       "Pack a model into the flash image sf-run decodes from: the resident\n"
+	       "weights, then per layer and group the top-tier bundles and middle-tier\n"
+	       "codes in placement order, every region 4 KiB aligned and checksummed.\n"
+	       "\n"
+	       "  -m, --model DIR       Hugging Face model directory\n"
+	       "  -o, --output FILE     the image (a regular file, not standard output)\n"
+	       "      --placement FILE  placement.json from sf-place (default: identity)\n"
+	       "      --codes FILE      codes.sfq from sf-encode (default: no middle tier)\n"
+	       "      --calib FILE      calib.json from sf-encode --calibrate: tier sizes\n"
+	       "      --keep FILE       neurons.json: FFN neurons to keep, the rest left out\n"
+	       "      --resident LIST   groups kept in RAM instead of flash: attn_in,\n"
+	       "                        attn_out, ffn_in, ffn_out, attention, ffn, none\n"
+	       "                        (default none)\n"
+	       "      --dtype T         top tier: keep (the model's), bf16, f16 or f32\n"
+	       "                        (default %s)\n"
+	       "      --verify IMAGE    check every offset, size, permutation and checksum\n"
+	       "      --info IMAGE      print a JSON summary of an image\n"
+	       "      --progress        report progress on stderr\n"
+	       "  -h, --help            show this help\n"
+	       "  -V, --version         show the version\n"
+	       "\n"
+	       "Examples:\n"
+	       "  sf-pack --model models/mix4-1m --placement coact.json --codes codes.sfq \\\n"
+	       "    --calib calib.json -o mix4-1m.sfimg\n"
+	       "  sf-pack --model models/mix4-1m --resident attention --dtype f32 -o a.sfimg\n"
+	       "  sf-pack --verify mix4-1m.sfimg && sf-pack --info mix4-1m.sfimg | jq .sizes\n",
+	       DEFAULT_DTYPE);
+}
+
+static unsigned parse_resident(const char *s)
+{
+	unsigned mask = 0;
+	char *dup = strdup(s), *save = NULL;
+
+	if (!dup)
+		sf_usage_error("out of memory");
+	for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		enum sf_group g;
+		if (!strcmp(t, "attention"))
+			mask |= 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_ATTN_OUT;
+		else if (!strcmp(t, "ffn"))
+			mask |= 1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT;
+		else if (!strcmp(t, "none"))
+			;
+		else if (!sf_group_parse(t, &g))
+			mask |= 1u << g;
+		else
+			sf_usage_error("--resident: '%s' is not attn_in, attn_out, ffn_in, ffn_out, "
+				       "attention, ffn or none", t);
+	}
+	free(dup);
+	return mask;
+}
+
+static void parse_args(int argc, char **argv, struct options *o)
+{
+	enum { O_PLACEMENT = 256, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_VERIFY, O_INFO,
+	       O_PROGRESS };
+	static const struct option longs[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "placement", required_argument, NULL, O_PLACEMENT },
+		{ "codes", required_argument, NULL, O_CODES },
+		{ "calib", required_argument, NULL, O_CALIB },
+		{ "keep", required_argument, NULL, O_KEEP },
+		{ "resident", required_argument, NULL, O_RESIDENT },
+		{ "dtype", required_argument, NULL, O_DTYPE },
+		{ "verify", required_argument, NULL, O_VERIFY },
+		{ "info", required_argument, NULL, O_INFO },
+		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 }
+	};
+	int c;
+
+	o->dtype_name = DEFAULT_DTYPE;
+	while ((c = getopt_long(argc, argv, "m:o:hV", longs, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model_dir = optarg; break;
+		case 'o': o->output = optarg; break;
+		case O_PLACEMENT: o->placement = optarg; break;
+		case O_CODES: o->codes = optarg; break;
+		case O_CALIB: o->calib = optarg; break;
+		case O_KEEP: o->keep = optarg; break;
+		case O_RESIDENT: o->resident = optarg; break;
+		case O_DTYPE: o->dtype_name = optarg; break;
+		case O_VERIFY: o->verify = optarg; break;
+		case O_INFO: o->info = optarg; break;
+		case O_PROGRESS: o->progress = 1; break;
+		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+		default:
+			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
+			exit(SF_EXIT_USAGE);
+		}
+	}
+	if (optind < argc)
+		sf_usage_error("unexpected argument '%s'", argv[optind]);
+	if (o->verify || o->info) {
+		if (o->verify && o->info)
+			sf_usage_error("--verify and --info cannot be combined");
+		if (o->model_dir || o->output || o->placement || o->codes || o->calib || o->keep ||
+		    o->resident)
+			sf_usage_error("--%s takes only the image", o->verify ? "verify" : "info");
+		return;
+	}
+	if (!o->model_dir)
+		sf_usage_error("--model DIR is required");
+	if (!o->output)
+		sf_usage_error("-o FILE is required");
+	if (!strcmp(o->output, "-"))
+		sf_usage_error("-o: an image is written to a file, not to standard output");
+	if (!strcmp(o->dtype_name, "keep"))
+		o->dtype = SF_IMAGE_DTYPE_KEEP;
+	else if (!strcmp(o->dtype_name, "bf16"))
+		o->dtype = SF_DTYPE_BF16;
+	else if (!strcmp(o->dtype_name, "f16"))
+		o->dtype = SF_DTYPE_F16;
+	else if (!strcmp(o->dtype_name, "f32"))
+		o->dtype = SF_DTYPE_F32;
+	else
+		sf_usage_error("--dtype: '%s' is not keep, bf16, f16 or f32", o->dtype_name);
+	o->resident_mask = o->resident ? parse_resident(o->resident) : 0;
+	if (o->keep && o->codes)
+		sf_usage_error("--keep and --codes cannot be combined: the codes of ffn_in hold whole "
+			       "columns, dropped neurons' rows included");
+	if (o->keep && (o->resident_mask & (1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT)))
+		sf_usage_error("--keep and a resident FFN group cannot be combined: resident "
+			       "matrices are stored whole");
+}
+
+static void progress(void *arg, uint64_t done, uint64_t total)
+{
+	sf_progress_update(arg, done >> 20, total ? (double)done / (double)total : -1);
+}
+
+static json_t *producer(const struct options *o)
+{
+	json_t *opt = json_pack("{s:s, s:s?, s:s?, s:s?, s:s?, s:s, s:s}", "model", o->model_dir,
+				"placement", o->placement, "codes", o->codes, "calib", o->calib,
+				"keep", o->keep, "resident", o->resident ? o->resident : "none",
+				"dtype", o->dtype_name);
+	return json_pack("{s:s, s:s, s:o}", "program", "sf-pack", "version", SF_VERSION, "options",
+			 opt);
+}
+
+static int pack(const struct options *o)
+{
+	struct sf_model m;
+	struct sf_placement pl = { 0 };
+	struct sf_sfq q = { 0 };
+	struct sf_calib cal = { 0 };
+	struct sf_image_keep keep = { 0 };
+	struct sf_progress pr;
+	struct sf_err e = { 0 };
+	uint64_t written = 0;
+	json_t *prod = NULL;
+	int ret;
+
+	if ((ret = sf_model_open(&m, o->model_dir, &e)))
+		goto out;
+	if ((o->placement && (ret = sf_placement_read(&pl, o->placement, &e))) ||
+	    (o->codes && (ret = sf_sfq_open(&q, o->codes, &e))) ||
+	    (o->calib && (ret = sf_calib_load(&cal, o->calib, &e))) ||
+	    (o->keep && (ret = sf_image_keep_read(&keep, o->keep, &m, &e))))
+		goto out;
+	prod = producer(o);
+	sf_progress_init(&pr, o->progress, "MiB");
+	struct sf_image_pack_opts po = {
+		.model = &m, .model_dir = o->model_dir,
+		.placement = o->placement ? &pl : NULL, .placement_path = o->placement,
+		.codes = o->codes ? &q : NULL, .codes_path = o->codes,
+		.calib = o->calib ? &cal : NULL, .calib_path = o->calib,
+		.keep = o->keep ? &keep : NULL, .keep_path = o->keep,
+		.resident = o->resident_mask, .dtype = o->dtype, .producer = prod,
+		.progress = progress, .progress_arg = &pr,
+	};
+	if ((ret = sf_image_pack(o->output, &po, &written, &e)))
+		goto out;
+	sf_progress_end(&pr, written >> 20);
+out:
+	if (ret)
+		sf_error("%s", e.msg);
+	json_decref(prod);
+	sf_image_keep_free(&keep);
+	sf_calib_free(&cal);
+	sf_sfq_close(&q);
+	sf_placement_free(&pl);
+	sf_model_close(&m);
+	return ret;
+}
+
+static int inspect(const struct options *o)
+{
+	struct sf_image img;
+	struct sf_err e = { 0 };
+	json_t *j = NULL;
+	int ret;
+
+	if ((ret = sf_image_open(&img, o->verify ? o->verify : o->info, &e)))
+		goto out;
+	if (o->verify) {
+		ret = sf_image_verify(&img, &e);
+		goto out;
+	}
+	if (!(j = sf_image_info_json(&img)) || json_dumpf(j, stdout, JSON_INDENT(1)) ||
+	    fputc('\n', stdout) == EOF) {
+		ret = -1;
+		snprintf(e.msg, sizeof(e.msg), "(stdout): cannot write the summary");
+	}
+out:
+	if (ret)
+		sf_error("%s", e.msg);
+	json_decref(j);
+	sf_image_close(&img);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = { 0 };
+	int ret;
+
+	sf_progname = "sf-pack";
+	parse_args(argc, argv, &o);
+	ret = o.verify || o.info ? inspect(&o) : pack(&o);
+	return sf_close_stdout() ? SF_EXIT_FAIL : ret ? SF_EXIT_FAIL : SF_EXIT_OK;
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/env bats
+# sf-pack: images of the embedded mix4-1m with sf-place placements,
+# sf-encode codes and tier sizes; --verify finds damage by region; --info
+# summarises; bad input is one clear line, exit 1, and no output file.
+
+load helpers
+
+setup_file() {
+	export D=$BATS_FILE_TMPDIR
+	"$SF_FIXTURES/mkplanted" "$MODEL" 500 1 "$D/prof.sft" "$D/prof.sfc"
+	"$SF_BIN/sf-place" -q --method coact "$D/prof.sfc" -o "$D/coact.json"
+	"$SF_BIN/sf-encode" --model "$MODEL" --method scalar -t 2 -o "$D/codes.sfq"
+	"$SF_BIN/sf-pack" --model "$MODEL" -o "$D/plain.sfimg"
+	"$SF_BIN/sf-pack" --model "$MODEL" --codes "$D/codes.sfq" -o "$D/codes.sfimg"
+	"$SF_BIN/sf-pack" --model "$MODEL" --placement "$D/coact.json" --codes "$D/codes.sfq" \
+		--resident attention --dtype f16 -o "$D/full.sfimg"
+}
+
+# bytes [skip, skip + count) of a file
+bytes() {
+	dd if="$1" bs=4096 iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none
+}
+
+@test "--help prints usage with an example and exits 0" {
+	run sf-pack --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"Usage: sf-pack"* ]]
+	[[ "$output" == *"Examples:"* ]]
+}
+
+@test "--version prints the version" {
+	run sf-pack --version
+	[ "$status" -eq 0 ]
+	[[ "$output" =~ ^sf-pack\ \(sparseflash\)\ [0-9]+\.[0-9]+\.[0-9]+$ ]]
+}
+
+@test "usage errors exit 2 with one line" {
+	run --separate-stderr sf-pack -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --model DIR is required" ]
+	run --separate-stderr sf-pack --model "$MODEL" -o -
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: -o: an image is written to a file, not to standard output" ]
+	run --separate-stderr sf-pack --model "$MODEL" --dtype f8 -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --dtype: 'f8' is not keep, bf16, f16 or f32" ]
+	run --separate-stderr sf-pack --model "$MODEL" --resident mlp -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --resident: 'mlp' is not attn_in, attn_out, ffn_in, ffn_out, attention, ffn or none" ]
+	run --separate-stderr sf-pack --model "$MODEL" --keep k.json --codes c.sfq -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --keep and --codes cannot be combined: the codes of ffn_in hold whole columns, dropped neurons' rows included" ]
+	run --separate-stderr sf-pack --verify a --info b
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[1]}" = "Try 'sf-pack --help'." ]
+	[ ! -e x.sfimg ]
+}
+
+@test "a packed image verifies, and --info summarises it" {
+	run sf-pack --verify "$D/full.sfimg"
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	sf-pack --info "$D/full.sfimg" > "$D/info.json"
+	size=$(stat -c %s "$D/full.sfimg")
+	jq -e --argjson size "$size" '.sizes.file == $size and $size % 4096 == 0' "$D/info.json"
+	jq -e '.top_dtypes == ["F16"] and .placement_methods == {"coact": 8}' "$D/info.json"
+	jq -e '.codes.method == "scalar" and .tiers == null' "$D/info.json"
+	jq -e '[.groups[] | select(.resident) | .group] | unique == ["attn_in", "attn_out"]' "$D/info.json"
+	jq -e '[.regions[] | .offset % 4096 == 0] | all' "$D/info.json"
+	fp=$(sf-encode --info "$D/codes.sfq" | jq -r .fingerprint)
+	jq -e --arg fp "$fp" '.fingerprint == $fp' "$D/info.json"
+	# the sizes add up to the file
+	jq -e '.sizes | .header + .resident + .index + .codebook + .top + .mid + .padding == .file' "$D/info.json"
+}
+
+@test "the permutations in the image are sf-place's" {
+	sf-pack --info "$D/full.sfimg" > "$D/info.json"
+	off=$(jq '.regions[] | select(.kind == "index") | .offset' "$D/info.json")
+	# layer 0 ffn_in is the first flash group: its perm opens the index region
+	got=$(bytes "$D/full.sfimg" "$off" 512 | od -An -v -tu4 | tr -s ' \n' ' ' | sed 's/^ //;s/ $//')
+	want=$(jq -r '.groups[] | select(.layer == 0 and .group == "ffn_in") | .perm | map(tostring) | join(" ")' "$D/coact.json")
+	[ "$got" = "$want" ]
+}
+
+@test "the middle tier of an identity image is sf-encode's codes byte for byte" {
+	hl=$(od -An -tu8 -j16 -N8 "$D/codes.sfq" | tr -d ' ')
+	data=$(( (24 + hl + 4095) / 4096 * 4096 ))
+	bytes "$D/codes.sfq" 24 "$hl" > "$D/sfq-header.json"
+	# per section: its offset in the .sfq, the image's mid region of the
+	# same layer and group, both lengths
+	sf-pack --info "$D/codes.sfimg" |
+		jq -r --slurpfile q "$D/sfq-header.json" '
+			(.regions | map({(.name): .}) | add) as $r |
+			$q[0].sections[] | $r["layer \(.layer) \(.group) mid"] as $m |
+			"\(.offset) \(.bytes) \($m.offset) \($m.length)"' > "$D/pairs"
+	n=0
+	while read -r so len io il; do
+		[ "$il" -eq "$len" ]
+		cmp <(bytes "$D/codes.sfq" $((data + so)) "$len") <(bytes "$D/codes.sfimg" "$io" "$len")
+		n=$((n + 1))
+	done < "$D/pairs"
+	[ "$n" -eq 16 ]
+}
+
+@test "a flipped byte is reported with its region, exit 1" {
+	sf-pack --info "$D/full.sfimg" > "$D/info.json"
+	for name in resident "layer 2 ffn_in top" "layer 3 ffn_out mid"; do
+		cp "$D/full.sfimg" "$D/bad.sfimg"
+		off=$(jq --arg n "$name" '.regions[] | select(.name == $n) | .offset + (.length / 2 | floor)' "$D/info.json")
+		printf '\x5a' | dd of="$D/bad.sfimg" bs=1 seek="$off" conv=notrunc status=none
+		run --separate-stderr sf-pack --verify "$D/bad.sfimg"
+		[ "$status" -eq 1 ]
+		[[ "${stderr_lines[0]}" == "sf-pack: $D/bad.sfimg: region '$name' ("*"): CRC-32C "*", expected "*": the image is damaged" ]]
+	done
+}
+
+@test "a truncated image and another format's file are refused" {
+	size=$(stat -c %s "$D/full.sfimg")
+	head -c $((size - 4096)) "$D/full.sfimg" > "$D/short.sfimg"
+	run --separate-stderr sf-pack --verify "$D/short.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" == "sf-pack: $D/short.sfimg: region 'layer 3 ffn_out mid' (bytes "*") extends past the end of the file ("*" bytes): truncated?" ]]
+	run --separate-stderr sf-pack --info "$D/codes.sfq"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $D/codes.sfq: not a sparseflash image (bad magic)" ]
+	cp "$D/plain.sfimg" "$D/v2.sfimg"
+	printf '\x02' | dd of="$D/v2.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --verify "$D/v2.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $D/v2.sfimg: image format version 2, expected 1" ]
+}
+
+@test "tier sizes from sf-encode --calibrate are carried in the header" {
+	need_shared
+	sf-encode --model "$MODEL" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$SF_SHARED/data/mix4/kjv.calib.txt" --budgets 0.5 --calib-tokens 8 \
+		--window 8 -o "$D/calib.json"
+	sf-pack --model "$MODEL" --codes "$D/codes.sfq" --calib "$D/calib.json" -o "$D/tiers.sfimg"
+	sf-pack --info "$D/tiers.sfimg" > "$D/info.json"
+	jq -e --slurpfile c "$D/calib.json" '.tiers.budgets == [$c[0].budgets[0].budget]' "$D/info.json"
+	sf-pack --verify "$D/tiers.sfimg"
+	run --separate-stderr sf-pack --model "$MODEL" --calib "$D/calib.json" -o "$D/out.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" == "sf-pack: $D/calib.json: budget 0.5 layer 0 attn_in: "*" middle-tier entries, but no --codes" ]]
+	[ ! -e "$D/out.sfimg" ]
+}
+
+@test "a Qwen2 model with biases, an untied head and F32 weights packs to BF16" {
+	"$SF_FIXTURES/mkmodel" -o "$D/qwen" --arch qwen2 --no-tie --dtype f32 --layers 2 \
+		--tokenizer "$MODEL"
+	sf-pack --model "$D/qwen" --dtype bf16 --resident attn_out -o "$D/qwen.sfimg"
+	sf-pack --verify "$D/qwen.sfimg"
+	sf-pack --info "$D/qwen.sfimg" > "$D/info.json"
+	jq -e '.top_dtypes == ["BF16"] and .model.arch == "Qwen2ForCausalLM"' "$D/info.json"
+	jq -e '[.groups[] | select(.group == "attn_out") | .dtypes[0]] == ["F32", "F32"]' "$D/info.json"
+}
+
+@test "--keep leaves neurons out of ffn_in rows and ffn_out entries" {
+	fp=$(sf-pack --info "$D/plain.sfimg" | jq -r .fingerprint)
+	cat > "$D/neurons.json" <<-EOF
+	{"format": "sparseflash-neurons", "version": 1, "fingerprint": "$fp",
+	 "layers": [{"layer": 1, "neurons": [0, 1, 2, 3, 100, 383]}, {"layer": 2, "neurons": [7]}]}
+	EOF
+	sf-pack --model "$MODEL" --placement "$D/coact.json" --keep "$D/neurons.json" -o "$D/keep.sfimg"
+	sf-pack --verify "$D/keep.sfimg"
+	sf-pack --info "$D/keep.sfimg" > "$D/info.json"
+	jq -e '.neurons == {"kept": 775, "total": 1536}' "$D/info.json"
+	jq -e '[.groups[] | select(.group == "ffn_out") | .entries] == [384, 6, 1, 384]' "$D/info.json"
+	# ffn_in bundles of layer 1: 6 rows of gate and 6 of up, BF16
+	jq -e '.groups[] | select(.layer == 1 and .group == "ffn_in") | .top_bytes == 24' "$D/info.json"
+	jq -e '.regions[] | select(.name == "layer 2 ffn_out top") | .length == 256' "$D/info.json"
+}
+
+@test "inputs of another model or shape: one line, exit 1, no output" {
+	jq '.fingerprint = "0123456789abcdef"' "$D/coact.json" > "$D/other.json"
+	run --separate-stderr sf-pack --model "$MODEL" --placement "$D/other.json" -o "$D/out.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $D/other.json: placement of another model: fingerprint 0123456789abcdef, the model's is $(jq -r .fingerprint "$D/coact.json")" ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[ ! -e "$D/out.sfimg" ]
+	"$SF_FIXTURES/mkmodel" -o "$D/other" --intermediate 256 --tokenizer "$MODEL"
+	sf-encode --model "$D/other" --method scalar -o "$D/other.sfq"
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$D/other.sfq" -o "$D/out.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" == "sf-pack: $D/other.sfq: codes of another model: fingerprint "*", the model's is $(jq -r .fingerprint "$D/coact.json")" ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[ ! -e "$D/out.sfimg" ]
+	fp=$(jq -r .fingerprint "$D/coact.json")
+	echo "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": \"$fp\", \"layers\": [{\"layer\": 0, \"neurons\": [384]}]}" > "$D/bad.json"
+	run --separate-stderr sf-pack --model "$MODEL" --keep "$D/bad.json" -o "$D/out.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $D/bad.json: layer 0: neuron 384 is out of range: expected 0..383" ]
+	[ ! -e "$D/out.sfimg" ]
+	run --separate-stderr sf-pack --model "$MODEL" -o /dev/null
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: /dev/null: exists and is not a regular file" ]
+	# and no temporary left behind
+	[ -z "$(find "$D" -name 'out.sfimg.tmp.*')" ]
+}

@@ -1,0 +1,667 @@
+/* Unit test of lib/common/image.c: images of the embedded mix4-1m packed
+ * with identity and shuffled placements, every dtype, codes (scalar and
+ * trellis), resident groups and --keep read back weight by weight against
+ * the model; the model and tokenizer rebuilt from an image; every region
+ * damaged in turn, truncation, another version, header offsets past the
+ * end and overlapping regions refused; mismatched inputs refused. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bytes.h"
+#include "codes.h"
+#include "forward.h"
+#include "image.h"
+#include "kernels.h"
+#include "model.h"
+#include "placement.h"
+#include "tokenizer.h"
+#include "trellis.h"
+#include "unit.h"
+
+static char tmpdir[4096], model_dir[4096];
+static struct sf_model M;
+
+static void check_err_at(int line, int ret, const struct sf_err *e, const char *want)
+{
+	if (getenv("UNIT_VERBOSE"))
+		fprintf(stderr, "line %d: %s\n", line, e->msg);
+	CHECK(ret < 0, "line %d: returned %d, expected an error", line, ret);
+	CHECK(!strchr(e->msg, '\n'), "line %d: message '%s' is not one line", line, e->msg);
+	CHECK(strstr(e->msg, want), "line %d: message '%s' lacks '%s'", line, e->msg, want);
+}
+#define CHECK_ERR(ret, e, want) check_err_at(__LINE__, ret, e, want)
+
+// --- inputs
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(uint32_t n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng % n);
+}
+
+/* Every group a shuffled permutation (Fisher-Yates), labelled frequency. */
+static void shuffled(struct sf_placement *pl)
+{
+	int nl = M.cfg.n_layers;
+	struct sf_err e = { 0 };
+	json_t *opt = json_object();
+
+	CHECK(!sf_placement_init(pl, M.fingerprint, nl * SF_NGROUPS, &e), "%s", e.msg);
+	for (int l = 0; l < nl; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			uint32_t n = (uint32_t)sf_group_entries(&M.cfg, (enum sf_group)g);
+			uint32_t *p = malloc(n * sizeof(*p));
+			for (uint32_t i = 0; i < n; i++)
+				p[i] = i;
+			for (uint32_t i = n - 1; i > 0; i--) {
+				uint32_t j = rnd(i + 1), t = p[i];
+				p[i] = p[j];
+				p[j] = t;
+			}
+			CHECK(!sf_placement_set(pl, l * SF_NGROUPS + g, l, (enum sf_group)g, n,
+						SF_PLACE_FREQUENCY, opt, 0, 0, 0, p, &e), "%s", e.msg);
+			free(p);
+		}
+	json_decref(opt);
+}
+
+struct sink_arg {
+	struct sf_sfq *q;
+};
+
+static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_stats *st,
+		struct sf_err *e)
+{
+	struct sf_sfq *q = ((struct sink_arg *)arg)->q;
+	(void)st;
+	(void)e;
+	memcpy(q->buf + q->sections[i].offset, data, (size_t)q->sections[i].bytes);
+	return 0;
+}
+
+/* Codes of the groups in mask, encoded in memory as sf-encode does. */
+static void make_codes(struct sf_sfq *q, enum sf_code_method method, unsigned mask)
+{
+	struct sf_encoder *enc = NULL;
+	struct sf_err e = { 0 };
+	struct sink_arg a = { q };
+	uint64_t total = 0;
+
+	memset(q, 0, sizeof(*q));
+	memcpy(q->fingerprint, M.fingerprint, sizeof(q->fingerprint));
+	q->method = method;
+	q->seed = 7;
+	sf_sfq_shape_of(&q->shape, &M.cfg);
+	q->sections = calloc((size_t)M.cfg.n_layers * SF_NGROUPS, sizeof(*q->sections));
+	if (method == SF_CODES_TRELLIS) {
+		CHECK(!posix_memalign((void **)&q->codebook, 64, SF_TRELLIS_CODEBOOK * sizeof(float)),
+		      "memory");
+		sf_trellis_codebook(q->codebook, q->seed);
+	}
+	for (int l = 0; l < M.cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++)
+			if (mask >> g & 1)
+				sf_sfq_section_init(&q->sections[q->nsections++], method, &q->shape, l,
+						    (enum sf_group)g);
+	for (size_t i = 0; i < q->nsections; i++) {
+		q->sections[i].offset = total;
+		total += q->sections[i].bytes;
+	}
+	q->buf = malloc((size_t)total);
+	CHECK(q->buf != NULL, "memory");
+	(void)enc;
+	CHECK(!sf_codes_encode_sections(&M, q, NULL, sink, &a, &e), "%s", e.msg);
+	for (size_t i = 0; i < q->nsections; i++)
+		q->sections[i].data = q->buf + q->sections[i].offset;
+}
+
+static void keep_random(struct sf_image_keep *k)
+{
+	uint32_t H = (uint32_t)M.cfg.hidden_dim;
+
+	k->n_layers = M.cfg.n_layers;
+	k->hidden = H;
+	k->kept = malloc((size_t)k->n_layers * H);
+	k->count = malloc((size_t)k->n_layers * sizeof(uint32_t));
+	for (int l = 0; l < k->n_layers; l++) {
+		k->count[l] = 0;
+		for (uint32_t j = 0; j < H; j++) {
+			/* layer 0 whole, as SelectInfer leaves the first layer dense */
+			k->kept[(size_t)l * H + j] = l == 0 || rnd(10) < 6;
+			k->count[l] += k->kept[(size_t)l * H + j];
+		}
+	}
+}
+
+static int pack(const char *name, const struct sf_placement *pl, const struct sf_sfq *q,
+		const struct sf_image_keep *k, unsigned resident, int dtype, struct sf_err *e)
+{
+	char path[4200];
+	struct sf_image_pack_opts o = {
+		.model = &M, .model_dir = model_dir, .placement = pl, .placement_path = "pl.json",
+		.codes = q, .codes_path = "codes.sfq", .keep = k, .keep_path = "neurons.json",
+		.resident = resident, .dtype = dtype,
+	};
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	return sf_image_pack(path, &o, NULL, e);
+}
+
+static void image_path(char *buf, size_t n, const char *name)
+{
+	snprintf(buf, n, "%s/%s", tmpdir, name);
+}
+
+// --- read-back checks
+
+/* The bytes a weight element becomes in dtype dt, computed independently. */
+static void expect(const struct sf_weight *w, uint64_t i, enum sf_dtype dt, uint8_t *out)
+{
+	const uint8_t *s = (const uint8_t *)w->data + i * sf_dtype_size(w->dtype);
+	float f;
+
+	if (w->dtype == dt) {
+		memcpy(out, s, sf_dtype_size(dt));
+		return;
+	}
+	if (w->dtype == SF_DTYPE_F32) {
+		memcpy(&f, s, 4);
+	} else {
+		uint16_t h;
+		memcpy(&h, s, 2);
+		f = w->dtype == SF_DTYPE_BF16 ? sf_bf16_to_f32(h) : sf_f16_to_f32(h);
+	}
+	if (dt == SF_DTYPE_F32) {
+		memcpy(out, &f, 4);
+	} else {
+		uint16_t h = dt == SF_DTYPE_BF16 ? sf_f32_to_bf16(f) : sf_f32_to_f16(f);
+		memcpy(out, &h, 2);
+	}
+}
+
+static uint8_t *read_region(const struct sf_image *img, const struct sf_image_region *r)
+{
+	uint8_t *b = malloc(r->length ? (size_t)r->length : 1);
+	CHECK(pread(img->fd, b, (size_t)r->length, (off_t)r->offset) == (ssize_t)r->length,
+	      "read %s", r->name);
+	return b;
+}
+
+/* Every position's bundle equals the model's columns, every middle entry
+ * the codes' record of the entry; returns the weights compared. */
+static uint64_t check_image(const char *name, const struct sf_placement *pl,
+			    const struct sf_sfq *q, const struct sf_image_keep *k, unsigned resident,
+			    int dtype)
+{
+	char path[4200];
+	struct sf_image img;
+	struct sf_err e = { 0 };
+	uint64_t compared = 0, bad = 0;
+
+	image_path(path, sizeof(path), name);
+	if (sf_image_open(&img, path, &e)) {
+		CHECK(0, "%s: %s", name, e.msg);
+		return 0;
+	}
+	CHECK(!strcmp(img.fingerprint, M.fingerprint), "%s: fingerprint %s", name, img.fingerprint);
+	CHECK(!sf_image_verify(&img, &e), "%s: %s", name, e.msg);
+	CHECK(img.has_codes == !!q, "%s: codes", name);
+	if (q && q->method == SF_CODES_TRELLIS)
+		CHECK(img.codebook && !memcmp(img.codebook, q->codebook,
+					       SF_TRELLIS_CODEBOOK * sizeof(float)), "%s: codebook", name);
+	for (int l = 0; l < M.cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_image_group *G = sf_image_group(&img, l, (enum sf_group)g);
+			const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
+			const char *names[SF_GROUP_MAX_MATRICES];
+			int nmat = sf_codes_group_matrices(&M, l, (enum sf_group)g, w, names);
+			uint32_t n = (uint32_t)sf_group_entries(&M.cfg, (enum sf_group)g);
+			const uint8_t *kept = k && k->count[l] < k->hidden ?
+					      k->kept + (size_t)l * k->hidden : NULL;
+
+			CHECK(G->resident == (int)(resident >> g & 1), "%s: layer %d %s resident", name,
+			      l, sf_group_name((enum sf_group)g));
+			CHECK(G->nmat == nmat, "nmat");
+			if (G->resident)
+				continue;
+			/* the positions: the placement's order, left-out neurons skipped */
+			const struct sf_placement_group *pg = NULL;
+			for (int i = 0; pl && i < pl->ngroups; i++)
+				if (pl->groups[i].layer == l && pl->groups[i].group == (enum sf_group)g)
+					pg = &pl->groups[i];
+			uint32_t np = 0;
+			for (uint32_t p = 0; p < n; p++) {
+				uint32_t j = pg ? pg->perm[p] : p;
+				if (g == SF_GROUP_FFN_OUT && kept && !kept[j]) {
+					CHECK(G->pos[j] == SF_IMAGE_ABSENT, "left-out neuron %u on flash", j);
+					continue;
+				}
+				CHECK(np < G->entries && G->perm[np] == j && G->pos[j] == np,
+				      "%s: layer %d %s position %u: entry %u, expected %u", name, l,
+				      sf_group_name((enum sf_group)g), np, np < G->entries ? G->perm[np] : 0, j);
+				np++;
+			}
+			CHECK(np == G->entries, "%s: %u positions, expected %u", name, G->entries, np);
+			CHECK(!strcmp(G->method, pg ? "frequency" : "identity"), "method %s", G->method);
+			uint8_t *top = read_region(&img, G->top);
+			uint8_t want[4];
+			for (uint32_t p = 0; p < G->entries; p++) {
+				uint64_t off, len;
+				sf_image_top_range(G, p, p + 1, &off, &len);
+				CHECK(len == G->top_bytes && off == G->top->offset + p * G->top_bytes, "range");
+				for (int i = 0; i < nmat; i++) {
+					const struct sf_image_matrix *X = &G->mat[i];
+					enum sf_dtype dt = dtype == SF_IMAGE_DTYPE_KEEP ? w[i]->dtype
+										  : (enum sf_dtype)dtype;
+					uint64_t es = sf_dtype_size(dt), r = 0;
+					CHECK(X->dtype == dt, "dtype");
+					CHECK(X->offset % es == 0 && G->top_bytes % es == 0, "alignment");
+					for (uint64_t row = 0; row < w[i]->rows; row++) {
+						if (g == SF_GROUP_FFN_IN && kept && !kept[row])
+							continue;	/* left out */
+						expect(w[i], row * w[i]->cols + G->perm[p], dt, want);
+						bad += memcmp(top + (uint64_t)p * G->top_bytes + X->offset +
+							      r * es, want, es) != 0;
+						if (G->rows)
+							bad += G->rows[r] != row;
+						r++;
+						compared++;
+					}
+					CHECK(r == X->rows, "%s: %" PRIu64 " rows, expected %" PRIu64, name,
+					      X->rows, r);
+				}
+			}
+			free(top);
+			if (q) {
+				const struct sf_sfq_section *s = sf_sfq_find(q, l, (enum sf_group)g);
+				uint8_t *mid = read_region(&img, G->mid);
+				CHECK(G->mid_bytes == s->entry_bytes, "mid bytes");
+				for (uint32_t p = 0; p < G->entries; p++)
+					bad += memcmp(mid + (uint64_t)p * G->mid_bytes,
+						      s->data + (uint64_t)G->perm[p] * s->entry_bytes,
+						      (size_t)s->entry_bytes) != 0;
+				/* the view the decoder gets addresses the same records */
+				for (int i = 0; i < nmat; i++) {
+					struct sf_codes_view v = sf_image_mid_view(&img, G, i, mid);
+					struct sf_codes_view u = sf_sfq_view(q, s, i);
+					uint32_t p = G->entries - 1;
+					CHECK(v.m == u.m && !memcmp(v.base + p * v.stride,
+								    u.base + G->perm[p] * u.stride,
+								    sf_codes_col_bytes(v.method, v.m)),
+					      "mid view");
+				}
+				free(mid);
+			} else {
+				CHECK(!G->mid && !G->mid_bytes, "a middle tier without codes");
+			}
+		}
+	CHECK(!bad, "%s: %" PRIu64 " weights or records differ", name, bad);
+	sf_image_close(&img);
+	return compared;
+}
+
+/* The model rebuilt from an image: fingerprint, resident weights byte for
+ * byte, flash matrices without data; with everything resident the forward
+ * pass gives the dense model's logits exactly. */
+static void check_model(const char *name, unsigned resident)
+{
+	char path[4200];
+	struct sf_image img;
+	struct sf_model m;
+	struct sf_err e = { 0 };
+
+	image_path(path, sizeof(path), name);
+	if (sf_image_open(&img, path, &e)) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	CHECK(!sf_image_model(&img, &m, &e), "%s", e.msg);
+	CHECK(!strcmp(m.fingerprint, M.fingerprint), "fingerprint %s", m.fingerprint);
+	CHECK(!memcmp(m.embed.data, M.embed.data, M.embed.rows * M.embed.cols * 2), "embed");
+	for (int l = 0; l < M.cfg.n_layers; l++) {
+		CHECK(!memcmp(m.layers[l].attn_norm.data, M.layers[l].attn_norm.data, M.cfg.dim * 2),
+		      "norm");
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_weight *a[3], *b[3];
+			const char *nm[3];
+			int n = sf_codes_group_matrices(&m, l, (enum sf_group)g, a, nm);
+			sf_codes_group_matrices(&M, l, (enum sf_group)g, b, nm);
+			for (int i = 0; i < n; i++) {
+				CHECK(a[i]->rows == b[i]->rows && a[i]->cols == b[i]->cols, "shape");
+				if (resident >> g & 1)
+					CHECK(a[i]->data && !memcmp(a[i]->data, b[i]->data,
+								    b[i]->rows * b[i]->cols * 2), "resident %s", nm[i]);
+				else
+					CHECK(!a[i]->data, "flash %s has data", nm[i]);
+			}
+		}
+	}
+	if (resident == (1u << SF_NGROUPS) - 1) {
+		struct sf_runstate s1 = { 0 }, s2 = { 0 };
+		CHECK(!sf_state_init(&s1, &M.cfg, 8, &e) && !sf_state_init(&s2, &m.cfg, 8, &e), "state");
+		int32_t toks[4] = { 1, 57, 300, 12 };
+		for (int p = 0; p < 4; p++) {
+			float *x = sf_forward(&M, &s1, toks[p], p), *y = sf_forward(&m, &s2, toks[p], p);
+			CHECK(!memcmp(x, y, (size_t)M.cfg.vocab_size * sizeof(float)), "logits at %d", p);
+		}
+		sf_state_free(&s1);
+		sf_state_free(&s2);
+	}
+	/* the tokenizer from the header encodes as the directory's */
+	struct sf_tokenizer *t1 = NULL, *t2 = NULL;
+	int32_t *i1 = NULL, *i2 = NULL;
+	size_t n1 = 0, n2 = 0;
+	const char *text = "In the beginning God created the heaven and the earth.";
+	CHECK(!sf_tokenizer_open(&t1, model_dir, &e), "%s", e.msg);
+	CHECK(!sf_image_tokenizer(&img, &t2, &e), "%s", e.msg);
+	if (t1 && t2) {
+		CHECK(!sf_tokenizer_encode(t1, text, strlen(text), 1, &i1, &n1, &e), "%s", e.msg);
+		CHECK(!sf_tokenizer_encode(t2, text, strlen(text), 1, &i2, &n2, &e), "%s", e.msg);
+		CHECK(n1 == n2 && n1 > 2 && !memcmp(i1, i2, n1 * sizeof(*i1)), "tokens differ");
+	}
+	free(i1);
+	free(i2);
+	sf_tokenizer_close(t1);
+	sf_tokenizer_close(t2);
+	sf_model_close(&m);
+	sf_image_close(&img);
+}
+
+// --- damage
+
+static int copy_file(const char *src, const char *dst)
+{
+	FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
+	char buf[1 << 16];
+	size_t n;
+	int ret = a && b ? 0 : -1;
+
+	while (!ret && (n = fread(buf, 1, sizeof(buf), a)) > 0)
+		ret = fwrite(buf, 1, n, b) == n ? 0 : -1;
+	if (a)
+		fclose(a);
+	if (b && fclose(b))
+		ret = -1;
+	return ret;
+}
+
+static void flip(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDWR);
+	unsigned char c = 0;
+	CHECK(fd >= 0 && pread(fd, &c, 1, (off_t)off) == 1, "read %s", path);
+	c ^= 0x10;
+	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1, "write %s", path);
+	close(fd);
+}
+
+/* Rewrites the header JSON (which must still fit before the first region)
+ * with a valid CRC, so the reader's later checks are reached. */
+static void patch_header(const char *path, void (*fn)(json_t *h))
+{
+	int fd = open(path, O_RDWR);
+	unsigned char pre[SF_IMAGE_PREAMBLE];
+	CHECK(fd >= 0 && pread(fd, pre, sizeof(pre), 0) == (ssize_t)sizeof(pre), "read");
+	uint64_t hlen = sf_get_le64(pre + 16);
+	char *text = malloc((size_t)hlen);
+	CHECK(pread(fd, text, (size_t)hlen, SF_IMAGE_PREAMBLE) == (ssize_t)hlen, "read");
+	json_t *h = json_loadb(text, (size_t)hlen, 0, NULL);
+	uint64_t first = (uint64_t)json_integer_value(
+		json_object_get(json_array_get(json_object_get(h, "regions"), 0), "offset"));
+	fn(h);
+	free(text);
+	text = json_dumps(h, JSON_COMPACT);
+	uint64_t nlen = strlen(text);
+	CHECK(SF_IMAGE_PREAMBLE + nlen <= first, "patched header does not fit");
+	char *zeros = calloc(1, (size_t)first);
+	CHECK(pwrite(fd, zeros, (size_t)first, 0) == (ssize_t)first, "write");
+	sf_put_le64(pre + 16, nlen);
+	sf_put_le32(pre + 24, sf_crc32c(0, text, (size_t)nlen));
+	CHECK(pwrite(fd, pre, sizeof(pre), 0) == (ssize_t)sizeof(pre), "write");
+	CHECK(pwrite(fd, text, (size_t)nlen, SF_IMAGE_PREAMBLE) == (ssize_t)nlen, "write");
+	close(fd);
+	free(zeros);
+	free(text);
+	json_decref(h);
+}
+
+static json_t *region(json_t *h, size_t i)
+{
+	return json_array_get(json_object_get(h, "regions"), i);
+}
+
+static void past_end(json_t *h)
+{
+	json_t *r = region(h, json_array_size(json_object_get(h, "regions")) - 1);
+	json_object_set_new(r, "offset", json_integer(json_integer_value(json_object_get(r, "offset")) +
+						      (1 << 20)));
+}
+
+static void overlap(json_t *h)
+{
+	json_object_set(region(h, 3), "offset", json_object_get(region(h, 2), "offset"));
+}
+
+static void bad_perm(json_t *h)
+{
+	/* layer 1 ffn_out's permutation past the end of the index region */
+	json_t *g = json_array_get(json_object_get(h, "groups"), 7);
+	json_object_set_new(g, "perm", json_integer(1 << 30));
+}
+
+static void open_fails(const char *path, const char *want, int line)
+{
+	struct sf_image img;
+	struct sf_err e = { 0 };
+	int ret = sf_image_open(&img, path, &e);
+	check_err_at(line, ret, &e, want);
+	if (!ret)
+		sf_image_close(&img);
+}
+
+static void verify_fails(const char *path, const char *want, int line)
+{
+	struct sf_image img;
+	struct sf_err e = { 0 };
+	int ret = sf_image_open(&img, path, &e);
+	if (!ret) {
+		ret = sf_image_verify(&img, &e);
+		sf_image_close(&img);
+	}
+	check_err_at(line, ret, &e, want);
+}
+
+static void check_damage(const char *name)
+{
+	char src[4200], dst[4200];
+	struct sf_image img;
+	struct sf_err e = { 0 };
+
+	image_path(src, sizeof(src), name);
+	image_path(dst, sizeof(dst), "damaged.sfimg");
+	if (sf_image_open(&img, src, &e)) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	/* a flipped byte in every region is found and the region named */
+	for (size_t i = 0; i < img.nregions; i++) {
+		const struct sf_image_region *r = &img.regions[i];
+		char want[64];
+		if (!r->length)
+			continue;
+		CHECK(!copy_file(src, dst), "copy");
+		flip(dst, r->offset + rnd((uint32_t)r->length));
+		snprintf(want, sizeof(want), "region '%s'", r->name);
+		verify_fails(dst, want, __LINE__);
+	}
+	uint64_t size = img.file_size, first = img.regions[0].offset;
+	sf_image_close(&img);
+	CHECK(!copy_file(src, dst), "copy");
+	flip(dst, SF_IMAGE_PREAMBLE + 10);
+	open_fails(dst, "header: CRC-32C", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	flip(dst, first - 1);	/* padding after the header */
+	verify_fails(dst, "padding after the header is not zero", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	CHECK(!truncate(dst, (off_t)(size - SF_IMAGE_ALIGN)), "truncate");
+	open_fails(dst, "past the end of the file", __LINE__);
+	CHECK(!truncate(dst, 100), "truncate");
+	open_fails(dst, "truncated?", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	flip(dst, 8);	/* version 1 -> 17 */
+	open_fails(dst, "image format version 17, expected 1", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	flip(dst, 0);
+	open_fails(dst, "not a sparseflash image (bad magic)", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	patch_header(dst, past_end);
+	open_fails(dst, "past the end of the file", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	patch_header(dst, overlap);
+	open_fails(dst, "overlaps the previous region", __LINE__);
+	CHECK(!copy_file(src, dst), "copy");
+	patch_header(dst, bad_perm);
+	open_fails(dst, "layer 1 ffn_out perm", __LINE__);
+	unlink(dst);
+}
+
+/* Inputs that do not belong to the model: refused before anything is written. */
+static void check_mismatch(void)
+{
+	struct sf_placement pl;
+	struct sf_sfq q;
+	struct sf_err e = { 0 };
+	char path[4200];
+	struct stat st;
+
+	shuffled(&pl);
+	pl.fingerprint[0] = pl.fingerprint[0] == '0' ? '1' : '0';
+	CHECK_ERR(pack("bad.sfimg", &pl, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e),
+		  &e, "pl.json: placement of another model: fingerprint");
+	memcpy(pl.fingerprint, M.fingerprint, sizeof(pl.fingerprint));
+	pl.groups[2].n = 5;	/* a group of another shape */
+	CHECK_ERR(pack("bad.sfimg", &pl, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e),
+		  &e, "pl.json: layer 0 ffn_in: 5 entries, the model has 128");
+	sf_placement_free(&pl);
+	make_codes(&q, SF_CODES_SCALAR, 1u << SF_GROUP_ATTN_OUT);
+	CHECK_ERR(pack("bad.sfimg", NULL, &q, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), &e,
+		  "codes.sfq: no codes for layer 0 attn_in");
+	q.fingerprint[3] ^= 1;
+	CHECK_ERR(pack("bad.sfimg", NULL, &q, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), &e,
+		  "codes.sfq: codes of another model");
+	sf_sfq_close(&q);
+	image_path(path, sizeof(path), "bad.sfimg");
+	CHECK(stat(path, &st) && errno == ENOENT, "a refused pack left %s", path);
+}
+
+static void check_keep_file(void)
+{
+	char path[4200];
+	struct sf_image_keep k;
+	struct sf_err e = { 0 };
+	FILE *f;
+
+	image_path(path, sizeof(path), "neurons.json");
+	f = fopen(path, "w");
+	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": \"%s\", "
+		"\"layers\": [{\"layer\": 1, \"neurons\": [0, 5, 383]}]}", M.fingerprint);
+	fclose(f);
+	CHECK(!sf_image_keep_read(&k, path, &M, &e), "%s", e.msg);
+	CHECK(k.count[0] == 384 && k.count[1] == 3 && k.kept[384 + 5] && !k.kept[384 + 6], "keep");
+	sf_image_keep_free(&k);
+	f = fopen(path, "w");
+	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": \"%s\", "
+		"\"layers\": [{\"layer\": 2, \"neurons\": [0, 384]}]}", M.fingerprint);
+	fclose(f);
+	CHECK_ERR(sf_image_keep_read(&k, path, &M, &e), &e,
+		  "layer 2: neuron 384 is out of range: expected 0..383");
+	f = fopen(path, "w");
+	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": "
+		"\"0123456789abcdef\", \"layers\": []}");
+	fclose(f);
+	CHECK_ERR(sf_image_keep_read(&k, path, &M, &e), &e, "neurons of another model");
+}
+
+int main(void)
+{
+	const char *root = unit_env("SF_ROOT", ".");
+	struct sf_err e = { 0 };
+	struct sf_placement pl;
+	struct sf_sfq qs, qt;
+	struct sf_image_keep k = { 0 };
+	const unsigned ALL = (1u << SF_NGROUPS) - 1, ATTN = 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_ATTN_OUT;
+	uint64_t n = 0;
+
+	snprintf(model_dir, sizeof(model_dir), "%s/models/mix4-1m", root);
+	snprintf(tmpdir, sizeof(tmpdir), "%s/test_image.XXXXXX", unit_env("SF_TMP", "/tmp"));
+	mkdir(unit_env("SF_TMP", "/tmp"), 0777);
+	if (!mkdtemp(tmpdir)) {
+		perror(tmpdir);
+		return 1;
+	}
+	if (sf_model_open(&M, model_dir, &e)) {
+		fprintf(stderr, "%s\n", e.msg);
+		return 1;
+	}
+	shuffled(&pl);
+	make_codes(&qs, SF_CODES_SCALAR, ALL);
+	make_codes(&qt, SF_CODES_TRELLIS, 1u << SF_GROUP_ATTN_OUT);
+	keep_random(&k);
+
+	/* identity, no codes, the model's dtype */
+	CHECK(!pack("a.sfimg", NULL, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);
+	n += check_image("a.sfimg", NULL, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP);
+	check_model("a.sfimg", 0);
+	/* shuffled, scalar codes, f32 */
+	CHECK(!pack("b.sfimg", &pl, &qs, NULL, 0, SF_DTYPE_F32, &e), "%s", e.msg);
+	n += check_image("b.sfimg", &pl, &qs, NULL, 0, SF_DTYPE_F32);
+	/* shuffled, trellis codes of attn_out, the rest resident, f16 */
+	unsigned res = ALL & ~(1u << SF_GROUP_ATTN_OUT);
+	CHECK(!pack("c.sfimg", &pl, &qt, NULL, res, SF_DTYPE_F16, &e), "%s", e.msg);
+	n += check_image("c.sfimg", &pl, &qt, NULL, res, SF_DTYPE_F16);
+	check_model("c.sfimg", res);
+	/* attention resident, shuffled, --keep, bf16 */
+	CHECK(!pack("d.sfimg", &pl, NULL, &k, ATTN, SF_DTYPE_BF16, &e), "%s", e.msg);
+	n += check_image("d.sfimg", &pl, NULL, &k, ATTN, SF_DTYPE_BF16);
+	check_model("d.sfimg", ATTN);
+	/* everything resident: the forward pass is the dense one */
+	CHECK(!pack("e.sfimg", NULL, NULL, NULL, ALL, SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);
+	check_model("e.sfimg", ALL);
+	CHECK(n > 1000000, "only %" PRIu64 " weights compared", n);
+	/* --keep with codes, and with a resident FFN group: refused */
+	CHECK_ERR(pack("x.sfimg", NULL, &qs, &k, 0, SF_IMAGE_DTYPE_KEEP, &e), &e, "--keep with codes");
+	CHECK_ERR(pack("x.sfimg", NULL, NULL, &k, 1u << SF_GROUP_FFN_OUT, SF_IMAGE_DTYPE_KEEP, &e),
+		  &e, "--keep with a resident FFN group");
+
+	check_damage("b.sfimg");
+	check_damage("d.sfimg");
+	check_mismatch();
+	check_keep_file();
+
+	sf_image_keep_free(&k);
+	sf_sfq_close(&qs);
+	sf_sfq_close(&qt);
+	sf_placement_free(&pl);
+	sf_model_close(&M);
+	if (!unit_failures) {
+		const char *names[] = { "a", "b", "c", "d", "e" };
+		char p[4200];
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			snprintf(p, sizeof(p), "%s/%s.sfimg", tmpdir, names[i]);
+			unlink(p);
+		}
+		snprintf(p, sizeof(p), "%s/neurons.json", tmpdir);
+		unlink(p);
+		rmdir(tmpdir);
+	}
+	return unit_exit();
+}
