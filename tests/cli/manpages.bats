@@ -29,7 +29,7 @@ load helpers
 @test "man pages render without warnings" {
 	command -v groff >/dev/null || command -v nroff >/dev/null || skip "groff not installed"
 	for m in "$SF_ROOT"/man/*.[1-9]; do
-		run sh -c 'LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -z "$1" 2>&1' _ "$m"
+		run sh -c 'LC_ALL=C.UTF-8 groff -t -man -Tutf8 -ww -z "$1" 2>&1' _ "$m"
 		[ -z "$output" ] || { echo "$m: $output"; false; }
 	done
 }
