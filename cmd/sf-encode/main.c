@@ -418,68 +418,24 @@ out:
 // ----------------------------------------------------------------------------
 // calibration
 
-/* Documents of the corpora in turn, one from each file per round, each
- * with BOS, concatenated up to max tokens. */
+/* The calibration tokens: documents of the corpora in turn, each with BOS. */
 static int read_tokens(const struct options *o, const struct sf_tokenizer *tok, int32_t **out,
 		       size_t *n)
 {
-	struct sf_corpus *c[MAX_CORPORA] = { 0 };
 	struct sf_err e = { 0 };
-	int32_t *all = malloc(o->calib_tokens * sizeof(int32_t));
-	int live = 0, ret = 0;
-	*n = 0;
-	if (!all) {
-		sf_error("calibration tokens: %s", strerror(ENOMEM));
-		return -ENOMEM;
+	size_t docs;
+	int ret = sf_corpus_tokens(o->corpora, o->ncorpora, tok, o->calib_tokens, out, n, &docs, &e);
+
+	if (ret) {
+		sf_error("%s", e.msg);
+		return ret;
 	}
-	for (int i = 0; i < o->ncorpora; i++) {
-		if ((ret = sf_corpus_open(&c[i], o->corpora[i], &e))) {
-			sf_error("%s", e.msg);
-			goto out;
-		}
-		live++;
-	}
-	while (live && *n < o->calib_tokens) {
-		for (int i = 0; i < o->ncorpora && *n < o->calib_tokens; i++) {
-			const char *doc;
-			size_t len, k;
-			int32_t *ids;
-			if (!c[i])
-				continue;
-			ret = sf_corpus_next(c[i], &doc, &len, &e);
-			if (ret < 0) {
-				sf_error("%s", e.msg);
-				goto out;
-			}
-			if (ret == 0) {
-				sf_corpus_close(c[i]);
-				c[i] = NULL;
-				live--;
-				continue;
-			}
-			if ((ret = sf_tokenizer_encode(tok, doc, len, 1, &ids, &k, &e))) {
-				sf_error("%s: %s", o->corpora[i], e.msg);
-				goto out;
-			}
-			size_t take = k < o->calib_tokens - *n ? k : (size_t)(o->calib_tokens - *n);
-			memcpy(all + *n, ids, take * sizeof(int32_t));
-			*n += take;
-			free(ids);
-		}
-	}
-	ret = 0;
 	if (*n < 2) {
 		sf_error("%s: no text to calibrate on", o->corpora[0]);
-		ret = -EINVAL;
+		free(*out);
+		return -EINVAL;
 	}
-out:
-	for (int i = 0; i < o->ncorpora; i++)
-		sf_corpus_close(c[i]);
-	if (ret)
-		free(all);
-	else
-		*out = all;
-	return ret;
+	return 0;
 }
 
 static int calibrate(const struct sf_model *m, const struct options *o, struct sf_pool *pool,

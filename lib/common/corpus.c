@@ -467,3 +467,85 @@ int sf_corpus_next(struct sf_corpus *c, const char **doc, size_t *len, struct sf
 	*len = c->doc_len;
 	return 1;
 }
+
+/* Appends ids to the growing stream, at most room of them. */
+static int tokens_append(int32_t **all, size_t *n, size_t *cap, const int32_t *ids, size_t k,
+			 const char *path, struct sf_err *e)
+{
+	if (*n + k > *cap) {
+		size_t ncap = *cap ? *cap : 65536;
+		while (ncap < *n + k)
+			ncap *= 2;
+		int32_t *p = realloc(*all, ncap * sizeof(**all));
+		if (!p)
+			return sf_err_set(e, -ENOMEM, "%s: %zu tokens: %s", path, ncap,
+					  sf_strerror(-ENOMEM));
+		*all = p;
+		*cap = ncap;
+	}
+	memcpy(*all + *n, ids, k * sizeof(*ids));
+	*n += k;
+	return 0;
+}
+
+int sf_corpus_tokens(const char *const *paths, int npaths, const struct sf_tokenizer *tok,
+		     uint64_t max_tokens, int32_t **out, size_t *n_out, size_t *docs_out,
+		     struct sf_err *e)
+{
+	struct sf_corpus **c = calloc((size_t)npaths, sizeof(*c));
+	int32_t *all = NULL, *ids = NULL;
+	size_t n = 0, cap = 0, docs = 0, k;
+	int live = 0, ret = 0;
+
+	if (!c)
+		return sf_err_set(e, -ENOMEM, "%s: %s", paths[0], sf_strerror(-ENOMEM));
+	for (int i = 0; i < npaths; i++) {
+		struct sf_corpus_opts o = { .format = sf_corpus_guess(paths[i]) };
+		if ((ret = sf_corpus_open_as(&c[i], paths[i], &o, e)))
+			goto out;
+		live++;
+	}
+	while (live && (!max_tokens || n < max_tokens)) {
+		for (int i = 0; i < npaths && (!max_tokens || n < max_tokens); i++) {
+			const char *doc;
+			size_t len;
+			if (!c[i])
+				continue;
+			if ((ret = sf_corpus_next(c[i], &doc, &len, e)) < 0)
+				goto out;
+			if (ret == 0) {
+				sf_corpus_close(c[i]);
+				c[i] = NULL;
+				live--;
+				continue;
+			}
+			if ((ret = sf_tokenizer_encode(tok, doc, len, 1, &ids, &k, e))) {
+				char why[SF_ERR_MAX];
+				snprintf(why, sizeof(why), "%s", e ? e->msg : "");
+				sf_err_set(e, ret, "%s: %s", paths[i], why);
+				goto out;
+			}
+			if (max_tokens && k > max_tokens - n)
+				k = (size_t)(max_tokens - n);
+			ret = tokens_append(&all, &n, &cap, ids, k, paths[i], e);
+			free(ids);
+			ids = NULL;
+			if (ret)
+				goto out;
+			docs++;
+		}
+	}
+	ret = 0;
+out:
+	for (int i = 0; i < npaths; i++)
+		sf_corpus_close(c[i]);
+	free(c);
+	if (ret) {
+		free(all);
+		return ret;
+	}
+	*out = all;
+	*n_out = n;
+	*docs_out = docs;
+	return 0;
+}

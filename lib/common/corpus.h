@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "tokenizer.h"
 
 enum sf_corpus_format { SF_CORPUS_TEXT, SF_CORPUS_JSONL, SF_CORPUS_ALPACA, SF_CORPUS_CSV };
 
@@ -60,5 +61,14 @@ void sf_corpus_progress(const struct sf_corpus *c, uint64_t *done, uint64_t *tot
 enum sf_corpus_format sf_corpus_guess(const char *path);
 int sf_corpus_format_parse(const char *name, enum sf_corpus_format *f);	/* 0, or -1 */
 const char *sf_corpus_format_name(enum sf_corpus_format f);
+
+/* The documents of npaths corpora (formats guessed from the names), taken
+ * in turn one from each so that a token budget samples every corpus,
+ * each tokenized with BOS first as Hugging Face's encode() does, into one
+ * malloc'ed stream of at most max_tokens tokens (0: all). *docs counts the
+ * documents used. The stream for perplexity, calibration and benchmarks. */
+int sf_corpus_tokens(const char *const *paths, int npaths, const struct sf_tokenizer *tok,
+		     uint64_t max_tokens, int32_t **out, size_t *n, size_t *docs,
+		     struct sf_err *e);
 
 #endif

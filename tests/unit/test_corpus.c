@@ -2,6 +2,7 @@
  * give the documents expected (quotes, embedded newlines, commas, UTF-8,
  * CRLF, a byte order mark), and bad input fails with one line naming the
  * file and the line or row. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,49 @@ static void expect(const char *what, const char *text, enum sf_corpus_format fmt
 		CHECK(want[k] == NULL, "%s: %d documents, more expected", what, k);
 	}
 	sf_corpus_close(c);
+}
+
+/* The token stream: documents of two corpora in turn, each BOS first and
+ * encoded as alone, cut at max_tokens. */
+static void check_tokens(void)
+{
+	char dir[4096];
+	struct sf_tokenizer *tok = NULL;
+	struct sf_err e = { 0 };
+	char a[4096], b[4096];	/* put() returns one static buffer */
+	snprintf(a, sizeof(a), "%s", put("tok-a.txt", "In the beginning\n\nGod created"));
+	snprintf(b, sizeof(b), "%s", put("tok-b.jsonl", "{\"text\": \"A man who\"}\n"));
+	const char *paths[] = { a, b };
+	const char *docs_in_order[] = { "In the beginning", "A man who", "God created" };
+	int32_t *want = NULL, *got = NULL, *ids;
+	size_t nwant = 0, ngot, k, docs;
+
+	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", unit_env("SF_ROOT", "."));
+	CHECK(sf_tokenizer_open(&tok, dir, &e) == 0, "%s", e.msg);
+	if (!tok)
+		return;
+	want = malloc(4096 * sizeof(*want));
+	for (int i = 0; i < 3; i++) {
+		CHECK(sf_tokenizer_encode(tok, docs_in_order[i], strlen(docs_in_order[i]), 1, &ids,
+					  &k, &e) == 0, "%s", e.msg);
+		memcpy(want + nwant, ids, k * sizeof(*ids));
+		nwant += k;
+		free(ids);
+	}
+	CHECK(sf_corpus_tokens(paths, 2, tok, 0, &got, &ngot, &docs, &e) == 0, "%s", e.msg);
+	CHECK(ngot == nwant && docs == 3 && memcmp(got, want, ngot * sizeof(*got)) == 0,
+	      "round robin stream: %zu tokens from %zu documents, expected %zu from 3", ngot,
+	      docs, nwant);
+	free(got);
+	CHECK(sf_corpus_tokens(paths, 2, tok, 5, &got, &ngot, &docs, &e) == 0, "%s", e.msg);
+	CHECK(ngot == 5 && memcmp(got, want, 5 * sizeof(*got)) == 0 && got[0] == 1,
+	      "max_tokens 5: %zu tokens", ngot);
+	free(got);
+	const char *missing[] = { a, "/nonexistent/corpus.txt" };
+	CHECK(sf_corpus_tokens(missing, 2, tok, 0, &got, &ngot, &docs, &e) == -ENOENT &&
+	      strstr(e.msg, "/nonexistent/corpus.txt"), "missing corpus: %s", e.msg);
+	free(want);
+	sf_tokenizer_close(tok);
 }
 
 int main(void)
@@ -133,5 +177,6 @@ int main(void)
 	CHECK(sf_corpus_guess("a/b.jsonl") == SF_CORPUS_JSONL &&
 	      sf_corpus_guess("b.csv") == SF_CORPUS_CSV &&
 	      sf_corpus_guess("kjv.profile.txt") == SF_CORPUS_TEXT, "format from the name");
+	check_tokens();
 	return unit_exit();
 }
