@@ -4,6 +4,7 @@
  * nothing. */
 
 #include "cache.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -437,14 +438,6 @@ static void evict(struct sf_cache *c, struct part *p)
 		evict_small(p);
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 int sf_cache_insert(struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_t entry,
 		    const void *bundle, int in_run)
 {
@@ -460,7 +453,7 @@ int sf_cache_insert(struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_
 		return 0;
 	/* a draw for every in-run offer, so the sequence depends only on the
 	 * offers and not on seg_admit's value */
-	if (in_run && !((double)(splitmix(&c->rng) >> 11) * 0x1p-53 < c->seg_admit)) {
+	if (in_run && !(sf_rng_unit(&c->rng) < c->seg_admit)) {
 		p->st.rejected++;
 		return 0;
 	}

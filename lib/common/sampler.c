@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "kernels.h"
+#include "rng.h"
 
 int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, float top_p,
 		    uint64_t seed, struct sf_err *e)
@@ -14,10 +15,7 @@ int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, flo
 	s->top_p = top_p;
 	/* splitmix64 of the seed, so that seed 0 and nearby seeds give
 	 * unrelated, non-zero xorshift states */
-	uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
+	uint64_t z = sf_splitmix64(&seed);
 	s->rng = z ? z : 1;
 	s->candidates = malloc((size_t)vocab_size * sizeof(*s->candidates));
 	if (!s->candidates)

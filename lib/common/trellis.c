@@ -8,6 +8,7 @@
 
 #include "kernels.h"
 #include "trellis.h"
+#include "rng.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -19,20 +20,12 @@
 // ----------------------------------------------------------------------------
 // codebook
 
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 void sf_trellis_codebook(float *cb, uint64_t seed)
 {
 	uint64_t s = seed;
 	for (size_t i = 0; i < SF_TRELLIS_CODEBOOK; i += 2) {
-		double u1 = (double)(splitmix64(&s) >> 11) * 0x1p-53;
-		double u2 = (double)(splitmix64(&s) >> 11) * 0x1p-53;
+		double u1 = sf_rng_unit(&s);
+		double u2 = sf_rng_unit(&s);
 		double r = sqrt(-2.0 * log(1.0 - u1));
 		cb[i] = (float)(r * cos(2.0 * M_PI * u2));
 		cb[i + 1] = (float)(r * sin(2.0 * M_PI * u2));

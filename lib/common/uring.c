@@ -3,6 +3,7 @@
  * --probe-device). */
 
 #include "uring.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -553,14 +554,6 @@ int sf_uring_reap(struct sf_uring *u, uint64_t *tag, int wait, struct sf_err *e)
 // ----------------------------------------------------------------------------
 // Device measurement
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 int sf_uring_fill(const char *path, uint64_t size, uint64_t seed, struct sf_err *e)
 {
 	enum { CHUNK = 1 << 20 };
@@ -577,7 +570,7 @@ int sf_uring_fill(const char *path, uint64_t size, uint64_t seed, struct sf_err 
 	for (uint64_t at = 0; at < size;) {
 		size_t n = size - at < CHUNK ? (size_t)(size - at) : CHUNK;
 		for (size_t k = 0; k < CHUNK / 8; k++)
-			buf[k] = splitmix(&s);
+			buf[k] = sf_splitmix64(&s);
 		for (size_t off = 0; off < n;) {
 			ssize_t w = write(fd, (char *)buf + off, n - off);
 			if (w < 0 && errno == EINTR)
@@ -603,7 +596,7 @@ out:
 static uint64_t bench_offset(uint64_t *s, uint64_t span, uint32_t block)
 {
 	uint64_t slots = (span - block) / SF_URING_ALIGN + 1;
-	return splitmix(s) % slots * SF_URING_ALIGN;
+	return sf_splitmix64(s) % slots * SF_URING_ALIGN;
 }
 
 int sf_uring_bench_run(const char *path, uint64_t span, uint32_t block,
