@@ -79,7 +79,7 @@ TEST_ENV = SF_BIN=$(abspath $(BINDIR)) SF_FIXTURES=$(abspath $(BUILD)/fixtures) 
 check: all $(UNITS)
 	@mkdir -p $(BUILD)/tmp
 	@$(TEST_ENV) tests/run-unit $(UNITS)
-	@$(TEST_ENV) bats tests/cli
+	@$(TEST_ENV) tests/run-cli tests/cli
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
