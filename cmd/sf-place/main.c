@@ -76,23 +76,6 @@ static void usage(void)
 	       DEFAULT_METHOD, SF_PLACE_EXACT_AUTO_MAX, SF_PLACE_DEFAULT_TOPK);
 }
 
-static void parse_layers(const char *s, int *lo, int *hi)
-{
-	char *end;
-	long a, b;
-
-	errno = 0;
-	a = strtol(s, &end, 10);
-	b = a;
-	if (*end == '-' && end[1])
-		b = strtol(end + 1, &end, 10);
-	if (errno || *end || end == s || a < 0 || b < a || b >= SF_TRACE_MAX_LAYERS)
-		sf_usage_error("--layers: '%s' is not a layer range A-B: expected 0 <= A <= B < %d",
-			       s, SF_TRACE_MAX_LAYERS);
-	*lo = (int)a;
-	*hi = (int)b;
-}
-
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { OPT_EXACT = 256, OPT_TOPK, OPT_MAX_MEMORY, OPT_EVAL, OPT_MODEL, OPT_JSON,
@@ -139,7 +122,11 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->exact = 0;
 			search_given++;
 			break;
-		case 'l': parse_layers(optarg, &o->layer_lo, &o->layer_hi); break;
+		case 'l':
+			if (sf_parse_range(optarg, SF_TRACE_MAX_LAYERS - 1, &o->layer_lo, &o->layer_hi))
+				sf_usage_error("--layers: '%s' is not a layer range A-B: expected "
+					       "0 <= A <= B < %d", optarg, SF_TRACE_MAX_LAYERS);
+			break;
 		case OPT_MAX_MEMORY:
 			o->max_memory = sf_opt_u64("--max-memory", optarg, 1, UINT64_MAX);
 			break;
@@ -178,13 +165,6 @@ static void parse_options(int argc, char **argv, struct options *o)
 		if (o->ninputs > 1)
 			sf_usage_error("one COACT.sfc expected, %d given", o->ninputs);
 	}
-}
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int show_progress(const struct options *o)
@@ -286,7 +266,7 @@ static int run_place(const struct options *o)
 		const struct sf_coact_slot *sl = &c.slots[i];
 		struct sf_place_stats s = { sl->entries, sl->tokens, sl->counts, sl->pairs };
 		json_t *opts = NULL;
-		double t0 = now_seconds();
+		double t0 = sf_now();
 		int ret;
 
 		free(perm);
@@ -308,7 +288,7 @@ static int run_place(const struct options *o)
 			fprintf(stderr, "%s: layer %d %s: %u entries, %s: %.3f runs/token predicted "
 				"(%.2f s)\n", sf_progname, sl->layer, sf_group_name(sl->group),
 				sl->entries, sf_place_method_name(o->method),
-				pl.groups[i].predicted_runs, now_seconds() - t0);
+				pl.groups[i].predicted_runs, sf_now() - t0);
 	}
 	meta = json_pack("{s:{s:s, s:s}, s:s, s:O*}", "producer", "program", "sf-place", "version",
 			 SF_VERSION, "statistics", path, "sources", c.sources);
