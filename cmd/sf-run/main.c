@@ -1,6 +1,8 @@
 /* sf-run: the decoder. With --model DIR it runs the dense model from a
- * Hugging Face directory in RAM: generation from -p or stdin, streamed to
- * stdout, or teacher-forced perplexity with --ppl. See man/sf-run.1. */
+ * Hugging Face directory in RAM; with IMAGE the sparse decoder reads the
+ * flash groups of an sf-pack image per token (sparse.h). Generation from
+ * -p or stdin, streamed to stdout, teacher-forced perplexity with --ppl,
+ * figures with --bench. See man/sf-run.1. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -15,11 +17,14 @@
 #include "corpus.h"
 #include "eval.h"
 #include "forward.h"
+#include "image.h"
 #include "kernels.h"
 #include "model.h"
 #include "pool.h"
 #include "sampler.h"
+#include "sparse.h"
 #include "tokenizer.h"
+#include "uring.h"
 
 #define DEFAULT_N_PREDICT 256
 #define DEFAULT_TEMP 0.8
@@ -28,9 +33,11 @@
 #define DEFAULT_WINDOW 256
 #define MAX_THREADS 256
 #define MAX_PROMPT_BYTES (64u << 20)
+#define DEFAULT_LATENCIES 65536	/* --ppl tokens whose latency --bench ranks */
 
 struct options {
 	const char *model_dir;
+	const char *image;		/* the positional IMAGE: sparse decoding */
 	const char *prompt;		/* NULL: read stdin */
 	const char *ppl_file;
 	const char *stats_file;
@@ -42,12 +49,19 @@ struct options {
 	uint64_t max_tokens;		/* --ppl: 0 for all */
 	int window;
 	int ignore_eos, echo, verbose, quiet, progress;
+	struct sf_sparse_opts sparse;
+	int sparse_set;			/* an option only the sparse decoder takes */
+	int bench;
+	const char *probe;		/* --probe-device: where */
 };
 
 static void usage(void)
 {
 	printf("Usage: sf-run --model DIR [options]\n"
-	       "Run a language model: generate text, or measure perplexity.\n"
+	       "       sf-run [options] IMAGE\n"
+	       "       sf-run --probe-device [DIR]\n"
+	       "Run a language model: generate text, or measure perplexity; dense from\n"
+	       "a model directory, or sparse from an sf-pack image on flash.\n"
 	       "\n"
 	       "  -m, --model DIR       Hugging Face model directory (dense, in RAM)\n"
 	       "  -p, --prompt TEXT     prompt (default: read standard input)\n"
@@ -64,7 +78,31 @@ static void usage(void)
 	       "                        blank line, \"-\" for stdin), printed as JSON\n"
 	       "      --max-tokens N    --ppl: score only the first N tokens\n"
 	       "      --window N        --ppl: tokens scored per window (default %d)\n"
-	       "      --stats FILE      write timings as JSON to FILE\n"
+	       "      --stats FILE      write timings (IMAGE: the --bench figures) as JSON\n"
+	       "                        to FILE\n"
+	       "\n"
+	       "Sparse decoding from IMAGE:\n"
+	       "      --budget B        the image's calibrated tier sizes for budget B;\n"
+	       "                        1: every column top tier (default)\n"
+	       "      --density D       TEAL: the round(D*n) largest entries, top tier only\n"
+	       "      --k-top F         top tier: fraction F of each group's entries\n"
+	       "      --k-mid F         middle tier (2-bit codes): the next fraction F\n"
+	       "      --collapse G      read gaps of up to G entries between runs, or auto:\n"
+	       "                        %d, off while reads are bandwidth-bound (default auto)\n"
+	       "      --device-peak BPS the device's peak bandwidth in bytes/s for auto\n"
+	       "                        (default: from --probe-device)\n"
+	       "      --probe-device    measure the device holding DIR (default .) and store\n"
+	       "                        its figures for --collapse auto, then exit\n"
+	       "      --qd N            reads in flight (default %d)\n"
+	       "      --no-direct       read through the page cache (no O_DIRECT)\n"
+	       "      --cache-policy P  s3fifo, lru or none (default s3fifo)\n"
+	       "      --seg-admit P     admission probability of an entry read inside a run\n"
+	       "                        longer than 2 (default %.2f)\n"
+	       "      --ram BYTES       memory budget for everything sf-run holds; the cache\n"
+	       "                        takes what is left (default: no limit, no cache)\n"
+	       "      --cache-ratio R   cache of R times the offloaded bytes\n"
+	       "      --simulate        same selection and compute from RAM, without I/O\n"
+	       "      --bench           print the decoder's figures as JSON instead of text\n"
 	       "      --progress        report --ppl progress on stderr\n"
 	       "  -q, --quiet           no timings on stderr\n"
 	       "  -v, --verbose         report what was loaded on stderr\n"
@@ -73,14 +111,20 @@ static void usage(void)
 	       "\n"
 	       "Examples:\n"
 	       "  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
-	       "  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n",
-	       DEFAULT_N_PREDICT, DEFAULT_TEMP, DEFAULT_TOP_P, DEFAULT_SEED, DEFAULT_WINDOW);
+	       "  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
+	       "  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
+	       "  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n",
+	       DEFAULT_N_PREDICT, DEFAULT_TEMP, DEFAULT_TOP_P, DEFAULT_SEED, DEFAULT_WINDOW,
+	       SF_SPARSE_AUTO_GAP, SF_URING_DEFAULT_QD, SF_CACHE_DEFAULT_SEG_ADMIT);
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { OPT_TEMP = 256, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
-	       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_PROGRESS };
+	       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_PROGRESS, OPT_BUDGET, OPT_DENSITY,
+	       OPT_K_TOP, OPT_K_MID, OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_PROBE, OPT_QD,
+	       OPT_NO_DIRECT, OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO,
+	       OPT_SIMULATE, OPT_BENCH };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "prompt", required_argument, NULL, 'p' },
@@ -97,6 +141,21 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "window", required_argument, NULL, OPT_WINDOW },
 		{ "stats", required_argument, NULL, OPT_STATS },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "budget", required_argument, NULL, OPT_BUDGET },
+		{ "density", required_argument, NULL, OPT_DENSITY },
+		{ "k-top", required_argument, NULL, OPT_K_TOP },
+		{ "k-mid", required_argument, NULL, OPT_K_MID },
+		{ "collapse", required_argument, NULL, OPT_COLLAPSE },
+		{ "device-peak", required_argument, NULL, OPT_DEVICE_PEAK },
+		{ "probe-device", no_argument, NULL, OPT_PROBE },
+		{ "qd", required_argument, NULL, OPT_QD },
+		{ "no-direct", no_argument, NULL, OPT_NO_DIRECT },
+		{ "cache-policy", required_argument, NULL, OPT_CACHE_POLICY },
+		{ "seg-admit", required_argument, NULL, OPT_SEG_ADMIT },
+		{ "ram", required_argument, NULL, OPT_RAM },
+		{ "cache-ratio", required_argument, NULL, OPT_CACHE_RATIO },
+		{ "simulate", no_argument, NULL, OPT_SIMULATE },
+		{ "bench", no_argument, NULL, OPT_BENCH },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -104,13 +163,15 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int c;
+	struct sf_sparse_opts *so = &o->sparse;
+	int c, probe = 0, selects = 0, k_mid_set = 0;
 
 	*o = (struct options){
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
 		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW,
 		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
 	};
+	sf_sparse_opts_default(so);
 	while ((c = getopt_long(argc, argv, "m:p:n:c:t:qvhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = optarg; break;
@@ -135,6 +196,47 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
 		case OPT_STATS: o->stats_file = optarg; break;
 		case OPT_PROGRESS: o->progress = 1; break;
+		case OPT_BUDGET:
+			so->select = SF_SPARSE_BUDGET;
+			so->budget = sf_opt_f64("--budget", optarg, 1e-6, 1.0);
+			selects++;
+			break;
+		case OPT_DENSITY:
+			so->select = SF_SPARSE_DENSITY;
+			so->density = sf_opt_f64("--density", optarg, 1e-6, 1.0);
+			selects++;
+			break;
+		case OPT_K_TOP:
+			so->select = SF_SPARSE_FRACTIONS;
+			so->top = sf_opt_f64("--k-top", optarg, 0.0, 1.0);
+			selects++;
+			break;
+		case OPT_K_MID:
+			so->mid = sf_opt_f64("--k-mid", optarg, 0.0, 1.0);
+			k_mid_set = 1;
+			break;
+		case OPT_COLLAPSE:
+			so->collapse = strcmp(optarg, "auto") == 0 ? SF_SPARSE_COLLAPSE_AUTO
+				: (int)sf_opt_u64("--collapse", optarg, 0, 1u << 20);
+			break;
+		case OPT_DEVICE_PEAK:
+			so->device_peak = (double)sf_opt_u64("--device-peak", optarg, 1, UINT64_MAX);
+			break;
+		case OPT_PROBE: probe = 1; break;
+		case OPT_QD: so->qd = (unsigned)sf_opt_u64("--qd", optarg, 1, SF_URING_MAX_QD); break;
+		case OPT_NO_DIRECT: so->buffered = 1; break;
+		case OPT_CACHE_POLICY:
+			if (sf_cache_policy_parse(optarg, &so->policy))
+				sf_usage_error("--cache-policy: '%s': expected s3fifo, lru or none",
+					       optarg);
+			break;
+		case OPT_SEG_ADMIT: so->seg_admit = sf_opt_f64("--seg-admit", optarg, 0.0, 1.0); break;
+		case OPT_RAM: so->ram = sf_opt_u64("--ram", optarg, 1, UINT64_MAX); break;
+		case OPT_CACHE_RATIO:
+			so->cache_ratio = sf_opt_f64("--cache-ratio", optarg, 0.0, 1.0);
+			break;
+		case OPT_SIMULATE: so->simulate = 1; break;
+		case OPT_BENCH: o->bench = 1; break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
 		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
@@ -143,11 +245,33 @@ static void parse_options(int argc, char **argv, struct options *o)
 			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
 			exit(SF_EXIT_USAGE);
 		}
+		if (c >= OPT_BUDGET && c != OPT_PROBE)
+			o->sparse_set = 1;
+	}
+	if (probe) {
+		if (optind + 1 < argc)
+			sf_usage_error("unexpected argument '%s'", argv[optind + 1]);
+		o->probe = optind < argc ? argv[optind] : ".";
+		return;
 	}
 	if (optind < argc)
+		o->image = argv[optind++];
+	if (optind < argc)
 		sf_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!o->model_dir)
+	if (!o->model_dir && !o->image)
 		sf_usage_error("--model DIR is required");
+	if (o->model_dir && o->image)
+		sf_usage_error("--model DIR and IMAGE cannot be combined");
+	if (o->model_dir && o->sparse_set)
+		sf_usage_error("sparse decoding options need an IMAGE, not --model");
+	if (selects > 1)
+		sf_usage_error("--budget, --density and --k-top cannot be combined");
+	if (k_mid_set && so->select != SF_SPARSE_FRACTIONS)
+		sf_usage_error("--k-mid needs --k-top");
+	if (so->top + so->mid > 1.0 + 1e-12)
+		sf_usage_error("--k-top %g and --k-mid %g: more than every entry", so->top, so->mid);
+	if (so->cache_ratio >= 0 && so->policy == SF_CACHE_NONE)
+		sf_usage_error("--cache-ratio cannot be combined with --cache-policy none");
 	if (o->ppl_file && o->prompt)
 		sf_usage_error("--ppl and --prompt cannot be combined");
 }
@@ -161,6 +285,8 @@ static double now_seconds(void)
 
 /* Everything a run holds, freed in one place. */
 struct session {
+	struct sf_image image;		/* IMAGE mode */
+	struct sf_sparse *sparse;
 	struct sf_model model;
 	struct sf_tokenizer *tok;
 	struct sf_pool *pool;
@@ -169,15 +295,81 @@ struct session {
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
 	size_t decode_steps;	/* forward passes after the prompt */
+	json_t *ppl;		/* --ppl --bench: the perplexity figures */
 };
 
 static void session_free(struct session *S)
 {
+	sf_sparse_close(S->sparse);
 	sf_sampler_free(&S->sampler);
 	sf_state_free(&S->state);
 	sf_pool_destroy(S->pool);
 	sf_tokenizer_close(S->tok);
 	sf_model_close(&S->model);
+	sf_image_close(&S->image);
+	json_decref(S->ppl);
+}
+
+/* The model and tokenizer of --model DIR or of IMAGE. */
+static int open_model(struct session *S, const struct options *o, struct sf_err *e)
+{
+	int ret;
+
+	if (o->model_dir)
+		return (ret = sf_model_open(&S->model, o->model_dir, e)) ? ret
+			: sf_tokenizer_open(&S->tok, o->model_dir, e);
+	if ((ret = sf_image_open(&S->image, o->image, e)) ||
+	    (ret = sf_image_model(&S->image, &S->model, e)))
+		return ret;
+	return sf_image_tokenizer(&S->image, &S->tok, e);
+}
+
+/* The sparse decoder on IMAGE, its device peak for --collapse auto from
+ * --device-peak or the --probe-device file. */
+static int open_sparse(struct session *S, const struct options *o, uint64_t tokens)
+{
+	struct sf_sparse_opts so = o->sparse;
+	struct sf_err e = { 0 };
+	struct sf_sparse_memory mem;
+	int ret;
+
+	so.state_bytes = sf_state_bytes(&S->model.cfg, S->state.seq_len);
+	so.max_tokens = tokens;
+	if (so.collapse == SF_SPARSE_COLLAPSE_AUTO && so.device_peak == 0 &&
+	    sf_sparse_device_load(o->image, &so.device_peak, &e) < 0) {
+		sf_error("%s", e.msg);
+		return -EINVAL;
+	}
+	if ((ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, &e))) {
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	S->state.exec = sf_sparse_exec(S->sparse);
+	if (o->verbose) {
+		sf_sparse_memory(S->sparse, &mem);
+		fprintf(stderr, "%s: reads: %s%s, qd %u; collapse %s\n"
+			"%s: memory: %llu bytes: resident %llu, KV cache and state %llu, "
+			"buffers %llu, cache %llu, simulate %llu; offloaded %llu\n",
+			sf_progname, sf_sparse_backend(S->sparse),
+			so.buffered ? " (page cache)" : so.simulate ? "" : " (O_DIRECT)",
+			so.qd ? so.qd : SF_URING_DEFAULT_QD, sf_sparse_collapse_desc(S->sparse),
+			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.resident,
+			(unsigned long long)mem.state, (unsigned long long)mem.buffers,
+			(unsigned long long)mem.cache, (unsigned long long)mem.simulate,
+			(unsigned long long)mem.offloaded);
+	}
+	return 0;
+}
+
+/* After a forward pass: the sparse decoder's read error, if any. */
+static int sparse_failed(const struct session *S)
+{
+	struct sf_err e = { 0 };
+	int ret = S->sparse ? sf_sparse_error(S->sparse, &e) : 0;
+
+	if (ret)
+		sf_error("%s", e.msg);
+	return ret;
 }
 
 static int session_open(struct session *S, const struct options *o, int ctx)
@@ -185,8 +377,7 @@ static int session_open(struct session *S, const struct options *o, int ctx)
 	struct sf_err e = { 0 };
 	int ret;
 
-	if ((ret = sf_model_open(&S->model, o->model_dir, &e)) ||
-	    (ret = sf_tokenizer_open(&S->tok, o->model_dir, &e))) {
+	if ((ret = open_model(S, o, &e))) {
 		sf_error("%s", e.msg);
 		return ret;
 	}
@@ -208,9 +399,13 @@ static int session_open(struct session *S, const struct options *o, int ctx)
 		return ret;
 	}
 	S->state.pool = S->pool;
+	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
+			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
+			 : (uint64_t)ctx)))
+		return ret;
 	if (o->verbose)
 		fprintf(stderr, "%s: %s: %s, %d layers, dim %d, fingerprint %s; kernels %s, "
-			"%d threads, context %d\n", sf_progname, o->model_dir,
+			"%d threads, context %d\n", sf_progname, o->model_dir ? o->model_dir : o->image,
 			sf_arch_name(S->model.cfg.arch), S->model.cfg.n_layers,
 			S->model.cfg.dim, S->model.fingerprint, sf_kernels_isa(), o->threads, ctx);
 	return 0;
@@ -289,7 +484,7 @@ static int generate(struct session *S, const struct options *o)
 	int32_t *prompt = NULL;
 	size_t np = 0;
 	struct sf_detok detok;
-	int ret;
+	int ret, reported = 0;
 
 	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len)))
 		return -EIO;
@@ -322,7 +517,7 @@ static int generate(struct session *S, const struct options *o)
 		const char *p;
 		size_t n;
 		ret = sf_detok_push(&detok, prompt[i], &p, &n);
-		if (!ret && o->echo)
+		if (!ret && o->echo && !o->bench)
 			ret = write_out(p, n);
 	}
 
@@ -333,6 +528,10 @@ static int generate(struct session *S, const struct options *o)
 			     (long)S->decode_tokens < limit; pos++) {
 		S->state.skip_logits = pos + 1 < np;
 		float *logits = sf_forward(&S->model, &S->state, token, (int)pos);
+		if ((ret = sparse_failed(S))) {
+			reported = 1;
+			break;
+		}
 		if (pos + 1 < np) {
 			token = prompt[pos + 1];
 			continue;
@@ -345,9 +544,10 @@ static int generate(struct session *S, const struct options *o)
 		if (is_eos(S, token) && !o->ignore_eos)
 			break;
 		S->decode_tokens++;
-		ret = emit(&detok, token);
+		if (!o->bench)
+			ret = emit(&detok, token);
 	}
-	if (!ret) {
+	if (!ret && !o->bench) {
 		const char *p;
 		size_t n;
 		ret = sf_detok_finish(&detok, &p, &n);
@@ -355,7 +555,9 @@ static int generate(struct session *S, const struct options *o)
 			ret = write_out(p, n);
 	}
 	sf_detok_free(&detok);
-	if (ret == -EIO)
+	if (reported)
+		;
+	else if (ret == -EIO)
 		sf_error("write error on standard output: %s", strerror(errno));
 	else if (ret)
 		sf_error("generation: %s", sf_strerror(ret));
@@ -437,6 +639,10 @@ static int perplexity(struct session *S, const struct options *o)
 	for (size_t start = 0; start + 1 < n; start += (size_t)o->window) {
 		size_t len = n - start < (size_t)o->window + 1 ? n - start : (size_t)o->window + 1;
 		sf_ppl_add(&S->model, &S->state, tokens + start, len, o->window, &acc);
+		if ((ret = sparse_failed(S))) {
+			free(tokens);
+			return ret;
+		}
 		if (o->progress || (isatty(STDERR_FILENO) && !o->quiet))
 			fprintf(stderr, "\r%s: %llu/%zu tokens, ppl %.4f", sf_progname,
 				(unsigned long long)acc.scored, n - 1, exp(acc.nll / acc.scored));
@@ -453,6 +659,10 @@ static int perplexity(struct session *S, const struct options *o)
 			      "ppl", exp(acc.nll / (double)acc.scored));
 	if (!j)
 		return -ENOMEM;
+	if (o->bench) {	/* the figures are printed at the end, with these */
+		S->ppl = j;
+		return 0;
+	}
 	ret = json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) || fputc('\n', stdout) == EOF ? -EIO : 0;
 	json_decref(j);
 	if (ret)
@@ -460,12 +670,15 @@ static int perplexity(struct session *S, const struct options *o)
 	return ret;
 }
 
-static int write_stats(const struct session *S, const struct options *o)
+/* Timings (and with IMAGE the sparse decoder's figures) as JSON to path,
+ * "-" for stderr, NULL for stdout (--bench). */
+static int write_stats(const struct session *S, const struct options *o, const char *path)
 {
 	double pr = S->prompt_s > 0 ? (double)S->prompt_tokens / S->prompt_s : 0.0;
 	double dr = S->decode_s > 0 ? (double)S->decode_steps / S->decode_s : 0.0;
 	json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
-			      "mode", o->ppl_file ? "ppl" : "generate", "model", o->model_dir,
+			      "mode", o->ppl_file ? "ppl" : "generate",
+			      "model", o->model_dir ? o->model_dir : o->image,
 			      "threads", o->threads, "kernels", sf_kernels_isa(),
 			      "prompt_tokens", (json_int_t)S->prompt_tokens,
 			      "prompt_seconds", S->prompt_s, "prompt_tokens_per_second", pr,
@@ -474,15 +687,31 @@ static int write_stats(const struct session *S, const struct options *o)
 			      "decode_seconds", S->decode_s, "decode_tokens_per_second", dr);
 	int ret = j ? 0 : -ENOMEM;
 
+	if (!ret && S->sparse) {
+		json_t *sp = sf_sparse_stats_json(S->sparse);
+		if (!sp || json_object_update(j, sp))
+			ret = -ENOMEM;
+		json_decref(sp);
+		if (S->ppl)
+			json_object_set(j, "ppl", S->ppl);
+	}
+	if (!ret && path == NULL) {
+		ret = json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) || fputc('\n', stdout) == EOF
+			? -EIO : 0;
+		json_decref(j);
+		if (ret)
+			sf_error("write error on standard output: %s", strerror(errno));
+		return ret;
+	}
 	if (!ret) {
-		if (strcmp(o->stats_file, "-") == 0)
+		if (strcmp(path, "-") == 0)
 			ret = json_dumpf(j, stderr, JSON_REAL_PRECISION(10)) ? -EIO : 0;
 		else
-			ret = json_dump_file(j, o->stats_file, JSON_REAL_PRECISION(10)) ? -EIO : 0;
-		json_decref(j);
+			ret = json_dump_file(j, path, JSON_REAL_PRECISION(10)) ? -EIO : 0;
 	}
+	json_decref(j);
 	if (ret)
-		sf_error("%s: cannot write statistics", o->stats_file);
+		sf_error("%s: cannot write statistics", path);
 	return ret;
 }
 
@@ -494,12 +723,23 @@ int main(int argc, char **argv)
 
 	sf_progname = "sf-run";
 	parse_options(argc, argv, &o);
+	if (o.probe) {
+		struct sf_err e = { 0 };
+		json_t *j;
+		if ((ret = sf_sparse_device_probe(o.probe, &j, &e))) {
+			sf_error("%s", e.msg);
+			return SF_EXIT_FAIL;
+		}
+		ret = json_dumpf(j, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF;
+		json_decref(j);
+		return ret || sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK;
+	}
 
 	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
 	ret = session_open(&S, &o, ctx);
 	if (!ret)
 		ret = o.ppl_file ? perplexity(&S, &o) : generate(&S, &o);
-	if (!ret && !o.quiet && !o.ppl_file) {
+	if (!ret && !o.quiet && !o.ppl_file && !o.bench) {
 		fprintf(stderr, "\n%s: prompt %zu tokens, %.1f tok/s; decode %zu tokens, %.1f tok/s\n",
 			sf_progname, S.prompt_tokens,
 			S.prompt_s > 0 ? (double)S.prompt_tokens / S.prompt_s : 0.0,
@@ -507,7 +747,9 @@ int main(int argc, char **argv)
 			S.decode_s > 0 ? (double)S.decode_steps / S.decode_s : 0.0);
 	}
 	if (!ret && o.stats_file)
-		ret = write_stats(&S, &o);
+		ret = write_stats(&S, &o, o.stats_file);
+	if (!ret && o.bench)
+		ret = write_stats(&S, &o, NULL);
 	session_free(&S);
 	if (sf_close_stdout())
 		ret = -EIO;

@@ -223,8 +223,8 @@ static void matvec_worker(void *arg, int ith, int nth)
 	}
 }
 
-static void matvec_group(struct sf_pool *pool, const float *x, int n, float *const *y,
-			 const struct sf_weight *const *w)
+void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y,
+		    const struct sf_weight *const *w)
 {
 	struct matvec_task t = { .x = x, .n = n, .total_rows = 0 };
 	for (int i = 0; i < n; i++) {
@@ -243,7 +243,7 @@ static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const
 	if (s->exec && s->exec->fn)
 		s->exec->fn(s->exec->ctx, layer, g, in, n, nout, y, w);
 	else
-		matvec_group(s->pool, in, nout, y, w);
+		sf_group_dense(s->pool, in, nout, y, w);
 }
 
 // ----------------------------------------------------------------------------
@@ -349,7 +349,7 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
 	{
 		float *y[] = { s->logits };
 		const struct sf_weight *mw[] = { &m->lm_head };
-		matvec_group(s->pool, s->x, 1, y, mw);
+		sf_group_dense(s->pool, s->x, 1, y, mw);
 	}
 	return s->logits;
 }

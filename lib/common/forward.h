@@ -45,6 +45,12 @@ struct sf_group_exec {
 	void *ctx;
 };
 
+/* The dense products y[i] = w[i] x of a group's n matrices, rows split
+ * over the pool (NULL: the caller): what the forward pass does without an
+ * exec, for an exec's resident groups. */
+void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y,
+		    const struct sf_weight *const *w);
+
 struct sf_runstate {
 	int seq_len;		/* positions the KV cache holds */
 	float *x;		/* (dim) residual stream */

@@ -1,0 +1,113 @@
+/* The sparse decoder: computes every flash group of an image from the
+ * columns its input selects (top tier, middle tier, omitted), reading them
+ * with collapsed, 4 KiB aligned io_uring reads and a linking-aligned cache,
+ * computing on runs in position order as they complete. It plugs into the
+ * forward pass as its struct sf_group_exec. man/sf-run.1. */
+#ifndef SF_SPARSE_H
+#define SF_SPARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "cache.h"
+#include "err.h"
+#include "forward.h"
+#include "image.h"
+#include "model.h"
+#include "pool.h"
+
+#define SF_SPARSE_COLLAPSE_AUTO (-1)
+/* --collapse auto's gap while reads are IOPS-bound (also its gap when no
+ * device peak is known). */
+#define SF_SPARSE_AUTO_GAP 4
+/* auto: reads are bandwidth-bound, and collapse is off, while the achieved
+ * bandwidth of the last SF_SPARSE_AUTO_WINDOW tokens is at least this
+ * share of the device's peak. */
+#define SF_SPARSE_BW_BOUND 0.8
+#define SF_SPARSE_AUTO_WINDOW 4
+
+enum sf_sparse_select {
+	SF_SPARSE_BUDGET,	/* the image's calibrated k_top, k_mid of a budget */
+	SF_SPARSE_DENSITY,	/* TEAL: round(density * n) top tier, no middle */
+	SF_SPARSE_FRACTIONS,	/* k_top = round(top * n), k_mid = round(mid * n) */
+};
+
+struct sf_sparse_opts {
+	enum sf_sparse_select select;
+	double budget;			/* BUDGET: one of img->budgets, or 1 (every entry top) */
+	double density;			/* DENSITY, in (0, 1] */
+	double top, mid;		/* FRACTIONS, each in [0, 1], top + mid <= 1 */
+	int collapse;			/* gap in positions, or SF_SPARSE_COLLAPSE_AUTO */
+	double device_peak;		/* bytes/s for auto; 0: unknown (fixed gap) */
+	unsigned qd;			/* 0: SF_URING_DEFAULT_QD */
+	int buffered;			/* no O_DIRECT */
+	int simulate;			/* flash regions read into RAM once; no I/O after */
+	enum sf_cache_policy policy;
+	double seg_admit;
+	double cache_ratio;		/* < 0: cache from ram; else share of offloaded bytes */
+	uint64_t ram;			/* 0: no limit */
+	uint64_t state_bytes;		/* KV cache and run state the caller holds */
+	uint64_t max_tokens;		/* latencies recorded for percentiles */
+};
+
+/* Defaults: budget 1, collapse auto, S3-FIFO, SF_CACHE_DEFAULT_SEG_ADMIT,
+ * no cache ratio, no RAM limit. */
+void sf_sparse_opts_default(struct sf_sparse_opts *o);
+
+/* Bytes sf-run keeps, for the --ram check and -v. */
+struct sf_sparse_memory {
+	uint64_t resident;	/* the mapped header and resident blob */
+	uint64_t state;		/* KV cache and run state (the caller's figure) */
+	uint64_t buffers;	/* read buffers and per-group scratch */
+	uint64_t cache;		/* cache slots and metadata */
+	uint64_t simulate;	/* --simulate: the flash regions in RAM */
+	uint64_t offloaded;	/* top-tier bytes on flash (what --cache-ratio scales) */
+	uint64_t total;
+};
+
+struct sf_sparse;
+
+/* Sets up decoding of img (m: its sf_image_model) on the pool (NULL: the
+ * caller): resolves the tier sizes (SF_EUNSUPPORTED for a budget the image
+ * was not calibrated for, listing those it was; a middle tier without
+ * codes), sizes the cache, checks the memory budget (SF_ELIMIT with the
+ * figures), allocates every buffer, opens the ring (or, with simulate,
+ * reads the flash regions). Images packed with --keep are refused
+ * (SF_EUNSUPPORTED). *sp NULL on error. */
+int sf_sparse_open(struct sf_sparse **sp, const struct sf_image *img, const struct sf_model *m,
+		   struct sf_pool *pool, const struct sf_sparse_opts *o, struct sf_err *e);
+void sf_sparse_close(struct sf_sparse *sp);	/* accepts NULL */
+
+/* The exec to set as sf_runstate.exec. */
+const struct sf_group_exec *sf_sparse_exec(struct sf_sparse *sp);
+/* After a forward pass: 0, or the first read error (message in *e); after
+ * one every later group outputs zeros and reads nothing, so the caller
+ * must stop. */
+int sf_sparse_error(const struct sf_sparse *sp, struct sf_err *e);
+
+void sf_sparse_memory(const struct sf_sparse *sp, struct sf_sparse_memory *mem);
+/* The collapse gap in use now and how it was chosen ("fixed", "auto",
+ * "auto (no device peak: fixed gap N)"), for -v. */
+const char *sf_sparse_collapse_desc(const struct sf_sparse *sp);
+const char *sf_sparse_backend(const struct sf_sparse *sp);	/* "io_uring", "pread", "simulate" */
+
+/* The --bench / --stats figures so far (see man/sf-run.1): a new object. */
+json_t *sf_sparse_stats_json(struct sf_sparse *sp);
+
+// ----------------------------------------------------------------------------
+// device peak for --collapse auto
+
+/* $XDG_CACHE_HOME/sparseflash/device-MAJ-MIN.json (or ~/.cache/...) of the
+ * device holding path, into buf. */
+int sf_sparse_device_file(const char *path, char *buf, size_t cap, struct sf_err *e);
+/* The peak bandwidth stored for the device of path: 1 and *peak set, 0
+ * when none is stored, or an error for a file that is not ours. */
+int sf_sparse_device_load(const char *path, double *peak, struct sf_err *e);
+/* Measures the device holding dir (sf_uring_probe on a 1 GiB file written
+ * there and removed after) and stores the figures; *out (may be NULL) the
+ * JSON stored, a new reference. */
+int sf_sparse_device_probe(const char *dir, json_t **out, struct sf_err *e);
+
+#endif

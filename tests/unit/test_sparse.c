@@ -1,0 +1,444 @@
+/* Unit test of lib/common/sparse.c on images of the embedded mix4-1m
+ * (identity and shuffled placements, scalar codes, attention resident or
+ * not): every group's sparse output against a plain double-precision
+ * product over the same selection (top tier from the model's weights,
+ * middle tier from the decoded codes); budget 1 against the dense
+ * decoder; logits bit-identical between --simulate and reads, whatever
+ * the cache, collapse, queue depth and threads; bytes counted against the
+ * ring's; injected read errors and short reads; refused settings. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codes.h"
+#include "forward.h"
+#include "image.h"
+#include "kernels.h"
+#include "model.h"
+#include "placement.h"
+#include "sparse.h"
+#include "trace.h"
+#include "unit.h"
+#include "uring.h"
+
+#define T 10		/* positions run */
+
+static char tmpdir[4096], model_dir[4096];
+static struct sf_model M;
+static struct sf_sfq Q;
+static const int32_t tokens[T] = { 1, 57, 300, 12, 999, 4, 77, 512, 3, 130 };
+
+// --- inputs
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(uint32_t n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng % n);
+}
+
+static void shuffled(struct sf_placement *pl)
+{
+	struct sf_err e = { 0 };
+	json_t *opt = json_object();
+	int nl = M.cfg.n_layers;
+
+	CHECK(!sf_placement_init(pl, M.fingerprint, nl * SF_NGROUPS, &e), "%s", e.msg);
+	for (int l = 0; l < nl; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			uint32_t n = (uint32_t)sf_group_entries(&M.cfg, (enum sf_group)g);
+			uint32_t *p = malloc(n * sizeof(*p));
+			for (uint32_t i = 0; i < n; i++)
+				p[i] = i;
+			for (uint32_t i = n - 1; i > 0; i--) {
+				uint32_t j = rnd(i + 1), t = p[i];
+				p[i] = p[j];
+				p[j] = t;
+			}
+			CHECK(!sf_placement_set(pl, l * SF_NGROUPS + g, l, (enum sf_group)g, n,
+						SF_PLACE_FREQUENCY, opt, 0, 0, 0, p, &e), "%s", e.msg);
+			free(p);
+		}
+	json_decref(opt);
+}
+
+static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_stats *st,
+		struct sf_err *e)
+{
+	struct sf_sfq *q = arg;
+	(void)st;
+	(void)e;
+	memcpy(q->buf + q->sections[i].offset, data, (size_t)q->sections[i].bytes);
+	return 0;
+}
+
+/* Scalar codes of every group, in memory as sf-encode makes them. */
+static void make_codes(struct sf_sfq *q)
+{
+	struct sf_err e = { 0 };
+	uint64_t total = 0;
+
+	memset(q, 0, sizeof(*q));
+	memcpy(q->fingerprint, M.fingerprint, sizeof(q->fingerprint));
+	q->method = SF_CODES_SCALAR;
+	sf_sfq_shape_of(&q->shape, &M.cfg);
+	q->sections = calloc((size_t)M.cfg.n_layers * SF_NGROUPS, sizeof(*q->sections));
+	for (int l = 0; l < M.cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++)
+			sf_sfq_section_init(&q->sections[q->nsections++], q->method, &q->shape, l,
+					    (enum sf_group)g);
+	for (size_t i = 0; i < q->nsections; i++) {
+		q->sections[i].offset = total;
+		total += q->sections[i].bytes;
+	}
+	q->buf = malloc((size_t)total);
+	CHECK(!sf_codes_encode_sections(&M, q, NULL, sink, q, &e), "%s", e.msg);
+	for (size_t i = 0; i < q->nsections; i++)
+		q->sections[i].data = q->buf + q->sections[i].offset;
+}
+
+static void pack(const char *name, const struct sf_placement *pl, const struct sf_sfq *q,
+		 unsigned resident)
+{
+	char path[4200];
+	struct sf_err e = { 0 };
+	struct sf_image_pack_opts o = {
+		.model = &M, .model_dir = model_dir, .placement = pl, .placement_path = "pl.json",
+		.codes = q, .codes_path = "codes.sfq", .resident = resident,
+		.dtype = SF_IMAGE_DTYPE_KEEP,
+	};
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	CHECK(!sf_image_pack(path, &o, NULL, &e), "%s: %s", name, e.msg);
+}
+
+// --- the reference: the same selection, products in double
+
+struct checker {
+	const struct sf_group_exec *inner;
+	double top, mid;	/* fractions, as the decoder was given them */
+	double worst;		/* max |sparse - ref| / max |ref| over every group */
+};
+
+static float weight(const struct sf_weight *w, uint64_t r, uint64_t c)
+{
+	uint64_t i = r * w->cols + c;
+	switch (w->dtype) {
+	case SF_DTYPE_BF16: return sf_bf16_to_f32(((const uint16_t *)w->data)[i]);
+	case SF_DTYPE_F16: return sf_f16_to_f32(((const uint16_t *)w->data)[i]);
+	default: return ((const float *)w->data)[i];
+	}
+}
+
+static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
+		       int nout, float *const *out, const struct sf_weight *const *w)
+{
+	struct checker *ck = ctx;
+	const struct sf_weight *mw[SF_GROUP_MAX_MATRICES];
+	const char *names[SF_GROUP_MAX_MATRICES];
+	uint32_t kt = (uint32_t)llround(ck->top * (double)n);
+	uint32_t km = (uint32_t)llround(ck->mid * (double)n);
+	size_t words = (n + 63) / 64;
+	uint64_t *bt = calloc(words, 8), *ba = calloc(words, 8);
+	uint32_t *scratch = calloc(2 * n, 4);
+	const struct sf_sfq_section *sec = sf_sfq_find(&Q, layer, g);
+
+	ck->inner->fn(ck->inner->ctx, layer, g, in, n, nout, out, w);
+	if (w[0]->data)		/* resident: dense, nothing to compare */
+		goto out;
+	if (km > n - kt)
+		km = (uint32_t)n - kt;
+	sf_trace_select_topk(in, (uint32_t)n, kt, bt, scratch);
+	sf_trace_select_topk(in, (uint32_t)n, kt + km, ba, scratch);
+	sf_codes_group_matrices(&M, layer, g, mw, names);
+	for (int i = 0; i < nout; i++) {
+		size_t rows = (size_t)mw[i]->rows;
+		double *ref = calloc(rows, sizeof(double)), big = 1e-9, diff = 0;
+		float *dec = malloc(rows * sizeof(float));
+		struct sf_codes_view v = sf_sfq_view(&Q, sec, i);
+		for (size_t c = 0; c < n; c++) {
+			int top = bt[c / 64] >> (c % 64) & 1, any = ba[c / 64] >> (c % 64) & 1;
+			if (top)
+				for (size_t r = 0; r < rows; r++)
+					ref[r] += (double)in[c] * weight(mw[i], r, c);
+			else if (any) {
+				sf_codes_decode(v.method, v.codebook, v.base + c * v.stride, rows, dec);
+				for (size_t r = 0; r < rows; r++)
+					ref[r] += (double)in[c] * dec[r];
+			}
+		}
+		for (size_t r = 0; r < rows; r++) {
+			if (fabs(ref[r]) > big)
+				big = fabs(ref[r]);
+			if (fabs(ref[r] - out[i][r]) > diff)
+				diff = fabs(ref[r] - out[i][r]);
+		}
+		if (diff / big > ck->worst)
+			ck->worst = diff / big;
+		free(ref);
+		free(dec);
+	}
+out:
+	free(bt);
+	free(ba);
+	free(scratch);
+}
+
+// --- one decoding run over tokens[]
+
+struct result {
+	float logits[T][1024];
+	uint64_t bytes_moved, uring_bytes, requests, uring_requests, hits;
+	double budget;
+};
+
+static int decode(const char *name, const struct sf_sparse_opts *o, int threads,
+		  struct checker *ck, struct result *r, struct sf_err *e)
+{
+	char path[4200];
+	struct sf_image img = { 0 };
+	struct sf_model m = { 0 };
+	struct sf_pool *pool = NULL;
+	struct sf_runstate s = { 0 };
+	struct sf_sparse *sp = NULL;
+	struct sf_group_exec wrap;
+	int ret;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	memset(r, 0, sizeof(*r));
+	if ((ret = sf_image_open(&img, path, e)) || (ret = sf_image_model(&img, &m, e)) ||
+	    (ret = sf_pool_create(&pool, threads)) || (ret = sf_state_init(&s, &m.cfg, T, e)))
+		goto out;
+	s.pool = pool;
+	if ((ret = sf_sparse_open(&sp, &img, &m, pool, o, e)))
+		goto out;
+	s.exec = sf_sparse_exec(sp);
+	if (ck) {
+		ck->inner = s.exec;
+		wrap = (struct sf_group_exec){ check_exec, ck };
+		s.exec = &wrap;
+	}
+	for (int p = 0; p < T; p++) {
+		const float *l = sf_forward(&m, &s, tokens[p], p);
+		if ((ret = sf_sparse_error(sp, e)))
+			goto out;
+		memcpy(r->logits[p], l, sizeof(r->logits[p]));
+	}
+	json_t *j = sf_sparse_stats_json(sp);
+	CHECK(j != NULL, "stats");
+	json_unpack(j, "{s:I, s:I, s:F, s:{s:I, s:I}, s:{s:I}}", "bytes_moved", &r->bytes_moved,
+		    "requests", &r->requests, "budget", &r->budget, "uring", "bytes",
+		    &r->uring_bytes, "requests", &r->uring_requests, "cache", "hits", &r->hits);
+	json_decref(j);
+out:
+	sf_sparse_close(sp);
+	sf_state_free(&s);
+	sf_pool_destroy(pool);
+	sf_model_close(&m);
+	sf_image_close(&img);
+	return ret;
+}
+
+static struct sf_sparse_opts fractions(double top, double mid)
+{
+	struct sf_sparse_opts o;
+	sf_sparse_opts_default(&o);
+	o.select = SF_SPARSE_FRACTIONS;
+	o.top = top;
+	o.mid = mid;
+	return o;
+}
+
+static int same(const struct result *a, const struct result *b)
+{
+	return memcmp(a->logits, b->logits, sizeof(a->logits)) == 0;
+}
+
+static int argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+/* The dense decoder's logits of tokens[]. */
+static void dense(struct result *r)
+{
+	struct sf_runstate s = { 0 };
+	struct sf_err e = { 0 };
+
+	CHECK(!sf_state_init(&s, &M.cfg, T, &e), "%s", e.msg);
+	for (int p = 0; p < T; p++)
+		memcpy(r->logits[p], sf_forward(&M, &s, tokens[p], p), sizeof(r->logits[p]));
+	sf_state_free(&s);
+}
+
+int main(void)
+{
+	const char *root = unit_env("SF_ROOT", ".");
+	static struct result ref, a, b;
+	struct sf_err e = { 0 };
+	struct sf_placement pl;
+	struct sf_sparse_opts o;
+	const unsigned ATTN = 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_ATTN_OUT;
+	int ret;
+
+	snprintf(model_dir, sizeof(model_dir), "%s/models/mix4-1m", root);
+	mkdir(unit_env("SF_TMP", "/tmp"), 0777);
+	snprintf(tmpdir, sizeof(tmpdir), "%s/test_sparse.XXXXXX", unit_env("SF_TMP", "/tmp"));
+	if (!mkdtemp(tmpdir)) {
+		perror(tmpdir);
+		return 1;
+	}
+	if (sf_model_open(&M, model_dir, &e)) {
+		fprintf(stderr, "%s\n", e.msg);
+		return 1;
+	}
+	CHECK(M.cfg.vocab_size == 1024, "vocab %d", M.cfg.vocab_size);
+	shuffled(&pl);
+	make_codes(&Q);
+	pack("id.sfimg", NULL, &Q, 0);
+	pack("sh.sfimg", &pl, &Q, 0);
+	pack("shr.sfimg", &pl, &Q, ATTN);
+	pack("plain.sfimg", NULL, NULL, 0);
+
+	/* O_DIRECT on SF_TMP, or skip */
+	{
+		char path[4200];
+		struct sf_uring *u = NULL;
+		snprintf(path, sizeof(path), "%s/id.sfimg", tmpdir);
+		ret = sf_uring_open(&u, path, &(struct sf_uring_opts){ 0 }, &e);
+		sf_uring_close(u);
+		if (ret == -EINVAL)
+			unit_skip("O_DIRECT refused on $SF_TMP (tmpfs?): sparse reads not tested");
+		CHECK(ret == 0, "%s", e.msg);
+	}
+
+	/* budget 1 is the dense decoder: same tokens, logits within rounding */
+	dense(&ref);
+	const char *all[] = { "id.sfimg", "sh.sfimg", "shr.sfimg", "plain.sfimg" };
+	for (int i = 0; i < 4; i++) {
+		sf_sparse_opts_default(&o);
+		CHECK(!(ret = decode(all[i], &o, 2, NULL, &a, &e)), "%s: %s", all[i], e.msg);
+		for (int p = 0; p < T && !ret; p++) {
+			CHECK(argmax(a.logits[p], 1024) == argmax(ref.logits[p], 1024),
+			      "%s: position %d: token %d, dense %d", all[i], p,
+			      argmax(a.logits[p], 1024), argmax(ref.logits[p], 1024));
+			for (int t = 0; t < 1024; t++)
+				if (fabsf(a.logits[p][t] - ref.logits[p][t]) > 1e-3f) {
+					CHECK(0, "%s: position %d logit %d: %g, dense %g", all[i], p,
+					      t, a.logits[p][t], ref.logits[p][t]);
+					break;
+				}
+		}
+		CHECK(fabs(a.budget - 1.0) < 1e-12, "%s: budget %g", all[i], a.budget);
+	}
+
+	/* two tiers: every group's output is the selection's product */
+	for (int i = 0; i < 3; i++) {
+		struct checker ck = { .top = 0.3, .mid = 0.25 };
+		o = fractions(0.3, 0.25);
+		o.cache_ratio = 0.2;
+		CHECK(!decode(all[i], &o, 2, &ck, &a, &e), "%s: %s", all[i], e.msg);
+		CHECK(ck.worst < 1e-4, "%s: sparse against reference: relative error %g", all[i],
+		      ck.worst);
+		CHECK(a.budget > 0.3 && a.budget < 0.55, "%s: budget %g", all[i], a.budget);
+	}
+	{
+		struct checker ck = { .top = 0.2, .mid = 0 };
+		sf_sparse_opts_default(&o);
+		o.select = SF_SPARSE_DENSITY;
+		o.density = 0.2;
+		CHECK(!decode("sh.sfimg", &o, 1, &ck, &a, &e), "%s", e.msg);
+		CHECK(ck.worst < 1e-4, "TEAL against reference: relative error %g", ck.worst);
+	}
+
+	/* bit-identical: simulate, cache, collapse, queue depth, threads */
+	o = fractions(0.3, 0.25);
+	o.simulate = 1;
+	CHECK(!decode("sh.sfimg", &o, 1, NULL, &ref, &e), "%s", e.msg);
+	CHECK(ref.uring_bytes == 0 && ref.bytes_moved > 0, "simulate: %llu bytes read",
+	      (unsigned long long)ref.uring_bytes);
+	struct { enum sf_cache_policy pol; double ratio, seg; int gap; unsigned qd; int th; } v[] = {
+		{ SF_CACHE_NONE, -1, 1, 0, 1, 1 },
+		{ SF_CACHE_S3FIFO, 0.3, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 2 },
+		{ SF_CACHE_S3FIFO, 0.5, 0.1, 16, 2, 2 },
+		{ SF_CACHE_LRU, 0.1, 1, 3, 64, 1 },
+		{ SF_CACHE_LRU, 1.0, 1, 0, 7, 2 },
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		o = fractions(0.3, 0.25);
+		o.policy = v[i].pol;
+		o.cache_ratio = v[i].ratio;
+		o.seg_admit = v[i].seg;
+		o.collapse = v[i].gap;
+		o.qd = v[i].qd;
+		CHECK(!decode("sh.sfimg", &o, v[i].th, NULL, &a, &e), "case %zu: %s", i, e.msg);
+		CHECK(same(&a, &ref), "case %zu: logits differ from --simulate", i);
+		CHECK(a.bytes_moved == a.uring_bytes && a.requests == a.uring_requests,
+		      "case %zu: counted %llu bytes in %llu requests, the ring %llu in %llu", i,
+		      (unsigned long long)a.bytes_moved, (unsigned long long)a.requests,
+		      (unsigned long long)a.uring_bytes, (unsigned long long)a.uring_requests);
+		CHECK(v[i].ratio < 0.5 || a.hits > 0, "case %zu: no cache hits", i);
+	}
+	/* collapse reads fewer requests, more bytes */
+	o = fractions(0.3, 0.25);
+	o.collapse = 0;
+	CHECK(!decode("sh.sfimg", &o, 1, NULL, &a, &e), "%s", e.msg);
+	o.collapse = 64;
+	CHECK(!decode("sh.sfimg", &o, 1, NULL, &b, &e), "%s", e.msg);
+	CHECK(b.requests < a.requests && b.bytes_moved >= a.bytes_moved,
+	      "collapse 64: %llu requests %llu bytes; 0: %llu, %llu",
+	      (unsigned long long)b.requests, (unsigned long long)b.bytes_moved,
+	      (unsigned long long)a.requests, (unsigned long long)a.bytes_moved);
+
+	/* short reads change nothing; an injected error stops decoding */
+	setenv("SF_FAULT", "short=4096", 1);
+	o = fractions(0.3, 0.25);
+	CHECK(!decode("sh.sfimg", &o, 2, NULL, &a, &e), "%s", e.msg);
+	CHECK(same(&a, &ref), "short reads: logits differ");
+	setenv("SF_FAULT", "eio=3", 1);
+	ret = decode("sh.sfimg", &o, 2, NULL, &a, &e);
+	CHECK(ret == -EIO && strstr(e.msg, "Input/output error") && !strchr(e.msg, '\n'),
+	      "eio: %d '%s'", ret, e.msg);
+	unsetenv("SF_FAULT");
+
+	/* refused settings */
+	sf_sparse_opts_default(&o);
+	o.budget = 0.5;
+	ret = decode("sh.sfimg", &o, 1, NULL, &a, &e);
+	CHECK(ret == SF_EUNSUPPORTED && strstr(e.msg, "--budget 0.5: the image has no tier sizes"),
+	      "%d '%s'", ret, e.msg);
+	o = fractions(0.3, 0.2);
+	ret = decode("plain.sfimg", &o, 1, NULL, &a, &e);
+	CHECK(ret == SF_EUNSUPPORTED && strstr(e.msg, "middle-tier entries, but the image has no codes"),
+	      "%d '%s'", ret, e.msg);
+	o = fractions(0.3, 0);
+	o.ram = 100000;
+	ret = decode("sh.sfimg", &o, 1, NULL, &a, &e);
+	CHECK(ret == SF_ELIMIT && strstr(e.msg, "--ram 100000: ") && strstr(e.msg, "bytes needed: resident"),
+	      "%d '%s'", ret, e.msg);
+
+	sf_placement_free(&pl);
+	free(Q.sections);
+	free(Q.buf);
+	sf_model_close(&M);
+	if (!unit_failures) {
+		const char *names[] = { "id.sfimg", "sh.sfimg", "shr.sfimg", "plain.sfimg" };
+		char path[4300];
+		for (int i = 0; i < 4; i++) {
+			snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
+			unlink(path);
+		}
+		rmdir(tmpdir);
+	}
+	return unit_exit();
+}
