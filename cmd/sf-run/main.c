@@ -573,56 +573,17 @@ static int read_ppl_tokens(struct session *S, const char *path, uint64_t max_tok
 			   int32_t **out, size_t *n_out, size_t *docs_out)
 {
 	struct sf_err e = { 0 };
-	struct sf_corpus *corpus = NULL;
-	int32_t *all = NULL, *ids = NULL;
-	size_t n = 0, cap = 0, docs = 0, nids;
-	const char *doc;
-	size_t len;
-	int ret;
+	int ret = sf_corpus_tokens(&path, 1, S->tok, max_tokens, out, n_out, docs_out, &e);
 
-	if ((ret = sf_corpus_open(&corpus, path, &e))) {
+	if (ret) {
 		sf_error("%s", e.msg);
 		return ret;
 	}
-	while ((!max_tokens || n < max_tokens) && (ret = sf_corpus_next(corpus, &doc, &len, &e)) > 0) {
-		if ((ret = sf_tokenizer_encode(S->tok, doc, len, 1, &ids, &nids, &e)))
-			break;
-		if (n + nids > cap) {
-			size_t ncap = cap ? cap * 2 : 65536;
-			while (ncap < n + nids)
-				ncap *= 2;
-			int32_t *p = realloc(all, ncap * sizeof(*all));
-			if (!p) {
-				ret = sf_err_set(&e, -ENOMEM, "%s: %zu tokens: %s", path, ncap,
-						 sf_strerror(-ENOMEM));
-				break;
-			}
-			all = p;
-			cap = ncap;
-		}
-		memcpy(all + n, ids, nids * sizeof(*ids));
-		n += nids;
-		docs++;
-		free(ids);
-		ids = NULL;
-	}
-	free(ids);
-	sf_corpus_close(corpus);
-	if (ret < 0) {
-		sf_error("%s", e.msg);
-		free(all);
-		return ret;
-	}
-	if (max_tokens && n > max_tokens)
-		n = (size_t)max_tokens;
-	if (n < 2) {
-		sf_error("%s: %zu tokens: perplexity needs at least 2", path, n);
-		free(all);
+	if (*n_out < 2) {
+		sf_error("%s: %zu tokens: perplexity needs at least 2", path, *n_out);
+		free(*out);
 		return -EINVAL;
 	}
-	*out = all;
-	*n_out = n;
-	*docs_out = docs;
 	return 0;
 }
 
