@@ -99,3 +99,6 @@ bench: all $(BENCHES)
 
 clean:
 	rm -rf build bin
+
+# make fuzz FUZZ_SECONDS=N: libFuzzer harnesses of every parser (needs clang)
+include tests/fuzz/fuzz.mk

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "calib.h"
+#include "jsonfile.h"
 #include "kernels.h"
 
 void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_model *m,
@@ -589,18 +590,26 @@ static int jnum(const char *path, json_t *o, const char *key, double min, double
 	return 0;
 }
 
+/* A count: a number as jnum, and whole (2.5 entries would be truncated). */
+static int jcount(const char *path, json_t *o, const char *key, double min, double max,
+		  double *out, struct sf_err *e)
+{
+	int ret = jnum(path, o, key, min, max, out, e);
+	if (!ret && *out != floor(*out))
+		return sf_err_set(e, SF_EFORMAT, "%s: \"%s\" is %g: expected a whole number", path,
+				  key, *out);
+	return ret;
+}
+
 int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 {
-	json_error_t je;
-	json_t *root = strcmp(path, "-") == 0 ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
-					      : json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	json_t *fp, *me, *groups, *budgets;
+	json_t *root, *fp, *me, *groups, *budgets;
 	double v;
-	int ret = 0;
+	int ret;
 
 	memset(C, 0, sizeof(*C));
-	if (!root)
-		return sf_err_set(e, SF_EFORMAT, "%s: %s", path, je.text);
+	if ((ret = sf_json_load(&root, path, SF_CALIB_MAX_FILE, e)))
+		return ret;
 	fp = json_object_get(root, "fingerprint");
 	me = json_object_get(root, "method");
 	groups = json_object_get(root, "groups");
@@ -615,21 +624,21 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 		ret = sf_err_set(e, SF_EFORMAT, "%s: unknown method", path);
 		goto out;
 	}
-	if ((ret = jnum(path, root, "n_layers", 1, 65536, &v, e)))
+	if ((ret = jcount(path, root, "n_layers", 1, SF_CALIB_MAX_LAYERS, &v, e)))
 		goto out;
 	C->n_layers = (int)v;
-	if ((ret = jnum(path, root, "tokens", 0, 1e18, &v, e)))
+	if ((ret = jcount(path, root, "tokens", 0, 1e18, &v, e)))
 		goto out;
 	C->tokens = (uint64_t)v;
-	if ((ret = jnum(path, root, "window", 1, 1 << 24, &v, e)))
+	if ((ret = jcount(path, root, "window", 1, 1 << 24, &v, e)))
 		goto out;
 	C->window = (int)v;
 	for (int g = 0; g < SF_NGROUPS; g++) {
 		json_t *go = json_object_get(groups, sf_group_name((enum sf_group)g));
 		double en, tb, mb;
-		if ((ret = jnum(path, go, "entries", 1, 1 << 24, &en, e)) ||
-		    (ret = jnum(path, go, "top_bytes", 1, 1e12, &tb, e)) ||
-		    (ret = jnum(path, go, "mid_bytes", 1, 1e12, &mb, e)))
+		if ((ret = jcount(path, go, "entries", 1, 1 << 24, &en, e)) ||
+		    (ret = jcount(path, go, "top_bytes", 1, 1e12, &tb, e)) ||
+		    (ret = jcount(path, go, "mid_bytes", 1, 1e12, &mb, e)))
 			goto out;
 		C->sizes[g] = (struct sf_calib_sizes){ (uint64_t)en, (uint64_t)tb, (uint64_t)mb };
 	}
@@ -640,6 +649,15 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 		goto out;
 	}
 	C->nbudgets = json_array_size(budgets);
+	/* every budget lists every layer before room for them is taken */
+	for (size_t b = 0; b < C->nbudgets; b++) {
+		json_t *layers = json_object_get(json_array_get(budgets, b), "layers");
+		if (!json_is_array(layers) || json_array_size(layers) != (size_t)C->n_layers) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: budget %zu: expected %d layers", path,
+					 b + 1, C->n_layers);
+			goto out;
+		}
+	}
 	if (!(C->layers = calloc(C->nbudgets * (size_t)C->n_layers, sizeof(*C->layers)))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
 		goto out;
@@ -649,11 +667,6 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 		if ((ret = jnum(path, bo, "budget", 1e-300, 1.0, &C->budgets[b], e)) ||
 		    (ret = jnum(path, bo, "realised", 0.0, 1.0, &C->realised[b], e)))
 			goto out;
-		if (!json_is_array(layers) || json_array_size(layers) != (size_t)C->n_layers) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: budget %g: expected %d layers", path,
-					 C->budgets[b], C->n_layers);
-			goto out;
-		}
 		for (int l = 0; l < C->n_layers; l++) {
 			json_t *lo = json_array_get(layers, (size_t)l);
 			json_t *gs = json_object_get(lo, "groups");
@@ -665,8 +678,8 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 			for (int g = 0; g < SF_NGROUPS; g++) {
 				json_t *go = json_object_get(gs, sf_group_name((enum sf_group)g));
 				double kt, km, n = (double)C->sizes[g].entries;
-				if ((ret = jnum(path, go, "k_top", 0, n, &kt, e)) ||
-				    (ret = jnum(path, go, "k_mid", 0, n - kt, &km, e)))
+				if ((ret = jcount(path, go, "k_top", 0, n, &kt, e)) ||
+				    (ret = jcount(path, go, "k_mid", 0, n - kt, &km, e)))
 					goto out;
 				L->g[g].k_top = (uint64_t)kt;
 				L->g[g].k_mid = (uint64_t)km;

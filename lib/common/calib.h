@@ -21,6 +21,8 @@
 #define SF_CALIB_STEP 0.05		/* SpAx step 1: a group's budget moves by this */
 #define SF_CALIB_GRID 11		/* SpAx step 2: top-tier shares 0, 0.1, ..., 1 tried */
 #define SF_CALIB_MAX_BUDGETS 64
+#define SF_CALIB_MAX_LAYERS 4096
+#define SF_CALIB_MAX_FILE ((uint64_t)64 << 20)	/* bytes of calib.json */
 
 /* Bytes per entry of a group in each tier. A group's budget is SpAx's
  * Equation 5, (k_top * top + k_mid * mid) / (entries * top); a layer's
@@ -94,8 +96,10 @@ static inline struct sf_calib_layer *sf_calib_at(const struct sf_calib *c, size_
 
 /* calib.json: PATH ("-": stdout) written through a temporary and renamed. */
 int sf_calib_write(const struct sf_calib *c, const char *path, struct sf_err *e);
-/* Reads and validates calib.json (k_top + k_mid <= entries, budgets in
- * (0, 1], every layer present). On failure *c is zeroed. */
+/* Reads and validates calib.json: at most SF_CALIB_MAX_FILE bytes (else
+ * SF_ELIMIT) and SF_CALIB_MAX_LAYERS layers, counts whole numbers, k_top +
+ * k_mid <= entries, budgets in (0, 1], every layer present in every budget
+ * (checked before memory for them is taken). On failure *c is zeroed. */
 int sf_calib_load(struct sf_calib *c, const char *path, struct sf_err *e);
 
 #endif

@@ -1873,6 +1873,13 @@ int sf_image_verify(const struct sf_image *img, struct sf_err *e)
 
 	if (!buf)
 		return sf_err_set(e, -ENOMEM, "%s: out of memory", img->path);
+	struct stat st;
+	if (fstat(img->fd, &st) == 0 && (uint64_t)st.st_size != img->file_size) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: %llu bytes, %" PRIu64 " when opened: the file "
+				 "changed while open", img->path, (unsigned long long)st.st_size,
+				 img->file_size);
+		goto out;
+	}
 	unsigned char pre[SF_IMAGE_PREAMBLE];
 	if ((ret = read_at(img->fd, pre, sizeof(pre), 0, img->path, e)))
 		goto out;

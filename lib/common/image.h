@@ -188,7 +188,8 @@ int sf_image_tokenizer(const struct sf_image *img, struct sf_tokenizer **t, stru
 
 /* Reads every region and checks its CRC-32C and that the alignment
  * padding is zero, the tokenizer and the model binding: SF_EFORMAT naming
- * the region on the first mismatch. */
+ * the region on the first mismatch, or saying the file changed size since
+ * sf_image_open (truncated while open). */
 int sf_image_verify(const struct sf_image *img, struct sf_err *e);
 
 /* The sf-pack --info summary (see man/sf-pack.1). */

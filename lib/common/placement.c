@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jsonfile.h"
 #include "placement.h"
 
 int sf_placement_init(struct sf_placement *pl, const char *fingerprint, int ngroups,
@@ -270,16 +271,13 @@ static int read_group(struct sf_placement *pl, int i, json_t *o, const char *pat
 
 int sf_placement_read(struct sf_placement *pl, const char *path, struct sf_err *e)
 {
-	json_error_t je;
 	json_t *root, *v, *groups;
 	const char *s;
-	int ret = 0;
+	int ret;
 
 	*pl = (struct sf_placement){ 0 };
-	root = strcmp(path, "-") == 0 ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
-				      : json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	if (!root)
-		return sf_err_set(e, SF_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
+	if ((ret = sf_json_load(&root, path, SF_PLACEMENT_MAX_FILE, e)))
+		return ret;
 	if (!json_is_object(root) || !(s = json_string_value(json_object_get(root, "format"))) ||
 	    strcmp(s, SF_PLACEMENT_FORMAT) != 0) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: not a placement: \"format\" is not \"%s\"", path,

@@ -17,6 +17,7 @@
 #define SF_PLACEMENT_VERSION 1
 #define SF_PLACEMENT_MAX_ENTRIES (1u << 24)
 #define SF_PLACEMENT_MAX_LAYERS 4096
+#define SF_PLACEMENT_MAX_FILE ((uint64_t)256 << 20)	/* bytes of placement.json */
 
 struct sf_placement_group {
 	int layer;
@@ -52,7 +53,8 @@ void sf_placement_free(struct sf_placement *pl);	/* accepts a zeroed pl */
  * complete. meta (may be NULL) is merged into the top level. */
 int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *meta,
 		       struct sf_err *e);
-/* Reads and validates path: format, version, fingerprint, every group's
+/* Reads and validates path (at most SF_PLACEMENT_MAX_FILE bytes, refused
+ * with SF_ELIMIT past it): format, version, fingerprint, every group's
  * layer, group name, entries, method, and perm a true permutation of
  * 0..n-1 (a duplicated or missing index refused by name, with the
  * positions), no (layer, group) twice. On failure *pl is zeroed. */

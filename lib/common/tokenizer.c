@@ -1239,7 +1239,8 @@ static int open_texts(struct sf_tokenizer **tp, const char *tpath, const char *t
 		t->tok[a->id].special = a->special;
 		t->any_normalized_added |= a->normalized;
 	}
-	qsort(t->added, t->nadded, sizeof(*t->added), added_cmp);
+	if (t->nadded)	/* added is NULL without added tokens: qsort's pointer must not be */
+		qsort(t->added, t->nadded, sizeof(*t->added), added_cmp);
 	for (size_t i = 0, b = 0; b <= 256; b++) {
 		while (i < t->nadded && (unsigned char)t->added[i].s[0] < b)
 			i++;

@@ -766,20 +766,29 @@ int sf_trace_open(struct sf_trace_reader **out, const char *path, struct sf_err 
 		goto fail;
 
 	const struct sf_trace_info *info = &r->info;
-	uint64_t payload = 0;
-	r->rows = calloc((size_t)info->nslots, sizeof(*r->rows));
-	r->sums = calloc((size_t)info->nslots, sizeof(*r->sums));
+	uint64_t payload = 0, trailer = 8;
+	for (int s = 0; s < info->nslots; s++) {
+		payload += (uint64_t)info->block_tokens * info->slots[s].words * 8;
+		trailer += (uint64_t)info->slots[s].entries * 8;
+	}
+	/* rows, sums and the read buffer: a header alone must not commit the
+	 * reader to more memory than real models need */
+	uint64_t need = payload + trailer + (payload > trailer ? payload : trailer);
+	if (need > SF_TRACE_MAX_BUFFERS) {
+		ret = sf_err_set(e, SF_ELIMIT, "%s: header: %u tokens per block over %d slots need "
+				 "%llu bytes of buffers: at most %llu", r->name, info->block_tokens,
+				 info->nslots, (unsigned long long)need,
+				 (unsigned long long)SF_TRACE_MAX_BUFFERS);
+		goto fail;
+	}
+	r->rows = calloc((unsigned)info->nslots, sizeof(*r->rows));
+	r->sums = calloc((unsigned)info->nslots, sizeof(*r->sums));
 	for (int s = 0; r->rows && r->sums && s < info->nslots; s++) {
-		uint64_t row_bytes = (uint64_t)info->slots[s].words * 8;
-		r->rows[s] = malloc(info->block_tokens * row_bytes);
+		r->rows[s] = malloc((size_t)info->block_tokens * info->slots[s].words * 8);
 		r->sums[s] = calloc(info->slots[s].entries, sizeof(double));
 		if (!r->rows[s] || !r->sums[s])
 			break;
-		payload += info->block_tokens * row_bytes;
 	}
-	uint64_t trailer = 8;
-	for (int s = 0; s < info->nslots; s++)
-		trailer += (uint64_t)info->slots[s].entries * 8;
 	r->buf_cap = (size_t)(payload > trailer ? payload : trailer);
 	r->buf = r->rows && r->sums ? malloc(r->buf_cap) : NULL;
 	if (!r->buf || !r->rows[info->nslots - 1] || !r->sums[info->nslots - 1]) {

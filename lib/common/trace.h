@@ -21,6 +21,9 @@
 #define SF_TRACE_MAX_HEADER (16u << 20)	/* bytes of JSON header */
 #define SF_TRACE_MAX_ENTRIES (1u << 24)	/* entries of one group */
 #define SF_TRACE_MAX_LAYERS 4096
+/* Bytes a reader allocates for one block's bitmaps, the sums and its read
+ * buffer: a 405B-parameter model needs about 0.3 GiB at 64 tokens a block. */
+#define SF_TRACE_MAX_BUFFERS ((uint64_t)1 << 30)
 #define SF_TRACE_BLOCK_HEADER 24	/* kind, ntokens, payload bytes, crc, reserved */
 
 enum { SF_TRACE_KIND_TOKENS = 1, SF_TRACE_KIND_SUMS = 2 };
@@ -117,7 +120,8 @@ void sf_trace_writer_free(struct sf_trace_writer *w);	/* accepts NULL */
 
 struct sf_trace_reader;
 
-/* Opens path ("-": standard input), reads and checks the header. */
+/* Opens path ("-": standard input), reads and checks the header; SF_ELIMIT
+ * when its slots would need more than SF_TRACE_MAX_BUFFERS of buffers. */
 int sf_trace_open(struct sf_trace_reader **r, const char *path, struct sf_err *e);
 void sf_trace_close(struct sf_trace_reader *r);	/* accepts NULL */
 const struct sf_trace_info *sf_trace_reader_info(const struct sf_trace_reader *r);
