@@ -276,13 +276,6 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("--ppl and --prompt cannot be combined");
 }
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Everything a run holds, freed in one place. */
 struct session {
 	struct sf_image image;		/* IMAGE mode */
@@ -508,7 +501,7 @@ static int generate(struct session *S, const struct options *o)
 
 	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
 	int32_t token = prompt[0];
-	double t0 = now_seconds(), t1 = t0;
+	double t0 = sf_now(), t1 = t0;
 
 	/* The prompt goes through the detokenizer even when not echoed: how
 	 * the first generated piece decodes depends on what precedes it. */
@@ -537,7 +530,7 @@ static int generate(struct session *S, const struct options *o)
 			continue;
 		}
 		if (pos + 1 == np)
-			t1 = now_seconds();
+			t1 = sf_now();
 		else
 			S->decode_steps++;
 		token = sf_sample(&S->sampler, logits);
@@ -562,7 +555,7 @@ static int generate(struct session *S, const struct options *o)
 	else if (ret)
 		sf_error("generation: %s", sf_strerror(ret));
 	S->prompt_s = t1 - t0;
-	S->decode_s = now_seconds() - t1;
+	S->decode_s = sf_now() - t1;
 	free(prompt);
 	return ret;
 }
@@ -596,7 +589,7 @@ static int perplexity(struct session *S, const struct options *o)
 
 	if (ret)
 		return ret;
-	double t0 = now_seconds();
+	double t0 = sf_now();
 	for (size_t start = 0; start + 1 < n; start += (size_t)o->window) {
 		size_t len = n - start < (size_t)o->window + 1 ? n - start : (size_t)o->window + 1;
 		sf_ppl_add(&S->model, &S->state, tokens + start, len, o->window, &acc);
@@ -611,7 +604,7 @@ static int perplexity(struct session *S, const struct options *o)
 	if (o->progress || (isatty(STDERR_FILENO) && !o->quiet))
 		fputc('\n', stderr);
 	S->prompt_tokens = n;
-	S->prompt_s = now_seconds() - t0;
+	S->prompt_s = sf_now() - t0;
 	free(tokens);
 
 	json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f}", "file", o->ppl_file,
