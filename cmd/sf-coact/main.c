@@ -1,6 +1,7 @@
 /* sf-coact: turns activation traces into co-activation statistics (.sfc),
- * merges .sfc shards, writes and merges SelectInfer score files, and
- * summarises a .sfc. See man/sf-coact.1. */
+ * merges .sfc shards, writes and merges SelectInfer score files, selects
+ * the neurons of sf-pack --keep from them, and summarises a .sfc. See
+ * man/sf-coact.1. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -11,18 +12,23 @@
 
 #include "cli.h"
 #include "coact.h"
+#include "jsonfile.h"
 #include "pool.h"
+#include "selectinfer.h"
 #include "trace.h"
 
 #define DEFAULT_MAX_MEMORY ((uint64_t)16 << 30)
 #define MAX_THREADS 256
 
-enum mode { MODE_TRACES, MODE_MERGE, MODE_MERGE_SCORES, MODE_INFO };
+enum mode { MODE_TRACES, MODE_MERGE, MODE_MERGE_SCORES, MODE_INFO, MODE_SELECT };
 
 struct options {
 	enum mode mode;
 	const char *output;
 	const char *scores;
+	const char *task;	/* --select-neurons: task-specific scores */
+	double gamma, delta;
+	int gamma_set, delta_set;
 	char **inputs;
 	int ninputs;
 	int layer_lo, layer_hi;
@@ -37,18 +43,28 @@ static void usage(void)
 	       "       sf-coact --merge [options] FILE.sfc...\n"
 	       "       sf-coact --merge-scores [-o FILE] SCORES.json...\n"
 	       "       sf-coact --info [--layers A-B] FILE.sfc\n"
+	       "       sf-coact --select-neurons [--gamma G] [--delta D] [--task TASK.json]\n"
+	       "                [MODEL.json] [-o neurons.json]\n"
 	       "Accumulate co-activation statistics from activation traces (standard input\n"
 	       "when no TRACE is given): per layer and group the token count, per-entry\n"
 	       "activation counts and |value| sums, and pair counts.\n"
 	       "\n"
-	       "  -o, --output FILE     .sfc (or merged scores) to write (default: standard\n"
-	       "                        output)\n"
+	       "  -o, --output FILE     .sfc (or merged scores, or neurons file) to write\n"
+	       "                        (default: standard output)\n"
 	       "      --layers A-B      only layers A to B (default: all the inputs hold)\n"
 	       "      --merge           the inputs are .sfc files to add together\n"
 	       "      --scores FILE     also write SelectInfer scores (JSON): per entry\n"
 	       "                        sum|value| / tokens and the activation frequency\n"
 	       "      --merge-scores    the inputs are score files: write their token-weighted\n"
 	       "                        mean (model-specific scores)\n"
+	       "      --select-neurons  write the neurons file of sf-pack --keep (SelectInfer's\n"
+	       "                        selective loading): per layer the top D of the task\n"
+	       "                        scores, then the best model scores up to G\n"
+	       "      --gamma G         share of FFN neurons kept, in (0, 1] (default %g)\n"
+	       "      --delta D         share taken from the task scores first (default %g)\n"
+	       "      --task FILE       task-specific scores (kind \"task\"); MODEL.json is\n"
+	       "                        model-specific (sf-coact --merge-scores); either alone\n"
+	       "                        fills up to G\n"
 	       "      --info            print a JSON summary of a .sfc: per layer and group\n"
 	       "                        tokens, mean density, share of entries active in more\n"
 	       "                        than half the tokens, checksum\n"
@@ -64,14 +80,16 @@ static void usage(void)
 	       "Examples:\n"
 	       "  sf-profile -m models/mix4-1m kjv.txt | sf-coact --scores kjv.json -o kjv.sfc\n"
 	       "  sf-coact --merge a.sfc b.sfc -o ab.sfc\n"
-	       "  sf-coact --merge-scores kjv.json man.json -o model.json\n",
+	       "  sf-coact --merge-scores kjv.json man.json -o model.json\n"
+	       "  sf-coact --select-neurons --gamma 0.7 --task kjv.json model.json -o neurons.json\n",
+	       SF_SELECT_DEFAULT_GAMMA, SF_SELECT_DEFAULT_LOAD_DELTA,
 	       (unsigned long long)(DEFAULT_MAX_MEMORY >> 30));
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { OPT_LAYERS = 256, OPT_MERGE, OPT_SCORES, OPT_MERGE_SCORES, OPT_INFO, OPT_MAX_MEMORY,
-	       OPT_PROGRESS };
+	       OPT_PROGRESS, OPT_SELECT, OPT_GAMMA, OPT_DELTA, OPT_TASK };
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "layers", required_argument, NULL, OPT_LAYERS },
@@ -79,6 +97,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "scores", required_argument, NULL, OPT_SCORES },
 		{ "merge-scores", no_argument, NULL, OPT_MERGE_SCORES },
 		{ "info", no_argument, NULL, OPT_INFO },
+		{ "select-neurons", no_argument, NULL, OPT_SELECT },
+		{ "gamma", required_argument, NULL, OPT_GAMMA },
+		{ "delta", required_argument, NULL, OPT_DELTA },
+		{ "task", required_argument, NULL, OPT_TASK },
 		{ "max-memory", required_argument, NULL, OPT_MAX_MEMORY },
 		{ "threads", required_argument, NULL, 't' },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
@@ -93,6 +115,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	*o = (struct options){
 		.mode = MODE_TRACES, .layer_lo = 0, .layer_hi = SF_TRACE_MAX_LAYERS - 1,
 		.max_memory = DEFAULT_MAX_MEMORY,
+		.gamma = SF_SELECT_DEFAULT_GAMMA, .delta = SF_SELECT_DEFAULT_LOAD_DELTA,
 		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
 	};
 	while ((c = getopt_long(argc, argv, "o:t:qhV", longopts, NULL)) != -1) {
@@ -106,6 +129,15 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_SCORES: o->scores = optarg; break;
 		case OPT_MERGE_SCORES: o->mode = MODE_MERGE_SCORES; modes++; break;
 		case OPT_INFO: o->mode = MODE_INFO; modes++; break;
+		case OPT_SELECT: o->mode = MODE_SELECT; modes++; break;
+		case OPT_GAMMA:
+			o->gamma = sf_opt_f64("--gamma", optarg, 0, 1);
+			if (o->gamma <= 0)
+				sf_usage_error("--gamma: %s keeps no neuron: expected more than 0", optarg);
+			o->gamma_set = 1;
+			break;
+		case OPT_DELTA: o->delta = sf_opt_f64("--delta", optarg, 0, 1); o->delta_set = 1; break;
+		case OPT_TASK: o->task = optarg; break;
 		case OPT_MAX_MEMORY:
 			o->max_memory = sf_opt_u64("--max-memory", optarg, 1, UINT64_MAX);
 			break;
@@ -120,18 +152,26 @@ static void parse_options(int argc, char **argv, struct options *o)
 		}
 	}
 	if (modes > 1)
-		sf_usage_error("--merge, --merge-scores and --info cannot be combined");
+		sf_usage_error("--merge, --merge-scores, --info and --select-neurons cannot be combined");
 	o->inputs = argv + optind;
 	o->ninputs = optind < argc ? argc - optind : 0;
-	if (o->mode != MODE_TRACES && o->ninputs == 0)
+	if (o->mode != MODE_SELECT && (o->task || o->gamma_set || o->delta_set))
+		sf_usage_error("--task, --gamma and --delta go with --select-neurons");
+	if (o->mode == MODE_SELECT && o->ninputs > 1)
+		sf_usage_error("--select-neurons takes one model-specific score file (and --task)");
+	if (o->mode == MODE_SELECT && o->ninputs == 0 && !o->task)
+		sf_usage_error("--select-neurons needs --task scores, model scores, or both");
+	if (o->mode != MODE_TRACES && o->mode != MODE_SELECT && o->ninputs == 0)
 		sf_usage_error("no input file given");
 	if (o->mode == MODE_INFO && o->ninputs != 1)
 		sf_usage_error("--info takes one .sfc file");
-	if (o->scores && (o->mode == MODE_MERGE_SCORES || o->mode == MODE_INFO))
+	if (o->scores && (o->mode == MODE_MERGE_SCORES || o->mode == MODE_INFO ||
+			  o->mode == MODE_SELECT))
 		sf_usage_error("--scores goes with traces or --merge");
 	int stdin_uses = 0;
 	for (int i = 0; i < o->ninputs; i++)
 		stdin_uses += strcmp(o->inputs[i], "-") == 0;
+	stdin_uses += o->task && strcmp(o->task, "-") == 0;
 	if (stdin_uses > 1)
 		sf_usage_error("standard input (\"-\") can be read only once");
 }
@@ -310,14 +350,9 @@ static int merge_scores(const struct options *o)
 		goto out;
 	}
 	for (int i = 0; i < o->ninputs && !ret; i++) {
-		json_error_t je;
-		int is_stdin = strcmp(o->inputs[i], "-") == 0;
-		names[i] = is_stdin ? "(stdin)" : o->inputs[i];
-		in[i] = is_stdin ? json_loadf(stdin, 0, &je) : json_load_file(o->inputs[i], 0, &je);
-		if (!json_is_object(in[i])) {
-			sf_error("%s: not a JSON object: %s", names[i], in[i] ? "" : je.text);
-			ret = SF_EFORMAT;
-		}
+		names[i] = o->inputs[i];
+		if ((ret = sf_json_load(&in[i], o->inputs[i], SF_SCORES_MAX_BYTES, &e)))
+			sf_error("%s", e.msg);
 	}
 	if (!ret && (ret = sf_scores_merge(in, names, o->ninputs, &merged, &e)))
 		sf_error("%s", e.msg);
@@ -330,6 +365,45 @@ out:
 	free(in);
 	free(names);
 	json_decref(merged);
+	return ret;
+}
+
+/* --select-neurons: neurons.json from task and/or model scores. */
+static int select_neurons(const struct options *o)
+{
+	const char *model_path = o->ninputs ? o->inputs[0] : NULL;
+	struct sf_scores task = { 0 }, model = { 0 };
+	struct sf_out out = { 0 };
+	struct sf_err e = { 0 };
+	json_t *doc = NULL;
+	json_t *meta = json_pack("{s:s, s:{s:f, s:f, s:s?, s:s?}}", "producer",
+				 "sf-coact " SF_VERSION, "options", "gamma", o->gamma, "delta",
+				 o->delta, "task", o->task, "model", model_path);
+	int ret = 0;
+
+	if (!meta) {
+		sf_error("%s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	if (o->task && (ret = sf_scores_read(&task, o->task, NULL, NULL, &e)))
+		goto fail;
+	if (model_path && (ret = sf_scores_read(&model, model_path, NULL, NULL, &e)))
+		goto fail;
+	if ((ret = sf_select_neurons_json(&doc, o->task ? &task : NULL, o->task,
+					  model_path ? &model : NULL, model_path, o->gamma,
+					  o->delta, meta, &e)))
+		goto fail;
+	if (!(ret = sf_out_open(&out, o->output, 0)) && !(ret = write_json(doc, &out)))
+		ret = sf_out_commit(&out);
+	goto out;
+fail:
+	sf_error("%s", e.msg);
+out:
+	sf_out_abort(&out);
+	sf_scores_free(&task);
+	sf_scores_free(&model);
+	json_decref(doc);
+	json_decref(meta);
 	return ret;
 }
 
@@ -353,6 +427,9 @@ int main(int argc, char **argv)
 	case MODE_MERGE:
 	case MODE_INFO:
 		ret = from_files(&o);
+		break;
+	case MODE_SELECT:
+		ret = select_neurons(&o);
 		break;
 	default:
 		ret = merge_scores(&o);

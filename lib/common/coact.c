@@ -1,5 +1,6 @@
 /* Co-activation statistics: accumulation from traces, the pair kernels,
- * the .sfc reader and writer, and SelectInfer scores. See coact.h; the
+ * the .sfc reader and writer, and SelectInfer scores (written here, read
+ * and checked by selectinfer.c, merged here). See coact.h; the
  * bytes are in man/sf-formats.5 (COACT). */
 #include "coact.h"
 
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "bytes.h"
+#include "selectinfer.h"
 
 #define BLOCK_WORDS (SF_COACT_BLOCK_TOKENS / 64)
 /* Rows of the triangle a worker takes at a time, and the width of the
@@ -1082,8 +1084,8 @@ static json_t *real_array(const double *v, uint32_t n)
 static json_t *scores_doc(const char *fingerprint, json_t *selection, const char *task,
 			  json_t *slots)
 {
-	return json_pack("{s:s, s:i, s:s, s:s, s:s?, s:o, s:o}", "format", "sparseflash-scores",
-			 "version", 1, "fingerprint", fingerprint, "kind", task ? "task" : "model",
+	return json_pack("{s:s, s:i, s:s, s:s, s:s?, s:o, s:o}", "format", SF_SCORES_FORMAT,
+			 "version", SF_SCORES_VERSION, "fingerprint", fingerprint, "kind", task ? "task" : "model",
 			 "task", task, "selection", selection, "slots", slots);
 }
 
@@ -1134,103 +1136,69 @@ struct merged {
 	json_t *tasks;
 };
 
-static int scores_slot(json_t *o, int *layer, enum sf_group *g, uint32_t *n, uint64_t *tokens,
-		       json_t **scores, json_t **freq)
-{
-	json_t *v = json_object_get(o, "group");
-	uint64_t x;
-	if (!json_is_string(v) || sf_group_parse(json_string_value(v), g) ||
-	    json_uint(o, "layer", SF_TRACE_MAX_LAYERS - 1, &x))
-		return -1;
-	*layer = (int)x;
-	if (json_uint(o, "entries", SF_TRACE_MAX_ENTRIES, &x) || x < 1)
-		return -1;
-	*n = (uint32_t)x;
-	if (json_uint(o, "tokens", SF_COACT_MAX_TOKENS, tokens))
-		return -1;
-	*scores = json_object_get(o, "scores");
-	*freq = json_object_get(o, "frequency");
-	if (json_array_size(*scores) != *n || json_array_size(*freq) != *n ||
-	    !json_is_object(json_object_get(o, "tasks")))
-		return -1;
-	for (uint32_t i = 0; i < *n; i++)
-		if (!json_is_number(json_array_get(*scores, i)) ||
-		    !json_is_number(json_array_get(*freq, i)))
-			return -1;
-	return 0;
-}
-
 int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t **out,
 		    struct sf_err *e)
 {
 	struct merged *m = NULL;
+	struct sf_scores first = { 0 }, cur = { 0 };
 	int nm = 0, ret = 0;
 	json_t *slots = NULL;
-	const char *fp = NULL;
-	json_t *sel = NULL;
 
 	*out = NULL;
 	for (int k = 0; k < n && !ret; k++) {
-		json_t *v = json_object_get(in[k], "format"), *ss;
-		if (!json_is_string(v) || strcmp(json_string_value(v), "sparseflash-scores") != 0 ||
-		    !json_is_string(json_object_get(in[k], "fingerprint")) ||
-		    !json_is_array(ss = json_object_get(in[k], "slots"))) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: not a sparseflash scores file", names[k]);
+		struct sf_scores *s = k ? &cur : &first;
+		sf_scores_free(&cur);
+		if ((ret = sf_scores_parse(s, in[k], names[k], k ? first.fingerprint : NULL, NULL, e))) {
+			if (ret == SF_EMISMATCH)
+				sf_err_set(e, ret, "%s: model fingerprint %s differs from %s's %s",
+					   names[k], json_string_value(json_object_get(in[k],
+					   "fingerprint")), names[0], first.fingerprint);
 			break;
 		}
-		const char *f = json_string_value(json_object_get(in[k], "fingerprint"));
-		json_t *s = json_object_get(in[k], "selection");
-		if (!fp) {
-			fp = f;
-			sel = s;
-		} else if (strcmp(fp, f) != 0) {
-			ret = sf_err_set(e, SF_EMISMATCH, "%s: model fingerprint %s differs from %s's %s",
-					 names[k], f, names[0], fp);
-			break;
-		} else if (!json_equal(sel, s)) {
+		if (k && (first.selection || s->selection) &&
+		    !json_equal(first.selection, s->selection)) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: selection differs from %s's", names[k],
 					 names[0]);
 			break;
 		}
-		for (size_t i = 0; i < json_array_size(ss) && !ret; i++) {
-			int layer;
-			enum sf_group g;
-			uint32_t ne;
-			uint64_t tokens;
-			json_t *sc, *fr;
-			if (scores_slot(json_array_get(ss, i), &layer, &g, &ne, &tokens, &sc, &fr)) {
-				ret = sf_err_set(e, SF_EFORMAT, "%s: slot %zu: bad layer, group, entries, "
-						 "tokens, tasks, scores or frequency", names[k], i);
-				break;
-			}
+		for (int i = 0; i < s->nslots && !ret; i++) {
+			const struct sf_scores_slot *sl = &s->slots[i];
 			int at = 0;
-			while (at < nm && (m[at].layer != layer || m[at].group != g))
+			while (at < nm && (m[at].layer != sl->layer || m[at].group != sl->group))
 				at++;
 			if (at == nm) {
 				struct merged *p = realloc(m, (size_t)(nm + 1) * sizeof(*m));
 				if (!p)
 					goto nomem;
 				m = p;
-				m[nm] = (struct merged){ .layer = layer, .group = g, .entries = ne,
-							 .score = calloc(ne, sizeof(double)),
-							 .freq = calloc(ne, sizeof(double)),
+				m[nm] = (struct merged){ .layer = sl->layer, .group = sl->group,
+							 .entries = sl->entries,
+							 .score = calloc(sl->entries, sizeof(double)),
+							 .freq = calloc(sl->entries, sizeof(double)),
 							 .tasks = json_object() };
 				nm++;
 				if (!m[at].score || !m[at].freq || !m[at].tasks)
 					goto nomem;
-			} else if (m[at].entries != ne) {
+			} else if (m[at].entries != sl->entries) {
 				ret = sf_err_set(e, SF_EMISMATCH, "%s: layer %d %s has %u entries, "
-						 "earlier files %u", names[k], layer,
-						 sf_group_name(g), ne, m[at].entries);
+						 "earlier files %u", names[k], sl->layer,
+						 sf_group_name(sl->group), sl->entries, m[at].entries);
 				break;
 			}
-			for (uint32_t j = 0; j < ne; j++) {
-				m[at].score[j] += json_number_value(json_array_get(sc, j)) * (double)tokens;
-				m[at].freq[j] += json_number_value(json_array_get(fr, j)) * (double)tokens;
+			if (sl->tokens > (uint64_t)INT64_MAX - m[at].tokens) {
+				ret = sf_err_set(e, SF_ELIMIT, "%s: layer %d %s: more than %lld tokens "
+						 "in all", names[k], sl->layer, sf_group_name(sl->group),
+						 (long long)INT64_MAX);
+				break;
 			}
-			m[at].tokens += tokens;
+			for (uint32_t j = 0; j < sl->entries; j++) {
+				m[at].score[j] += sl->score[j] * (double)sl->tokens;
+				m[at].freq[j] += sl->freq[j] * (double)sl->tokens;
+			}
+			m[at].tokens += sl->tokens;
 			const char *task;
-			json_object_foreach(json_object_get(json_array_get(ss, i), "tasks"), task, v)
+			json_t *v;
+			json_object_foreach(sl->tasks, task, v)
 				if (add_task(m[at].tasks, task, (uint64_t)json_integer_value(v)))
 					goto nomem;
 		}
@@ -1262,7 +1230,7 @@ int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t *
 				"frequency", real_array(m[a].freq, m[a].entries))))
 			goto nomem;
 	}
-	*out = scores_doc(fp, json_deep_copy(sel), NULL, slots);
+	*out = scores_doc(first.fingerprint, json_deep_copy(first.selection), NULL, slots);
 	slots = NULL;
 	if (!*out)
 		goto nomem;
@@ -1277,5 +1245,7 @@ out:
 		json_decref(m[a].tasks);
 	}
 	free(m);
+	sf_scores_free(&first);
+	sf_scores_free(&cur);
 	return ret;
 }

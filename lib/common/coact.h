@@ -129,8 +129,9 @@ json_t *sf_coact_info_json(const struct sf_coact *c);
  * one task, else "model". */
 json_t *sf_coact_scores(const struct sf_coact *c, struct sf_err *e);
 /* Merges score files into model-specific scores: per layer and group the
- * token-weighted mean. All of one fingerprint (else SF_EMISMATCH naming
- * both files). names: the files, in messages. */
+ * token-weighted mean. Each input is checked as sf_scores_parse checks a
+ * file (selectinfer.h); all of one fingerprint and selection (else
+ * SF_EMISMATCH naming both files). names: the files, in messages. */
 int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t **out,
 		    struct sf_err *e);
 

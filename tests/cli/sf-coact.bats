@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
-# sf-coact: statistics from traces, merges, --layers splits, scores, and
-# one clear error line for damaged inputs and inputs of other models.
+# sf-coact: statistics from traces, merges, --layers splits, scores, the
+# neurons file of --select-neurons against a recomputation in jq, and one
+# clear error line for damaged inputs and inputs of other models.
 
 load helpers
 
@@ -14,6 +15,11 @@ setup_file() {
 	"$SF_FIXTURES/mkmodel" -o "$t/other" --hidden 64 --intermediate 192 --layers 2 \
 		--heads 2 --kv-heads 1 --tokenizer "$MODEL" >/dev/null
 	sf-profile -q -m "$t/other" "$t/a.txt" -o "$t/other.sft"
+	# SelectInfer scores: two tasks, their model-specific merge, another model's
+	sf-coact -q "$t/a.sft" --scores "$t/kjv.json" -o /dev/null
+	sf-coact -q "$t/b.sft" --scores "$t/man.json" -o /dev/null
+	sf-coact --merge-scores "$t/kjv.json" "$t/man.json" -o "$t/model.json"
+	sf-coact -q "$t/other.sft" --scores "$t/other.json" -o /dev/null
 }
 
 T() { echo "$BATS_FILE_TMPDIR/$1"; }
@@ -163,4 +169,144 @@ slots() { sf-coact -q --info "$1" | jq -c '[.slots[] | [.layer, .group, .tokens,
 	sf-coact -q -t 1 "$(T a.sft)" "$(T b.sft)" -o "$t/1.sfc"
 	sf-coact -q -t 2 "$(T a.sft)" "$(T b.sft)" -o "$t/2.sfc"
 	cmp "$t/1.sfc" "$t/2.sfc"
+}
+
+# --select-neurons, recomputed in jq: per layer's ffn_out, the top D of the
+# task scores (ties to the lower index), then the model scores' best not
+# yet chosen up to G; the result ascending. task or model may be null.
+expect_neurons() { # task.json|null model.json|null gamma delta
+	jq -n -c --argjson g "$3" --argjson d "$4" \
+		--slurpfile t "${1/#null//dev/null}" --slurpfile m "${2/#null//dev/null}" '
+	def order($s): [$s | to_entries | sort_by(-.value, .key) | .[].key];
+	def cnt($x; $n): ($x * $n + 0.5 | floor);
+	def ffn($f): [$f[0].slots[]? | select(.group == "ffn_out")];
+	(ffn($t) + ffn($m) | map(.layer) | unique) as $layers
+	| [$layers[] as $l
+	   | ([ffn($t)[] | select(.layer == $l)][0]) as $ts
+	   | ([ffn($m)[] | select(.layer == $l)][0]) as $ms
+	   | (($ts // $ms).entries) as $n
+	   | cnt($g; $n) as $want
+	   | (if $ts and $ms then [cnt($d; $n), $want] | min else $want end) as $first
+	   | (if $ts then order($ts.scores)[0:$first] else [] end) as $a
+	   | (if $ms then [order($ms.scores)[] | select(. as $x | $a | index([$x]) | not)]
+	      else [] end) as $b
+	   | {layer: $l, neurons: ($a + $b)[0:$want] | sort}]'
+}
+
+@test "--select-neurons keeps the task's top delta, then model scores up to gamma" {
+	local t=$BATS_TEST_TMPDIR
+	sf-coact --select-neurons --gamma 0.7 --delta 0.4 --task "$(T kjv.json)" "$(T model.json)" \
+		-o "$t/n.json"
+	[ "$(jq -c .layers "$t/n.json")" = "$(expect_neurons "$(T kjv.json)" "$(T model.json)" 0.7 0.4)" ]
+	# 4 layers of round(0.7 x 384) = 269 neurons, unique and ascending
+	[ "$(jq -c '[.layers[] | .neurons | length]' "$t/n.json")" = "[269,269,269,269]" ]
+	[ "$(jq '[.layers[] | .neurons == (.neurons | unique)] | all' "$t/n.json")" = true ]
+	[ "$(jq -r '.format + " " + .fingerprint' "$t/n.json")" = "sparseflash-neurons $(jq -r .fingerprint "$(T kjv.json)")" ]
+	[ "$(jq -c .source.options "$t/n.json")" = "{\"gamma\":0.7,\"delta\":0.4,\"task\":\"$(T kjv.json)\",\"model\":\"$(T model.json)\"}" ]
+	# another delta changes which neurons, not how many
+	sf-coact --select-neurons --gamma 0.7 --delta 0.1 --task "$(T kjv.json)" "$(T model.json)" \
+		-o "$t/n1.json"
+	[ "$(jq -c .layers "$t/n1.json")" = "$(expect_neurons "$(T kjv.json)" "$(T model.json)" 0.7 0.1)" ]
+	! cmp -s "$t/n.json" "$t/n1.json"
+}
+
+@test "--select-neurons with one file: it alone fills up to gamma" {
+	local t=$BATS_TEST_TMPDIR
+	sf-coact --select-neurons --gamma 0.5 --task "$(T man.json)" -o "$t/task.json"
+	[ "$(jq -c .layers "$t/task.json")" = "$(expect_neurons "$(T man.json)" null 0.5 0)" ]
+	# the model file from standard input, the default gamma (0.7)
+	sf-coact --select-neurons - <"$(T model.json)" >"$t/model.json"
+	[ "$(jq -c .layers "$t/model.json")" = "$(expect_neurons null "$(T model.json)" 0.7 0)" ]
+}
+
+@test "sf-pack --keep takes the neurons file" {
+	local t=$BATS_TEST_TMPDIR
+	sf-coact --select-neurons --gamma 0.25 --task "$(T kjv.json)" "$(T model.json)" -o "$t/n.json"
+	sf-pack -m "$MODEL" --keep "$t/n.json" -o "$t/kept.sfimg"
+	# round(0.25 x 384) = 96 of each of the 4 layers
+	[ "$(sf-pack --info "$t/kept.sfimg" | jq .neurons.kept)" = 384 ]
+}
+
+@test "--select-neurons refuses scores of the wrong kind, without output" {
+	local t=$BATS_TEST_TMPDIR
+	run --separate-stderr sf-coact --select-neurons --task "$(T model.json)" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $(T model.json): kind is \"model\": expected task-specific scores (of one task)" ]
+	run --separate-stderr sf-coact --select-neurons "$(T kjv.json)" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $(T kjv.json): kind is \"task\": expected model-specific scores (sf-coact --merge-scores)" ]
+	[ ! -e "$t/n.json" ]
+}
+
+@test "--select-neurons refuses scores of two models, naming both" {
+	local t=$BATS_TEST_TMPDIR
+	sf-coact --merge-scores "$(T other.json)" -o "$t/om.json"
+	run --separate-stderr sf-coact --select-neurons --task "$(T kjv.json)" "$t/om.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $t/om.json: model fingerprint $(jq -r .fingerprint "$t/om.json") differs from $(T kjv.json)'s $(jq -r .fingerprint "$(T kjv.json)")" ]
+	[ ! -e "$t/n.json" ]
+}
+
+@test "damaged score files are one error line, exit 1, no output" {
+	local t=$BATS_TEST_TMPDIR s
+	s=$(stat -c %s "$(T kjv.json)")
+	head -c $((s / 2)) "$(T kjv.json)" >"$t/cut.json"
+	run --separate-stderr sf-coact --select-neurons --task "$t/cut.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" =~ ^"sf-coact: $t/cut.json: line 1: " ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	# a score array one short
+	jq -c '.slots[3].scores |= .[1:]' "$(T kjv.json)" >"$t/short.json"
+	run --separate-stderr sf-coact --select-neurons --task "$t/short.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $t/short.json: layer 0 ffn_out: \"scores\" has 383 values, expected 384" ]
+	# NaN is not JSON; a negative score is not a sum of |value|
+	sed 's/"scores":\[[^,]*/"scores":[NaN/' "$(T kjv.json)" >"$t/nan.json"
+	run --separate-stderr sf-coact --select-neurons --task "$t/nan.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" =~ ^"sf-coact: $t/nan.json: line 1: invalid token" ]]
+	jq -c '.slots[3].scores[5] = -0.5' "$(T kjv.json)" >"$t/neg.json"
+	run --separate-stderr sf-coact --select-neurons --task "$t/neg.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $t/neg.json: layer 0 ffn_out: scores[5] is -0.5: expected 0..inf" ]
+	# model scores whose layers disagree with the task's on the neurons
+	jq -c '.slots[3] |= (.entries = 383 | .scores |= .[1:] | .frequency |= .[1:])' \
+		"$(T model.json)" >"$t/size.json"
+	run --separate-stderr sf-coact --select-neurons --task "$(T kjv.json)" "$t/size.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $t/size.json: layer 0 ffn_out has 383 entries, $(T kjv.json) 384" ]
+	run --separate-stderr sf-coact --select-neurons --task "$MODEL/config.json" -o "$t/n.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $MODEL/config.json: \"format\" is not \"sparseflash-scores\"" ]
+	[ ! -e "$t/n.json" ]
+}
+
+@test "--select-neurons usage errors exit 2" {
+	run --separate-stderr sf-coact --select-neurons --gamma 0 --task "$(T kjv.json)"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --gamma: 0 keeps no neuron: expected more than 0" ]
+	run --separate-stderr sf-coact --select-neurons --gamma 1.5 --task "$(T kjv.json)"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --gamma: 1.5 is out of range: expected 0..1" ]
+	run --separate-stderr sf-coact --select-neurons
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --select-neurons needs --task scores, model scores, or both" ]
+	run --separate-stderr sf-coact --task "$(T kjv.json)" "$(T a.sft)"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --task, --gamma and --delta go with --select-neurons" ]
+	run --separate-stderr sf-coact --select-neurons --task - -
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: standard input (\"-\") can be read only once" ]
+}
+
+@test "--merge-scores checks its inputs as the reader does, without output" {
+	local t=$BATS_TEST_TMPDIR
+	jq -c '.slots[3].frequency[2] = 2' "$(T man.json)" >"$t/freq.json"
+	run --separate-stderr sf-coact --merge-scores "$(T kjv.json)" "$t/freq.json" -o "$t/m.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $t/freq.json: layer 0 ffn_out: frequency[2] is 2: expected 0..1" ]
+	run --separate-stderr sf-coact --merge-scores "$(T kjv.json)" "$(T other.json)" -o "$t/m.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $(T other.json): model fingerprint $(jq -r .fingerprint "$(T other.json)") differs from $(T kjv.json)'s $(jq -r .fingerprint "$(T kjv.json)")" ]
+	[ ! -e "$t/m.json" ]
 }
