@@ -21,6 +21,7 @@
 #include "model.h"
 #include "pool.h"
 #include "sampler.h"
+#include "selectinfer.h"
 #include "sparse.h"
 #include "tokenizer.h"
 #include "uring.h"
@@ -52,6 +53,12 @@ struct options {
 	int sparse_set;			/* an option only the sparse decoder takes */
 	int bench;
 	const char *probe;		/* --probe-device: where */
+	const char *pin[2];		/* --pin: score files (one task, one model) */
+	int npin;
+	double pin_ratio, pin_delta;
+	double rho;			/* --compute-ratio; < 0: no selective computation */
+	const char *static_file, *dense_layers;
+	double compute_delta, alpha, beta;
 };
 
 static void usage(void)
@@ -100,6 +107,26 @@ static void usage(void)
 	       "      --ram BYTES       memory budget for everything sf-run holds; the cache\n"
 	       "                        takes what is left (default: no limit, no cache)\n"
 	       "      --cache-ratio R   cache of R times the offloaded bytes\n"
+	       "      --pin FILE        SelectInfer scores (sf-coact --scores): pin the best\n"
+	       "                        entries in RAM, read once, never evicted; give it\n"
+	       "                        twice for a task file and a model file\n"
+	       "      --pin-ratio G     share of each group's entries pinned (default %.2f)\n"
+	       "      --pin-delta D     share taken from the task scores first, the model\n"
+	       "                        scores filling up to G (default %.2f)\n"
+	       "      --compute-ratio RHO  SelectInfer: after the prompt compute only the\n"
+	       "                        share RHO of each layer's FFN neurons, chosen from\n"
+	       "                        --static scores and the prompt's activations\n"
+	       "      --static FILE     scores of the static (base) neurons (sf-coact --scores)\n"
+	       "      --compute-delta D static neurons: the top D by static score (default %.2f)\n"
+	       "      --alpha A         per prompt token, its top A neurons are counted\n"
+	       "                        (default %.2f)\n"
+	       "      --beta B          dynamic neurons: at most B, the most counted\n"
+	       "                        (default %.2f)\n"
+	       "      --dense-layers L  layers computed whole: none, F:L (the first F and the\n"
+	       "                        last L) or a list such as 0-4,26-27 (default: the\n"
+	       "                        paper's 5 first and 2 last of 28, scaled, at least 1)\n"
+	       "      --free-riders     entries inside the 4 KiB pages the top tier reads\n"
+	       "                        anyway join it (they cost no I/O)\n"
 	       "      --simulate        same selection and compute from RAM, without I/O\n"
 	       "      --bench           print the decoder's figures as JSON instead of text\n"
 	       "      --progress        report --ppl progress on stderr\n"
@@ -112,9 +139,13 @@ static void usage(void)
 	       "  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
 	       "  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
 	       "  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
-	       "  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n",
+	       "  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n"
+	       "  sf-run --pin kjv.json --pin model.json --compute-ratio 0.4 --static kjv.json \\\n"
+	       "         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
 	       DEFAULT_N_PREDICT, DEFAULT_TEMP, DEFAULT_TOP_P, DEFAULT_SEED, DEFAULT_WINDOW,
-	       SF_SPARSE_AUTO_GAP, SF_URING_DEFAULT_QD, SF_CACHE_DEFAULT_SEG_ADMIT);
+	       SF_SPARSE_AUTO_GAP, SF_URING_DEFAULT_QD, SF_CACHE_DEFAULT_SEG_ADMIT,
+	       SF_SELECT_DEFAULT_GAMMA, SF_SELECT_DEFAULT_LOAD_DELTA,
+	       SF_SELECT_DEFAULT_COMPUTE_DELTA, SF_SELECT_DEFAULT_ALPHA, SF_SELECT_DEFAULT_BETA);
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -123,7 +154,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 	       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_PROGRESS, OPT_BUDGET, OPT_DENSITY,
 	       OPT_K_TOP, OPT_K_MID, OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_PROBE, OPT_QD,
 	       OPT_NO_DIRECT, OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO,
-	       OPT_SIMULATE, OPT_BENCH };
+	       OPT_SIMULATE, OPT_BENCH, OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA,
+	       OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA, OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS,
+	       OPT_FREE_RIDERS };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "prompt", required_argument, NULL, 'p' },
@@ -155,6 +188,16 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "cache-ratio", required_argument, NULL, OPT_CACHE_RATIO },
 		{ "simulate", no_argument, NULL, OPT_SIMULATE },
 		{ "bench", no_argument, NULL, OPT_BENCH },
+		{ "pin", required_argument, NULL, OPT_PIN },
+		{ "pin-ratio", required_argument, NULL, OPT_PIN_RATIO },
+		{ "pin-delta", required_argument, NULL, OPT_PIN_DELTA },
+		{ "compute-ratio", required_argument, NULL, OPT_COMPUTE_RATIO },
+		{ "static", required_argument, NULL, OPT_STATIC },
+		{ "compute-delta", required_argument, NULL, OPT_COMPUTE_DELTA },
+		{ "alpha", required_argument, NULL, OPT_ALPHA },
+		{ "beta", required_argument, NULL, OPT_BETA },
+		{ "dense-layers", required_argument, NULL, OPT_DENSE_LAYERS },
+		{ "free-riders", no_argument, NULL, OPT_FREE_RIDERS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -163,12 +206,15 @@ static void parse_options(int argc, char **argv, struct options *o)
 	};
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct sf_sparse_opts *so = &o->sparse;
-	int c, probe = 0, selects = 0, k_mid_set = 0;
+	int c, probe = 0, selects = 0, k_mid_set = 0, pin_opt = 0, compute_opt = 0;
 
 	*o = (struct options){
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
 		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW,
 		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
+		.rho = -1, .compute_delta = SF_SELECT_DEFAULT_COMPUTE_DELTA,
+		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
 	};
 	sf_sparse_opts_default(so);
 	while ((c = getopt_long(argc, argv, "m:p:n:c:t:qvhV", longopts, NULL)) != -1) {
@@ -236,6 +282,31 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_SIMULATE: so->simulate = 1; break;
 		case OPT_BENCH: o->bench = 1; break;
+		case OPT_PIN:
+			if (o->npin == 2)
+				sf_usage_error("--pin: at most two files (task and model scores)");
+			o->pin[o->npin++] = optarg;
+			break;
+		case OPT_PIN_RATIO:
+			o->pin_ratio = sf_opt_f64("--pin-ratio", optarg, 0.0, 1.0);
+			pin_opt = 1;
+			break;
+		case OPT_PIN_DELTA:
+			o->pin_delta = sf_opt_f64("--pin-delta", optarg, 0.0, 1.0);
+			pin_opt = 1;
+			break;
+		case OPT_COMPUTE_RATIO:
+			o->rho = sf_opt_f64("--compute-ratio", optarg, 0.0, 1.0);
+			break;
+		case OPT_STATIC: o->static_file = optarg; compute_opt = 1; break;
+		case OPT_COMPUTE_DELTA:
+			o->compute_delta = sf_opt_f64("--compute-delta", optarg, 0.0, 1.0);
+			compute_opt = 1;
+			break;
+		case OPT_ALPHA: o->alpha = sf_opt_f64("--alpha", optarg, 0.0, 1.0); compute_opt = 1; break;
+		case OPT_BETA: o->beta = sf_opt_f64("--beta", optarg, 0.0, 1.0); compute_opt = 1; break;
+		case OPT_DENSE_LAYERS: o->dense_layers = optarg; compute_opt = 1; break;
+		case OPT_FREE_RIDERS: so->free_riders = 1; break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
 		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
@@ -271,6 +342,11 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("--k-top %g and --k-mid %g: more than every entry", so->top, so->mid);
 	if (so->cache_ratio >= 0 && so->policy == SF_CACHE_NONE)
 		sf_usage_error("--cache-ratio cannot be combined with --cache-policy none");
+	if (pin_opt && !o->npin)
+		sf_usage_error("--pin-ratio and --pin-delta need --pin");
+	if (compute_opt && o->rho < 0)
+		sf_usage_error("--static, --compute-delta, --alpha, --beta and --dense-layers "
+			       "need --compute-ratio");
 	if (o->ppl_file && o->prompt)
 		sf_usage_error("--ppl and --prompt cannot be combined");
 }
@@ -316,6 +392,66 @@ static int open_model(struct session *S, const struct options *o, struct sf_err 
 	return sf_image_tokenizer(&S->image, &S->tok, e);
 }
 
+/* The pinning order of --pin's score files: a task file and a model file
+ * in either order, or one of them alone. */
+static int read_pin(struct session *S, const struct options *o, struct sf_select_load *pin)
+{
+	struct sf_scores sc[2] = { 0 };
+	const struct sf_scores *task = NULL, *model = NULL;
+	const char *tname = NULL, *mname = NULL;
+	struct sf_err e = { 0 };
+	int ret = 0;
+
+	for (int i = 0; i < o->npin && !ret; i++) {
+		if ((ret = sf_scores_read(&sc[i], o->pin[i], S->image.fingerprint, &S->image.cfg, &e)))
+			break;
+		const char **name = sc[i].is_task ? &tname : &mname;
+		if (*name) {
+			ret = sf_err_set(&e, SF_EMISMATCH, "%s: --pin: a second %s score file (%s is "
+					 "one): expected one task and one model file", o->pin[i],
+					 sc[i].is_task ? "task" : "model", *name);
+			break;
+		}
+		*name = o->pin[i];
+		*(sc[i].is_task ? &task : &model) = &sc[i];
+	}
+	if (!ret)
+		ret = sf_select_load_plan(pin, &S->image.cfg, task, tname, model, mname, o->pin_ratio,
+					  o->pin_delta, &e);
+	if (ret)
+		sf_error("%s", e.msg);
+	sf_scores_free(&sc[0]);
+	sf_scores_free(&sc[1]);
+	return ret;
+}
+
+/* Selective computation's options: the dense layers of --dense-layers (or
+ * the default) and the --static scores. */
+static int compute_opts(struct session *S, const struct options *o,
+			struct sf_select_compute_opts *co, uint8_t **dense, struct sf_scores *stat,
+			struct sf_err *e)
+{
+	int L = S->image.cfg.n_layers, ret;
+
+	sf_select_compute_defaults(co, o->rho);
+	co->delta = o->compute_delta;
+	co->alpha = o->alpha;
+	co->beta = o->beta;
+	if (!(*dense = calloc((size_t)L, 1)))
+		return sf_err_set(e, -ENOMEM, "--dense-layers: %s", strerror(ENOMEM));
+	if (o->dense_layers) {
+		if ((ret = sf_select_dense_parse(o->dense_layers, L, *dense, e)))
+			return ret;
+	} else {
+		sf_select_dense_default(L, *dense);
+	}
+	co->dense = *dense;
+	if (o->static_file &&
+	    (ret = sf_scores_read(stat, o->static_file, S->image.fingerprint, &S->image.cfg, e)))
+		return ret;
+	return 0;
+}
+
 /* The sparse decoder on IMAGE, its device peak for --collapse auto from
  * --device-peak or the --probe-device file. */
 static int open_sparse(struct session *S, const struct options *o, uint64_t tokens)
@@ -332,7 +468,26 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 		sf_error("%s", e.msg);
 		return -EINVAL;
 	}
-	if ((ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, &e))) {
+	struct sf_select_load pin = { 0 };
+	struct sf_select_compute_opts co;
+	struct sf_scores stat = { 0 };
+	uint8_t *dense = NULL;
+	if (o->npin && (ret = read_pin(S, o, &pin)))
+		return ret;
+	so.pin = o->npin ? &pin : NULL;
+	if (o->rho >= 0 && (ret = compute_opts(S, o, &co, &dense, &stat, &e))) {
+		sf_select_load_free(&pin);
+		sf_error("%s", e.msg);
+		return ret;
+	}
+	so.compute = o->rho >= 0 ? &co : NULL;
+	so.compute_static = o->static_file ? &stat : NULL;
+	so.compute_static_name = o->static_file;
+	ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, &e);
+	sf_select_load_free(&pin);
+	sf_scores_free(&stat);
+	free(dense);
+	if (ret) {
 		sf_error("%s", e.msg);
 		return ret;
 	}
@@ -340,13 +495,14 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	if (o->verbose) {
 		sf_sparse_memory(S->sparse, &mem);
 		fprintf(stderr, "%s: reads: %s%s, qd %u; collapse %s\n"
-			"%s: memory: %llu bytes: resident %llu, KV cache and state %llu, "
-			"buffers %llu, cache %llu, simulate %llu; offloaded %llu\n",
+			"%s: memory: %llu bytes: process %llu, resident %llu, KV cache and state "
+			"%llu, buffers %llu, pinned %llu, cache %llu, simulate %llu; offloaded %llu\n",
 			sf_progname, sf_sparse_backend(S->sparse),
 			so.buffered ? " (page cache)" : so.simulate ? "" : " (O_DIRECT)",
 			so.qd ? so.qd : SF_URING_DEFAULT_QD, sf_sparse_collapse_desc(S->sparse),
-			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.resident,
-			(unsigned long long)mem.state, (unsigned long long)mem.buffers,
+			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.process,
+			(unsigned long long)mem.resident, (unsigned long long)mem.state,
+			(unsigned long long)mem.buffers, (unsigned long long)mem.pinned,
 			(unsigned long long)mem.cache, (unsigned long long)mem.simulate,
 			(unsigned long long)mem.offloaded);
 	}
@@ -499,6 +655,8 @@ static int generate(struct session *S, const struct options *o)
 	}
 
 	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
+	if (S->sparse)	/* selective computation: the prompt is the prefill */
+		sf_sparse_prefill(S->sparse, np);
 	int32_t token = prompt[0];
 	double t0 = sf_now(), t1 = t0;
 
@@ -591,6 +749,8 @@ static int perplexity(struct session *S, const struct options *o)
 	double t0 = sf_now();
 	for (size_t start = 0; start + 1 < n; start += (size_t)o->window) {
 		size_t len = n - start < (size_t)o->window + 1 ? n - start : (size_t)o->window + 1;
+		if (S->sparse)	/* selective computation: each window's first half is its prompt */
+			sf_sparse_prefill(S->sparse, (len - 1) / 2);
 		sf_ppl_add(&S->model, &S->state, tokens + start, len, o->window, &acc);
 		if ((ret = sparse_failed(S))) {
 			free(tokens);

@@ -439,14 +439,14 @@ static void evict(struct sf_cache *c, struct part *p)
 }
 
 int sf_cache_insert(struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_t entry,
-		    const void *bundle, int in_run)
+		    const void *bundle, uint64_t bytes, int in_run)
 {
 	struct part *p = &c->part[g];
 	uint64_t key = make_key(layer, entry), at;
 	int to_main = 0;
 	uint32_t i;
 
-	if (!p->cap)
+	if (!p->cap || bytes > p->bundle)
 		return 0;
 	at = index_find(p, key);
 	if (p->index[at] != NIL && p->node[p->index[at]].where != GHOST)
@@ -472,7 +472,7 @@ int sf_cache_insert(struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_
 	else
 		q_push_head(p, to_main ? &p->main : &p->small, i, to_main ? MAIN : SMALL);
 	p->index[index_find(p, key)] = i;
-	memcpy(p->data + (uint64_t)i * p->stride, bundle, (size_t)p->bundle);
+	memcpy(p->data + (uint64_t)i * p->stride, bundle, (size_t)bytes);
 	p->st.admissions++;
 	p->st.ghost_hits += (uint64_t)to_main;
 	return 1;

@@ -69,7 +69,8 @@ size_t sf_cache_lookup(struct sf_cache *c, uint32_t layer, enum sf_group g,
 		       const uint32_t *entries, size_t n, const void **slots, uint32_t *miss,
 		       size_t *nmiss);
 
-/* Offers a fetched bundle (bundle_bytes[g] bytes, copied). in_run: it was
+/* Offers a fetched bundle of bytes (at most bundle_bytes[g]: the layers
+ * of a group packed with --keep differ) to copy. in_run: it was
  * read inside a run of more than 2 entries, so it is admitted only with
  * probability seg_admit (linking-aligned admission: cached entries would
  * punch holes in continuous runs). An admitted entry goes where S3-FIFO
@@ -77,7 +78,7 @@ size_t sf_cache_lookup(struct sf_cache *c, uint32_t layer, enum sf_group g,
  * small one) or to the head under LRU, evicting as needed. Returns 1 when
  * admitted, 0 when not (rejected, policy none, no slots, or already held). */
 int sf_cache_insert(struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_t entry,
-		    const void *bundle, int in_run);
+		    const void *bundle, uint64_t bytes, int in_run);
 
 /* Pins an entry: *slot receives its bundle's memory for the caller to fill
  * (SelectInfer reads the pinned set once at start). Pinned entries are

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -28,6 +29,10 @@
 /* Weights below which a batch runs on the caller: waking the workers
  * costs more (any split gives the same sums, so this is only speed). */
 #define POOL_MIN_WEIGHTS (1u << 16)
+/* Selective computation: ffn_in rows of the set are computed in spans,
+ * joined across gaps of up to this many rows (computed, then cleared):
+ * fewer, longer kernel calls. */
+#define ROW_GAP 8
 
 void sf_sparse_opts_default(struct sf_sparse_opts *o)
 {
@@ -63,6 +68,7 @@ struct gtally {
 	uint64_t k_top, k_mid;
 	double budget;		/* sum of Equation 5 */
 	uint64_t hits, requests, bytes_moved, bytes_needed;
+	uint64_t riders;	/* entries promoted by --free-riders */
 };
 
 struct sf_sparse {
@@ -80,6 +86,7 @@ struct sf_sparse {
 	uint8_t *flash;				/* simulate: file bytes [flash_base, ...) */
 	uint64_t flash_base, flash_bytes;
 	struct sf_cache *cache;
+	int use_cache;				/* cached or pinned entries to look up */
 	struct sf_sparse_memory mem;
 
 	/* per-group scratch, sized for the largest group */
@@ -87,6 +94,32 @@ struct sf_sparse {
 	uint64_t *bits_top, *bits_all, *pscratch;
 	uint32_t *sel_scratch, *ents, *tpos, *mpos, *tent, *treq, *mreq, *runlen, *idx;
 	float *xv;
+	uint64_t *pages;		/* --free-riders: (page_words) pages touched */
+	size_t page_words;
+	/* ffn_in with kept rows (--keep): the bundle's rows computed here,
+	 * then scattered to the neurons they are; (SF_GROUP_MAX_MATRICES,
+	 * rows_max) */
+	float *yrows;
+	uint64_t rows_max;
+	/* (ng) NULL, or the entries of the group that may be computed at all
+	 * (present on flash: --keep); allow_bits holds them, words each */
+	uint64_t **allow, *allow_bits;
+	uint64_t **keep_allow;		/* (ng) allow without the computation set */
+	size_t words;
+
+	/* selective computation */
+	struct sf_select_compute *sc;
+	int sc_fixed;				/* the set restricts the passes */
+	uint64_t prefill_left;
+	uint64_t *set_bits;			/* (n_layers, words) the set as ffn_out allow */
+	const uint8_t **set_mask;		/* (n_layers) neurons computed; NULL: all */
+	struct sf_run *spans;			/* (n_layers, rows_all) ffn_in row spans */
+	uint32_t *nspans;			/* (n_layers) */
+	uint64_t rows_all;			/* most ffn_in bundle rows of a layer */
+	double rho;
+	uint64_t c_passes, c_entries, c_rows, c_set, c_static, c_dynamic;
+	int c_layers;
+	uint64_t allow_bytes, compute_bytes;
 	const void **slots;
 	struct sf_run *runs;
 	struct req *reqs;
@@ -122,6 +155,19 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The resident set now (/proc/self/statm), 0 where it cannot be read. */
+static uint64_t rss_bytes(void)
+{
+	unsigned long long size, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (f && fscanf(f, "%llu %llu", &size, &res) != 2)
+		res = 0;
+	if (f)
+		fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 static uint64_t round_up(uint64_t v)
@@ -203,9 +249,11 @@ static int check_layout(const struct sf_sparse *sp, const struct sf_image_group 
 {
 	const struct sf_image *img = sp->img;
 
-	if (G->rows || G->entries != G->source_entries)
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: layer %d %s: packed with --keep, which "
-				  "the sparse decoder does not run yet", img->path, G->layer,
+	/* sf-pack refuses --keep with codes: middle records cover whole
+	 * columns, and a bundle of kept rows has no record to match */
+	if (G->rows && G->mid)
+		return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: kept rows (--keep) and "
+				  "middle-tier codes together", img->path, G->layer,
 				  sf_group_name(G->group));
 	for (int i = 0; i < G->nmat; i++) {
 		size_t es = sf_dtype_size(G->mat[i].dtype);
@@ -215,12 +263,18 @@ static int check_layout(const struct sf_sparse *sp, const struct sf_image_group 
 					  sf_group_name(G->group), (unsigned long long)G->top_bytes,
 					  G->mat[i].name);
 	}
-	const struct sf_image_group *G0 = sf_image_group(img, 0, G->group);
-	if (G->top_bytes != G0->top_bytes)
-		return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: bundle stride %llu, layer 0's %llu",
-				  img->path, G->layer, sf_group_name(G->group),
-				  (unsigned long long)G->top_bytes, (unsigned long long)G0->top_bytes);
 	return 0;
+}
+
+/* Bytes of one entry's columns: the rows the image holds, or (source) the
+ * model's, which the budget is a share of. */
+static uint64_t col_bytes(const struct sf_image_group *G, int source)
+{
+	uint64_t b = 0;
+	for (int k = 0; k < G->nmat; k++)
+		b += (source ? G->mat[k].source_rows : G->mat[k].rows) *
+		     sf_dtype_size(G->mat[k].dtype);
+	return b;
 }
 
 static int alloc_scratch(struct sf_sparse *sp)
@@ -284,6 +338,221 @@ static int read_flash(struct sf_sparse *sp, struct sf_err *e)
 	return 0;
 }
 
+/* Entries of the pinned set per group kind, those --keep left out not counted. */
+static void pin_counts(const struct sf_sparse *sp, uint64_t *count)
+{
+	const struct sf_image *img = sp->img;
+
+	for (int l = 0; l < img->cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
+			uint32_t k;
+			const uint32_t *ids = sf_select_load_get(sp->o.pin, l, (enum sf_group)g, &k);
+			for (uint32_t i = 0; !G->resident && i < k; i++)
+				count[g] += ids[i] < G->source_entries &&
+					    G->pos[ids[i]] != SF_IMAGE_ABSENT;
+		}
+}
+
+/* pread of [off, off + len) of the image, whole. */
+static int pread_all(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
+		     struct sf_err *e)
+{
+	for (uint64_t done = 0; done < len;) {
+		ssize_t r = pread(img->fd, buf + done, (size_t)(len - done), (off_t)(off + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return sf_err_set(e, r < 0 ? -errno : -EIO, "%s: reading %llu bytes at %llu: %s",
+					  img->path, (unsigned long long)(len - done),
+					  (unsigned long long)(off + done),
+					  r < 0 ? strerror(errno) : "unexpected end of file");
+		done += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* Reads the pinned set into the cache's pinned slots: per group its
+ * positions in order, one read per run of consecutive positions (through
+ * the buffered descriptor: this happens once). */
+static int load_pins(struct sf_sparse *sp, struct sf_err *e)
+{
+	const struct sf_image *img = sp->img;
+	int ret;
+
+	for (int l = 0; l < img->cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
+			uint32_t k;
+			const uint32_t *ids = sf_select_load_get(sp->o.pin, l, (enum sf_group)g, &k);
+			size_t np = 0;
+			if (G->resident || !k)
+				continue;
+			for (uint32_t i = 0; i < k; i++)
+				if (ids[i] < G->source_entries && G->pos[ids[i]] != SF_IMAGE_ABSENT)
+					sp->ents[np++] = ids[i];
+			sf_runs_positions(G->pos, G->source_entries, sp->ents, np, sp->pscratch,
+					  sp->tpos);
+			size_t nruns = sf_runs_plan(sp->tpos, np, 0, sp->runs);
+			for (size_t r = 0, i = 0; r < nruns; r++) {
+				const struct sf_run *run = &sp->runs[r];
+				uint64_t off, len;
+				sf_image_top_range(G, run->start, run->start + run->len, &off, &len);
+				if ((ret = pread_all(img, sp->iobuf, len, off, e)))
+					return ret;
+				for (; i < np && sp->tpos[i] < run->start + run->len; i++) {
+					void *slot;
+					uint32_t p = sp->tpos[i];
+					if ((ret = sf_cache_pin(sp->cache, (uint32_t)l, (enum sf_group)g,
+								G->perm[p], &slot)))
+						return sf_err_set(e, ret, "%s: pinning layer %d %s entry "
+								  "%u: %s", img->path, l,
+								  sf_group_name((enum sf_group)g),
+								  G->perm[p], strerror(-ret));
+					memcpy(slot, sp->iobuf + (uint64_t)(p - run->start) * G->top_bytes,
+					       (size_t)G->top_bytes);
+				}
+			}
+		}
+	return 0;
+}
+
+/* The entries present on flash of groups packed with --keep, and the
+ * row buffer of kept-row bundles. */
+static int setup_allow(struct sf_sparse *sp)
+{
+	const struct sf_image *img = sp->img;
+	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS, nr = 0;
+
+	sp->words = ((size_t)sp->nmax + 63) / 64;
+	for (size_t i = 0; i < ng; i++) {
+		const struct sf_image_group *G = &img->groups[i];
+		nr += !G->resident && G->entries < G->source_entries;
+		if (!G->resident && G->rows && G->mat[0].rows > sp->rows_max)
+			sp->rows_max = G->mat[0].rows;
+	}
+	if (!(sp->allow = calloc(ng, sizeof(*sp->allow))) ||
+	    !(sp->keep_allow = calloc(ng, sizeof(*sp->keep_allow))))
+		return -ENOMEM;
+	if (sp->rows_max &&
+	    !(sp->yrows = malloc(SF_GROUP_MAX_MATRICES * sp->rows_max * sizeof(float))))
+		return -ENOMEM;
+	if (!nr)
+		return 0;
+	sp->allow_bytes = (uint64_t)nr * sp->words * 8;
+	if (!(sp->allow_bits = calloc(nr * sp->words, 8)))
+		return -ENOMEM;
+	for (size_t i = 0, k = 0; i < ng; i++) {
+		const struct sf_image_group *G = &img->groups[i];
+		if (G->resident || G->entries == G->source_entries)
+			continue;
+		uint64_t *b = sp->allow[i] = sp->keep_allow[i] = sp->allow_bits + k++ * sp->words;
+		for (uint32_t p = 0; p < G->entries; p++)
+			b[G->perm[p] / 64] |= 1ull << (G->perm[p] % 64);
+	}
+	return 0;
+}
+
+/* Selective computation: the selection state and the per-layer set
+ * buffers; the FFN groups must be on flash. */
+static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
+{
+	const struct sf_image *img = sp->img;
+	int L = img->cfg.n_layers, ret;
+	uint32_t n = (uint32_t)img->cfg.hidden_dim;
+
+	for (int l = 0; l < L; l++) {
+		const struct sf_image_group *fi = sf_image_group(img, l, SF_GROUP_FFN_IN);
+		const struct sf_image_group *fo = sf_image_group(img, l, SF_GROUP_FFN_OUT);
+		if (fi->resident || fo->resident)
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: --compute-ratio: layer %d's FFN "
+					  "is resident (sf-pack --resident): its neurons cannot be "
+					  "restricted", img->path, l);
+		if (fi->mat[0].rows > sp->rows_all)
+			sp->rows_all = fi->mat[0].rows;
+	}
+	if ((ret = sf_select_compute_open(&sp->sc, L, n, sp->o.compute, sp->o.compute_static,
+					  sp->o.compute_static_name, e)))
+		return ret;
+	sp->rho = sp->o.compute->rho;
+	sp->set_bits = calloc((size_t)L * sp->words, 8);
+	sp->set_mask = calloc((size_t)L, sizeof(*sp->set_mask));
+	sp->spans = calloc((size_t)L * sp->rows_all, sizeof(*sp->spans));
+	sp->nspans = calloc((size_t)L, sizeof(*sp->nspans));
+	if (!sp->set_bits || !sp->set_mask || !sp->spans || !sp->nspans)
+		return sf_err_set(e, -ENOMEM, "%s: selective computation: %s", img->path,
+				  strerror(ENOMEM));
+	/* the selection's own state: counts, sums, masks, orders per neuron */
+	sp->compute_bytes = (uint64_t)L * sp->words * 8 + (uint64_t)L * sp->rows_all *
+			    sizeof(*sp->spans) + (uint64_t)L * n * 24 + (uint64_t)n * 24;
+	return 0;
+}
+
+/* End of the prefill: the set chosen, as ffn_out allow bitmaps (within
+ * what --keep left on flash) and ffn_in row spans. */
+static void fix_set(struct sf_sparse *sp)
+{
+	const struct sf_image *img = sp->img;
+
+	sf_select_compute_finish(sp->sc);
+	sp->c_layers = 0;
+	sp->c_set = sp->c_static = sp->c_dynamic = 0;
+	for (int l = 0; l < img->cfg.n_layers; l++) {
+		const uint8_t *m = sp->set_mask[l] = sf_select_compute_mask(sp->sc, l);
+		size_t at = (size_t)l * SF_NGROUPS + SF_GROUP_FFN_OUT;
+		if (!m)
+			continue;
+		uint64_t *b = sp->set_bits + (size_t)l * sp->words;
+		const uint64_t *keep = sp->keep_allow[at];
+		uint32_t n = (uint32_t)img->cfg.hidden_dim, cnt, ns, nd;
+		memset(b, 0, sp->words * 8);
+		for (uint32_t j = 0; j < n; j++)
+			if (m[j] && (!keep || keep[j / 64] >> (j % 64) & 1))
+				b[j / 64] |= 1ull << (j % 64);
+		sp->allow[at] = b;
+
+		const struct sf_image_group *G = sf_image_group(img, l, SF_GROUP_FFN_IN);
+		struct sf_run *sv = sp->spans + (size_t)l * sp->rows_all;
+		uint32_t k = 0;
+		for (uint32_t r = 0; r < G->mat[0].rows; r++) {
+			if (!m[G->rows ? G->rows[r] : r])
+				continue;
+			if (k && r - (sv[k - 1].start + sv[k - 1].len) <= ROW_GAP)
+				sv[k - 1].len = r + 1 - sv[k - 1].start;
+			else
+				sv[k++] = (struct sf_run){ r, 1 };
+		}
+		sp->nspans[l] = k;
+		sf_select_compute_entries(sp->sc, l, &cnt);
+		sf_select_compute_split(sp->sc, l, &ns, &nd);
+		sp->c_layers++;
+		sp->c_set += cnt;
+		sp->c_static += ns;
+		sp->c_dynamic += nd;
+	}
+	sp->sc_fixed = 1;
+}
+
+void sf_sparse_prefill(struct sf_sparse *sp, uint64_t tokens)
+{
+	if (!sp->sc)
+		return;
+	sf_select_compute_reset(sp->sc);
+	for (int l = 0; l < sp->img->cfg.n_layers; l++) {
+		size_t at = (size_t)l * SF_NGROUPS + SF_GROUP_FFN_OUT;
+		sp->allow[at] = sp->keep_allow[at];
+		sp->set_mask[l] = NULL;
+		sp->nspans[l] = 0;
+	}
+	sp->sc_fixed = 0;
+	sp->prefill_left = tokens;
+}
+
+const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp)
+{
+	return sp->sc;
+}
+
 static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
 		       int nout, float *const *out, const struct sf_weight *const *w);
 
@@ -292,7 +561,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 {
 	struct sf_sparse *sp = calloc(1, sizeof(*sp));
 	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS;
-	uint64_t off_g[SF_NGROUPS] = { 0 }, top_g[SF_NGROUPS] = { 0 };
+	uint64_t off_g[SF_NGROUPS] = { 0 }, top_g[SF_NGROUPS] = { 0 }, ent_g[SF_NGROUPS] = { 0 };
 	uint64_t lo = UINT64_MAX, hi = 0, iobuf = 0;
 	int ret;
 
@@ -326,13 +595,14 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 		if (t + mb > iobuf)
 			iobuf = t + mb;
 		off_g[G->group] += (uint64_t)G->entries * G->top_bytes;
-		top_g[G->group] = G->top_bytes;
-		uint64_t col = 0, mid = 0;
-		for (int k = 0; k < G->nmat; k++) {
-			col += G->mat[k].rows * sf_dtype_size(G->mat[k].dtype);
+		ent_g[G->group] += G->entries;
+		/* the cache's slot: the largest bundle (--keep varies ffn_in's) */
+		if (G->top_bytes > top_g[G->group])
+			top_g[G->group] = G->top_bytes;
+		uint64_t mid = 0;
+		for (int k = 0; k < G->nmat; k++)
 			mid += G->mat[k].mid_bytes;
-		}
-		sp->col_top[G->group] = col;
+		sp->col_top[G->group] = col_bytes(G, 1);
 		sp->col_mid[G->group] = mid;
 		if (G->top->offset < lo)
 			lo = G->top->offset;
@@ -346,6 +616,28 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 			hi = end;
 	}
 
+	if (o->free_riders) {
+		uint64_t most = 0;
+		for (size_t i = 0; i < ng; i++) {
+			const struct sf_image_group *G = &img->groups[i];
+			uint64_t pg = G->resident ? 0 : round_up((uint64_t)G->entries * G->top_bytes) /
+							 SF_IMAGE_ALIGN;
+			most = pg > most ? pg : most;
+		}
+		sp->page_words = (size_t)(most + 63) / 64;
+		if (!(sp->pages = calloc(sp->page_words ? sp->page_words : 1, 8))) {
+			ret = sf_err_set(e, -ENOMEM, "%s: sparse decoder: %s", img->path,
+					 strerror(ENOMEM));
+			goto out;
+		}
+	}
+	if ((ret = setup_allow(sp))) {
+		ret = sf_err_set(e, ret, "%s: sparse decoder: %s", img->path, strerror(-ret));
+		goto out;
+	}
+	if (o->compute && (ret = setup_compute(sp, e)))
+		goto out;
+
 	/* memory */
 	struct sf_cache_opts co;
 	sf_cache_opts_default(&co);
@@ -355,12 +647,25 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 		sp->mem.offloaded += off_g[g];
 		co.bundle_bytes[g] = top_g[g] ? top_g[g] : 1;
 	}
+	uint64_t pinned_g[SF_NGROUPS] = { 0 };
+	if (o->pin && !o->simulate) {
+		pin_counts(sp, pinned_g);
+		for (int g = 0; g < SF_NGROUPS; g++)
+			co.pin_slots[g] = (uint32_t)pinned_g[g];
+		uint64_t none = sf_cache_footprint(&(struct sf_cache_opts){ .policy = o->policy });
+		sp->mem.pinned = sf_cache_footprint(&co) - none;
+	}
+	sp->mem.process = rss_bytes();
 	sp->mem.resident = img->map_size;
 	sp->mem.state = o->state_bytes;
 	sp->mem.buffers = o->simulate ? 0 : iobuf;
-	sp->mem.buffers += scratch_bytes(sp->nmax, o->max_tokens) + 2 * ng * 4;
+	sp->mem.buffers += scratch_bytes(sp->nmax, o->max_tokens) + 2 * ng * 4 +
+			   2 * ng * sizeof(*sp->allow) + sp->allow_bytes + sp->compute_bytes +
+			   sp->page_words * 8 +
+			   SF_GROUP_MAX_MATRICES * sp->rows_max * sizeof(float);
 	sp->mem.simulate = o->simulate && sp->nmax ? hi - lo : 0;
-	uint64_t fixed = sp->mem.resident + sp->mem.state + sp->mem.buffers + sp->mem.simulate;
+	uint64_t fixed = sp->mem.process + sp->mem.resident + sp->mem.state + sp->mem.buffers +
+			 sp->mem.simulate;
 	uint64_t cache_bytes = 0, empty = sf_cache_footprint(&co);
 	int fill = o->cache_ratio < 0 && o->ram;	/* the cache takes what is left */
 	if (o->policy != SF_CACHE_NONE && !o->simulate) {
@@ -376,22 +681,26 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 			double share = (double)off_g[g] / (double)sp->mem.offloaded;
 			uint64_t slots = (uint64_t)((double)cache_bytes * share) /
 					 sf_cache_entry_bytes(co.bundle_bytes[g]);
-			uint64_t most = off_g[g] / co.bundle_bytes[g];
+			uint64_t most = ent_g[g] - pinned_g[g];	/* the rest of the entries */
 			co.slots[g] = (uint32_t)(slots < most ? slots : most);
 		}
-		sp->mem.cache = sf_cache_footprint(&co);
-		sp->mem.total = fixed + sp->mem.cache;
+		uint64_t all = sf_cache_footprint(&co);
+		sp->mem.cache = all - sp->mem.pinned;
+		sp->mem.total = fixed + all;
 		if (!fill || !cache_bytes || sp->mem.total <= o->ram)
 			break;
 		cache_bytes = cache_bytes / 10 * 9;
 	}
 	if (o->ram && sp->mem.total > o->ram) {
-		ret = sf_err_set(e, SF_ELIMIT, "%s: --ram %llu: %llu bytes needed: resident %llu, "
-				 "KV cache and state %llu, buffers %llu, cache %llu%s", img->path,
-				 (unsigned long long)o->ram, (unsigned long long)sp->mem.total,
+		ret = sf_err_set(e, SF_ELIMIT, "%s: --ram %llu: %llu bytes needed: process %llu, "
+				 "resident %llu, KV cache and state %llu, buffers %llu, pinned %llu, "
+				 "cache %llu%s", img->path, (unsigned long long)o->ram,
+				 (unsigned long long)sp->mem.total,
+				 (unsigned long long)sp->mem.process,
 				 (unsigned long long)sp->mem.resident,
 				 (unsigned long long)sp->mem.state,
 				 (unsigned long long)sp->mem.buffers,
+				 (unsigned long long)sp->mem.pinned,
 				 (unsigned long long)sp->mem.cache,
 				 o->simulate ? ", --simulate copy" : "");
 		if (o->simulate) {
@@ -408,6 +717,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	}
 	if ((ret = sf_cache_open(&sp->cache, &co, e)))
 		goto out;
+	sp->use_cache = !o->simulate && (o->policy != SF_CACHE_NONE || sp->mem.pinned);
 
 	if (sp->nmax == 0) {
 		/* every group resident: nothing to read */
@@ -434,6 +744,14 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 		if ((ret = sf_uring_open(&sp->u, img->path, &uo, e)))
 			goto out;
 	}
+
+	if (sp->mem.pinned && (ret = load_pins(sp, e)))
+		goto out;
+	/* borrowed for the set-up only */
+	sp->o.pin = NULL;
+	sp->o.compute = NULL;
+	sp->o.compute_static = NULL;
+	sp->o.compute_static_name = NULL;
 
 	if (o->collapse != SF_SPARSE_COLLAPSE_AUTO) {
 		sp->gap = o->collapse;
@@ -479,6 +797,16 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->runlen);
 	free(sp->idx);
 	free(sp->xv);
+	free(sp->pages);
+	free(sp->yrows);
+	free(sp->allow);
+	free(sp->keep_allow);
+	free(sp->allow_bits);
+	sf_select_compute_close(sp->sc);
+	free(sp->set_bits);
+	free(sp->set_mask);
+	free(sp->spans);
+	free(sp->nspans);
 	free(sp->slots);
 	free(sp->runs);
 	free(sp->reqs);
@@ -533,6 +861,13 @@ static void token_begin(struct sf_sparse *sp)
 		sp->win_span[w] = sp->tok_span;
 		sp->tokens++;
 	}
+	if (sp->sc && !sp->sc_fixed) {
+		if (sp->prefill_left)
+			sp->prefill_left--;
+		else
+			fix_set(sp);
+	}
+	sp->c_passes += sp->sc_fixed;
 	sp->t_token = t;
 	sp->tok_bytes = 0;
 	sp->tok_span = 0;
@@ -612,6 +947,8 @@ struct compute_task {
 	const struct sf_image_group *G;
 	float *const *y;
 	uint64_t total_rows;
+	const struct sf_run *spans;	/* rows computed (bundle rows); NULL: all */
+	uint32_t nspans;
 };
 
 /* Top tier: output rows split over the workers, every column of a
@@ -630,11 +967,21 @@ static void top_worker(void *arg, int ith, int nth)
 		size_t b = hi - base < rows ? hi - base : rows;
 		if (hi > base && a < b) {
 			size_t es = sf_dtype_size(G->mat[i].dtype);
+			const struct sf_run all = { (uint32_t)a, (uint32_t)(b - a) };
+			const struct sf_run *sv = t->spans ? t->spans : &all;
+			uint32_t ns = t->spans ? t->nspans : 1;
 			for (size_t s = 0; s < sp->nseg; s++) {
 				const struct seg *sg = &sp->segs[s];
-				sf_colaccum(t->y[i] + a, b - a, sg->base + G->mat[i].offset + a * es,
-					    G->mat[i].dtype, (size_t)(G->top_bytes / es),
-					    sp->idx + sg->first, sp->xv + sg->first, sg->n);
+				for (uint32_t k = 0; k < ns; k++) {
+					size_t r0 = sv[k].start > a ? sv[k].start : a;
+					size_t r1 = sv[k].start + sv[k].len < b ? sv[k].start + sv[k].len : b;
+					if (r0 >= r1)
+						continue;
+					sf_colaccum(t->y[i] + r0, r1 - r0,
+						    sg->base + G->mat[i].offset + r0 * es, G->mat[i].dtype,
+						    (size_t)(G->top_bytes / es), sp->idx + sg->first,
+						    sp->xv + sg->first, sg->n);
+				}
 			}
 		}
 		base += rows;
@@ -731,12 +1078,14 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 	return 0;
 }
 
-/* The active entries of a bitmap (ascending), optionally minus another. */
-static size_t bits_entries(const uint64_t *bits, const uint64_t *minus, uint32_t n, uint32_t *out)
+/* The active entries of a bitmap (ascending), optionally only those in
+ * another (and) and not in a third (minus). */
+static size_t bits_entries(const uint64_t *bits, const uint64_t *and, const uint64_t *minus,
+			   uint32_t n, uint32_t *out)
 {
 	size_t k = 0;
 	for (uint32_t w = 0; w < (n + 63) / 64; w++) {
-		uint64_t b = bits[w] & (minus ? ~minus[w] : ~0ull);
+		uint64_t b = bits[w] & (and ? and[w] : ~0ull) & (minus ? ~minus[w] : ~0ull);
 		while (b) {
 			out[k++] = w * 64 + (uint32_t)__builtin_ctzll(b);
 			b &= b - 1;
@@ -759,6 +1108,65 @@ static void fail_group(struct sf_sparse *sp, int ret, int nout, float *const *ou
 		}
 	for (int i = 0; i < nout; i++)
 		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
+}
+
+/* --free-riders: the positions whose whole bundle lies in the 4 KiB
+ * pages the top tier's positions tpos[0..*nt) touch join them (in
+ * order), unless allow leaves them out; they leave the middle tier
+ * mpos[0..*nm). Returns how many joined. */
+static size_t add_riders(struct sf_sparse *sp, const struct sf_image_group *G,
+			 const uint64_t *allow, size_t *nt, size_t *nm)
+{
+	const uint64_t s = G->top_bytes, P = SF_IMAGE_ALIGN;
+	const uint64_t npages = round_up((uint64_t)G->entries * s) / P;
+	uint64_t *pg = sp->pages;
+	uint32_t *tpos = sp->tpos, *merged = sp->sel_scratch;
+	size_t k = *nt, ti = 0, nout = 0, nr = 0;
+
+	for (size_t i = 0; i < k; i++)
+		for (uint64_t x = tpos[i] * s / P; x <= ((tpos[i] + 1) * s - 1) / P; x++)
+			pg[x / 64] |= 1ull << (x % 64);
+	for (uint64_t x = 0; x < npages;) {
+		if (!(pg[x / 64] >> (x % 64) & 1)) {
+			x++;
+			continue;
+		}
+		uint64_t x1 = x;
+		while (x1 + 1 < npages && pg[(x1 + 1) / 64] >> ((x1 + 1) % 64) & 1)
+			x1++;
+		/* q * s >= x * P and (q + 1) * s <= (x1 + 1) * P */
+		uint64_t q1 = (x1 + 1) * P / s;
+		for (uint64_t q = (x * P + s - 1) / s; q < q1 && q < G->entries; q++) {
+			while (ti < k && tpos[ti] < q)
+				merged[nout++] = tpos[ti++];
+			if (ti < k && tpos[ti] == q) {
+				merged[nout++] = tpos[ti++];
+				continue;
+			}
+			uint32_t j = G->perm[q];
+			if (allow && !(allow[j / 64] >> (j % 64) & 1))
+				continue;
+			merged[nout++] = (uint32_t)q;
+			nr++;
+		}
+		x = x1 + 1;
+	}
+	while (ti < k)
+		merged[nout++] = tpos[ti++];
+	memset(pg, 0, (size_t)(npages + 63) / 64 * 8);
+	if (!nr)
+		return 0;
+	memcpy(tpos, merged, nout * sizeof(*tpos));
+	*nt = nout;
+	size_t m = 0;
+	for (size_t i = 0, t = 0; i < *nm; i++) {
+		while (t < nout && tpos[t] < sp->mpos[i])
+			t++;
+		if (t == nout || tpos[t] != sp->mpos[i])
+			sp->mpos[m++] = sp->mpos[i];
+	}
+	*nm = m;
+	return nr;
 }
 
 static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
@@ -786,26 +1194,38 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
 
 	// 1. select
+	if (g == SF_GROUP_FFN_OUT && sp->sc && !sp->sc_fixed)
+		sf_select_compute_observe(sp->sc, layer, in);
+	/* entries outside allow (not on flash, or not in the computation
+	 * set) are never computed; kt and km count the group's source
+	 * entries, so they are taken first */
+	const uint64_t *allow = sp->allow[at_k];
 	size_t nt, nm = 0;
-	if (kt == n) {
+	if (kt == n && !allow) {
 		nt = n;
 		for (uint32_t p = 0; p < n; p++)
 			sp->tpos[p] = p;
 	} else {
-		sf_trace_select_topk(in, (uint32_t)n, kt, sp->bits_top, sp->sel_scratch);
-		nt = bits_entries(sp->bits_top, NULL, (uint32_t)n, sp->ents);
+		if (kt == n)
+			nt = bits_entries(allow, NULL, NULL, (uint32_t)n, sp->ents);
+		else {
+			sf_trace_select_topk(in, (uint32_t)n, kt, sp->bits_top, sp->sel_scratch);
+			nt = bits_entries(sp->bits_top, allow, NULL, (uint32_t)n, sp->ents);
+		}
 		sf_runs_positions(G->pos, (uint32_t)n, sp->ents, nt, sp->pscratch, sp->tpos);
 		if (km) {
 			sf_trace_select_topk(in, (uint32_t)n, kt + km, sp->bits_all, sp->sel_scratch);
-			nm = bits_entries(sp->bits_all, sp->bits_top, (uint32_t)n, sp->ents);
+			nm = bits_entries(sp->bits_all, allow, sp->bits_top, (uint32_t)n, sp->ents);
 			sf_runs_positions(G->pos, (uint32_t)n, sp->ents, nm, sp->pscratch, sp->mpos);
 		}
 	}
 
+	size_t riders = sp->o.free_riders && kt < n ? add_riders(sp, G, allow, &nt, &nm) : 0;
+
 	// 2. cache
 	size_t hits = 0, nmiss = 0;
 	const void *const *slots = NULL;
-	if (!sp->o.simulate && sp->o.policy != SF_CACHE_NONE) {
+	if (sp->use_cache) {
 		for (size_t i = 0; i < nt; i++)
 			sp->tent[i] = G->perm[sp->tpos[i]];
 		hits = sf_cache_lookup(sp->cache, (uint32_t)layer, g, sp->tent, nt, sp->slots, NULL,
@@ -850,14 +1270,37 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	}
 
 	// 5. compute in position order as reads complete: top, then middle
-	struct compute_task t = { .sp = sp, .G = G, .y = out };
-	for (int i = 0; i < G->nmat; i++)
+	float *yr[SF_GROUP_MAX_MATRICES];
+	const uint8_t *cm = g == SF_GROUP_FFN_IN && sp->sc ? sp->set_mask[layer] : NULL;
+	struct compute_task t = { .sp = sp, .G = G, .y = G->rows ? yr : out };
+	if (cm) {
+		t.spans = sp->spans + (size_t)layer * sp->rows_all;
+		t.nspans = sp->nspans[layer];
+		for (uint32_t k = 0; k < t.nspans; k++)
+			sp->c_rows += t.spans[k].len;
+	}
+	for (int i = 0; i < G->nmat; i++) {
 		t.total_rows += G->mat[i].rows;
+		if (G->rows) {
+			yr[i] = sp->yrows + (size_t)i * sp->rows_max;
+			memset(yr[i], 0, (size_t)G->mat[i].rows * sizeof(float));
+		}
+	}
 	if ((ret = compute_tier(sp, G, in, sp->tpos, nt, sp->treq, slots, tmir, top_worker, &t)))
 		goto fail;
 	if (nm && (ret = compute_tier(sp, G, in, sp->mpos, nm, sp->mreq, NULL, mmir, mid_worker,
 				      &t)))
 		goto fail;
+	/* kept rows to their neurons; rows outside the set (span gaps, whole
+	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
+	 * * 0 makes their ffn_out entry 0 */
+	for (int i = 0; (G->rows || cm) && i < G->nmat; i++)
+		for (uint64_t r = 0; r < G->mat[i].rows; r++) {
+			uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
+			out[i][nr] = cm && !cm[nr] ? 0.0f : G->rows ? yr[i][r] : out[i][nr];
+		}
+	if (g == SF_GROUP_FFN_OUT && sp->sc && sp->set_mask[layer])
+		sp->c_entries += nt + nm;
 	if (!sp->o.simulate && sp->u && sf_uring_outstanding(sp->u)) {
 		ret = sf_err_set(&sp->err, -EIO, "%s: reads left outstanding", sp->img->path);
 		goto fail;
@@ -879,7 +1322,7 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 				continue;
 			uint32_t p = sp->tpos[i];
 			sf_cache_insert(sp->cache, (uint32_t)layer, g, G->perm[p],
-					tmir + (uint64_t)p * G->top_bytes,
+					tmir + (uint64_t)p * G->top_bytes, G->top_bytes,
 					sp->runlen[j++] > 2);
 		}
 
@@ -888,7 +1331,8 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	gt->k_top += nt;
 	gt->k_mid += nm;
 	gt->hits += hits;
-	gt->budget += ((double)nt * (double)sp->col_top[g] + (double)nm * (double)sp->col_mid[g]) /
+	gt->riders += riders;
+	gt->budget += ((double)nt * (double)col_bytes(G, 0) + (double)nm * (double)sp->col_mid[g]) /
 		      ((double)n * (double)sp->col_top[g]);
 	sp->bytes_needed += (uint64_t)nmiss * G->top_bytes + (uint64_t)nm * G->mid_bytes;
 	sp->exec_s += now() - t0;
@@ -914,6 +1358,21 @@ static double pct(const double *s, uint64_t n, double q)
 	return s[i ? i - 1 : 0];
 }
 
+/* The --ram accounting beside what the kernel saw: peak resident set. */
+static json_t *memory_json(const struct sf_sparse *sp)
+{
+	const struct sf_sparse_memory *m = &sp->mem;
+	struct rusage ru;
+	uint64_t peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024;
+
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			 "process", (json_int_t)m->process, "resident", (json_int_t)m->resident, "state", (json_int_t)m->state,
+			 "buffers", (json_int_t)m->buffers, "pinned", (json_int_t)m->pinned,
+			 "cache", (json_int_t)m->cache, "simulate", (json_int_t)m->simulate,
+			 "total", (json_int_t)m->total, "ram", (json_int_t)sp->o.ram,
+			 "peak_rss", (json_int_t)peak);
+}
+
 json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 {
 	uint64_t tok = sp->tokens + (sp->t_token > 0);	/* the current one counts */
@@ -937,6 +1396,7 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 	for (int b = 0; b < SF_RUNS_NHIST; b++)
 		json_object_set_new(hist, sf_runs_hist_names[b], json_integer((json_int_t)sp->hist[b]));
 	double budget_sum = 0, budget_den = 0;
+	uint64_t riders = 0;
 	for (int g = 0; g < SF_NGROUPS; g++) {
 		const struct gtally *t = &sp->g[g];
 		if (!t->computed)
@@ -944,9 +1404,10 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 		double c = (double)t->computed;
 		budget_sum += t->budget / c * (double)t->entries / c * (double)sp->col_top[g];
 		budget_den += (double)t->entries / c * (double)sp->col_top[g];
+		riders += t->riders;
 		json_object_set_new(groups, sf_group_name((enum sf_group)g), json_pack(
-			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-			"budget", t->budget / c,
+			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+			"budget", t->budget / c, "free_riders", (double)t->riders / c,
 			"k_top", (double)t->k_top / c, "k_mid", (double)t->k_mid / c,
 			"cache_hits", (double)t->hits / c,
 			"requests_per_token", (double)t->requests * per,
@@ -993,6 +1454,23 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 		json_object_set_new(json_object_get(j, "latency_seconds"), "mean",
 				    json_real(sp->nlat ? sum / (double)sp->nlat : 0.0));
 		json_object_set_new(j, "bytes_moved", json_integer((json_int_t)sp->bytes_moved));
+		json_t *cj = json_object_get(j, "cache");
+		json_object_set_new(cj, "pinned", json_integer((json_int_t)cs.pinned));
+		json_object_set_new(cj, "pin_hits", json_integer((json_int_t)cs.pin_hits));
+		json_object_set_new(j, "memory", memory_json(sp));
+		json_object_set_new(j, "free_riders", json_integer((json_int_t)riders));
+		json_object_set_new(j, "free_riders_per_token", json_real((double)riders * per));
+		if (sp->sc) {
+			double pp = sp->c_passes ? 1.0 / (double)sp->c_passes : 0.0;
+			json_object_set_new(j, "compute", json_pack(
+				"{s:f, s:i, s:I, s:I, s:I, s:I, s:f, s:f}",
+				"rho", sp->rho, "layers", sp->c_layers,
+				"set_entries", (json_int_t)sp->c_set,
+				"static", (json_int_t)sp->c_static, "dynamic", (json_int_t)sp->c_dynamic,
+				"passes", (json_int_t)sp->c_passes,
+				"ffn_out_entries_per_pass", (double)sp->c_entries * pp,
+				"ffn_in_rows_per_pass", (double)sp->c_rows * pp));
+		}
 		json_object_set_new(j, "requests", json_integer((json_int_t)sp->requests));
 	}
 	return j;

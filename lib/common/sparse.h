@@ -17,6 +17,7 @@
 #include "image.h"
 #include "model.h"
 #include "pool.h"
+#include "selectinfer.h"
 
 #define SF_SPARSE_COLLAPSE_AUTO (-1)
 /* --collapse auto's gap while reads are IOPS-bound (also its gap when no
@@ -50,6 +51,26 @@ struct sf_sparse_opts {
 	uint64_t ram;			/* 0: no limit */
 	uint64_t state_bytes;		/* KV cache and run state the caller holds */
 	uint64_t max_tokens;		/* latencies recorded for percentiles */
+	/* Entries whose whole bundle lies in a 4 KiB page the top tier's own
+	 * bundles touch cost no read: they join the top tier (from the
+	 * middle tier or omitted). Chosen from the selection alone, before
+	 * the cache and without the collapse gaps, so the output still does
+	 * not depend on the cache, collapse, queue depth or threads. */
+	int free_riders;
+	/* SelectInfer's selective loading: these entries are read once at
+	 * open and held in RAM, never evicted (NULL: none; borrowed, may be
+	 * freed after sf_sparse_open). Entries --keep left out are skipped;
+	 * with simulate nothing is pinned (no cache is consulted). */
+	const struct sf_select_load *pin;
+	/* SelectInfer's selective computation (NULL: none; borrowed during
+	 * open, with its dense layers): the forward passes sf_sparse_prefill
+	 * announces are observed, then for every pass after them the
+	 * ffn_out entries of the layers not dense are only those of the
+	 * chosen neurons (intersected with the usual selection) and the
+	 * ffn_in rows computed only theirs (the others output 0). */
+	const struct sf_select_compute_opts *compute;
+	const struct sf_scores *compute_static;	/* static scores, or NULL */
+	const char *compute_static_name;	/* for messages */
 };
 
 /* Defaults: budget 1, collapse auto, S3-FIFO, SF_CACHE_DEFAULT_SEG_ADMIT,
@@ -58,9 +79,14 @@ void sf_sparse_opts_default(struct sf_sparse_opts *o);
 
 /* Bytes sf-run keeps, for the --ram check and -v. */
 struct sf_sparse_memory {
+	/* the process's resident set when the decoder is set up: code,
+	 * libraries, tokenizer, the pages of the header read so far (those
+	 * count again under resident: the check errs on the safe side) */
+	uint64_t process;
 	uint64_t resident;	/* the mapped header and resident blob */
 	uint64_t state;		/* KV cache and run state (the caller's figure) */
 	uint64_t buffers;	/* read buffers and per-group scratch */
+	uint64_t pinned;	/* the pinned set: slots and metadata */
 	uint64_t cache;		/* cache slots and metadata */
 	uint64_t simulate;	/* --simulate: the flash regions in RAM */
 	uint64_t offloaded;	/* top-tier bytes on flash (what --cache-ratio scales) */
@@ -74,11 +100,22 @@ struct sf_sparse;
  * was not calibrated for, listing those it was; a middle tier without
  * codes), sizes the cache, checks the memory budget (SF_ELIMIT with the
  * figures), allocates every buffer, opens the ring (or, with simulate,
- * reads the flash regions). Images packed with --keep are refused
- * (SF_EUNSUPPORTED). *sp NULL on error. */
+ * reads the flash regions). Images packed with --keep run as they are:
+ * the neurons left out are never computed (their ffn_out entries never
+ * selected, their ffn_in rows absent, so their activation is 0). *sp
+ * NULL on error. */
 int sf_sparse_open(struct sf_sparse **sp, const struct sf_image *img, const struct sf_model *m,
 		   struct sf_pool *pool, const struct sf_sparse_opts *o, struct sf_err *e);
 void sf_sparse_close(struct sf_sparse *sp);	/* accepts NULL */
+
+/* Selective computation: the next `tokens` forward passes are a prefill
+ * (computed with the usual selection and observed); at the start of the
+ * pass after them the neurons are chosen and restrict every later pass,
+ * until the next call. Without a call the set is chosen at the first pass
+ * from the static scores alone. No effect without o->compute. */
+void sf_sparse_prefill(struct sf_sparse *sp, uint64_t tokens);
+/* The selection state (for its masks), or NULL without o->compute. */
+const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp);
 
 /* The exec to set as sf_runstate.exec. */
 const struct sf_group_exec *sf_sparse_exec(struct sf_sparse *sp);

@@ -3,7 +3,9 @@
 # (identity and coact placements, scalar codes, calibrated tiers): budget 1
 # is the dense decoder; below it the output equals --simulate whatever the
 # cache, collapse, queue depth and threads; faults are one clear line and
-# exit 1. Images live under $SF_TMP (disk: O_DIRECT works there).
+# exit 1. SelectInfer's pinned set, --keep images and selective
+# computation, --free-riders, and the peak resident set under --ram on
+# mix4-5m. Images live under $SF_TMP (disk: O_DIRECT works there).
 
 load helpers
 
@@ -14,8 +16,12 @@ setup_file() {
 	D=$(mktemp -d "$base/sf-run-image.XXXXXX")
 	export XDG_CACHE_HOME=$D/xdg	# no device peak unless a test stores one
 	export CORPUS=$SF_ROOT/man/sf-run.1
-	"$SF_BIN/sf-profile" --model "$MODEL" --max-tokens 150 -q "$CORPUS" -o "$D/p.sft"
-	"$SF_BIN/sf-coact" -q "$D/p.sft" -o "$D/p.sfc"
+	"$SF_BIN/sf-profile" --model "$MODEL" --task man --max-tokens 150 -q "$CORPUS" -o "$D/p.sft"
+	"$SF_BIN/sf-coact" -q "$D/p.sft" --scores "$D/task.json" -o "$D/p.sfc"
+	# SelectInfer's model-specific scores: the task merged with another one
+	"$SF_BIN/sf-profile" --model "$MODEL" --task pack --max-tokens 150 -q "$SF_ROOT/man/sf-pack.1" |
+		"$SF_BIN/sf-coact" -q --scores "$D/other.json" -o /dev/null
+	"$SF_BIN/sf-coact" --merge-scores "$D/task.json" "$D/other.json" -o "$D/model.json"
 	"$SF_BIN/sf-place" -q --method coact "$D/p.sfc" -o "$D/coact.json"
 	"$SF_BIN/sf-encode" --model "$MODEL" --method scalar -t 2 -o "$D/codes.sfq"
 	"$SF_BIN/sf-encode" --model "$MODEL" --calibrate --codes "$D/codes.sfq" -t 2 \
@@ -117,7 +123,12 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	[ "$output" = "$want" ]
 	run gen --budget 0.5 --cache-ratio 0.2 --seg-admit 0.1 --collapse 16 --qd 3 -t 2 "$D/coact.sfimg"
 	[ "$output" = "$want" ]
-	run gen --budget 0.5 --ram 8M --no-direct "$D/coact.sfimg"
+	# a --ram budget with 1 MiB left for the cache (the process's own
+	# share is larger under the sanitizers)
+	local need
+	need=$(sf-run -p x -n 1 --budget 0.5 --ram 1M "$D/coact.sfimg" 2>&1 |
+		sed -E 's/.*: ([0-9]+) bytes needed.*/\1/')
+	run gen --budget 0.5 --ram $((need + 1048576)) --no-direct "$D/coact.sfimg"
 	[ "$output" = "$want" ]
 	want=$(gen --density 0.4 --simulate "$D/coact.sfimg")
 	run gen --density 0.4 --cache-ratio 0.3 "$D/coact.sfimg"
@@ -161,7 +172,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	run --separate-stderr sf-run -p x -n 1 -q -v "$D/id.sfimg"
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *"collapse auto without a device peak (sf-run --probe-device): fixed gap 4"* ]]
-	[[ "$stderr" == *"memory: "*" bytes: resident "* ]]
+	[[ "$stderr" == *"memory: "*" bytes: process "*", resident "*", pinned "* ]]
 	run --separate-stderr sf-run -p x -n 1 -q -v --device-peak 2000000000 "$D/id.sfimg"
 	[[ "$stderr" == *"collapse auto: 4, off while above 80% of the device peak 2000 MB/s"* ]]
 }
@@ -198,7 +209,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 @test "a RAM budget too small is refused with the figures" {
 	run --separate-stderr sf-run -p x -n 1 --ram 1M "$D/coact.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ --ram\ 1048576:\ [0-9]+\ bytes\ needed:\ resident\ [0-9]+,\ KV\ cache\ and\ state\ [0-9]+,\ buffers\ [0-9]+,\ cache\ [0-9]+$ ]]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ --ram\ 1048576:\ [0-9]+\ bytes\ needed:\ process\ [0-9]+,\ resident\ [0-9]+,\ KV\ cache\ and\ state\ [0-9]+,\ buffers\ [0-9]+,\ pinned\ 0,\ cache\ [0-9]+$ ]]
 }
 
 @test "a budget the image was not calibrated for is refused, naming those it was" {
@@ -225,4 +236,195 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	XDG_CACHE_HOME=$x run --separate-stderr sf-run -p x -n 1 -q "$D/id.sfimg"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-run: $f: not a device file of sf-run --probe-device (remove it and probe again)" ]
+}
+
+# mix4-1m: per layer round(0.7 n) of attn_in, attn_out, ffn_in (128 each)
+# and ffn_out (384): 90 + 90 + 90 + 269, over 4 layers
+PINNED_07=2156
+
+@test "--pin: the best entries are read once and never evicted; the output does not change" {
+	need_direct
+	local want ppl
+	want=$(gen --budget 0.5 --simulate "$D/coact.sfimg")
+	run gen --budget 0.5 --pin "$D/task.json" --pin "$D/model.json" --cache-ratio 0.1 \
+		--stats "$D/pin.json" "$D/coact.sfimg"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$want" ]
+	jq -e ".cache.pinned == $PINNED_07 and .cache.pin_hits > 0 and .cache.evictions > 0" "$D/pin.json"
+	jq -e '.memory.pinned > 0 and .cache.hit_rate > 0.5' "$D/pin.json"
+	# the model file alone, a smaller share, no cache beside it
+	run gen --budget 0.5 --pin "$D/model.json" --pin-ratio 0.3 --cache-policy none \
+		--stats "$D/pin.json" "$D/coact.sfimg"
+	[ "$output" = "$want" ]
+	jq -e '.cache.pinned == 4 * (38 + 38 + 38 + 115) and .cache.admissions == 0' "$D/pin.json"
+	ppl=$(sf-run --ppl "$CORPUS" --max-tokens 150 --window 64 --density 0.4 --simulate "$D/coact.sfimg" | jq .ppl)
+	run sf-run --ppl "$CORPUS" --max-tokens 150 --window 64 --density 0.4 --pin "$D/task.json" \
+		--pin-ratio 0.5 --pin-delta 1 "$D/coact.sfimg"
+	[ "$(echo "$output" | jq .ppl)" = "$ppl" ]
+}
+
+@test "--pin: errors name the file; the pinned set counts in --ram" {
+	run --separate-stderr sf-run -p x -n 1 --pin "$D/task.json" --pin "$D/task.json" "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/task.json: --pin: a second task score file ($D/task.json is one): expected one task and one model file" ]
+	run --separate-stderr sf-run -p x -n 1 --pin "$D/task.json" --pin a --pin b "$D/id.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --pin: at most two files (task and model scores)" ]
+	run --separate-stderr sf-run -p x -n 1 --pin-ratio 0.5 "$D/id.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --pin-ratio and --pin-delta need --pin" ]
+	run --separate-stderr sf-run -p x -n 1 --pin "$D/nothing.json" "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" == "sf-run: $D/nothing.json: "* ]]
+	# what fits without the pinned set does not fit with it
+	local need
+	run --separate-stderr sf-run -p x -n 1 --ram 1M --cache-policy none "$D/id.sfimg"
+	# the process's own resident set varies by a few pages from run to run
+	need=$(( $(echo "${stderr_lines[0]}" | sed -E 's/.*: ([0-9]+) bytes needed.*/\1/') + 262144 ))
+	run --separate-stderr sf-run -p x -n 1 -q --ram "$need" --cache-policy none "$D/id.sfimg"
+	[ "$status" -eq 0 ]
+	run --separate-stderr sf-run -p x -n 1 -q --ram "$need" --cache-policy none --pin "$D/model.json" "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/id.sfimg:\ --ram\ $need:\ [0-9]+\ bytes\ needed:\ .*,\ pinned\ [1-9][0-9]*,\ cache\ [0-9]+$ ]]
+}
+
+@test "an image packed with --keep runs as it is: its neurons only, equal to --simulate" {
+	need_direct
+	local want
+	sf-coact --select-neurons --gamma 0.6 --task "$D/task.json" "$D/model.json" -o "$D/keep.json"
+	sf-pack --model "$MODEL" --placement "$D/coact.json" --keep "$D/keep.json" -o "$D/keep.sfimg"
+	want=$(gen --simulate "$D/keep.sfimg")
+	[ -n "$want" ]
+	run gen --stats "$D/keep-stats.json" "$D/keep.sfimg"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$want" ]
+	# every kept neuron, no other: round(0.6 * 384) per layer
+	jq -e '.groups.ffn_out.k_top == 230 and .groups.ffn_in.k_top == 128' "$D/keep-stats.json"
+	jq -e '.groups.ffn_in.budget > 0.59 and .groups.ffn_in.budget < 0.61' "$D/keep-stats.json"
+	want=$(gen --density 0.5 --simulate "$D/keep.sfimg")
+	run gen --density 0.5 --cache-ratio 0.3 --pin "$D/model.json" "$D/keep.sfimg"
+	[ "$output" = "$want" ]
+	[ "$output" != "$(gen --density 0.5 --simulate "$D/coact.sfimg")" ]
+}
+
+@test "an image packed with --keep of every neuron decodes as the full image" {
+	need_direct
+	sf-coact --select-neurons --gamma 1 "$D/model.json" -o "$D/all.json"
+	sf-pack --model "$MODEL" --keep "$D/all.json" -o "$D/keepall.sfimg"
+	run gen "$D/keepall.sfimg"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(cat "$D/dense.txt")" ]
+	run gen --density 0.5 "$D/keepall.sfimg"
+	[ "$output" = "$(gen --density 0.5 "$D/id.sfimg")" ]
+}
+
+@test "mix4-5m with a cache: the peak resident set stays under --ram" {
+	need_shared
+	need_direct
+	if ldd "$SF_BIN/sf-run" | grep -q libasan; then
+		skip "built with the sanitizers: their shadow memory is part of the resident set"
+	fi
+	local m=$SF_SHARED/models/mix4-5m need ram
+	local run=(sf-run --ppl "$CORPUS" --max-tokens 600 --window 128 --density 0.5)
+	sf-pack --model "$m" -o "$D/rss5.sfimg"
+	# the figures without room for a cache, then room for 4 MiB of it
+	run --separate-stderr "${run[@]}" --ram 1M "$D/rss5.sfimg"
+	[ "$status" -eq 1 ]
+	need=$(echo "${stderr_lines[0]}" | sed -E 's/.*: ([0-9]+) bytes needed.*/\1/')
+	ram=$((need + 4 * 1048576))
+	if [ -x /usr/bin/time ]; then
+		/usr/bin/time -f %M -o "$D/rss.txt" "${run[@]}" --ram "$ram" --stats "$D/rss.json" \
+			"$D/rss5.sfimg" > /dev/null
+		[ $(($(tail -n 1 "$D/rss.txt") * 1024)) -le "$ram" ]
+	else
+		"${run[@]}" --ram "$ram" --stats "$D/rss.json" "$D/rss5.sfimg" > /dev/null
+	fi
+	jq -e ".memory.ram == $ram and .memory.total <= $ram and .memory.cache > 4000000" "$D/rss.json"
+	jq -e '.cache.admissions > .cache.evictions and .cache.evictions > 0' "$D/rss.json"
+	jq -e '.memory.peak_rss > 0 and .memory.peak_rss <= .memory.ram' "$D/rss.json"
+	rm -f "$D/rss5.sfimg"
+}
+
+@test "--compute-ratio: the neurons chosen at the prompt restrict the FFN; equal to --simulate" {
+	need_direct
+	local want
+	want=$(gen --budget 0.5 --compute-ratio 0.4 --static "$D/task.json" --simulate "$D/coact.sfimg")
+	[ -n "$want" ]
+	[ "$want" != "$(gen --budget 0.5 --simulate "$D/coact.sfimg")" ]
+	run gen --budget 0.5 --compute-ratio 0.4 --static "$D/task.json" --cache-ratio 0.2 -t 1 \
+		--stats "$D/c.json" "$D/coact.sfimg"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$want" ]
+	# 4 layers: the first and the last dense by default; round(0.4 * 384)
+	# neurons in each of the other two, half static, for the 23 passes
+	# after the prompt's 2 (the prompt's last pass samples the first token)
+	jq -e '.compute.layers == 2 and .compute.set_entries == 308 and .compute.static == 154' "$D/c.json"
+	jq -e '.compute.passes == 23 and .compute.ffn_out_entries_per_pass <= 308' "$D/c.json"
+	jq -e '.compute.ffn_out_entries_per_pass > 0 and .compute.ffn_in_rows_per_pass >= 308' "$D/c.json"
+	# every pass in range at budget 1: exactly the set
+	run gen --compute-ratio 0.25 --dense-layers 0 --alpha 0.1 --beta 0.1 --compute-delta 0.15 \
+		--static "$D/task.json" --stats "$D/c.json" "$D/coact.sfimg"
+	[ "$output" = "$(gen --compute-ratio 0.25 --dense-layers 0 --alpha 0.1 --beta 0.1 \
+		--compute-delta 0.15 --static "$D/task.json" --simulate "$D/coact.sfimg")" ]
+	jq -e '.compute.layers == 3 and .compute.set_entries == 288 and .compute.ffn_out_entries_per_pass == 288' "$D/c.json"
+	jq -e '.compute.ffn_in_rows_per_pass >= 288 and .compute.static == 3 * 58' "$D/c.json"
+}
+
+@test "--compute-ratio 1 is the plain run; perplexity equals --simulate" {
+	need_direct
+	run gen --budget 0.5 --compute-ratio 1 --dense-layers none "$D/coact.sfimg"
+	[ "$output" = "$(gen --budget 0.5 "$D/coact.sfimg")" ]
+	local a b
+	a=$(sf-run --ppl "$CORPUS" --max-tokens 150 --window 64 --density 0.5 --compute-ratio 0.3 \
+		--static "$D/model.json" --simulate "$D/coact.sfimg" | jq .ppl)
+	b=$(sf-run --ppl "$CORPUS" --max-tokens 150 --window 64 --density 0.5 --compute-ratio 0.3 \
+		--static "$D/model.json" --cache-ratio 0.3 "$D/coact.sfimg" | jq .ppl)
+	[ "$a" = "$b" ]
+	[ "$a" != "$(sf-run --ppl "$CORPUS" --max-tokens 150 --window 64 --density 0.5 "$D/coact.sfimg" | jq .ppl)" ]
+}
+
+@test "--compute-ratio: errors" {
+	run --separate-stderr sf-run -p x -n 1 --alpha 0.3 "$D/id.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --static, --compute-delta, --alpha, --beta and --dense-layers need --compute-ratio" ]
+	run --separate-stderr sf-run -p x -n 1 --compute-ratio 0.4 --dense-layers 9 "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: --dense-layers: 9: the model has layers 0..3" ]
+	sf-pack --model "$MODEL" --resident ffn -o "$D/ffnres.sfimg"
+	run --separate-stderr sf-run -p x -n 1 --compute-ratio 0.4 "$D/ffnres.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/ffnres.sfimg: --compute-ratio: layer 0's FFN is resident (sf-pack --resident): its neurons cannot be restricted" ]
+}
+
+@test "--free-riders: entries in pages read anyway join the top tier; equal to --simulate" {
+	need_direct
+	local want
+	want=$(gen --density 0.3 --free-riders --simulate "$D/coact.sfimg")
+	[ -n "$want" ]
+	[ "$want" != "$(gen --density 0.3 --simulate "$D/coact.sfimg")" ]
+	run gen --density 0.3 --free-riders --stats "$D/fr.json" "$D/coact.sfimg"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$want" ]
+	jq -e '.free_riders > 0 and .free_riders_per_token > 0 and .groups.ffn_out.free_riders > 0' "$D/fr.json"
+	jq -e '.groups.ffn_out.k_top > 115' "$D/fr.json"
+	# the riders do not depend on the cache, collapse, queue depth or threads
+	run gen --density 0.3 --free-riders --cache-ratio 0.3 --cache-policy lru --collapse 0 --qd 2 \
+		-t 1 --pin "$D/model.json" "$D/coact.sfimg"
+	[ "$output" = "$want" ]
+	run gen --density 0.3 --free-riders --collapse 16 --seg-admit 0.2 --cache-ratio 0.1 "$D/coact.sfimg"
+	[ "$output" = "$want" ]
+	# middle-tier entries ride too, and at budget 1 there is nothing to add
+	want=$(gen --k-top 0.2 --k-mid 0.3 --free-riders --simulate "$D/coact.sfimg")
+	run gen --k-top 0.2 --k-mid 0.3 --free-riders --stats "$D/fr.json" "$D/coact.sfimg"
+	[ "$output" = "$want" ]
+	jq -e '.free_riders > 0' "$D/fr.json"
+	run gen --free-riders --stats "$D/fr.json" "$D/coact.sfimg"
+	[ "$output" = "$(cat "$D/dense.txt")" ]
+	jq -e '.free_riders == 0' "$D/fr.json"
+	# riders stay within the computation set
+	want=$(gen --density 0.3 --free-riders --compute-ratio 0.4 --static "$D/task.json" --simulate "$D/coact.sfimg")
+	run gen --density 0.3 --free-riders --compute-ratio 0.4 --static "$D/task.json" \
+		--stats "$D/fr.json" "$D/coact.sfimg"
+	[ "$output" = "$want" ]
+	jq -e '.free_riders > 0 and .compute.ffn_out_entries_per_pass <= 308' "$D/fr.json"
 }

@@ -275,7 +275,7 @@ static size_t replay(struct sf_cache *c, const struct trace *t, uint8_t *hits)
 			if (!slots[j]) {
 				fill(b, g, t->layer[k], ent[j]);
 				sf_cache_insert(c, t->layer[k], (enum sf_group)g, ent[j], b,
-						t->in_run[k * TOKEN + j]);
+						bundle[g], t->in_run[k * TOKEN + j]);
 			}
 	}
 	return bad;
@@ -380,7 +380,7 @@ static void test_seg_admit_bounds(void)
 		for (uint32_t e = 0; e < 2000; e++) {
 			int in_run = (e % 3) != 0;
 			fill(b, 2, 1, e);
-			int adm = sf_cache_insert(c, 1, SF_GROUP_FFN_IN, e, b, in_run);
+			int adm = sf_cache_insert(c, 1, SF_GROUP_FFN_IN, e, b, bundle[2], in_run);
 			size_t hit = sf_cache_lookup(c, 1, SF_GROUP_FFN_IN, &e, 1, &slot, NULL, NULL);
 			bad += adm != (!in_run || p == 1) || (size_t)adm != hit;
 		}
@@ -481,7 +481,7 @@ static void test_pinned(const struct trace *t, enum sf_cache_policy pol)
 	{
 		unsigned char b[256];
 		fill(b, 0, 0, 5);
-		CHECK(sf_cache_insert(c, 0, SF_GROUP_ATTN_IN, 5, b, 0) == 0,
+		CHECK(sf_cache_insert(c, 0, SF_GROUP_ATTN_IN, 5, b, bundle[0], 0) == 0,
 		      "a pinned entry admitted again");
 	}
 	sf_cache_close(c);
@@ -537,16 +537,18 @@ static void test_options(void)
 		const void *s0, *s3;
 		uint32_t ent = 4;
 		fill(b, 0, 2, 4);
-		sf_cache_insert(c, 2, SF_GROUP_ATTN_IN, 4, b, 0);
+		sf_cache_insert(c, 2, SF_GROUP_ATTN_IN, 4, b, bundle[0], 0);
 		fill(b, 3, 2, 4);
-		sf_cache_insert(c, 2, SF_GROUP_FFN_OUT, 4, b, 0);
+		sf_cache_insert(c, 2, SF_GROUP_FFN_OUT, 4, b, bundle[3], 0);
 		sf_cache_lookup(c, 2, SF_GROUP_ATTN_IN, &ent, 1, &s0, NULL, NULL);
 		sf_cache_lookup(c, 2, SF_GROUP_FFN_OUT, &ent, 1, &s3, NULL, NULL);
 		CHECK(s0 && s3 && s0 != s3 && bytes_ok(s0, 0, 2, 4) && bytes_ok(s3, 3, 2, 4),
 		      "groups share a slot");
 		CHECK((uintptr_t)s0 % SF_CACHE_SLOT_ALIGN == 0 && (uintptr_t)s3 % SF_CACHE_SLOT_ALIGN == 0,
 		      "slots not aligned");
-		CHECK(sf_cache_insert(c, 2, SF_GROUP_ATTN_IN, 4, b, 0) == 0, "admitted twice");
+		CHECK(sf_cache_insert(c, 2, SF_GROUP_ATTN_IN, 4, b, bundle[0], 0) == 0, "admitted twice");
+		CHECK(sf_cache_insert(c, 2, SF_GROUP_ATTN_IN, 9, b, bundle[0] + 1, 0) == 0,
+		      "a bundle larger than the slot admitted");
 		sf_cache_close(c);
 	}
 	sf_cache_close(NULL);

@@ -18,6 +18,7 @@
 #include "codes.h"
 #include "forward.h"
 #include "image.h"
+#include "imagetest.h"
 #include "kernels.h"
 #include "model.h"
 #include "placement.h"
@@ -38,122 +39,14 @@ static void check_err_at(int line, int ret, const struct sf_err *e, const char *
 }
 #define CHECK_ERR(ret, e, want) check_err_at(__LINE__, ret, e, want)
 
-// --- inputs
+// --- inputs (tests/unit/imagetest.h)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(uint32_t n)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng % n);
-}
-
-/* Every group a shuffled permutation (Fisher-Yates), labelled frequency. */
-static void shuffled(struct sf_placement *pl)
-{
-	int nl = M.cfg.n_layers;
-	struct sf_err e = { 0 };
-	json_t *opt = json_object();
-
-	CHECK(!sf_placement_init(pl, M.fingerprint, nl * SF_NGROUPS, &e), "%s", e.msg);
-	for (int l = 0; l < nl; l++)
-		for (int g = 0; g < SF_NGROUPS; g++) {
-			uint32_t n = (uint32_t)sf_group_entries(&M.cfg, (enum sf_group)g);
-			uint32_t *p = malloc(n * sizeof(*p));
-			for (uint32_t i = 0; i < n; i++)
-				p[i] = i;
-			for (uint32_t i = n - 1; i > 0; i--) {
-				uint32_t j = rnd(i + 1), t = p[i];
-				p[i] = p[j];
-				p[j] = t;
-			}
-			CHECK(!sf_placement_set(pl, l * SF_NGROUPS + g, l, (enum sf_group)g, n,
-						SF_PLACE_FREQUENCY, opt, 0, 0, 0, p, &e), "%s", e.msg);
-			free(p);
-		}
-	json_decref(opt);
-}
-
-struct sink_arg {
-	struct sf_sfq *q;
-};
-
-static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_stats *st,
-		struct sf_err *e)
-{
-	struct sf_sfq *q = ((struct sink_arg *)arg)->q;
-	(void)st;
-	(void)e;
-	memcpy(q->buf + q->sections[i].offset, data, (size_t)q->sections[i].bytes);
-	return 0;
-}
-
-/* Codes of the groups in mask, encoded in memory as sf-encode does. */
-static void make_codes(struct sf_sfq *q, enum sf_code_method method, unsigned mask)
-{
-	struct sf_encoder *enc = NULL;
-	struct sf_err e = { 0 };
-	struct sink_arg a = { q };
-	uint64_t total = 0;
-
-	memset(q, 0, sizeof(*q));
-	memcpy(q->fingerprint, M.fingerprint, sizeof(q->fingerprint));
-	q->method = method;
-	q->seed = 7;
-	sf_sfq_shape_of(&q->shape, &M.cfg);
-	q->sections = calloc((size_t)M.cfg.n_layers * SF_NGROUPS, sizeof(*q->sections));
-	if (method == SF_CODES_TRELLIS) {
-		CHECK(!posix_memalign((void **)&q->codebook, 64, SF_TRELLIS_CODEBOOK * sizeof(float)),
-		      "memory");
-		sf_trellis_codebook(q->codebook, q->seed);
-	}
-	for (int l = 0; l < M.cfg.n_layers; l++)
-		for (int g = 0; g < SF_NGROUPS; g++)
-			if (mask >> g & 1)
-				sf_sfq_section_init(&q->sections[q->nsections++], method, &q->shape, l,
-						    (enum sf_group)g);
-	for (size_t i = 0; i < q->nsections; i++) {
-		q->sections[i].offset = total;
-		total += q->sections[i].bytes;
-	}
-	q->buf = malloc((size_t)total);
-	CHECK(q->buf != NULL, "memory");
-	(void)enc;
-	CHECK(!sf_codes_encode_sections(&M, q, NULL, sink, &a, &e), "%s", e.msg);
-	for (size_t i = 0; i < q->nsections; i++)
-		q->sections[i].data = q->buf + q->sections[i].offset;
-}
-
-static void keep_random(struct sf_image_keep *k)
-{
-	uint32_t H = (uint32_t)M.cfg.hidden_dim;
-
-	k->n_layers = M.cfg.n_layers;
-	k->hidden = H;
-	k->kept = malloc((size_t)k->n_layers * H);
-	k->count = malloc((size_t)k->n_layers * sizeof(uint32_t));
-	for (int l = 0; l < k->n_layers; l++) {
-		k->count[l] = 0;
-		for (uint32_t j = 0; j < H; j++) {
-			/* layer 0 whole, as SelectInfer leaves the first layer dense */
-			k->kept[(size_t)l * H + j] = l == 0 || rnd(10) < 6;
-			k->count[l] += k->kept[(size_t)l * H + j];
-		}
-	}
-}
 
 static int pack(const char *name, const struct sf_placement *pl, const struct sf_sfq *q,
 		const struct sf_image_keep *k, unsigned resident, int dtype, struct sf_err *e)
 {
-	char path[4200];
-	struct sf_image_pack_opts o = {
-		.model = &M, .model_dir = model_dir, .placement = pl, .placement_path = "pl.json",
-		.codes = q, .codes_path = "codes.sfq", .keep = k, .keep_path = "neurons.json",
-		.resident = resident, .dtype = dtype,
-	};
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	return sf_image_pack(path, &o, NULL, e);
+	return imagetest_pack(tmpdir, name, &M, model_dir, pl, q, k, resident, dtype, e);
 }
 
 static void image_path(char *buf, size_t n, const char *name)
@@ -499,7 +392,7 @@ static void check_damage(const char *name)
 		if (!r->length)
 			continue;
 		CHECK(!copy_file(src, dst), "copy");
-		flip(dst, r->offset + rnd((uint32_t)r->length));
+		flip(dst, r->offset + imagetest_rnd(&rng, (uint32_t)r->length));
 		snprintf(want, sizeof(want), "region '%s'", r->name);
 		verify_fails(dst, want, __LINE__);
 	}
@@ -543,7 +436,7 @@ static void check_mismatch(void)
 	char path[4200];
 	struct stat st;
 
-	shuffled(&pl);
+	imagetest_shuffled(&M, &rng, &pl);
 	pl.fingerprint[0] = pl.fingerprint[0] == '0' ? '1' : '0';
 	CHECK_ERR(pack("bad.sfimg", &pl, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e),
 		  &e, "pl.json: placement of another model: fingerprint");
@@ -552,7 +445,7 @@ static void check_mismatch(void)
 	CHECK_ERR(pack("bad.sfimg", &pl, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e),
 		  &e, "pl.json: layer 0 ffn_in: 5 entries, the model has 128");
 	sf_placement_free(&pl);
-	make_codes(&q, SF_CODES_SCALAR, 1u << SF_GROUP_ATTN_OUT);
+	imagetest_codes(&M, &q, SF_CODES_SCALAR, 1u << SF_GROUP_ATTN_OUT);
 	CHECK_ERR(pack("bad.sfimg", NULL, &q, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), &e,
 		  "codes.sfq: no codes for layer 0 attn_in");
 	q.fingerprint[3] ^= 1;
@@ -612,10 +505,10 @@ int main(void)
 		fprintf(stderr, "%s\n", e.msg);
 		return 1;
 	}
-	shuffled(&pl);
-	make_codes(&qs, SF_CODES_SCALAR, ALL);
-	make_codes(&qt, SF_CODES_TRELLIS, 1u << SF_GROUP_ATTN_OUT);
-	keep_random(&k);
+	imagetest_shuffled(&M, &rng, &pl);
+	imagetest_codes(&M, &qs, SF_CODES_SCALAR, ALL);
+	imagetest_codes(&M, &qt, SF_CODES_TRELLIS, 1u << SF_GROUP_ATTN_OUT);
+	imagetest_keep_random(&M, &rng, 6, &k);
 
 	/* identity, no codes, the model's dtype */
 	CHECK(!pack("a.sfimg", NULL, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);

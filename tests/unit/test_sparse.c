@@ -18,6 +18,7 @@
 #include "codes.h"
 #include "forward.h"
 #include "image.h"
+#include "imagetest.h"
 #include "kernels.h"
 #include "model.h"
 #include "placement.h"
@@ -27,95 +28,23 @@
 #include "uring.h"
 
 #define T 10		/* positions run */
+static uint64_t prefill = 4;	/* of them, the prefill of selective computation */
 
 static char tmpdir[4096], model_dir[4096];
 static struct sf_model M;
 static struct sf_sfq Q;
 static const int32_t tokens[T] = { 1, 57, 300, 12, 999, 4, 77, 512, 3, 130 };
 
-// --- inputs
+// --- inputs (tests/unit/imagetest.h)
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(uint32_t n)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng % n);
-}
-
-static void shuffled(struct sf_placement *pl)
-{
-	struct sf_err e = { 0 };
-	json_t *opt = json_object();
-	int nl = M.cfg.n_layers;
-
-	CHECK(!sf_placement_init(pl, M.fingerprint, nl * SF_NGROUPS, &e), "%s", e.msg);
-	for (int l = 0; l < nl; l++)
-		for (int g = 0; g < SF_NGROUPS; g++) {
-			uint32_t n = (uint32_t)sf_group_entries(&M.cfg, (enum sf_group)g);
-			uint32_t *p = malloc(n * sizeof(*p));
-			for (uint32_t i = 0; i < n; i++)
-				p[i] = i;
-			for (uint32_t i = n - 1; i > 0; i--) {
-				uint32_t j = rnd(i + 1), t = p[i];
-				p[i] = p[j];
-				p[j] = t;
-			}
-			CHECK(!sf_placement_set(pl, l * SF_NGROUPS + g, l, (enum sf_group)g, n,
-						SF_PLACE_FREQUENCY, opt, 0, 0, 0, p, &e), "%s", e.msg);
-			free(p);
-		}
-	json_decref(opt);
-}
-
-static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_stats *st,
-		struct sf_err *e)
-{
-	struct sf_sfq *q = arg;
-	(void)st;
-	(void)e;
-	memcpy(q->buf + q->sections[i].offset, data, (size_t)q->sections[i].bytes);
-	return 0;
-}
-
-/* Scalar codes of every group, in memory as sf-encode makes them. */
-static void make_codes(struct sf_sfq *q)
-{
-	struct sf_err e = { 0 };
-	uint64_t total = 0;
-
-	memset(q, 0, sizeof(*q));
-	memcpy(q->fingerprint, M.fingerprint, sizeof(q->fingerprint));
-	q->method = SF_CODES_SCALAR;
-	sf_sfq_shape_of(&q->shape, &M.cfg);
-	q->sections = calloc((size_t)M.cfg.n_layers * SF_NGROUPS, sizeof(*q->sections));
-	for (int l = 0; l < M.cfg.n_layers; l++)
-		for (int g = 0; g < SF_NGROUPS; g++)
-			sf_sfq_section_init(&q->sections[q->nsections++], q->method, &q->shape, l,
-					    (enum sf_group)g);
-	for (size_t i = 0; i < q->nsections; i++) {
-		q->sections[i].offset = total;
-		total += q->sections[i].bytes;
-	}
-	q->buf = malloc((size_t)total);
-	CHECK(!sf_codes_encode_sections(&M, q, NULL, sink, q, &e), "%s", e.msg);
-	for (size_t i = 0; i < q->nsections; i++)
-		q->sections[i].data = q->buf + q->sections[i].offset;
-}
 
 static void pack(const char *name, const struct sf_placement *pl, const struct sf_sfq *q,
-		 unsigned resident)
+		 const struct sf_image_keep *k, unsigned resident)
 {
-	char path[4200];
 	struct sf_err e = { 0 };
-	struct sf_image_pack_opts o = {
-		.model = &M, .model_dir = model_dir, .placement = pl, .placement_path = "pl.json",
-		.codes = q, .codes_path = "codes.sfq", .resident = resident,
-		.dtype = SF_IMAGE_DTYPE_KEEP,
-	};
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	CHECK(!sf_image_pack(path, &o, NULL, &e), "%s: %s", name, e.msg);
+	CHECK(!imagetest_pack(tmpdir, name, &M, model_dir, pl, q, k, resident,
+			      SF_IMAGE_DTYPE_KEEP, &e), "%s: %s", name, e.msg);
 }
 
 // --- the reference: the same selection, products in double
@@ -123,6 +52,9 @@ static void pack(const char *name, const struct sf_placement *pl, const struct s
 struct checker {
 	const struct sf_group_exec *inner;
 	double top, mid;	/* fractions, as the decoder was given them */
+	const struct sf_image_keep *keep;	/* the image's --keep, or NULL */
+	uint64_t leaks;		/* outputs of rows left out that are not exactly 0 */
+	const struct sf_sparse *sp;	/* its selective computation, if any */
 	double worst;		/* max |sparse - ref| / max |ref| over every group */
 };
 
@@ -148,6 +80,10 @@ static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	uint64_t *bt = calloc(words, 8), *ba = calloc(words, 8);
 	uint32_t *scratch = calloc(2 * n, 4);
 	const struct sf_sfq_section *sec = sf_sfq_find(&Q, layer, g);
+	const uint8_t *kept = ck->keep && ck->keep->count[layer] < ck->keep->hidden ?
+			      ck->keep->kept + (size_t)layer * ck->keep->hidden : NULL;
+	const struct sf_select_compute *sc = sf_sparse_compute(ck->sp);
+	const uint8_t *set = sc ? sf_select_compute_mask(sc, layer) : NULL;
 
 	ck->inner->fn(ck->inner->ctx, layer, g, in, n, nout, out, w);
 	if (w[0]->data)		/* resident: dense, nothing to compare */
@@ -164,6 +100,8 @@ static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 		struct sf_codes_view v = sf_sfq_view(&Q, sec, i);
 		for (size_t c = 0; c < n; c++) {
 			int top = bt[c / 64] >> (c % 64) & 1, any = ba[c / 64] >> (c % 64) & 1;
+			if (g == SF_GROUP_FFN_OUT && ((kept && !kept[c]) || (set && !set[c])))
+				continue;	/* not on flash or not in the set: never computed */
 			if (top)
 				for (size_t r = 0; r < rows; r++)
 					ref[r] += (double)in[c] * weight(mw[i], r, c);
@@ -174,6 +112,10 @@ static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 			}
 		}
 		for (size_t r = 0; r < rows; r++) {
+			if (g == SF_GROUP_FFN_IN && ((kept && !kept[r]) || (set && !set[r]))) {
+				ref[r] = 0;	/* the row is not on flash, or not computed */
+				ck->leaks += out[i][r] != 0;
+			}
 			if (fabs(ref[r]) > big)
 				big = fabs(ref[r]);
 			if (fabs(ref[r] - out[i][r]) > diff)
@@ -194,7 +136,8 @@ out:
 
 struct result {
 	float logits[T][1024];
-	uint64_t bytes_moved, uring_bytes, requests, uring_requests, hits;
+	uint64_t bytes_moved, uring_bytes, requests, uring_requests, hits, set_entries;
+	double out_entries;	/* ffn_out entries computed per pass under the set */
 	double budget;
 };
 
@@ -219,7 +162,9 @@ static int decode(const char *name, const struct sf_sparse_opts *o, int threads,
 	if ((ret = sf_sparse_open(&sp, &img, &m, pool, o, e)))
 		goto out;
 	s.exec = sf_sparse_exec(sp);
+	sf_sparse_prefill(sp, prefill);
 	if (ck) {
+		ck->sp = sp;
 		ck->inner = s.exec;
 		wrap = (struct sf_group_exec){ check_exec, ck };
 		s.exec = &wrap;
@@ -235,6 +180,9 @@ static int decode(const char *name, const struct sf_sparse_opts *o, int threads,
 	json_unpack(j, "{s:I, s:I, s:F, s:{s:I, s:I}, s:{s:I}}", "bytes_moved", &r->bytes_moved,
 		    "requests", &r->requests, "budget", &r->budget, "uring", "bytes",
 		    &r->uring_bytes, "requests", &r->uring_requests, "cache", "hits", &r->hits);
+	json_t *cj = json_object_get(j, "compute");
+	r->set_entries = cj ? (uint64_t)json_integer_value(json_object_get(cj, "set_entries")) : 0;
+	r->out_entries = cj ? json_real_value(json_object_get(cj, "ffn_out_entries_per_pass")) : 0;
 	json_decref(j);
 out:
 	sf_sparse_close(sp);
@@ -303,12 +251,12 @@ int main(void)
 		return 1;
 	}
 	CHECK(M.cfg.vocab_size == 1024, "vocab %d", M.cfg.vocab_size);
-	shuffled(&pl);
-	make_codes(&Q);
-	pack("id.sfimg", NULL, &Q, 0);
-	pack("sh.sfimg", &pl, &Q, 0);
-	pack("shr.sfimg", &pl, &Q, ATTN);
-	pack("plain.sfimg", NULL, NULL, 0);
+	imagetest_shuffled(&M, &rng, &pl);
+	imagetest_codes(&M, &Q, SF_CODES_SCALAR, (1u << SF_NGROUPS) - 1);
+	pack("id.sfimg", NULL, &Q, NULL, 0);
+	pack("sh.sfimg", &pl, &Q, NULL, 0);
+	pack("shr.sfimg", &pl, &Q, NULL, ATTN);
+	pack("plain.sfimg", NULL, NULL, NULL, 0);
 
 	/* O_DIRECT on SF_TMP, or skip */
 	{
@@ -411,6 +359,120 @@ int main(void)
 	      "eio: %d '%s'", ret, e.msg);
 	unsetenv("SF_FAULT");
 
+	/* --keep: the neurons left out are never computed; the rest are the
+	 * selection's product; reads equal --simulate; keeping every neuron
+	 * is the full image */
+	{
+		struct sf_image_keep k = { 0 }, all = { 0 };
+		imagetest_keep_random(&M, &rng, 6, &k);
+		imagetest_keep_random(&M, &rng, 10, &all);
+		pack("keep.sfimg", &pl, NULL, &k, 0);
+		pack("keepall.sfimg", NULL, NULL, &all, 0);
+		double fr[][2] = { { 1, 0 }, { 0.3, 0 }, { 0.6, 0 } };
+		for (size_t i = 0; i < 3; i++) {
+			struct checker ck = { .top = fr[i][0], .keep = &k };
+			o = fractions(fr[i][0], 0);
+			o.cache_ratio = 0.2;
+			CHECK(!decode("keep.sfimg", &o, 2, &ck, &a, &e), "keep: %s", e.msg);
+			CHECK(ck.worst < 1e-4 && ck.leaks == 0, "keep %g: relative error %g, %llu "
+			      "left-out rows not 0", fr[i][0], ck.worst, (unsigned long long)ck.leaks);
+			o.simulate = 1;
+			CHECK(!decode("keep.sfimg", &o, 1, NULL, &b, &e), "keep: %s", e.msg);
+			CHECK(same(&a, &b), "keep %g: logits differ from --simulate", fr[i][0]);
+		}
+		CHECK(a.budget < 0.6 * 0.95, "keep: budget %g with 60%% of the neurons", a.budget);
+		sf_sparse_opts_default(&o);
+		CHECK(!decode("plain.sfimg", &o, 2, NULL, &a, &e), "%s", e.msg);
+		CHECK(!decode("keepall.sfimg", &o, 2, NULL, &b, &e), "%s", e.msg);
+		CHECK(same(&a, &b), "every neuron kept: logits differ from the full image");
+		sf_image_keep_free(&k);
+		sf_image_keep_free(&all);
+	}
+
+	/* free riders: deterministic whatever the cache, collapse, queue
+	 * depth and threads; more entries computed than without */
+	{
+		o = fractions(0.3, 0.25);
+		o.free_riders = 1;
+		o.simulate = 1;
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &ref, &e), "riders: %s", e.msg);
+		o = fractions(0.3, 0.25);
+		o.simulate = 1;
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &b, &e), "%s", e.msg);
+		CHECK(!same(&ref, &b) && ref.budget > b.budget, "riders: budget %g, without %g",
+		      ref.budget, b.budget);
+		for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+			o = fractions(0.3, 0.25);
+			o.free_riders = 1;
+			o.policy = v[i].pol;
+			o.cache_ratio = v[i].ratio;
+			o.collapse = v[i].gap;
+			o.qd = v[i].qd;
+			CHECK(!decode("sh.sfimg", &o, v[i].th, NULL, &a, &e), "riders %zu: %s", i, e.msg);
+			CHECK(same(&a, &ref), "riders, case %zu: logits differ from --simulate", i);
+		}
+	}
+
+	/* selective computation: after the prefill the ffn_out entries and
+	 * ffn_in rows are the set's only; = --simulate; rho 1 is the plain run */
+	{
+		struct sf_scores st = { .nslots = M.cfg.n_layers };
+		uint32_t H = (uint32_t)M.cfg.hidden_dim;
+		st.slots = calloc((size_t)st.nslots, sizeof(*st.slots));
+		for (int l = 0; l < st.nslots; l++) {
+			st.slots[l] = (struct sf_scores_slot){ .layer = l, .group = SF_GROUP_FFN_OUT,
+							       .entries = H, .tokens = 1 };
+			st.slots[l].score = calloc(H, sizeof(double));
+			for (uint32_t j = 0; j < H; j++)
+				st.slots[l].score[j] = imagetest_rnd(&rng, 1000);
+		}
+		uint8_t none[64] = { 0 }, dflt[64];
+		sf_select_dense_default(M.cfg.n_layers, dflt);
+		struct sf_select_compute_opts co;
+		sf_select_compute_defaults(&co, 0.4);
+		co.dense = dflt;
+		struct checker ck = { .top = 0.6, .mid = 0.25 };
+		o = fractions(0.6, 0.25);
+		o.compute = &co;
+		o.compute_static = &st;
+		o.cache_ratio = 0.3;
+		CHECK(!decode("sh.sfimg", &o, 2, &ck, &a, &e), "compute: %s", e.msg);
+		CHECK(ck.worst < 1e-4 && ck.leaks == 0, "compute: relative error %g, %llu rows "
+		      "outside the set not 0", ck.worst, (unsigned long long)ck.leaks);
+		/* 4 layers: the first and the last dense, round(0.4 * 384) in the others */
+		CHECK(a.set_entries == 2 * 154, "compute: %llu entries in the set",
+		      (unsigned long long)a.set_entries);
+		CHECK(a.out_entries > 0 && a.out_entries <= 2 * 154, "compute: %g ffn_out entries "
+		      "per pass", a.out_entries);
+		o.simulate = 1;
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &b, &e), "compute: %s", e.msg);
+		CHECK(same(&a, &b), "compute: logits differ from --simulate");
+		o = fractions(0.6, 0.25);
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &b, &e), "%s", e.msg);
+		CHECK(!same(&a, &b), "compute: the set changed nothing");
+		co.rho = 1;
+		co.dense = none;
+		o.compute = &co;
+		CHECK(!decode("sh.sfimg", &o, 2, NULL, &a, &e), "compute: %s", e.msg);
+		CHECK(same(&a, &b) && a.set_entries == 4 * 384, "rho 1: logits differ from the plain run");
+		/* with --keep: the set within the neurons on flash */
+		struct sf_image_keep k = { 0 };
+		imagetest_keep_random(&M, &rng, 7, &k);
+		pack("keepc.sfimg", NULL, NULL, &k, 0);
+		co.rho = 0.4;
+		co.dense = dflt;
+		struct checker ck2 = { .top = 1, .keep = &k };
+		sf_sparse_opts_default(&o);
+		o.compute = &co;
+		o.compute_static = &st;
+		CHECK(!decode("keepc.sfimg", &o, 2, &ck2, &a, &e), "compute + keep: %s", e.msg);
+		CHECK(ck2.worst < 1e-4 && ck2.leaks == 0, "compute + keep: relative error %g, %llu",
+		      ck2.worst, (unsigned long long)ck2.leaks);
+		CHECK(a.out_entries < 2 * 154, "compute + keep: %g entries per pass", a.out_entries);
+		sf_image_keep_free(&k);
+		sf_scores_free(&st);
+	}
+
 	/* refused settings */
 	sf_sparse_opts_default(&o);
 	o.budget = 0.5;
@@ -424,17 +486,17 @@ int main(void)
 	o = fractions(0.3, 0);
 	o.ram = 100000;
 	ret = decode("sh.sfimg", &o, 1, NULL, &a, &e);
-	CHECK(ret == SF_ELIMIT && strstr(e.msg, "--ram 100000: ") && strstr(e.msg, "bytes needed: resident"),
+	CHECK(ret == SF_ELIMIT && strstr(e.msg, "--ram 100000: ") && strstr(e.msg, "bytes needed: process "),
 	      "%d '%s'", ret, e.msg);
 
 	sf_placement_free(&pl);
-	free(Q.sections);
-	free(Q.buf);
+	sf_sfq_close(&Q);
 	sf_model_close(&M);
 	if (!unit_failures) {
-		const char *names[] = { "id.sfimg", "sh.sfimg", "shr.sfimg", "plain.sfimg" };
+		const char *names[] = { "id.sfimg", "sh.sfimg", "shr.sfimg", "plain.sfimg",
+					"keep.sfimg", "keepall.sfimg", "keepc.sfimg" };
 		char path[4300];
-		for (int i = 0; i < 4; i++) {
+		for (int i = 0; i < 7; i++) {
 			snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
 			unlink(path);
 		}
