@@ -161,7 +161,7 @@ int sf_encoder_init(struct sf_encoder **out, enum sf_code_method method, const f
 	enc->method = method;
 	enc->cb = cb;
 	enc->mmax = mmax = mmax ? mmax : 1;
-	if (method == SF_CODES_TRELLIS && sf_trellis_work_init(&enc->tw, mmax))
+	if (method == SF_CODES_TRELLIS && sf_trellis_work_init(&enc->tw, cb, mmax))
 		goto fail;
 	for (int k = 0; k < SF_TRELLIS_LOCKSTEP; k++)
 		if (!(enc->x[k] = malloc(mmax * sizeof(float))) || !(enc->c[k] = malloc(mmax)))
@@ -211,7 +211,7 @@ int sf_encoder_run(struct sf_encoder *enc, const float *const *w, int n, size_t 
 		put_le16(rec[k], sf_f32_to_f16(s));
 	}
 	if (enc->method == SF_CODES_TRELLIS)
-		sf_trellis_encode(enc->cb, (const float *const *)enc->x, n, m, enc->c, NULL, enc->tw);
+		sf_trellis_encode((const float *const *)enc->x, n, m, enc->c, NULL, enc->tw);
 	for (int k = 0; k < n; k++) {
 		sf_codes_pack(enc->c[k], m, rec[k] + sb);
 		if (!sse)

@@ -12,7 +12,7 @@
 
 #define SF_TRELLIS_CODEBOOK (1u << 16)	/* entries: window L = 16 bits */
 #define SF_TRELLIS_STATES (1u << 14)	/* the last seven codes */
-#define SF_TRELLIS_LOCKSTEP 4		/* columns one encoder call searches at once */
+#define SF_TRELLIS_LOCKSTEP 16	/* columns one encoder call searches at once (one per lane) */
 #define SF_TRELLIS_DEFAULT_SEED 1
 
 /* Fills cb[SF_TRELLIS_CODEBOOK] with standard normal values: splitmix64
@@ -22,25 +22,29 @@
  * stored beside the codes, so libm differences cannot change a decode. */
 void sf_trellis_codebook(float *cb, uint64_t seed);
 
-/* Scratch of one encoding thread for columns up to mmax long: two cost
- * vectors per lockstep column and the traceback (4 KiB per step and column). */
+/* Scratch of one encoding thread for columns up to mmax long, tied to the
+ * codebook cb (kept by pointer, and copied regrouped for the SIMD step):
+ * 1.3 MiB of costs and codebook, and the traceback, 64 KiB per step (2
+ * bits per state for each of the SF_TRELLIS_LOCKSTEP columns). */
 struct sf_trellis_work;
 uint64_t sf_trellis_work_bytes(size_t mmax);
-int sf_trellis_work_init(struct sf_trellis_work **w, size_t mmax);	/* 0 or -ENOMEM */
+/* 0 or -ENOMEM */
+int sf_trellis_work_init(struct sf_trellis_work **w, const float *cb, size_t mmax);
 void sf_trellis_work_free(struct sf_trellis_work *w);	/* accepts NULL */
 
 /* Encodes n columns (1 <= n <= SF_TRELLIS_LOCKSTEP) of m values each,
  * x[i][0..m) (finite, already divided by the column's scale), into
  * codes[i][0..m) (one code 0..3 per byte), minimising sum_t (x[i][t] -
- * cb[idx_t])^2 exactly; err[i] gets that minimum (may be NULL). The n
- * columns are searched in lockstep so each codebook load serves them all;
- * the result of a column does not depend on the others. m <= mmax of w.
- * The _ref path gives bit-identical codes (same float operations, fused
- * multiply-add included). */
-void sf_trellis_encode(const float *cb, const float *const *x, int n, size_t m,
-		       uint8_t *const *codes, double *err, struct sf_trellis_work *w);
-void sf_trellis_encode_ref(const float *cb, const float *const *x, int n, size_t m,
-			   uint8_t *const *codes, double *err, struct sf_trellis_work *w);
+ * cb[idx_t])^2 exactly over w's codebook; err[i] gets that minimum (may be
+ * NULL). The n columns are searched in lockstep, one per SIMD lane, so
+ * each codebook load serves them all (fewer than 16 cost as much as 16);
+ * the result of a column does not depend on the others.
+ * m <= mmax of w. The _ref path gives bit-identical codes (same float
+ * operations, fused multiply-add included). */
+void sf_trellis_encode(const float *const *x, int n, size_t m, uint8_t *const *codes,
+		       double *err, struct sf_trellis_work *w);
+void sf_trellis_encode_ref(const float *const *x, int n, size_t m, uint8_t *const *codes,
+			   double *err, struct sf_trellis_work *w);
 
 /* out[t] = cb[idx_t] for the codes c[0..m). */
 void sf_trellis_decode(const float *cb, const uint8_t *c, size_t m, float *out);

@@ -1,7 +1,7 @@
 /* Middle-tier benchmarks: mean squared error per weight on i.i.d.
  * standard normal columns, trellis encode throughput over the pool, and
  * decode-accumulate throughput against the bf16 column-accumulate.
- * Usage: codes mse COLUMNS | codes encode THREADS | codes decode.
+ * Usage: codes mse COLUMNS | codes encode THREADS [COLUMNS] | codes decode.
  * Prints JSON lines; run by tests/bench/encode.sh. */
 #include <math.h>
 #include <stdatomic.h>
@@ -15,11 +15,23 @@
 #include "pool.h"
 #include "trellis.h"
 
-static double now(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(id, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double now(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
+}
+
+/* CPU seconds of every thread of the process: on a shared machine the
+ * rate per CPU second is steadier than the wall clock rate */
+static double cpu_now(void)
+{
+	return clock_s(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 static uint64_t mix(uint64_t z)
@@ -98,19 +110,20 @@ static void run(enum sf_code_method method, const float *cb, size_t m, size_t nc
 	sf_pool_create(&pool, threads);
 	for (int i = 0; i < threads; i++)
 		sf_encoder_init(&J.enc[i], method, cb, m);
-	double t0 = now();
+	double t0 = now(), c0 = cpu_now();
 	sf_pool_run(pool, worker, &J);
-	double dt = now() - t0;
+	double dt = now() - t0, dc = cpu_now() - c0;
 	double sse = 0, ss = 0;
 	for (size_t j = 0; j < ncols; j++) {
 		sse += J.sse[j];
 		ss += J.ss[j];
 	}
 	printf("{\"bench\":\"%s\",\"method\":\"%s\",\"length\":%zu,\"columns\":%zu,\"threads\":%d,"
-	       "\"mse\":%.5f,\"relative\":%.5f,\"weights_per_s\":%.0f,\"isa\":\"%s\"}\n",
+	       "\"mse\":%.5f,\"relative\":%.5f,\"weights_per_s\":%.0f,"
+	       "\"weights_per_cpu_s\":%.0f,\"isa\":\"%s\"}\n",
 	       what, sf_codes_method_name(method), m, ncols, threads,
 	       sse / ((double)m * (double)ncols), sse / ss, (double)m * (double)ncols / dt,
-	       sf_kernels_isa());
+	       (double)m * (double)ncols / dc, sf_kernels_isa());
 	fflush(stdout);
 	for (int i = 0; i < threads; i++)
 		sf_encoder_free(J.enc[i]);
@@ -184,7 +197,7 @@ int main(int argc, char **argv)
 {
 	float *cb;
 	if (argc < 2 || posix_memalign((void **)&cb, 64, SF_TRELLIS_CODEBOOK * sizeof(float))) {
-		fprintf(stderr, "usage: codes mse COLUMNS | codes encode THREADS | codes decode\n");
+		fprintf(stderr, "usage: codes mse COLUMNS | codes encode THREADS [COLUMNS] | codes decode\n");
 		return 2;
 	}
 	sf_trellis_codebook(cb, SF_TRELLIS_DEFAULT_SEED);
@@ -196,7 +209,8 @@ int main(int argc, char **argv)
 		run(SF_CODES_SCALAR, cb, 4096, n, th, "mse");
 	} else if (strcmp(argv[1], "encode") == 0) {
 		int th = argc > 2 ? atoi(argv[2]) : 1;
-		run(SF_CODES_TRELLIS, cb, 1024, 64, th, "encode");
+		size_t n = argc > 3 ? (size_t)atol(argv[3]) : 64;
+		run(SF_CODES_TRELLIS, cb, 1024, n, th, "encode");
 	} else {
 		decode_bench(cb);
 	}

@@ -10,8 +10,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$SF_BENCH/codes" mse 1000 2
-"$SF_BENCH/codes" encode 1
-"$SF_BENCH/codes" encode 2
+# 256 columns of 1024: 16 lockstep batches, steadier than the default 64
+"$SF_BENCH/codes" encode 1 256
+"$SF_BENCH/codes" encode 2 256
 "$SF_BENCH/codes" decode
 
 model=${SF_SHARED:-../shared}/models/mix4-5m

@@ -59,7 +59,8 @@ int main(void)
 	struct sf_trellis_work *w;
 	CHECK(posix_memalign((void **)&cb, 64, SF_TRELLIS_CODEBOOK * sizeof(float)) == 0, "alloc");
 	sf_trellis_codebook(cb, SF_TRELLIS_DEFAULT_SEED);
-	CHECK(sf_trellis_work_init(&w, 300) == 0, "work");
+	enum { M = 300, MMAX = 4096, N = SF_TRELLIS_LOCKSTEP };
+	CHECK(sf_trellis_work_init(&w, cb, MMAX) == 0, "work");
 
 	/* the codebook: standard normal, and reproducible from the seed */
 	double mean = 0, var = 0;
@@ -87,7 +88,7 @@ int main(void)
 			double err;
 			for (size_t t = 0; t < m; t++)
 				x[t] = gauss();
-			sf_trellis_encode(cb, xp, 1, m, cp, &err, w);
+			sf_trellis_encode(xp, 1, m, cp, &err, w);
 			double b = brute(cb, x, m), mine = sse_of(cb, x, c, m);
 			CHECK(fabs(mine - b) <= 1e-5 * (1 + b), "m %zu: viterbi %g, brute force %g", m,
 			      mine, b);
@@ -96,43 +97,65 @@ int main(void)
 		}
 	}
 
-	/* SIMD and _ref: identical codes; lockstep columns independent */
-	enum { M = 300, N = SF_TRELLIS_LOCKSTEP };
+	/* SIMD and _ref: identical codes and errors on random columns of
+	 * several lengths (every rotation of the SIMD layout at the end:
+	 * 2m mod 14 takes 2, 10, 0, 4, 12, 6, 2 here); _ref is slow (a plain
+	 * loop over 2^16 edges per weight), so fewer columns when long */
+	static const struct { size_t m; int n; } runs[] = {
+		{ 1, N }, { 5, N }, { 7, N }, { 9, 3 }, { 20, 2 }, { 255, 2 }, { MMAX, 1 },
+	};
 	float *x[N];
-	uint8_t *c[N], *r[N], alone[M];
+	uint8_t *c[N], *r[N];
 	double err[N], rerr[N];
 	for (int k = 0; k < N; k++) {
-		x[k] = malloc(M * sizeof(float));
-		c[k] = malloc(M);
-		r[k] = malloc(M);
+		x[k] = malloc(MMAX * sizeof(float));
+		c[k] = malloc(MMAX);
+		r[k] = malloc(MMAX);
+	}
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		size_t m = runs[i].m;
+		int n = runs[i].n;
+		for (int k = 0; k < n; k++)
+			for (size_t t = 0; t < m; t++)
+				x[k][t] = gauss();
+		sf_trellis_encode((const float *const *)x, n, m, c, err, w);
+		CHECK(sf_kernels_select("ref") == 0, "select ref");
+		sf_trellis_encode((const float *const *)x, n, m, r, rerr, w);
+		sf_kernels_select(NULL);
+		for (int k = 0; k < n; k++) {
+			CHECK(memcmp(c[k], r[k], m) == 0, "m %zu column %d: SIMD and _ref codes differ",
+			      m, k);
+			CHECK(err[k] == rerr[k], "m %zu column %d: errors %g and %g", m, k, err[k],
+			      rerr[k]);
+		}
+	}
+
+	/* lockstep columns: the reported error is the decoded one, each
+	 * column alone gives the same codes, and a second run the same again */
+	for (int k = 0; k < N; k++)
 		for (size_t t = 0; t < M; t++)
 			x[k][t] = gauss();
-	}
-	/* _ref is slow (a plain loop over 2^16 edges per weight): compare on
-	 * the first 40 weights of each column */
-	sf_trellis_encode(cb, (const float *const *)x, N, 40, c, err, w);
-	CHECK(sf_kernels_select("ref") == 0, "select ref");
-	sf_trellis_encode(cb, (const float *const *)x, N, 40, r, rerr, w);
-	sf_kernels_select(NULL);
-	for (int k = 0; k < N; k++) {
-		CHECK(memcmp(c[k], r[k], 40) == 0, "column %d: SIMD and _ref codes differ", k);
-		CHECK(err[k] == rerr[k], "column %d: errors %g and %g", k, err[k], rerr[k]);
-	}
-	sf_trellis_encode(cb, (const float *const *)x, N, M, c, err, w);
+	sf_trellis_encode((const float *const *)x, N, M, c, err, w);
+	double total = 0.0;
 	for (int k = 0; k < N; k++) {
 		double e = sse_of(cb, x[k], c[k], M);
 		CHECK(fabs(e - err[k]) <= 1e-4 * e, "column %d: reported %g decoded %g", k, err[k], e);
-		CHECK(e / M < 0.085, "column %d: MSE %g", k, e / M);
+		CHECK(e / M < 0.1, "column %d: MSE %g", k, e / M);
+		total += e;
 	}
-	for (int k = 0; k < N; k++) {
+	CHECK(total / (N * M) < 0.08, "MSE %g over %d columns", total / (N * M), N);
+	sf_trellis_encode((const float *const *)x, N, M, r, rerr, w);
+	for (int k = 0; k < N; k++)
+		CHECK(memcmp(c[k], r[k], M) == 0 && err[k] == rerr[k], "column %d: not deterministic", k);
+	for (int k = 0; k < N; k += 5) {
 		const float *xp[1] = { x[k] };
-		uint8_t *cp[1] = { alone };
-		sf_trellis_encode(cb, xp, 1, M, cp, NULL, w);
-		CHECK(memcmp(alone, c[k], M) == 0, "column %d alone differs from lockstep", k);
+		uint8_t *cp[1] = { r[0] };
+		sf_trellis_encode(xp, 1, M, cp, NULL, w);
+		CHECK(memcmp(r[0], c[k], M) == 0, "column %d alone differs from lockstep", k);
 	}
 	/* a column of zeros: every code reachable; codes decode near zero */
 	memset(x[0], 0, M * sizeof(float));
-	sf_trellis_encode(cb, (const float *const *)x, 1, M, c, err, w);
+	sf_trellis_encode((const float *const *)x, 1, M, c, err, w);
 	CHECK(err[0] < 0.01 * M, "zero column error %g", err[0]);
 
 	for (int k = 0; k < N; k++) {
