@@ -58,7 +58,7 @@ $(BINDIR)/%: $(LIB) $$(wildcard cmd/$$*/*.c) $(wildcard lib/common/*.h)
 	@mkdir -p $(BINDIR)
 	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIB)
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
@@ -102,3 +102,11 @@ clean:
 
 # make fuzz FUZZ_SECONDS=N: libFuzzer harnesses of every parser (needs clang)
 include tests/fuzz/fuzz.mk
+
+# make artifacts MODEL=dir CORPUS="files" [OUT=dir]: every offline artifact
+# of a model (trace, co-activation, placements, codes, calibration, images)
+include mk/artifacts.mk
+
+# make studies [STUDY=quality] [QUICK=1]: the paper reproductions of
+# docs/RESULTS.md, results and plots under $(BUILD)/studies
+include mk/studies.mk
