@@ -4,23 +4,31 @@
 
 #include <csv.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#define CSV_CHUNK (64u << 10)
+/* Input is read(2) in chunks and split here rather than by getline, which
+ * would grow its buffer to any line a file holds. */
+#define READ_CHUNK (64u << 10)
+#define CSV_BLOCK (1u << 20)
 
 struct sf_corpus {
-	FILE *f;
-	int owns_file;
+	int fd;
+	int owns_fd;
 	char *path;
 	enum sf_corpus_format format;
 	char *field;		/* jsonl field or csv column */
 	uint64_t size;		/* of a regular file, else 0 */
+	uint64_t consumed;	/* bytes read(2) so far */
+	unsigned char *chunk;	/* (READ_CHUNK) bytes read, chunk_pos..chunk_len not yet used */
+	size_t chunk_pos, chunk_len;
 	uint64_t lineno;	/* text, jsonl: lines read */
-	char *line;		/* getline buffer */
+	char *line;		/* the current line, NUL-terminated */
 	size_t line_cap;
 	char *doc;		/* the document being assembled */
 	size_t doc_len, doc_cap;
@@ -28,7 +36,6 @@ struct sf_corpus {
 	/* csv */
 	struct csv_parser csv;
 	int csv_ready, csv_eof;
-	unsigned char *chunk;
 	uint64_t row;		/* records seen, the header being 1 */
 	long col;		/* the column's index, -1 until the header is read */
 	long field_no;		/* field within the current record */
@@ -96,26 +103,28 @@ int sf_corpus_open_as(struct sf_corpus **out, const char *path, const struct sf_
 	c->format = o->format;
 	c->col = -1;
 	if (strcmp(path, "-") == 0) {
-		c->f = stdin;
+		c->fd = STDIN_FILENO;
 	} else {
-		if (!(c->f = fopen(path, "rb"))) {
+		if ((c->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 			ret = -errno;
 			sf_corpus_close(c);
 			return sf_err_set(e, ret, "%s: %s", path, sf_strerror(ret));
 		}
-		c->owns_file = 1;
+		c->owns_fd = 1;
 	}
 	struct stat st;
-	if (fstat(fileno(c->f), &st) == 0 && S_ISREG(st.st_mode))
+	if (fstat(c->fd, &st) == 0 && S_ISREG(st.st_mode))
 		c->size = (uint64_t)st.st_size;
 	if (c->format == SF_CORPUS_CSV) {
 		if (csv_init(&c->csv, CSV_STRICT | CSV_STRICT_FINI) != 0)
 			goto nomem;
 		c->csv_ready = 1;
 		csv_set_space_func(&c->csv, no_space);
-		if (!(c->chunk = malloc(CSV_CHUNK)))
-			goto nomem;
+		/* libcsv grows a field's buffer by this much at a time (default 128) */
+		csv_set_blk_size(&c->csv, CSV_BLOCK);
 	}
+	if (!(c->chunk = malloc(READ_CHUNK)))
+		goto nomem;
 	*out = c;
 	return 0;
 nomem:
@@ -133,8 +142,8 @@ void sf_corpus_close(struct sf_corpus *c)
 {
 	if (!c)
 		return;
-	if (c->owns_file)
-		fclose(c->f);
+	if (c->owns_fd)
+		close(c->fd);
 	if (c->csv_ready)
 		csv_free(&c->csv);
 	for (size_t i = 0; i < c->nheader; i++)
@@ -155,24 +164,56 @@ void sf_corpus_close(struct sf_corpus *c)
 
 void sf_corpus_progress(const struct sf_corpus *c, uint64_t *done, uint64_t *total)
 {
-	off_t pos = ftello(c->f);
-	*done = pos > 0 ? (uint64_t)pos : 0;
+	*done = c->consumed - (c->chunk_len - c->chunk_pos);
 	*total = c->size;
+}
+
+/* Grows *buf to hold need bytes, doubling but never past limit + 1 (the
+ * callers refuse more than limit bytes before asking). */
+static int grow(char **buf, size_t *cap, size_t need, size_t limit)
+{
+	if (need <= *cap)
+		return 0;
+	size_t ncap = *cap ? *cap : 4096;
+	while (ncap < need)
+		ncap *= 2;
+	if (ncap > limit + 1)
+		ncap = limit + 1;
+	char *p = realloc(*buf, ncap);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* The next chunk of input: 1, 0 at the end, or a negative error. */
+static int fill(struct sf_corpus *c, struct sf_err *e)
+{
+	ssize_t n;
+
+	do
+		n = read(c->fd, c->chunk, READ_CHUNK);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		int ret = -errno;
+		return sf_err_set(e, ret, "%s: %s", c->path, sf_strerror(ret));
+	}
+	c->chunk_pos = 0;
+	c->chunk_len = (size_t)n;
+	c->consumed += (uint64_t)n;
+	return n > 0;
 }
 
 static int doc_append(struct sf_corpus *c, const char *s, size_t n, struct sf_err *e)
 {
-	if (c->doc_len + n + 1 > c->doc_cap) {
-		size_t cap = c->doc_cap ? c->doc_cap : 4096;
-		while (cap < c->doc_len + n + 1)
-			cap *= 2;
-		char *p = realloc(c->doc, cap);
-		if (!p)
-			return sf_err_set(e, -ENOMEM, "%s: document of %zu bytes: %s", c->path,
-					  c->doc_len + n, sf_strerror(-ENOMEM));
-		c->doc = p;
-		c->doc_cap = cap;
-	}
+	if (n > SF_CORPUS_MAX_DOC - c->doc_len)
+		return sf_err_set(e, SF_ELIMIT, "%s: line %llu: document longer than %u MiB (the "
+				  "document limit)", c->path, (unsigned long long)c->lineno,
+				  SF_CORPUS_MAX_DOC >> 20);
+	if (grow(&c->doc, &c->doc_cap, c->doc_len + n + 1, SF_CORPUS_MAX_DOC))
+		return sf_err_set(e, -ENOMEM, "%s: document of %zu bytes: %s", c->path,
+				  c->doc_len + n, sf_strerror(-ENOMEM));
 	memcpy(c->doc + c->doc_len, s, n);
 	c->doc_len += n;
 	c->doc[c->doc_len] = '\0';
@@ -180,22 +221,43 @@ static int doc_append(struct sf_corpus *c, const char *s, size_t n, struct sf_er
 }
 
 /* 1 with the next line in c->line and its length without the newline
- * in *len, 0 at the end, or a negative error. */
+ * in *len, 0 at the end, or a negative error (a line over the limit is
+ * refused before it is held). */
 static int next_line(struct sf_corpus *c, size_t *len, struct sf_err *e)
 {
-	errno = 0;
-	ssize_t n = getline(&c->line, &c->line_cap, c->f);
-	if (n < 0) {
-		if (ferror(c->f)) {
-			int ret = errno ? -errno : -EIO;
-			return sf_err_set(e, ret, "%s: %s", c->path, sf_strerror(ret));
+	size_t n = 0;
+	int any = 0, ret;
+
+	for (;;) {
+		if (c->chunk_pos == c->chunk_len) {
+			if ((ret = fill(c, e)) < 0)
+				return ret;
+			if (!ret)
+				break;
 		}
-		return 0;
+		any = 1;
+		const unsigned char *p = c->chunk + c->chunk_pos;
+		size_t avail = c->chunk_len - c->chunk_pos;
+		const unsigned char *nl = memchr(p, '\n', avail);
+		size_t take = nl ? (size_t)(nl - p) : avail;
+		if (take > SF_CORPUS_MAX_LINE - n)
+			return sf_err_set(e, SF_ELIMIT, "%s: line %llu: longer than %u MiB (the line "
+					  "limit)", c->path, (unsigned long long)c->lineno + 1,
+					  SF_CORPUS_MAX_LINE >> 20);
+		if (grow(&c->line, &c->line_cap, n + take + 1, SF_CORPUS_MAX_LINE))
+			return sf_err_set(e, -ENOMEM, "%s: line %llu: %s", c->path,
+					  (unsigned long long)c->lineno + 1, sf_strerror(-ENOMEM));
+		memcpy(c->line + n, p, take);
+		n += take;
+		c->chunk_pos += take + (nl != NULL);
+		if (nl)
+			break;
 	}
+	if (!any)
+		return 0;
 	c->lineno++;
-	if (n > 0 && c->line[n - 1] == '\n')
-		n--;
-	*len = (size_t)n;
+	c->line[n] = '\0';
+	*len = n;
 	return 1;
 }
 
@@ -336,6 +398,14 @@ static void csv_fail(struct sf_corpus *c, int code, const char *what)
 		   (unsigned long long)c->row + 1, what);
 }
 
+static void csv_too_long(struct sf_corpus *c)
+{
+	char what[96];
+	snprintf(what, sizeof(what), "field longer than %u MiB (the document limit)",
+		 SF_CORPUS_MAX_DOC >> 20);
+	csv_fail(c, SF_ELIMIT, what);
+}
+
 static void csv_field(void *s, size_t len, void *data)
 {
 	struct sf_corpus *c = data;
@@ -343,6 +413,8 @@ static void csv_field(void *s, size_t len, void *data)
 
 	if (c->cb_err)
 		return;
+	if (len > SF_CORPUS_MAX_DOC)
+		return csv_too_long(c);
 	if (c->col < 0) {	/* the header row */
 		char **p = realloc(c->header, (c->nheader + 1) * sizeof(*p));
 		if (!p)
@@ -429,10 +501,10 @@ static int next_csv(struct sf_corpus *c, const char **doc, size_t *len, struct s
 			return sf_err_set(e, c->cb_err, "%s", c->cb_msg.msg);
 		if (c->csv_eof)
 			return 0;
-		size_t n = fread(c->chunk, 1, CSV_CHUNK, c->f);
-		if (n == 0) {
-			if (ferror(c->f))
-				return sf_err_set(e, -EIO, "%s: %s", c->path, strerror(errno));
+		int ret = fill(c, e);
+		if (ret < 0)
+			return ret;
+		if (ret == 0) {
 			c->csv_eof = 1;
 			if (csv_fini(&c->csv, csv_field, csv_record, c) != 0 && !c->cb_err)
 				return sf_err_set(e, SF_EFORMAT, "%s: row %llu: %s", c->path,
@@ -440,10 +512,15 @@ static int next_csv(struct sf_corpus *c, const char **doc, size_t *len, struct s
 						  "unterminated quoted field");
 			continue;
 		}
+		size_t n = c->chunk_len;
+		c->chunk_pos = n;
 		if (csv_parse(&c->csv, c->chunk, n, csv_field, csv_record, c) != n && !c->cb_err)
 			return sf_err_set(e, SF_EFORMAT, "%s: row %llu: %s", c->path,
 					  (unsigned long long)c->row + 1,
 					  csv_strerror(csv_error(&c->csv)));
+		/* the field libcsv is still assembling (entry_pos: its length so far) */
+		if (c->csv.entry_pos > SF_CORPUS_MAX_DOC)
+			csv_too_long(c);
 	}
 	if (c->cb_err)	/* documents before a bad row are not returned */
 		return sf_err_set(e, c->cb_err, "%s", c->cb_msg.msg);

@@ -22,6 +22,13 @@ enum sf_corpus_format { SF_CORPUS_TEXT, SF_CORPUS_JSONL, SF_CORPUS_ALPACA, SF_CO
 #define SF_CORPUS_DEFAULT_FIELD "text"
 #define SF_CORPUS_DEFAULT_COLUMN "text"
 
+/* Limits, so that a file without newlines cannot make a reader hold
+ * unbounded memory: a line of text or JSON (and so an Alpaca record), and
+ * a document (a text document's lines joined, a CSV field). Longer input
+ * is refused (SF_ELIMIT) naming the line or row and the limit. */
+#define SF_CORPUS_MAX_LINE (16u << 20)
+#define SF_CORPUS_MAX_DOC (64u << 20)
+
 /* Alpaca records become, as Stanford Alpaca's train.py formats them (its
  * PROMPT_DICT), the prompt followed by the output:
  *   "Below is an instruction that describes a task, paired with an input

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1078,8 +1077,7 @@ void sf_image_close(struct sf_image *img)
 		return;
 	if (img->fd >= 0 && img->path)
 		close(img->fd);
-	if (img->map)
-		munmap(img->map, img->map_size);
+	free(img->map);
 	json_decref(img->header);
 	free(img->regions);
 	free(img->groups);
@@ -1671,13 +1669,17 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 		goto out;
 	}
 	const struct sf_image_region *last = &img->regions[has_cb ? 2 : 1];
+	/* read, not mapped: a file truncated under a running decoder must give
+	 * an error from the flash reads, not SIGBUS on a resident page */
 	img->map_size = (size_t)(last->offset + last->length);
-	img->map = mmap(NULL, img->map_size ? img->map_size : 1, PROT_READ, MAP_PRIVATE, img->fd, 0);
-	if (img->map == MAP_FAILED) {
+	if (posix_memalign(&img->map, SF_IMAGE_ALIGN, img->map_size ? img->map_size : 1)) {
 		img->map = NULL;
-		ret = sf_err_set(e, -errno, "%s: mmap: %s", path, strerror(errno));
+		ret = sf_err_set(e, -ENOMEM, "%s: %zu bytes of header and resident regions: %s", path,
+				 img->map_size, strerror(ENOMEM));
 		goto out;
 	}
+	if ((ret = read_at(img->fd, img->map, img->map_size, 0, path, e)))
+		goto out;
 	/* the index and codebook are decoded now, so their checksums are too
 	 * (they are small); the resident blob's waits for sf_image_verify */
 	for (size_t i = 1; i < (has_cb ? 3u : 2u); i++) {

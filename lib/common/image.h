@@ -109,21 +109,24 @@ struct sf_image {
 	double *budgets, *realised;	/* (nbudgets) */
 	uint64_t *k;			/* (nbudgets, n_layers, SF_NGROUPS, 2): k_top, k_mid */
 	uint64_t kept_neurons;		/* over every layer; = n_layers * hidden_dim without --keep */
-	struct sf_safetensors tensors;	/* resident tensors (data in the map) and flash
+	struct sf_safetensors tensors;	/* resident tensors (data in map) and flash
 					 * matrices (data NULL), sorted by name */
 	/* private */
-	void *map;			/* [0, end of the last non-flash region) */
+	void *map;			/* [0, end of the last non-flash region): read into
+					 * memory (4 KiB aligned), not mapped */
 	size_t map_size;
 	uint32_t *u32;			/* decoded permutations, positions, rows */
 	float *cb;
 };
 
-/* Opens PATH, maps the header and the resident regions and validates
- * everything before use: magic, version, header length and CRC, every
- * region 4 KiB aligned, inside the file, in order and not overlapping,
- * resident tensors inside their region, every group's layout against the
- * config (matrix names, rows, dtypes, strides, region lengths), every
- * permutation a valid injection without duplicates. Checksums of the
+/* Opens PATH, reads the header and the resident regions into memory (not
+ * mapped, so that a file truncated while open makes later reads fail,
+ * never raises SIGBUS) and validates everything before use: magic,
+ * version, header length and CRC, every region 4 KiB aligned, inside the
+ * file, in order and not overlapping, resident tensors inside their
+ * region, every group's layout against the config (matrix names, rows,
+ * dtypes, strides, region lengths), every permutation a valid injection
+ * without duplicates. Checksums of the
  * flash regions are not read here (sf_image_verify). On failure *img is
  * zeroed (fd -1). */
 int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e);
@@ -179,7 +182,7 @@ static inline void sf_image_tier(const struct sf_image *img, size_t b, int layer
 }
 
 /* The model of the image: config, resident weights pointing into img's
- * mapping, flash matrices with data NULL; the fingerprint is recomputed
+ * memory, flash matrices with data NULL; the fingerprint is recomputed
  * and must equal the header's (SF_EFORMAT otherwise). img must outlive m;
  * close m with sf_model_close. */
 int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err *e);

@@ -655,7 +655,10 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 		uint64_t none = sf_cache_footprint(&(struct sf_cache_opts){ .policy = o->policy });
 		sp->mem.pinned = sf_cache_footprint(&co) - none;
 	}
-	sp->mem.process = rss_bytes();
+	/* the resident set already holds the image's header and resident
+	 * regions (read into memory at open), counted as resident below */
+	uint64_t rss = rss_bytes();
+	sp->mem.process = rss > img->map_size ? rss - img->map_size : 0;
 	sp->mem.resident = img->map_size;
 	sp->mem.state = o->state_bytes;
 	sp->mem.buffers = o->simulate ? 0 : iobuf;

@@ -28,7 +28,7 @@ for n in "$@"; do
 done
 wait
 
-fail=0 total=0
+fail=0 total=0 passed=0 failed=0
 for n in "$@"; do
 	rc=$(cat "$DIR/log/$n.rc")
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$DIR/log/$n.log")
@@ -36,12 +36,17 @@ for n in "$@"; do
 		grep -oE 'cov: [0-9]+ ft: [0-9]+')
 	total=$((total + ${execs:-0}))
 	if [ "$rc" -eq 0 ]; then
+		passed=$((passed + 1))
 		printf 'ok   fuzz_%-12s %10s execs  %s\n' "$n" "${execs:-?}" "$cov"
 	else
-		fail=1
+		fail=1 failed=$((failed + 1))
 		printf 'FAIL fuzz_%-12s exit %s: see %s\n' "$n" "$rc" "$DIR/log/$n.log"
-		grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$DIR/log/$n.log" | head -n 5
+		# the report from its first line, with the stack and the input's
+		# Base64 that libFuzzer prints, so that a CI log alone shows it
+		sed -n '/^==[0-9]*== *ERROR\|runtime error\|deadly signal\|ALARM\|out-of-memory/,$p' \
+			"$DIR/log/$n.log" | head -n 60
 	fi
 done
 echo "fuzz: $total executions in all"
+echo "fuzz: $passed passed, $failed failed"
 exit $fail

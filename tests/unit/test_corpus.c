@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "corpus.h"
 #include "unit.h"
@@ -107,6 +108,55 @@ static void check_tokens(void)
 	sf_tokenizer_close(tok);
 }
 
+/* Lines are cut from 64 KiB reads: lines of every length around the read
+ * size, and one of exactly SF_CORPUS_MAX_LINE bytes (the longest
+ * accepted), come back whole; progress ends at the file's size. */
+static void long_lines(void)
+{
+	static const size_t lens[] = { 1, 65535, 65536, 65537, 3, 131072, 200000, 0, 7,
+				       SF_CORPUS_MAX_LINE, 2 };
+	const size_t n = sizeof(lens) / sizeof(lens[0]);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/corpus-long.txt", tmp);
+	FILE *f = fopen(path, "wb");
+	uint64_t size = 0;
+	for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0; k < lens[i]; k++)
+			fputc('a' + (int)((i + k) % 26), f);
+		fputc('\n', f);
+		size += lens[i] + 1;
+	}
+	CHECK(fclose(f) == 0, "%s: cannot write", path);
+
+	struct sf_corpus *c = NULL;
+	struct sf_err e = { 0 };
+	const char *doc;
+	size_t len, i = 0;
+	int ret;
+	CHECK(sf_corpus_open(&c, path, &e) == 0, "open: %s", e.msg);
+	while (c && (ret = sf_corpus_next(c, &doc, &len, &e)) > 0) {
+		size_t want = 0, at = 0, start = i;	/* the document: lines up to a blank one */
+		for (; i < n && lens[i]; i++)
+			want += lens[i] + (i > start);
+		int same = len == want;
+		for (size_t j = start; same && j < i; j++) {
+			for (size_t k = 0; same && k < lens[j]; k++)
+				same = doc[at++] == 'a' + (int)((j + k) % 26);
+			if (j + 1 < i)
+				same = same && doc[at++] == '\n';
+		}
+		CHECK(same, "document from line %zu: %zu bytes, expected %zu", start + 1, len, want);
+		i++;	/* the blank line */
+	}
+	CHECK(ret == 0 && i >= n, "%s: %zu lines read", e.msg, i);
+	uint64_t done, total;
+	sf_corpus_progress(c, &done, &total);
+	CHECK(done == size && total == size, "progress %llu of %llu, file %llu",
+	      (unsigned long long)done, (unsigned long long)total, (unsigned long long)size);
+	sf_corpus_close(c);
+	unlink(path);
+}
+
 int main(void)
 {
 	tmp = unit_env("SF_TMP", "/tmp");
@@ -178,5 +228,6 @@ int main(void)
 	      sf_corpus_guess("b.csv") == SF_CORPUS_CSV &&
 	      sf_corpus_guess("kjv.profile.txt") == SF_CORPUS_TEXT, "format from the name");
 	check_tokens();
+	long_lines();
 	return unit_exit();
 }

@@ -1,13 +1,15 @@
 /* The limits that make hostile input cheap to refuse (issue 9), each
  * checked with the exact message: a trace header that would commit the
  * reader to huge buffers, JSON files past their size limit, calib.json
- * counts that are not whole or claim more layers than are listed. */
+ * counts that are not whole or claim more layers than are listed, corpus
+ * lines and documents without end. */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bytes.h"
 #include "calib.h"
+#include "corpus.h"
 #include "jsonfile.h"
 #include "placement.h"
 #include "trace.h"
@@ -128,6 +130,92 @@ static void calib_counts(void)
 	CHECK(strcmp(e.msg, want) == 0, "message: %s", e.msg);
 }
 
+/* The first error reading every document of path as fmt: 0 when none. */
+static int corpus_error(const char *path, enum sf_corpus_format fmt, struct sf_err *e)
+{
+	struct sf_corpus_opts o = { .format = fmt };
+	struct sf_corpus *c;
+	const char *doc;
+	size_t len;
+	int ret = sf_corpus_open_as(&c, path, &o, e);
+
+	if (ret)
+		return ret;
+	while ((ret = sf_corpus_next(c, &doc, &len, e)) > 0)
+		;
+	sf_corpus_close(c);
+	return ret;
+}
+
+static void corpus_expect(const char *path, enum sf_corpus_format fmt, const char *what)
+{
+	struct sf_err e = { 0 };
+	char want[8192];
+	int ret = corpus_error(path, fmt, &e);
+
+	snprintf(want, sizeof(want), "%s: %s", path, what);
+	CHECK(ret == SF_ELIMIT && strcmp(e.msg, want) == 0, "%s as %s: %d \"%s\", expected \"%s\"",
+	      path, sf_corpus_format_name(fmt), ret, e.msg, want);
+}
+
+/* Writes head, n bytes of ch, then tail. */
+static const char *write_long(const char *name, const char *head, int ch, size_t n,
+			      const char *tail)
+{
+	static char path[4200];
+	static char block[1 << 16];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	FILE *f = fopen(path, "wb");
+	int ok = f && fputs(head, f) >= 0;
+	memset(block, ch, sizeof(block));
+	for (size_t at = 0; ok && at < n; at += sizeof(block)) {
+		size_t k = n - at < sizeof(block) ? n - at : sizeof(block);
+		ok = fwrite(block, 1, k, f) == k;
+	}
+	ok = ok && fputs(tail, f) >= 0;
+	CHECK(f && fclose(f) == 0 && ok, "%s: cannot write", path);
+	return path;
+}
+
+/* An endless line (/dev/zero has no newline) is refused once it passes
+ * the line limit, in every line-based format; a CSV field, also the
+ * header's, at the document limit; a text document of many lines at the
+ * document limit. Each after reading about the limit, not the input. */
+static void corpus_lengths(void)
+{
+	char what[256], cmd[4100];
+
+	for (int f = SF_CORPUS_TEXT; f <= SF_CORPUS_ALPACA; f++)
+		corpus_expect("/dev/zero", (enum sf_corpus_format)f,
+			      "line 1: longer than 16 MiB (the line limit)");
+	corpus_expect("/dev/zero", SF_CORPUS_CSV, "row 1: field longer than 64 MiB (the document "
+		      "limit)");
+	const char *path = write_long("long.csv", "id,text\n1,", 'x', SF_CORPUS_MAX_DOC + 1, "\n");
+	corpus_expect(path, SF_CORPUS_CSV, "row 2: field longer than 64 MiB (the document limit)");
+	unlink(path);
+	path = write_long("long.jsonl", "{\"text\": \"a\", \"instruction\": \"i\", \"output\": "
+			  "\"o\"}\n{\"text\": \"", 'x', SF_CORPUS_MAX_LINE, "\"}\n");
+	corpus_expect(path, SF_CORPUS_JSONL, "line 2: longer than 16 MiB (the line limit)");
+	corpus_expect(path, SF_CORPUS_ALPACA, "line 2: longer than 16 MiB (the line limit)");
+	unlink(path);
+
+	/* lines of 4,000 bytes from a pipe, without a blank line */
+	snprintf(cmd, sizeof(cmd), "yes %04000d", 0);
+	FILE *p = popen(cmd, "r");
+	char fd[64];
+	CHECK(p, "popen: %s", strerror(errno));
+	if (!p)
+		return;
+	snprintf(fd, sizeof(fd), "/proc/self/fd/%d", fileno(p));
+	unsigned lines = 1;	/* the first line that takes the document past the limit */
+	while (4001ull * lines - 1 <= SF_CORPUS_MAX_DOC)
+		lines++;
+	snprintf(what, sizeof(what), "line %u: document longer than 64 MiB (the document limit)",
+		 lines);
+	corpus_expect(fd, SF_CORPUS_TEXT, what);
+	pclose(p);
+}
+
 int main(void)
 {
 	snprintf(tmp, sizeof(tmp), "%s/limits.XXXXXX", unit_env("SF_TMP", "/tmp"));
@@ -136,6 +224,7 @@ int main(void)
 	trace_buffers();
 	json_size();
 	calib_counts();
+	corpus_lengths();
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
 	CHECK(system(cmd) == 0, "cleanup");
