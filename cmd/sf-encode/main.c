@@ -120,9 +120,12 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case 'm': o->model_dir = optarg; break;
 		case 'o': o->output = optarg; break;
 		case OPT_METHOD:
-			if (sf_codes_method_parse(optarg, &o->method))
-				sf_usage_error("--method: unknown method '%s': expected trellis or "
-					       "scalar", optarg);
+			/* a well-formed request the tool cannot serve: exit 1 */
+			if (sf_codes_method_parse(optarg, &o->method)) {
+				sf_error("--method: unknown method '%s': expected trellis or scalar",
+					 optarg);
+				exit(SF_EXIT_FAIL);
+			}
 			break;
 		case OPT_SEED: o->seed = sf_opt_u64("--seed", optarg, 0, INT64_MAX); break;
 		case OPT_LAYERS: o->layers = optarg; break;
@@ -239,11 +242,15 @@ static size_t parse_budgets(const char *s, double *out)
 		double v;
 		if (n == SF_CALIB_MAX_BUDGETS)
 			sf_usage_error("--budgets: at most %d budgets", SF_CALIB_MAX_BUDGETS);
-		if (sf_parse_f64(t, 0.0, 1.0, &v) || v <= 0.0) {
+		/* not a number is a malformed option (exit 2), a number
+		 * outside (0, 1] a budget that cannot be met (exit 1) */
+		int bad = sf_parse_f64(t, 0.0, 1.0, &v);
+		if (bad || v <= 0.0) {
 			sf_error("--budgets: %s is not a budget in (0, 1]", t);
 			free(copy);
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
+			if (bad == -EINVAL)
+				fprintf(stderr, "Try '%s --help'.\n", sf_progname);
+			exit(bad == -EINVAL ? SF_EXIT_USAGE : SF_EXIT_FAIL);
 		}
 		out[n++] = v;
 	}

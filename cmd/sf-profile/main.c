@@ -372,7 +372,8 @@ int main(int argc, char **argv)
 	if (!o.dry_run) {
 		if ((ret = sf_out_open(&S.out, o.output, 1)))
 			goto out;
-		if ((ret = sf_trace_writer_open(&S.writer, S.out.f, S.out.path, &S.info, &e))) {
+		if ((ret = sf_trace_writer_open(&S.writer, S.out.f, S.out.path, &S.info, &e)) ||
+		    (ret = sf_trace_writer_set_pool(S.writer, S.pool, &e))) {
 			sf_error("%s", e.msg);
 			goto out;
 		}

@@ -13,6 +13,7 @@
 #include "err.h"
 #include "forward.h"
 #include "model.h"
+#include "pool.h"
 
 #define SF_TRACE_MAGIC "SFTRACE"	/* 8 bytes with its NUL */
 #define SF_TRACE_VERSION 1
@@ -83,9 +84,13 @@ int sf_trace_slot_index(const struct sf_trace_info *info, int layer, enum sf_gro
 
 /* The active set of x[0..n) as a bitmap (ceil(n/64) words, bit i%64 of
  * word i/64): the k entries of largest |x|, ties to the lower index.
- * Exactly k bits are set (k <= n). scratch: 2 * n words. */
+ * Exactly k bits are set (k <= n). scratch: 2 * n words. AVX-512 when
+ * the kernels use it (kernels.h: sf_kernels_isa), else the portable
+ * _ref; both give the same bits. */
 void sf_trace_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
 			  uint32_t *scratch);
+void sf_trace_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
+			      uint32_t *scratch);
 /* Entries with |x| > threshold. */
 void sf_trace_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits);
 
@@ -98,17 +103,26 @@ struct sf_trace_writer;
  * for messages). info is copied. */
 int sf_trace_writer_open(struct sf_trace_writer **w, FILE *f, const char *name,
 			 const struct sf_trace_info *info, struct sf_err *e);
+/* Workers for the selections (NULL, the default: the caller alone). The
+ * pool is not owned; sf_trace_writer_token dispatches on it, so it must
+ * not be running then. The trace does not depend on the pool's size. */
+int sf_trace_writer_set_pool(struct sf_trace_writer *w, struct sf_pool *pool,
+			     struct sf_err *e);
 /* The observer to hand to the forward pass: it records every recorded
  * group's input of the current token (active set and |value| sums). */
 const struct sf_observer *sf_trace_writer_observer(struct sf_trace_writer *w);
-/* Records one group's input as the observer does. */
+/* Records one group's input as the observer does: the input is copied and
+ * its selection and sums computed at sf_trace_writer_token (or at
+ * sf_trace_writer_row of that slot), split over the pool. */
 void sf_trace_writer_record(struct sf_trace_writer *w, int layer, enum sf_group g,
 			    const float *in, size_t n);
-/* The current token's bitmap row of a slot, for writers that produce
- * active sets themselves (synthetic traces); |value| sums stay as they are. */
+/* The current token's bitmap row of a slot: the active set of the input
+ * recorded for it, or for writers that produce active sets themselves
+ * (synthetic traces) a row to fill; |value| sums stay as they are then. */
 uint64_t *sf_trace_writer_row(struct sf_trace_writer *w, int slot);
-/* Ends the current token: checks that every slot was recorded (density
- * mode: exactly k entries) and writes a block when it is full. */
+/* Ends the current token: selects the recorded inputs, checks that every
+ * slot was recorded (density mode: exactly k entries) and writes a block
+ * when it is full. */
 int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e);
 /* Writes the last block and the sums trailer and flushes f. */
 int sf_trace_writer_finish(struct sf_trace_writer *w, struct sf_err *e);

@@ -4,12 +4,15 @@
 # against the same run with --dry-run (the dense forward pass alone), and
 # against sf-run --ppl on the same tokens (dense, with logits), at -t 1
 # and -t 2. Target: recording costs at most 25% over the dense pass.
+# Each run times the three back to back and its overhead is that run's
+# record / dry-run ratio, so a shared machine's load shifts both alike;
+# the medians of the runs are reported, and every run's overhead.
 # Usage: SF_BIN=... SF_SHARED=... tests/bench/profile.sh  (RUNS, TOKENS)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${SF_BIN:-$root/bin}
 shared=${SF_SHARED:-$root/../shared}
-runs=${RUNS:-3}
+runs=${RUNS:-5}
 tokens=${TOKENS:-8192}
 model=$shared/models/mix4-5m
 corpus=$shared/data/mix4/kjv.profile.txt
@@ -18,20 +21,21 @@ trap 'rm -rf "$work"' EXIT
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-# Seconds of the best of $runs runs of a command.
-best() {
-	local i
-	for i in $(seq "$runs"); do
-		/usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -n 1
-	done | sort -g | head -n 1
-}
+# Seconds of one run of a command.
+secs() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -n 1; }
 
-printf '%-8s %12s %12s %12s %9s\n' threads "record s" "dry-run s" "sf-run s" overhead
+printf '%-8s %10s %10s %10s %9s  %s\n' threads "record s" "dry-run s" "sf-run s" overhead \
+	"overhead of each run"
 for t in 1 2; do
-	rec=$(best "$bin/sf-profile" -q -m "$model" -t "$t" --max-tokens "$tokens" "$corpus" -o "$work/t.sft")
-	dry=$(best "$bin/sf-profile" -q -m "$model" -t "$t" --max-tokens "$tokens" --dry-run "$corpus")
-	ppl=$(best "$bin/sf-run" -q -m "$model" -t "$t" --ppl "$corpus" --max-tokens "$tokens" --window 256)
-	printf '%-8s %12s %12s %12s %8.1f%%\n' "$t" "$rec" "$dry" "$ppl" \
-		"$(echo "($rec / $dry - 1) * 100" | bc -l)"
+	: >"$work/rec"; : >"$work/dry"; : >"$work/ppl"; : >"$work/over"
+	for i in $(seq "$runs"); do
+		rec=$(secs "$bin/sf-profile" -q -m "$model" -t "$t" --max-tokens "$tokens" "$corpus" -o "$work/t.sft")
+		dry=$(secs "$bin/sf-profile" -q -m "$model" -t "$t" --max-tokens "$tokens" --dry-run "$corpus")
+		ppl=$(secs "$bin/sf-run" -q -m "$model" -t "$t" --ppl "$corpus" --max-tokens "$tokens" --window 256)
+		echo "$rec" >>"$work/rec"; echo "$dry" >>"$work/dry"; echo "$ppl" >>"$work/ppl"
+		printf '%.1f\n' "$(echo "($rec / $dry - 1) * 100" | bc -l)" >>"$work/over"
+	done
+	printf '%-8s %10s %10s %10s %8s%%  %s\n' "$t" "$(median <"$work/rec")" "$(median <"$work/dry")" \
+		"$(median <"$work/ppl")" "$(median <"$work/over")" "$(paste -sd ' ' "$work/over")"
 done
-echo "($tokens tokens of $(basename "$corpus"); best of $runs; trace $(stat -c %s "$work/t.sft") bytes)"
+echo "($tokens tokens of $(basename "$corpus"); medians of $runs runs; trace $(stat -c %s "$work/t.sft") bytes)"

@@ -29,20 +29,28 @@ info() { sf-encode --info "$1"; }
 	[ "${lines[-1]}" = "Try 'sf-encode --help'." ]
 }
 
-@test "an unknown method is a usage error" {
+@test "an unknown method is one error line, exit 1" {
 	run --separate-stderr sf-encode --model "$MODEL" --method lattice -o "$T/x.sfq"
-	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-encode: --method: unknown method 'lattice': expected trellis or scalar" ]
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: --method: unknown method 'lattice': expected trellis or scalar" ]
 	[ ! -e "$T/x.sfq" ]
 }
 
-@test "a budget outside (0, 1] is a usage error" {
-	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus /dev/null --budgets 0.5,1.2 -o "$T/c.json"
+@test "a budget outside (0, 1] is one error line, exit 1" {
+	local b
+	for b in 0 1.5 -0.1; do
+		run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus /dev/null --budgets "0.5,$b" -o "$T/c.json"
+		[ "$status" -eq 1 ]
+		[ "$stderr" = "sf-encode: --budgets: $b is not a budget in (0, 1]" ]
+		[ ! -e "$T/c.json" ]
+	done
+}
+
+@test "a budget that is not a number is a usage error" {
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus /dev/null --budgets 0.5,half -o "$T/c.json"
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-encode: --budgets: 1.2 is not a budget in (0, 1]" ]
-	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus /dev/null --budgets 0 -o "$T/c.json"
-	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-encode: --budgets: 0 is not a budget in (0, 1]" ]
+	[ "${stderr_lines[0]}" = "sf-encode: --budgets: half is not a budget in (0, 1]" ]
+	[ "${stderr_lines[1]}" = "Try 'sf-encode --help'." ]
 }
 
 @test "a layer out of range is a usage error" {

@@ -103,7 +103,25 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	run --separate-stderr sf-profile -m "$MODEL" --density 0 "$KJV" -o "$BATS_TEST_TMPDIR/out/x.sft"
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-profile: --density 0: expected a value in (0, 1]" ]
+	run --separate-stderr sf-profile -m "$MODEL" --density -0.1 "$KJV" -o "$BATS_TEST_TMPDIR/out/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: --density -0.1: expected a value in (0, 1]" ]
 	[ -z "$(ls -A "$BATS_TEST_TMPDIR/out")" ]
+}
+
+@test "the trace bytes do not depend on the threads: -t 1, -t 2 and -t 3 agree" {
+	local t=$BATS_TEST_TMPDIR n
+	cat "$KJV" "$KJV" "$KJV" "$KJV" >"$t/long.txt"
+	# bitmaps, index lists (ffn_out at 0.02) and thresholds; windows of 16
+	for sel in "--density 0.3" "--density 0.02" "--threshold 0.2"; do
+		for n in 1 2 3; do
+			sf-profile -q -m "$MODEL" $sel --context 16 --max-tokens 200 -t "$n" "$t/long.txt" -o "$t/t$n.sft"
+		done
+		cmp "$t/t1.sft" "$t/t2.sft"
+		cmp "$t/t1.sft" "$t/t3.sft"
+	done
+	run info "$t/t1.sft"
+	[ "$(echo "$output" | jq '.slots[0].tokens')" = 200 ]
 }
 
 @test "a density that selects no entry is refused" {

@@ -1,7 +1,8 @@
-/* Activation traces: top-k selection against a sort, the writer and
- * reader round trip in both encodings, the trace of the embedded model
- * against an independent observer of the dense pass (active sets and
- * |value| sums), and a truncated, corrupted or extended stream refused. */
+/* Activation traces: top-k selection (portable and SIMD) against a sort,
+ * the writer and reader round trip in both encodings, the trace of the
+ * embedded model against an independent observer of the dense pass
+ * (active sets and |value| sums), the same bytes with 1 and 2 threads,
+ * and a truncated, corrupted or extended stream refused. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "kernels.h"
 #include "model.h"
 #include "trace.h"
 #include "unit.h"
@@ -47,28 +49,43 @@ static void brute_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits)
 	free(idx);
 }
 
+/* The portable path and the dispatched one (AVX-512 where the machine
+ * has it) against the sort, on values of every scale. */
 static void test_topk(void)
 {
-	static const uint32_t sizes[] = { 1, 7, 63, 64, 65, 128, 384, 1000 };
+	static const uint32_t sizes[] = { 1, 7, 15, 16, 17, 63, 64, 65, 128, 384, 1000 };
 	float x[1000];
-	uint64_t a[16], b[16];
+	uint64_t a[16], b[16], c[16];
 	uint32_t scratch[2000];
+	int simd = sf_kernels_select("avx512") == 0;
 
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(*sizes); si++) {
 		uint32_t n = sizes[si];
-		for (int rep = 0; rep < 20; rep++) {
-			/* rep odd: few distinct magnitudes, so ties decide */
+		for (int rep = 0; rep < 40; rep++) {
+			/* rep % 4: 1 few distinct magnitudes, so ties decide (steps
+			 * of 0.5 or of 0.1f, whose last mantissa bit is set); 2 all
+			 * equal; 3 spread over many exponents, zeros among them */
+			float step = rep % 8 == 1 ? 0.5f : 0.1f;
 			for (uint32_t i = 0; i < n; i++) {
 				double u = (double)(next_rand() >> 11) / 9007199254740992.0;
-				x[i] = rep % 2 ? (float)((int)(u * 5) - 2) * 0.5f : (float)(u * 2 - 1);
+				x[i] = rep % 4 == 1   ? (float)((int)(u * 5) - 2) * step
+				       : rep % 4 == 2 ? -0.75f
+				       : rep % 4 == 3 ? (float)(u < 0.1 ? 0.0 : ldexp(u - 0.5, (int)(u * 80) - 40))
+						      : (float)(u * 2 - 1);
 			}
 			uint32_t k = (uint32_t)(next_rand() % (n + 1));
-			sf_trace_select_topk(x, n, k, a, scratch);
+			sf_trace_select_topk_ref(x, n, k, a, scratch);
+			sf_trace_select_topk(x, n, k, c, scratch);
 			brute_topk(x, n, k, b);
 			CHECK(memcmp(a, b, (n + 63) / 64 * 8) == 0, "top-%u of %u (rep %d) differs "
 			      "from the sort", k, n, rep);
+			CHECK(memcmp(c, b, (n + 63) / 64 * 8) == 0, "%s top-%u of %u (rep %d) "
+			      "differs from the sort", sf_kernels_isa(), k, n, rep);
 		}
 	}
+	if (!simd)
+		fprintf(stderr, "test_trace: no AVX-512 here: only the portable top-k tested\n");
+	sf_kernels_select(NULL);
 	/* -0 and +0 tie in magnitude */
 	float z[4] = { -0.0f, 0.0f, 1.0f, -1.0f };
 	sf_trace_select_topk(z, 4, 3, a, scratch);
@@ -192,6 +209,95 @@ static void test_roundtrip(const char *tmp)
 	}
 }
 
+/* Inputs recorded through the writer (entries that are no multiple of
+ * the SIMD width) read back as the sort's top-k and the float64 sums,
+ * with the portable and the SIMD paths. */
+static void test_record(const char *tmp)
+{
+	static const char *const isas[] = { "ref", "avx512" };
+	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
+	enum { NTOK = 70 };
+	char path[4096];
+
+	for (int v = 0; v < 2; v++) {
+		if (sf_kernels_select(isas[v]))
+			continue;
+		struct sf_trace_info info;
+		struct sf_trace_writer *w = NULL;
+		struct sf_trace_reader *r = NULL;
+		struct sf_err e = { 0 };
+		uint64_t *rows = NULL;
+		double *sums = NULL;
+		float x[700];
+		uint32_t ntok;
+		int bad_rows = 0, bad_sums = 0, t = 0;
+		size_t stride = 0, nent = 0;
+		snprintf(path, sizeof(path), "%s/record-%s.sft", tmp, isas[v]);
+		FILE *f = fopen(path, "wb");
+		int ret = sf_trace_info_init(&info, "00112233aabbccdd", 3, entries, 0, 2, 0xf,
+					     SF_TRACE_DENSITY, 0.3, NULL, &e);
+		ret = ret ? ret : sf_trace_writer_open(&w, f, path, &info, &e);
+		CHECK(ret == 0 && f, "%s: %s", isas[v], e.msg);
+		if (ret || !f)
+			break;
+		for (int s = 0; s < info.nslots; s++) {
+			stride += info.slots[s].words;
+			nent += info.slots[s].entries;
+		}
+		rows = calloc((size_t)NTOK * stride, 8);
+		sums = calloc(nent, sizeof(double));
+		for (int k = 0; !ret && k < NTOK; k++) {
+			uint64_t *tr = rows + (size_t)k * stride;
+			double *sum = sums;
+			for (int s = 0; s < info.nslots; s++) {
+				const struct sf_trace_slot *sl = &info.slots[s];
+				for (uint32_t i = 0; i < sl->entries; i++) {
+					double u = (double)(next_rand() >> 11) / 9007199254740992.0;
+					x[i] = (float)ldexp(u - 0.5, (int)(next_rand() % 30) - 15);
+					sum[i] += fabs((double)x[i]);
+				}
+				sf_trace_writer_record(w, sl->layer, sl->group, x, sl->entries);
+				brute_topk(x, sl->entries, sl->k, tr);
+				tr += sl->words;
+				sum += sl->entries;
+			}
+			ret = sf_trace_writer_token(w, &e);
+			CHECK(ret == 0, "%s: %s", isas[v], e.msg);
+		}
+		ret = ret ? ret : sf_trace_writer_finish(w, &e);
+		CHECK(ret == 0, "%s: %s", isas[v], e.msg);
+		sf_trace_writer_free(w);
+		fclose(f);
+		ret = ret ? ret : sf_trace_open(&r, path, &e);
+		while (ret == 0 && (ret = sf_trace_next(r, &ntok, &e)) > 0) {
+			ret = 0;
+			for (uint32_t i = 0; i < ntok; i++, t++) {
+				const uint64_t *tr = rows + (size_t)t * stride;
+				for (int s = 0; s < info.nslots; s++) {
+					uint32_t wds = info.slots[s].words;
+					bad_rows += memcmp(sf_trace_rows(r, s) + (size_t)i * wds, tr,
+							   wds * 8) != 0;
+					tr += wds;
+				}
+			}
+		}
+		CHECK(ret == 0 && t == NTOK, "%s: %d tokens read: %s", isas[v], t, e.msg);
+		const double *sum = sums;
+		for (int s = 0; !ret && s < info.nslots; s++) {
+			for (uint32_t i = 0; i < info.slots[s].entries; i++)
+				bad_sums += sf_trace_sums(r, s)[i] != sum[i];
+			sum += info.slots[s].entries;
+		}
+		CHECK(bad_rows == 0 && bad_sums == 0, "%s: %d rows and %d sums differ", isas[v],
+		      bad_rows, bad_sums);
+		sf_trace_close(r);
+		free(rows);
+		free(sums);
+		sf_trace_info_free(&info);
+	}
+	sf_kernels_select(NULL);
+}
+
 /* Reads the whole trace at path; the error code, with the message in e. */
 static int read_all(const char *path, struct sf_err *e)
 {
@@ -279,9 +385,12 @@ static void witness_fn(void *ctx, int layer, enum sf_group g, const float *in, s
 	brute_topk(in, (uint32_t)n, sl->k, W->rows[s] + (size_t)W->tokens * sl->words);
 }
 
-static void test_model(const char *root, const char *tmp)
+/* The trace of NTOK tokens written to path by a writer on a pool of
+ * nthreads (the forward pass on it too), checked against the witness. */
+static void test_model(const char *root, const char *path, int nthreads)
 {
-	char dir[4096], path[4096];
+	char dir[4096];
+	struct sf_pool *pool = NULL;
 	struct sf_model m = { 0 };
 	struct sf_runstate st = { 0 };
 	struct sf_err e = { 0 };
@@ -290,7 +399,6 @@ static void test_model(const char *root, const char *tmp)
 	enum { NTOK = 200, CTX = 64 };
 
 	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", root);
-	snprintf(path, sizeof(path), "%s/model.sft", tmp);
 	if (sf_model_open(&m, dir, &e)) {
 		CHECK(0, "%s", e.msg);
 		return;
@@ -307,6 +415,10 @@ static void test_model(const char *root, const char *tmp)
 	if (!ret)
 		ret = sf_trace_writer_open(&W.w, f, path, &info, &e);
 	CHECK(ret == 0, "%s", e.msg);
+	if (!ret && (ret = sf_pool_create(&pool, nthreads)))
+		CHECK(0, "pool of %d: %d", nthreads, ret);
+	if (!ret && (ret = sf_trace_writer_set_pool(W.w, pool, &e)))
+		CHECK(0, "%s", e.msg);
 	if (ret)
 		goto out;
 	W.sums = calloc((size_t)info.nslots, sizeof(*W.sums));
@@ -317,8 +429,11 @@ static void test_model(const char *root, const char *tmp)
 	}
 	struct sf_observer obs = { .fn = witness_fn, .ctx = &W };
 	st.observer = &obs;
+	st.pool = pool;
 	st.skip_logits = 1;
-	/* token ids from a fixed pseudo-random stream, windows of CTX */
+	/* token ids from a fixed pseudo-random stream, the same every call;
+	 * windows of CTX */
+	rng = 88172645463325252ull;
 	for (W.tokens = 0; W.tokens < NTOK; W.tokens++) {
 		int32_t tok = W.tokens % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
 		sf_forward(&m, &st, tok, W.tokens % CTX);
@@ -357,11 +472,13 @@ static void test_model(const char *root, const char *tmp)
 	CHECK(ret == 0, "%s", e.msg);
 	CHECK(t == NTOK, "%d tokens in the trace", t);
 	CHECK(bad_k == 0, "%d active sets without round(0.25 n) entries", bad_k);
-	CHECK(bad_rows == 0, "%d active sets differ from the brute-force top-k", bad_rows);
+	CHECK(bad_rows == 0, "%s, %d threads: %d active sets differ from the brute-force top-k",
+	      sf_kernels_isa(), nthreads, bad_rows);
 	for (int s = 0; !ret && s < info.nslots; s++)
 		for (uint32_t i = 0; i < info.slots[s].entries; i++)
 			bad_sums += sf_trace_sums(r, s)[i] != W.sums[s][i];
-	CHECK(bad_sums == 0, "%d |value| sums differ from the observer's", bad_sums);
+	CHECK(bad_sums == 0, "%s, %d threads: %d |value| sums differ from the observer's",
+	      sf_kernels_isa(), nthreads, bad_sums);
 	sf_trace_close(r);
 	for (int s = 0; s < info.nslots; s++) {
 		free(W.sums[s]);
@@ -373,9 +490,52 @@ out:
 	if (f)
 		fclose(f);
 	sf_trace_writer_free(W.w);
+	sf_pool_destroy(pool);
 	sf_trace_info_free(&info);
 	sf_state_free(&st);
 	sf_model_close(&m);
+}
+
+/* The whole file, or NULL; *n its size. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf = NULL;
+	long len;
+
+	if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+	    (buf = malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+		free(buf);
+		buf = NULL;
+	}
+	*n = buf ? (size_t)len : 0;
+	if (f)
+		fclose(f);
+	return buf;
+}
+
+/* With the portable and the SIMD paths (each checked by the witness), the
+ * trace bytes do not depend on how many threads selected them. */
+static void test_model_threads(const char *root, const char *tmp)
+{
+	static const char *const isas[] = { "ref", "avx512" };
+	char one[4096], two[4096];
+
+	for (int i = 0; i < 2; i++) {
+		if (sf_kernels_select(isas[i]))
+			continue;	/* no AVX-512 here: said in test_topk */
+		snprintf(one, sizeof(one), "%s/model-%s-1.sft", tmp, isas[i]);
+		snprintf(two, sizeof(two), "%s/model-%s-2.sft", tmp, isas[i]);
+		test_model(root, one, 1);
+		test_model(root, two, 2);
+		size_t n1, n2;
+		unsigned char *a = slurp(one, &n1), *b = slurp(two, &n2);
+		CHECK(a && b && n1 == n2 && memcmp(a, b, n1) == 0,
+		      "%s: the traces of 1 and 2 threads differ (%zu and %zu bytes)", isas[i], n1, n2);
+		free(a);
+		free(b);
+	}
+	sf_kernels_select(NULL);
 }
 
 int main(void)
@@ -387,6 +547,7 @@ int main(void)
 	test_info_errors();
 	test_roundtrip(tmp);
 	test_damage(tmp);
-	test_model(root, tmp);
+	test_record(tmp);
+	test_model_threads(root, tmp);
 	return unit_exit();
 }
