@@ -13,9 +13,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "kernels.h"
 #include "runs.h"
 #include "trace.h"
@@ -149,13 +149,6 @@ struct sf_sparse {
 	uint64_t hist[SF_RUNS_NHIST];
 	struct gtally g[SF_NGROUPS];
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The resident set now (/proc/self/statm), 0 where it cannot be read. */
 static uint64_t rss_bytes(void)
@@ -854,7 +847,7 @@ const char *sf_sparse_backend(const struct sf_sparse *sp)
 /* Closes the previous token's figures and chooses this token's gap. */
 static void token_begin(struct sf_sparse *sp)
 {
-	double t = now();
+	double t = sf_now();
 
 	if (sp->t_token > 0) {
 		if (sp->nlat < sp->o.max_tokens)
@@ -1009,12 +1002,12 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 {
 	if (!sp->nseg)
 		return;
-	double t0 = now();
+	double t0 = sf_now();
 	if (sp->pool && (uint64_t)sp->nidx * t->total_rows >= POOL_MIN_WEIGHTS)
 		sf_pool_run(sp->pool, fn, t);
 	else
 		fn(t, 0, 1);
-	sp->compute_s += now() - t0;
+	sp->compute_s += sf_now() - t0;
 	sp->nseg = 0;
 	sp->nidx = 0;
 }
@@ -1024,10 +1017,10 @@ static int reap_one(struct sf_sparse *sp)
 {
 	uint64_t tag;
 	struct sf_err e = { 0 };
-	double t0 = now();
+	double t0 = sf_now();
 	int ret = sf_uring_reap(sp->u, &tag, 1, &e);
 
-	sp->last_done = now();
+	sp->last_done = sf_now();
 	sp->wait_s += sp->last_done - t0;
 	if (ret == 1) {
 		sp->reqs[tag].done = 1;
@@ -1180,7 +1173,7 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	struct gtally *gt = &sp->g[g];
 	size_t at_k = (size_t)layer * SF_NGROUPS + (size_t)g;
 	uint32_t kt = sp->k_top[at_k], km = sp->k_mid[at_k];
-	double t0 = now();
+	double t0 = sf_now();
 	int ret = 0;
 
 	if (layer == 0 && g == SF_GROUP_ATTN_IN)
@@ -1258,7 +1251,7 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 		sp->treq[i] = slots && slots[i] ? NO_READ : sp->sel_scratch[j++];
 
 	// 4. read
-	double ts = now();
+	double ts = sf_now();
 	sp->last_done = ts;
 	if (sp->o.simulate) {
 		for (size_t r = 0; r < sp->nreq; r++)
@@ -1338,7 +1331,7 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	gt->budget += ((double)nt * (double)col_bytes(G, 0) + (double)nm * (double)sp->col_mid[g]) /
 		      ((double)n * (double)sp->col_top[g]);
 	sp->bytes_needed += (uint64_t)nmiss * G->top_bytes + (uint64_t)nm * G->mid_bytes;
-	sp->exec_s += now() - t0;
+	sp->exec_s += sf_now() - t0;
 	return;
 fail:
 	fail_group(sp, ret, nout, out, w);

@@ -203,6 +203,25 @@ static struct sf_sparse_opts fractions(double top, double mid)
 	return o;
 }
 
+/* One combination of the settings that must not change the output: cache
+ * policy and ratio, admission, collapse gap, queue depth (and threads). */
+struct setting {
+	enum sf_cache_policy pol;
+	double ratio, seg;
+	int gap;
+	unsigned qd;
+	int th;
+};
+
+static void apply_setting(struct sf_sparse_opts *o, const struct setting *s)
+{
+	o->policy = s->pol;
+	o->cache_ratio = s->ratio;
+	o->seg_admit = s->seg;
+	o->collapse = s->gap;
+	o->qd = s->qd;
+}
+
 static int same(const struct result *a, const struct result *b)
 {
 	return memcmp(a->logits, b->logits, sizeof(a->logits)) == 0;
@@ -315,7 +334,7 @@ int main(void)
 	CHECK(!decode("sh.sfimg", &o, 1, NULL, &ref, &e), "%s", e.msg);
 	CHECK(ref.uring_bytes == 0 && ref.bytes_moved > 0, "simulate: %llu bytes read",
 	      (unsigned long long)ref.uring_bytes);
-	struct { enum sf_cache_policy pol; double ratio, seg; int gap; unsigned qd; int th; } v[] = {
+	const struct setting v[] = {
 		{ SF_CACHE_NONE, -1, 1, 0, 1, 1 },
 		{ SF_CACHE_S3FIFO, 0.3, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 2 },
 		{ SF_CACHE_S3FIFO, 0.5, 0.1, 16, 2, 2 },
@@ -324,11 +343,7 @@ int main(void)
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		o = fractions(0.3, 0.25);
-		o.policy = v[i].pol;
-		o.cache_ratio = v[i].ratio;
-		o.seg_admit = v[i].seg;
-		o.collapse = v[i].gap;
-		o.qd = v[i].qd;
+		apply_setting(&o, &v[i]);
 		CHECK(!decode("sh.sfimg", &o, v[i].th, NULL, &a, &e), "case %zu: %s", i, e.msg);
 		CHECK(same(&a, &ref), "case %zu: logits differ from --simulate", i);
 		CHECK(a.bytes_moved == a.uring_bytes && a.requests == a.uring_requests,
@@ -404,10 +419,7 @@ int main(void)
 		for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 			o = fractions(0.3, 0.25);
 			o.free_riders = 1;
-			o.policy = v[i].pol;
-			o.cache_ratio = v[i].ratio;
-			o.collapse = v[i].gap;
-			o.qd = v[i].qd;
+			apply_setting(&o, &v[i]);
 			CHECK(!decode("sh.sfimg", &o, v[i].th, NULL, &a, &e), "riders %zu: %s", i, e.msg);
 			CHECK(same(&a, &ref), "riders, case %zu: logits differ from --simulate", i);
 		}
