@@ -651,7 +651,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	/* the resident set already holds the image's header and resident
 	 * regions (read into memory at open), counted as resident below */
 	uint64_t rss = rss_bytes();
-	sp->mem.process = rss > img->map_size ? rss - img->map_size : 0;
+	sp->mem.process = (rss > img->map_size ? rss - img->map_size : 0) + SF_SPARSE_LATER_BYTES;
 	sp->mem.resident = img->map_size;
 	sp->mem.state = o->state_bytes;
 	sp->mem.buffers = o->simulate ? 0 : iobuf;
