@@ -23,6 +23,12 @@
 /* --collapse auto's gap while reads are IOPS-bound (also its gap when no
  * device peak is known). */
 #define SF_SPARSE_AUTO_GAP 4
+/* While reads are in flight, the columns that have arrived are computed
+ * once they hold this many weights (and at a tier's end). Each batch is
+ * a pass over the outputs and a wake of the workers: computing after
+ * every completion made compute from flash 4-5x its --simulate time at
+ * the Llama-2-7B shape. Any batching gives the same sums. */
+#define SF_SPARSE_BATCH_WEIGHTS ((uint64_t)1 << 20)
 /* auto: reads are bandwidth-bound, and collapse is off, while the achieved
  * bandwidth of the last SF_SPARSE_AUTO_WINDOW tokens is at least this
  * share of the device's peak. */
@@ -43,6 +49,7 @@ struct sf_sparse_opts {
 	int collapse;			/* gap in positions, or SF_SPARSE_COLLAPSE_AUTO */
 	double device_peak;		/* bytes/s for auto; 0: unknown (fixed gap) */
 	unsigned qd;			/* 0: SF_URING_DEFAULT_QD */
+	uint64_t batch_weights;		/* 0: SF_SPARSE_BATCH_WEIGHTS */
 	int buffered;			/* no O_DIRECT */
 	int simulate;			/* flash regions read into RAM once; no I/O after */
 	enum sf_cache_policy policy;

@@ -204,13 +204,16 @@ static struct sf_sparse_opts fractions(double top, double mid)
 }
 
 /* One combination of the settings that must not change the output: cache
- * policy and ratio, admission, collapse gap, queue depth (and threads). */
+ * policy and ratio, admission, collapse gap, queue depth, threads, and the
+ * weights computed per batch while reads are in flight (1: after every
+ * completion). */
 struct setting {
 	enum sf_cache_policy pol;
 	double ratio, seg;
 	int gap;
 	unsigned qd;
 	int th;
+	uint64_t batch;
 };
 
 static void apply_setting(struct sf_sparse_opts *o, const struct setting *s)
@@ -220,6 +223,7 @@ static void apply_setting(struct sf_sparse_opts *o, const struct setting *s)
 	o->seg_admit = s->seg;
 	o->collapse = s->gap;
 	o->qd = s->qd;
+	o->batch_weights = s->batch;
 }
 
 static int same(const struct result *a, const struct result *b)
@@ -335,11 +339,12 @@ int main(void)
 	CHECK(ref.uring_bytes == 0 && ref.bytes_moved > 0, "simulate: %llu bytes read",
 	      (unsigned long long)ref.uring_bytes);
 	const struct setting v[] = {
-		{ SF_CACHE_NONE, -1, 1, 0, 1, 1 },
-		{ SF_CACHE_S3FIFO, 0.3, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 2 },
-		{ SF_CACHE_S3FIFO, 0.5, 0.1, 16, 2, 2 },
-		{ SF_CACHE_LRU, 0.1, 1, 3, 64, 1 },
-		{ SF_CACHE_LRU, 1.0, 1, 0, 7, 2 },
+		{ SF_CACHE_NONE, -1, 1, 0, 1, 1, 0 },
+		{ SF_CACHE_NONE, -1, 1, 0, 2, 2, 1 },
+		{ SF_CACHE_S3FIFO, 0.3, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 2, 0 },
+		{ SF_CACHE_S3FIFO, 0.5, 0.1, 16, 2, 2, 1 },
+		{ SF_CACHE_LRU, 0.1, 1, 3, 64, 1, 4096 },
+		{ SF_CACHE_LRU, 1.0, 1, 0, 7, 2, 0 },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		o = fractions(0.3, 0.25);
