@@ -1,5 +1,5 @@
 /* Middle-tier codes: column records, the group encoder over the thread
- * pool, the decode-accumulate kernel (AVX-512 beside the plain C _ref,
+ * pool, the decode-accumulate kernel (AVX-512 and AVX2 beside the plain C _ref,
  * bit-identical) and the .sfq reader and writer. Byte layout:
  * man/sf-formats.5 (codes). */
 #include <errno.h>
@@ -538,18 +538,74 @@ static T512 size_t accum_scalar_avx512(float *y, const struct sf_codes_view *v,
 	}
 	return t0;
 }
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+
+/* 8 weights at a time: the indices of weights t0..t0+7 are 16-bit
+ * windows of the 16 codes t0-8..t0+7, one 32-bit word cut by one
+ * variable shift; the codebook values come by one gather. */
+static T256 size_t accum_trellis_avx2(float *y, const struct sf_codes_view *v,
+				      const uint8_t *rec, float x)
+{
+	const uint8_t *codes = rec + 2;
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m256i low16 = _mm256_set1_epi32(0xffff);
+	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(get_le16(rec)));
+	size_t t0 = 0;
+	for (; t0 + 8 <= v->m; t0 += 8) {
+		/* codes before the column are zeros: for t0 == 0 the two bytes
+		 * ahead of the window are not read */
+		uint32_t word = t0 ? get_be32(codes + t0 / 4 - 2)
+				   : (uint32_t)codes[0] << 8 | codes[1];
+		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
+					      low16);
+		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
+		_mm256_storeu_ps(y + t0, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y + t0)));
+	}
+	return t0;
+}
+
+/* 8 weights at a time: 8 codes are one 16-bit word; the level comes from
+ * a 4-entry table held in both halves of a register. */
+static T256 size_t accum_scalar_avx2(float *y, const struct sf_codes_view *v,
+				     const uint8_t *rec, float x)
+{
+	const uint8_t *codes = rec + 4;
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m256i three = _mm256_set1_epi32(3);
+	float s0 = sf_f16_to_f32(get_le16(rec)), s1 = sf_f16_to_f32(get_le16(rec + 2));
+	__m256 lut = _mm256_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
+				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
+	__m256 xv = _mm256_set1_ps(x);
+	size_t t0 = 0;
+	for (; t0 + 8 <= v->m; t0 += 8) {
+		int word = (int)((uint32_t)codes[t0 / 4] << 8 | codes[t0 / 4 + 1]);
+		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
+		__m256 l = _mm256_permutevar_ps(lut, c);
+		_mm256_storeu_ps(y + t0, _mm256_fmadd_ps(xv, l, _mm256_loadu_ps(y + t0)));
+	}
+	return t0;
+}
 #endif
 
 void sf_codes_colaccum(float *y, const struct sf_codes_view *v, const uint32_t *idx,
 		       const float *xv, size_t n)
 {
 #if defined(__x86_64__)
-	if (strcmp(sf_kernels_isa(), "avx512") == 0) {
+	/* one dispatch decision for every kernel: sf_kernels_isa honours
+	 * SF_REF and sf_kernels_select */
+	const char *isa = sf_kernels_isa();
+	int avx512 = strcmp(isa, "avx512") == 0;
+	if (avx512 || strcmp(isa, "avx2") == 0) {
+		int trellis = v->method == SF_CODES_TRELLIS;
 		for (size_t k = 0; k < n; k++) {
 			const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
-			size_t t0 = v->method == SF_CODES_TRELLIS
-					    ? accum_trellis_avx512(y, v, rec, xv[k])
-					    : accum_scalar_avx512(y, v, rec, xv[k]);
+			size_t t0 = avx512 ? trellis ? accum_trellis_avx512(y, v, rec, xv[k])
+						     : accum_scalar_avx512(y, v, rec, xv[k])
+				    : trellis ? accum_trellis_avx2(y, v, rec, xv[k])
+					      : accum_scalar_avx2(y, v, rec, xv[k]);
 			accum_tail(y, v, rec, xv[k], t0);
 		}
 		return;

@@ -1,5 +1,6 @@
 /* Bitshift-trellis codes: the Gaussian codebook, the exact Viterbi encoder
- * (an AVX-512 path beside the plain C _ref, bit-identical) and the decoder.
+ * (AVX-512 and AVX2 paths beside the plain C _ref, bit-identical) and the
+ * decoder.
  * The code layout is documented in man/sf-formats.5 (codes). */
 #include <errno.h>
 #include <math.h>
@@ -44,7 +45,7 @@ void sf_trellis_codebook(float *cb, uint64_t seed)
 #define NSTATES SF_TRELLIS_STATES
 #define LANES SF_TRELLIS_LOCKSTEP
 
-_Static_assert(LANES == 16, "one column per lane of a 512-bit float vector");
+_Static_assert(LANES == 16, "one column per lane of a 512-bit float vector (two 256-bit halves)");
 
 struct sf_trellis_work {
 	const float *cb;	/* the caller's codebook */
@@ -170,6 +171,7 @@ void sf_trellis_encode_ref(const float *const *x, int n, size_t m, uint8_t *cons
 #if defined(__x86_64__)
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512dq,avx,fma")))
+#define T256 __attribute__((target("avx2,fma")))
 
 static uint32_t rotl14(uint32_t v, unsigned r)
 {
@@ -181,9 +183,11 @@ static uint32_t rotl14(uint32_t v, unsigned r)
  * The rotation of p << 12 is p << h: the groups are visited in the order
  * of their rows u (bits h and h + 1 clear), so the four row streams run
  * forward; each new state's trace word goes to its row too. */
-static T512 void step_avx512(const float *cbg, __m512 xv, float *cost, uint32_t *trace, unsigned r)
+static T512 void step_avx512(const float *cbg, const float *xs, float *cost, uint32_t *trace,
+			     unsigned r)
 {
 	unsigned h = 12 - r;
+	__m512 xv = _mm512_loadu_ps(xs);
 	for (uint32_t i = 0; i < NSTATES / 4; i++) {
 		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
 		const float *cq = cbg + (size_t)rotl14(u, r) * 16;
@@ -214,27 +218,74 @@ static T512 void step_avx512(const float *cbg, __m512 xv, float *cost, uint32_t 
 			trace[u | c << h] = _cvtmask32_u32(_mm512_kunpackw(hi, lo));
 		}
 	}
+	/* the compiler leaves the upper vector state dirty (zmm16-31), which
+	 * slows every SSE instruction after it (libm, the traceback, the
+	 * caller) by a wide margin until cleared */
+	_mm256_zeroupper();
 }
 
-static T512 void encode_avx512(const float *const *x, int n, size_t m, uint8_t *const *codes,
-			       double *err, struct sf_trellis_work *w)
+/* The same step with 256-bit vectors: each row of 16 lanes is two
+ * halves, searched with the same float operations in the same order. */
+static T256 void step_avx2(const float *cbg, const float *xs, float *cost, uint32_t *trace,
+			   unsigned r)
 {
-	__m512 inf = _mm512_set1_ps(INFINITY);
+	unsigned h = 12 - r;
+	__m256 xv[2] = { _mm256_loadu_ps(xs), _mm256_loadu_ps(xs + 8) };
+	for (uint32_t i = 0; i < NSTATES / 4; i++) {
+		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
+		const float *cq = cbg + (size_t)rotl14(u, r) * 16;
+		float *row = cost + (size_t)u * LANES;
+		__m256 pv[4][2];
+#pragma GCC unroll 4
+		for (uint32_t p = 0; p < 4; p++) {
+			pv[p][0] = _mm256_load_ps(row + ((size_t)p << h) * LANES);
+			pv[p][1] = _mm256_load_ps(row + ((size_t)p << h) * LANES + 8);
+		}
+#pragma GCC unroll 4
+		for (uint32_t c = 0; c < 4; c++) {
+			__m256 b0 = _mm256_broadcast_ss(cq + 0 + c), b1 = _mm256_broadcast_ss(cq + 4 + c);
+			__m256 b2 = _mm256_broadcast_ss(cq + 8 + c), b3 = _mm256_broadcast_ss(cq + 12 + c);
+			uint32_t hi = 0, lo = 0;
+#pragma GCC unroll 2
+			for (int v = 0; v < 2; v++) {
+				__m256 d0 = _mm256_sub_ps(xv[v], b0), d1 = _mm256_sub_ps(xv[v], b1);
+				__m256 d2 = _mm256_sub_ps(xv[v], b2), d3 = _mm256_sub_ps(xv[v], b3);
+				__m256 e0 = _mm256_fmadd_ps(d0, d0, pv[0][v]);
+				__m256 e1 = _mm256_fmadd_ps(d1, d1, pv[1][v]);
+				__m256 e2 = _mm256_fmadd_ps(d2, d2, pv[2][v]);
+				__m256 e3 = _mm256_fmadd_ps(d3, d3, pv[3][v]);
+				__m256 a = _mm256_min_ps(e1, e0), b = _mm256_min_ps(e3, e2);
+				__m256 best = _mm256_min_ps(b, a);
+				_mm256_store_ps(row + ((size_t)c << h) * LANES + 8 * v, best);
+				/* the choice bits as in step_avx512 */
+				__m256 mhi = _mm256_cmp_ps(b, a, _CMP_LT_OQ);
+				__m256 mlo = _mm256_cmp_ps(best, _mm256_blendv_ps(e0, e2, mhi), _CMP_LT_OQ);
+				hi |= (uint32_t)_mm256_movemask_ps(mhi) << (8 * v);
+				lo |= (uint32_t)_mm256_movemask_ps(mlo) << (8 * v);
+			}
+			trace[u | c << h] = hi << 16 | lo;
+		}
+	}
+}
+
+/* Runs the search of n columns with the ISA's step, then the traceback. */
+static void encode_simd(const float *const *x, int n, size_t m, uint8_t *const *codes,
+			double *err, struct sf_trellis_work *w, int avx512)
+{
 	for (uint32_t s = 0; s < NSTATES; s++)
-		_mm512_store_ps(w->cost + (size_t)s * LANES, inf);
-	/* idx_{-1} = 0: the codes before the column are zeros */
-	_mm512_store_ps(w->cost, _mm512_setzero_ps());
+		for (int k = 0; k < LANES; k++)
+			w->cost[(size_t)s * LANES + (size_t)k] = s ? INFINITY : 0.0f;
+	/* idx_{-1} = 0: only state 0 starts at cost 0 */
 	for (size_t t = 0; t < m; t++) {
 		float xs[LANES] = { 0 };	/* unused lanes search a zero column */
 		for (int k = 0; k < n; k++)
 			xs[k] = x[k][t];
-		step_avx512(w->cbg, _mm512_loadu_ps(xs), w->cost, w->trace + t * NSTATES,
-			    (unsigned)(2 * t % 14));
+		unsigned r = (unsigned)(2 * t % 14);
+		if (avx512)
+			step_avx512(w->cbg, xs, w->cost, w->trace + t * NSTATES, r);
+		else
+			step_avx2(w->cbg, xs, w->cost, w->trace + t * NSTATES, r);
 	}
-	/* the compiler leaves the upper vector state dirty here (zmm16-31),
-	 * which slows every SSE instruction after it (libm, the traceback,
-	 * the caller) by a wide margin until cleared */
-	_mm256_zeroupper();
 	unsigned r = (unsigned)(2 * m % 14);
 	for (int k = 0; k < n; k++) {
 		for (uint32_t s = 0; s < NSTATES; s++)
@@ -244,21 +295,17 @@ static T512 void encode_avx512(const float *const *x, int n, size_t m, uint8_t *
 			err[k] = e;
 	}
 }
-
-/* One dispatch decision for every kernel: sf_kernels_isa honours SF_REF
- * and sf_kernels_select. */
-static int simd_ok(void)
-{
-	return strcmp(sf_kernels_isa(), "avx512") == 0;
-}
 #endif
 
 void sf_trellis_encode(const float *const *x, int n, size_t m, uint8_t *const *codes,
 		       double *err, struct sf_trellis_work *w)
 {
 #if defined(__x86_64__)
-	if (simd_ok()) {
-		encode_avx512(x, n, m, codes, err, w);
+	/* one dispatch decision for every kernel: sf_kernels_isa honours
+	 * SF_REF and sf_kernels_select */
+	const char *isa = sf_kernels_isa();
+	if (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0) {
+		encode_simd(x, n, m, codes, err, w, isa[3] == '5');
 		return;
 	}
 #endif
