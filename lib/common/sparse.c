@@ -1247,12 +1247,14 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	uint8_t *tmir = sp->o.simulate ? sp->flash + (G->top->offset - sp->flash_base) : sp->iobuf;
 	uint8_t *mmir = !G->mid ? NULL : sp->o.simulate ? sp->flash + (G->mid->offset - sp->flash_base)
 						      : sp->iobuf + tcap;
+	/* the middle tier first: its reads are an eighth of the bytes and come
+	 * in early, so its decoding overlaps the top tier's reads */
 	sp->nreq = 0;
-	if ((ret = plan(sp, sp->ents, nmiss, G->top->offset, G->top_bytes, tmir, tcap,
-			sp->sel_scratch, sp->runlen, gt)))
-		goto fail;
 	if (nm && (ret = plan(sp, sp->mpos, nm, G->mid->offset, G->mid_bytes, mmir, mcap, sp->mreq,
 			      NULL, gt)))
+		goto fail;
+	if ((ret = plan(sp, sp->ents, nmiss, G->top->offset, G->top_bytes, tmir, tcap,
+			sp->sel_scratch, sp->runlen, gt)))
 		goto fail;
 	/* per selected top entry: its request, or NO_READ for a hit */
 	for (size_t i = 0, j = 0; i < nt; i++)
@@ -1273,7 +1275,7 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 			goto fail;
 	}
 
-	// 5. compute in position order as reads complete: top, then middle
+	// 5. compute in position order as reads complete: middle, then top
 	float *yr[SF_GROUP_MAX_MATRICES];
 	const uint8_t *cm = g == SF_GROUP_FFN_IN && sp->sc ? sp->set_mask[layer] : NULL;
 	struct compute_task t = { .sp = sp, .G = G, .y = G->rows ? yr : out };
@@ -1290,10 +1292,10 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 			memset(yr[i], 0, (size_t)G->mat[i].rows * sizeof(float));
 		}
 	}
-	if ((ret = compute_tier(sp, G, in, sp->tpos, nt, sp->treq, slots, tmir, top_worker, &t)))
-		goto fail;
 	if (nm && (ret = compute_tier(sp, G, in, sp->mpos, nm, sp->mreq, NULL, mmir, mid_worker,
 				      &t)))
+		goto fail;
+	if ((ret = compute_tier(sp, G, in, sp->tpos, nt, sp->treq, slots, tmir, top_worker, &t)))
 		goto fail;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
 	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
