@@ -94,8 +94,11 @@ static void usage(void)
 	       "      --k-top F         top tier: fraction F of each group's entries\n"
 	       "      --k-mid F         middle tier (2-bit codes): the next fraction F\n"
 	       "      --collapse G      read gaps of up to G entries between runs, or auto:\n"
-	       "                        %d, off while reads are bandwidth-bound (default auto)\n"
+	       "                        gaps up to peak/IOPS bytes (%d entries without IOPS),\n"
+	       "                        off while reads are bandwidth-bound (default auto)\n"
 	       "      --device-peak BPS the device's peak bandwidth in bytes/s for auto\n"
+	       "                        (default: from --probe-device)\n"
+	       "      --device-iops N   the device's 4 KiB random reads/s for auto\n"
 	       "                        (default: from --probe-device)\n"
 	       "      --probe-device    measure the device holding DIR (default .) and store\n"
 	       "                        its figures for --collapse auto, then exit\n"
@@ -152,7 +155,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { OPT_TEMP = 256, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
 	       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_PROGRESS, OPT_BUDGET, OPT_DENSITY,
-	       OPT_K_TOP, OPT_K_MID, OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_PROBE, OPT_QD,
+	       OPT_K_TOP, OPT_K_MID, OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD,
 	       OPT_NO_DIRECT, OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO,
 	       OPT_SIMULATE, OPT_BENCH, OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA,
 	       OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA, OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS,
@@ -179,6 +182,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "k-mid", required_argument, NULL, OPT_K_MID },
 		{ "collapse", required_argument, NULL, OPT_COLLAPSE },
 		{ "device-peak", required_argument, NULL, OPT_DEVICE_PEAK },
+		{ "device-iops", required_argument, NULL, OPT_DEVICE_IOPS },
 		{ "probe-device", no_argument, NULL, OPT_PROBE },
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "no-direct", no_argument, NULL, OPT_NO_DIRECT },
@@ -266,6 +270,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_DEVICE_PEAK:
 			so->device_peak = (double)sf_opt_u64("--device-peak", optarg, 1, UINT64_MAX);
+			break;
+		case OPT_DEVICE_IOPS:
+			so->device_iops = (double)sf_opt_u64("--device-iops", optarg, 1, UINT64_MAX);
 			break;
 		case OPT_PROBE: probe = 1; break;
 		case OPT_QD: so->qd = (unsigned)sf_opt_u64("--qd", optarg, 1, SF_URING_MAX_QD); break;
@@ -453,7 +460,7 @@ static int compute_opts(struct session *S, const struct options *o,
 }
 
 /* The sparse decoder on IMAGE, its device peak for --collapse auto from
- * --device-peak or the --probe-device file. */
+ * --device-peak and --device-iops or the --probe-device file. */
 static int open_sparse(struct session *S, const struct options *o, uint64_t tokens)
 {
 	struct sf_sparse_opts so = o->sparse;
@@ -463,11 +470,15 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 
 	so.state_bytes = sf_state_bytes(&S->model.cfg, S->state.seq_len);
 	so.max_tokens = tokens;
-	if (so.collapse == SF_SPARSE_COLLAPSE_AUTO && so.device_peak == 0 &&
-	    sf_sparse_device_load(o->image, &so.device_peak, &e) < 0) {
+	double peak = 0, iops = 0;
+	if (so.collapse == SF_SPARSE_COLLAPSE_AUTO && (so.device_peak == 0 || so.device_iops == 0) &&
+	    sf_sparse_device_load(o->image, &peak, &iops, &e) < 0) {
 		sf_error("%s", e.msg);
 		return -EINVAL;
 	}
+	/* the options win over the stored figures */
+	so.device_peak = so.device_peak > 0 ? so.device_peak : peak;
+	so.device_iops = so.device_iops > 0 ? so.device_iops : iops;
 	struct sf_select_load pin = { 0 };
 	struct sf_select_compute_opts co;
 	struct sf_scores stat = { 0 };

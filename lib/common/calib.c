@@ -115,7 +115,7 @@ static void tiered_product(struct evaluator *E, int layer, enum sf_group g, cons
 		E->mxv[r] = in[E->order[kt + r]];
 	for (int i = 0; i < nout; i++) {
 		struct sf_codes_view v = sf_sfq_view(E->q, sec, i);
-		sf_codes_colaccum(out[i], &v, E->order + kt, E->mxv, (size_t)km);
+		sf_codes_colaccum(out[i], &v, 0, v.m, E->order + kt, E->mxv, (size_t)km);
 	}
 }
 

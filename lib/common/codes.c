@@ -452,17 +452,18 @@ static uint32_t window_at(const uint8_t *codes, size_t t)
 	return idx;
 }
 
-/* Weights [t0, m) of one column, scalar: both paths end here. */
-static void accum_tail(float *y, const struct sf_codes_view *v, const uint8_t *rec, float x,
-		       size_t t0)
+/* Weights [t0, t1) of one column, scalar: the _ref path, and the SIMD
+ * paths' head and tail. */
+static void accum_scalar_rows(float *y, const struct sf_codes_view *v, const uint8_t *rec,
+			      float x, size_t t0, size_t t1)
 {
 	const uint8_t *codes = rec + sf_codes_scale_bytes(v->method);
-	if (t0 >= v->m)
+	if (t0 >= t1)
 		return;
 	if (v->method == SF_CODES_TRELLIS) {
 		float xs = x * sf_f16_to_f32(get_le16(rec));
 		uint32_t idx = t0 ? window_at(codes, t0 - 1) : 0;
-		for (size_t t = t0; t < v->m; t++) {
+		for (size_t t = t0; t < t1; t++) {
 			idx = ((idx << 2) | code_at(codes, t)) & 0xffffu;
 			y[t] = fmaf(xs, v->codebook[idx], y[t]);
 		}
@@ -471,55 +472,55 @@ static void accum_tail(float *y, const struct sf_codes_view *v, const uint8_t *r
 		float lut[4];
 		for (unsigned c = 0; c < 4; c++)
 			lut[c] = sf_twoscale_level(c, s0, s1);
-		for (size_t t = t0; t < v->m; t++)
+		for (size_t t = t0; t < t1; t++)
 			y[t] = fmaf(x, lut[code_at(codes, t)], y[t]);
 	}
 }
 
-void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, const uint32_t *idx,
-			   const float *xv, size_t n)
+void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
+			   const uint32_t *idx, const float *xv, size_t n)
 {
 	for (size_t k = 0; k < n; k++)
-		accum_tail(y, v, v->base + (size_t)idx[k] * v->stride, xv[k], 0);
+		accum_scalar_rows(y, v, v->base + (size_t)idx[k] * v->stride, xv[k], r0, r1);
 }
 
 #if defined(__x86_64__)
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-/* 16 weights at a time: the indices of weights t0..t0+15 are 16-bit
- * windows of the 24 codes t0-8..t0+15, cut by two variable shifts of one
- * 48-bit word; the codebook values come by one gather. */
-static T512 size_t accum_trellis_avx512(float *y, const struct sf_codes_view *v,
-					const uint8_t *rec, float x)
+/* Weights [t0, t1) in steps of 16, t0 a multiple of 16: the indices of
+ * weights t..t+15 are 16-bit windows of the 24 codes t-8..t+15, cut by
+ * two variable shifts of one 48-bit word; the codebook values come by one
+ * gather. */
+static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
+				      const uint8_t *rec, float x, size_t t0, size_t t1)
 {
 	const uint8_t *codes = rec + 2;
 	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
 	const __m512i sh_hi = _mm512_setr_epi64(14, 12, 10, 8, 6, 4, 2, 0);
 	const __m512i low16 = _mm512_set1_epi32(0xffff);
 	__m512 xs = _mm512_set1_ps(x * sf_f16_to_f32(get_le16(rec)));
-	size_t t0 = 0;
-	for (; t0 + 16 <= v->m; t0 += 16) {
-		/* codes before the column are zeros: for t0 == 0 the two bytes
+	for (size_t t = t0; t < t1; t += 16) {
+		/* codes before the column are zeros: for t == 0 the two bytes
 		 * ahead of the window are not read */
-		uint64_t word = t0 ? (uint64_t)get_be32(codes + t0 / 4 - 2) << 16 |
-					     (uint64_t)codes[t0 / 4 + 2] << 8 | codes[t0 / 4 + 3]
-				   : get_be32(codes);
+		uint64_t word = t ? (uint64_t)get_be32(codes + t / 4 - 2) << 16 |
+					    (uint64_t)codes[t / 4 + 2] << 8 | codes[t / 4 + 3]
+				  : get_be32(codes);
 		__m512i wv = _mm512_set1_epi64((long long)word);
 		__m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_lo));
 		__m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_hi));
 		__m512i ix = _mm512_and_si512(
 			_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), low16);
 		__m512 cb = _mm512_i32gather_ps(ix, v->codebook, 4);
-		_mm512_storeu_ps(y + t0, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y + t0)));
+		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y + t)));
 	}
-	return t0;
 }
 
-/* 16 weights at a time: 16 codes are one 32-bit word; the level comes
- * from a 4-entry table held in a register. */
-static T512 size_t accum_scalar_avx512(float *y, const struct sf_codes_view *v,
-				       const uint8_t *rec, float x)
+/* Weights [t0, t1) in steps of 16, t0 a multiple of 16: 16 codes are one
+ * 32-bit word; the level comes from a 4-entry table held in a register. */
+static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
+				     const uint8_t *rec, float x, size_t t0, size_t t1)
 {
+	(void)v;	/* the trellis kernel's signature */
 	const uint8_t *codes = rec + 4;
 	const __m512i sh = _mm512_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
 					     4, 2, 0);
@@ -529,47 +530,44 @@ static T512 size_t accum_scalar_avx512(float *y, const struct sf_codes_view *v,
 				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
 				    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 	__m512 xv = _mm512_set1_ps(x);
-	size_t t0 = 0;
-	for (; t0 + 16 <= v->m; t0 += 16) {
-		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t0 / 4));
+	for (size_t t = t0; t < t1; t += 16) {
+		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
 		__m512i c = _mm512_and_si512(_mm512_srlv_epi32(cw, sh), three);
 		__m512 l = _mm512_permutexvar_ps(c, lut);
-		_mm512_storeu_ps(y + t0, _mm512_fmadd_ps(xv, l, _mm512_loadu_ps(y + t0)));
+		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xv, l, _mm512_loadu_ps(y + t)));
 	}
-	return t0;
 }
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 
-/* 8 weights at a time: the indices of weights t0..t0+7 are 16-bit
- * windows of the 16 codes t0-8..t0+7, one 32-bit word cut by one
- * variable shift; the codebook values come by one gather. */
-static T256 size_t accum_trellis_avx2(float *y, const struct sf_codes_view *v,
-				      const uint8_t *rec, float x)
+/* Weights [t0, t1) in steps of 8, t0 a multiple of 8: the indices of
+ * weights t..t+7 are 16-bit windows of the 16 codes t-8..t+7, one 32-bit
+ * word cut by one variable shift; the codebook values come by one gather. */
+static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
+				    const uint8_t *rec, float x, size_t t0, size_t t1)
 {
 	const uint8_t *codes = rec + 2;
 	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
 	const __m256i low16 = _mm256_set1_epi32(0xffff);
 	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(get_le16(rec)));
-	size_t t0 = 0;
-	for (; t0 + 8 <= v->m; t0 += 8) {
-		/* codes before the column are zeros: for t0 == 0 the two bytes
+	for (size_t t = t0; t < t1; t += 8) {
+		/* codes before the column are zeros: for t == 0 the two bytes
 		 * ahead of the window are not read */
-		uint32_t word = t0 ? get_be32(codes + t0 / 4 - 2)
-				   : (uint32_t)codes[0] << 8 | codes[1];
+		uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
 		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
 					      low16);
 		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
-		_mm256_storeu_ps(y + t0, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y + t0)));
+		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y + t)));
 	}
-	return t0;
 }
 
-/* 8 weights at a time: 8 codes are one 16-bit word; the level comes from
- * a 4-entry table held in both halves of a register. */
-static T256 size_t accum_scalar_avx2(float *y, const struct sf_codes_view *v,
-				     const uint8_t *rec, float x)
+/* Weights [t0, t1) in steps of 8, t0 a multiple of 8: 8 codes are one
+ * 16-bit word; the level comes from a 4-entry table held in both halves
+ * of a register. */
+static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
+				   const uint8_t *rec, float x, size_t t0, size_t t1)
 {
+	(void)v;	/* the trellis kernel's signature */
 	const uint8_t *codes = rec + 4;
 	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
 	const __m256i three = _mm256_set1_epi32(3);
@@ -579,39 +577,50 @@ static T256 size_t accum_scalar_avx2(float *y, const struct sf_codes_view *v,
 				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
 				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
 	__m256 xv = _mm256_set1_ps(x);
-	size_t t0 = 0;
-	for (; t0 + 8 <= v->m; t0 += 8) {
-		int word = (int)((uint32_t)codes[t0 / 4] << 8 | codes[t0 / 4 + 1]);
+	for (size_t t = t0; t < t1; t += 8) {
+		int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
 		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
 		__m256 l = _mm256_permutevar_ps(lut, c);
-		_mm256_storeu_ps(y + t0, _mm256_fmadd_ps(xv, l, _mm256_loadu_ps(y + t0)));
+		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xv, l, _mm256_loadu_ps(y + t)));
 	}
-	return t0;
 }
+
+typedef void accum_fn(float *, const struct sf_codes_view *, const uint8_t *, float, size_t,
+		      size_t);
 #endif
 
-void sf_codes_colaccum(float *y, const struct sf_codes_view *v, const uint32_t *idx,
-		       const float *xv, size_t n)
+void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
+		       const uint32_t *idx, const float *xv, size_t n)
 {
 #if defined(__x86_64__)
 	/* one dispatch decision for every kernel: sf_kernels_isa honours
 	 * SF_REF and sf_kernels_select */
 	const char *isa = sf_kernels_isa();
-	int avx512 = strcmp(isa, "avx512") == 0;
-	if (avx512 || strcmp(isa, "avx2") == 0) {
-		int trellis = v->method == SF_CODES_TRELLIS;
+	int trellis = v->method == SF_CODES_TRELLIS;
+	accum_fn *fn = NULL;
+	size_t w = 0;	/* weights a SIMD step takes */
+	if (strcmp(isa, "avx512") == 0) {
+		fn = trellis ? accum_trellis_avx512 : accum_scalar_avx512;
+		w = 16;
+	} else if (strcmp(isa, "avx2") == 0) {
+		fn = trellis ? accum_trellis_avx2 : accum_scalar_avx2;
+		w = 8;
+	}
+	if (fn) {
+		/* a scalar head up to a whole step, whole steps, a scalar tail */
+		size_t a = (r0 + w - 1) / w * w;
+		a = a < r1 ? a : r1;
+		size_t b = a + (r1 - a) / w * w;
 		for (size_t k = 0; k < n; k++) {
 			const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
-			size_t t0 = avx512 ? trellis ? accum_trellis_avx512(y, v, rec, xv[k])
-						     : accum_scalar_avx512(y, v, rec, xv[k])
-				    : trellis ? accum_trellis_avx2(y, v, rec, xv[k])
-					      : accum_scalar_avx2(y, v, rec, xv[k]);
-			accum_tail(y, v, rec, xv[k], t0);
+			accum_scalar_rows(y, v, rec, xv[k], r0, a);
+			fn(y, v, rec, xv[k], a, b);
+			accum_scalar_rows(y, v, rec, xv[k], b, r1);
 		}
 		return;
 	}
 #endif
-	sf_codes_colaccum_ref(y, v, idx, xv, n);
+	sf_codes_colaccum_ref(y, v, r0, r1, idx, xv, n);
 }
 
 // ----------------------------------------------------------------------------

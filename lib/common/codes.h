@@ -106,13 +106,15 @@ struct sf_codes_view {
 	size_t stride;		/* bytes from one column's record to the next */
 };
 
-/* y[0..m) += sum_k xv[k] * decode(column idx[k]): one table lookup and
- * one multiply-add per weight (trellis: the 16-bit index from the code
- * window, a gather from the codebook; scalar: a 4-entry level table). */
-void sf_codes_colaccum(float *y, const struct sf_codes_view *v, const uint32_t *idx,
-		       const float *xv, size_t n);
-void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, const uint32_t *idx,
-			   const float *xv, size_t n);
+/* y[t] += sum_k xv[k] * decode(column idx[k])[t] for the rows t in
+ * [r0, r1) (r1 <= m), columns in order, so any split of the rows gives
+ * the same sums: one table lookup and one multiply-add per weight
+ * (trellis: the 16-bit index from the code window, a gather from the
+ * codebook; scalar: a 4-entry level table). */
+void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
+		       const uint32_t *idx, const float *xv, size_t n);
+void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
+			   const uint32_t *idx, const float *xv, size_t n);
 
 // ----------------------------------------------------------------------------
 // .sfq files

@@ -28,8 +28,13 @@
 #define NO_READ UINT32_MAX
 /* Weights below which a batch runs on the caller: waking workers that
  * went to sleep during the I/O wait costs more (on mix4-5m, 1 << 16 made
- * compute at -t 2 1.6x that at -t 1). Any split gives the same sums. */
+ * compute at -t 2 1.6x that at -t 1). Any split gives the same sums.
+ * Counted in top-tier weights; a middle-tier weight costs MID_COST_* of
+ * them (decode-accumulate against the bf16 column-accumulate, measured
+ * by tests/bench/encode.sh: about 9x for trellis codes, 2x for scalar). */
 #define POOL_MIN_WEIGHTS (1u << 20)
+#define MID_COST_TRELLIS 8
+#define MID_COST_SCALAR 2
 /* Selective computation: ffn_in rows of the set are computed in spans,
  * joined across gaps of up to this many rows (computed, then cleared):
  * fewer, longer kernel calls. */
@@ -132,7 +137,8 @@ struct sf_sparse {
 
 	uint64_t batch_weights;
 	/* collapse */
-	int gap;
+	int gap;				/* entries */
+	uint64_t gap_bytes, auto_gap_bytes;	/* bytes between requests read to join them */
 	char collapse_desc[96];
 	uint64_t win_bytes[SF_SPARSE_AUTO_WINDOW];
 	double win_span[SF_SPARSE_AUTO_WINDOW];
@@ -755,6 +761,14 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	if (o->collapse != SF_SPARSE_COLLAPSE_AUTO) {
 		sp->gap = o->collapse;
 		snprintf(sp->collapse_desc, sizeof(sp->collapse_desc), "%d (fixed)", sp->gap);
+	} else if (o->device_peak > 0 && o->device_iops > 0) {
+		sp->auto_gap_bytes = (uint64_t)(o->device_peak / o->device_iops) /
+				     SF_IMAGE_ALIGN * SF_IMAGE_ALIGN;
+		sp->gap_bytes = sp->auto_gap_bytes;
+		snprintf(sp->collapse_desc, sizeof(sp->collapse_desc),
+			 "auto: %llu bytes, off while above %.0f%% of the device peak %.0f MB/s",
+			 (unsigned long long)sp->auto_gap_bytes, SF_SPARSE_BW_BOUND * 100,
+			 o->device_peak / 1e6);
 	} else if (o->device_peak > 0) {
 		sp->gap = SF_SPARSE_AUTO_GAP;
 		snprintf(sp->collapse_desc, sizeof(sp->collapse_desc),
@@ -878,9 +892,12 @@ static void token_begin(struct sf_sparse *sp)
 			span += sp->win_span[i];
 		}
 		int bound = span > 0 && (double)bytes / span >= SF_SPARSE_BW_BOUND * sp->o.device_peak;
-		sp->gap = bound ? 0 : SF_SPARSE_AUTO_GAP;
+		if (sp->auto_gap_bytes)
+			sp->gap_bytes = bound ? 0 : sp->auto_gap_bytes;
+		else
+			sp->gap = bound ? 0 : SF_SPARSE_AUTO_GAP;
 	}
-	if (sp->gap)
+	if (sp->gap || sp->gap_bytes)
 		sp->tokens_collapsed++;
 	else
 		sp->tokens_uncollapsed++;
@@ -889,7 +906,7 @@ static void token_begin(struct sf_sparse *sp)
 /* Plans the reads of positions pos[0..k) (ascending) of a region at
  * file offset base with stride bytes per position: runs joined across at
  * most sp->gap positions, each rounded out to 4 KiB, requests merged when
- * their blocks overlap or touch (no extra bytes). Every request lands in
+ * their blocks overlap, touch, or lie at most sp->gap_bytes apart. Every request lands in
  * mirror, which holds the region as it lies in the file (cap bytes), so
  * position p is at mirror + p * stride whichever request read it and one
  * kernel call covers them all. req_of[i] gets the request of pos[i];
@@ -911,7 +928,7 @@ static int plan(struct sf_sparse *sp, const uint32_t *pos, size_t k, uint64_t ba
 					  "more than one request reads", sp->img->path, run->len,
 					  (unsigned long long)alen);
 		struct req *q = sp->nreq > first ? &sp->reqs[sp->nreq - 1] : NULL;
-		if (q && aoff <= q->aoff + q->alen && aoff + alen - q->aoff <= MAX_READ) {
+		if (q && aoff <= q->aoff + q->alen + sp->gap_bytes && aoff + alen - q->aoff <= MAX_READ) {
 			uint64_t end = aoff + alen > q->aoff + q->alen ? aoff + alen : q->aoff + q->alen;
 			q->alen = (uint32_t)(end - q->aoff);
 		} else {
@@ -948,6 +965,7 @@ struct compute_task {
 	uint64_t total_rows;
 	const struct sf_run *spans;	/* rows computed (bundle rows); NULL: all */
 	uint32_t nspans;
+	unsigned weight_cost;		/* top-tier weights one weight costs */
 };
 
 /* Top tier: output rows split over the workers, every column of a
@@ -987,18 +1005,27 @@ static void top_worker(void *arg, int ith, int nth)
 	}
 }
 
-/* Middle tier: a record decodes whole, so workers split by matrix. */
+/* Middle tier: output rows split over the workers as in top_worker
+ * (a trellis record decodes from any row, its window rebuilt there). */
 static void mid_worker(void *arg, int ith, int nth)
 {
 	const struct compute_task *t = arg;
 	const struct sf_sparse *sp = t->sp;
+	size_t lo, hi, base = 0;
 
-	for (int i = ith; i < t->G->nmat; i += nth)
-		for (size_t s = 0; s < sp->nseg; s++) {
+	sf_pool_split(t->total_rows, 16, ith, nth, &lo, &hi);
+	for (int i = 0; i < t->G->nmat; i++) {
+		size_t rows = (size_t)t->G->mat[i].rows;
+		size_t a = lo > base ? lo - base : 0;
+		size_t b = hi - base < rows ? hi - base : rows;
+		for (size_t s = 0; hi > base && a < b && s < sp->nseg; s++) {
 			const struct seg *sg = &sp->segs[s];
 			struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sg->base);
-			sf_codes_colaccum(t->y[i], &v, sp->idx + sg->first, sp->xv + sg->first, sg->n);
+			sf_codes_colaccum(t->y[i], &v, a, b, sp->idx + sg->first, sp->xv + sg->first,
+					  sg->n);
 		}
+		base += rows;
+	}
 }
 
 static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct compute_task *t)
@@ -1006,7 +1033,7 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	if (!sp->nseg)
 		return;
 	double t0 = sf_now();
-	if (sp->pool && (uint64_t)sp->nidx * t->total_rows >= POOL_MIN_WEIGHTS)
+	if (sp->pool && (uint64_t)sp->nidx * t->total_rows * t->weight_cost >= POOL_MIN_WEIGHTS)
 		sf_pool_run(sp->pool, fn, t);
 	else
 		fn(t, 0, 1);
@@ -1071,7 +1098,7 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			last->n++;
 		}
 		if (i < k) {
-			if ((uint64_t)sp->nidx * t->total_rows >= sp->batch_weights)
+			if ((uint64_t)sp->nidx * t->total_rows * t->weight_cost >= sp->batch_weights)
 				flush(sp, fn, t);
 			int ret = reap_some(sp);
 			if (ret)
@@ -1292,9 +1319,12 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 			memset(yr[i], 0, (size_t)G->mat[i].rows * sizeof(float));
 		}
 	}
+	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
+								  : MID_COST_SCALAR;
 	if (nm && (ret = compute_tier(sp, G, in, sp->mpos, nm, sp->mreq, NULL, mmir, mid_worker,
 				      &t)))
 		goto fail;
+	t.weight_cost = 1;
 	if ((ret = compute_tier(sp, G, in, sp->tpos, nt, sp->treq, slots, tmir, top_worker, &t)))
 		goto fail;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
@@ -1506,7 +1536,7 @@ int sf_sparse_device_file(const char *path, char *buf, size_t cap, struct sf_err
 	return 0;
 }
 
-int sf_sparse_device_load(const char *path, double *peak, struct sf_err *e)
+int sf_sparse_device_load(const char *path, double *peak, double *iops, struct sf_err *e)
 {
 	char file[4096];
 	json_error_t je;
@@ -1515,15 +1545,17 @@ int sf_sparse_device_load(const char *path, double *peak, struct sf_err *e)
 		return 0;
 	json_t *j = json_load_file(file, 0, &je);
 	const char *fmt = NULL;
-	double bw = 0;
-	if (!j || json_unpack(j, "{s:s, s:{s:F}}", "format", &fmt, "large", "bytes_per_s", &bw) ||
-	    strcmp(fmt, DEVICE_FORMAT) || !(bw > 0)) {
+	double bw = 0, small = 0;
+	if (!j || json_unpack(j, "{s:s, s:{s:F}, s:{s:F}}", "format", &fmt, "large", "bytes_per_s",
+			      &bw, "small", "iops", &small) ||
+	    strcmp(fmt, DEVICE_FORMAT) || !(bw > 0) || !(small > 0)) {
 		json_decref(j);
 		return sf_err_set(e, SF_EFORMAT, "%s: not a device file of sf-run --probe-device "
 				  "(remove it and probe again)", file);
 	}
 	json_decref(j);
 	*peak = bw;
+	*iops = small;
 	return 1;
 }
 

@@ -20,8 +20,10 @@
 #include "selectinfer.h"
 
 #define SF_SPARSE_COLLAPSE_AUTO (-1)
-/* --collapse auto's gap while reads are IOPS-bound (also its gap when no
- * device peak is known). */
+/* --collapse auto's gap in entries when the device's small-read IOPS are
+ * not known. Known, the gap is in bytes: a request's worth of transfer,
+ * peak bytes/s over small-read IOPS (below), so reading a gap never costs
+ * more than the request it saves. */
 #define SF_SPARSE_AUTO_GAP 4
 /* While reads are in flight, the columns that have arrived are computed
  * once they hold this many weights (and at a tier's end). Each batch is
@@ -48,6 +50,7 @@ struct sf_sparse_opts {
 	double top, mid;		/* FRACTIONS, each in [0, 1], top + mid <= 1 */
 	int collapse;			/* gap in positions, or SF_SPARSE_COLLAPSE_AUTO */
 	double device_peak;		/* bytes/s for auto; 0: unknown (fixed gap) */
+	double device_iops;		/* 4 KiB reads/s at depth; 0: unknown (gap in entries) */
 	unsigned qd;			/* 0: SF_URING_DEFAULT_QD */
 	uint64_t batch_weights;		/* 0: SF_SPARSE_BATCH_WEIGHTS */
 	int buffered;			/* no O_DIRECT */
@@ -153,9 +156,10 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp);
 /* $XDG_CACHE_HOME/sparseflash/device-MAJ-MIN.json (or ~/.cache/...) of the
  * device holding path, into buf. */
 int sf_sparse_device_file(const char *path, char *buf, size_t cap, struct sf_err *e);
-/* The peak bandwidth stored for the device of path: 1 and *peak set, 0
- * when none is stored, or an error for a file that is not ours. */
-int sf_sparse_device_load(const char *path, double *peak, struct sf_err *e);
+/* The figures stored for the device of path: 1 with *peak (large-read
+ * bytes/s) and *iops (small reads/s) set, 0 when none are stored, or an
+ * error for a file that is not ours. */
+int sf_sparse_device_load(const char *path, double *peak, double *iops, struct sf_err *e);
 /* Measures the device holding dir (sf_uring_probe on a 1 GiB file written
  * there and removed after) and stores the figures; *out (may be NULL) the
  * JSON stored, a new reference. */

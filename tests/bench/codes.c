@@ -180,7 +180,8 @@ static void decode_bench(const float *cb)
 		for (int ref = 0; ref < 2; ref++) {
 			t0 = now();
 			for (int r = 0; r < REPS; r++)
-				(ref ? sf_codes_colaccum_ref : sf_codes_colaccum)(y, &v, idx, xv, NSEL);
+				(ref ? sf_codes_colaccum_ref : sf_codes_colaccum)(y, &v, 0, M, idx, xv,
+									  NSEL);
 			double tc = now() - t0;
 			printf("{\"bench\":\"decode\",\"kernel\":\"codes_%s%s\",\"weights_per_s\":%.3e,"
 			       "\"vs_bf16\":%.3f}\n", sf_codes_method_name(method), ref ? "_ref" : "",

@@ -167,7 +167,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	jq -e '.mode == "ppl" and .tokens == 99 and .bytes_moved > 0' "$D/s.json"
 }
 
-@test "-v says how collapse auto decides: no probe data, or the stored device peak" {
+@test "-v says how collapse auto decides: no probe data, or the device figures" {
 	need_direct
 	run --separate-stderr sf-run -p x -n 1 -q -v "$D/id.sfimg"
 	[ "$status" -eq 0 ]
@@ -175,6 +175,11 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	[[ "$stderr" == *"memory: "*" bytes: process "*", resident "*", pinned "* ]]
 	run --separate-stderr sf-run -p x -n 1 -q -v --device-peak 2000000000 "$D/id.sfimg"
 	[[ "$stderr" == *"collapse auto: 4, off while above 80% of the device peak 2000 MB/s"* ]]
+	# with the IOPS too, the gap is the bytes of one request's time: 2e9 /
+	# 25,000 = 80,000, rounded down to 4 KiB
+	run --separate-stderr sf-run -p x -n 1 -q -v --device-peak 2000000000 --device-iops 25000 \
+		"$D/id.sfimg"
+	[[ "$stderr" == *"collapse auto: 77824 bytes, off while above 80% of the device peak 2000 MB/s"* ]]
 }
 
 @test "a truncated image is a data error" {
@@ -223,15 +228,23 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	[ "${stderr_lines[0]}" = "sf-run: $D/id.sfimg: layer 0 attn_in: 26 middle-tier entries, but the image has no codes (sf-pack --codes)" ]
 }
 
-@test "collapse auto reads the device peak --probe-device stored; a damaged file is refused" {
+@test "collapse auto reads the device figures --probe-device stored; a damaged file is refused" {
 	need_direct
 	local x=$D/xdg2 f
 	f=$x/sparseflash/device-$(stat -c %Hd-%Ld "$D/id.sfimg").json
 	mkdir -p "$x/sparseflash"
-	echo '{"format": "sparseflash-device", "version": 1, "large": {"bytes_per_s": 3e9}}' > "$f"
+	echo '{"format": "sparseflash-device", "version": 1, "large": {"bytes_per_s": 3e9},
+		"small": {"iops": 50000}}' > "$f"
 	XDG_CACHE_HOME=$x run --separate-stderr sf-run -p x -n 1 -q -v "$D/id.sfimg"
 	[ "$status" -eq 0 ]
-	[[ "$stderr" == *"collapse auto: 4, off while above 80% of the device peak 3000 MB/s"* ]]
+	[[ "$stderr" == *"collapse auto: 57344 bytes, off while above 80% of the device peak 3000 MB/s"* ]]
+	# --device-iops wins over the stored figure
+	XDG_CACHE_HOME=$x run --separate-stderr sf-run -p x -n 1 -q -v --device-iops 30000 "$D/id.sfimg"
+	[[ "$stderr" == *"collapse auto: 98304 bytes,"* ]]
+	# a file without the small-read figure is not ours (older than the gap in bytes)
+	echo '{"format": "sparseflash-device", "version": 1, "large": {"bytes_per_s": 3e9}}' > "$f"
+	XDG_CACHE_HOME=$x run --separate-stderr sf-run -p x -n 1 -q "$D/id.sfimg"
+	[ "$status" -eq 1 ]
 	echo '{"format": "other"}' > "$f"
 	XDG_CACHE_HOME=$x run --separate-stderr sf-run -p x -n 1 -q "$D/id.sfimg"
 	[ "$status" -eq 1 ]

@@ -129,7 +129,7 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 		double *yd = calloc(m, sizeof(double));
 		for (size_t t = 0; t < m; t++)
 			y[t] = yr[t] = (float)t * 0.01f;
-		sf_codes_colaccum_ref(yr, &v, idx, xv, 4);
+		sf_codes_colaccum_ref(yr, &v, 0, m, idx, xv, 4);
 		/* every SIMD path the machine has */
 		static const char *const isas[] = { "avx512", "avx2" };
 		for (size_t a = 0; a < sizeof(isas) / sizeof(isas[0]); a++) {
@@ -137,9 +137,19 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 				continue;
 			for (size_t t = 0; t < m; t++)
 				y[t] = (float)t * 0.01f;
-			sf_codes_colaccum(y, &v, idx, xv, 4);
+			sf_codes_colaccum(y, &v, 0, m, idx, xv, 4);
 			CHECK(memcmp(y, yr, m * sizeof(float)) == 0,
 			      "%s, %s length %zu: SIMD differs from _ref", isas[a],
+			      sf_codes_method_name(method), m);
+			/* the rows in three pieces, cut off any step boundary */
+			size_t c1 = m / 3, c2 = m - m / 5;
+			for (size_t t = 0; t < m; t++)
+				y[t] = (float)t * 0.01f;
+			sf_codes_colaccum(y, &v, c2, m, idx, xv, 4);
+			sf_codes_colaccum(y, &v, 0, c1, idx, xv, 4);
+			sf_codes_colaccum(y, &v, c1, c2, idx, xv, 4);
+			CHECK(memcmp(y, yr, m * sizeof(float)) == 0,
+			      "%s, %s length %zu: rows in pieces differ from _ref", isas[a],
 			      sf_codes_method_name(method), m);
 		}
 		sf_kernels_select(NULL);

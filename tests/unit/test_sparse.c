@@ -204,9 +204,10 @@ static struct sf_sparse_opts fractions(double top, double mid)
 }
 
 /* One combination of the settings that must not change the output: cache
- * policy and ratio, admission, collapse gap, queue depth, threads, and the
+ * policy and ratio, admission, collapse gap, queue depth, threads, the
  * weights computed per batch while reads are in flight (1: after every
- * completion). */
+ * completion), and the device figures --collapse auto takes its gap in
+ * bytes from (peak / iops; 0: none). */
 struct setting {
 	enum sf_cache_policy pol;
 	double ratio, seg;
@@ -214,6 +215,7 @@ struct setting {
 	unsigned qd;
 	int th;
 	uint64_t batch;
+	double peak, iops;
 };
 
 static void apply_setting(struct sf_sparse_opts *o, const struct setting *s)
@@ -224,6 +226,8 @@ static void apply_setting(struct sf_sparse_opts *o, const struct setting *s)
 	o->collapse = s->gap;
 	o->qd = s->qd;
 	o->batch_weights = s->batch;
+	o->device_peak = s->peak;
+	o->device_iops = s->iops;
 }
 
 static int same(const struct result *a, const struct result *b)
@@ -339,12 +343,14 @@ int main(void)
 	CHECK(ref.uring_bytes == 0 && ref.bytes_moved > 0, "simulate: %llu bytes read",
 	      (unsigned long long)ref.uring_bytes);
 	const struct setting v[] = {
-		{ SF_CACHE_NONE, -1, 1, 0, 1, 1, 0 },
-		{ SF_CACHE_NONE, -1, 1, 0, 2, 2, 1 },
-		{ SF_CACHE_S3FIFO, 0.3, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 2, 0 },
-		{ SF_CACHE_S3FIFO, 0.5, 0.1, 16, 2, 2, 1 },
-		{ SF_CACHE_LRU, 0.1, 1, 3, 64, 1, 4096 },
-		{ SF_CACHE_LRU, 1.0, 1, 0, 7, 2, 0 },
+		{ SF_CACHE_NONE, -1, 1, 0, 1, 1, 0, 0, 0 },
+		{ SF_CACHE_NONE, -1, 1, 0, 2, 2, 1, 0, 0 },
+		{ SF_CACHE_S3FIFO, 0.3, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 2, 0, 0, 0 },
+		{ SF_CACHE_S3FIFO, 0.5, 0.1, 16, 2, 2, 1, 0, 0 },
+		{ SF_CACHE_LRU, 0.1, 1, 3, 64, 1, 4096, 0, 0 },
+		{ SF_CACHE_LRU, 1.0, 1, 0, 7, 2, 0, 0, 0 },
+		{ SF_CACHE_NONE, -1, 1, SF_SPARSE_COLLAPSE_AUTO, 0, 1, 0, 1e12, 1e7 },
+		{ SF_CACHE_S3FIFO, 0.3, 0.2, SF_SPARSE_COLLAPSE_AUTO, 3, 2, 4096, 1e12, 1e8 },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		o = fractions(0.3, 0.25);
@@ -365,6 +371,16 @@ int main(void)
 	CHECK(!decode("sh.sfimg", &o, 1, NULL, &b, &e), "%s", e.msg);
 	CHECK(b.requests < a.requests && b.bytes_moved >= a.bytes_moved,
 	      "collapse 64: %llu requests %llu bytes; 0: %llu, %llu",
+	      (unsigned long long)b.requests, (unsigned long long)b.bytes_moved,
+	      (unsigned long long)a.requests, (unsigned long long)a.bytes_moved);
+	/* so does auto's gap in bytes, from a device that is never
+	 * bandwidth-bound here: 100,000 bytes, 24 pages */
+	o.collapse = SF_SPARSE_COLLAPSE_AUTO;
+	o.device_peak = 1e12;
+	o.device_iops = 1e7;
+	CHECK(!decode("sh.sfimg", &o, 1, NULL, &b, &e), "%s", e.msg);
+	CHECK(b.requests < a.requests && b.bytes_moved > a.bytes_moved,
+	      "collapse auto, 98304 bytes: %llu requests %llu bytes; 0: %llu, %llu",
 	      (unsigned long long)b.requests, (unsigned long long)b.bytes_moved,
 	      (unsigned long long)a.requests, (unsigned long long)a.bytes_moved);
 
