@@ -532,6 +532,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	sf_progname = "sf-encode";
+	sf_catch_sigbus();
 	parse_options(argc, argv, &o);
 	if (o.info) {
 		ret = info(o.info);

@@ -365,6 +365,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	sf_progname = "sf-profile";
+	sf_catch_sigbus();
 	parse_options(argc, argv, &o);
 
 	if ((ret = session_open(&S, &o)))

@@ -846,6 +846,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	sf_progname = "sf-run";
+	sf_catch_sigbus();
 	parse_options(argc, argv, &o);
 	if (o.probe) {
 		struct sf_err e = { 0 };

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "calib.h"
+#include "guard.h"
 #include "jsonfile.h"
 #include "kernels.h"
 
@@ -551,6 +552,10 @@ int sf_calib_write(const struct sf_calib *C, const char *path, struct sf_err *e)
 		tmp = NULL;
 		goto out;
 	}
+	if ((ret = sf_guard_tmp(tmp, e))) {
+		close(fd);
+		goto out;	/* unlinks, and untmp does nothing */
+	}
 	fchmod(fd, 0644);
 	FILE *f = fdopen(fd, "w");
 	if (!f || json_dumpf(root, f, JSON_INDENT(1)) || fputc('\n', f) == EOF ||
@@ -566,11 +571,13 @@ int sf_calib_write(const struct sf_calib *C, const char *path, struct sf_err *e)
 		ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
 		goto out;
 	}
+	sf_guard_untmp(tmp);
 	free(tmp);
 	tmp = NULL;
 out:
 	if (tmp) {
 		unlink(tmp);
+		sf_guard_untmp(tmp);
 		free(tmp);
 	}
 	json_decref(root);

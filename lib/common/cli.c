@@ -3,13 +3,18 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "err.h"
+#include "guard.h"
 
 const char *sf_progname = "sparseflash";
 
@@ -232,6 +237,15 @@ int sf_out_open(struct sf_out *o, const char *path, int binary)
 		o->tmp = NULL;
 		return -err;
 	}
+	struct sf_err e = { 0 };
+	if (sf_guard_tmp(o->tmp, &e)) {
+		sf_error("%s", e.msg);
+		fclose(o->f);
+		unlink(o->tmp);
+		free(o->tmp);
+		memset(o, 0, sizeof(*o));
+		return SF_ELIMIT;
+	}
 	/* mkstemp makes the file 0600; an output file gets the usual mode */
 	mode_t mask = umask(0);
 	umask(mask);
@@ -266,6 +280,7 @@ int sf_out_commit(struct sf_out *o)
 	}
 	if (ret && o->tmp)
 		unlink(o->tmp);
+	sf_guard_untmp(o->tmp);
 	free(o->tmp);
 	o->tmp = NULL;
 	return ret;
@@ -277,7 +292,78 @@ void sf_out_abort(struct sf_out *o)
 		fclose(o->f);
 	if (o->tmp) {
 		unlink(o->tmp);
+		sf_guard_untmp(o->tmp);
 		free(o->tmp);
 	}
 	memset(o, 0, sizeof(*o));
+}
+
+// --- the SIGBUS guard
+
+static struct sigaction sigbus_next;	/* the action before ours (ASan's, or the default) */
+static _Atomic int sigbus_taken;	/* a thread is reporting one: the others wait */
+
+/* Appends s to buf[*n, cap) without calling libc: async-signal-safe. */
+static void put(char *buf, size_t *n, size_t cap, const char *s)
+{
+	while (*s && *n < cap)
+		buf[(*n)++] = *s++;
+}
+
+/* Only async-signal-safe calls from here on: the guard's lookups, a
+ * lock-free atomic, write, unlink, pause, sigaction, raise and _exit. */
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+	/* si_code > 0: raised by the kernel for a fault, si_addr meaningful */
+	const char *path = si && si->si_code > 0 ? sf_guard_find(si->si_addr) : NULL;
+	char msg[8192];
+	size_t n = 0;
+
+	if (!path) {
+		if ((sigbus_next.sa_flags & SA_SIGINFO) && sigbus_next.sa_sigaction) {
+			sigbus_next.sa_sigaction(sig, si, ctx);
+			return;
+		}
+		if (!(sigbus_next.sa_flags & SA_SIGINFO) && sigbus_next.sa_handler != SIG_DFL &&
+		    sigbus_next.sa_handler != SIG_IGN) {
+			sigbus_next.sa_handler(sig);
+			return;
+		}
+		/* the default action: SIGBUS stays blocked until we return, then
+		 * the raised one (or the retried access) ends the process */
+		struct sigaction dfl = { .sa_handler = SIG_DFL };
+		sigemptyset(&dfl.sa_mask);
+		sigaction(SIGBUS, &dfl, NULL);
+		raise(SIGBUS);
+		return;
+	}
+	/* threads of the pool that touch the lost pages at once say it once */
+	if (atomic_exchange(&sigbus_taken, 1))
+		for (;;)
+			pause();	/* until the reporting thread's _exit */
+	sf_guard_unlink_tmps();
+	put(msg, &n, sizeof(msg) - 1, sf_progname);
+	put(msg, &n, sizeof(msg) - 1, ": ");
+	put(msg, &n, sizeof(msg) - 1, path);
+	put(msg, &n, sizeof(msg) - 1, ": file changed under a running ");
+	put(msg, &n, sizeof(msg) - 1, sf_progname);
+	put(msg, &n, sizeof(msg) - 1, " (truncated?): bus error reading mapped data");
+	msg[n++] = '\n';
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(STDERR_FILENO, msg + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	_exit(SF_EXIT_FAIL);
+}
+
+void sf_catch_sigbus(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &sigbus_next);
 }

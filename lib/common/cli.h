@@ -1,5 +1,6 @@
 /* Command-line support shared by the cmd/sf-* programs: the one error
- * printer, checked number parsing, version text and the stdout check at exit.
+ * printer, checked number parsing, version text, the stdout check at exit,
+ * outputs written under a temporary name and the SIGBUS guard.
  * This is the only lib/common module that prints or exits, on behalf of the
  * command that calls it. */
 #ifndef SF_CLI_H
@@ -65,6 +66,16 @@ struct sf_out {
 int sf_out_open(struct sf_out *o, const char *path, int binary);
 int sf_out_commit(struct sf_out *o);	/* 0, or -errno after printing */
 void sf_out_abort(struct sf_out *o);	/* accepts a zeroed o */
+
+/* The SIGBUS guard, installed by every command that maps input files
+ * (safetensors shards, .sfq codes; see guard.h): when such a file is
+ * truncated under the running command, the next touch of a page past its
+ * new end raises SIGBUS. The handler then removes the pending temporary
+ * outputs, writes the one line "prog: FILE: file changed under a running
+ * prog (truncated?): bus error reading mapped data" with write(2) and
+ * exits 1. A SIGBUS at any other address goes to the handler installed
+ * before (AddressSanitizer's) or to the default action. */
+void sf_catch_sigbus(void);
 
 /* Flushes and closes stdout; reports a write error and returns 1 on
  * failure so main can `return sf_close_stdout() ? 1 : status;`. */

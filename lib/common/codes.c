@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "codes.h"
+#include "guard.h"
 #include "kernels.h"
 #include "trellis.h"
 #include "twoscale.h"
@@ -721,13 +722,17 @@ void sf_sfq_close(struct sf_sfq *q)
 	json_decref(q->producer);
 	free(q->codebook);
 	free(q->sections);
-	if (q->map)
+	if (q->map) {
+		sf_guard_unmap(q->map);
 		munmap(q->map, q->map_size);
+	}
+	free(q->map_path);
 	free(q->buf);
 	memset(q, 0, sizeof(*q));
 }
 
-/* A pipe is read to its end; a regular file is mapped. */
+/* A pipe is read to its end; a regular file is mapped, and the mapping
+ * registered with the SIGBUS guard under the path. */
 static int load_file(struct sf_sfq *q, const char *path, const unsigned char **data,
 		     uint64_t *size, struct sf_err *e)
 {
@@ -748,6 +753,12 @@ static int load_file(struct sf_sfq *q, const char *path, const unsigned char **d
 			ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
 			goto out;
 		}
+		if (!(q->map_path = strdup(path))) {
+			ret = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
+			goto out;
+		}
+		if ((ret = sf_guard_map(q->map, q->map_size, q->map_path, e)))
+			goto out;
 		*data = q->map;
 		*size = q->map_size;
 		goto out;
@@ -1089,8 +1100,10 @@ void sf_sfq_writer_abort(struct sf_sfq_writer *w)
 		return;
 	if (w->f && w->f != stdout)
 		fclose(w->f);
-	if (w->tmp)
+	if (w->tmp) {
 		unlink(w->tmp);
+		sf_guard_untmp(w->tmp);
+	}
 	free(w->tmp);
 	free(w->path);
 	free(w->offsets);
@@ -1136,6 +1149,13 @@ int sf_sfq_writer_open(struct sf_sfq_writer **out, const char *path, const struc
 		snprintf(w->tmp, n, "%s.tmp.XXXXXX", path);
 		if ((fd = mkstemp(w->tmp)) < 0) {
 			ret = sf_err_set(e, -errno, "%s: %s", w->tmp, strerror(errno));
+			free(w->tmp);
+			w->tmp = NULL;
+			goto out;
+		}
+		if ((ret = sf_guard_tmp(w->tmp, e))) {
+			close(fd);
+			unlink(w->tmp);
 			free(w->tmp);
 			w->tmp = NULL;
 			goto out;
@@ -1232,6 +1252,7 @@ int sf_sfq_writer_close(struct sf_sfq_writer *w, struct sf_err *e)
 			ret = sf_err_set(e, -errno, "%s: %s", w->path, strerror(errno));
 			goto out;
 		}
+		sf_guard_untmp(w->tmp);
 		free(w->tmp);
 		w->tmp = NULL;
 	}

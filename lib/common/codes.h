@@ -159,6 +159,7 @@ struct sf_sfq {
 	/* reader's private state */
 	void *map;
 	size_t map_size;
+	char *map_path;		/* the mapped file's path, for the SIGBUS guard */
 	unsigned char *buf;
 };
 
@@ -169,7 +170,8 @@ void sf_sfq_shape_of(struct sf_sfq_shape *s, const struct sf_config *c);
 void sf_sfq_section_init(struct sf_sfq_section *sec, enum sf_code_method method,
 			 const struct sf_sfq_shape *shape, int layer, enum sf_group g);
 
-/* Reads PATH ("-" for stdin; a pipe is read to its end, a file mapped).
+/* Reads PATH ("-" for stdin; a pipe is read to its end, a file mapped
+ * and registered with the SIGBUS guard, see guard.h).
  * Everything is validated before use: magic, version, header length and
  * JSON, method, codebook, every section's shape against the header's model
  * shape, sizes without overflow, offsets aligned, in order, not

@@ -15,6 +15,7 @@
 
 #include "bytes.h"
 #include "cli.h"
+#include "guard.h"
 #include "kernels.h"
 #include "trellis.h"
 
@@ -986,6 +987,9 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 		goto out;
 	}
 	w.name = tmp;
+	/* the commands' SIGBUS handler removes it if a mapped input is cut short */
+	if ((ret = sf_guard_tmp(tmp, e)))
+		goto out;
 	if (!(w.buf = malloc(WBUF))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 		goto out;
@@ -1029,6 +1033,7 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 		ret = sf_err_set(e, -errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
 		goto out;
 	}
+	sf_guard_untmp(tmp);
 	free(tmp);
 	tmp = NULL;
 	if (written)
@@ -1039,6 +1044,7 @@ out:
 		close(w.fd);
 	if (tmp) {
 		unlink(tmp);
+		sf_guard_untmp(tmp);
 		free(tmp);
 	}
 	free(w.buf);

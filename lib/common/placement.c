@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "jsonfile.h"
 #include "placement.h"
 
@@ -98,6 +99,11 @@ int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *
 			tmp[0] = 0;
 			goto out;
 		}
+		if ((ret = sf_guard_tmp(tmp, e))) {
+			unlink(tmp);
+			tmp[0] = 0;
+			goto out;
+		}
 		fchmod(fd, 0644);	/* mkstemp's 0600 is not what a result file wants */
 		if (!(f = fdopen(fd, "w"))) {
 			ret = sf_err_set(e, -errno, "%s: %s", tmp, strerror(errno));
@@ -122,6 +128,7 @@ int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *
 					 strerror(errno));
 			goto out;
 		}
+		sf_guard_untmp(tmp);
 		tmp[0] = 0;
 	}
 	goto out;
@@ -134,6 +141,7 @@ out:
 		close(fd);
 	if (tmp && tmp[0])
 		unlink(tmp);
+	sf_guard_untmp(tmp);
 	free(tmp);
 	free(text);
 	json_decref(groups);

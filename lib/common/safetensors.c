@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guard.h"
+
 /* Limits on what a header may claim, so that a hostile file cannot make us
  * allocate or parse without bound. */
 #define HEADER_MAX (100u << 20)		/* bytes of JSON header */
@@ -145,8 +147,10 @@ void sf_safetensors_close(struct sf_safetensors *st)
 	if (!st)
 		return;
 	for (size_t i = 0; i < st->nfiles; i++) {
-		if (st->maps && st->maps[i])
+		if (st->maps && st->maps[i]) {
+			sf_guard_unmap(st->maps[i]);
 			munmap(st->maps[i], st->map_sizes[i]);
+		}
 		if (st->paths)
 			free(st->paths[i]);
 	}
@@ -333,6 +337,9 @@ static int load_file(struct sf_safetensors *st, const char *path, size_t *cap, s
 	}
 	st->maps[file] = map;
 	st->map_sizes[file] = (size_t)fsize;
+	/* so that a truncation under us is named, not a silent SIGBUS */
+	if ((ret = sf_guard_map(map, (size_t)fsize, st->paths[file], e)))
+		goto out;
 
 	hlen = get_le64(map);
 	if (hlen > fsize - 8) {
@@ -878,6 +885,11 @@ int sf_safetensors_write(const char *path, const struct sf_tensor_out *t, size_t
 		tmp[0] = 0;
 		goto out;
 	}
+	if ((ret = sf_guard_tmp(tmp, e))) {
+		unlink(tmp);
+		tmp[0] = 0;
+		goto out;
+	}
 	/* mkstemp makes the file 0600; a model is meant to be shared. */
 	fchmod(fd, 0644);
 	put_le64(lenbuf, hlen);
@@ -931,6 +943,7 @@ int sf_safetensors_write(const char *path, const struct sf_tensor_out *t, size_t
 		ret = sf_err_set(e, -errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
 		goto out;
 	}
+	sf_guard_untmp(tmp);
 	tmp[0] = 0;
 	sync_dir_of(path);
 	ret = 0;
@@ -939,6 +952,7 @@ out:
 		close(fd);
 	if (tmp && tmp[0] && ret)
 		unlink(tmp);
+	sf_guard_untmp(tmp);
 	free(chunk);
 	free(tmp);
 	free(header);

@@ -47,7 +47,9 @@ struct sf_safetensors {
  * DIR/model.safetensors.index.json when that exists (each distinct shard
  * opened once; every tensor listed must be in the shard named, every
  * tensor in a shard listed, no tensor in two shards). Each file is mapped
- * read-only and its header validated: length within the file and at most
+ * read-only, the mapping registered with the SIGBUS guard (guard.h: at
+ * most SF_GUARD_MAX_MAPS files at once, else SF_ELIMIT), and its header
+ * validated: length within the file and at most
  * 100 MiB, a JSON object without duplicate names, dtype F32/F16/BF16
  * (other safetensors dtypes refused by name), at most SF_TENSOR_MAX_DIMS
  * dimensions, shape * element size == end - begin without overflow,

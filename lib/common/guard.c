@@ -1,0 +1,128 @@
+/* The SIGBUS guard's tables (see guard.h): fixed arrays of slots, each
+ * claimed and released with atomic operations, so registering is
+ * thread-safe without a lock and the handler, which may run in any thread
+ * at any moment, reads them without one. */
+#include "guard.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "err.h"
+
+/* A signal handler may only use lock-free atomics. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2 &&
+	       ATOMIC_POINTER_LOCK_FREE == 2, "the SIGBUS guard needs lock-free atomics");
+
+/* A slot is FREE, BUSY while one thread fills or empties it, or LIVE: its
+ * fields are published by the release store of LIVE and read after an
+ * acquire load of it. */
+enum { FREE, BUSY, LIVE };
+
+struct map_slot {
+	_Atomic int state;
+	_Atomic uintptr_t begin, end;	/* [begin, end) */
+	_Atomic(const char *) path;
+};
+
+struct tmp_slot {
+	_Atomic int state;
+	_Atomic(const char *) path;
+};
+
+static struct map_slot maps[SF_GUARD_MAX_MAPS];
+static struct tmp_slot tmps[SF_GUARD_MAX_TMPS];
+
+static int claim(_Atomic int *state)
+{
+	int expect = FREE;
+	return atomic_compare_exchange_strong(state, &expect, BUSY);
+}
+
+int sf_guard_map(const void *addr, size_t len, const char *path, struct sf_err *e)
+{
+	for (size_t i = 0; i < SF_GUARD_MAX_MAPS; i++) {
+		struct map_slot *s = &maps[i];
+		if (!claim(&s->state))
+			continue;
+		atomic_store_explicit(&s->begin, (uintptr_t)addr, memory_order_relaxed);
+		atomic_store_explicit(&s->end, (uintptr_t)addr + len, memory_order_relaxed);
+		atomic_store_explicit(&s->path, path, memory_order_relaxed);
+		atomic_store_explicit(&s->state, LIVE, memory_order_release);
+		return 0;
+	}
+	return sf_err_set(e, SF_ELIMIT, "%s: more than %d files mapped at once", path,
+			  SF_GUARD_MAX_MAPS);
+}
+
+void sf_guard_unmap(const void *addr)
+{
+	for (size_t i = 0; i < SF_GUARD_MAX_MAPS; i++) {
+		struct map_slot *s = &maps[i];
+		int live = LIVE;
+		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE ||
+		    atomic_load_explicit(&s->begin, memory_order_relaxed) != (uintptr_t)addr ||
+		    !atomic_compare_exchange_strong(&s->state, &live, BUSY))
+			continue;
+		atomic_store_explicit(&s->path, NULL, memory_order_relaxed);
+		atomic_store_explicit(&s->state, FREE, memory_order_release);
+		return;
+	}
+}
+
+int sf_guard_tmp(const char *path, struct sf_err *e)
+{
+	for (size_t i = 0; i < SF_GUARD_MAX_TMPS; i++) {
+		struct tmp_slot *s = &tmps[i];
+		if (!claim(&s->state))
+			continue;
+		atomic_store_explicit(&s->path, path, memory_order_relaxed);
+		atomic_store_explicit(&s->state, LIVE, memory_order_release);
+		return 0;
+	}
+	return sf_err_set(e, SF_ELIMIT, "%s: more than %d temporary outputs at once", path,
+			  SF_GUARD_MAX_TMPS);
+}
+
+void sf_guard_untmp(const char *path)
+{
+	if (!path)
+		return;
+	for (size_t i = 0; i < SF_GUARD_MAX_TMPS; i++) {
+		struct tmp_slot *s = &tmps[i];
+		int live = LIVE;
+		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE ||
+		    atomic_load_explicit(&s->path, memory_order_relaxed) != path ||
+		    !atomic_compare_exchange_strong(&s->state, &live, BUSY))
+			continue;
+		atomic_store_explicit(&s->path, NULL, memory_order_relaxed);
+		atomic_store_explicit(&s->state, FREE, memory_order_release);
+		return;
+	}
+}
+
+const char *sf_guard_find(const void *addr)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	for (size_t i = 0; i < SF_GUARD_MAX_MAPS; i++) {
+		struct map_slot *s = &maps[i];
+		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE)
+			continue;
+		if (a >= atomic_load_explicit(&s->begin, memory_order_relaxed) &&
+		    a < atomic_load_explicit(&s->end, memory_order_relaxed))
+			return atomic_load_explicit(&s->path, memory_order_relaxed);
+	}
+	return NULL;
+}
+
+void sf_guard_unlink_tmps(void)
+{
+	for (size_t i = 0; i < SF_GUARD_MAX_TMPS; i++) {
+		struct tmp_slot *s = &tmps[i];
+		const char *path;
+		if (atomic_load_explicit(&s->state, memory_order_acquire) == LIVE &&
+		    (path = atomic_load_explicit(&s->path, memory_order_relaxed)))
+			unlink(path);
+	}
+}
