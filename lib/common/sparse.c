@@ -1042,17 +1042,21 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	sp->nidx = 0;
 }
 
-/* Waits for one request, then takes every other that has completed;
- * on error records it. */
-static int reap_some(struct sf_sparse *sp)
+/* Waits for one request (wait 1), then takes every other that has
+ * completed, which refills the ring from the queued ones; on error
+ * records it. */
+static int reap_some(struct sf_sparse *sp, int wait)
 {
 	uint64_t tag;
 	struct sf_err e = { 0 };
 	double t0 = sf_now();
-	int ret = sf_uring_reap(sp->u, &tag, 1, &e);
+	int ret = sf_uring_reap(sp->u, &tag, wait, &e);
 
+	if (!wait && ret == 0)
+		return 0;
 	sp->last_done = sf_now();
-	sp->wait_s += sp->last_done - t0;
+	if (wait)
+		sp->wait_s += sp->last_done - t0;
 	if (ret == 0)
 		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
 				  sp->img->path);
@@ -1070,8 +1074,10 @@ static int reap_some(struct sf_sparse *sp)
 }
 
 /* Computes positions pos[0..k) in order as their requests complete:
- * available ones are gathered into segments, computed before the next
- * wait once they hold sp->batch_weights, and at the end. */
+ * available ones are gathered into segments, computed once they hold
+ * sp->batch_weights (and at the end). After each batch the completed
+ * reads are taken without waiting, so the ring is refilled from the
+ * queued requests while a long run of arrived columns is computed. */
 static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, const float *in,
 			const uint32_t *pos, size_t k, const uint32_t *req_of,
 			const void *const *slots, const uint8_t *mirror,
@@ -1096,11 +1102,15 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			sp->idx[sp->nidx] = pos[i] - last->p0;
 			sp->xv[sp->nidx++] = in[G->perm[pos[i]]];
 			last->n++;
+			if ((uint64_t)sp->nidx * t->total_rows * t->weight_cost >= sp->batch_weights) {
+				flush(sp, fn, t);
+				int ret = sp->u && sf_uring_outstanding(sp->u) ? reap_some(sp, 0) : 0;
+				if (ret)
+					return ret;
+			}
 		}
 		if (i < k) {
-			if ((uint64_t)sp->nidx * t->total_rows * t->weight_cost >= sp->batch_weights)
-				flush(sp, fn, t);
-			int ret = reap_some(sp);
+			int ret = reap_some(sp, 1);
 			if (ret)
 				return ret;
 		}
