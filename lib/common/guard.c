@@ -19,86 +19,75 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2 &&
  * acquire load of it. */
 enum { FREE, BUSY, LIVE };
 
-struct map_slot {
+/* One table kind for both: a slot is found again by begin (a mapping's
+ * address; a temporary's name pointer, with end == begin, no range). */
+struct slot {
 	_Atomic int state;
 	_Atomic uintptr_t begin, end;	/* [begin, end) */
 	_Atomic(const char *) path;
 };
 
-struct tmp_slot {
-	_Atomic int state;
-	_Atomic(const char *) path;
-};
+static struct slot maps[SF_GUARD_MAX_MAPS];
+static struct slot tmps[SF_GUARD_MAX_TMPS];
 
-static struct map_slot maps[SF_GUARD_MAX_MAPS];
-static struct tmp_slot tmps[SF_GUARD_MAX_TMPS];
-
-static int claim(_Atomic int *state)
+/* Fills a free slot of t[0..n); 0, or -1 when every slot is taken. */
+static int add(struct slot *t, size_t n, uintptr_t begin, uintptr_t end, const char *path)
 {
-	int expect = FREE;
-	return atomic_compare_exchange_strong(state, &expect, BUSY);
+	for (size_t i = 0; i < n; i++) {
+		struct slot *s = &t[i];
+		int expect = FREE;
+		if (!atomic_compare_exchange_strong(&s->state, &expect, BUSY))
+			continue;
+		atomic_store_explicit(&s->begin, begin, memory_order_relaxed);
+		atomic_store_explicit(&s->end, end, memory_order_relaxed);
+		atomic_store_explicit(&s->path, path, memory_order_relaxed);
+		atomic_store_explicit(&s->state, LIVE, memory_order_release);
+		return 0;
+	}
+	return -1;
+}
+
+/* Frees the live slot of t[0..n) that begins at begin, if any. */
+static void drop(struct slot *t, size_t n, uintptr_t begin)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct slot *s = &t[i];
+		int live = LIVE;
+		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE ||
+		    atomic_load_explicit(&s->begin, memory_order_relaxed) != begin ||
+		    !atomic_compare_exchange_strong(&s->state, &live, BUSY))
+			continue;
+		atomic_store_explicit(&s->path, NULL, memory_order_relaxed);
+		atomic_store_explicit(&s->state, FREE, memory_order_release);
+		return;
+	}
 }
 
 int sf_guard_map(const void *addr, size_t len, const char *path, struct sf_err *e)
 {
-	for (size_t i = 0; i < SF_GUARD_MAX_MAPS; i++) {
-		struct map_slot *s = &maps[i];
-		if (!claim(&s->state))
-			continue;
-		atomic_store_explicit(&s->begin, (uintptr_t)addr, memory_order_relaxed);
-		atomic_store_explicit(&s->end, (uintptr_t)addr + len, memory_order_relaxed);
-		atomic_store_explicit(&s->path, path, memory_order_relaxed);
-		atomic_store_explicit(&s->state, LIVE, memory_order_release);
-		return 0;
-	}
-	return sf_err_set(e, SF_ELIMIT, "%s: more than %d files mapped at once", path,
-			  SF_GUARD_MAX_MAPS);
+	if (add(maps, SF_GUARD_MAX_MAPS, (uintptr_t)addr, (uintptr_t)addr + len, path))
+		return sf_err_set(e, SF_ELIMIT, "%s: more than %d files mapped at once", path,
+				  SF_GUARD_MAX_MAPS);
+	return 0;
 }
 
 void sf_guard_unmap(const void *addr)
 {
-	for (size_t i = 0; i < SF_GUARD_MAX_MAPS; i++) {
-		struct map_slot *s = &maps[i];
-		int live = LIVE;
-		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE ||
-		    atomic_load_explicit(&s->begin, memory_order_relaxed) != (uintptr_t)addr ||
-		    !atomic_compare_exchange_strong(&s->state, &live, BUSY))
-			continue;
-		atomic_store_explicit(&s->path, NULL, memory_order_relaxed);
-		atomic_store_explicit(&s->state, FREE, memory_order_release);
-		return;
-	}
+	drop(maps, SF_GUARD_MAX_MAPS, (uintptr_t)addr);
 }
 
 int sf_guard_tmp(const char *path, struct sf_err *e)
 {
-	for (size_t i = 0; i < SF_GUARD_MAX_TMPS; i++) {
-		struct tmp_slot *s = &tmps[i];
-		if (!claim(&s->state))
-			continue;
-		atomic_store_explicit(&s->path, path, memory_order_relaxed);
-		atomic_store_explicit(&s->state, LIVE, memory_order_release);
-		return 0;
-	}
-	return sf_err_set(e, SF_ELIMIT, "%s: more than %d temporary outputs at once", path,
-			  SF_GUARD_MAX_TMPS);
+	if (add(tmps, SF_GUARD_MAX_TMPS, (uintptr_t)path, (uintptr_t)path, path))
+		return sf_err_set(e, SF_ELIMIT, "%s: more than %d temporary outputs at once", path,
+				  SF_GUARD_MAX_TMPS);
+	return 0;
 }
 
 void sf_guard_untmp(const char *path)
 {
-	if (!path)
-		return;
-	for (size_t i = 0; i < SF_GUARD_MAX_TMPS; i++) {
-		struct tmp_slot *s = &tmps[i];
-		int live = LIVE;
-		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE ||
-		    atomic_load_explicit(&s->path, memory_order_relaxed) != path ||
-		    !atomic_compare_exchange_strong(&s->state, &live, BUSY))
-			continue;
-		atomic_store_explicit(&s->path, NULL, memory_order_relaxed);
-		atomic_store_explicit(&s->state, FREE, memory_order_release);
-		return;
-	}
+	if (path)
+		drop(tmps, SF_GUARD_MAX_TMPS, (uintptr_t)path);
 }
 
 const char *sf_guard_find(const void *addr)
@@ -106,7 +95,7 @@ const char *sf_guard_find(const void *addr)
 	uintptr_t a = (uintptr_t)addr;
 
 	for (size_t i = 0; i < SF_GUARD_MAX_MAPS; i++) {
-		struct map_slot *s = &maps[i];
+		struct slot *s = &maps[i];
 		if (atomic_load_explicit(&s->state, memory_order_acquire) != LIVE)
 			continue;
 		if (a >= atomic_load_explicit(&s->begin, memory_order_relaxed) &&
@@ -119,7 +108,7 @@ const char *sf_guard_find(const void *addr)
 void sf_guard_unlink_tmps(void)
 {
 	for (size_t i = 0; i < SF_GUARD_MAX_TMPS; i++) {
-		struct tmp_slot *s = &tmps[i];
+		struct slot *s = &tmps[i];
 		const char *path;
 		if (atomic_load_explicit(&s->state, memory_order_acquire) == LIVE &&
 		    (path = atomic_load_explicit(&s->path, memory_order_relaxed)))

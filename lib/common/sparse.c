@@ -906,10 +906,10 @@ static void token_begin(struct sf_sparse *sp)
 /* Plans the reads of positions pos[0..k) (ascending) of a region at
  * file offset base with stride bytes per position: runs joined across at
  * most sp->gap positions, each rounded out to 4 KiB, requests merged when
- * their blocks overlap, touch, or lie at most sp->gap_bytes apart. Every request lands in
- * mirror, which holds the region as it lies in the file (cap bytes), so
- * position p is at mirror + p * stride whichever request read it and one
- * kernel call covers them all. req_of[i] gets the request of pos[i];
+ * their blocks overlap, touch, or lie at most sp->gap_bytes apart. Every
+ * request lands in mirror, which holds the region as it lies in the file
+ * (cap bytes), so position p is at mirror + p * stride whichever request
+ * read it and one kernel call covers them all. req_of[i] gets the request of pos[i];
  * runlen (may be NULL) its run's length. */
 static int plan(struct sf_sparse *sp, const uint32_t *pos, size_t k, uint64_t base,
 		uint64_t stride, uint8_t *mirror, uint64_t cap, uint32_t *req_of, uint32_t *runlen,
@@ -968,64 +968,77 @@ struct compute_task {
 	unsigned weight_cost;		/* top-tier weights one weight costs */
 };
 
-/* Top tier: output rows split over the workers, every column of a
- * segment accumulated in order, so any split gives the same sums. */
-static void top_worker(void *arg, int ith, int nth)
+/* Worker ith of nth's share of the output rows of every matrix of the
+ * group taken in turn: rows [a[i], b[i]) of matrix i, empty when
+ * a[i] >= b[i]. Each row sums its columns in order, so any split gives
+ * the same sums. */
+static void worker_rows(const struct compute_task *t, int ith, int nth, size_t *a, size_t *b)
 {
-	const struct compute_task *t = arg;
-	const struct sf_sparse *sp = t->sp;
-	const struct sf_image_group *G = t->G;
-	size_t lo, hi, base = 0;
-
-	sf_pool_split(t->total_rows, 16, ith, nth, &lo, &hi);
-	for (int i = 0; i < G->nmat; i++) {
-		size_t rows = (size_t)G->mat[i].rows;
-		size_t a = lo > base ? lo - base : 0;
-		size_t b = hi - base < rows ? hi - base : rows;
-		if (hi > base && a < b) {
-			size_t es = sf_dtype_size(G->mat[i].dtype);
-			const struct sf_run all = { (uint32_t)a, (uint32_t)(b - a) };
-			const struct sf_run *sv = t->spans ? t->spans : &all;
-			uint32_t ns = t->spans ? t->nspans : 1;
-			for (size_t s = 0; s < sp->nseg; s++) {
-				const struct seg *sg = &sp->segs[s];
-				for (uint32_t k = 0; k < ns; k++) {
-					size_t r0 = sv[k].start > a ? sv[k].start : a;
-					size_t r1 = sv[k].start + sv[k].len < b ? sv[k].start + sv[k].len : b;
-					if (r0 >= r1)
-						continue;
-					sf_colaccum(t->y[i] + r0, r1 - r0,
-						    sg->base + G->mat[i].offset + r0 * es, G->mat[i].dtype,
-						    (size_t)(G->top_bytes / es), sp->idx + sg->first,
-						    sp->xv + sg->first, sg->n);
-				}
-			}
-		}
-		base += rows;
-	}
-}
-
-/* Middle tier: output rows split over the workers as in top_worker
- * (a trellis record decodes from any row, its window rebuilt there). */
-static void mid_worker(void *arg, int ith, int nth)
-{
-	const struct compute_task *t = arg;
-	const struct sf_sparse *sp = t->sp;
 	size_t lo, hi, base = 0;
 
 	sf_pool_split(t->total_rows, 16, ith, nth, &lo, &hi);
 	for (int i = 0; i < t->G->nmat; i++) {
 		size_t rows = (size_t)t->G->mat[i].rows;
-		size_t a = lo > base ? lo - base : 0;
-		size_t b = hi - base < rows ? hi - base : rows;
-		for (size_t s = 0; hi > base && a < b && s < sp->nseg; s++) {
-			const struct seg *sg = &sp->segs[s];
-			struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sg->base);
-			sf_codes_colaccum(t->y[i], &v, a, b, sp->idx + sg->first, sp->xv + sg->first,
-					  sg->n);
-		}
+		a[i] = lo > base ? lo - base : 0;
+		b[i] = hi <= base ? 0 : hi - base < rows ? hi - base : rows;
 		base += rows;
 	}
+}
+
+/* Top tier: every column of a segment accumulated over the worker's rows
+ * (those of the computation set's spans, when there are any). */
+static void top_worker(void *arg, int ith, int nth)
+{
+	const struct compute_task *t = arg;
+	const struct sf_sparse *sp = t->sp;
+	const struct sf_image_group *G = t->G;
+	size_t a[SF_GROUP_MAX_MATRICES], b[SF_GROUP_MAX_MATRICES];
+
+	worker_rows(t, ith, nth, a, b);
+	for (int i = 0; i < G->nmat; i++) {
+		if (a[i] >= b[i])
+			continue;
+		size_t es = sf_dtype_size(G->mat[i].dtype);
+		const struct sf_run all = { (uint32_t)a[i], (uint32_t)(b[i] - a[i]) };
+		const struct sf_run *sv = t->spans ? t->spans : &all;
+		uint32_t ns = t->spans ? t->nspans : 1;
+		for (size_t s = 0; s < sp->nseg; s++) {
+			const struct seg *sg = &sp->segs[s];
+			for (uint32_t k = 0; k < ns; k++) {
+				size_t r0 = sv[k].start > a[i] ? sv[k].start : a[i];
+				size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
+				if (r0 >= r1)
+					continue;
+				sf_colaccum(t->y[i] + r0, r1 - r0, sg->base + G->mat[i].offset + r0 * es,
+					    G->mat[i].dtype, (size_t)(G->top_bytes / es),
+					    sp->idx + sg->first, sp->xv + sg->first, sg->n);
+			}
+		}
+	}
+}
+
+/* Middle tier: the same rows (a trellis record decodes from any row, its
+ * window rebuilt there). */
+static void mid_worker(void *arg, int ith, int nth)
+{
+	const struct compute_task *t = arg;
+	const struct sf_sparse *sp = t->sp;
+	size_t a[SF_GROUP_MAX_MATRICES], b[SF_GROUP_MAX_MATRICES];
+
+	worker_rows(t, ith, nth, a, b);
+	for (int i = 0; i < t->G->nmat; i++)
+		for (size_t s = 0; a[i] < b[i] && s < sp->nseg; s++) {
+			const struct seg *sg = &sp->segs[s];
+			struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sg->base);
+			sf_codes_colaccum(t->y[i], &v, a[i], b[i], sp->idx + sg->first,
+					  sp->xv + sg->first, sg->n);
+		}
+}
+
+/* The work gathered for the next batch, in top-tier weights. */
+static uint64_t batch_work(const struct sf_sparse *sp, const struct compute_task *t)
+{
+	return (uint64_t)sp->nidx * t->total_rows * t->weight_cost;
 }
 
 static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct compute_task *t)
@@ -1033,7 +1046,7 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	if (!sp->nseg)
 		return;
 	double t0 = sf_now();
-	if (sp->pool && (uint64_t)sp->nidx * t->total_rows * t->weight_cost >= POOL_MIN_WEIGHTS)
+	if (sp->pool && batch_work(sp, t) >= POOL_MIN_WEIGHTS)
 		sf_pool_run(sp->pool, fn, t);
 	else
 		fn(t, 0, 1);
@@ -1102,7 +1115,7 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			sp->idx[sp->nidx] = pos[i] - last->p0;
 			sp->xv[sp->nidx++] = in[G->perm[pos[i]]];
 			last->n++;
-			if ((uint64_t)sp->nidx * t->total_rows * t->weight_cost >= sp->batch_weights) {
+			if (batch_work(sp, t) >= sp->batch_weights) {
 				flush(sp, fn, t);
 				int ret = sp->u && sf_uring_outstanding(sp->u) ? reap_some(sp, 0) : 0;
 				if (ret)
