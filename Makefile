@@ -5,7 +5,7 @@ CC      ?= cc
 PREFIX  ?= /usr/local
 SHARED  ?= $(abspath ../shared)
 
-CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -Ilib/common
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -Ilib/common -Icmd
 LDLIBS  = -ljansson -lcsv -luring -lpcre2-8 -lpthread -lm
 
 ifeq ($(SANITIZE),1)
@@ -28,9 +28,14 @@ endif
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS_OPT) $(CFLAGS)
 ALL_LDFLAGS = $(LDFLAGS_SAN) $(LDFLAGS)
 
-LIB_SRC  = $(wildcard lib/common/*.c)
+LIB_SRC  = $(wildcard lib/common/*/*.c)
+LIB_HDR  = $(wildcard lib/common/*/*.h)
+CLI_SRC  = $(wildcard cmd/common/*.c)
+CLI_HDR  = $(wildcard cmd/common/*.h)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIB      = $(BUILD)/libsparseflash.a
+CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
+CLI_LIB  = $(BUILD)/libsfcli.a
 CMDS     = $(notdir $(wildcard cmd/sf-*))
 BINS     = $(CMDS:%=$(BINDIR)/%)
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
@@ -41,10 +46,10 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check unit cli install demo bench clean
+.PHONY: all check check-full lint unit cli install demo bench clean
 all: $(BINS) $(FIXTURES)
 
-$(BUILD)/%.o: %.c $(wildcard lib/common/*.h)
+$(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -52,23 +57,28 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+# cmd/common: the command-line support every command links
+$(CLI_LIB): $(CLI_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
 # A command is every .c file of its cmd/ directory.
 .SECONDEXPANSION:
-$(BINDIR)/%: $(LIB) $$(wildcard cmd/$$*/*.c) $(wildcard lib/common/*.h)
+$(BINDIR)/%: $(LIB) $(CLI_LIB) $$(wildcard cmd/$$*/*.c) $(LIB_HDR) $(CLI_HDR)
 	@mkdir -p $(BINDIR)
-	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB)
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB) $(CLI_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
-$(BUILD)/bench/%: tests/bench/%.c $(LIB)
+$(BUILD)/bench/%: tests/bench/%.c $(LIB) $(CLI_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -O3 -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -O3 -o $@ $< $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
-$(BUILD)/fixtures/%: tests/fixtures/%.c $(LIB)
+$(BUILD)/fixtures/%: tests/fixtures/%.c $(LIB) $(CLI_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
 
 # Environment every test reads: where the binaries, fixtures, embedded
 # model and ../shared are.
@@ -76,10 +86,15 @@ TEST_ENV = SF_BIN=$(abspath $(BINDIR)) SF_FIXTURES=$(abspath $(BUILD)/fixtures) 
 	SF_ROOT=$(CURDIR) SF_SHARED=$(SHARED) SF_TMP=$(abspath $(BUILD)/tmp) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 
+# The architecture's include and no-print rules (tests/lint/layers.sh)
+lint:
+	@tests/lint/layers.sh
+
 check: all $(UNITS)
 	@mkdir -p $(BUILD)/tmp
 	@$(TEST_ENV) tests/run-unit $(UNITS)
 	@$(TEST_ENV) tests/run-cli tests/cli
+	@tests/lint/layers.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "coact.h"
-#include "jsonfile.h"
-#include "pool.h"
-#include "selectinfer.h"
-#include "trace.h"
+#include "common/cli.h"
+#include "formats/coact.h"
+#include "base/jsonfile.h"
+#include "base/pool.h"
+#include "online/selectinfer.h"
+#include "formats/trace.h"
 
 #define DEFAULT_MAX_MEMORY ((uint64_t)16 << 30)
 #define MAX_THREADS 256

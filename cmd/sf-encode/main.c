@@ -10,15 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib.h"
-#include "cli.h"
-#include "codes.h"
-#include "corpus.h"
-#include "forward.h"
-#include "model.h"
-#include "pool.h"
-#include "tokenizer.h"
-#include "trellis.h"
+#include "formats/calib.h"
+#include "common/cli.h"
+#include "formats/codes.h"
+#include "engine/corpus.h"
+#include "engine/forward.h"
+#include "formats/model.h"
+#include "base/pool.h"
+#include "engine/tokenizer.h"
+#include "offline/trellis.h"
 
 #define DEFAULT_CALIB_TOKENS 1024
 #define DEFAULT_WINDOW 128

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calib.h"
-#include "cli.h"
-#include "codes.h"
-#include "image.h"
-#include "model.h"
-#include "placement.h"
+#include "formats/calib.h"
+#include "common/cli.h"
+#include "formats/codes.h"
+#include "formats/image.h"
+#include "formats/model.h"
+#include "formats/placement.h"
 
 #define DEFAULT_DTYPE "keep"
 

@@ -12,14 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "coact.h"
-#include "model.h"
-#include "place.h"
-#include "placement.h"
-#include "pool.h"
-#include "runs.h"
-#include "trace.h"
+#include "common/cli.h"
+#include "formats/coact.h"
+#include "formats/model.h"
+#include "offline/place.h"
+#include "formats/placement.h"
+#include "base/pool.h"
+#include "online/runs.h"
+#include "formats/trace.h"
 
 #define DEFAULT_METHOD "coact"
 #define DEFAULT_MAX_MEMORY (8ull << 30)

@@ -9,13 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "corpus.h"
-#include "forward.h"
-#include "model.h"
-#include "pool.h"
-#include "tokenizer.h"
-#include "trace.h"
+#include "common/cli.h"
+#include "engine/corpus.h"
+#include "engine/forward.h"
+#include "formats/model.h"
+#include "base/pool.h"
+#include "engine/tokenizer.h"
+#include "formats/trace.h"
 
 #define DEFAULT_DENSITY 0.3
 #define DEFAULT_CONTEXT 256

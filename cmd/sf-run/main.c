@@ -12,19 +12,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "corpus.h"
-#include "eval.h"
-#include "forward.h"
-#include "image.h"
-#include "kernels.h"
-#include "model.h"
-#include "pool.h"
-#include "sampler.h"
-#include "selectinfer.h"
-#include "sparse.h"
-#include "tokenizer.h"
-#include "uring.h"
+#include "common/cli.h"
+#include "engine/corpus.h"
+#include "engine/eval.h"
+#include "engine/forward.h"
+#include "formats/image.h"
+#include "engine/kernels.h"
+#include "formats/model.h"
+#include "base/pool.h"
+#include "engine/sampler.h"
+#include "online/selectinfer.h"
+#include "online/sparse.h"
+#include "engine/tokenizer.h"
+#include "online/uring.h"
 
 #define DEFAULT_N_PREDICT 256
 #define DEFAULT_TEMP 0.8

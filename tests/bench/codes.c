@@ -10,10 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "codes.h"
-#include "kernels.h"
-#include "pool.h"
-#include "trellis.h"
+#include "formats/codes.h"
+#include "engine/kernels.h"
+#include "base/pool.h"
+#include "offline/trellis.h"
 
 static double clock_s(clockid_t id)
 {

@@ -18,9 +18,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "cli.h"
-#include "kernels.h"
-#include "pool.h"
+#include "common/cli.h"
+#include "engine/kernels.h"
+#include "base/pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

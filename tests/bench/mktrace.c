@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "trace.h"
+#include "common/cli.h"
+#include "formats/trace.h"
 
 #define DEFAULT_ENTRIES 11008
 #define DEFAULT_TOKENS 65536

@@ -11,8 +11,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "place.h"
-#include "pool.h"
+#include "offline/place.h"
+#include "base/pool.h"
 
 #define TOKENS 65536u
 

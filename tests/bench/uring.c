@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
-#include "uring.h"
+#include "common/cli.h"
+#include "online/uring.h"
 
 /* Comma-separated values, each with an optional K/M/G suffix. */
 static int parse_list(const char *s, uint64_t min, uint64_t max, uint64_t *out, int cap)

@@ -13,7 +13,7 @@ FUZZ_SECONDS ?= 10
 FUZZ_DIR     ?= $(if $(O),$(O)/fuzz,build/fuzz)
 FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -fno-omit-frame-pointer \
-	-Ilib/common $(FUZZ_SAN)
+	-Ilib/common -Icmd $(FUZZ_SAN)
 FUZZ_NAMES    = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS     = $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_LIB      = $(FUZZ_DIR)/libsparseflash.a
@@ -28,13 +28,13 @@ fuzz-build: $(FUZZ_BINS)
 fuzz-seeds: $(BINS) $(FIXTURES)
 	@tests/fuzz/seeds.sh $(abspath $(BINDIR)) $(abspath $(BUILD)/fixtures) $(FUZZ_DIR)/seeds
 
-$(FUZZ_DIR)/obj/%.o: lib/common/%.c $(wildcard lib/common/*.h)
+$(FUZZ_DIR)/obj/%.o: lib/common/%.c $(LIB_HDR)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
 # clang 14's __builtin_cpu_supports does not know "f16c": the kernels,
 # which parse nothing, are compiled by $(CC) without instrumentation.
-$(FUZZ_DIR)/obj/kernels.o: lib/common/kernels.c $(wildcard lib/common/*.h)
+$(FUZZ_DIR)/obj/engine/kernels.o: lib/common/engine/kernels.c $(LIB_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O2 -c -o $@ $<
 

@@ -1,5 +1,5 @@
 /* libFuzzer harness: calib.json through sf_calib_load. */
-#include "calib.h"
+#include "formats/calib.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

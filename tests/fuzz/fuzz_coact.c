@@ -2,7 +2,7 @@
  * allocation, every section), then the summaries drawn from it. */
 #include <limits.h>
 
-#include "coact.h"
+#include "formats/coact.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

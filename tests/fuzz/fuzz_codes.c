@@ -1,6 +1,6 @@
 /* libFuzzer harness: a .sfq file through sf_sfq_open; every section the
  * reader accepts is read end to end (the --info checksums). */
-#include "codes.h"
+#include "formats/codes.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,7 +1,7 @@
 /* libFuzzer harness: config.json text through sf_config_parse. */
 #include <stdint.h>
 
-#include "config.h"
+#include "formats/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

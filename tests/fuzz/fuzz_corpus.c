@@ -1,6 +1,6 @@
 /* libFuzzer harness: the corpus readers. The first byte picks the format
  * (text, jsonl, alpaca, csv), the rest is the file; every document is read. */
-#include "corpus.h"
+#include "engine/corpus.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -5,9 +5,9 @@
  * validation instead of stopping at the checksum. */
 #include <string.h>
 
-#include "bytes.h"
+#include "base/bytes.h"
 #include "fuzz.h"
-#include "image.h"
+#include "formats/image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

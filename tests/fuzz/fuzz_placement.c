@@ -1,6 +1,6 @@
 /* libFuzzer harness: placement.json through sf_placement_read. */
 #include "fuzz.h"
-#include "placement.h"
+#include "formats/placement.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* libFuzzer harness: one .safetensors file through sf_safetensors_open_file;
  * every tensor the reader accepts is read end to end. */
 #include "fuzz.h"
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,9 +5,9 @@
  * cover). */
 #include <string.h>
 
-#include "bytes.h"
+#include "base/bytes.h"
 #include "fuzz.h"
-#include "trace.h"
+#include "formats/trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codes.h"
-#include "forward.h"
-#include "image.h"
-#include "model.h"
-#include "placement.h"
-#include "trellis.h"
+#include "formats/codes.h"
+#include "engine/forward.h"
+#include "formats/image.h"
+#include "formats/model.h"
+#include "formats/placement.h"
+#include "offline/trellis.h"
 #include "unit.h"
 
 #define IMAGETEST_CODES_SEED 7

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "online/cache.h"
 #include "unit.h"
 
 #define LAYERS 2

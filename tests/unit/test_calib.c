@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib.h"
-#include "corpus.h"
-#include "tokenizer.h"
+#include "formats/calib.h"
+#include "engine/corpus.h"
+#include "engine/tokenizer.h"
 #include "unit.h"
 
 struct mem {

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coact.h"
-#include "pool.h"
-#include "trace.h"
+#include "formats/coact.h"
+#include "base/pool.h"
+#include "formats/trace.h"
 #include "unit.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

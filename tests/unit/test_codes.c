@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codes.h"
-#include "kernels.h"
-#include "trellis.h"
+#include "formats/codes.h"
+#include "engine/kernels.h"
+#include "offline/trellis.h"
 #include "unit.h"
 
 static uint64_t rng = 7;

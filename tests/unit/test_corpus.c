@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "corpus.h"
+#include "engine/corpus.h"
 #include "unit.h"
 
 static const char *tmp;

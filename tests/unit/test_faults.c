@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "image.h"
-#include "model.h"
+#include "formats/image.h"
+#include "formats/model.h"
 #include "unit.h"
-#include "uring.h"
+#include "online/uring.h"
 
 /* A sum over every byte of the resident tensors and the header's texts. */
 static uint64_t resident_sum(const struct sf_image *img)

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "forward.h"
-#include "pool.h"
-#include "sampler.h"
+#include "engine/forward.h"
+#include "base/pool.h"
+#include "engine/sampler.h"
 #include "unit.h"
 
 static size_t ids_of(json_t *arr, int32_t *out, size_t cap)

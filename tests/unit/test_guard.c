@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "guard.h"
-#include "safetensors.h"
+#include "common/cli.h"
+#include "base/guard.h"
+#include "formats/safetensors.h"
 #include "unit.h"
 
 static char dir[4096];

@@ -14,16 +14,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bytes.h"
-#include "codes.h"
-#include "forward.h"
-#include "image.h"
+#include "base/bytes.h"
+#include "formats/codes.h"
+#include "engine/forward.h"
+#include "formats/image.h"
 #include "imagetest.h"
-#include "kernels.h"
-#include "model.h"
-#include "placement.h"
-#include "tokenizer.h"
-#include "trellis.h"
+#include "engine/kernels.h"
+#include "formats/model.h"
+#include "formats/placement.h"
+#include "engine/tokenizer.h"
+#include "offline/trellis.h"
 #include "unit.h"
 
 static char tmpdir[4096], model_dir[4096];

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "engine/kernels.h"
 #include "unit.h"
 
 #if defined(__x86_64__)

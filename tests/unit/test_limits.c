@@ -7,12 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bytes.h"
-#include "calib.h"
-#include "corpus.h"
-#include "jsonfile.h"
-#include "placement.h"
-#include "trace.h"
+#include "base/bytes.h"
+#include "formats/calib.h"
+#include "engine/corpus.h"
+#include "base/jsonfile.h"
+#include "formats/placement.h"
+#include "formats/trace.h"
 #include "unit.h"
 
 static char tmp[4096];

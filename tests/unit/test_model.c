@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "formats/model.h"
 #include "unit.h"
 
 /* The fingerprint of models/mix4-1m. Pinned: a change to the fingerprint

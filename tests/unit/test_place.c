@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "corpus.h"
-#include "forward.h"
-#include "model.h"
-#include "place.h"
-#include "placement.h"
-#include "pool.h"
-#include "runs.h"
-#include "tokenizer.h"
+#include "engine/corpus.h"
+#include "engine/forward.h"
+#include "formats/model.h"
+#include "offline/place.h"
+#include "formats/placement.h"
+#include "base/pool.h"
+#include "online/runs.h"
+#include "engine/tokenizer.h"
 #include "unit.h"
 
 static uint64_t rng_next(uint64_t *s)	/* splitmix64 */

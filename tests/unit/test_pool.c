@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool.h"
+#include "base/pool.h"
 #include "unit.h"
 
 static void test_split(void)

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "selectinfer.h"
+#include "base/rng.h"
+#include "online/selectinfer.h"
 #include "unit.h"
 
 static uint64_t seed = 42;

@@ -15,17 +15,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "codes.h"
-#include "forward.h"
-#include "image.h"
+#include "formats/codes.h"
+#include "engine/forward.h"
+#include "formats/image.h"
 #include "imagetest.h"
-#include "kernels.h"
-#include "model.h"
-#include "placement.h"
-#include "sparse.h"
-#include "trace.h"
+#include "engine/kernels.h"
+#include "formats/model.h"
+#include "formats/placement.h"
+#include "online/sparse.h"
+#include "formats/trace.h"
 #include "unit.h"
-#include "uring.h"
+#include "online/uring.h"
 
 #define T 10		/* positions run */
 static uint64_t prefill = 4;	/* of them, the prefill of selective computation */

@@ -3,7 +3,7 @@
  * hand-made byte-level fixture (Llama 3 regex), streaming decode against
  * whole decode and against a decoder written here from HF's rules, and
  * refusal of bad tokenizer.json files written to $SF_TMP. */
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 #include "unit.h"
 
 #include <errno.h>

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
-#include "kernels.h"
-#include "model.h"
-#include "trace.h"
+#include "engine/forward.h"
+#include "engine/kernels.h"
+#include "formats/model.h"
+#include "formats/trace.h"
 #include "unit.h"
 
 static uint64_t rng = 88172645463325252ull;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "trellis.h"
+#include "engine/kernels.h"
+#include "offline/trellis.h"
 #include "unit.h"
 
 static uint64_t rng = 12345;

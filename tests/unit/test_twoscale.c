@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels.h"
-#include "twoscale.h"
+#include "engine/kernels.h"
+#include "offline/twoscale.h"
 #include "unit.h"
 
 static uint64_t rng = 99;

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "uring.h"
+#include "online/uring.h"
 #include "unit.h"
 
 #define FILE_BYTES (8u << 20)

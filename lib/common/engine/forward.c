@@ -1,0 +1,324 @@
+/* The dense forward pass, one token at a time: see forward.h. Read it top
+ * to bottom as llama2.c's forward(): embed, then per layer attention and
+ * FFN with residual adds, then the final norm and the head. */
+#include "engine/forward.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels.h"
+
+// ----------------------------------------------------------------------------
+// groups
+
+// ----------------------------------------------------------------------------
+// run state
+
+/* Float counts of every buffer, in one place so that sf_state_bytes and
+ * sf_state_init cannot disagree. 64-bit: the KV cache of a 7B model at
+ * long context passes 2^32 floats. */
+struct state_sizes {
+	uint64_t dim, q, kv, hidden, att, vocab, cache, rope;
+};
+
+static struct state_sizes state_sizes(const struct sf_config *c, int seq_len)
+{
+	struct state_sizes z;
+	z.dim = (uint64_t)c->dim;
+	z.q = (uint64_t)c->n_heads * c->head_dim;
+	z.kv = (uint64_t)c->n_kv_heads * c->head_dim;
+	z.hidden = (uint64_t)c->hidden_dim;
+	z.att = (uint64_t)c->n_heads * seq_len;
+	z.vocab = (uint64_t)c->vocab_size;
+	z.cache = (uint64_t)c->n_layers * seq_len * z.kv;
+	z.rope = (uint64_t)c->head_dim / 2;
+	return z;
+}
+
+uint64_t sf_state_bytes(const struct sf_config *c, int seq_len)
+{
+	struct state_sizes z = state_sizes(c, seq_len);
+	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab +
+			  2 * z.cache + z.rope;
+	return floats * sizeof(float);
+}
+
+int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
+		  struct sf_err *e)
+{
+	struct state_sizes z = state_sizes(c, seq_len);
+
+	memset(s, 0, sizeof(*s));
+	if (seq_len < 1 || seq_len > c->max_seq_len)
+		return sf_err_set(e, -EINVAL, "context of %d positions: expected 1..%d", seq_len,
+				  c->max_seq_len);
+	s->seq_len = seq_len;
+	s->x = calloc(z.dim, sizeof(float));
+	s->xb = calloc(z.dim, sizeof(float));
+	s->proj = calloc(z.dim, sizeof(float));
+	s->q = calloc(z.q, sizeof(float));
+	s->z = calloc(z.q, sizeof(float));
+	s->k = calloc(z.kv, sizeof(float));
+	s->v = calloc(z.kv, sizeof(float));
+	s->gate = calloc(z.hidden, sizeof(float));
+	s->up = calloc(z.hidden, sizeof(float));
+	s->act = calloc(z.hidden, sizeof(float));
+	s->att = calloc(z.att, sizeof(float));
+	s->logits = calloc(z.vocab, sizeof(float));
+	s->key_cache = calloc(z.cache, sizeof(float));
+	s->value_cache = calloc(z.cache, sizeof(float));
+	s->inv_freq = calloc(z.rope ? z.rope : 1, sizeof(float));
+	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
+	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
+	    !s->inv_freq) {
+		uint64_t bytes = sf_state_bytes(c, seq_len);
+		sf_state_free(s);
+		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
+				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
+	}
+	sf_rope_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
+			 c->rope_llama3 ? c->rope_factor : 0.0f, c->rope_low_freq_factor,
+			 c->rope_high_freq_factor, c->rope_orig_max_pos);
+	return 0;
+}
+
+void sf_state_free(struct sf_runstate *s)
+{
+	free(s->x);
+	free(s->xb);
+	free(s->proj);
+	free(s->q);
+	free(s->z);
+	free(s->k);
+	free(s->v);
+	free(s->gate);
+	free(s->up);
+	free(s->act);
+	free(s->att);
+	free(s->logits);
+	free(s->key_cache);
+	free(s->value_cache);
+	free(s->inv_freq);
+	memset(s, 0, sizeof(*s));
+}
+
+// ----------------------------------------------------------------------------
+// helpers
+
+/* Element i of w as float32. memcpy, because safetensors packs tensors
+ * without padding: an F32 tensor may start at any byte. */
+static float weight_at(const struct sf_weight *w, uint64_t i)
+{
+	const unsigned char *p = w->data;
+	uint16_t h;
+	float f;
+
+	switch (w->dtype) {
+	case SF_DTYPE_F32:
+		memcpy(&f, p + i * 4, 4);
+		return f;
+	case SF_DTYPE_F16:
+		memcpy(&h, p + i * 2, 2);
+		return sf_f16_to_f32(h);
+	case SF_DTYPE_BF16:
+		memcpy(&h, p + i * 2, 2);
+		return sf_bf16_to_f32(h);
+	}
+	return 0.0f;
+}
+
+/* A row of w as float32: the embedding lookup, and biases (one row). */
+static void weight_row(float *out, const struct sf_weight *w, uint64_t row)
+{
+	uint64_t base = row * w->cols;
+	for (uint64_t c = 0; c < w->cols; c++)
+		out[c] = weight_at(w, base + c);
+}
+
+static void add_bias(float *y, const struct sf_weight *b)
+{
+	if (!b->data)
+		return;
+	for (uint64_t i = 0; i < b->rows; i++)
+		y[i] += weight_at(b, i);
+}
+
+static void observe(const struct sf_runstate *s, int layer, enum sf_group g, const float *in,
+		    size_t n)
+{
+	if (s->observer && s->observer->fn)
+		s->observer->fn(s->observer->ctx, layer, g, in, n);
+}
+
+static void run(struct sf_pool *pool, void (*fn)(void *, int, int), void *arg)
+{
+	if (pool)
+		sf_pool_run(pool, fn, arg);
+	else
+		fn(arg, 0, 1);
+}
+
+// ----------------------------------------------------------------------------
+// a group's matrices on one input, rows split over the workers
+
+#define MAX_GROUP_MATRICES 3
+
+struct matvec_task {
+	const float *x;
+	int n;
+	float *y[MAX_GROUP_MATRICES];
+	const struct sf_weight *w[MAX_GROUP_MATRICES];
+	uint64_t total_rows;
+};
+
+/* The rows of all matrices are split as one range, so one dispatch serves
+ * the whole group and the threads stay balanced when the matrices differ
+ * in height (q against k and v under GQA). */
+static void matvec_worker(void *arg, int ith, int nth)
+{
+	const struct matvec_task *t = arg;
+	size_t lo, hi, base = 0;
+
+	sf_pool_split(t->total_rows, 16, ith, nth, &lo, &hi);
+	for (int i = 0; i < t->n; i++) {
+		const struct sf_weight *w = t->w[i];
+		size_t a = lo > base ? lo - base : 0;
+		size_t b = hi - base < w->rows ? hi - base : w->rows;
+		if (hi > base && a < b)
+			sf_matvec_rows(t->y[i] + a, w->data, w->dtype, w->cols, t->x, a, b);
+		base += w->rows;
+	}
+}
+
+void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y,
+		    const struct sf_weight *const *w)
+{
+	struct matvec_task t = { .x = x, .n = n, .total_rows = 0 };
+	for (int i = 0; i < n; i++) {
+		t.y[i] = y[i];
+		t.w[i] = w[i];
+		t.total_rows += w[i]->rows;
+	}
+	run(pool, matvec_worker, &t);
+}
+
+/* A group's products: observed first, then dense or through s->exec. */
+static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const float *in,
+			size_t n, int nout, float *const *y, const struct sf_weight *const *w)
+{
+	observe(s, layer, g, in, n);
+	if (s->exec && s->exec->fn)
+		s->exec->fn(s->exec->ctx, layer, g, in, n, nout, y, w);
+	else
+		sf_group_dense(s->pool, in, nout, y, w);
+}
+
+// ----------------------------------------------------------------------------
+// attention, heads split over the workers
+
+struct attn_task {
+	const struct sf_config *c;
+	struct sf_runstate *s;
+	int layer, pos;
+};
+
+static void attn_worker(void *arg, int ith, int nth)
+{
+	const struct attn_task *t = arg;
+	const struct sf_config *c = t->c;
+	struct sf_runstate *s = t->s;
+	size_t hd = (size_t)c->head_dim;
+	size_t kv_dim = (size_t)c->n_kv_heads * hd;
+	int group = c->n_heads / c->n_kv_heads;	/* query heads per KV head */
+	float scale = 1.0f / sqrtf((float)hd);
+	size_t layer_off = (size_t)t->layer * s->seq_len * kv_dim;
+	size_t lo, hi;
+
+	sf_pool_split((size_t)c->n_heads, 1, ith, nth, &lo, &hi);
+	for (size_t h = lo; h < hi; h++) {
+		const float *q = s->q + h * hd;
+		float *att = s->att + h * s->seq_len;
+		float *z = s->z + h * hd;
+		size_t kv_off = layer_off + (h / group) * hd;
+
+		for (int p = 0; p <= t->pos; p++)
+			att[p] = sf_dot_f32(q, s->key_cache + kv_off + p * kv_dim, hd) * scale;
+		sf_softmax(att, (size_t)t->pos + 1);
+		memset(z, 0, hd * sizeof(float));
+		for (int p = 0; p <= t->pos; p++)
+			sf_axpy_f32(z, att[p], s->value_cache + kv_off + p * kv_dim, hd);
+	}
+}
+
+// ----------------------------------------------------------------------------
+// the forward pass
+
+float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token, int pos)
+{
+	const struct sf_config *c = &m->cfg;
+	size_t dim = (size_t)c->dim;
+	size_t hd = (size_t)c->head_dim;
+	size_t kv_dim = (size_t)c->n_kv_heads * hd;
+	size_t hidden = (size_t)c->hidden_dim;
+
+	weight_row(s->x, &m->embed, (uint64_t)token);
+
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct sf_layer_weights *w = &m->layers[l];
+		size_t cache_off = ((size_t)l * s->seq_len + pos) * kv_dim;
+
+		// attention: q, k, v from the normed residual
+		sf_rmsnorm(s->xb, s->x, w->attn_norm.data, w->attn_norm.dtype, dim, c->norm_eps);
+		{
+			float *y[] = { s->q, s->k, s->v };
+			const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
+			apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, 3, y, mw);
+		}
+		add_bias(s->q, &w->bq);
+		add_bias(s->k, &w->bk);
+		add_bias(s->v, &w->bv);
+		for (int h = 0; h < c->n_heads; h++)
+			sf_rope(s->q + h * hd, hd, s->inv_freq, pos);
+		for (int h = 0; h < c->n_kv_heads; h++)
+			sf_rope(s->k + h * hd, hd, s->inv_freq, pos);
+		memcpy(s->key_cache + cache_off, s->k, kv_dim * sizeof(float));
+		memcpy(s->value_cache + cache_off, s->v, kv_dim * sizeof(float));
+
+		struct attn_task at = { .c = c, .s = s, .layer = l, .pos = pos };
+		run(s->pool, attn_worker, &at);
+
+		{
+			float *y[] = { s->proj };
+			const struct sf_weight *mw[] = { &w->wo };
+			apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, (size_t)c->n_heads * hd, 1, y, mw);
+		}
+		sf_axpy_f32(s->x, 1.0f, s->proj, dim);
+
+		// FFN: down(silu(gate(x)) * up(x)) on the normed residual
+		sf_rmsnorm(s->xb, s->x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps);
+		{
+			float *y[] = { s->gate, s->up };
+			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
+			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, 2, y, mw);
+		}
+		sf_swiglu(s->act, s->gate, s->up, hidden);
+		{
+			float *y[] = { s->proj };
+			const struct sf_weight *mw[] = { &w->w_down };
+			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, 1, y, mw);
+		}
+		sf_axpy_f32(s->x, 1.0f, s->proj, dim);
+	}
+
+	if (s->skip_logits)
+		return NULL;
+	sf_rmsnorm(s->x, s->x, m->final_norm.data, m->final_norm.dtype, dim, c->norm_eps);
+	{
+		float *y[] = { s->logits };
+		const struct sf_weight *mw[] = { &m->lm_head };
+		sf_group_dense(s->pool, s->x, 1, y, mw);
+	}
+	return s->logits;
+}

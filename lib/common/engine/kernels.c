@@ -1,0 +1,896 @@
+/* Compute kernels of the decoder (see kernels.h): a scalar _ref for each,
+ * AVX2+FMA and AVX-512 variants compiled here through target attributes so
+ * the build needs no -m flags, and a table picked once from the CPU. */
+#include "engine/kernels.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static inline float ld_w(const void *p, enum sf_dtype dt, size_t i)
+{
+	switch (dt) {
+	case SF_DTYPE_F16: return sf_f16_to_f32(((const uint16_t *)p)[i]);
+	case SF_DTYPE_BF16: return sf_bf16_to_f32(((const uint16_t *)p)[i]);
+	default: return ((const float *)p)[i];
+	}
+}
+
+static inline size_t dt_size(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_F32 ? 4 : 2;
+}
+
+// ----------------------------------------------------------------------------
+// reference kernels: plain loops in the order a reader expects
+
+void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
+			const float *x, size_t r0, size_t r1)
+{
+	for (size_t r = r0; r < r1; r++) {
+		float acc = 0.0f;
+		for (size_t c = 0; c < cols; c++)
+			acc += ld_w(W, dt, r * cols + c) * x[c];
+		y[r - r0] = acc;
+	}
+}
+
+void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+		     const uint32_t *idx, const float *xv, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		size_t base = (size_t)idx[k] * stride;
+		for (size_t j = 0; j < m; j++)
+			y[j] += xv[k] * ld_w(C, dt, base + j);
+	}
+}
+
+static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype dt,
+			size_t n, float eps)
+{
+	/* double: PyTorch's float mean is a pairwise sum, far closer to the
+	 * exact value than a running float sum would be */
+	double ss = 0.0;
+	for (size_t i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	float r = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+	for (size_t i = 0; i < n; i++)
+		out[i] = ld_w(w, dt, i) * (x[i] * r);
+}
+
+static void softmax_ref(float *x, size_t n)
+{
+	if (n == 0)
+		return;
+	float mx = x[0], sum = 0.0f;
+	for (size_t i = 1; i < n; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	for (size_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	float inv = 1.0f / sum;
+	for (size_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
+static void swiglu_ref(float *a, const float *g, const float *u, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static float dot_ref(const float *a, const float *b, size_t n)
+{
+	float acc = 0.0f;
+	for (size_t i = 0; i < n; i++)
+		acc += a[i] * b[i];
+	return acc;
+}
+
+static void axpy_ref(float *y, float s, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += s * x[i];
+}
+
+// ----------------------------------------------------------------------------
+// RoPE (scalar only: a few hundred sin/cos per token are not worth SIMD)
+
+void sf_rope(float *v, size_t head_dim, const float *inv_freq, int pos)
+{
+	size_t half = head_dim / 2;
+	for (size_t i = 0; i < half; i++) {
+		/* float product then float cos/sin, as torch computes freqs */
+		float a = (float)pos * inv_freq[i];
+		float c = cosf(a), s = sinf(a);
+		float x1 = v[i], x2 = v[i + half];
+		v[i] = x1 * c - x2 * s;
+		v[i + half] = x2 * c + x1 * s;
+	}
+}
+
+void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,
+		      float low, float high, int orig)
+{
+	size_t half = head_dim / 2;
+	/* torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32 */
+	for (size_t i = 0; i < half; i++) {
+		float e = (float)(2 * i) / (float)head_dim;
+		inv_freq[i] = 1.0f / powf(theta, e);
+	}
+	if (!(factor > 0.0f))
+		return;
+
+	/* HF _compute_llama3_parameters, in float32 like its tensors */
+	/* (torch turns `scalar / tensor` into reciprocal(tensor) * scalar) */
+	const float two_pi = (float)6.283185307179586476925;
+	float low_wavelen = (float)((double)orig / low);
+	float high_wavelen = (float)((double)orig / high);
+	for (size_t i = 0; i < half; i++) {
+		float f = inv_freq[i];
+		float wavelen = (1.0f / f) * two_pi;
+		if (wavelen > low_wavelen) {
+			f = f / factor;
+		} else if (!(wavelen < high_wavelen)) {
+			float smooth = ((1.0f / wavelen) * (float)orig - low) / (high - low);
+			f = (1.0f - smooth) * f / factor + smooth * f;
+		}
+		inv_freq[i] = f;
+	}
+}
+
+// ----------------------------------------------------------------------------
+// dispatch table
+
+struct kern {
+	const char *name;
+	void (*matvec)(float *y, const void *W, enum sf_dtype dt, size_t cols,
+		       const float *x, size_t r0, size_t r1);
+	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+			 const uint32_t *idx, const float *xv, size_t n);
+	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
+			size_t n, float eps);
+	void (*softmax)(float *x, size_t n);
+	void (*swiglu)(float *a, const float *g, const float *u, size_t n);
+	float (*dot)(const float *a, const float *b, size_t n);
+	void (*axpy)(float *y, float s, const float *x, size_t n);
+};
+
+static const struct kern kern_ref = {
+	"ref", sf_matvec_rows_ref, sf_colaccum_ref, rmsnorm_ref, softmax_ref,
+	swiglu_ref, dot_ref, axpy_ref,
+};
+
+#if defined(__x86_64__)
+
+// ----------------------------------------------------------------------------
+// AVX2 + FMA + F16C: 8 lanes, scalar tails (AVX2 has no cheap masked
+// 16-bit loads)
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline))
+
+INL T256 __m256 ld8(const void *p, enum sf_dtype dt)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16:
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+	case SF_DTYPE_F16:
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	default:
+		return _mm256_loadu_ps((const float *)p);
+	}
+}
+
+INL T256 float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* The hardware prefetcher follows a stream only within a 4 KiB page, so
+ * with rows of a few KiB each group of four rows starts four cold
+ * streams. Fetching the next group's rows into L2 at the column we are at
+ * keeps the memory busy across those restarts: measured 2-10% more
+ * bandwidth at 1 and 2 threads on TinyLlama shapes. lines: cache lines
+ * each row advances per step. Prefetches past the matrix's end are
+ * dropped, they never fault. */
+INL void prefetch_group(const char *p, size_t rs, size_t lines)
+{
+	for (size_t l = 0; l < lines; l++) {
+		_mm_prefetch(p + 64 * l, _MM_HINT_T1);
+		_mm_prefetch(p + rs + 64 * l, _MM_HINT_T1);
+		_mm_prefetch(p + 2 * rs + 64 * l, _MM_HINT_T1);
+		_mm_prefetch(p + 3 * rs + 64 * l, _MM_HINT_T1);
+	}
+}
+
+/* Four rows share each load of x; two accumulators per row keep eight
+ * FMA chains in flight, enough to cover the FMA latency. */
+INL T256 void mv256_4(float *y, const char *w, size_t rs, enum sf_dtype dt, size_t cols,
+		      const float *x)
+{
+	size_t es = dt_size(dt), c = 0;
+	const char *w0 = w, *w1 = w + rs, *w2 = w + 2 * rs, *w3 = w + 3 * rs;
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	__m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+
+	for (; c + 16 <= cols; c += 16) {
+		__m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+		prefetch_group(w + 4 * rs + c * es, rs, 1);
+		a0 = _mm256_fmadd_ps(ld8(w0 + c * es, dt), x0, a0);
+		b0 = _mm256_fmadd_ps(ld8(w0 + (c + 8) * es, dt), x1, b0);
+		a1 = _mm256_fmadd_ps(ld8(w1 + c * es, dt), x0, a1);
+		b1 = _mm256_fmadd_ps(ld8(w1 + (c + 8) * es, dt), x1, b1);
+		a2 = _mm256_fmadd_ps(ld8(w2 + c * es, dt), x0, a2);
+		b2 = _mm256_fmadd_ps(ld8(w2 + (c + 8) * es, dt), x1, b2);
+		a3 = _mm256_fmadd_ps(ld8(w3 + c * es, dt), x0, a3);
+		b3 = _mm256_fmadd_ps(ld8(w3 + (c + 8) * es, dt), x1, b3);
+	}
+	for (; c + 8 <= cols; c += 8) {
+		__m256 x0 = _mm256_loadu_ps(x + c);
+		a0 = _mm256_fmadd_ps(ld8(w0 + c * es, dt), x0, a0);
+		a1 = _mm256_fmadd_ps(ld8(w1 + c * es, dt), x0, a1);
+		a2 = _mm256_fmadd_ps(ld8(w2 + c * es, dt), x0, a2);
+		a3 = _mm256_fmadd_ps(ld8(w3 + c * es, dt), x0, a3);
+	}
+	float s0 = hsum8(_mm256_add_ps(a0, b0)), s1 = hsum8(_mm256_add_ps(a1, b1));
+	float s2 = hsum8(_mm256_add_ps(a2, b2)), s3 = hsum8(_mm256_add_ps(a3, b3));
+	for (; c < cols; c++) {
+		s0 += ld_w(w0, dt, c) * x[c];
+		s1 += ld_w(w1, dt, c) * x[c];
+		s2 += ld_w(w2, dt, c) * x[c];
+		s3 += ld_w(w3, dt, c) * x[c];
+	}
+	y[0] = s0, y[1] = s1, y[2] = s2, y[3] = s3;
+}
+
+INL T256 float mv256_1(const char *w, enum sf_dtype dt, size_t cols, const float *x)
+{
+	size_t es = dt_size(dt), c = 0;
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+
+	for (; c + 32 <= cols; c += 32) {
+		a0 = _mm256_fmadd_ps(ld8(w + c * es, dt), _mm256_loadu_ps(x + c), a0);
+		a1 = _mm256_fmadd_ps(ld8(w + (c + 8) * es, dt), _mm256_loadu_ps(x + c + 8), a1);
+		a2 = _mm256_fmadd_ps(ld8(w + (c + 16) * es, dt), _mm256_loadu_ps(x + c + 16), a2);
+		a3 = _mm256_fmadd_ps(ld8(w + (c + 24) * es, dt), _mm256_loadu_ps(x + c + 24), a3);
+	}
+	for (; c + 8 <= cols; c += 8)
+		a0 = _mm256_fmadd_ps(ld8(w + c * es, dt), _mm256_loadu_ps(x + c), a0);
+	float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	for (; c < cols; c++)
+		s += ld_w(w, dt, c) * x[c];
+	return s;
+}
+
+INL T256 void mv256(float *y, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t r0, size_t r1)
+{
+	size_t rs = cols * dt_size(dt), r = r0;
+	const char *w = W;
+	for (; r + 4 <= r1; r += 4)
+		mv256_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
+	for (; r < r1; r++)
+		y[r - r0] = mv256_1(w + r * rs, dt, cols, x);
+}
+
+static T256 void matvec_avx2(float *y, const void *W, enum sf_dtype dt, size_t cols,
+			     const float *x, size_t r0, size_t r1)
+{
+	/* one instance per dtype so the loads are resolved at compile time */
+	switch (dt) {
+	case SF_DTYPE_BF16: mv256(y, W, SF_DTYPE_BF16, cols, x, r0, r1); break;
+	case SF_DTYPE_F16: mv256(y, W, SF_DTYPE_F16, cols, x, r0, r1); break;
+	default: mv256(y, W, SF_DTYPE_F32, cols, x, r0, r1); break;
+	}
+}
+
+/* Four columns per pass: y is loaded and stored once for four FMAs. */
+INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+		    const uint32_t *idx, const float *xv, size_t n)
+{
+	size_t es = dt_size(dt), k = 0;
+	const char *base = C;
+
+	for (; k + 4 <= n; k += 4) {
+		const char *c0 = base + (size_t)idx[k] * stride * es;
+		const char *c1 = base + (size_t)idx[k + 1] * stride * es;
+		const char *c2 = base + (size_t)idx[k + 2] * stride * es;
+		const char *c3 = base + (size_t)idx[k + 3] * stride * es;
+		__m256 v0 = _mm256_set1_ps(xv[k]), v1 = _mm256_set1_ps(xv[k + 1]);
+		__m256 v2 = _mm256_set1_ps(xv[k + 2]), v3 = _mm256_set1_ps(xv[k + 3]);
+		size_t j = 0;
+		for (; j + 8 <= m; j += 8) {
+			__m256 t = _mm256_loadu_ps(y + j);
+			t = _mm256_fmadd_ps(ld8(c0 + j * es, dt), v0, t);
+			t = _mm256_fmadd_ps(ld8(c1 + j * es, dt), v1, t);
+			t = _mm256_fmadd_ps(ld8(c2 + j * es, dt), v2, t);
+			t = _mm256_fmadd_ps(ld8(c3 + j * es, dt), v3, t);
+			_mm256_storeu_ps(y + j, t);
+		}
+		for (; j < m; j++) {
+			float t = y[j];
+			t += xv[k] * ld_w(c0, dt, j);
+			t += xv[k + 1] * ld_w(c1, dt, j);
+			t += xv[k + 2] * ld_w(c2, dt, j);
+			t += xv[k + 3] * ld_w(c3, dt, j);
+			y[j] = t;
+		}
+	}
+	for (; k < n; k++) {
+		const char *c0 = base + (size_t)idx[k] * stride * es;
+		__m256 v0 = _mm256_set1_ps(xv[k]);
+		size_t j = 0;
+		for (; j + 8 <= m; j += 8)
+			_mm256_storeu_ps(y + j, _mm256_fmadd_ps(ld8(c0 + j * es, dt), v0,
+								_mm256_loadu_ps(y + j)));
+		for (; j < m; j++)
+			y[j] += xv[k] * ld_w(c0, dt, j);
+	}
+}
+
+static T256 void colaccum_avx2(float *y, size_t m, const void *C, enum sf_dtype dt,
+			       size_t stride, const uint32_t *idx, const float *xv, size_t n)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16: ca256(y, m, C, SF_DTYPE_BF16, stride, idx, xv, n); break;
+	case SF_DTYPE_F16: ca256(y, m, C, SF_DTYPE_F16, stride, idx, xv, n); break;
+	default: ca256(y, m, C, SF_DTYPE_F32, stride, idx, xv, n); break;
+	}
+}
+
+static T256 void rmsnorm_avx2(float *out, const float *x, const void *w, enum sf_dtype dt,
+			      size_t n, float eps)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+		a0 = _mm256_fmadd_ps(v0, v0, a0);
+		a1 = _mm256_fmadd_ps(v1, v1, a1);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 v0 = _mm256_loadu_ps(x + i);
+		a0 = _mm256_fmadd_ps(v0, v0, a0);
+	}
+	float ss = hsum8(_mm256_add_ps(a0, a1));
+	for (; i < n; i++)
+		ss += x[i] * x[i];
+	float r = 1.0f / sqrtf(ss / (float)n + eps);
+	__m256 rv = _mm256_set1_ps(r);
+	size_t es = dt_size(dt);
+	i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + i), rv);
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(ld8((const char *)w + i * es, dt), t));
+	}
+	for (; i < n; i++)
+		out[i] = ld_w(w, dt, i) * (x[i] * r);
+}
+
+/* e^x as 2^n * e^r with |r| <= ln2/2 and Taylor to degree 7 (truncation
+ * 5e-9, below float precision). The clamps keep NaN (max/min return
+ * their second operand on NaN); results beyond float range are fixed up
+ * by the caller's masks. */
+INL T256 __m256 exp256(__m256 x)
+{
+	const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.33654475f);
+	__m256 big = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ);
+	__m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+	__m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	__m256 p = _mm256_set1_ps(1.0f / 5040);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+	__m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+	res = _mm256_andnot_ps(tiny, res);
+	return _mm256_blendv_ps(res, _mm256_set1_ps(INFINITY), big);
+}
+
+static T256 void softmax_avx2(float *x, size_t n)
+{
+	if (n == 0)
+		return;
+	size_t i = 0;
+	float mx = x[0];
+	if (n >= 8) {
+		__m256 m = _mm256_loadu_ps(x);
+		for (i = 8; i + 8 <= n; i += 8)
+			m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		mx = _mm_cvtss_f32(h);
+	}
+	for (; i < n; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	__m256 mv = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+	for (i = 0; i + 8 <= n; i += 8) {
+		__m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+		_mm256_storeu_ps(x + i, e);
+		acc = _mm256_add_ps(acc, e);
+	}
+	float sum = hsum8(acc);
+	for (; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	float is = 1.0f / sum;
+	__m256 inv = _mm256_set1_ps(is);
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+	for (; i < n; i++)
+		x[i] *= is;
+}
+
+static T256 void swiglu_avx2(float *a, const float *g, const float *u, size_t n)
+{
+	size_t i = 0;
+	const __m256 one = _mm256_set1_ps(1.0f);
+	for (; i + 8 <= n; i += 8) {
+		__m256 gv = _mm256_loadu_ps(g + i);
+		__m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+		__m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+		_mm256_storeu_ps(a + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+	}
+	for (; i < n; i++)
+		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static T256 float dot_avx2(const float *a, const float *b, size_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+		a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), a1);
+	}
+	for (; i + 8 <= n; i += 8)
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+	float s = hsum8(_mm256_add_ps(a0, a1));
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static T256 void axpy_avx2(float *y, float s, const float *x, size_t n)
+{
+	__m256 sv = _mm256_set1_ps(s);
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + i),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += s * x[i];
+}
+
+static const struct kern kern_avx2 = {
+	"avx2", matvec_avx2, colaccum_avx2, rmsnorm_avx2, softmax_avx2,
+	swiglu_avx2, dot_avx2, axpy_avx2,
+};
+
+// ----------------------------------------------------------------------------
+// AVX-512 F/BW/VL: 16 lanes, tails by masked loads (which never fault on
+// the masked-off bytes, so a tensor at the very end of a mapping is safe)
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+INL T512 __m512 ld16(const void *p, enum sf_dtype dt)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+	case SF_DTYPE_F16:
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+	default:
+		return _mm512_loadu_ps(p);
+	}
+}
+
+INL T512 __m512 ld16m(const void *p, enum sf_dtype dt, __mmask16 k)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+	case SF_DTYPE_F16:
+		return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+	default:
+		return _mm512_maskz_loadu_ps(k, p);
+	}
+}
+
+INL T512 __mmask16 tailmask(size_t left)
+{
+	return (__mmask16)((1u << left) - 1u);
+}
+
+INL T512 void mv512_4(float *y, const char *w, size_t rs, enum sf_dtype dt, size_t cols,
+		      const float *x)
+{
+	size_t es = dt_size(dt), c = 0;
+	const char *w0 = w, *w1 = w + rs, *w2 = w + 2 * rs, *w3 = w + 3 * rs;
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+
+	for (; c + 32 <= cols; c += 32) {
+		__m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+		prefetch_group(w + 4 * rs + c * es, rs, es / 2);
+		a0 = _mm512_fmadd_ps(ld16(w0 + c * es, dt), x0, a0);
+		b0 = _mm512_fmadd_ps(ld16(w0 + (c + 16) * es, dt), x1, b0);
+		a1 = _mm512_fmadd_ps(ld16(w1 + c * es, dt), x0, a1);
+		b1 = _mm512_fmadd_ps(ld16(w1 + (c + 16) * es, dt), x1, b1);
+		a2 = _mm512_fmadd_ps(ld16(w2 + c * es, dt), x0, a2);
+		b2 = _mm512_fmadd_ps(ld16(w2 + (c + 16) * es, dt), x1, b2);
+		a3 = _mm512_fmadd_ps(ld16(w3 + c * es, dt), x0, a3);
+		b3 = _mm512_fmadd_ps(ld16(w3 + (c + 16) * es, dt), x1, b3);
+	}
+	for (; c + 16 <= cols; c += 16) {
+		__m512 x0 = _mm512_loadu_ps(x + c);
+		a0 = _mm512_fmadd_ps(ld16(w0 + c * es, dt), x0, a0);
+		a1 = _mm512_fmadd_ps(ld16(w1 + c * es, dt), x0, a1);
+		a2 = _mm512_fmadd_ps(ld16(w2 + c * es, dt), x0, a2);
+		a3 = _mm512_fmadd_ps(ld16(w3 + c * es, dt), x0, a3);
+	}
+	if (c < cols) {
+		__mmask16 k = tailmask(cols - c);
+		__m512 x0 = _mm512_maskz_loadu_ps(k, x + c);
+		b0 = _mm512_fmadd_ps(ld16m(w0 + c * es, dt, k), x0, b0);
+		b1 = _mm512_fmadd_ps(ld16m(w1 + c * es, dt, k), x0, b1);
+		b2 = _mm512_fmadd_ps(ld16m(w2 + c * es, dt, k), x0, b2);
+		b3 = _mm512_fmadd_ps(ld16m(w3 + c * es, dt, k), x0, b3);
+	}
+	y[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
+	y[1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
+	y[2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
+	y[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+}
+
+INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float *x)
+{
+	size_t es = dt_size(dt), c = 0;
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+
+	for (; c + 64 <= cols; c += 64) {
+		a0 = _mm512_fmadd_ps(ld16(w + c * es, dt), _mm512_loadu_ps(x + c), a0);
+		a1 = _mm512_fmadd_ps(ld16(w + (c + 16) * es, dt), _mm512_loadu_ps(x + c + 16), a1);
+		a2 = _mm512_fmadd_ps(ld16(w + (c + 32) * es, dt), _mm512_loadu_ps(x + c + 32), a2);
+		a3 = _mm512_fmadd_ps(ld16(w + (c + 48) * es, dt), _mm512_loadu_ps(x + c + 48), a3);
+	}
+	for (; c + 16 <= cols; c += 16)
+		a0 = _mm512_fmadd_ps(ld16(w + c * es, dt), _mm512_loadu_ps(x + c), a0);
+	if (c < cols) {
+		__mmask16 k = tailmask(cols - c);
+		a1 = _mm512_fmadd_ps(ld16m(w + c * es, dt, k), _mm512_maskz_loadu_ps(k, x + c), a1);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+INL T512 void mv512(float *y, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t r0, size_t r1)
+{
+	size_t rs = cols * dt_size(dt), r = r0;
+	const char *w = W;
+	for (; r + 4 <= r1; r += 4)
+		mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
+	for (; r < r1; r++)
+		y[r - r0] = mv512_1(w + r * rs, dt, cols, x);
+}
+
+static T512 void matvec_avx512(float *y, const void *W, enum sf_dtype dt, size_t cols,
+			       const float *x, size_t r0, size_t r1)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16: mv512(y, W, SF_DTYPE_BF16, cols, x, r0, r1); break;
+	case SF_DTYPE_F16: mv512(y, W, SF_DTYPE_F16, cols, x, r0, r1); break;
+	default: mv512(y, W, SF_DTYPE_F32, cols, x, r0, r1); break;
+	}
+}
+
+INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+		    const uint32_t *idx, const float *xv, size_t n)
+{
+	size_t es = dt_size(dt), k = 0, mt = m & ~(size_t)15;
+	__mmask16 km = tailmask(m - mt);
+	const char *base = C;
+
+	for (; k + 4 <= n; k += 4) {
+		const char *c0 = base + (size_t)idx[k] * stride * es;
+		const char *c1 = base + (size_t)idx[k + 1] * stride * es;
+		const char *c2 = base + (size_t)idx[k + 2] * stride * es;
+		const char *c3 = base + (size_t)idx[k + 3] * stride * es;
+		__m512 v0 = _mm512_set1_ps(xv[k]), v1 = _mm512_set1_ps(xv[k + 1]);
+		__m512 v2 = _mm512_set1_ps(xv[k + 2]), v3 = _mm512_set1_ps(xv[k + 3]);
+		size_t j = 0;
+		for (; j < mt; j += 16) {
+			__m512 t = _mm512_loadu_ps(y + j);
+			t = _mm512_fmadd_ps(ld16(c0 + j * es, dt), v0, t);
+			t = _mm512_fmadd_ps(ld16(c1 + j * es, dt), v1, t);
+			t = _mm512_fmadd_ps(ld16(c2 + j * es, dt), v2, t);
+			t = _mm512_fmadd_ps(ld16(c3 + j * es, dt), v3, t);
+			_mm512_storeu_ps(y + j, t);
+		}
+		if (km) {
+			__m512 t = _mm512_maskz_loadu_ps(km, y + j);
+			t = _mm512_fmadd_ps(ld16m(c0 + j * es, dt, km), v0, t);
+			t = _mm512_fmadd_ps(ld16m(c1 + j * es, dt, km), v1, t);
+			t = _mm512_fmadd_ps(ld16m(c2 + j * es, dt, km), v2, t);
+			t = _mm512_fmadd_ps(ld16m(c3 + j * es, dt, km), v3, t);
+			_mm512_mask_storeu_ps(y + j, km, t);
+		}
+	}
+	for (; k < n; k++) {
+		const char *c0 = base + (size_t)idx[k] * stride * es;
+		__m512 v0 = _mm512_set1_ps(xv[k]);
+		size_t j = 0;
+		for (; j < mt; j += 16)
+			_mm512_storeu_ps(y + j, _mm512_fmadd_ps(ld16(c0 + j * es, dt), v0,
+								_mm512_loadu_ps(y + j)));
+		if (km)
+			_mm512_mask_storeu_ps(y + j, km,
+				_mm512_fmadd_ps(ld16m(c0 + j * es, dt, km), v0,
+						_mm512_maskz_loadu_ps(km, y + j)));
+	}
+}
+
+static T512 void colaccum_avx512(float *y, size_t m, const void *C, enum sf_dtype dt,
+				 size_t stride, const uint32_t *idx, const float *xv, size_t n)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16: ca512(y, m, C, SF_DTYPE_BF16, stride, idx, xv, n); break;
+	case SF_DTYPE_F16: ca512(y, m, C, SF_DTYPE_F16, stride, idx, xv, n); break;
+	default: ca512(y, m, C, SF_DTYPE_F32, stride, idx, xv, n); break;
+	}
+}
+
+static T512 void rmsnorm_avx512(float *out, const float *x, const void *w, enum sf_dtype dt,
+				size_t n, float eps)
+{
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0;
+	size_t i = 0, es = dt_size(dt);
+	for (; i + 32 <= n; i += 32) {
+		__m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+		a0 = _mm512_fmadd_ps(v0, v0, a0);
+		a1 = _mm512_fmadd_ps(v1, v1, a1);
+	}
+	for (; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		__m512 v0 = _mm512_maskz_loadu_ps(k, x + i);
+		a0 = _mm512_fmadd_ps(v0, v0, a0);
+	}
+	float ss = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+	float r = 1.0f / sqrtf(ss / (float)n + eps);
+	__m512 rv = _mm512_set1_ps(r);
+	for (i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		__m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), rv);
+		_mm512_mask_storeu_ps(out + i, k,
+			_mm512_mul_ps(ld16m((const char *)w + i * es, dt, k), t));
+	}
+}
+
+/* As exp256, with scalef doing the 2^n so over- and underflow (to
+ * subnormals and zero) come out right without masks; the clamps only stop
+ * inf - inf in the reduction and keep NaN. */
+INL T512 __m512 exp512(__m512 x)
+{
+	__m512 xc = _mm512_min_ps(_mm512_set1_ps(100.0f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x));
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 p = _mm512_set1_ps(1.0f / 5040);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	return _mm512_scalef_ps(p, n);
+}
+
+static T512 void softmax_avx512(float *x, size_t n)
+{
+	if (n == 0)
+		return;
+	__m512 m = _mm512_set1_ps(-INFINITY), acc = _mm512_setzero_ps();
+	size_t i;
+	for (i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, x + i));
+	}
+	__m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+	for (i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		__m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
+		_mm512_mask_storeu_ps(x + i, k, e);
+		acc = _mm512_mask_add_ps(acc, k, acc, e);
+	}
+	__m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
+	for (i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		_mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+	}
+}
+
+static T512 void swiglu_avx512(float *a, const float *g, const float *u, size_t n)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		__m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+		__m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+		__m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+		_mm512_mask_storeu_ps(a + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, u + i)));
+	}
+}
+
+static T512 float dot_avx512(const float *a, const float *b, size_t n)
+{
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0;
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+		a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), a1);
+	}
+	for (; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), a0);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+static T512 void axpy_avx512(float *y, float s, const float *x, size_t n)
+{
+	__m512 sv = _mm512_set1_ps(s);
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
+		_mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(k, x + i),
+								 _mm512_maskz_loadu_ps(k, y + i)));
+	}
+}
+
+static const struct kern kern_avx512 = {
+	"avx512", matvec_avx512, colaccum_avx512, rmsnorm_avx512, softmax_avx512,
+	swiglu_avx512, dot_avx512, axpy_avx512,
+};
+
+static int has_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+}
+
+static int has_avx512(void)
+{
+	__builtin_cpu_init();
+	return has_avx2() && __builtin_cpu_supports("avx512f") &&
+	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512dq");
+}
+
+#endif /* __x86_64__ */
+
+// ----------------------------------------------------------------------------
+// selection: once, on first use; racing first callers pick the same table
+
+static _Atomic(const struct kern *) kern_cur;
+
+static const struct kern *kern_best(void)
+{
+	const char *e = getenv("SF_REF");
+	if (e && *e && strcmp(e, "0") != 0)
+		return &kern_ref;
+#if defined(__x86_64__)
+	if (has_avx512())
+		return &kern_avx512;
+	if (has_avx2())
+		return &kern_avx2;
+#endif
+	return &kern_ref;
+}
+
+static inline const struct kern *K(void)
+{
+	const struct kern *k = atomic_load_explicit(&kern_cur, memory_order_acquire);
+	if (!k) {
+		k = kern_best();
+		atomic_store_explicit(&kern_cur, k, memory_order_release);
+	}
+	return k;
+}
+
+const char *sf_kernels_isa(void)
+{
+	return K()->name;
+}
+
+int sf_kernels_select(const char *isa)
+{
+	const struct kern *k = NULL;
+	if (!isa)
+		k = kern_best();
+	else if (strcmp(isa, "ref") == 0)
+		k = &kern_ref;
+#if defined(__x86_64__)
+	else if (strcmp(isa, "avx2") == 0)
+		k = has_avx2() ? &kern_avx2 : NULL;
+	else if (strcmp(isa, "avx512") == 0)
+		k = has_avx512() ? &kern_avx512 : NULL;
+#else
+	else if (strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0)
+		return -ENOTSUP;
+#endif
+	else
+		return -EINVAL;
+	if (!k)
+		return -ENOTSUP;
+	atomic_store_explicit(&kern_cur, k, memory_order_release);
+	return 0;
+}
+
+// ----------------------------------------------------------------------------
+// public entry points
+
+void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t r0, size_t r1)
+{
+	K()->matvec(y, W, dt, cols, x, r0, r1);
+}
+
+void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+		 const uint32_t *idx, const float *xv, size_t n)
+{
+	K()->colaccum(y, m, C, dt, stride, idx, xv, n);
+}
+
+void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)
+{
+	if (n)
+		K()->rmsnorm(out, x, w, dt, n, eps);
+}
+
+void sf_softmax(float *x, size_t n)
+{
+	K()->softmax(x, n);
+}
+
+void sf_swiglu(float *a, const float *g, const float *u, size_t n)
+{
+	K()->swiglu(a, g, u, n);
+}
+
+float sf_dot_f32(const float *a, const float *b, size_t n)
+{
+	return K()->dot(a, b, n);
+}
+
+void sf_axpy_f32(float *y, float s, const float *x, size_t n)
+{
+	K()->axpy(y, s, x, n);
+}

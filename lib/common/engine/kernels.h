@@ -1,0 +1,58 @@
+/* Compute kernels of the decoder: matrix-vector products over f32, bf16
+ * and f16 weights with f32 accumulation, the column-accumulate of the
+ * sparse decoder, RMSNorm, RoPE, softmax, SiLU. Each has a portable _ref
+ * path that always compiles; AVX2 and AVX-512 paths are chosen at run time
+ * unless SF_REF=1 is set in the environment. */
+#ifndef SF_KERNELS_H
+#define SF_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/vocab.h"
+
+/* Which implementation the dispatcher picked: "avx512", "avx2" or "ref". */
+const char *sf_kernels_isa(void);
+/* Makes every kernel use one implementation ("ref", "avx2", "avx512"), or
+ * the automatic choice again for NULL; for tests and benchmarks. 0,
+ * -EINVAL for an unknown name, -ENOTSUP when this CPU or build lacks it.
+ * Not while other threads are running kernels. */
+int sf_kernels_select(const char *isa);
+
+/* y[r - r0] = sum_c W[r][c] * x[c] for rows r in [r0, r1); W row-major
+ * with `cols` columns in dtype dt. Threads split rows by calling this on
+ * disjoint ranges. */
+void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t r0, size_t r1);
+void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
+			const float *x, size_t r0, size_t r1);
+
+/* Column-accumulate: y[0..m) += sum_k xv[k] * C[idx[k]][0..m), where C
+ * holds columns contiguously (column i starts at element i * stride). The
+ * sparse decoder's shape: only the selected input entries are touched. */
+void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+		 const uint32_t *idx, const float *xv, size_t n);
+void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
+		     const uint32_t *idx, const float *xv, size_t n);
+
+/* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
+ * (float32 throughout); w in dtype dt. out may alias x. */
+void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);
+
+/* Rotate-half RoPE on one head vector of head_dim at position pos, with
+ * inverse frequencies inv_freq[head_dim / 2] (see sf_rope_inv_freq). */
+void sf_rope(float *v, size_t head_dim, const float *inv_freq, int pos);
+/* inv_freq[i] = theta^(-2i/head_dim), with Llama 3 rope_scaling applied
+ * when factor > 0 (low, high: the frequency factors; orig: the original
+ * max position). */
+void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,
+		      float low, float high, int orig);
+
+void sf_softmax(float *x, size_t n);
+/* a[i] = silu(g[i]) * u[i] */
+void sf_swiglu(float *a, const float *g, const float *u, size_t n);
+float sf_dot_f32(const float *a, const float *b, size_t n);
+/* y += s * x */
+void sf_axpy_f32(float *y, float s, const float *x, size_t n);
+
+#endif

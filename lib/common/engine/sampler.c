@@ -1,0 +1,114 @@
+/* Token sampling: see sampler.h. */
+#include "engine/sampler.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "engine/kernels.h"
+#include "base/rng.h"
+
+int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, float top_p,
+		    uint64_t seed, struct sf_err *e)
+{
+	s->vocab_size = vocab_size;
+	s->temperature = temperature;
+	s->top_p = top_p;
+	/* splitmix64 of the seed, so that seed 0 and nearby seeds give
+	 * unrelated, non-zero xorshift states */
+	uint64_t z = sf_splitmix64(&seed);
+	s->rng = z ? z : 1;
+	s->candidates = malloc((size_t)vocab_size * sizeof(*s->candidates));
+	if (!s->candidates)
+		return sf_err_set(e, -ENOMEM, "sampler: %s", sf_strerror(-ENOMEM));
+	return 0;
+}
+
+void sf_sampler_free(struct sf_sampler *s)
+{
+	free(s->candidates);
+	s->candidates = NULL;
+}
+
+static float random_f32(uint64_t *state)
+{
+	*state ^= *state >> 12;
+	*state ^= *state << 25;
+	*state ^= *state >> 27;
+	return (float)((*state * 0x2545F4914F6CDD1DULL) >> 40) / 16777216.0f;	/* [0, 1) */
+}
+
+int sf_argmax(const float *x, size_t n)
+{
+	size_t best = 0;
+	for (size_t i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return (int)best;
+}
+
+static int sample_all(const float *p, int n, float coin)
+{
+	float cdf = 0.0f;
+	for (int i = 0; i < n; i++) {
+		cdf += p[i];
+		if (coin < cdf)
+			return i;
+	}
+	return n - 1;	/* rounding left the cdf short of 1 */
+}
+
+static int by_prob_desc(const void *a, const void *b)
+{
+	const struct sf_prob_index *x = a, *y = b;
+	if (x->prob != y->prob)
+		return x->prob < y->prob ? 1 : -1;
+	return x->index - y->index;	/* a total order keeps sampling deterministic */
+}
+
+/* Nucleus sampling: the smallest set of most likely tokens whose
+ * probability reaches top_p. Tokens below (1 - top_p) / (n - 1) cannot be
+ * in that set, so they are dropped before sorting. */
+static int sample_top_p(struct sf_sampler *s, const float *p, float coin)
+{
+	int n = s->vocab_size, m = 0;
+	float cutoff = (1.0f - s->top_p) / (float)(n > 1 ? n - 1 : 1);
+
+	for (int i = 0; i < n; i++) {
+		if (p[i] >= cutoff) {
+			s->candidates[m].prob = p[i];
+			s->candidates[m].index = i;
+			m++;
+		}
+	}
+	qsort(s->candidates, (size_t)m, sizeof(*s->candidates), by_prob_desc);
+
+	float mass = 0.0f;
+	int last = m - 1;
+	for (int i = 0; i < m; i++) {
+		mass += s->candidates[i].prob;
+		if (mass > s->top_p) {
+			last = i;
+			break;
+		}
+	}
+	float r = coin * mass, cdf = 0.0f;
+	for (int i = 0; i <= last; i++) {
+		cdf += s->candidates[i].prob;
+		if (r < cdf)
+			return s->candidates[i].index;
+	}
+	return s->candidates[last].index;
+}
+
+int sf_sample(struct sf_sampler *s, float *logits)
+{
+	if (s->temperature == 0.0f)
+		return sf_argmax(logits, (size_t)s->vocab_size);
+	for (int i = 0; i < s->vocab_size; i++)
+		logits[i] /= s->temperature;
+	sf_softmax(logits, (size_t)s->vocab_size);
+	float coin = random_f32(&s->rng);
+	if (s->top_p <= 0.0f || s->top_p >= 1.0f)
+		return sample_all(logits, s->vocab_size, coin);
+	return sample_top_p(s, logits, coin);
+}

@@ -1,0 +1,447 @@
+/* config.json of a Hugging Face Llama, Mistral or Qwen2 causal LM into a
+ * struct sf_config, with Hugging Face's defaults for absent fields and a
+ * refusal, by name, of every feature the decoder does not implement. */
+#include "formats/config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_FILE_MAX (16u << 20)	/* bytes; real ones are about 1 KiB */
+
+/* Sanity limits: far above any released model, low enough that sizes
+ * computed from them stay well inside 64 bits. */
+#define DIM_MAX 65536
+#define HIDDEN_MAX (1 << 20)
+#define LAYERS_MAX 1024
+#define HEADS_MAX 1024
+#define HEAD_DIM_MAX 1024
+#define VOCAB_MAX (4 << 20)
+#define SEQ_MAX (1 << 24)
+
+static const struct {
+	const char *arch;	/* architectures[0] */
+	const char *type;	/* model_type */
+	enum sf_arch id;
+} archs[] = {
+	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA },
+	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL },
+	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2 },
+};
+
+const char *sf_arch_name(enum sf_arch a)
+{
+	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		if (archs[i].id == a)
+			return archs[i].arch;
+	return "?";
+}
+
+/* Reads the whole file, NUL-terminated, bounded by CONFIG_FILE_MAX. */
+static int slurp(const char *path, char **buf, size_t *len, struct sf_err *e)
+{
+	FILE *f = fopen(path, "rb");
+	char *b = NULL;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	if (!f)
+		return sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+	for (;;) {
+		size_t got;
+
+		if (n + 1 >= cap) {
+			char *nb;
+			if (cap >= CONFIG_FILE_MAX) {
+				ret = sf_err_set(e, SF_ELIMIT, "%s: larger than the limit of %u bytes",
+						 path, CONFIG_FILE_MAX);
+				goto out;
+			}
+			cap = cap ? cap * 2 : 4096;
+			nb = realloc(b, cap);
+			if (!nb) {
+				ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
+				goto out;
+			}
+			b = nb;
+		}
+		got = fread(b + n, 1, cap - n - 1, f);
+		n += got;
+		if (!got) {
+			if (ferror(f))
+				ret = sf_err_set(e, -EIO, "%s: read error", path);
+			break;
+		}
+	}
+out:
+	fclose(f);
+	if (ret) {
+		free(b);
+		return ret;
+	}
+	b[n] = 0;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+static const char *json_type_word(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE: return "true";
+	case JSON_FALSE: return "false";
+	case JSON_NULL: return "null";
+	}
+	return "?";
+}
+
+/* An integer field in [min, max]. Absent or null: *out = def when
+ * !required, else an error. */
+static int get_int(const char *path, json_t *obj, const char *ctx, const char *key, int required,
+		   int def, long long min, long long max, int *out, struct sf_err *e)
+{
+	json_t *v = json_object_get(obj, key);
+	long long x;
+
+	if (!v || json_is_null(v)) {
+		if (required)
+			return sf_err_set(e, SF_EFORMAT, "%s: '%s%s': missing", path, ctx, key);
+		*out = def;
+		return 0;
+	}
+	if (!json_is_integer(v))
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s%s': %s, expected an integer", path, ctx, key,
+				  json_type_word(v));
+	x = json_integer_value(v);
+	if (x < min || x > max)
+		return sf_err_set(e, SF_ELIMIT, "%s: '%s%s': %lld, expected %lld..%lld", path, ctx, key,
+				  x, min, max);
+	*out = (int)x;
+	return 0;
+}
+
+/* A number (integer or real) in (lo, hi], or [lo, hi] when lo_incl. */
+static int get_num(const char *path, json_t *obj, const char *ctx, const char *key, int required,
+		   double def, double lo, int lo_incl, double hi, float *out, struct sf_err *e)
+{
+	json_t *v = json_object_get(obj, key);
+	double x;
+
+	if (!v || json_is_null(v)) {
+		if (required)
+			return sf_err_set(e, SF_EFORMAT, "%s: '%s%s': missing", path, ctx, key);
+		*out = (float)def;
+		return 0;
+	}
+	if (!json_is_number(v))
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s%s': %s, expected a number", path, ctx, key,
+				  json_type_word(v));
+	x = json_number_value(v);
+	if (!isfinite(x) || (lo_incl ? x < lo : x <= lo) || x > hi)
+		return sf_err_set(e, SF_ELIMIT, "%s: '%s%s': %g, expected %s %g and at most %g", path,
+				  ctx, key, x, lo_incl ? "at least" : "above", lo, hi);
+	*out = (float)x;
+	return 0;
+}
+
+static int get_bool(const char *path, json_t *obj, const char *key, int def, int *out,
+		    struct sf_err *e)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v || json_is_null(v)) {
+		*out = def;
+		return 0;
+	}
+	if (!json_is_boolean(v))
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s': %s, expected true or false", path, key,
+				  json_type_word(v));
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int parse_arch(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	json_t *a = json_object_get(root, "architectures");
+	json_t *t = json_object_get(root, "model_type");
+
+	if (a && !json_is_null(a)) {
+		const char *name;
+
+		if (!json_is_array(a) || !json_array_size(a) ||
+		    !json_is_string(json_array_get(a, 0)))
+			return sf_err_set(e, SF_EFORMAT,
+					  "%s: 'architectures': expected a non-empty array of strings",
+					  path);
+		name = json_string_value(json_array_get(a, 0));
+		for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+			if (!strcmp(name, archs[i].arch)) {
+				c->arch = archs[i].id;
+				return 0;
+			}
+		return sf_err_set(e, SF_EUNSUPPORTED,
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM)",
+				  path, name);
+	}
+	if (json_is_string(t)) {
+		const char *name = json_string_value(t);
+
+		for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+			if (!strcmp(name, archs[i].type)) {
+				c->arch = archs[i].id;
+				return 0;
+			}
+		return sf_err_set(e, SF_EUNSUPPORTED,
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral or qwen2)",
+				  path, name);
+	}
+	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
+}
+
+/* rope_scaling: null, a "default" type (plain RoPE), or llama3. */
+static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *c,
+			      struct sf_err *e)
+{
+	json_t *rs = json_object_get(root, "rope_scaling");
+	json_t *jt;
+	const char *type;
+	int ret;
+
+	if (!rs || json_is_null(rs))
+		return 0;
+	if (!json_is_object(rs))
+		return sf_err_set(e, SF_EFORMAT, "%s: 'rope_scaling': %s, expected an object or null",
+				  path, json_type_word(rs));
+	/* Transformers renamed "type" to "rope_type"; both are seen. */
+	jt = json_object_get(rs, "rope_type");
+	if (!jt)
+		jt = json_object_get(rs, "type");
+	if (!json_is_string(jt))
+		return sf_err_set(e, SF_EFORMAT, "%s: 'rope_scaling.rope_type': %s, expected a string",
+				  path, jt ? json_type_word(jt) : "missing");
+	type = json_string_value(jt);
+	if (!strcmp(type, "default"))
+		return 0;
+	if (strcmp(type, "llama3"))
+		return sf_err_set(e, SF_EUNSUPPORTED,
+				  "%s: 'rope_scaling': type '%.60s' unsupported (only llama3)", path, type);
+	c->rope_llama3 = 1;
+	if ((ret = get_num(path, rs, "rope_scaling.", "factor", 1, 0, 0, 0, 1e6, &c->rope_factor, e)) ||
+	    (ret = get_num(path, rs, "rope_scaling.", "low_freq_factor", 1, 0, 0, 0, 1e6,
+			   &c->rope_low_freq_factor, e)) ||
+	    (ret = get_num(path, rs, "rope_scaling.", "high_freq_factor", 1, 0, 0, 0, 1e6,
+			   &c->rope_high_freq_factor, e)) ||
+	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 1, 0, 1,
+			   SEQ_MAX, &c->rope_orig_max_pos, e)))
+		return ret;
+	/* The smoothing divides by high - low. */
+	if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+		return sf_err_set(e, SF_EFORMAT,
+				  "%s: 'rope_scaling.high_freq_factor': %g, expected above low_freq_factor %g",
+				  path, c->rope_high_freq_factor, c->rope_low_freq_factor);
+	return 0;
+}
+
+static int parse_eos(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	json_t *v = json_object_get(root, "eos_token_id");
+
+	c->n_eos = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (json_is_integer(v)) {
+		json_int_t x = json_integer_value(v);
+
+		if (x < 0 || x >= c->vocab_size)
+			return sf_err_set(e, SF_EFORMAT, "%s: 'eos_token_id': %lld, expected 0..%d", path,
+					  (long long)x, c->vocab_size - 1);
+		c->eos_ids[c->n_eos++] = (int)x;
+		return 0;
+	}
+	if (!json_is_array(v))
+		return sf_err_set(e, SF_EFORMAT,
+				  "%s: 'eos_token_id': %s, expected an integer or a list of integers",
+				  path, json_type_word(v));
+	if (json_array_size(v) > SF_MAX_EOS)
+		return sf_err_set(e, SF_ELIMIT, "%s: 'eos_token_id': %zu ids, at most %d supported",
+				  path, json_array_size(v), SF_MAX_EOS);
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		json_t *x = json_array_get(v, i);
+
+		if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+		    json_integer_value(x) >= c->vocab_size)
+			return sf_err_set(e, SF_EFORMAT, "%s: 'eos_token_id[%zu]': expected an integer 0..%d",
+					  path, i, c->vocab_size - 1);
+		c->eos_ids[c->n_eos++] = (int)json_integer_value(x);
+	}
+	return 0;
+}
+
+/* Features of these architectures that the decoder does not compute. */
+static int refuse_unsupported(const char *path, json_t *root, const struct sf_config *c,
+			      struct sf_err *e)
+{
+	json_t *act = json_object_get(root, "hidden_act");
+	int b = 0, ret;
+
+	if (act && !json_is_null(act)) {
+		const char *s = json_string_value(act);
+
+		if (!s)
+			return sf_err_set(e, SF_EFORMAT, "%s: 'hidden_act': %s, expected a string", path,
+					  json_type_word(act));
+		/* Transformers maps both names to the same SiLU. */
+		if (strcmp(s, "silu") && strcmp(s, "swish"))
+			return sf_err_set(e, SF_EUNSUPPORTED,
+					  "%s: 'hidden_act': '%.60s' unsupported (only silu)", path, s);
+	}
+	/* Only LlamaConfig reads these; Mistral and Qwen2 build their
+	 * Linear layers without them. */
+	if (c->arch == SF_ARCH_LLAMA) {
+		if ((ret = get_bool(path, root, "attention_bias", 0, &b, e)))
+			return ret;
+		if (b)
+			return sf_err_set(e, SF_EUNSUPPORTED,
+					  "%s: 'attention_bias': true unsupported (Llama's q/k/v/o biases)",
+					  path);
+		if ((ret = get_bool(path, root, "mlp_bias", 0, &b, e)))
+			return ret;
+		if (b)
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'mlp_bias': true unsupported", path);
+	}
+	return 0;
+}
+
+/* A sliding window narrower than the context changes attention; we keep
+ * attention exact by limiting the context to the window instead. */
+static int parse_sliding_window(const char *path, json_t *root, struct sf_config *c,
+				struct sf_err *e)
+{
+	int use = 0, ret;
+
+	if (c->arch == SF_ARCH_MISTRAL)
+		use = 1;	/* MistralConfig applies sliding_window whenever set */
+	else if (c->arch == SF_ARCH_QWEN2 &&
+		 (ret = get_bool(path, root, "use_sliding_window", 0, &use, e)))
+		return ret;
+	if (!use)
+		return 0;
+	if ((ret = get_int(path, root, "", "sliding_window", 0, 0, 1, SEQ_MAX, &c->sliding_window, e)))
+		return ret;
+	if (c->sliding_window && c->sliding_window < c->max_seq_len)
+		c->max_seq_len = c->sliding_window;
+	return 0;
+}
+
+int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int ret;
+
+	memset(c, 0, sizeof(*c));
+	if ((ret = slurp(path, &text, &len, e)))
+		return ret;
+	ret = sf_config_parse(c, path, text, len, e);
+	free(text);
+	return ret;
+}
+
+int sf_config_parse(struct sf_config *c, const char *path, const char *text, size_t len,
+		    struct sf_err *e)
+{
+	json_t *root = NULL, *v;
+	json_error_t jerr;
+	int ret, head_dim_default;
+
+	memset(c, 0, sizeof(*c));
+	if (len > CONFIG_FILE_MAX) {
+		ret = sf_err_set(e, SF_ELIMIT, "%s: larger than the limit of %u bytes", path,
+				 CONFIG_FILE_MAX);
+		goto out;
+	}
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: not valid JSON: %s at line %d column %d", path,
+				 jerr.text, jerr.line, jerr.column);
+		goto out;
+	}
+	if (!json_is_object(root)) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: %s, expected a JSON object", path,
+				 json_type_word(root));
+		goto out;
+	}
+	if ((ret = parse_arch(path, root, c, e)))
+		goto out;
+	/* The shape fields are required: Hugging Face's defaults are a 7B
+	 * model's, never what a small checkpoint means. */
+	if ((ret = get_int(path, root, "", "hidden_size", 1, 0, 1, DIM_MAX, &c->dim, e)) ||
+	    (ret = get_int(path, root, "", "intermediate_size", 1, 0, 1, HIDDEN_MAX, &c->hidden_dim, e)) ||
+	    (ret = get_int(path, root, "", "num_hidden_layers", 1, 0, 1, LAYERS_MAX, &c->n_layers, e)) ||
+	    (ret = get_int(path, root, "", "num_attention_heads", 1, 0, 1, HEADS_MAX, &c->n_heads, e)) ||
+	    (ret = get_int(path, root, "", "num_key_value_heads", 0, c->n_heads, 1, HEADS_MAX,
+			   &c->n_kv_heads, e)) ||
+	    (ret = get_int(path, root, "", "vocab_size", 1, 0, 1, VOCAB_MAX, &c->vocab_size, e)) ||
+	    (ret = get_int(path, root, "", "max_position_embeddings", 1, 0, 1, SEQ_MAX,
+			   &c->max_seq_len, e)))
+		goto out;
+	v = json_object_get(root, "head_dim");
+	head_dim_default = !v || json_is_null(v);
+	if ((ret = get_int(path, root, "", "head_dim", 0, c->dim / c->n_heads, 1, HEAD_DIM_MAX,
+			   &c->head_dim, e)))
+		goto out;
+	if (head_dim_default && c->dim % c->n_heads) {
+		ret = sf_err_set(e, SF_EFORMAT,
+				 "%s: 'hidden_size' %d is not a multiple of 'num_attention_heads' %d",
+				 path, c->dim, c->n_heads);
+		goto out;
+	}
+	if (c->n_heads % c->n_kv_heads) {
+		ret = sf_err_set(e, SF_EFORMAT,
+				 "%s: 'num_attention_heads' %d is not a multiple of 'num_key_value_heads' %d",
+				 path, c->n_heads, c->n_kv_heads);
+		goto out;
+	}
+	/* Rotate-half RoPE pairs element i with i + head_dim / 2. */
+	if (c->head_dim % 2) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: 'head_dim' %d is odd, expected even for RoPE",
+				 path, c->head_dim);
+		goto out;
+	}
+	/* 1e-6 is LlamaConfig's, MistralConfig's and Qwen2Config's default. */
+	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, 1e-6, 0, 0, 1, &c->norm_eps, e)) ||
+	    (ret = get_num(path, root, "", "rope_theta", 0, 10000.0, 0, 0, 1e12, &c->rope_theta, e)) ||
+	    (ret = parse_rope_scaling(path, root, c, e)) ||
+	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
+	    (ret = refuse_unsupported(path, root, c, e)) ||
+	    (ret = parse_sliding_window(path, root, c, e)) ||
+	    (ret = get_int(path, root, "", "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_id, e)) ||
+	    (ret = parse_eos(path, root, c, e)))
+		goto out;
+	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
+	ret = 0;
+out:
+	json_decref(root);
+	if (ret)
+		memset(c, 0, sizeof(*c));
+	return ret;
+}
+
+size_t sf_group_entries(const struct sf_config *c, enum sf_group g)
+{
+	switch (g) {
+	case SF_GROUP_ATTN_IN: return (size_t)c->dim;
+	case SF_GROUP_ATTN_OUT: return (size_t)c->n_heads * c->head_dim;
+	case SF_GROUP_FFN_IN: return (size_t)c->dim;
+	case SF_GROUP_FFN_OUT: return (size_t)c->hidden_dim;
+	default: return 0;
+	}
+}

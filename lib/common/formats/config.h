@@ -1,0 +1,53 @@
+/* config.json of a Hugging Face causal LM: LlamaForCausalLM,
+ * MistralForCausalLM, Qwen2ForCausalLM. Anything we do not implement is
+ * refused by name. See man/sparseflash.7 for the supported fields. */
+#ifndef SF_CONFIG_H
+#define SF_CONFIG_H
+
+#include "base/err.h"
+#include "base/vocab.h"
+
+enum sf_arch { SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2 };
+
+#define SF_MAX_EOS 8
+
+struct sf_config {
+	enum sf_arch arch;
+	int dim;		/* hidden_size */
+	int hidden_dim;		/* intermediate_size */
+	int n_layers;
+	int n_heads;
+	int n_kv_heads;
+	int head_dim;		/* head_dim, else dim / n_heads */
+	int vocab_size;
+	int max_seq_len;	/* max_position_embeddings, or sliding_window when
+				 * that is smaller (so attention stays exact) */
+	float norm_eps;
+	float rope_theta;
+	int rope_llama3;	/* rope_scaling of type llama3 */
+	float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+	int rope_orig_max_pos;	/* original_max_position_embeddings */
+	int tie_embeddings;
+	int qkv_bias;		/* Qwen2, or attention_bias */
+	int bos_id;		/* -1 when absent */
+	int eos_ids[SF_MAX_EOS];
+	int n_eos;
+	int sliding_window;	/* Mistral, or Qwen2 with use_sliding_window; 0 when none */
+};
+
+/* Reads PATH (DIR/config.json). Shape fields (hidden_size,
+ * intermediate_size, num_hidden_layers, num_attention_heads, vocab_size,
+ * max_position_embeddings) are required; the rest take Hugging Face's
+ * defaults. Returns 0, -errno, or SF_EFORMAT / SF_EUNSUPPORTED /
+ * SF_ELIMIT with the field named in e; *c is zeroed on failure. */
+int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
+/* The same from config.json's text in memory (an image's header); name
+ * stands for the file in messages. */
+int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
+		    struct sf_err *e);
+const char *sf_arch_name(enum sf_arch a);
+
+/* Entries of a group: the length of its input vector. */
+size_t sf_group_entries(const struct sf_config *c, enum sf_group g);
+
+#endif

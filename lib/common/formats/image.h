@@ -1,0 +1,249 @@
+/* The flash image sf-pack writes and sf-run decodes from: a preamble, a
+ * JSON header (config, tokenizer, placements, tier sizes, region table),
+ * the resident blob, then per layer and group the top-tier bundles and the
+ * middle-tier codes in placement order, each region 4 KiB aligned and
+ * CRC-32C checked. One writer (sf_image_pack), one reader (sf_image_open).
+ * Byte layout: man/sf-formats.5 (IMAGE); the command: man/sf-pack.1. */
+#ifndef SF_IMAGE_H
+#define SF_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "formats/calib.h"
+#include "formats/codes.h"
+#include "base/err.h"
+#include "base/vocab.h"
+#include "formats/model.h"
+#include "formats/placement.h"
+#include "formats/safetensors.h"
+#include "engine/tokenizer.h"
+
+#define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
+#define SF_IMAGE_VERSION 1
+#define SF_IMAGE_PREAMBLE 32		/* bytes before the JSON header */
+#define SF_IMAGE_ALIGN 4096		/* every region starts on this */
+#define SF_IMAGE_TENSOR_ALIGN 64	/* resident tensors inside the blob */
+#define SF_IMAGE_MAX_HEADER ((uint64_t)1 << 30)	/* JSON bytes (tokenizers are large) */
+#define SF_IMAGE_ABSENT UINT32_MAX	/* pos[] of an entry left out by --keep */
+
+enum sf_image_kind {
+	SF_REGION_RESIDENT,	/* embeddings, norms, head, biases, resident groups */
+	SF_REGION_INDEX,	/* permutations and kept rows, u32 little-endian */
+	SF_REGION_CODEBOOK,	/* the trellis codebook, f32 little-endian */
+	SF_REGION_TOP,		/* a group's top-tier bundles */
+	SF_REGION_MID,		/* a group's middle-tier records */
+	SF_REGION_NKINDS
+};
+const char *sf_image_kind_name(enum sf_image_kind k);
+
+struct sf_image_region {
+	char name[32];		/* "resident", "layer 3 ffn_in top", ...: for messages */
+	enum sf_image_kind kind;
+	int layer;		/* top and mid: the group's; else -1 */
+	enum sf_group group;
+	uint64_t offset;	/* from the file start; a multiple of SF_IMAGE_ALIGN */
+	uint64_t length;	/* bytes covered by the checksum */
+	uint32_t crc32c;
+};
+
+/* One matrix of a group as the image holds it. Within a top-tier bundle
+ * its column is rows elements of dtype at byte offset; within a
+ * middle-tier entry its sf_codes record of mid_bytes at mid_offset. */
+struct sf_image_matrix {
+	char name[8];			/* "q", "gate", ... */
+	char tensor[64];		/* its Hugging Face tensor name */
+	uint64_t rows;			/* rows in a bundle: the kept neurons with --keep */
+	uint64_t source_rows;		/* rows of the model's matrix */
+	uint64_t cols;			/* = the group's source entries */
+	enum sf_dtype dtype;		/* of the top tier */
+	enum sf_dtype source_dtype;	/* of the model (enters the fingerprint) */
+	uint64_t offset;		/* in a top bundle; a multiple of the element size */
+	uint64_t mid_offset, mid_bytes;	/* in a middle entry; mid_bytes 0 without codes */
+};
+
+/* One layer's group. Flash position p holds entry perm[p]: its bundle is
+ * the top region's bytes [p * top_bytes, (p + 1) * top_bytes), its codes
+ * the mid region's [p * mid_bytes, (p + 1) * mid_bytes). Resident groups
+ * have no positions: their matrices are resident tensors. */
+struct sf_image_group {
+	int layer;
+	enum sf_group group;
+	int resident;
+	uint32_t entries;		/* positions: entries present on flash */
+	uint32_t source_entries;	/* the group's input length */
+	char method[16];		/* how perm was found: identity, frequency, coact */
+	const uint32_t *perm;		/* (entries) entry id at each position */
+	const uint32_t *pos;		/* (source_entries) position of each entry, or
+					 * SF_IMAGE_ABSENT when left out by --keep */
+	const uint32_t *rows;		/* ffn_in with --keep: (mat[0].rows) the neuron
+					 * (gate/up row) of each bundle row, ascending;
+					 * NULL: every row in model order */
+	int nmat;
+	struct sf_image_matrix mat[SF_GROUP_MAX_MATRICES];
+	uint64_t top_bytes;		/* bundle stride: columns plus alignment */
+	uint64_t mid_bytes;		/* middle entry stride; 0: no middle tier */
+	const struct sf_image_region *top, *mid;	/* mid NULL without codes */
+};
+
+struct sf_image {
+	char *path;
+	int fd;				/* read-only, buffered: verify reads through it */
+	uint64_t file_size;
+	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	json_t *header;			/* the whole JSON header */
+	struct sf_config cfg;
+	const char *config_text, *tokenizer_text, *tokenizer_config_text;	/* in header;
+					 * tokenizer_config_text NULL when absent */
+	size_t config_len, tokenizer_len, tokenizer_config_len;
+	size_t nregions;
+	struct sf_image_region *regions;	/* (nregions) in file order */
+	struct sf_image_group *groups;	/* (n_layers * SF_NGROUPS) */
+	int has_codes;
+	enum sf_code_method codes_method;
+	uint64_t codes_seed;
+	const float *codebook;		/* (SF_TRELLIS_CODEBOOK), 64-byte aligned; trellis only */
+	size_t nbudgets;		/* calibrated tier sizes; 0 without --calib */
+	double *budgets, *realised;	/* (nbudgets) */
+	uint64_t *k;			/* (nbudgets, n_layers, SF_NGROUPS, 2): k_top, k_mid */
+	uint64_t kept_neurons;		/* over every layer; = n_layers * hidden_dim without --keep */
+	struct sf_safetensors tensors;	/* resident tensors (data in map) and flash
+					 * matrices (data NULL), sorted by name */
+	/* private */
+	void *map;			/* [0, end of the last non-flash region): read into
+					 * memory (4 KiB aligned), not mapped */
+	size_t map_size;
+	uint32_t *u32;			/* decoded permutations, positions, rows */
+	float *cb;
+};
+
+/* Opens PATH, reads the header and the resident regions into memory (not
+ * mapped, so that a file truncated while open makes later reads fail,
+ * never raises SIGBUS) and validates everything before use: magic,
+ * version, header length and CRC, every region 4 KiB aligned, inside the
+ * file, in order and not overlapping, resident tensors inside their
+ * region, every group's layout against the config (matrix names, rows,
+ * dtypes, strides, region lengths), every permutation a valid injection
+ * without duplicates. Checksums of the
+ * flash regions are not read here (sf_image_verify). On failure *img is
+ * zeroed (fd -1). */
+int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e);
+void sf_image_close(struct sf_image *img);	/* accepts a zeroed img */
+
+static inline const struct sf_image_group *sf_image_group(const struct sf_image *img, int layer,
+							  enum sf_group g)
+{
+	return &img->groups[(size_t)layer * SF_NGROUPS + (size_t)g];
+}
+
+/* File bytes of positions [a, b) (a <= b <= entries) of a group's top or
+ * middle tier: one contiguous range. */
+static inline void sf_image_top_range(const struct sf_image_group *g, uint32_t a, uint32_t b,
+				      uint64_t *off, uint64_t *len)
+{
+	*off = g->top->offset + (uint64_t)a * g->top_bytes;
+	*len = (uint64_t)(b - a) * g->top_bytes;
+}
+
+static inline void sf_image_mid_range(const struct sf_image_group *g, uint32_t a, uint32_t b,
+				      uint64_t *off, uint64_t *len)
+{
+	*off = g->mid->offset + (uint64_t)a * g->mid_bytes;
+	*len = (uint64_t)(b - a) * g->mid_bytes;
+}
+
+/* A byte range rounded out to SF_IMAGE_ALIGN for O_DIRECT; the image's
+ * size is a multiple of it, so the result stays inside the file. */
+static inline void sf_image_align(uint64_t off, uint64_t len, uint64_t *aoff, uint64_t *alen)
+{
+	uint64_t end = (off + len + SF_IMAGE_ALIGN - 1) & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
+
+	*aoff = off & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
+	*alen = end - *aoff;
+}
+
+/* The codes view of matrix i for middle records read into buf, where buf
+ * holds consecutive entries from some position a: column index p - a
+ * reaches position p. */
+struct sf_codes_view sf_image_mid_view(const struct sf_image *img, const struct sf_image_group *g,
+				       int i, const uint8_t *buf);
+
+/* Calibrated k_top and k_mid of budget b (0 <= b < nbudgets). They count
+ * source entries; with --keep a group may have fewer positions. */
+static inline void sf_image_tier(const struct sf_image *img, size_t b, int layer, enum sf_group g,
+				 uint64_t *k_top, uint64_t *k_mid)
+{
+	const uint64_t *k = img->k + (((b * (size_t)img->cfg.n_layers) + (size_t)layer) *
+				      SF_NGROUPS + (size_t)g) * 2;
+	*k_top = k[0];
+	*k_mid = k[1];
+}
+
+/* The model of the image: config, resident weights pointing into img's
+ * memory, flash matrices with data NULL; the fingerprint is recomputed
+ * and must equal the header's (SF_EFORMAT otherwise). img must outlive m;
+ * close m with sf_model_close. */
+int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err *e);
+/* The tokenizer from the header's texts. */
+int sf_image_tokenizer(const struct sf_image *img, struct sf_tokenizer **t, struct sf_err *e);
+
+/* Reads every region and checks its CRC-32C and that the alignment
+ * padding is zero, the tokenizer and the model binding: SF_EFORMAT naming
+ * the region on the first mismatch, or saying the file changed size since
+ * sf_image_open (truncated while open). */
+int sf_image_verify(const struct sf_image *img, struct sf_err *e);
+
+/* The sf-pack --info summary (see man/sf-pack.1). */
+json_t *sf_image_info_json(const struct sf_image *img);
+
+// ----------------------------------------------------------------------------
+// writing
+
+/* neurons.json for --keep: per layer the FFN neurons selective loading
+ * loads; layers not listed keep every neuron (man/sf-pack.1). */
+struct sf_image_keep {
+	int n_layers;
+	uint32_t hidden;	/* neurons per layer */
+	uint8_t *kept;		/* (n_layers, hidden): 1 when kept */
+	uint32_t *count;	/* (n_layers) kept neurons */
+};
+/* Reads and validates PATH against m: format, version, fingerprint,
+ * every layer in range and listed once, neurons in range, not repeated,
+ * at least one per listed layer. On failure *k is zeroed. */
+int sf_image_keep_read(struct sf_image_keep *k, const char *path, const struct sf_model *m,
+		       struct sf_err *e);
+void sf_image_keep_free(struct sf_image_keep *k);	/* accepts a zeroed k */
+
+#define SF_IMAGE_DTYPE_KEEP (-1)
+
+struct sf_image_pack_opts {
+	const struct sf_model *model;
+	const char *model_dir;		/* its config.json and tokenizer files are copied */
+	const struct sf_placement *placement;	/* NULL: identity everywhere */
+	const char *placement_path;
+	const struct sf_sfq *codes;	/* NULL: no middle tier */
+	const char *codes_path;
+	const struct sf_calib *calib;	/* NULL: no tier sizes */
+	const char *calib_path;
+	const struct sf_image_keep *keep;	/* NULL: every neuron */
+	const char *keep_path;
+	unsigned resident;		/* bit g set: group g kept in the resident blob */
+	int dtype;			/* top tier: SF_IMAGE_DTYPE_KEEP or an enum sf_dtype */
+	json_t *producer;		/* {"program", "version", "options"}: borrowed */
+	/* Called after each region with the bytes written so far (may be NULL). */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
+};
+
+/* Writes the image to PATH.tmp.XXXXXX in PATH's directory, fsyncs and
+ * renames it to PATH; on any failure the temporary is removed. Checks the
+ * inputs belong to the model (fingerprints, groups, sizes) before
+ * anything is written. Memory: per group its matrices in the top-tier
+ * dtype (ffn_in: 2 * hidden_dim * dim elements) plus a 4 MiB buffer.
+ * *written gets the file's size (may be NULL). */
+int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t *written,
+		  struct sf_err *e);
+
+#endif

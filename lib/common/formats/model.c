@@ -1,0 +1,272 @@
+/* Binds a Hugging Face model directory to struct sf_model: config.json,
+ * then every tensor by its Hugging Face name, checked for presence and
+ * exact shape; then the fingerprint. See model.h. */
+#include "formats/model.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- fingerprint
+
+/* 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3)
+ * over a canonical text: "sparseflash-fingerprint-1\n", one "key=value\n"
+ * line per config field (floats as the hex of their IEEE bits, so no
+ * locale or printf rounding enters), then per bound tensor, in binding
+ * order, "name dtype d0xd1\n" ("tied" for a tied lm_head). Changing this
+ * text changes every fingerprint and so invalidates every stream. */
+#define FNV_BASIS 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+static void fnv_feed(uint64_t *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void fnv_feed(uint64_t *h, const char *fmt, ...)
+{
+	char buf[SF_TENSOR_NAME_MAX + 128];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(buf))
+		n = (int)sizeof(buf) - 1;	/* names are shorter than this */
+	for (int i = 0; i < n; i++) {
+		*h ^= (unsigned char)buf[i];
+		*h *= FNV_PRIME;
+	}
+}
+
+static uint32_t float_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static void hash_config(uint64_t *h, const struct sf_config *c)
+{
+	fnv_feed(h, "sparseflash-fingerprint-1\n");
+	fnv_feed(h, "arch=%s\ndim=%d\nhidden_dim=%d\nn_layers=%d\nn_heads=%d\nn_kv_heads=%d\n",
+		 sf_arch_name(c->arch), c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+		 c->n_kv_heads);
+	fnv_feed(h, "head_dim=%d\nvocab_size=%d\nmax_seq_len=%d\nnorm_eps=%08" PRIx32 "\n",
+		 c->head_dim, c->vocab_size, c->max_seq_len, float_bits(c->norm_eps));
+	fnv_feed(h, "rope_theta=%08" PRIx32 "\nrope_llama3=%d\n", float_bits(c->rope_theta),
+		 c->rope_llama3);
+	if (c->rope_llama3)
+		fnv_feed(h, "rope_factor=%08" PRIx32 "\nrope_low=%08" PRIx32 "\nrope_high=%08" PRIx32
+			 "\nrope_orig_max_pos=%d\n", float_bits(c->rope_factor),
+			 float_bits(c->rope_low_freq_factor), float_bits(c->rope_high_freq_factor),
+			 c->rope_orig_max_pos);
+	fnv_feed(h, "tie=%d\nqkv_bias=%d\nbos=%d\neos=", c->tie_embeddings, c->qkv_bias, c->bos_id);
+	for (int i = 0; i < c->n_eos; i++)
+		fnv_feed(h, "%s%d", i ? "," : "", c->eos_ids[i]);
+	fnv_feed(h, "\n");
+}
+
+// --- binding
+
+struct binder {
+	struct sf_model *m;
+	const struct sf_safetensors *st;	/* the tensors bound */
+	const char *source;	/* file to name when a tensor is missing */
+	unsigned char *used;	/* (st.ntensors) 1 when bound */
+	uint64_t hash;
+};
+
+/* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
+ * cols == 0 (a vector, stored with cols = 1). */
+static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_t rows,
+		uint64_t cols, int optional, struct sf_err *e)
+{
+	const struct sf_safetensors *st = b->st;
+	const struct sf_tensor *t = sf_safetensors_find(st, name);
+	int ndim = cols ? 2 : 1;
+
+	if (!t) {
+		if (optional)
+			return 0;
+		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': missing", b->source, name);
+	}
+	if (t->ndim != ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+		char got[160], want[64];
+		size_t k = 0;
+
+		k += (size_t)snprintf(got, sizeof(got), "[");
+		for (int i = 0; i < t->ndim && k < sizeof(got); i++)
+			k += (size_t)snprintf(got + k, sizeof(got) - k, "%s%llu", i ? ", " : "",
+					      (unsigned long long)t->shape[i]);
+		if (k < sizeof(got))
+			snprintf(got + k, sizeof(got) - k, "]");
+		if (cols)
+			snprintf(want, sizeof(want), "[%llu, %llu]", (unsigned long long)rows,
+				 (unsigned long long)cols);
+		else
+			snprintf(want, sizeof(want), "[%llu]", (unsigned long long)rows);
+		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s",
+				  st->paths[t->file], name, got, want);
+	}
+	/* The safetensors reader admits only F32, F16 and BF16, all of
+	 * which the kernels take, so the dtype needs no further check. */
+	w->data = t->data;
+	w->dtype = t->dtype;
+	w->rows = rows;
+	w->cols = cols ? cols : 1;
+	b->used[t - st->tensors] = 1;
+	fnv_feed(&b->hash, "%s %s %llux%llu\n", name, sf_dtype_name(t->dtype),
+		 (unsigned long long)rows, (unsigned long long)w->cols);
+	return 0;
+}
+
+static int bind_layer(struct binder *b, int l, struct sf_err *e)
+{
+	const struct sf_config *c = &b->m->cfg;
+	struct sf_layer_weights *w = &b->m->layers[l];
+	uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim;
+	/* int * int can overflow int; 64-bit products of values bounded by
+	 * the config limits cannot. */
+	uint64_t q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
+	uint64_t kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+	char p[64], n[SF_TENSOR_NAME_MAX];
+	int ret;
+
+	snprintf(p, sizeof(p), "model.layers.%d.", l);
+#define B(field, suffix, rows, cols) do { \
+		snprintf(n, sizeof(n), "%s%s", p, suffix); \
+		if ((ret = bind(b, &w->field, n, rows, cols, 0, e))) \
+			return ret; \
+	} while (0)
+	B(attn_norm, "input_layernorm.weight", dim, 0);
+	B(wq, "self_attn.q_proj.weight", q, dim);
+	B(wk, "self_attn.k_proj.weight", kv, dim);
+	B(wv, "self_attn.v_proj.weight", kv, dim);
+	B(wo, "self_attn.o_proj.weight", dim, q);
+	if (c->qkv_bias) {
+		B(bq, "self_attn.q_proj.bias", q, 0);
+		B(bk, "self_attn.k_proj.bias", kv, 0);
+		B(bv, "self_attn.v_proj.bias", kv, 0);
+	}
+	B(ffn_norm, "post_attention_layernorm.weight", dim, 0);
+	B(w_gate, "mlp.gate_proj.weight", hid, dim);
+	B(w_up, "mlp.up_proj.weight", hid, dim);
+	B(w_down, "mlp.down_proj.weight", dim, hid);
+#undef B
+	return 0;
+}
+
+/* A tensor we did not bind would be silently ignored (an o_proj bias, an
+ * extra norm): refuse it, except what Hugging Face itself ignores. */
+static int check_unused(struct binder *b, struct sf_err *e)
+{
+	const struct sf_safetensors *st = b->st;
+	static const char inv_freq[] = ".rotary_emb.inv_freq";
+
+	for (size_t i = 0; i < st->ntensors; i++) {
+		const char *name = st->tensors[i].name;
+		size_t len = strlen(name);
+
+		if (b->used[i])
+			continue;
+		if (len >= sizeof(inv_freq) - 1 &&
+		    !strcmp(name + len - (sizeof(inv_freq) - 1), inv_freq))
+			continue;	/* recomputed from rope_theta */
+		if (!strcmp(name, "lm_head.weight") && b->m->cfg.tie_embeddings)
+			continue;	/* tied: Hugging Face uses the embeddings */
+		return sf_err_set(e, SF_EUNSUPPORTED,
+				  "%s: tensor '%s': not part of a %s with this config.json",
+				  st->paths[st->tensors[i].file], name, sf_arch_name(b->m->cfg.arch));
+	}
+	return 0;
+}
+
+void sf_model_close(struct sf_model *m)
+{
+	if (!m)
+		return;
+	sf_safetensors_close(&m->st);
+	free(m->layers);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Binds every weight of m->cfg from st, then the fingerprint. */
+static int bind_all(struct sf_model *m, const struct sf_safetensors *st, struct sf_err *e)
+{
+	struct binder b = { .m = m, .st = st, .hash = FNV_BASIS };
+	uint64_t vocab, dim;
+	int ret;
+
+	b.source = sf_safetensors_source(st);
+	b.used = calloc(st->ntensors ? st->ntensors : 1, 1);
+	m->layers = calloc((size_t)m->cfg.n_layers, sizeof(*m->layers));
+	if (!b.used || !m->layers) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", b.source);
+		goto out;
+	}
+	hash_config(&b.hash, &m->cfg);
+	vocab = (uint64_t)m->cfg.vocab_size;
+	dim = (uint64_t)m->cfg.dim;
+	if ((ret = bind(&b, &m->embed, "model.embed_tokens.weight", vocab, dim, 0, e)))
+		goto out;
+	for (int l = 0; l < m->cfg.n_layers; l++)
+		if ((ret = bind_layer(&b, l, e)))
+			goto out;
+	if ((ret = bind(&b, &m->final_norm, "model.norm.weight", dim, 0, 0, e)))
+		goto out;
+	if (m->cfg.tie_embeddings) {
+		m->lm_head = m->embed;
+		fnv_feed(&b.hash, "lm_head.weight tied\n");
+	} else if ((ret = bind(&b, &m->lm_head, "lm_head.weight", vocab, dim, 0, e))) {
+		goto out;
+	}
+	if ((ret = check_unused(&b, e)))
+		goto out;
+	snprintf(m->fingerprint, sizeof(m->fingerprint), "%016" PRIx64, b.hash);
+	ret = 0;
+out:
+	free(b.used);
+	return ret;
+}
+
+int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e)
+{
+	char *path = NULL;
+	size_t plen = strlen(dir) + sizeof("/config.json");
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	path = malloc(plen);
+	if (!path) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", dir);
+		goto out;
+	}
+	snprintf(path, plen, "%s/config.json", dir);
+	if ((ret = sf_config_load(&m->cfg, path, e)))
+		goto out;
+	if ((ret = sf_safetensors_open(&m->st, dir, e)))
+		goto out;
+	ret = bind_all(m, &m->st, e);
+out:
+	free(path);
+	if (ret)
+		sf_model_close(m);
+	return ret;
+}
+
+int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
+		  struct sf_err *e)
+{
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	m->cfg = *cfg;
+	if ((ret = bind_all(m, st, e)))
+		sf_model_close(m);
+	return ret;
+}

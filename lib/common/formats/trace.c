@@ -1,0 +1,1212 @@
+/* Activation traces: the selection of active sets, the stream writer and
+ * its reader. See trace.h; the bytes are in man/sf-formats.5 (TRACE). */
+#include "formats/trace.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bytes.h"
+#include "base/vocab.h"
+#include "engine/kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// what a trace records
+
+uint32_t sf_trace_density_k(double density, uint32_t n)
+{
+	return (uint32_t)floor(density * (double)n + 0.5);
+}
+
+void sf_trace_model_entries(const struct sf_config *c, uint32_t entries[SF_NGROUPS])
+{
+	for (int g = 0; g < SF_NGROUPS; g++)
+		entries[g] = (uint32_t)sf_group_entries(c, (enum sf_group)g);
+}
+
+/* Bitmaps unless the index list is smaller: a count plus k 32-bit indices
+ * against ceil(n/64) words. Only density mode knows k in advance. */
+static enum sf_trace_encoding pick_encoding(const struct sf_trace_info *info, uint32_t k,
+					    uint32_t words)
+{
+	if (info->select == SF_TRACE_DENSITY && 4 * ((uint64_t)k + 1) < 8 * (uint64_t)words)
+		return SF_TRACE_INDEX;
+	return SF_TRACE_BITMAP;
+}
+
+static const char *encoding_name(enum sf_trace_encoding enc)
+{
+	return enc == SF_TRACE_INDEX ? "index" : "bitmap";
+}
+
+/* info->slots from the layers, groups, entries and selection; checks each
+ * on the way. name: the file in messages. */
+static int build_slots(struct sf_trace_info *info, const char *name, struct sf_err *e)
+{
+	int ngroups = 0;
+
+	if (info->n_layers < 1 || info->n_layers > SF_TRACE_MAX_LAYERS)
+		return sf_err_set(e, SF_EFORMAT, "%s: %d layers: expected 1..%d", name,
+				  info->n_layers, SF_TRACE_MAX_LAYERS);
+	if (info->layer_lo < 0 || info->layer_hi < info->layer_lo ||
+	    info->layer_hi >= info->n_layers)
+		return sf_err_set(e, -EINVAL, "%s: layers %d-%d: the model has layers 0-%d", name,
+				  info->layer_lo, info->layer_hi, info->n_layers - 1);
+	if (!info->groups || info->groups >= 1u << SF_NGROUPS)
+		return sf_err_set(e, -EINVAL, "%s: no group to record", name);
+	if (info->select == SF_TRACE_DENSITY &&
+	    !(info->density > 0.0 && info->density <= 1.0))
+		return sf_err_set(e, -EINVAL, "%s: density %g: expected a value in (0, 1]", name,
+				  info->density);
+	if (info->select == SF_TRACE_THRESHOLD &&
+	    !(info->threshold >= 0.0 && isfinite(info->threshold)))
+		return sf_err_set(e, -EINVAL, "%s: threshold %g: expected a finite value >= 0",
+				  name, info->threshold);
+	for (int g = 0; g < SF_NGROUPS; g++) {
+		if (!(info->groups & (1u << g)))
+			continue;
+		ngroups++;
+		if (info->entries[g] < 1 || info->entries[g] > SF_TRACE_MAX_ENTRIES)
+			return sf_err_set(e, SF_EFORMAT, "%s: %s has %u entries: expected 1..%u",
+					  name, sf_group_name((enum sf_group)g), info->entries[g],
+					  SF_TRACE_MAX_ENTRIES);
+		if (info->select == SF_TRACE_DENSITY &&
+		    sf_trace_density_k(info->density, info->entries[g]) == 0)
+			return sf_err_set(e, -EINVAL,
+					  "%s: density %g selects no entry of %s (%u entries)", name,
+					  info->density, sf_group_name((enum sf_group)g),
+					  info->entries[g]);
+	}
+	info->nslots = (info->layer_hi - info->layer_lo + 1) * ngroups;
+	info->slots = calloc((size_t)info->nslots, sizeof(*info->slots));
+	if (!info->slots)
+		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
+	int s = 0;
+	for (int l = info->layer_lo; l <= info->layer_hi; l++) {
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			if (!(info->groups & (1u << g)))
+				continue;
+			struct sf_trace_slot *sl = &info->slots[s++];
+			sl->layer = l;
+			sl->group = (enum sf_group)g;
+			sl->entries = info->entries[g];
+			sl->words = (sl->entries + 63) / 64;
+			sl->k = info->select == SF_TRACE_DENSITY
+					? sf_trace_density_k(info->density, sl->entries) : 0;
+			sl->encoding = pick_encoding(info, sl->k, sl->words);
+		}
+	}
+	return 0;
+}
+
+static json_t *slots_json(const struct sf_trace_info *info)
+{
+	json_t *a = json_array();
+	for (int s = 0; a && s < info->nslots; s++) {
+		const struct sf_trace_slot *sl = &info->slots[s];
+		if (json_array_append_new(a, json_pack("{s:i, s:s, s:I, s:I, s:s}", "layer",
+						       sl->layer, "group", sf_group_name(sl->group),
+						       "entries", (json_int_t)sl->entries, "k",
+						       (json_int_t)sl->k, "encoding",
+						       encoding_name(sl->encoding)))) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
+{
+	json_t *entries = json_object(), *groups = json_array(), *sel;
+	json_t *h = NULL;
+
+	for (int g = 0; entries && groups && g < SF_NGROUPS; g++) {
+		json_object_set_new(entries, sf_group_name((enum sf_group)g),
+				    json_integer(info->entries[g]));
+		if (info->groups & (1u << g))
+			json_array_append_new(groups, json_string(sf_group_name((enum sf_group)g)));
+	}
+	if (info->select == SF_TRACE_DENSITY)
+		sel = json_pack("{s:s, s:f}", "mode", "density", "density", info->density);
+	else
+		sel = json_pack("{s:s, s:f}", "mode", "threshold", "threshold", info->threshold);
+	if (entries && groups && sel)
+		h = json_pack("{s:s, s:i, s:s, s:i, s:o, s:[i, i], s:o, s:o, s:i, s:o*}", "format",
+			      "sparseflash-trace", "version", SF_TRACE_VERSION, "fingerprint",
+			      info->fingerprint, "n_layers", info->n_layers, "entries", entries,
+			      "layers", info->layer_lo, info->layer_hi, "groups", groups,
+			      "selection", sel, "block_tokens", (int)info->block_tokens, "slots",
+			      slots_json(info));
+	else {
+		json_decref(entries);
+		json_decref(groups);
+		json_decref(sel);
+	}
+	if (h && meta && json_object_update_missing(h, meta)) {
+		json_decref(h);
+		h = NULL;
+	}
+	return h;
+}
+
+static void info_set_task(struct sf_trace_info *info)
+{
+	json_t *t = json_object_get(info->header, "task");
+	info->task = json_is_string(t) ? json_string_value(t) : NULL;
+}
+
+int sf_trace_info_init(struct sf_trace_info *info, const char *fingerprint, int n_layers,
+		       const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
+		       unsigned groups, enum sf_trace_select select, double value,
+		       json_t *meta, struct sf_err *e)
+{
+	int ret;
+
+	memset(info, 0, sizeof(*info));
+	snprintf(info->fingerprint, sizeof(info->fingerprint), "%s", fingerprint);
+	info->n_layers = n_layers;
+	memcpy(info->entries, entries, sizeof(info->entries));
+	info->layer_lo = layer_lo;
+	info->layer_hi = layer_hi;
+	info->groups = groups;
+	info->select = select;
+	if (select == SF_TRACE_DENSITY)
+		info->density = value;
+	else
+		info->threshold = value;
+	info->block_tokens = SF_TRACE_BLOCK_TOKENS;
+	if ((ret = build_slots(info, "trace", e)))
+		goto fail;
+	if (!(info->header = header_json(info, meta))) {
+		ret = sf_err_set(e, -ENOMEM, "trace header: %s", sf_strerror(-ENOMEM));
+		goto fail;
+	}
+	info_set_task(info);
+	return 0;
+fail:
+	sf_trace_info_free(info);
+	return ret;
+}
+
+void sf_trace_info_free(struct sf_trace_info *info)
+{
+	free(info->slots);
+	json_decref(info->header);
+	memset(info, 0, sizeof(*info));
+}
+
+static int info_copy(struct sf_trace_info *dst, const struct sf_trace_info *src,
+		     struct sf_err *e)
+{
+	*dst = *src;
+	dst->slots = malloc((size_t)src->nslots * sizeof(*src->slots));
+	dst->header = json_deep_copy(src->header);
+	if (!dst->slots || !dst->header) {
+		free(dst->slots);
+		json_decref(dst->header);
+		memset(dst, 0, sizeof(*dst));
+		return sf_err_set(e, -ENOMEM, "trace header: %s", sf_strerror(-ENOMEM));
+	}
+	memcpy(dst->slots, src->slots, (size_t)src->nslots * sizeof(*src->slots));
+	info_set_task(dst);
+	return 0;
+}
+
+int sf_trace_slot_index(const struct sf_trace_info *info, int layer, enum sf_group g)
+{
+	if (layer < info->layer_lo || layer > info->layer_hi || !(info->groups & (1u << g)))
+		return -1;
+	int per_layer = __builtin_popcount(info->groups);
+	int before = __builtin_popcount(info->groups & ((1u << g) - 1));
+	return (layer - info->layer_lo) * per_layer + before;
+}
+
+// ----------------------------------------------------------------------------
+// selection
+
+/* |x| as an integer that orders like the magnitude (sign bit cleared). */
+static inline uint32_t mag_key(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	return u & 0x7fffffffu;
+}
+
+/* Radix select of the k-th largest key in two passes over the entries:
+ * the exponent byte's histogram (which also fills key[]), then the bitmap
+ * of the entries above the boundary exponent, gathering those in it.
+ * The 23 mantissa bits are resolved among that gathered few, kept in
+ * index order so that ties go to the lower index. Linear in n with no
+ * worst case. */
+void sf_trace_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
+			      uint32_t *scratch)
+{
+	uint32_t words = (n + 63) / 64;
+	uint32_t *key = scratch, *cand = scratch + n;
+	/* four histograms, so runs of one exponent do not chain their
+	 * increments through memory */
+	uint32_t hist[4][256] = { { 0 } };
+	uint32_t need = k, ncand = 0;
+	uint32_t b = 255;
+
+	if (k == 0) {
+		memset(bits, 0, (size_t)words * 8);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		key[i] = mag_key(x[i]);
+		hist[i % 4][key[i] >> 23]++;
+	}
+	for (uint32_t h; (h = hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b]) < need; b--)
+		need -= h;
+	for (uint32_t w = 0; w < words; w++) {
+		uint32_t end = w * 64 + 64 < n ? w * 64 + 64 : n;
+		uint64_t m = 0;
+		for (uint32_t i = w * 64; i < end; i++) {
+			uint32_t ex = key[i] >> 23;
+			m |= (uint64_t)(ex > b) << (i % 64);
+			cand[ncand] = i;
+			ncand += ex == b;
+		}
+		bits[w] = m;
+	}
+	/* mantissa digits of 8, 8 and 7 bits: those above the boundary digit
+	 * are in, those on it stay candidates */
+	static const int shifts[] = { 15, 7, 0 };
+	static const uint32_t digit[] = { 0xff, 0xff, 0x7f };
+	for (int d = 0; d < 3 && need; d++) {
+		uint32_t h[256] = { 0 }, kept = 0;
+		for (uint32_t c = 0; c < ncand; c++)
+			h[(key[cand[c]] >> shifts[d]) & digit[d]]++;
+		uint32_t v = digit[d];
+		while (h[v] < need) {
+			need -= h[v];
+			v--;
+		}
+		for (uint32_t c = 0; c < ncand; c++) {
+			uint32_t i = cand[c], dv = (key[i] >> shifts[d]) & digit[d];
+			if (dv > v)
+				bits[i / 64] |= 1ull << (i % 64);
+			cand[kept] = i;
+			kept += dv == v;
+		}
+		ncand = kept;
+	}
+	/* the rest hold the boundary key itself: the lowest indices win */
+	for (uint32_t c = 0; c < need; c++)
+		bits[cand[c] / 64] |= 1ull << (cand[c] % 64);
+}
+
+#if defined(__x86_64__)
+#define T512 __attribute__((target("avx512f,popcnt")))
+
+/* The keys of vector v of x[0..n), lanes past n zero (below any bound). */
+static T512 inline __m512i keys16(const float *x, uint32_t n, uint32_t v, __mmask16 *lanes)
+{
+	uint32_t left = n - v * 16;
+	*lanes = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+	__m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(*lanes, x + (size_t)v * 16));
+	return _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+}
+
+/* The k-th largest key bit by bit from the top, each bit one count of the
+ * keys at or above a bound: the largest T with k keys >= T. The bits the
+ * smallest and largest key share are T's already. Then the keys above T,
+ * and of those equal to T the lowest indices. */
+static T512 void topk_avx512(const float *x, uint32_t n, uint32_t k, uint64_t *bits)
+{
+	uint32_t nv = (n + 15) / 16, words = (n + 63) / 64;
+	__m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(0x7fffffff);
+	__mmask16 lanes;
+
+	for (uint32_t v = 0; v < nv; v++) {
+		__m512i key = keys16(x, n, v, &lanes);
+		vmax = _mm512_max_epu32(vmax, key);
+		vmin = _mm512_mask_min_epu32(vmin, lanes, vmin, key);
+	}
+	uint32_t hi = _mm512_reduce_max_epu32(vmax), lo = _mm512_reduce_min_epu32(vmin);
+	int top = hi == lo ? -1 : 31 - __builtin_clz(hi ^ lo);
+	uint32_t thr = top < 0 ? hi : hi & ~((2u << top) - 1);
+	for (int bit = top; bit >= 0; bit--) {
+		__m512i bound = _mm512_set1_epi32((int)(thr | 1u << bit));
+		uint32_t count = 0;
+		for (uint32_t v = 0; v < nv; v++)
+			count += (uint32_t)__builtin_popcount(
+				_mm512_cmpge_epu32_mask(keys16(x, n, v, &lanes), bound));
+		if (count >= k)
+			thr |= 1u << bit;
+	}
+	__m512i vthr = _mm512_set1_epi32((int)thr);
+	uint32_t need = k;
+	for (uint32_t w = 0; w < words; w++) {
+		uint64_t m = 0;
+		for (uint32_t v = w * 4; v < w * 4 + 4 && v < nv; v++)
+			m |= (uint64_t)_mm512_cmpgt_epu32_mask(keys16(x, n, v, &lanes), vthr)
+			     << (v % 4 * 16);
+		bits[w] = m;
+		need -= (uint32_t)__builtin_popcountll(m);
+	}
+	for (uint32_t v = 0; need && v < nv; v++) {
+		__m512i key = keys16(x, n, v, &lanes);
+		for (unsigned m = _mm512_mask_cmpeq_epu32_mask(lanes, key, vthr); need && m;
+		     m &= m - 1, need--) {
+			uint32_t i = v * 16 + (uint32_t)__builtin_ctz(m);
+			bits[i / 64] |= 1ull << (i % 64);
+		}
+	}
+}
+#endif
+
+void sf_trace_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
+			  uint32_t *scratch)
+{
+#if defined(__x86_64__)
+	/* the kernels' choice, so SF_REF and sf_kernels_select govern it too */
+	if (k && strcmp(sf_kernels_isa(), "avx512") == 0) {
+		topk_avx512(x, n, k, bits);
+		return;
+	}
+#endif
+	sf_trace_select_topk_ref(x, n, k, bits, scratch);
+}
+
+void sf_trace_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits)
+{
+	memset(bits, 0, (size_t)((n + 63) / 64) * 8);
+	for (uint32_t i = 0; i < n; i++)
+		if (fabsf(x[i]) > threshold)
+			bits[i / 64] |= 1ull << (i % 64);
+}
+
+static uint32_t row_popcount(const uint64_t *row, uint32_t words)
+{
+	uint32_t c = 0;
+	for (uint32_t w = 0; w < words; w++)
+		c += (uint32_t)__builtin_popcountll(row[w]);
+	return c;
+}
+
+/* Bits past n in the last word must be clear. */
+static uint64_t tail_mask(uint32_t n)
+{
+	return n % 64 ? ~0ull << (n % 64) : 0;
+}
+
+// ----------------------------------------------------------------------------
+// writer
+
+struct sf_trace_writer {
+	FILE *f;
+	const char *name;
+	struct sf_trace_info info;
+	struct sf_observer observer;
+	uint64_t **rows;	/* (nslots) -> (block_tokens, words) bitmaps of the block */
+	unsigned char *recorded;	/* (nslots) slot seen in the current token */
+	/* The forward pass reuses its buffers within a token, so recorded
+	 * inputs are copied and selected together at the token's end, when
+	 * the pool's workers would otherwise wait. */
+	float **staged;		/* (nslots) -> (entries) the recorded input */
+	int *pending;		/* (npending) slots staged and not yet selected */
+	int npending;
+	uint32_t *bad;		/* (nslots) 1 + first non-finite entry, or 0 */
+	double **sums;		/* (nslots) -> (entries) sum of |value| */
+	struct sf_pool *pool;	/* not owned; NULL: the caller */
+	uint32_t ntok;		/* tokens in the current block */
+	uint64_t tokens;	/* tokens written or buffered */
+	unsigned char *buf;	/* encoded payload */
+	size_t buf_cap;
+	uint32_t most;		/* largest entries of a slot */
+	uint32_t *scratch;	/* (pool size, 2 * most) for the selections */
+	int error;		/* sticky: a non-finite activation */
+	char error_msg[SF_ERR_MAX];
+};
+
+static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, size_t n)
+{
+	sf_trace_writer_record(ctx, layer, g, in, n);
+}
+
+int sf_trace_writer_open(struct sf_trace_writer **out, FILE *f, const char *name,
+			 const struct sf_trace_info *info, struct sf_err *e)
+{
+	struct sf_trace_writer *w = calloc(1, sizeof(*w));
+	int ret;
+
+	if (!w)
+		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
+	w->f = f;
+	w->name = name;
+	if ((ret = info_copy(&w->info, info, e)))
+		goto fail;
+	w->observer = (struct sf_observer){ .fn = observe_fn, .ctx = w };
+	int ns = info->nslots;
+	w->rows = calloc((size_t)ns, sizeof(*w->rows));
+	w->sums = calloc((size_t)ns, sizeof(*w->sums));
+	w->recorded = calloc((size_t)ns, 1);
+	w->staged = calloc((size_t)ns, sizeof(*w->staged));
+	w->pending = calloc((size_t)ns, sizeof(*w->pending));
+	w->bad = calloc((size_t)ns, sizeof(*w->bad));
+	uint64_t payload = 0;
+	for (int s = 0; w->rows && w->sums && w->staged && s < ns; s++) {
+		const struct sf_trace_slot *sl = &info->slots[s];
+		uint64_t row_bytes = (uint64_t)sl->words * 8;
+		w->rows[s] = calloc(info->block_tokens, row_bytes);
+		w->sums[s] = calloc(sl->entries, sizeof(double));
+		w->staged[s] = malloc(sl->entries * sizeof(float));
+		if (!w->rows[s] || !w->sums[s] || !w->staged[s])
+			goto nomem;
+		/* an index row (count + k) is never longer than a bitmap row */
+		payload += info->block_tokens * row_bytes;
+		w->most = sl->entries > w->most ? sl->entries : w->most;
+	}
+	if (!w->rows || !w->sums || !w->recorded || !w->staged || !w->pending || !w->bad)
+		goto nomem;
+	if (!(w->scratch = malloc(2 * (size_t)w->most * sizeof(uint32_t))))
+		goto nomem;
+	/* the trailer holds every slot's sums at once */
+	uint64_t trailer = 8;
+	for (int s = 0; s < ns; s++)
+		trailer += (uint64_t)info->slots[s].entries * 8;
+	w->buf_cap = (size_t)(payload > trailer ? payload : trailer);
+	if (!(w->buf = malloc(w->buf_cap)))
+		goto nomem;
+
+	char *text = json_dumps(info->header, JSON_COMPACT | JSON_REAL_PRECISION(17));
+	if (!text)
+		goto nomem;
+	size_t hlen = strlen(text);
+	unsigned char pre[16] = { 0 };
+	memcpy(pre, SF_TRACE_MAGIC, 8);
+	sf_put_le32(pre + 8, SF_TRACE_VERSION);
+	sf_put_le32(pre + 12, (uint32_t)hlen);
+	int bad = hlen > SF_TRACE_MAX_HEADER || fwrite(pre, 1, 16, f) != 16 ||
+		  fwrite(text, 1, hlen, f) != hlen;
+	free(text);
+	if (bad) {
+		ret = hlen > SF_TRACE_MAX_HEADER
+			      ? sf_err_set(e, SF_ELIMIT, "%s: header of %zu bytes: at most %u",
+					   name, hlen, SF_TRACE_MAX_HEADER)
+			      : sf_err_set(e, -EIO, "%s: write error: %s", name, strerror(errno));
+		goto fail;
+	}
+	*out = w;
+	return 0;
+nomem:
+	ret = sf_err_set(e, -ENOMEM, "%s: trace buffers: %s", name, sf_strerror(-ENOMEM));
+fail:
+	sf_trace_writer_free(w);
+	return ret;
+}
+
+const struct sf_observer *sf_trace_writer_observer(struct sf_trace_writer *w)
+{
+	return &w->observer;
+}
+
+void sf_trace_writer_record(struct sf_trace_writer *w, int layer, enum sf_group g,
+			    const float *in, size_t n)
+{
+	int s = sf_trace_slot_index(&w->info, layer, g);
+	if (s < 0 || w->error)
+		return;
+	const struct sf_trace_slot *sl = &w->info.slots[s];
+
+	if (n != sl->entries) {
+		w->error = SF_EMISMATCH;
+		snprintf(w->error_msg, sizeof(w->error_msg),
+			 "layer %d %s: %zu entries, the trace has %u", layer, sf_group_name(g), n,
+			 sl->entries);
+		return;
+	}
+	memcpy(w->staged[s], in, n * sizeof(float));
+	if (!w->recorded[s])
+		w->pending[w->npending++] = s;
+	w->recorded[s] = 1;
+}
+
+/* sum[i] += |in[i]| in float64, and the largest magnitude key: one
+ * branch-free pass. */
+static uint32_t accumulate_ref(const float *in, uint32_t n, double *sum)
+{
+	uint32_t worst = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t key = mag_key(in[i]);
+		worst = key > worst ? key : worst;
+		sum[i] += fabs((double)in[i]);
+	}
+	return worst;
+}
+
+#if defined(__x86_64__)
+/* The same sums: a float's conversion to double is exact and each entry
+ * is added alone, so the bits agree with accumulate_ref. */
+static T512 uint32_t accumulate_avx512(const float *in, uint32_t n, double *sum)
+{
+	__m512i worst = _mm512_setzero_si512();
+
+	for (uint32_t i = 0; i < n; i += 16) {
+		__mmask16 lanes = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__mmask8 lo = (__mmask8)lanes, hi = (__mmask8)(lanes >> 8);
+		__m512i u = _mm512_and_si512(_mm512_maskz_loadu_epi32(lanes, in + i),
+					     _mm512_set1_epi32(0x7fffffff));
+		worst = _mm512_max_epu32(worst, u);
+		__m512d a = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(u)));
+		__m512d b = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(u, 1)));
+		_mm512_mask_storeu_pd(sum + i, lo, _mm512_add_pd(_mm512_maskz_loadu_pd(lo, sum + i), a));
+		_mm512_mask_storeu_pd(sum + i + 8, hi,
+				      _mm512_add_pd(_mm512_maskz_loadu_pd(hi, sum + i + 8), b));
+	}
+	return _mm512_reduce_max_epu32(worst);
+}
+#endif
+
+static uint32_t accumulate(const float *in, uint32_t n, double *sum)
+{
+#if defined(__x86_64__)
+	if (strcmp(sf_kernels_isa(), "avx512") == 0)
+		return accumulate_avx512(in, n, sum);
+#endif
+	return accumulate_ref(in, n, sum);
+}
+
+/* A staged input's |value| sums and active set; a non-finite value is
+ * left in w->bad[s] for the caller to report. Touches slot s only, so
+ * slots run on any workers in any order give the same trace. */
+static void select_slot(struct sf_trace_writer *w, int s, uint32_t *scratch)
+{
+	const struct sf_trace_slot *sl = &w->info.slots[s];
+	const float *in = w->staged[s];
+	uint64_t *row = w->rows[s] + (size_t)w->ntok * sl->words;
+	double *sum = w->sums[s];
+	uint32_t n = sl->entries;
+
+	/* the rare non-finite value is looked for only when the largest
+	 * magnitude says so */
+	if (accumulate(in, n, sum) >= 0x7f800000u) {
+		uint32_t i = 0;
+		while (isfinite(in[i]))
+			i++;
+		w->bad[s] = i + 1;
+		return;
+	}
+	if (w->info.select == SF_TRACE_DENSITY)
+		sf_trace_select_topk(in, n, sl->k, row, scratch);
+	else
+		sf_trace_select_threshold(in, n, (float)w->info.threshold, row);
+}
+
+/* The pending slots, taken one at a time by whichever worker is free:
+ * their cost differs by group and a shared machine slows workers unevenly. */
+struct select_task {
+	struct sf_trace_writer *w;
+	_Atomic int next;
+};
+
+static void select_worker(void *arg, int ith, int nth)
+{
+	struct select_task *t = arg;
+	struct sf_trace_writer *w = t->w;
+	uint32_t *scratch = w->scratch + (size_t)ith * 2 * w->most;
+	(void)nth;
+
+	for (int i; (i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed)) <
+		    w->npending;)
+		select_slot(w, w->pending[i], scratch);
+}
+
+/* Selects the pending slots (one: on the caller) and reports the first
+ * non-finite input in slot order, as the forward pass met them. */
+static void select_pending(struct sf_trace_writer *w)
+{
+	struct select_task t = { .w = w };
+
+	if (w->npending == 1)
+		select_worker(&t, 0, 1);
+	else if (w->npending > 1)
+		sf_pool_run(w->pool, select_worker, &t);
+	for (int s = 0; s < w->info.nslots && !w->error; s++) {
+		if (!w->bad[s])
+			continue;
+		const struct sf_trace_slot *sl = &w->info.slots[s];
+		w->error = SF_EFORMAT;
+		snprintf(w->error_msg, sizeof(w->error_msg),
+			 "layer %d %s entry %u: non-finite activation at token %llu", sl->layer,
+			 sf_group_name(sl->group), w->bad[s] - 1, (unsigned long long)w->tokens);
+	}
+	w->npending = 0;
+}
+
+int sf_trace_writer_set_pool(struct sf_trace_writer *w, struct sf_pool *pool,
+			     struct sf_err *e)
+{
+	size_t per = 2 * (size_t)w->most;
+	uint32_t *scratch = realloc(w->scratch, (size_t)sf_pool_size(pool) * per * sizeof(uint32_t));
+
+	if (!scratch)
+		return sf_err_set(e, -ENOMEM, "%s: selection buffers for %d threads: %s", w->name,
+				  sf_pool_size(pool), sf_strerror(-ENOMEM));
+	w->scratch = scratch;
+	w->pool = pool;
+	return 0;
+}
+
+uint64_t *sf_trace_writer_row(struct sf_trace_writer *w, int slot)
+{
+	/* a recorded input is selected now, alone */
+	for (int i = 0; i < w->npending; i++) {
+		if (w->pending[i] != slot)
+			continue;
+		w->pending[i] = w->pending[--w->npending];
+		select_slot(w, slot, w->scratch);	/* a bad input is reported at the token */
+		break;
+	}
+	w->recorded[slot] = 1;
+	return w->rows[slot] + (size_t)w->ntok * w->info.slots[slot].words;
+}
+
+static int write_block(struct sf_trace_writer *w, uint32_t kind, uint32_t ntokens,
+		       size_t payload, struct sf_err *e)
+{
+	unsigned char hdr[SF_TRACE_BLOCK_HEADER] = { 0 };
+
+	sf_put_le32(hdr, kind);
+	sf_put_le32(hdr + 4, ntokens);
+	sf_put_le64(hdr + 8, payload);
+	sf_put_le32(hdr + 16, sf_crc32c(0, w->buf, payload));
+	if (fwrite(hdr, 1, sizeof(hdr), w->f) != sizeof(hdr) ||
+	    fwrite(w->buf, 1, payload, w->f) != payload)
+		return sf_err_set(e, -EIO, "%s: write error: %s", w->name,
+				  errno ? strerror(errno) : "short write");
+	return 0;
+}
+
+static int flush_tokens(struct sf_trace_writer *w, struct sf_err *e)
+{
+	unsigned char *p = w->buf;
+
+	if (!w->ntok)
+		return 0;
+	for (int s = 0; s < w->info.nslots; s++) {
+		const struct sf_trace_slot *sl = &w->info.slots[s];
+		for (uint32_t t = 0; t < w->ntok; t++) {
+			uint64_t *row = w->rows[s] + (size_t)t * sl->words;
+			if (sl->encoding == SF_TRACE_BITMAP) {
+				for (uint32_t i = 0; i < sl->words; i++, p += 8)
+					sf_put_le64(p, row[i]);
+				continue;
+			}
+			sf_put_le32(p, sl->k);
+			p += 4;
+			for (uint32_t i = 0; i < sl->words; i++)
+				for (uint64_t b = row[i]; b; b &= b - 1, p += 4)
+					sf_put_le32(p, i * 64 + (uint32_t)__builtin_ctzll(b));
+		}
+		memset(w->rows[s], 0, (size_t)w->ntok * sl->words * 8);
+	}
+	uint32_t ntok = w->ntok;
+	w->ntok = 0;
+	return write_block(w, SF_TRACE_KIND_TOKENS, ntok, (size_t)(p - w->buf), e);
+}
+
+int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e)
+{
+	if (!w->error)
+		select_pending(w);
+	if (w->error)
+		return sf_err_set(e, w->error, "%s: %s", w->name, w->error_msg);
+	for (int s = 0; s < w->info.nslots; s++) {
+		const struct sf_trace_slot *sl = &w->info.slots[s];
+		const uint64_t *row = w->rows[s] + (size_t)w->ntok * sl->words;
+		if (!w->recorded[s])
+			return sf_err_set(e, -EINVAL, "%s: token %llu: layer %d %s not recorded",
+					  w->name, (unsigned long long)w->tokens, sl->layer,
+					  sf_group_name(sl->group));
+		if (row[sl->words - 1] & tail_mask(sl->entries))
+			return sf_err_set(e, -EINVAL, "%s: token %llu: layer %d %s: bit beyond "
+					  "entry %u", w->name, (unsigned long long)w->tokens,
+					  sl->layer, sf_group_name(sl->group), sl->entries);
+		if (w->info.select == SF_TRACE_DENSITY && row_popcount(row, sl->words) != sl->k)
+			return sf_err_set(e, -EINVAL, "%s: token %llu: layer %d %s: %u active "
+					  "entries, density %g selects %u", w->name,
+					  (unsigned long long)w->tokens, sl->layer,
+					  sf_group_name(sl->group), row_popcount(row, sl->words),
+					  w->info.density, sl->k);
+		w->recorded[s] = 0;
+	}
+	w->tokens++;
+	if (++w->ntok == w->info.block_tokens)
+		return flush_tokens(w, e);
+	return 0;
+}
+
+int sf_trace_writer_finish(struct sf_trace_writer *w, struct sf_err *e)
+{
+	unsigned char *p = w->buf;
+	int ret;
+
+	if ((ret = flush_tokens(w, e)))
+		return ret;
+	sf_put_le64(p, w->tokens);
+	p += 8;
+	for (int s = 0; s < w->info.nslots; s++)
+		for (uint32_t i = 0; i < w->info.slots[s].entries; i++, p += 8)
+			sf_put_f64(p, w->sums[s][i]);
+	if ((ret = write_block(w, SF_TRACE_KIND_SUMS, 0, (size_t)(p - w->buf), e)))
+		return ret;
+	if (fflush(w->f))
+		return sf_err_set(e, -EIO, "%s: write error: %s", w->name, strerror(errno));
+	return 0;
+}
+
+uint64_t sf_trace_writer_tokens(const struct sf_trace_writer *w)
+{
+	return w->tokens;
+}
+
+void sf_trace_writer_free(struct sf_trace_writer *w)
+{
+	if (!w)
+		return;
+	for (int s = 0; s < w->info.nslots; s++) {
+		if (w->rows)
+			free(w->rows[s]);
+		if (w->sums)
+			free(w->sums[s]);
+		if (w->staged)
+			free(w->staged[s]);
+	}
+	free(w->rows);
+	free(w->sums);
+	free(w->staged);
+	free(w->pending);
+	free(w->bad);
+	free(w->recorded);
+	free(w->buf);
+	free(w->scratch);
+	sf_trace_info_free(&w->info);
+	free(w);
+}
+
+// ----------------------------------------------------------------------------
+// reader
+
+struct sf_trace_reader {
+	FILE *f;
+	int owns_file;
+	char *name;
+	struct sf_trace_info info;
+	uint64_t offset;	/* bytes consumed */
+	uint64_t blocks;	/* blocks read */
+	uint64_t tokens;
+	uint64_t **rows;	/* (nslots) -> (block_tokens, words) */
+	double **sums;		/* (nslots) -> (entries), after the trailer */
+	unsigned char *buf;
+	size_t buf_cap;
+	int done;
+};
+
+/* n bytes or an error naming what was being read. */
+static int read_exact(struct sf_trace_reader *r, void *buf, size_t n, const char *what,
+		      struct sf_err *e)
+{
+	size_t got = fread(buf, 1, n, r->f);
+	if (got != n) {
+		if (ferror(r->f))
+			return sf_err_set(e, -EIO, "%s: read error: %s", r->name, strerror(errno));
+		return sf_err_set(e, SF_EFORMAT,
+				  "%s: truncated at byte %llu: %s needs %zu bytes, %zu left",
+				  r->name, (unsigned long long)(r->offset + got), what, n, got);
+	}
+	r->offset += n;
+	return 0;
+}
+
+static int header_int(json_t *h, const char *key, long long lo, long long hi,
+		      long long *out, const char *name, struct sf_err *e)
+{
+	json_t *v = json_object_get(h, key);
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"%s\" missing or not an integer "
+				  "in %lld..%lld", name, key, lo, hi);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+/* The header's fields into r->info, every one checked, and its slot list
+ * against the one the fields imply. */
+static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
+{
+	struct sf_trace_info *info = &r->info;
+	const char *name = r->name;
+	json_t *v, *sel, *layers, *groups, *slots;
+	long long x;
+	int ret;
+
+	info->header = h;
+	v = json_object_get(h, "format");
+	if (!json_is_string(v) || strcmp(json_string_value(v), "sparseflash-trace") != 0)
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not "
+				  "\"sparseflash-trace\"", name);
+	v = json_object_get(h, "fingerprint");
+	if (!json_is_string(v) || strlen(json_string_value(v)) != SF_FINGERPRINT_LEN)
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" missing or not %d "
+				  "hex digits", name, SF_FINGERPRINT_LEN);
+	memcpy(info->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
+	if ((ret = header_int(h, "n_layers", 1, SF_TRACE_MAX_LAYERS, &x, name, e)))
+		return ret;
+	info->n_layers = (int)x;
+	if ((ret = header_int(h, "block_tokens", 1, SF_TRACE_MAX_BLOCK_TOKENS, &x, name, e)))
+		return ret;
+	info->block_tokens = (uint32_t)x;
+	v = json_object_get(h, "entries");
+	for (int g = 0; g < SF_NGROUPS; g++) {
+		if ((ret = header_int(v, sf_group_name((enum sf_group)g), 1, SF_TRACE_MAX_ENTRIES,
+				      &x, name, e)))
+			return ret;
+		info->entries[g] = (uint32_t)x;
+	}
+	layers = json_object_get(h, "layers");
+	if (!json_is_array(layers) || json_array_size(layers) != 2 ||
+	    !json_is_integer(json_array_get(layers, 0)) ||
+	    !json_is_integer(json_array_get(layers, 1)))
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"layers\" is not [first, last]", name);
+	info->layer_lo = (int)json_integer_value(json_array_get(layers, 0));
+	info->layer_hi = (int)json_integer_value(json_array_get(layers, 1));
+	if (json_integer_value(json_array_get(layers, 0)) != info->layer_lo ||
+	    json_integer_value(json_array_get(layers, 1)) != info->layer_hi)
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"layers\" out of range", name);
+	groups = json_object_get(h, "groups");
+	if (!json_is_array(groups))
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"groups\" is not an array", name);
+	for (size_t i = 0; i < json_array_size(groups); i++) {
+		enum sf_group g;
+		v = json_array_get(groups, i);
+		if (!json_is_string(v) || sf_group_parse(json_string_value(v), &g) ||
+		    (info->groups & (1u << g)))
+			return sf_err_set(e, SF_EFORMAT, "%s: header: \"groups\"[%zu] is not a "
+					  "group or repeated", name, i);
+		info->groups |= 1u << g;
+	}
+	sel = json_object_get(h, "selection");
+	v = json_object_get(sel, "mode");
+	if (json_is_string(v) && strcmp(json_string_value(v), "density") == 0 &&
+	    json_is_number(json_object_get(sel, "density"))) {
+		info->select = SF_TRACE_DENSITY;
+		info->density = json_number_value(json_object_get(sel, "density"));
+	} else if (json_is_string(v) && strcmp(json_string_value(v), "threshold") == 0 &&
+		   json_is_number(json_object_get(sel, "threshold"))) {
+		info->select = SF_TRACE_THRESHOLD;
+		info->threshold = json_number_value(json_object_get(sel, "threshold"));
+	} else {
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"selection\" is neither density "
+				  "nor threshold", name);
+	}
+	if ((ret = build_slots(info, name, e))) {
+		if (e && ret == -EINVAL)
+			e->code = SF_EFORMAT;	/* a bad header, not a bad request */
+		return ret == -EINVAL ? SF_EFORMAT : ret;
+	}
+	slots = json_object_get(h, "slots");
+	json_t *want = slots_json(info);
+	int same = want && json_equal(slots, want);
+	json_decref(want);
+	if (!same)
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"slots\" does not match the layers, "
+				  "groups, entries and selection", name);
+	info_set_task(info);
+	return 0;
+}
+
+int sf_trace_open(struct sf_trace_reader **out, const char *path, struct sf_err *e)
+{
+	struct sf_trace_reader *r = calloc(1, sizeof(*r));
+	unsigned char pre[16];
+	char *text = NULL;
+	int ret;
+
+	if (!r)
+		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
+	if (!(r->name = strdup(strcmp(path, "-") == 0 ? "(stdin)" : path))) {
+		free(r);
+		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
+	}
+	if (strcmp(path, "-") == 0) {
+		r->f = stdin;
+	} else if (!(r->f = fopen(path, "rb"))) {
+		ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
+		goto fail;
+	} else {
+		r->owns_file = 1;
+	}
+	if ((ret = read_exact(r, pre, sizeof(pre), "the header", e)))
+		goto fail;
+	if (memcmp(pre, SF_TRACE_MAGIC, 8) != 0) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: not a sparseflash trace (bad magic)", r->name);
+		goto fail;
+	}
+	if (sf_get_le32(pre + 8) != SF_TRACE_VERSION) {
+		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: trace version %u: expected %u", r->name,
+				 sf_get_le32(pre + 8), SF_TRACE_VERSION);
+		goto fail;
+	}
+	uint32_t hlen = sf_get_le32(pre + 12);
+	if (hlen > SF_TRACE_MAX_HEADER) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: header of %u bytes: at most %u", r->name, hlen,
+				 SF_TRACE_MAX_HEADER);
+		goto fail;
+	}
+	if (!(text = malloc(hlen ? hlen : 1))) {
+		ret = sf_err_set(e, -ENOMEM, "%s: %s", r->name, sf_strerror(-ENOMEM));
+		goto fail;
+	}
+	if ((ret = read_exact(r, text, hlen, "the JSON header", e)))
+		goto fail;
+	json_error_t je;
+	json_t *h = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
+	if (!json_is_object(h)) {
+		json_decref(h);
+		ret = sf_err_set(e, SF_EFORMAT, "%s: header is not a JSON object: %s", r->name,
+				 je.text);
+		goto fail;
+	}
+	if ((ret = parse_header(r, h, e)))
+		goto fail;
+
+	const struct sf_trace_info *info = &r->info;
+	uint64_t payload = 0, trailer = 8;
+	for (int s = 0; s < info->nslots; s++) {
+		payload += (uint64_t)info->block_tokens * info->slots[s].words * 8;
+		trailer += (uint64_t)info->slots[s].entries * 8;
+	}
+	/* rows, sums and the read buffer: a header alone must not commit the
+	 * reader to more memory than real models need */
+	uint64_t need = payload + trailer + (payload > trailer ? payload : trailer);
+	if (need > SF_TRACE_MAX_BUFFERS) {
+		ret = sf_err_set(e, SF_ELIMIT, "%s: header: %u tokens per block over %d slots need "
+				 "%llu bytes of buffers: at most %llu", r->name, info->block_tokens,
+				 info->nslots, (unsigned long long)need,
+				 (unsigned long long)SF_TRACE_MAX_BUFFERS);
+		goto fail;
+	}
+	r->rows = calloc((unsigned)info->nslots, sizeof(*r->rows));
+	r->sums = calloc((unsigned)info->nslots, sizeof(*r->sums));
+	for (int s = 0; r->rows && r->sums && s < info->nslots; s++) {
+		r->rows[s] = malloc((size_t)info->block_tokens * info->slots[s].words * 8);
+		r->sums[s] = calloc(info->slots[s].entries, sizeof(double));
+		if (!r->rows[s] || !r->sums[s])
+			break;
+	}
+	r->buf_cap = (size_t)(payload > trailer ? payload : trailer);
+	r->buf = r->rows && r->sums ? malloc(r->buf_cap) : NULL;
+	if (!r->buf || !r->rows[info->nslots - 1] || !r->sums[info->nslots - 1]) {
+		ret = sf_err_set(e, -ENOMEM, "%s: trace buffers: %s", r->name, sf_strerror(-ENOMEM));
+		goto fail;
+	}
+	free(text);
+	*out = r;
+	return 0;
+fail:
+	free(text);
+	sf_trace_close(r);
+	return ret;
+}
+
+void sf_trace_close(struct sf_trace_reader *r)
+{
+	if (!r)
+		return;
+	if (r->owns_file)
+		fclose(r->f);
+	for (int s = 0; s < r->info.nslots; s++) {
+		if (r->rows)
+			free(r->rows[s]);
+		if (r->sums)
+			free(r->sums[s]);
+	}
+	free(r->rows);
+	free(r->sums);
+	free(r->buf);
+	free(r->name);
+	sf_trace_info_free(&r->info);
+	free(r);
+}
+
+const struct sf_trace_info *sf_trace_reader_info(const struct sf_trace_reader *r)
+{
+	return &r->info;
+}
+
+const char *sf_trace_reader_name(const struct sf_trace_reader *r)
+{
+	return r->name;
+}
+
+/* Decodes a tokens block's payload into the row buffers, checking every
+ * active set against the selection. */
+static int decode_tokens(struct sf_trace_reader *r, uint32_t ntok, size_t len,
+			 struct sf_err *e)
+{
+	const unsigned char *p = r->buf, *end = r->buf + len;
+	unsigned long long blk = (unsigned long long)r->blocks;
+
+	for (int s = 0; s < r->info.nslots; s++) {
+		const struct sf_trace_slot *sl = &r->info.slots[s];
+		for (uint32_t t = 0; t < ntok; t++) {
+			uint64_t *row = r->rows[s] + (size_t)t * sl->words;
+			if (sl->encoding == SF_TRACE_BITMAP) {
+				if ((size_t)(end - p) < (size_t)sl->words * 8)
+					goto short_payload;
+				for (uint32_t i = 0; i < sl->words; i++, p += 8)
+					row[i] = sf_get_le64(p);
+				if (row[sl->words - 1] & tail_mask(sl->entries))
+					return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer %d %s: "
+							  "bit beyond entry %u", r->name, blk,
+							  sl->layer, sf_group_name(sl->group),
+							  sl->entries);
+			} else {
+				if (end - p < 4)
+					goto short_payload;
+				uint32_t cnt = sf_get_le32(p);
+				p += 4;
+				if (cnt != sl->k)
+					goto wrong_count;
+				if ((size_t)(end - p) < (size_t)cnt * 4)
+					goto short_payload;
+				memset(row, 0, (size_t)sl->words * 8);
+				uint32_t prev = 0;
+				for (uint32_t i = 0; i < cnt; i++, p += 4) {
+					uint32_t idx = sf_get_le32(p);
+					if (idx >= sl->entries || (i && idx <= prev))
+						return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer "
+								  "%d %s: index %u out of order or "
+								  "range", r->name, blk, sl->layer,
+								  sf_group_name(sl->group), idx);
+					row[idx / 64] |= 1ull << (idx % 64);
+					prev = idx;
+				}
+			}
+			if (r->info.select == SF_TRACE_DENSITY &&
+			    row_popcount(row, sl->words) != sl->k)
+				goto wrong_count;
+			continue;
+wrong_count:
+			return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer %d %s: %u active "
+					  "entries, density %g selects %u", r->name, blk, sl->layer,
+					  sf_group_name(sl->group), row_popcount(row, sl->words),
+					  r->info.density, sl->k);
+		}
+	}
+	if (p != end)
+		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: %zu bytes of payload, %zu used",
+				  r->name, blk, len, (size_t)(p - r->buf));
+	return 0;
+short_payload:
+	return sf_err_set(e, SF_EFORMAT, "%s: block %llu: payload of %zu bytes ends inside an "
+			  "active set", r->name, blk, len);
+}
+
+static int decode_sums(struct sf_trace_reader *r, size_t len, struct sf_err *e)
+{
+	const unsigned char *p = r->buf;
+	size_t want = 8;
+
+	for (int s = 0; s < r->info.nslots; s++)
+		want += (size_t)r->info.slots[s].entries * 8;
+	if (len != want)
+		return sf_err_set(e, SF_EFORMAT, "%s: sums trailer of %zu bytes: expected %zu",
+				  r->name, len, want);
+	if (sf_get_le64(p) != r->tokens)
+		return sf_err_set(e, SF_EFORMAT, "%s: sums trailer counts %llu tokens, the "
+				  "blocks hold %llu", r->name, (unsigned long long)sf_get_le64(p),
+				  (unsigned long long)r->tokens);
+	p += 8;
+	for (int s = 0; s < r->info.nslots; s++) {
+		for (uint32_t i = 0; i < r->info.slots[s].entries; i++, p += 8) {
+			double v = sf_get_f64(p);
+			if (!(v >= 0.0) || !isfinite(v))
+				return sf_err_set(e, SF_EFORMAT, "%s: sums trailer: layer %d %s entry "
+						  "%u: %g is not a finite sum of magnitudes", r->name,
+						  r->info.slots[s].layer,
+						  sf_group_name(r->info.slots[s].group), i, v);
+			r->sums[s][i] = v;
+		}
+	}
+	return 0;
+}
+
+int sf_trace_next(struct sf_trace_reader *r, uint32_t *ntokens, struct sf_err *e)
+{
+	unsigned char hdr[SF_TRACE_BLOCK_HEADER];
+	char what[64];
+	int ret;
+
+	if (r->done)
+		return 0;
+	snprintf(what, sizeof(what), "block %llu", (unsigned long long)r->blocks);
+	if ((ret = read_exact(r, hdr, sizeof(hdr), what, e)))
+		return ret;
+	uint32_t kind = sf_get_le32(hdr), ntok = sf_get_le32(hdr + 4);
+	uint64_t len = sf_get_le64(hdr + 8);
+	uint32_t crc = sf_get_le32(hdr + 16);
+	unsigned long long blk = (unsigned long long)r->blocks;
+
+	if (sf_get_le32(hdr + 20) != 0)
+		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: reserved word is not 0", r->name, blk);
+	if (kind == SF_TRACE_KIND_TOKENS) {
+		if (ntok < 1 || ntok > r->info.block_tokens)
+			return sf_err_set(e, SF_EFORMAT, "%s: block %llu: %u tokens: expected 1..%u",
+					  r->name, blk, ntok, r->info.block_tokens);
+	} else if (kind == SF_TRACE_KIND_SUMS) {
+		if (ntok != 0)
+			return sf_err_set(e, SF_EFORMAT, "%s: sums trailer: %u tokens: expected 0",
+					  r->name, ntok);
+	} else {
+		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: kind %u: expected %d or %d",
+				  r->name, blk, kind, SF_TRACE_KIND_TOKENS, SF_TRACE_KIND_SUMS);
+	}
+	if (len > r->buf_cap)
+		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: payload of %llu bytes: at most %zu",
+				  r->name, blk, (unsigned long long)len, r->buf_cap);
+	if ((ret = read_exact(r, r->buf, (size_t)len, what, e)))
+		return ret;
+	if (sf_crc32c(0, r->buf, (size_t)len) != crc)
+		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: checksum 0x%08x, the block says "
+				  "0x%08x", r->name, blk, sf_crc32c(0, r->buf, (size_t)len), crc);
+	r->blocks++;
+	if (kind == SF_TRACE_KIND_SUMS) {
+		if ((ret = decode_sums(r, (size_t)len, e)))
+			return ret;
+		if (fgetc(r->f) != EOF)
+			return sf_err_set(e, SF_EFORMAT, "%s: data after the sums trailer at byte %llu",
+					  r->name, (unsigned long long)r->offset);
+		r->done = 1;
+		return 0;
+	}
+	if ((ret = decode_tokens(r, ntok, (size_t)len, e)))
+		return ret;
+	r->tokens += ntok;
+	*ntokens = ntok;
+	return 1;
+}
+
+const uint64_t *sf_trace_rows(const struct sf_trace_reader *r, int slot)
+{
+	return r->rows[slot];
+}
+
+const double *sf_trace_sums(const struct sf_trace_reader *r, int slot)
+{
+	return r->sums[slot];
+}
+
+uint64_t sf_trace_tokens(const struct sf_trace_reader *r)
+{
+	return r->tokens;
+}

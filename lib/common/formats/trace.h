@@ -1,0 +1,156 @@
+/* Activation traces (.sft), the stream sf-profile writes and sf-coact and
+ * sf-place read: per token, layer and group the active set, then per entry
+ * the sum of |value|. One writer and one reader; both stream (a pipe is
+ * enough, nothing is sought). Byte layout: man/sf-formats.5 (TRACE). */
+#ifndef SF_TRACE_H
+#define SF_TRACE_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "formats/config.h"
+#include "base/err.h"
+#include "engine/forward.h"
+#include "formats/model.h"
+#include "base/pool.h"
+
+#define SF_TRACE_MAGIC "SFTRACE"	/* 8 bytes with its NUL */
+#define SF_TRACE_VERSION 1
+#define SF_TRACE_BLOCK_TOKENS 64	/* tokens per block the writer emits */
+#define SF_TRACE_MAX_BLOCK_TOKENS 65536
+#define SF_TRACE_MAX_HEADER (16u << 20)	/* bytes of JSON header */
+#define SF_TRACE_MAX_ENTRIES (1u << 24)	/* entries of one group */
+#define SF_TRACE_MAX_LAYERS 4096
+/* Bytes a reader allocates for one block's bitmaps, the sums and its read
+ * buffer: a 405B-parameter model needs about 0.3 GiB at 64 tokens a block. */
+#define SF_TRACE_MAX_BUFFERS ((uint64_t)1 << 30)
+#define SF_TRACE_BLOCK_HEADER 24	/* kind, ntokens, payload bytes, crc, reserved */
+
+enum { SF_TRACE_KIND_TOKENS = 1, SF_TRACE_KIND_SUMS = 2 };
+
+enum sf_trace_select { SF_TRACE_DENSITY, SF_TRACE_THRESHOLD };
+
+/* How a slot's active sets are stored: a bitmap of ceil(n/64) 64-bit words
+ * per token, or (density mode, when it is smaller) a count and the
+ * ascending indices as 32-bit words. Readers always see bitmaps. */
+enum sf_trace_encoding { SF_TRACE_BITMAP, SF_TRACE_INDEX };
+
+/* One recorded (layer, group). */
+struct sf_trace_slot {
+	int layer;
+	enum sf_group group;
+	uint32_t entries;		/* n: length of the group's input */
+	uint32_t k;			/* density mode: round(density * n); else 0 */
+	uint32_t words;			/* ceil(n / 64): 64-bit words of a bitmap row */
+	enum sf_trace_encoding encoding;
+};
+
+/* What a trace holds, as its header states it. */
+struct sf_trace_info {
+	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	int n_layers;			/* the model's */
+	uint32_t entries[SF_NGROUPS];	/* the model's entries per group */
+	int layer_lo, layer_hi;		/* recorded layers, inclusive */
+	unsigned groups;		/* bit g: group g recorded */
+	enum sf_trace_select select;
+	double density;			/* density mode, in (0, 1] */
+	double threshold;		/* threshold mode: active when |value| > threshold */
+	uint32_t block_tokens;		/* most tokens in one block */
+	int nslots;
+	struct sf_trace_slot *slots;	/* (nslots) by layer, then group */
+	const char *task;		/* NULL when untagged; points into header */
+	json_t *header;			/* the whole JSON header */
+};
+
+/* Entries selected by density d of n: round(d * n), halves away from zero. */
+uint32_t sf_trace_density_k(double density, uint32_t n);
+
+/* Fills *info for recording layers [layer_lo, layer_hi] and the groups in
+ * the mask of a model with n_layers layers and entries[g] per group. value
+ * is the density or the threshold. Refused: a density outside (0, 1] or
+ * that selects no entry of a group, a negative or non-finite threshold,
+ * layers outside the model, no group. meta (task, corpora, producer,
+ * options; may be NULL) is copied into the header. */
+int sf_trace_info_init(struct sf_trace_info *info, const char *fingerprint, int n_layers,
+		       const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
+		       unsigned groups, enum sf_trace_select select, double value,
+		       json_t *meta, struct sf_err *e);
+/* entries[] of a model's config. */
+void sf_trace_model_entries(const struct sf_config *c, uint32_t entries[SF_NGROUPS]);
+void sf_trace_info_free(struct sf_trace_info *info);	/* accepts a zeroed info */
+/* Index of (layer, group) in info->slots, or -1 when not recorded. */
+int sf_trace_slot_index(const struct sf_trace_info *info, int layer, enum sf_group g);
+
+/* The active set of x[0..n) as a bitmap (ceil(n/64) words, bit i%64 of
+ * word i/64): the k entries of largest |x|, ties to the lower index.
+ * Exactly k bits are set (k <= n). scratch: 2 * n words. AVX-512 when
+ * the kernels use it (kernels.h: sf_kernels_isa), else the portable
+ * _ref; both give the same bits. */
+void sf_trace_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
+			  uint32_t *scratch);
+void sf_trace_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
+			      uint32_t *scratch);
+/* Entries with |x| > threshold. */
+void sf_trace_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits);
+
+// ----------------------------------------------------------------------------
+// writer
+
+struct sf_trace_writer;
+
+/* Writes the magic and header to f (not closed by the writer; name is
+ * for messages). info is copied. */
+int sf_trace_writer_open(struct sf_trace_writer **w, FILE *f, const char *name,
+			 const struct sf_trace_info *info, struct sf_err *e);
+/* Workers for the selections (NULL, the default: the caller alone). The
+ * pool is not owned; sf_trace_writer_token dispatches on it, so it must
+ * not be running then. The trace does not depend on the pool's size. */
+int sf_trace_writer_set_pool(struct sf_trace_writer *w, struct sf_pool *pool,
+			     struct sf_err *e);
+/* The observer to hand to the forward pass: it records every recorded
+ * group's input of the current token (active set and |value| sums). */
+const struct sf_observer *sf_trace_writer_observer(struct sf_trace_writer *w);
+/* Records one group's input as the observer does: the input is copied and
+ * its selection and sums computed at sf_trace_writer_token (or at
+ * sf_trace_writer_row of that slot), split over the pool. */
+void sf_trace_writer_record(struct sf_trace_writer *w, int layer, enum sf_group g,
+			    const float *in, size_t n);
+/* The current token's bitmap row of a slot: the active set of the input
+ * recorded for it, or for writers that produce active sets themselves
+ * (synthetic traces) a row to fill; |value| sums stay as they are then. */
+uint64_t *sf_trace_writer_row(struct sf_trace_writer *w, int slot);
+/* Ends the current token: selects the recorded inputs, checks that every
+ * slot was recorded (density mode: exactly k entries) and writes a block
+ * when it is full. */
+int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e);
+/* Writes the last block and the sums trailer and flushes f. */
+int sf_trace_writer_finish(struct sf_trace_writer *w, struct sf_err *e);
+uint64_t sf_trace_writer_tokens(const struct sf_trace_writer *w);
+void sf_trace_writer_free(struct sf_trace_writer *w);	/* accepts NULL */
+
+// ----------------------------------------------------------------------------
+// reader
+
+struct sf_trace_reader;
+
+/* Opens path ("-": standard input), reads and checks the header; SF_ELIMIT
+ * when its slots would need more than SF_TRACE_MAX_BUFFERS of buffers. */
+int sf_trace_open(struct sf_trace_reader **r, const char *path, struct sf_err *e);
+void sf_trace_close(struct sf_trace_reader *r);	/* accepts NULL */
+const struct sf_trace_info *sf_trace_reader_info(const struct sf_trace_reader *r);
+/* The name used in messages: the path, or "(stdin)". */
+const char *sf_trace_reader_name(const struct sf_trace_reader *r);
+
+/* Reads the next block: 1 with *ntokens set and sf_trace_rows valid until
+ * the next call, 0 after the sums trailer was read and checked and the
+ * stream ended, or a negative error (truncation, checksum, an active set
+ * that breaks the header's selection, trailing bytes). */
+int sf_trace_next(struct sf_trace_reader *r, uint32_t *ntokens, struct sf_err *e);
+/* The block's rows of a slot: ntokens bitmaps of slots[slot].words words. */
+const uint64_t *sf_trace_rows(const struct sf_trace_reader *r, int slot);
+/* After sf_trace_next returned 0: per entry sum of |value| of a slot. */
+const double *sf_trace_sums(const struct sf_trace_reader *r, int slot);
+uint64_t sf_trace_tokens(const struct sf_trace_reader *r);
+
+#endif

@@ -1,0 +1,168 @@
+/* The sparse decoder: computes every flash group of an image from the
+ * columns its input selects (top tier, middle tier, omitted), reading them
+ * with collapsed, 4 KiB aligned io_uring reads and a linking-aligned cache,
+ * computing on runs in position order as they complete. It plugs into the
+ * forward pass as its struct sf_group_exec. man/sf-run.1. */
+#ifndef SF_SPARSE_H
+#define SF_SPARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "online/cache.h"
+#include "base/err.h"
+#include "engine/forward.h"
+#include "formats/image.h"
+#include "formats/model.h"
+#include "base/pool.h"
+#include "online/selectinfer.h"
+
+#define SF_SPARSE_COLLAPSE_AUTO (-1)
+/* --collapse auto's gap in entries when the device's small-read IOPS are
+ * not known. Known, the gap is in bytes: a request's worth of transfer,
+ * peak bytes/s over small-read IOPS (below), so reading a gap never costs
+ * more than the request it saves. */
+#define SF_SPARSE_AUTO_GAP 4
+/* While reads are in flight, the columns that have arrived are computed
+ * once they hold this many weights (and at a tier's end). Each batch is
+ * a pass over the outputs and a wake of the workers: computing after
+ * every completion made compute from flash 4-5x its --simulate time at
+ * the Llama-2-7B shape. Any batching gives the same sums. */
+#define SF_SPARSE_BATCH_WEIGHTS ((uint64_t)1 << 20)
+/* auto: reads are bandwidth-bound, and collapse is off, while the achieved
+ * bandwidth of the last SF_SPARSE_AUTO_WINDOW tokens is at least this
+ * share of the device's peak. */
+#define SF_SPARSE_BW_BOUND 0.8
+#define SF_SPARSE_AUTO_WINDOW 4
+
+enum sf_sparse_select {
+	SF_SPARSE_BUDGET,	/* the image's calibrated k_top, k_mid of a budget */
+	SF_SPARSE_DENSITY,	/* TEAL: round(density * n) top tier, no middle */
+	SF_SPARSE_FRACTIONS,	/* k_top = round(top * n), k_mid = round(mid * n) */
+};
+
+struct sf_sparse_opts {
+	enum sf_sparse_select select;
+	double budget;			/* BUDGET: one of img->budgets, or 1 (every entry top) */
+	double density;			/* DENSITY, in (0, 1] */
+	double top, mid;		/* FRACTIONS, each in [0, 1], top + mid <= 1 */
+	int collapse;			/* gap in positions, or SF_SPARSE_COLLAPSE_AUTO */
+	double device_peak;		/* bytes/s for auto; 0: unknown (fixed gap) */
+	double device_iops;		/* 4 KiB reads/s at depth; 0: unknown (gap in entries) */
+	unsigned qd;			/* 0: SF_URING_DEFAULT_QD */
+	uint64_t batch_weights;		/* 0: SF_SPARSE_BATCH_WEIGHTS */
+	int buffered;			/* no O_DIRECT */
+	int simulate;			/* flash regions read into RAM once; no I/O after */
+	enum sf_cache_policy policy;
+	double seg_admit;
+	double cache_ratio;		/* < 0: cache from ram; else share of offloaded bytes */
+	uint64_t ram;			/* 0: no limit */
+	uint64_t state_bytes;		/* KV cache and run state the caller holds */
+	uint64_t max_tokens;		/* latencies recorded for percentiles */
+	/* Entries whose whole bundle lies in a 4 KiB page the top tier's own
+	 * bundles touch cost no read: they join the top tier (from the
+	 * middle tier or omitted). Chosen from the selection alone, before
+	 * the cache and without the collapse gaps, so the output still does
+	 * not depend on the cache, collapse, queue depth or threads. */
+	int free_riders;
+	/* SelectInfer's selective loading: these entries are read once at
+	 * open and held in RAM, never evicted (NULL: none; borrowed, may be
+	 * freed after sf_sparse_open). Entries --keep left out are skipped;
+	 * with simulate nothing is pinned (no cache is consulted). */
+	const struct sf_select_load *pin;
+	/* SelectInfer's selective computation (NULL: none; borrowed during
+	 * open, with its dense layers): the forward passes sf_sparse_prefill
+	 * announces are observed, then for every pass after them the
+	 * ffn_out entries of the layers not dense are only those of the
+	 * chosen neurons (intersected with the usual selection) and the
+	 * ffn_in rows computed only theirs (the others output 0). */
+	const struct sf_select_compute_opts *compute;
+	const struct sf_scores *compute_static;	/* static scores, or NULL */
+	const char *compute_static_name;	/* for messages */
+};
+
+/* Defaults: budget 1, collapse auto, S3-FIFO, SF_CACHE_DEFAULT_SEG_ADMIT,
+ * no cache ratio, no RAM limit. */
+void sf_sparse_opts_default(struct sf_sparse_opts *o);
+
+/* Bytes sf-run keeps, for the --ram check and -v. */
+struct sf_sparse_memory {
+	/* the process's resident set when the decoder is set up (code,
+	 * libraries, tokenizer; the image's regions read into memory count
+	 * under resident instead), plus SF_SPARSE_LATER_BYTES */
+	uint64_t process;
+	uint64_t resident;	/* the header and resident blob, read into memory */
+	uint64_t state;		/* KV cache and run state (the caller's figure) */
+	uint64_t buffers;	/* read buffers and per-group scratch */
+	uint64_t pinned;	/* the pinned set: slots and metadata */
+	uint64_t cache;		/* cache slots and metadata */
+	uint64_t simulate;	/* --simulate: the flash regions in RAM */
+	uint64_t offloaded;	/* top-tier bytes on flash (what --cache-ratio scales) */
+	uint64_t total;
+};
+
+/* What sf-run allocates after the decoder is set up, so the resident set
+ * at that point cannot show it: reading the --ppl corpus or the prompt
+ * (64 KiB chunks, line buffers, the tokens) and building the --stats or
+ * --bench JSON. About 85 KiB measured on mix4-5m's --ppl; reserved
+ * threefold, so the peak resident set stays under --ram. */
+#define SF_SPARSE_LATER_BYTES (256u << 10)
+
+struct sf_sparse;
+
+/* Sets up decoding of img (m: its sf_image_model) on the pool (NULL: the
+ * caller): resolves the tier sizes (SF_EUNSUPPORTED for a budget the image
+ * was not calibrated for, listing those it was; a middle tier without
+ * codes), sizes the cache, checks the memory budget (SF_ELIMIT with the
+ * figures), allocates every buffer, opens the ring (or, with simulate,
+ * reads the flash regions). Images packed with --keep run as they are:
+ * the neurons left out are never computed (their ffn_out entries never
+ * selected, their ffn_in rows absent, so their activation is 0). *sp
+ * NULL on error. */
+int sf_sparse_open(struct sf_sparse **sp, const struct sf_image *img, const struct sf_model *m,
+		   struct sf_pool *pool, const struct sf_sparse_opts *o, struct sf_err *e);
+void sf_sparse_close(struct sf_sparse *sp);	/* accepts NULL */
+
+/* Selective computation: the next `tokens` forward passes are a prefill
+ * (computed with the usual selection and observed); at the start of the
+ * pass after them the neurons are chosen and restrict every later pass,
+ * until the next call. Without a call the set is chosen at the first pass
+ * from the static scores alone. No effect without o->compute. */
+void sf_sparse_prefill(struct sf_sparse *sp, uint64_t tokens);
+/* The selection state (for its masks), or NULL without o->compute. */
+const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp);
+
+/* The exec to set as sf_runstate.exec. */
+const struct sf_group_exec *sf_sparse_exec(struct sf_sparse *sp);
+/* After a forward pass: 0, or the first read error (message in *e); after
+ * one every later group outputs zeros and reads nothing, so the caller
+ * must stop. */
+int sf_sparse_error(const struct sf_sparse *sp, struct sf_err *e);
+
+void sf_sparse_memory(const struct sf_sparse *sp, struct sf_sparse_memory *mem);
+/* The collapse gap in use now and how it was chosen ("fixed", "auto",
+ * "auto (no device peak: fixed gap N)"), for -v. */
+const char *sf_sparse_collapse_desc(const struct sf_sparse *sp);
+const char *sf_sparse_backend(const struct sf_sparse *sp);	/* "io_uring", "pread", "simulate" */
+
+/* The --bench / --stats figures so far (see man/sf-run.1): a new object. */
+json_t *sf_sparse_stats_json(struct sf_sparse *sp);
+
+// ----------------------------------------------------------------------------
+// device peak for --collapse auto
+
+/* $XDG_CACHE_HOME/sparseflash/device-MAJ-MIN.json (or ~/.cache/...) of the
+ * device holding path, into buf. */
+int sf_sparse_device_file(const char *path, char *buf, size_t cap, struct sf_err *e);
+/* The figures stored for the device of path: 1 with *peak (large-read
+ * bytes/s) and *iops (small reads/s) set, 0 when none are stored, or an
+ * error for a file that is not ours. */
+int sf_sparse_device_load(const char *path, double *peak, double *iops, struct sf_err *e);
+/* Measures the device holding dir (sf_uring_probe on a 1 GiB file written
+ * there and removed after) and stores the figures; *out (may be NULL) the
+ * JSON stored, a new reference. */
+int sf_sparse_device_probe(const char *dir, json_t **out, struct sf_err *e);
+
+#endif
