@@ -16,6 +16,7 @@
 #include "base/guard.h"
 #include "base/jsonfile.h"
 #include "engine/forward.h"
+#include "engine/kernels.h"
 
 void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_model *m,
 		       enum sf_code_method method)
