@@ -1,0 +1,94 @@
+/* CPU features and the level every kernel family uses: see cpu.h. */
+#include "engine/cpu.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static const char *const isa_names[SF_NISA] = { "ref", "avx2", "avx512" };
+
+const char *sf_isa_name(enum sf_isa isa)
+{
+	return (unsigned)isa < SF_NISA ? isa_names[isa] : "?";
+}
+
+int sf_isa_parse(const char *name, enum sf_isa *isa)
+{
+	for (int i = 0; i < SF_NISA; i++)
+		if (!strcmp(name, isa_names[i])) {
+			*isa = (enum sf_isa)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int sf_cpu_has(enum sf_isa isa)
+{
+	switch (isa) {
+	case SF_ISA_REF:
+		return 1;
+#if defined(__x86_64__)
+	case SF_ISA_AVX2:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c") && __builtin_cpu_supports("popcnt");
+	case SF_ISA_AVX512:
+		__builtin_cpu_init();
+		return sf_cpu_has(SF_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+		       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		       __builtin_cpu_supports("avx512dq");
+#endif
+	default:
+		return 0;
+	}
+}
+
+int sf_cpu_has_feature(const char *name)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	/* __builtin_cpu_supports takes only literals */
+	if (!strcmp(name, "avx512vpopcntdq"))
+		return __builtin_cpu_supports("avx512vpopcntdq");
+	if (!strcmp(name, "avx512bf16"))
+		return __builtin_cpu_supports("avx512bf16");
+	if (!strcmp(name, "avx512vnni"))
+		return __builtin_cpu_supports("avx512vnni");
+#endif
+	(void)name;
+	return 0;
+}
+
+/* -1 until first use; racing first callers store the same value */
+static _Atomic int isa_now = -1;
+
+static enum sf_isa best(void)
+{
+	for (int i = SF_NISA - 1; i > SF_ISA_REF; i--)
+		if (sf_cpu_has((enum sf_isa)i))
+			return (enum sf_isa)i;
+	return SF_ISA_REF;
+}
+
+enum sf_isa sf_cpu_isa(void)
+{
+	int i = atomic_load_explicit(&isa_now, memory_order_relaxed);
+	if (i < 0) {
+		i = (int)best();
+		atomic_store_explicit(&isa_now, i, memory_order_relaxed);
+	}
+	return (enum sf_isa)i;
+}
+
+int sf_cpu_use(enum sf_isa isa)
+{
+	if ((unsigned)isa >= SF_NISA || !sf_cpu_has(isa))
+		return -ENOTSUP;
+	atomic_store_explicit(&isa_now, (int)isa, memory_order_relaxed);
+	return 0;
+}
+
+void sf_cpu_use_best(void)
+{
+	atomic_store_explicit(&isa_now, (int)best(), memory_order_relaxed);
+}

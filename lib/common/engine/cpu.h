@@ -1,0 +1,37 @@
+/* CPU features and the one dispatch style of every kernel family (ggml's):
+ * each family keeps a table of its implementations indexed by enum sf_isa,
+ * a plain C _ref path that always compiles at SF_ISA_REF, and calls
+ * table[sf_cpu_isa()]. A family without a path at some level repeats the
+ * one below it in its table. */
+#ifndef SF_CPU_H
+#define SF_CPU_H
+
+enum sf_isa {
+	SF_ISA_REF,	/* portable C, the reference every other path is tested against */
+	SF_ISA_AVX2,	/* AVX2 + FMA + F16C (+ POPCNT) */
+	SF_ISA_AVX512,	/* AVX-512 F, BW, VL, DQ */
+	SF_NISA
+};
+
+/* "ref", "avx2", "avx512". */
+const char *sf_isa_name(enum sf_isa isa);
+/* 0 and *isa set, or -EINVAL for an unknown name. */
+int sf_isa_parse(const char *name, enum sf_isa *isa);
+
+/* Does this CPU (and this build) run isa's paths? */
+int sf_cpu_has(enum sf_isa isa);
+/* Finer features some families use inside a level ("avx512vpopcntdq"):
+ * __builtin_cpu_supports' names; 0 off x86-64. */
+int sf_cpu_has_feature(const char *name);
+
+/* The level every family uses now: the best this CPU has, unless
+ * sf_cpu_use set another. */
+enum sf_isa sf_cpu_isa(void);
+/* Makes every family use level isa (SF_ISA_REF: the references; the
+ * commands do this for SF_REF=1, tests for each level in turn). 0, or
+ * -ENOTSUP when this CPU lacks it. Not while kernels are running. */
+int sf_cpu_use(enum sf_isa isa);
+/* Back to the best level. */
+void sf_cpu_use_best(void);
+
+#endif
