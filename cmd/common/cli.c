@@ -15,8 +15,19 @@
 
 #include "base/err.h"
 #include "base/guard.h"
+#include "engine/cpu.h"
 
 const char *sf_progname = "sparseflash";
+
+void sf_cli_start(const char *progname)
+{
+	const char *ref = getenv("SF_REF");
+
+	sf_progname = progname;
+	sf_catch_sigbus();
+	if (ref && *ref && strcmp(ref, "0") != 0)
+		sf_cpu_use(SF_ISA_REF);
+}
 
 void sf_error(const char *fmt, ...)
 {

@@ -16,8 +16,14 @@
 
 enum { SF_EXIT_OK = 0, SF_EXIT_FAIL = 1, SF_EXIT_USAGE = 2 };
 
-/* Set by main before anything else: "sf-run", ... */
+/* Set by sf_cli_start: "sf-run", ... */
 extern const char *sf_progname;
+
+/* What every command does first: names itself for messages, installs the
+ * SIGBUS guard (sf_catch_sigbus) and applies the environment the library
+ * never reads: SF_REF=1 makes every kernel family use its plain C
+ * reference (engine/cpu.h). */
+void sf_cli_start(const char *progname);
 
 /* "prog: <message>\n" on stderr. */
 void sf_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -413,7 +413,7 @@ int main(int argc, char **argv)
 	struct sf_pool *pool = NULL;
 	int ret;
 
-	sf_progname = "sf-coact";
+	sf_cli_start("sf-coact");
 	parse_options(argc, argv, &o);
 
 	switch (o.mode) {

@@ -531,8 +531,7 @@ int main(int argc, char **argv)
 	uint8_t *layers = NULL, *dense = NULL;
 	int ret;
 
-	sf_progname = "sf-encode";
-	sf_catch_sigbus();
+	sf_cli_start("sf-encode");
 	parse_options(argc, argv, &o);
 	if (o.info) {
 		ret = info(o.info);

@@ -252,8 +252,7 @@ int main(int argc, char **argv)
 	struct options o = { 0 };
 	int ret;
 
-	sf_progname = "sf-pack";
-	sf_catch_sigbus();
+	sf_cli_start("sf-pack");
 	parse_args(argc, argv, &o);
 	ret = o.verify || o.info ? inspect(&o) : pack(&o);
 	return sf_close_stdout() ? SF_EXIT_FAIL : ret ? SF_EXIT_FAIL : SF_EXIT_OK;

@@ -554,8 +554,7 @@ int main(int argc, char **argv)
 	struct options o;
 	int status;
 
-	sf_progname = "sf-place";
-	sf_catch_sigbus();
+	sf_cli_start("sf-place");
 	parse_options(argc, argv, &o);
 	status = o.eval_trace ? run_eval(&o) : run_place(&o);
 	return sf_close_stdout() ? SF_EXIT_FAIL : status;

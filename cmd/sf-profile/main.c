@@ -364,8 +364,7 @@ int main(int argc, char **argv)
 	struct sf_err e = { 0 };
 	int ret;
 
-	sf_progname = "sf-profile";
-	sf_catch_sigbus();
+	sf_cli_start("sf-profile");
 	parse_options(argc, argv, &o);
 
 	if ((ret = session_open(&S, &o)))

@@ -845,8 +845,7 @@ int main(int argc, char **argv)
 	struct session S = { 0 };
 	int ret;
 
-	sf_progname = "sf-run";
-	sf_catch_sigbus();
+	sf_cli_start("sf-run");
 	parse_options(argc, argv, &o);
 	if (o.probe) {
 		struct sf_err e = { 0 };

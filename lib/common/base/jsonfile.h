@@ -17,4 +17,26 @@
  * bytes"; or SF_EFORMAT "PATH: line N: what jansson says". */
 int sf_json_load(json_t **out, const char *path, uint64_t max, struct sf_err *e);
 
+/* Typed getters of an object's member, the one set every reader uses.
+ * where names the object in messages ("calib.json: groups[3]"); each
+ * failure is one SF_EFORMAT message of the form
+ *   WHERE: "KEY" missing or not an integer
+ *   WHERE: "KEY" is 7: expected 0..3
+ * sf_json_int takes integers only; sf_json_count a whole number written
+ * as an integer or a float (2.0); sf_json_num any finite number. */
+int sf_json_int(json_t *o, const char *key, int64_t min, int64_t max, int64_t *out,
+		const char *where, struct sf_err *e);
+int sf_json_u64(json_t *o, const char *key, uint64_t max, uint64_t *out, const char *where,
+		struct sf_err *e);
+int sf_json_num(json_t *o, const char *key, double min, double max, double *out,
+		const char *where, struct sf_err *e);
+int sf_json_count(json_t *o, const char *key, double min, double max, double *out,
+		  const char *where, struct sf_err *e);
+/* A string member: 0 and *out set (valid while o lives), or SF_EFORMAT. */
+int sf_json_str(json_t *o, const char *key, const char **out, const char *where,
+		struct sf_err *e);
+/* A member that may be absent: 1 when present (then read it with the
+ * getters above), 0 when absent or JSON null. */
+int sf_json_has(json_t *o, const char *key);
+
 #endif
