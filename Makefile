@@ -96,6 +96,12 @@ check: all $(UNITS)
 	@$(TEST_ENV) tests/run-cli tests/cli
 	@tests/lint/layers.sh
 
+# check, then the long runs: every reference perplexity, the man pages'
+# examples, the artifacts rules and study scripts, longer pool races
+check-full: check
+	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool,$(UNITS))
+	@$(TEST_ENV) SF_FULL=1 tests/run-cli tests/cli-full
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7

@@ -21,3 +21,18 @@ copy_model() {
 	chmod -R u+w "$dst"
 	echo "$dst"
 }
+
+# Perplexity of MODEL (a shared model) on GENRE's test split within 0.5%
+# of its reference.json, 16,384 tokens in windows of 256 as PyTorch scored.
+check_ppl() {
+	local model=$1 genre=$2 want got
+	need_shared
+	want=$(jq ".perplexity.$genre.ppl" "$SF_SHARED/models/$model/reference.json")
+	run --separate-stderr sf-run --model "$SF_SHARED/models/$model" \
+		--ppl "$SF_SHARED/data/mix4/$genre.test.txt" --max-tokens 16384 --window 256
+	[ "$status" -eq 0 ]
+	got=$(echo "$output" | jq .ppl)
+	[ "$(echo "$output" | jq .tokens)" = 16383 ]
+	echo "$model $genre: ppl $got, reference $want"
+	jq -n --argjson g "$got" --argjson w "$want" -e '(($g - $w) / $w | fabs) < 0.005'
+}

@@ -98,7 +98,9 @@ static void test_run(int nthreads)
 
 	struct task t = { .n = 103, .nth = nthreads };
 	t.count = calloc(t.n, sizeof(*t.count));
-	const int runs = 100000;
+	/* make check-full (SF_FULL=1) hunts rare wake-up races for longer */
+	const char *full = getenv("SF_FULL");
+	const int runs = full && *full == '1' ? 100000 : 10000;
 	for (int r = 0; r < runs; r++) {
 		atomic_store(&t.calls, 0);
 		atomic_store(&t.ith_mask, 0);

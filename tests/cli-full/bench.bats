@@ -4,7 +4,7 @@
 # tokens) so they cannot rot: every file is written and the figures are
 # sane. Not timed: the figures themselves are docs/RESULTS.md's business.
 
-load helpers
+load ../cli/helpers
 
 setup_file() {
 	local base=${SF_TMP:-$BATS_FILE_TMPDIR}
