@@ -23,38 +23,55 @@ struct state_sizes {
 	uint64_t dim, q, kv, hidden, att, vocab, cache, rope;
 };
 
-static struct state_sizes state_sizes(const struct sf_config *c, int seq_len)
+/* The per-token buffers hold batch tokens (dim, q, kv, hidden, vocab). */
+static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, int batch)
 {
 	struct state_sizes z;
-	z.dim = (uint64_t)c->dim;
-	z.q = (uint64_t)c->n_heads * c->head_dim;
-	z.kv = (uint64_t)c->n_kv_heads * c->head_dim;
-	z.hidden = (uint64_t)c->hidden_dim;
+	uint64_t b = (uint64_t)batch;
+	z.dim = b * (uint64_t)c->dim;
+	z.q = b * (uint64_t)c->n_heads * c->head_dim;
+	z.kv = b * (uint64_t)c->n_kv_heads * c->head_dim;
+	z.hidden = b * (uint64_t)c->hidden_dim;
 	z.att = (uint64_t)c->n_heads * seq_len;
-	z.vocab = (uint64_t)c->vocab_size;
-	z.cache = (uint64_t)c->n_layers * seq_len * z.kv;
+	z.vocab = b * (uint64_t)c->vocab_size;
+	z.cache = (uint64_t)c->n_layers * seq_len * ((uint64_t)c->n_kv_heads * c->head_dim);
 	z.rope = (uint64_t)c->head_dim / 2;
 	return z;
 }
 
-uint64_t sf_state_bytes(const struct sf_config *c, int seq_len)
+uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch)
 {
-	struct state_sizes z = state_sizes(c, seq_len);
+	struct state_sizes z = state_sizes(c, seq_len, batch);
 	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab +
 			  2 * z.cache + z.rope;
 	return floats * sizeof(float);
 }
 
+uint64_t sf_state_bytes(const struct sf_config *c, int seq_len)
+{
+	return sf_state_bytes_batch(c, seq_len, 1);
+}
+
 int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 		  struct sf_err *e)
 {
-	struct state_sizes z = state_sizes(c, seq_len);
+	return sf_state_init_batch(s, c, seq_len, 1, e);
+}
+
+int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int seq_len,
+			int batch, struct sf_err *e)
+{
+	struct state_sizes z = state_sizes(c, seq_len, batch);
 
 	memset(s, 0, sizeof(*s));
 	if (seq_len < 1 || seq_len > c->max_seq_len)
 		return sf_err_set(e, -EINVAL, "context of %d positions: expected 1..%d", seq_len,
 				  c->max_seq_len);
+	if (batch < 1 || batch > SF_BATCH_MAX)
+		return sf_err_set(e, -EINVAL, "batch of %d tokens: expected 1..%d", batch,
+				  SF_BATCH_MAX);
 	s->seq_len = seq_len;
+	s->batch = batch;
 	s->x = calloc(z.dim, sizeof(float));
 	s->xb = calloc(z.dim, sizeof(float));
 	s->proj = calloc(z.dim, sizeof(float));
@@ -73,7 +90,7 @@ int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
 	    !s->inv_freq) {
-		uint64_t bytes = sf_state_bytes(c, seq_len);
+		uint64_t bytes = sf_state_bytes_batch(c, seq_len, batch);
 		sf_state_free(s);
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
@@ -166,9 +183,10 @@ static void run(struct sf_pool *pool, void (*fn)(void *, int, int), void *arg)
 #define MAX_GROUP_MATRICES 3
 
 struct matvec_task {
-	const float *x;
+	const float *x;		/* (T, ldx) */
+	size_t ldx, T;
 	int n;
-	float *y[MAX_GROUP_MATRICES];
+	float *y[MAX_GROUP_MATRICES];	/* (T, w[i]->rows) */
 	const struct sf_weight *w[MAX_GROUP_MATRICES];
 	uint64_t total_rows;
 };
@@ -187,7 +205,8 @@ static void matvec_worker(void *arg, int ith, int nth)
 		size_t a = lo > base ? lo - base : 0;
 		size_t b = hi - base < w->rows ? hi - base : w->rows;
 		if (hi > base && a < b)
-			sf_matvec_rows(t->y[i] + a, w->data, w->dtype, w->cols, t->x, a, b);
+			sf_matmul_rows(t->y[i] + a, w->rows, w->data, w->dtype, w->cols, t->x,
+				       t->ldx, t->T, a, b);
 		base += w->rows;
 	}
 }
@@ -195,7 +214,13 @@ static void matvec_worker(void *arg, int ith, int nth)
 void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y,
 		    const struct sf_weight *const *w)
 {
-	struct matvec_task t = { .x = x, .n = n, .total_rows = 0 };
+	sf_group_dense_batch(pool, x, 0, 1, n, y, w);
+}
+
+void sf_group_dense_batch(struct sf_pool *pool, const float *x, size_t ldx, int T, int n,
+			  float *const *y, const struct sf_weight *const *w)
+{
+	struct matvec_task t = { .x = x, .ldx = ldx, .T = (size_t)T, .n = n, .total_rows = 0 };
 	for (int i = 0; i < n; i++) {
 		t.y[i] = y[i];
 		t.w[i] = w[i];
@@ -204,15 +229,18 @@ void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y
 	run(pool, matvec_worker, &t);
 }
 
-/* A group's products: observed first, then dense or through s->exec. */
+/* A group's products for T tokens, in (T, n) and y[i] (T, rows): observed
+ * first, then dense or through s->exec (hooks see one token: T is 1 when
+ * they are set, see sf_forward_batch). */
 static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const float *in,
-			size_t n, int nout, float *const *y, const struct sf_weight *const *w)
+			size_t n, int T, int nout, float *const *y, const struct sf_weight *const *w)
 {
-	observe(s, layer, g, in, n);
-	if (s->exec && s->exec->fn)
+	if (T == 1)
+		observe(s, layer, g, in, n);
+	if (T == 1 && s->exec && s->exec->fn)
 		s->exec->fn(s->exec->ctx, layer, g, in, n, nout, y, w);
 	else
-		sf_group_dense(s->pool, in, nout, y, w);
+		sf_group_dense_batch(s->pool, in, n, T, nout, y, w);
 }
 
 // ----------------------------------------------------------------------------
@@ -221,6 +249,8 @@ static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const
 struct attn_task {
 	const struct sf_config *c;
 	struct sf_runstate *s;
+	const float *q;		/* (n_heads * head_dim) this token's queries */
+	float *z;		/* (n_heads * head_dim) its attention output */
 	int layer, pos;
 };
 
@@ -238,9 +268,9 @@ static void attn_worker(void *arg, int ith, int nth)
 
 	sf_pool_split((size_t)c->n_heads, 1, ith, nth, &lo, &hi);
 	for (size_t h = lo; h < hi; h++) {
-		const float *q = s->q + h * hd;
+		const float *q = t->q + h * hd;
 		float *att = s->att + h * s->seq_len;
-		float *z = s->z + h * hd;
+		float *z = t->z + h * hd;
 		size_t kv_off = layer_off + (h / group) * hd;
 
 		for (int p = 0; p <= t->pos; p++)
@@ -255,70 +285,113 @@ static void attn_worker(void *arg, int ith, int nth)
 // ----------------------------------------------------------------------------
 // the forward pass
 
-float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token, int pos)
+/* Tokens [0, T) at positions pos + t: each step below runs per token in
+ * the order the one-token pass runs it, and the products run over all T
+ * tokens with each (row, token) computed as for one token, so every token
+ * gets the floats it would get alone. */
+static float *forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+		      int T, int pos, int all_logits, float *logits)
 {
 	const struct sf_config *c = &m->cfg;
 	size_t dim = (size_t)c->dim;
 	size_t hd = (size_t)c->head_dim;
+	size_t q_dim = (size_t)c->n_heads * hd;
 	size_t kv_dim = (size_t)c->n_kv_heads * hd;
 	size_t hidden = (size_t)c->hidden_dim;
 
-	weight_row(s->x, &m->embed, (uint64_t)token);
+	for (int t = 0; t < T; t++)
+		weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct sf_layer_weights *w = &m->layers[l];
-		size_t cache_off = ((size_t)l * s->seq_len + pos) * kv_dim;
 
 		// attention: q, k, v from the normed residual
-		sf_rmsnorm(s->xb, s->x, w->attn_norm.data, w->attn_norm.dtype, dim, c->norm_eps);
+		for (int t = 0; t < T; t++)
+			sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->attn_norm.data,
+				   w->attn_norm.dtype, dim, c->norm_eps);
 		{
 			float *y[] = { s->q, s->k, s->v };
 			const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
-			apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, 3, y, mw);
+			apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, T, 3, y, mw);
 		}
-		add_bias(s->q, &w->bq);
-		add_bias(s->k, &w->bk);
-		add_bias(s->v, &w->bv);
-		for (int h = 0; h < c->n_heads; h++)
-			sf_rope(s->q + h * hd, hd, s->inv_freq, pos);
-		for (int h = 0; h < c->n_kv_heads; h++)
-			sf_rope(s->k + h * hd, hd, s->inv_freq, pos);
-		memcpy(s->key_cache + cache_off, s->k, kv_dim * sizeof(float));
-		memcpy(s->value_cache + cache_off, s->v, kv_dim * sizeof(float));
-
-		struct attn_task at = { .c = c, .s = s, .layer = l, .pos = pos };
-		run(s->pool, attn_worker, &at);
-
+		for (int t = 0; t < T; t++) {
+			float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
+			size_t cache_off = ((size_t)l * s->seq_len + pos + t) * kv_dim;
+			add_bias(q, &w->bq);
+			add_bias(k, &w->bk);
+			add_bias(v, &w->bv);
+			for (int h = 0; h < c->n_heads; h++)
+				sf_rope(q + h * hd, hd, s->inv_freq, pos + t);
+			for (int h = 0; h < c->n_kv_heads; h++)
+				sf_rope(k + h * hd, hd, s->inv_freq, pos + t);
+			memcpy(s->key_cache + cache_off, k, kv_dim * sizeof(float));
+			memcpy(s->value_cache + cache_off, v, kv_dim * sizeof(float));
+		}
+		/* every key of the block is cached first; token t reads up to pos + t */
+		for (int t = 0; t < T; t++) {
+			struct attn_task at = { .c = c, .s = s, .q = s->q + t * q_dim,
+						.z = s->z + t * q_dim, .layer = l, .pos = pos + t };
+			run(s->pool, attn_worker, &at);
+		}
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->wo };
-			apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, (size_t)c->n_heads * hd, 1, y, mw);
+			apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, q_dim, T, 1, y, mw);
 		}
-		sf_axpy_f32(s->x, 1.0f, s->proj, dim);
+		for (int t = 0; t < T; t++)
+			sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
 
 		// FFN: down(silu(gate(x)) * up(x)) on the normed residual
-		sf_rmsnorm(s->xb, s->x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps);
+		for (int t = 0; t < T; t++)
+			sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
+				   w->ffn_norm.dtype, dim, c->norm_eps);
 		{
 			float *y[] = { s->gate, s->up };
 			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
-			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, 2, y, mw);
+			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
 		}
-		sf_swiglu(s->act, s->gate, s->up, hidden);
+		for (int t = 0; t < T; t++)
+			sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
+				  hidden);
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->w_down };
-			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, 1, y, mw);
+			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
 		}
-		sf_axpy_f32(s->x, 1.0f, s->proj, dim);
+		for (int t = 0; t < T; t++)
+			sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
 	}
 
 	if (s->skip_logits)
 		return NULL;
-	sf_rmsnorm(s->x, s->x, m->final_norm.data, m->final_norm.dtype, dim, c->norm_eps);
+	/* the head: on every token, or on the last one only */
+	int first = all_logits ? 0 : T - 1;
+	for (int t = first; t < T; t++)
+		sf_rmsnorm(s->x + t * dim, s->x + t * dim, m->final_norm.data, m->final_norm.dtype,
+			   dim, c->norm_eps);
 	{
-		float *y[] = { s->logits };
+		float *y[] = { logits };
 		const struct sf_weight *mw[] = { &m->lm_head };
-		sf_group_dense(s->pool, s->x, 1, y, mw);
+		sf_group_dense_batch(s->pool, s->x + (size_t)first * dim, dim, T - first, 1, y, mw);
 	}
+	return logits;
+}
+
+float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token, int pos)
+{
+	return forward(m, s, &token, 1, pos, 0, s->logits);
+}
+
+float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+			int T, int pos, int all_logits)
+{
+	size_t vocab = (size_t)m->cfg.vocab_size;
+
+	if (!s->observer && !s->exec)
+		return forward(m, s, tokens, T, pos, all_logits, s->logits);
+	/* the hooks see one token at a time, in the one-token order */
+	for (int t = 0; t < T; t++)
+		if (!forward(m, s, tokens + t, 1, pos + t, 0, s->logits + (all_logits ? t * vocab : 0)))
+			return NULL;
 	return s->logits;
 }

@@ -38,16 +38,17 @@ void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y
 
 struct sf_runstate {
 	int seq_len;		/* positions the KV cache holds */
-	float *x;		/* (dim) residual stream */
-	float *xb;		/* (dim) normed input of attn_in and ffn_in */
-	float *q;		/* (n_heads * head_dim) */
-	float *k, *v;		/* (n_kv_heads * head_dim), this position */
-	float *z;		/* (n_heads * head_dim) attention output: attn_out's input */
-	float *proj;		/* (dim) output of o and down before the residual add */
-	float *gate, *up;	/* (hidden_dim) */
-	float *act;		/* (hidden_dim) silu(gate) * up: ffn_out's input */
-	float *att;		/* (n_heads, seq_len) attention scores */
-	float *logits;		/* (vocab_size) */
+	int batch;		/* tokens one pass can take: the per-token buffers' first dimension */
+	float *x;		/* (batch, dim) residual stream */
+	float *xb;		/* (batch, dim) normed input of attn_in and ffn_in */
+	float *q;		/* (batch, n_heads * head_dim) */
+	float *k, *v;		/* (batch, n_kv_heads * head_dim), these positions */
+	float *z;		/* (batch, n_heads * head_dim) attention output: attn_out's input */
+	float *proj;		/* (batch, dim) output of o and down before the residual add */
+	float *gate, *up;	/* (batch, hidden_dim) */
+	float *act;		/* (batch, hidden_dim) silu(gate) * up: ffn_out's input */
+	float *att;		/* (n_heads, seq_len) attention scores of one token */
+	float *logits;		/* (batch, vocab_size) */
 	float *key_cache;	/* (n_layers, seq_len, n_kv_heads * head_dim) */
 	float *value_cache;	/* (n_layers, seq_len, n_kv_heads * head_dim) */
 	float *inv_freq;	/* (head_dim / 2) RoPE inverse frequencies */
@@ -59,15 +60,35 @@ struct sf_runstate {
 };
 
 /* Bytes sf_state_init will allocate for seq_len positions, so callers can
- * state their memory need before allocating. */
+ * state their memory need before allocating; _batch for passes of up to
+ * batch tokens (sf_forward_batch). */
 uint64_t sf_state_bytes(const struct sf_config *c, int seq_len);
+uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch);
 int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 		  struct sf_err *e);
+#define SF_BATCH_MAX 4096
+int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int seq_len,
+			int batch, struct sf_err *e);
 void sf_state_free(struct sf_runstate *s);	/* accepts a zeroed s */
 
 /* Runs token at position pos (0 <= pos < seq_len; positions before pos
  * must already be in the cache) and returns the logits, or NULL when
  * skip_logits is set. */
 float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token, int pos);
+
+/* Runs tokens[0, T) at positions pos .. pos + T - 1 (1 <= T <= s->batch,
+ * pos + T <= seq_len) in one pass over the weights, with causal attention
+ * inside the block, and returns the logits: (T, vocab_size) when
+ * all_logits, else the last token's (vocab_size); NULL when skip_logits.
+ * Every token gets the floats T calls of sf_forward would give it (the
+ * KV cache too). With an observer or an exec set, the tokens run one at a
+ * time so the hooks see each token as sf_forward shows it. */
+float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+			int T, int pos, int all_logits);
+
+/* sf_group_dense for T tokens: x (T, ldx), y[i] (T, w[i]->rows); each
+ * (row, token) as sf_group_dense gives it for that token alone. */
+void sf_group_dense_batch(struct sf_pool *pool, const float *x, size_t ldx, int T, int n,
+			  float *const *y, const struct sf_weight *const *w);
 
 #endif

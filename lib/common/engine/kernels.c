@@ -41,6 +41,13 @@ void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
 	}
 }
 
+void sf_matmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+			const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	for (size_t t = 0; t < T; t++)
+		sf_matvec_rows_ref(y + t * ldy, W, dt, cols, x + t * ldx, r0, r1);
+}
+
 void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 		     const uint32_t *idx, const float *xv, size_t n)
 {
@@ -152,8 +159,8 @@ void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float facto
 
 struct kern {
 	const char *name;
-	void (*matvec)(float *y, const void *W, enum sf_dtype dt, size_t cols,
-		       const float *x, size_t r0, size_t r1);
+	void (*matmul)(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 			 const uint32_t *idx, const float *xv, size_t n);
 	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
@@ -165,7 +172,7 @@ struct kern {
 };
 
 static const struct kern kern_ref = {
-	"ref", sf_matvec_rows_ref, sf_colaccum_ref, rmsnorm_ref, softmax_ref,
+	"ref", sf_matmul_rows_ref, sf_colaccum_ref, rmsnorm_ref, softmax_ref,
 	swiglu_ref, dot_ref, axpy_ref,
 };
 
@@ -216,46 +223,68 @@ INL void prefetch_group(const char *p, size_t rs, size_t lines)
 	}
 }
 
-/* Four rows share each load of x; two accumulators per row keep eight
- * FMA chains in flight, enough to cover the FMA latency. */
-INL T256 void mv256_4(float *y, const char *w, size_t rs, enum sf_dtype dt, size_t cols,
-		      const float *x)
+/* RB rows by TB tokens of the matrix product, every (row, token) with
+ * exactly the one-token kernel's operations: a takes columns [c, c+8) and
+ * b [c+8, c+16) of each 16-column step, a the 8-column step after, then
+ * hsum8(a + b) and the scalar tail. RB = 4, TB = 1 shares x over four rows
+ * (eight FMA chains for one token); RB = 1, TB = 4 shares each weight over
+ * four tokens. */
+INL T256 void mm256_tile(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
+			 size_t cols, const float *x, size_t ldx, const int RB, const int TB)
 {
 	size_t es = dt_size(dt), c = 0;
-	const char *w0 = w, *w1 = w + rs, *w2 = w + 2 * rs, *w3 = w + 3 * rs;
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	__m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+	__m256 a[4][4], b[4][4];
+	float s[4][4];
 
+#pragma GCC unroll 4
+	for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+		for (int t = 0; t < TB; t++)
+			a[r][t] = b[r][t] = _mm256_setzero_ps();
 	for (; c + 16 <= cols; c += 16) {
-		__m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
-		prefetch_group(w + 4 * rs + c * es, rs, 1);
-		a0 = _mm256_fmadd_ps(ld8(w0 + c * es, dt), x0, a0);
-		b0 = _mm256_fmadd_ps(ld8(w0 + (c + 8) * es, dt), x1, b0);
-		a1 = _mm256_fmadd_ps(ld8(w1 + c * es, dt), x0, a1);
-		b1 = _mm256_fmadd_ps(ld8(w1 + (c + 8) * es, dt), x1, b1);
-		a2 = _mm256_fmadd_ps(ld8(w2 + c * es, dt), x0, a2);
-		b2 = _mm256_fmadd_ps(ld8(w2 + (c + 8) * es, dt), x1, b2);
-		a3 = _mm256_fmadd_ps(ld8(w3 + c * es, dt), x0, a3);
-		b3 = _mm256_fmadd_ps(ld8(w3 + (c + 8) * es, dt), x1, b3);
+		if (RB == 4)
+			prefetch_group(w + 4 * rs + c * es, rs, 1);
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++) {
+			__m256 w0 = ld8(w + r * rs + c * es, dt);
+			__m256 w1 = ld8(w + r * rs + (c + 8) * es, dt);
+#pragma GCC unroll 4
+			for (int t = 0; t < TB; t++) {
+				a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
+				b[r][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * ldx + c + 8),
+							  b[r][t]);
+			}
+		}
 	}
 	for (; c + 8 <= cols; c += 8) {
-		__m256 x0 = _mm256_loadu_ps(x + c);
-		a0 = _mm256_fmadd_ps(ld8(w0 + c * es, dt), x0, a0);
-		a1 = _mm256_fmadd_ps(ld8(w1 + c * es, dt), x0, a1);
-		a2 = _mm256_fmadd_ps(ld8(w2 + c * es, dt), x0, a2);
-		a3 = _mm256_fmadd_ps(ld8(w3 + c * es, dt), x0, a3);
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++) {
+			__m256 w0 = ld8(w + r * rs + c * es, dt);
+#pragma GCC unroll 4
+			for (int t = 0; t < TB; t++)
+				a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
+		}
 	}
-	float s0 = hsum8(_mm256_add_ps(a0, b0)), s1 = hsum8(_mm256_add_ps(a1, b1));
-	float s2 = hsum8(_mm256_add_ps(a2, b2)), s3 = hsum8(_mm256_add_ps(a3, b3));
-	for (; c < cols; c++) {
-		s0 += ld_w(w0, dt, c) * x[c];
-		s1 += ld_w(w1, dt, c) * x[c];
-		s2 += ld_w(w2, dt, c) * x[c];
-		s3 += ld_w(w3, dt, c) * x[c];
-	}
-	y[0] = s0, y[1] = s1, y[2] = s2, y[3] = s3;
+#pragma GCC unroll 4
+	for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+		for (int t = 0; t < TB; t++)
+			s[r][t] = hsum8(_mm256_add_ps(a[r][t], b[r][t]));
+	for (; c < cols; c++)
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+			for (int t = 0; t < TB; t++)
+				s[r][t] += ld_w(w + r * rs, dt, c) * x[t * ldx + c];
+#pragma GCC unroll 4
+	for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+		for (int t = 0; t < TB; t++)
+			y[t * ldy + r] = s[r][t];
 }
 
+/* A row left over after the groups of four: four accumulators over 32
+ * columns. */
 INL T256 float mv256_1(const char *w, enum sf_dtype dt, size_t cols, const float *x)
 {
 	size_t es = dt_size(dt), c = 0;
@@ -275,25 +304,45 @@ INL T256 float mv256_1(const char *w, enum sf_dtype dt, size_t cols, const float
 	return s;
 }
 
-INL T256 void mv256(float *y, const void *W, enum sf_dtype dt, size_t cols,
-		    const float *x, size_t r0, size_t r1)
+/* Rows in the one-token kernel's groups of four from r0, the rest one by
+ * one; tokens four at a time, then two, one. */
+INL T256 void mm256(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	size_t rs = cols * dt_size(dt), r = r0;
+	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
 	const char *w = W;
-	for (; r + 4 <= r1; r += 4)
-		mv256_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
+
+	if (T == 1)
+		for (; r < r4; r += 4)
+			mm256_tile(y + (r - r0), 1, w + r * rs, rs, dt, cols, x, ldx, 4, 1);
+	for (; r < r4; r++) {
+		float *yr = y + (r - r0);
+		const char *wr = w + r * rs;
+		size_t t = 0;
+		for (; t + 4 <= T; t += 4)
+			mm256_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 4);
+		if (t + 2 <= T) {
+			mm256_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 2);
+			t += 2;
+		}
+		if (t < T)
+			mm256_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 1);
+	}
 	for (; r < r1; r++)
-		y[r - r0] = mv256_1(w + r * rs, dt, cols, x);
+		for (size_t t = 0; t < T; t++)
+			y[t * ldy + (r - r0)] = mv256_1(w + r * rs, dt, cols, x + t * ldx);
 }
 
-static T256 void matvec_avx2(float *y, const void *W, enum sf_dtype dt, size_t cols,
-			     const float *x, size_t r0, size_t r1)
+static T256 void matmul_avx2(float *y, size_t ldy, const void *W, enum sf_dtype dt,
+			     size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
+			     size_t r1)
 {
 	/* one instance per dtype so the loads are resolved at compile time */
 	switch (dt) {
-	case SF_DTYPE_BF16: mv256(y, W, SF_DTYPE_BF16, cols, x, r0, r1); break;
-	case SF_DTYPE_F16: mv256(y, W, SF_DTYPE_F16, cols, x, r0, r1); break;
-	default: mv256(y, W, SF_DTYPE_F32, cols, x, r0, r1); break;
+	case SF_DTYPE_BF16: mm256(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
+	case SF_DTYPE_F16: mm256(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
+	default: mm256(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
 	}
 }
 
@@ -487,7 +536,7 @@ static T256 void axpy_avx2(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx2 = {
-	"avx2", matvec_avx2, colaccum_avx2, rmsnorm_avx2, softmax_avx2,
+	"avx2", matmul_avx2, colaccum_avx2, rmsnorm_avx2, softmax_avx2,
 	swiglu_avx2, dot_avx2, axpy_avx2,
 };
 
@@ -528,47 +577,69 @@ INL T512 __mmask16 tailmask(size_t left)
 	return (__mmask16)((1u << left) - 1u);
 }
 
-INL T512 void mv512_4(float *y, const char *w, size_t rs, enum sf_dtype dt, size_t cols,
-		      const float *x)
+/* RB rows by TB tokens of the matrix product. Every (row, token) sees
+ * exactly the operations of the one-token kernel: lanes accumulate columns
+ * [c, c+16) in a and [c+16, c+32) in b per 32-column step, then 16-column
+ * steps into a, the masked tail into b, and one reduction of a + b. So a
+ * batch gives the one-token floats whatever RB and TB are; they only
+ * choose what each load serves: RB = 4, TB = 1 shares x over four rows
+ * (eight FMA chains for one token), RB = 1, TB = 8 shares each weight over
+ * eight tokens. */
+INL T512 void mm512_tile(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
+			 size_t cols, const float *x, size_t ldx, const int RB, const int TB)
 {
 	size_t es = dt_size(dt), c = 0;
-	const char *w0 = w, *w1 = w + rs, *w2 = w + 2 * rs, *w3 = w + 3 * rs;
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+	__m512 a[4][8], b[4][8];
 
+#pragma GCC unroll 4
+	for (int r = 0; r < RB; r++)
+#pragma GCC unroll 8
+		for (int t = 0; t < TB; t++)
+			a[r][t] = b[r][t] = _mm512_setzero_ps();
 	for (; c + 32 <= cols; c += 32) {
-		__m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
-		prefetch_group(w + 4 * rs + c * es, rs, es / 2);
-		a0 = _mm512_fmadd_ps(ld16(w0 + c * es, dt), x0, a0);
-		b0 = _mm512_fmadd_ps(ld16(w0 + (c + 16) * es, dt), x1, b0);
-		a1 = _mm512_fmadd_ps(ld16(w1 + c * es, dt), x0, a1);
-		b1 = _mm512_fmadd_ps(ld16(w1 + (c + 16) * es, dt), x1, b1);
-		a2 = _mm512_fmadd_ps(ld16(w2 + c * es, dt), x0, a2);
-		b2 = _mm512_fmadd_ps(ld16(w2 + (c + 16) * es, dt), x1, b2);
-		a3 = _mm512_fmadd_ps(ld16(w3 + c * es, dt), x0, a3);
-		b3 = _mm512_fmadd_ps(ld16(w3 + (c + 16) * es, dt), x1, b3);
+		if (RB == 4)
+			prefetch_group(w + 4 * rs + c * es, rs, es / 2);
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++) {
+			__m512 w0 = ld16(w + r * rs + c * es, dt);
+			__m512 w1 = ld16(w + r * rs + (c + 16) * es, dt);
+#pragma GCC unroll 8
+			for (int t = 0; t < TB; t++) {
+				a[r][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[r][t]);
+				b[r][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * ldx + c + 16),
+							  b[r][t]);
+			}
+		}
 	}
 	for (; c + 16 <= cols; c += 16) {
-		__m512 x0 = _mm512_loadu_ps(x + c);
-		a0 = _mm512_fmadd_ps(ld16(w0 + c * es, dt), x0, a0);
-		a1 = _mm512_fmadd_ps(ld16(w1 + c * es, dt), x0, a1);
-		a2 = _mm512_fmadd_ps(ld16(w2 + c * es, dt), x0, a2);
-		a3 = _mm512_fmadd_ps(ld16(w3 + c * es, dt), x0, a3);
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++) {
+			__m512 w0 = ld16(w + r * rs + c * es, dt);
+#pragma GCC unroll 8
+			for (int t = 0; t < TB; t++)
+				a[r][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[r][t]);
+		}
 	}
 	if (c < cols) {
 		__mmask16 k = tailmask(cols - c);
-		__m512 x0 = _mm512_maskz_loadu_ps(k, x + c);
-		b0 = _mm512_fmadd_ps(ld16m(w0 + c * es, dt, k), x0, b0);
-		b1 = _mm512_fmadd_ps(ld16m(w1 + c * es, dt, k), x0, b1);
-		b2 = _mm512_fmadd_ps(ld16m(w2 + c * es, dt, k), x0, b2);
-		b3 = _mm512_fmadd_ps(ld16m(w3 + c * es, dt, k), x0, b3);
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++) {
+			__m512 w0 = ld16m(w + r * rs + c * es, dt, k);
+#pragma GCC unroll 8
+			for (int t = 0; t < TB; t++)
+				b[r][t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, x + t * ldx + c),
+							  b[r][t]);
+		}
 	}
-	y[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
-	y[1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
-	y[2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
-	y[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+#pragma GCC unroll 4
+	for (int r = 0; r < RB; r++)
+#pragma GCC unroll 8
+		for (int t = 0; t < TB; t++)
+			y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][t], b[r][t]));
 }
 
+/* A row left over after the groups of four: four accumulators over 64
+ * columns, as many FMA chains in flight as the row allows. */
 INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float *x)
 {
 	size_t es = dt_size(dt), c = 0;
@@ -589,24 +660,49 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-INL T512 void mv512(float *y, const void *W, enum sf_dtype dt, size_t cols,
-		    const float *x, size_t r0, size_t r1)
+/* Rows in groups of four from r0 (the one-token kernel's grouping, which
+ * decides each row's operations), the rest one by one; tokens eight at a
+ * time, then four, two, one. */
+INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	size_t rs = cols * dt_size(dt), r = r0;
+	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
 	const char *w = W;
-	for (; r + 4 <= r1; r += 4)
-		mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
+
+	if (T == 1)
+		for (; r < r4; r += 4)
+			mm512_tile(y + (r - r0), 1, w + r * rs, rs, dt, cols, x, ldx, 4, 1);
+	for (; r < r4; r++) {
+		float *yr = y + (r - r0);
+		const char *wr = w + r * rs;
+		size_t t = 0;
+		for (; t + 8 <= T; t += 8)
+			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 8);
+		if (t + 4 <= T) {
+			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 4);
+			t += 4;
+		}
+		if (t + 2 <= T) {
+			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 2);
+			t += 2;
+		}
+		if (t < T)
+			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 1);
+	}
 	for (; r < r1; r++)
-		y[r - r0] = mv512_1(w + r * rs, dt, cols, x);
+		for (size_t t = 0; t < T; t++)
+			y[t * ldy + (r - r0)] = mv512_1(w + r * rs, dt, cols, x + t * ldx);
 }
 
-static T512 void matvec_avx512(float *y, const void *W, enum sf_dtype dt, size_t cols,
-			       const float *x, size_t r0, size_t r1)
+static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtype dt,
+			       size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
+			       size_t r1)
 {
 	switch (dt) {
-	case SF_DTYPE_BF16: mv512(y, W, SF_DTYPE_BF16, cols, x, r0, r1); break;
-	case SF_DTYPE_F16: mv512(y, W, SF_DTYPE_F16, cols, x, r0, r1); break;
-	default: mv512(y, W, SF_DTYPE_F32, cols, x, r0, r1); break;
+	case SF_DTYPE_BF16: mm512(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
+	case SF_DTYPE_F16: mm512(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
+	default: mm512(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
 	}
 }
 
@@ -775,7 +871,7 @@ static T512 void axpy_avx512(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx512 = {
-	"avx512", matvec_avx512, colaccum_avx512, rmsnorm_avx512, softmax_avx512,
+	"avx512", matmul_avx512, colaccum_avx512, rmsnorm_avx512, softmax_avx512,
 	swiglu_avx512, dot_avx512, axpy_avx512,
 };
 
@@ -860,7 +956,13 @@ int sf_kernels_select(const char *isa)
 void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t r0, size_t r1)
 {
-	K()->matvec(y, W, dt, cols, x, r0, r1);
+	K()->matmul(y, 1, W, dt, cols, x, 0, 1, r0, r1);
+}
+
+void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	K()->matmul(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 }
 
 void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,

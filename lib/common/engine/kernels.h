@@ -27,6 +27,16 @@ void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
 void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
 			const float *x, size_t r0, size_t r1);
 
+/* The same for T tokens at once: y[t * ldy + r - r0] = sum_c W[r][c] *
+ * x[t * ldx + c]. Each weight is loaded once for several tokens, and every
+ * (row, token) gets the floats sf_matvec_rows gives that token over the
+ * same [r0, r1): a batched forward pass equals the one-token one bit for
+ * bit. */
+void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
+void sf_matmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+			const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
+
 /* Column-accumulate: y[0..m) += sum_k xv[k] * C[idx[k]][0..m), where C
  * holds columns contiguously (column i starts at element i * stride). The
  * sparse decoder's shape: only the selected input entries are touched. */
