@@ -22,10 +22,15 @@ void sf_ppl_add(const struct sf_model *m, struct sf_runstate *s, const int32_t *
 	for (size_t start = 0; start + 1 < n; start += (size_t)window) {
 		size_t len = n - start < (size_t)window + 1 ? n - start : (size_t)window + 1;
 		s->skip_logits = 0;
-		for (size_t i = 0; i + 1 < len; i++) {
-			const float *logits = sf_forward(m, s, tokens[start + i], (int)i);
-			acc->nll += sf_nll(logits, vocab, tokens[start + i + 1]);
-			acc->scored++;
+		/* the window's inputs s->batch at a time, each scored on its logits */
+		for (size_t i = 0; i + 1 < len;) {
+			int T = (int)(len - 1 - i < (size_t)s->batch ? len - 1 - i : (size_t)s->batch);
+			const float *logits = sf_forward_batch(m, s, tokens + start + i, T, (int)i, 1);
+			for (int t = 0; t < T; t++, i++) {
+				acc->nll += sf_nll(logits + (size_t)t * vocab, vocab,
+						   tokens[start + i + 1]);
+				acc->scored++;
+			}
 		}
 	}
 }

@@ -1,0 +1,134 @@
+/* batch: prompt processing against decoding of the dense forward pass,
+ * and this machine's f32 FMA peak, for tests/bench/prefill.sh.
+ *
+ *   batch MODEL_DIR THREADS TOKENS BATCH
+ *       {"threads":..,"tokens":..,"batch":..,"decode_tps":..,
+ *        "prompt_tps":..,"flops_per_token":..,"prompt_gflops":..}
+ *       decode: TOKENS one-token passes; prompt: the same TOKENS in
+ *       passes of BATCH (sf_forward_batch, last logits only).
+ *   batch --fma THREADS
+ *       {"threads":..,"fma_gflops":..}: independent FMA chains on
+ *       registers at the best level this CPU has (AVX-512 or AVX2). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/pool.h"
+#include "engine/cpu.h"
+#include "engine/forward.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define FMA_ITERS 20000000L
+
+#if defined(__x86_64__)
+/* 12 independent chains cover the FMA latency on two ports */
+__attribute__((target("avx512f"))) static float fma512(long n)
+{
+	__m512 a[12], x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+	for (int i = 0; i < 12; i++)
+		a[i] = _mm512_set1_ps((float)i);
+	for (long k = 0; k < n; k++)
+		for (int i = 0; i < 12; i++)
+			a[i] = _mm512_fmadd_ps(a[i], x, y);
+	__m512 s = a[0];
+	for (int i = 1; i < 12; i++)
+		s = _mm512_add_ps(s, a[i]);
+	return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fma256(long n)
+{
+	__m256 a[12], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+	for (int i = 0; i < 12; i++)
+		a[i] = _mm256_set1_ps((float)i);
+	for (long k = 0; k < n; k++)
+		for (int i = 0; i < 12; i++)
+			a[i] = _mm256_fmadd_ps(a[i], x, y);
+	float out[8], s = 0;
+	__m256 t = a[0];
+	for (int i = 1; i < 12; i++)
+		t = _mm256_add_ps(t, a[i]);
+	_mm256_storeu_ps(out, t);
+	for (int i = 0; i < 8; i++)
+		s += out[i];
+	return s;
+}
+#endif
+
+static volatile float sink;
+
+static void fma_worker(void *arg, int ith, int nth)
+{
+	(void)arg, (void)ith, (void)nth;
+#if defined(__x86_64__)
+	sink = sf_cpu_isa() == SF_ISA_AVX512 ? fma512(FMA_ITERS) : fma256(FMA_ITERS);
+#endif
+}
+
+static int fma_peak(int threads)
+{
+	struct sf_pool *pool;
+	if (sf_pool_create(&pool, threads))
+		return 1;
+	double t0 = sf_now();
+	sf_pool_run(pool, fma_worker, NULL);
+	double dt = sf_now() - t0;
+	int lanes = sf_cpu_isa() == SF_ISA_AVX512 ? 16 : 8;
+	printf("{\"threads\":%d,\"isa\":\"%s\",\"fma_gflops\":%.2f}\n", threads,
+	       sf_isa_name(sf_cpu_isa()), 2.0 * 12 * lanes * FMA_ITERS * threads / dt / 1e9);
+	sf_pool_destroy(pool);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "--fma"))
+		return fma_peak(atoi(argv[2]));
+	if (argc != 5) {
+		fprintf(stderr, "usage: batch MODEL_DIR THREADS TOKENS BATCH | batch --fma THREADS\n");
+		return 2;
+	}
+	int threads = atoi(argv[2]), n = atoi(argv[3]), batch = atoi(argv[4]);
+	struct sf_model m;
+	struct sf_runstate s;
+	struct sf_pool *pool;
+	struct sf_err e = { 0 };
+
+	if (sf_model_open(&m, argv[1], &e) || sf_state_init_batch(&s, &m.cfg, n, batch, &e) ||
+	    sf_pool_create(&pool, threads)) {
+		fprintf(stderr, "batch: %s\n", e.msg);
+		return 1;
+	}
+	s.pool = pool;
+	int32_t *ids = malloc((size_t)n * sizeof(*ids));
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)m.cfg.vocab_size);
+
+	double t0 = sf_now();
+	for (int i = 0; i < n; i++)
+		sf_forward(&m, &s, ids[i], i);
+	double decode = sf_now() - t0;
+	t0 = sf_now();
+	for (int i = 0; i < n; i += batch)
+		sf_forward_batch(&m, &s, ids + i, n - i < batch ? n - i : batch, i, 0);
+	double prompt = sf_now() - t0;
+
+	/* a multiply and an add per weight of the layers; the head once a pass */
+	const struct sf_config *c = &m.cfg;
+	double per_layer = (double)c->dim * (c->n_heads + 2.0 * c->n_kv_heads) * c->head_dim +
+			   (double)c->n_heads * c->head_dim * c->dim + 3.0 * c->dim * c->hidden_dim;
+	double flops = 2.0 * per_layer * c->n_layers;
+	printf("{\"threads\":%d,\"tokens\":%d,\"batch\":%d,\"decode_tps\":%.2f,\"prompt_tps\":%.2f,"
+	       "\"flops_per_token\":%.0f,\"prompt_gflops\":%.2f}\n", threads, n, batch, n / decode,
+	       n / prompt, flops, flops * n / prompt / 1e9);
+	free(ids);
+	sf_state_free(&s);
+	sf_pool_destroy(pool);
+	sf_model_close(&m);
+	return 0;
+}
