@@ -46,7 +46,7 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check check-full lint unit cli install demo bench clean
+.PHONY: all check check-full lint unit cli install uninstall help demo bench clean
 all: $(BINS) $(FIXTURES)
 
 $(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
@@ -102,11 +102,50 @@ check-full: check
 	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool,$(UNITS))
 	@$(TEST_ENV) SF_FULL=1 tests/run-cli tests/cli-full
 
+# make install [PREFIX=/usr/local] [DESTDIR=]: the commands, man pages,
+# the static library with its headers and pkg-config file, bash completion
+VERSION    = $(shell sed -n 's/^\#define SF_VERSION "\(.*\)"/\1/p' cmd/common/cli.h)
+COMPLETIONS = $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+PARTS      = base formats engine offline online
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
-		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7 \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig $(COMPLETIONS)
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
 	for m in $(MAN); do install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}; done
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libsparseflash.a
+	for p in $(PARTS); do install -d $(DESTDIR)$(PREFIX)/include/sparseflash/$$p && \
+		install -m 644 lib/common/$$p/*.h $(DESTDIR)$(PREFIX)/include/sparseflash/$$p; done
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' mk/sparseflash.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparseflash.pc
+	for c in $(CMDS); do install -m 644 mk/sparseflash.bash $(COMPLETIONS)/$$c; done
+
+uninstall:
+	rm -f $(CMDS:%=$(DESTDIR)$(PREFIX)/bin/%) $(CMDS:%=$(COMPLETIONS)/%) \
+		$(foreach m,$(MAN),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+		$(DESTDIR)$(PREFIX)/lib/libsparseflash.a $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparseflash.pc
+	rm -rf $(DESTDIR)$(PREFIX)/include/sparseflash
+
+help:
+	@echo 'Targets:'
+	@echo '  all (default)   build the commands into bin/ and the test fixtures'
+	@echo '  check           unit, command and layout tests (a few minutes)'
+	@echo '  check-full      check, then the long runs CI also does'
+	@echo '  lint            the layout rules of lib/ (tests/lint/layers.sh)'
+	@echo '  demo            generate text with the embedded model'
+	@echo '  bench           every tests/bench/*.sh, or BENCH=script'
+	@echo '  studies         the paper reproductions of docs/RESULTS.md (STUDY=, QUICK=1)'
+	@echo '  artifacts       every offline artifact of MODEL= from CORPUS= (OUT=, -j)'
+	@echo '  fuzz            libFuzzer harnesses of every parser (FUZZ_SECONDS=)'
+	@echo '  install         commands, man pages, library, headers, pkg-config, completion'
+	@echo '  uninstall       remove what install put there'
+	@echo '  clean           remove build/ and bin/'
+	@echo 'Variables:'
+	@echo '  SANITIZE=1      build and test under AddressSanitizer and UBSan'
+	@echo '  O=DIR           put every build product under DIR'
+	@echo '  SHARED=DIR      the shared models and data (default ../shared)'
+	@echo '  PREFIX=DIR      install prefix (default /usr/local); DESTDIR= staging root'
+	@echo '  CC, CFLAGS      compiler and extra flags'
 
 demo: all
 	$(BINDIR)/sf-run --model models/mix4-1m -p "In the beginning God created" -n 48 --seed 1
