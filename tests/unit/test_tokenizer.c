@@ -613,6 +613,25 @@ static void test_bad(const char *src)
 	json_decref(good);
 }
 
+/* tokenizer_config.json as transformers writes it for Llama 2 and Mistral,
+ * with a model_max_length beyond any integer type, loads. */
+static void test_huge_max_length(const char *src)
+{
+	char path[8192];
+	size_t n, cn;
+	snprintf(path, sizeof(path), "%s/tokenizer.json", src);
+	char *text = slurp(path, &n);
+	static const char cfg[] = "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", "
+		"\"model_max_length\": 1000000000000000019884624838656}";
+	cn = sizeof(cfg) - 1;
+	struct sf_tokenizer *t = NULL;
+	struct sf_err e = {0};
+	CHECK(sf_tokenizer_open_mem(&t, "huge", text, n, cfg, cn, &e) == 0,
+	      "model_max_length 1e30: %s", e.msg);
+	sf_tokenizer_close(t);
+	free(text);
+}
+
 int main(void)
 {
 	char dir[4096];
@@ -624,6 +643,7 @@ int main(void)
 	test_sp_model(dir, true);
 	test_bytelevel();
 	test_bad(dir);
+	test_huge_max_length(dir);
 
 	snprintf(dir, sizeof(dir), "%s/models", shared);
 	if (access(dir, R_OK)) {

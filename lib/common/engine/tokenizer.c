@@ -487,8 +487,9 @@ out:
 	return r;
 }
 
-/* Parses a JSON object; path names it in messages. */
-static int parse_json(const char *path, const char *data, size_t len, json_t **out,
+/* Parses a JSON object; path names it in messages. flags: jansson's
+ * decoding flags beyond the duplicate and NUL rules. */
+static int parse_json(const char *path, const char *data, size_t len, int flags, json_t **out,
 		      struct sf_err *e)
 {
 	json_error_t je;
@@ -498,7 +499,7 @@ static int parse_json(const char *path, const char *data, size_t len, json_t **o
 		return sf_err_set(e, SF_ELIMIT, "%s: %llu bytes: over the limit of %llu (256 MiB)",
 				  path, (unsigned long long)len,
 				  (unsigned long long)SF_TOKENIZER_MAX_FILE);
-	*out = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+	*out = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | flags, &je);
 	if (!*out)
 		return FMT("%s: line %d column %d: not valid JSON: %s", path, je.line, je.column, je.text);
 	if (!json_is_object(*out)) {
@@ -1148,7 +1149,9 @@ static int load_config(struct sf_tokenizer *t, const char *cpath, const char *te
 {
 	json_t *cfg = NULL;
 	int r;
-	if (text && (r = parse_json(cpath, text, len, &cfg, e)))
+	/* transformers writes "model_max_length": 1000000000000000019884624838656
+	 * by default; no integer of this file is read, so all are taken as reals */
+	if (text && (r = parse_json(cpath, text, len, JSON_DECODE_INT_AS_REAL, &cfg, e)))
 		goto out;
 	t->bos = t->eos = -1;
 	if (t->nprefix)
@@ -1214,7 +1217,7 @@ static int open_texts(struct sf_tokenizer **tp, const char *tpath, const char *t
 		r = sf_err_set(e, -ENOMEM, "%s: %s", tpath, strerror(ENOMEM));
 		goto fail;
 	}
-	if ((r = parse_json(t->path, ttext, tlen, &root, e)))
+	if ((r = parse_json(t->path, ttext, tlen, 0, &root, e)))
 		goto fail;
 	if ((r = load_added(t, json_object_get(root, "added_tokens"), &maxid, e)))
 		goto fail;
