@@ -6,7 +6,7 @@ PREFIX  ?= /usr/local
 SHARED  ?= $(abspath ../shared)
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -Ilib/common -Icmd
-LDLIBS  = -ljansson -lcsv -luring -lpcre2-8 -lpthread -lm
+LDLIBS  = -ljansson -lcsv -luring -lpcre2-8 -lutf8proc -lpthread -lm
 
 ifeq ($(SANITIZE),1)
 BUILD   = build/san

@@ -632,6 +632,80 @@ static void test_huge_max_length(const char *src)
 	free(text);
 }
 
+/* The byte-level fixture with its normalizer set to norm (JSON text). */
+static struct sf_tokenizer *with_normalizer(const char *norm)
+{
+	char path[8192];
+	json_error_t je;
+	snprintf(path, sizeof(path), "%s/tests/fixtures/bytelevel/tokenizer.json", root);
+	json_t *j = json_load_file(path, 0, &je), *n = json_loads(norm, 0, &je);
+	CHECK(j && n, "%s: %s", path, je.text);
+	json_object_set_new(j, "normalizer", n);
+	char *text = json_dumps(j, JSON_COMPACT);
+	struct sf_tokenizer *t = NULL;
+	struct sf_err e = {0};
+	CHECK(sf_tokenizer_open_mem(&t, "nfc", text, strlen(text), NULL, 0, &e) == 0, "%s", e.msg);
+	free(text);
+	json_decref(j);
+	return t;
+}
+
+/* NFC by Unicode's tables: decomposed text gives the ids of its composed
+ * form (the byte-level model's ids are the normalized bytes), text already
+ * in NFC in scripts beyond Latin goes through unchanged, bytes that are not
+ * UTF-8 are kept; and chained Replace steps that grow the text without
+ * bound are refused by name. */
+static void test_nfc(void)
+{
+	static const struct { const char *in, *nfc; } cases[] = {
+		{ "caf\x65\xcc\x81", "caf\xc3\xa9" },			/* e + U+0301 -> U+00E9 */
+		{ "\xe1\x84\x80\xe1\x85\xa1", "\xea\xb0\x80" },		/* jamo -> Hangul U+AC00 */
+		{ "\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc" },		/* U+0958: excluded, decomposed */
+		{ "\xe2\x84\xab", "\xc3\x85" },				/* angstrom sign -> U+00C5 */
+		{ "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d", NULL },		/* Hebrew */
+		{ "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7", NULL },	/* Arabic */
+		{ "\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87", NULL },	/* Devanagari */
+		{ "\xe0\xb8\xaa\xe0\xb8\xa7\xe0\xb8\xb1\xe0\xb8\xaa\xe0\xb8\x94\xe0\xb8\xb5", NULL },	/* Thai */
+		{ "\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb", NULL },	/* ZWJ emoji */
+		{ "a\xff" "o\xcc\x81", "a\xff" "\xc3\xb3" },		/* a stray byte kept */
+	};
+	struct sf_tokenizer *nfc = with_normalizer("{\"type\": \"NFC\"}");
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/tests/fixtures/bytelevel", root);
+	struct sf_tokenizer *plain = open_tok(dir);
+	if (!nfc || !plain)
+		goto out;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *want = cases[i].nfc ? cases[i].nfc : cases[i].in;
+		int32_t *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+		if (!enc(nfc, cases[i].in, strlen(cases[i].in), 0, &a, &na) &&
+		    !enc(plain, want, strlen(want), 0, &b, &nb))
+			CHECK(na == nb && !memcmp(a, b, na * sizeof(*a)), "NFC case %zu: %zu ids, "
+			      "%zu expected", i, na, nb);
+		free(a);
+		free(b);
+	}
+out:
+	sf_tokenizer_close(nfc);
+	sf_tokenizer_close(plain);
+
+	static const char grow[] = "{\"type\": \"Sequence\", \"normalizers\": ["
+		"{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"aaaa\"},"
+		"{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"aaaa\"},"
+		"{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"aaaa\"}]}";
+	struct sf_tokenizer *g = with_normalizer(grow);
+	int32_t *ids = NULL;
+	size_t nids = 0;
+	struct sf_err e = {0};
+	char text[4000];
+	memset(text, 'a', sizeof(text));
+	CHECK(g && sf_tokenizer_encode(g, text, sizeof(text), 0, &ids, &nids, &e) == SF_ELIMIT &&
+	      strstr(e.msg, "normalizer step 3 makes over"), "Replace growth: %s", e.msg);
+	free(ids);
+	sf_tokenizer_close(g);
+}
+
 int main(void)
 {
 	char dir[4096];
@@ -644,6 +718,7 @@ int main(void)
 	test_bytelevel();
 	test_bad(dir);
 	test_huge_max_length(dir);
+	test_nfc();
 
 	snprintf(dir, sizeof(dir), "%s/models", shared);
 	if (access(dir, R_OK)) {

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pcre2.h>
+#include <utf8proc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1716,17 +1717,34 @@ static int split_added(struct enc *w, const char *s, size_t n, bool first, bool 
 	return 0;
 }
 
-/* NFC needs Unicode's composition tables, which we do not carry; text
- * made only of characters that NFC leaves alone in any context is
- * already normalized, anything else is refused rather than guessed. */
-static bool nfc_stable(uint32_t cp)
+/* NFC of s[0, n) appended to o, by utf8proc (Unicode's own composition
+ * tables). Bytes that are not UTF-8 are kept as they are, and the valid
+ * runs between them normalized each. */
+static int nfc_append(struct buf *o, const char *s, size_t n)
 {
-	return cp < 0x300 || (cp >= 0x370 && cp < 0x483 && cp != 0x374 && cp != 0x37E && cp != 0x387) ||
-		(cp >= 0x2010 && cp < 0x20D0) || (cp >= 0x2100 && cp < 0x2126) ||
-		(cp >= 0x3000 && cp < 0x302A) || (cp >= 0x3030 && cp < 0x3099) ||
-		(cp >= 0x30A0 && cp < 0x3100) || (cp >= 0x3400 && cp < 0xA000) ||
-		(cp >= 0xAC00 && cp < 0xD7A4) || (cp >= 0xFF00 && cp < 0xFFF0) ||
-		(cp >= 0x1F000 && cp < 0x1FB00);
+	size_t i = 0, bad;
+
+	while (i < n) {
+		size_t j = i;
+		while (j < n && utf8_seq((const unsigned char *)s + j, n - j, &bad) > 0)
+			j += (size_t)utf8_seq((const unsigned char *)s + j, n - j, &bad);
+		if (j > i) {
+			utf8proc_uint8_t *out = NULL;
+			utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s + i,
+							    (utf8proc_ssize_t)(j - i), &out,
+							    UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+			if (len < 0)
+				return len == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EINVAL;
+			int r = buf_add(o, (const char *)out, (size_t)len);
+			free(out);
+			if (r)
+				return -ENOMEM;
+		}
+		if (j < n && buf_add(o, s + j, 1))
+			return -ENOMEM;
+		i = j + (j < n);
+	}
+	return 0;
 }
 
 /* The text between two non-normalized added tokens: normalizer, then the
@@ -1735,11 +1753,14 @@ static int encode_text(struct enc *w, const char *s, size_t n, bool first)
 {
 	const struct sf_tokenizer *t = w->t;
 	struct buf *o = &w->norm, x = {0};
+	/* chained Replace steps could grow the text without bound */
+	uint64_t limit = 16 * (uint64_t)n + 4096;
+	size_t k = 0;
 	if (t->nnorm) {
 		o->n = 0;
 		if (buf_add(o, s, n))
 			return -ENOMEM;
-		for (size_t k = 0; k < t->nnorm; k++) {
+		for (k = 0; k < t->nnorm; k++) {
 			const struct nstep *st = &t->norm[k];
 			x.n = 0;
 			if (st->kind == N_PREPEND) {
@@ -1752,6 +1773,8 @@ static int encode_text(struct enc *w, const char *s, size_t n, bool first)
 					if (i + st->na <= o->n && !memcmp(o->p + i, st->a, st->na)) {
 						if (buf_add(&x, st->b, st->nb))
 							goto nomem;
+						if (x.n > limit)
+							goto too_long;
 						i += st->na;
 					} else {
 						if (buf_add(&x, o->p + i, 1))
@@ -1760,20 +1783,17 @@ static int encode_text(struct enc *w, const char *s, size_t n, bool first)
 					}
 				}
 			} else {
-				size_t bad;
-				for (size_t i = 0; i < o->n;) {
-					int cw = utf8_seq((const unsigned char *)o->p + i, o->n - i, &bad);
-					uint32_t cp = cw > 0 ? utf8_cp((const unsigned char *)o->p + i, cw) : 0;
-					if (cw > 0 && !nfc_stable(cp)) {
-						free(x.p);
-						return sf_err_set(w->e, SF_EUNSUPPORTED,
-							"%s: normalizer NFC: text with U+%04X: unsupported (no Unicode composition tables)",
-							t->path, (unsigned)cp);
-					}
-					i += cw > 0 ? (size_t)cw : 1;
+				int r = nfc_append(&x, o->p, o->n);
+				if (r == -ENOMEM)
+					goto nomem;
+				if (r) {
+					free(x.p);
+					return sf_err_set(w->e, SF_EFORMAT, "%s: normalizer NFC: text "
+							  "utf8proc cannot normalize", t->path);
 				}
-				continue;
 			}
+			if (x.n > limit)
+				goto too_long;
 			struct buf y = *o;
 			*o = x;
 			x = y;
@@ -1788,6 +1808,11 @@ static int encode_text(struct enc *w, const char *s, size_t n, bool first)
 nomem:
 	free(x.p);
 	return -ENOMEM;
+too_long:
+	free(x.p);
+	return sf_err_set(w->e, SF_ELIMIT, "%s: normalizer step %zu makes over %llu bytes of "
+			  "%zu: over the limit of 16 times the text plus 4 KiB", t->path, k + 1,
+			  (unsigned long long)limit, n);
 }
 
 int sf_tokenizer_encode(const struct sf_tokenizer *t, const char *text, size_t len, int add_special,
