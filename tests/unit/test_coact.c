@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/select.h"
 #include "formats/coact.h"
 #include "base/pool.h"
 #include "formats/trace.h"
@@ -115,8 +116,10 @@ static void make_trace(struct synth *S, const char *name, const char *fingerprin
 				x[i] = (float)(u * (1.0 + (double)i / sl->entries));
 				sum[i] += fabs((double)x[i]);
 			}
-			sf_trace_writer_record(w, sl->layer, sl->group, x, sl->entries);
-			memcpy(tr, sf_trace_writer_row(w, s), sl->words * 8);
+			uint64_t *row = sf_trace_writer_row(w, s);
+			sf_select_threshold(x, sl->entries, 0.5f, row);
+			sf_select_abs_sum(x, sl->entries, sf_trace_writer_sums(w, s));
+			memcpy(tr, row, sl->words * 8);
 			tr += sl->words;
 			sum += sl->entries;
 		}

@@ -12,6 +12,7 @@
 #include "base/jsonfile.h"
 #include "online/selectinfer.h"
 #include "formats/trace.h"
+#include "engine/select.h"
 
 // ----------------------------------------------------------------------------
 // orders: a stable merge sort of entry ids under a "goes first" relation
@@ -517,7 +518,7 @@ struct sf_select_compute {
 	uint32_t *counts;		/* (n_layers, n) prefill tokens in the top alpha */
 	double *sums;			/* (n_layers, n) prefill sum of |a| */
 	uint64_t *bits;			/* (ceil(n / 64)) one token's top alpha */
-	uint32_t *topk_scratch;		/* (2n) for sf_trace_select_topk */
+	uint32_t *topk_scratch;		/* (2n) for sf_select_topk */
 	uint32_t *idx, *tmp;		/* (n) each: the count order at finish */
 	uint32_t *entries;		/* (n_layers, k_rho) ascending */
 	uint8_t *mask;			/* (n_layers, n) */
@@ -685,7 +686,7 @@ void sf_select_compute_observe(struct sf_select_compute *c, int layer, const flo
 			sum[i] += fabsf(a[i]);
 	if (!c->k_alpha)
 		return;
-	sf_trace_select_topk(a, c->n, c->k_alpha, c->bits, c->topk_scratch);
+	sf_select_topk(a, c->n, c->k_alpha, c->bits, c->topk_scratch);
 	for (uint32_t w = 0; w < (c->n + 63) / 64; w++)
 		for (uint64_t b = c->bits[w]; b; b &= b - 1)
 			cnt[w * 64 + (uint32_t)__builtin_ctzll(b)]++;

@@ -169,7 +169,7 @@ int sf_select_compute_open(struct sf_select_compute **c, int n_layers, uint32_t 
 void sf_select_compute_close(struct sf_select_compute *c);	/* accepts NULL */
 /* One prefill token's ffn_out input a[0..n) of layer (what an sf_observer
  * sees for SF_GROUP_FFN_OUT): the top round(alpha n) neurons by |a| (ties
- * to the lower index, as sf_trace_select_topk) each count one, and every
+ * to the lower index, as sf_select_topk) each count one, and every
  * neuron's |a| is summed. Dense layers, and calls after finish, are
  * ignored. No allocation, no failure. */
 void sf_select_compute_observe(struct sf_select_compute *c, int layer, const float *a);
