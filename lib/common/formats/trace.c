@@ -117,6 +117,31 @@ static json_t *slots_json(const struct sf_trace_info *info)
 	return a;
 }
 
+json_t *sf_trace_selection_json(enum sf_trace_select select, double value)
+{
+	return select == SF_TRACE_DENSITY
+		       ? json_pack("{s:s, s:f}", "mode", "density", "density", value)
+		       : json_pack("{s:s, s:f}", "mode", "threshold", "threshold", value);
+}
+
+int sf_trace_selection_parse(json_t *sel, enum sf_trace_select *select, double *value)
+{
+	json_t *mode = json_object_get(sel, "mode");
+
+	if (json_is_string(mode) && strcmp(json_string_value(mode), "density") == 0 &&
+	    json_is_number(json_object_get(sel, "density"))) {
+		*select = SF_TRACE_DENSITY;
+		*value = json_number_value(json_object_get(sel, "density"));
+	} else if (json_is_string(mode) && strcmp(json_string_value(mode), "threshold") == 0 &&
+		   json_is_number(json_object_get(sel, "threshold"))) {
+		*select = SF_TRACE_THRESHOLD;
+		*value = json_number_value(json_object_get(sel, "threshold"));
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
 static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 {
 	json_t *entries = json_object(), *groups = json_array(), *sel;
@@ -128,10 +153,8 @@ static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 		if (info->groups & (1u << g))
 			json_array_append_new(groups, json_string(sf_group_name((enum sf_group)g)));
 	}
-	if (info->select == SF_TRACE_DENSITY)
-		sel = json_pack("{s:s, s:f}", "mode", "density", "density", info->density);
-	else
-		sel = json_pack("{s:s, s:f}", "mode", "threshold", "threshold", info->threshold);
+	sel = sf_trace_selection_json(info->select, info->select == SF_TRACE_DENSITY
+							    ? info->density : info->threshold);
 	if (entries && groups && sel)
 		h = json_pack("{s:s, s:i, s:s, s:i, s:o, s:[i, i], s:o, s:o, s:i, s:o*}", "format",
 			      "sparseflash-trace", "version", SF_TRACE_VERSION, "fingerprint",
@@ -494,7 +517,7 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 {
 	struct sf_trace_info *info = &r->info;
 	const char *name = r->name;
-	json_t *v, *sel, *layers, *groups, *slots;
+	json_t *v, *layers, *groups, *slots;
 	char where[SF_ERR_MAX];
 	int64_t x;
 	int ret;
@@ -546,20 +569,14 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 					  "group or repeated", name, i);
 		info->groups |= 1u << g;
 	}
-	sel = json_object_get(h, "selection");
-	v = json_object_get(sel, "mode");
-	if (json_is_string(v) && strcmp(json_string_value(v), "density") == 0 &&
-	    json_is_number(json_object_get(sel, "density"))) {
-		info->select = SF_TRACE_DENSITY;
-		info->density = json_number_value(json_object_get(sel, "density"));
-	} else if (json_is_string(v) && strcmp(json_string_value(v), "threshold") == 0 &&
-		   json_is_number(json_object_get(sel, "threshold"))) {
-		info->select = SF_TRACE_THRESHOLD;
-		info->threshold = json_number_value(json_object_get(sel, "threshold"));
-	} else {
+	double value;
+	if (sf_trace_selection_parse(json_object_get(h, "selection"), &info->select, &value))
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"selection\" is neither density "
 				  "nor threshold", name);
-	}
+	if (info->select == SF_TRACE_DENSITY)
+		info->density = value;
+	else
+		info->threshold = value;
 	if ((ret = build_slots(info, name, e))) {
 		if (e && ret == -EINVAL)
 			e->code = SF_EFORMAT;	/* a bad header, not a bad request */

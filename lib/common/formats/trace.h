@@ -62,6 +62,12 @@ struct sf_trace_info {
 	json_t *header;			/* the whole JSON header */
 };
 
+/* The header's "selection" object, {"mode": "density", "density": v} or
+ * the threshold's, as traces, .sfc and score files write it; and its
+ * reader: 0, or -1 when sel is neither. */
+json_t *sf_trace_selection_json(enum sf_trace_select select, double value);
+int sf_trace_selection_parse(json_t *sel, enum sf_trace_select *select, double *value);
+
 /* Entries selected by density d of n: round(d * n), halves away from zero. */
 uint32_t sf_trace_density_k(double density, uint32_t n);
 
