@@ -22,65 +22,66 @@
 // ----------------------------------------------------------------------------
 // pair kernels
 
-/* One body for the portable and the popcnt-instruction paths: after
- * inlining, __builtin_popcountll compiles to what the caller's target has. */
-static inline __attribute__((always_inline)) void
-pairs_scalar(const uint64_t *bits, size_t stride, size_t words, uint32_t n, uint32_t i0,
-	     uint32_t i1, uint32_t *pairs)
+#define INL static inline __attribute__((always_inline))
+
+/* popcount(a & b) over `words` words. */
+typedef uint64_t and_count_fn(const uint64_t *a, const uint64_t *b, size_t words);
+
+/* The triangle's rows [i0, i1) in tiles of TILE columns, one body for
+ * every kernel: count is inlined into each caller with the caller's
+ * target, so that __builtin_popcountll compiles to what the target has. */
+INL void pairs_tiles(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
+		     uint32_t i0, uint32_t i1, uint32_t *pairs, and_count_fn *count)
 {
 	for (uint32_t j0 = i0; j0 < n; j0 += TILE) {
 		uint32_t j1 = j0 + TILE < n ? j0 + TILE : n;
 		for (uint32_t i = i0; i < i1 && i + 1 < j1; i++) {
 			const uint64_t *bi = bits + (size_t)i * stride;
 			uint32_t *row = pairs + sf_coact_pair_index(n, i, i + 1);
-			for (uint32_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++) {
-				const uint64_t *bj = bits + (size_t)j * stride;
-				uint64_t c = 0;
-				for (size_t w = 0; w < words; w++)
-					c += (uint64_t)__builtin_popcountll(bi[w] & bj[w]);
-				row[j - i - 1] += (uint32_t)c;
-			}
+			for (uint32_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++)
+				row[j - i - 1] += (uint32_t)count(bi, bits + (size_t)j * stride, words);
 		}
 	}
+}
+
+INL uint64_t and_count_scalar(const uint64_t *a, const uint64_t *b, size_t words)
+{
+	uint64_t c = 0;
+	for (size_t w = 0; w < words; w++)
+		c += (uint64_t)__builtin_popcountll(a[w] & b[w]);
+	return c;
 }
 
 void sf_coact_pairs_ref(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
 			uint32_t i0, uint32_t i1, uint32_t *pairs)
 {
-	pairs_scalar(bits, stride, words, n, i0, i1, pairs);
+	pairs_tiles(bits, stride, words, n, i0, i1, pairs, and_count_scalar);
 }
 
 #if defined(__x86_64__)
+#define TVPOPCNT __attribute__((target("avx512f,avx512vpopcntdq")))
+
 __attribute__((target("popcnt"))) static void
 pairs_popcnt(const uint64_t *bits, size_t stride, size_t words, uint32_t n, uint32_t i0,
 	     uint32_t i1, uint32_t *pairs)
 {
-	pairs_scalar(bits, stride, words, n, i0, i1, pairs);
+	pairs_tiles(bits, stride, words, n, i0, i1, pairs, and_count_scalar);
 }
 
 /* VPOPCNTQ on 512 bits at a time; one horizontal add per pair and pass. */
-__attribute__((target("avx512f,avx512vpopcntdq"))) static void
-pairs_avx512(const uint64_t *bits, size_t stride, size_t words, uint32_t n, uint32_t i0,
-	     uint32_t i1, uint32_t *pairs)
+INL TVPOPCNT uint64_t and_count_avx512(const uint64_t *a, const uint64_t *b, size_t words)
 {
-	for (uint32_t j0 = i0; j0 < n; j0 += TILE) {
-		uint32_t j1 = j0 + TILE < n ? j0 + TILE : n;
-		for (uint32_t i = i0; i < i1 && i + 1 < j1; i++) {
-			const uint64_t *bi = bits + (size_t)i * stride;
-			uint32_t *row = pairs + sf_coact_pair_index(n, i, i + 1);
-			for (uint32_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++) {
-				const uint64_t *bj = bits + (size_t)j * stride;
-				__m512i acc = _mm512_setzero_si512();
-				for (size_t w = 0; w < words; w += 8) {
-					__m512i a = _mm512_loadu_si512(bi + w);
-					__m512i b = _mm512_loadu_si512(bj + w);
-					acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(
-									    _mm512_and_si512(a, b)));
-				}
-				row[j - i - 1] += (uint32_t)_mm512_reduce_add_epi64(acc);
-			}
-		}
-	}
+	__m512i acc = _mm512_setzero_si512();
+	for (size_t w = 0; w < words; w += 8)
+		acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(_mm512_and_si512(
+						    _mm512_loadu_si512(a + w), _mm512_loadu_si512(b + w))));
+	return (uint64_t)_mm512_reduce_add_epi64(acc);
+}
+
+TVPOPCNT static void pairs_avx512(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
+				  uint32_t i0, uint32_t i1, uint32_t *pairs)
+{
+	pairs_tiles(bits, stride, words, n, i0, i1, pairs, and_count_avx512);
 }
 #endif
 
