@@ -42,7 +42,7 @@ int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct s
 	struct sf_profile *p = calloc(1, sizeof(*p));
 	const struct sf_trace_info *info = sf_trace_writer_info(w);
 	const char *name = sf_trace_writer_name(w);
-	int ns = info->nslots;
+	int ns = info->nslots, ret;
 
 	*out = NULL;
 	if (!p)
@@ -64,18 +64,20 @@ int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct s
 			goto nomem;
 		p->most = n > p->most ? n : p->most;
 	}
+	/* one selection's scratch per worker */
 	size_t per = 2 * (size_t)p->most;
 	if (!(p->scratch = malloc((size_t)sf_pool_size(pool) * per * sizeof(uint32_t)))) {
-		int ret = sf_err_set(e, -ENOMEM, "%s: selection buffers for %d threads: %s", name,
-				     sf_pool_size(pool), sf_strerror(-ENOMEM));
-		sf_profile_free(p);
-		return ret;
+		ret = sf_err_set(e, -ENOMEM, "%s: selection buffers for %d threads: %s", name,
+				 sf_pool_size(pool), sf_strerror(-ENOMEM));
+		goto fail;
 	}
 	*out = p;
 	return 0;
 nomem:
+	ret = sf_err_set(e, -ENOMEM, "%s: trace buffers: %s", name, sf_strerror(-ENOMEM));
+fail:
 	sf_profile_free(p);
-	return sf_err_set(e, -ENOMEM, "%s: trace buffers: %s", name, sf_strerror(-ENOMEM));
+	return ret;
 }
 
 void sf_profile_free(struct sf_profile *p)

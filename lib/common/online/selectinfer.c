@@ -1,7 +1,7 @@
-/* SelectInfer selection: the score-file reader, the pinning order of
- * selective loading, the prefill observer of selective computation and the
- * neurons file of sf-pack --keep. See selectinfer.h; commands in
- * man/sf-coact.1 and man/sf-run.1. */
+/* SelectInfer selection: the pinning order of selective loading, the
+ * prefill observer of selective computation and the neurons file of
+ * sf-pack --keep, from score files (formats/scores.c reads them). See
+ * selectinfer.h; commands in man/sf-coact.1 and man/sf-run.1. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "base/parse.h"
-#include "base/jsonfile.h"
 #include "online/selectinfer.h"
 #include "formats/trace.h"
 #include "engine/select.h"
