@@ -12,10 +12,12 @@
 
 #include "common/cli.h"
 #include "formats/coact.h"
+#include "formats/scores.h"
 #include "base/jsonfile.h"
 #include "base/pool.h"
 #include "online/selectinfer.h"
 #include "formats/trace.h"
+#include "offline/coact.h"
 
 #define DEFAULT_MAX_MEMORY ((uint64_t)16 << 30)
 #define MAX_THREADS 256
@@ -236,7 +238,7 @@ static int write_outputs(const struct sf_coact *c, const struct options *o)
 		goto out;
 	}
 	if (o->scores) {
-		if (!(scores = sf_coact_scores(c, &e))) {
+		if (!(scores = sf_scores_from_coact(c, &e))) {
 			ret = e.code;
 			sf_error("%s", e.msg);
 			goto out;

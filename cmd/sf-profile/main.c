@@ -16,6 +16,7 @@
 #include "base/pool.h"
 #include "engine/tokenizer.h"
 #include "formats/trace.h"
+#include "offline/profile.h"
 
 #define DEFAULT_DENSITY 0.3
 #define DEFAULT_CONTEXT 256
@@ -202,6 +203,7 @@ struct session {
 	struct sf_runstate state;
 	struct sf_trace_info info;
 	struct sf_trace_writer *writer;
+	struct sf_profile *profile;	/* feeds the writer from the forward pass */
 	struct sf_out out;
 	struct sf_progress progress;
 	uint64_t tokens, docs;
@@ -209,6 +211,7 @@ struct session {
 
 static void session_free(struct session *S)
 {
+	sf_profile_free(S->profile);
 	sf_trace_writer_free(S->writer);
 	sf_trace_info_free(&S->info);
 	sf_state_free(&S->state);
@@ -304,7 +307,7 @@ static int run_document(struct session *S, const struct options *o, const int32_
 		size_t len = n - start < (size_t)o->context ? n - start : (size_t)o->context;
 		for (size_t pos = 0; pos < len && !done(S, o); pos++) {
 			sf_forward(&S->model, &S->state, ids[start + pos], (int)pos);
-			if (S->writer && (ret = sf_trace_writer_token(S->writer, &e))) {
+			if (S->profile && (ret = sf_profile_token(S->profile, &e))) {
 				sf_error("%s", e.msg);
 				return ret;
 			}
@@ -373,11 +376,11 @@ int main(int argc, char **argv)
 		if ((ret = sf_out_open(&S.out, o.output, 1)))
 			goto out;
 		if ((ret = sf_trace_writer_open(&S.writer, S.out.f, S.out.path, &S.info, &e)) ||
-		    (ret = sf_trace_writer_set_pool(S.writer, S.pool, &e))) {
+		    (ret = sf_profile_open(&S.profile, S.writer, S.pool, &e))) {
 			sf_error("%s", e.msg);
 			goto out;
 		}
-		S.state.observer = sf_trace_writer_observer(S.writer);
+		S.state.observer = sf_profile_observer(S.profile);
 	}
 	sf_progress_init(&S.progress, o.progress && !o.quiet, "tokens");
 	double t0 = sf_now();

@@ -14,6 +14,7 @@
 
 #include "common/cli.h"
 #include "engine/corpus.h"
+#include "engine/cpu.h"
 #include "engine/eval.h"
 #include "engine/forward.h"
 #include "formats/image.h"
@@ -566,7 +567,7 @@ static int session_open(struct session *S, const struct options *o, int ctx)
 		fprintf(stderr, "%s: %s: %s, %d layers, dim %d, fingerprint %s; kernels %s, "
 			"%d threads, context %d\n", sf_progname, o->model_dir ? o->model_dir : o->image,
 			sf_arch_name(S->model.cfg.arch), S->model.cfg.n_layers,
-			S->model.cfg.dim, S->model.fingerprint, sf_kernels_isa(), o->threads, ctx);
+			S->model.cfg.dim, S->model.fingerprint, sf_isa_name(sf_cpu_isa()), o->threads, ctx);
 	return 0;
 }
 
@@ -803,7 +804,7 @@ static int write_stats(const struct session *S, const struct options *o, const c
 	json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
 			      "mode", o->ppl_file ? "ppl" : "generate",
 			      "model", o->model_dir ? o->model_dir : o->image,
-			      "threads", o->threads, "kernels", sf_kernels_isa(),
+			      "threads", o->threads, "kernels", sf_isa_name(sf_cpu_isa()),
 			      "prompt_tokens", (json_int_t)S->prompt_tokens,
 			      "prompt_seconds", S->prompt_s, "prompt_tokens_per_second", pr,
 			      "decode_tokens", (json_int_t)S->decode_tokens,

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "common/cli.h"
+#include "engine/cpu.h"
 #include "engine/kernels.h"
 #include "base/pool.h"
 
@@ -251,7 +252,7 @@ static int run_matvec(size_t rows, size_t cols, enum sf_dtype dt, const char *dt
 	}
 	printf("{\"rows\":%zu,\"cols\":%zu,\"dtype\":\"%s\",\"threads\":%d,\"isa\":\"%s\","
 	       "\"copies\":%zu,\"matvec_gbps\":%.2f,\"us_per_call\":%.1f,\"check\":%.3g}\n",
-	       rows, cols, dtname, threads, sf_kernels_isa(), copies,
+	       rows, cols, dtname, threads, sf_isa_name(sf_cpu_isa()), copies,
 	       (double)mbytes * (double)copies / best / 1e9, best / (double)copies * 1e6,
 	       (double)y[rows / 2]);
 	ret = 0;
@@ -286,7 +287,7 @@ int main(int argc, char **argv)
 	enum sf_dtype dt = SF_DTYPE_BF16;
 	int matvec = 0, hot = 0;
 
-	sf_progname = "membw";
+	sf_cli_start("membw");	/* SF_REF=1 selects the reference */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -3,6 +3,7 @@
 #include <limits.h>
 
 #include "formats/coact.h"
+#include "formats/scores.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -16,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (sf_coact_load(&c, path, 0, INT_MAX, &e) == 0) {
 		json_decref(sf_coact_info_json(&c));
-		json_decref(sf_coact_scores(&c, &e));
+		json_decref(sf_scores_from_coact(&c, &e));
 		sf_coact_free(&c);
 	}
 	close(fd);

@@ -9,9 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cpu.h"
+#include "engine/select.h"
 #include "formats/coact.h"
+#include "formats/scores.h"
 #include "base/pool.h"
 #include "formats/trace.h"
+#include "offline/coact.h"
 #include "unit.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -33,7 +37,6 @@ static const uint32_t ENTRIES[SF_NGROUPS] = { 40, 24, 40, 70 };
 
 static void test_kernels(void)
 {
-	static const char *const names[] = { "popcnt", "avx512" };
 	uint32_t n = 150;
 	size_t stride = 64;
 	uint64_t *bits = aligned_alloc(64, n * stride * 8);
@@ -50,17 +53,18 @@ static void test_kernels(void)
 		for (size_t w = 0; w < words; w++)
 			c += (uint32_t)__builtin_popcountll(bits[3 * stride + w] & bits[77 * stride + w]);
 		CHECK(ref[sf_coact_pair_index(n, 3, 77)] == c, "ref pair (3, 77)");
-		for (int k = 0; k < 2; k++) {
-			if (sf_coact_kernel_select(names[k]) == -ENOTSUP)
+		/* every level this CPU has, and the kernel it runs there */
+		for (int k = 0; k < SF_NISA; k++) {
+			if (sf_cpu_use((enum sf_isa)k) == -ENOTSUP)
 				continue;
 			memset(got, 0, np * 4);
 			/* in two row ranges, as the workers split it */
 			sf_coact_pairs(bits, stride, words, n, 0, 64, got);
 			sf_coact_pairs(bits, stride, words, n, 64, n, got);
 			CHECK(memcmp(ref, got, np * 4) == 0, "%s pairs differ from ref (%zu words)",
-			      names[k], words);
+			      sf_coact_kernel(), words);
 		}
-		sf_coact_kernel_select(NULL);
+		sf_cpu_use_best();
 	}
 	free(bits);
 	free(ref);
@@ -115,8 +119,10 @@ static void make_trace(struct synth *S, const char *name, const char *fingerprin
 				x[i] = (float)(u * (1.0 + (double)i / sl->entries));
 				sum[i] += fabs((double)x[i]);
 			}
-			sf_trace_writer_record(w, sl->layer, sl->group, x, sl->entries);
-			memcpy(tr, sf_trace_writer_row(w, s), sl->words * 8);
+			uint64_t *row = sf_trace_writer_row(w, s);
+			sf_select_threshold(x, sl->entries, 0.5f, row);
+			sf_select_abs_sum(x, sl->entries, sf_trace_writer_sums(w, s));
+			memcpy(tr, row, sl->words * 8);
 			tr += sl->words;
 			sum += sl->entries;
 		}
@@ -309,7 +315,7 @@ static void test_statistics(struct sf_pool *pool)
 	sf_coact_free(&one);
 
 	/* scores: sums / tokens; merged scores weighted by tokens */
-	json_t *sa_j = sf_coact_scores(&ca, &e), *sb_j = sf_coact_scores(&cb, &e), *merged = NULL;
+	json_t *sa_j = sf_scores_from_coact(&ca, &e), *sb_j = sf_scores_from_coact(&cb, &e), *merged = NULL;
 	CHECK(sa_j && strcmp(json_string_value(json_object_get(sa_j, "kind")), "task") == 0 &&
 	      strcmp(json_string_value(json_object_get(sa_j, "task")), "kjv") == 0, "task scores");
 	json_t *s3 = json_array_get(json_object_get(sa_j, "slots"), 3);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "formats/codes.h"
-#include "engine/kernels.h"
+#include "engine/cpu.h"
 #include "offline/trellis.h"
 #include "unit.h"
 
@@ -131,15 +131,15 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 			y[t] = yr[t] = (float)t * 0.01f;
 		sf_codes_colaccum_ref(yr, &v, 0, m, idx, xv, 4);
 		/* every SIMD path the machine has */
-		static const char *const isas[] = { "avx512", "avx2" };
+		static const enum sf_isa isas[] = { SF_ISA_AVX512, SF_ISA_AVX2 };
 		for (size_t a = 0; a < sizeof(isas) / sizeof(isas[0]); a++) {
-			if (sf_kernels_select(isas[a]) != 0)
+			if (sf_cpu_use(isas[a]) != 0)
 				continue;
 			for (size_t t = 0; t < m; t++)
 				y[t] = (float)t * 0.01f;
 			sf_codes_colaccum(y, &v, 0, m, idx, xv, 4);
 			CHECK(memcmp(y, yr, m * sizeof(float)) == 0,
-			      "%s, %s length %zu: SIMD differs from _ref", isas[a],
+			      "%s, %s length %zu: SIMD differs from _ref", sf_isa_name(isas[a]),
 			      sf_codes_method_name(method), m);
 			/* the rows in three pieces, cut off any step boundary */
 			size_t c1 = m / 3, c2 = m - m / 5;
@@ -149,10 +149,10 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 			sf_codes_colaccum(y, &v, 0, c1, idx, xv, 4);
 			sf_codes_colaccum(y, &v, c1, c2, idx, xv, 4);
 			CHECK(memcmp(y, yr, m * sizeof(float)) == 0,
-			      "%s, %s length %zu: rows in pieces differ from _ref", isas[a],
+			      "%s, %s length %zu: rows in pieces differ from _ref", sf_isa_name(isas[a]),
 			      sf_codes_method_name(method), m);
 		}
-		sf_kernels_select(NULL);
+		sf_cpu_use_best();
 		for (int k = 0; k < 4; k++) {
 			sf_codes_decode(method, cb, recs + idx[k] * (rb + 3), m, dec);
 			for (size_t t = 0; t < m; t++)

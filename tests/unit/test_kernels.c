@@ -1,4 +1,4 @@
-/* Unit test of lib/common/kernels.c: every SIMD variant this CPU supports
+/* Unit test of lib/common/engine/kernels.c: every SIMD variant this CPU supports
  * against the scalar reference within a stated tolerance, the bf16/f16
  * conversions exhaustively, and RoPE/RMSNorm/llama3 frequencies against
  * direct double-precision formulas. */
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cpu.h"
 #include "engine/kernels.h"
 #include "unit.h"
 
@@ -319,8 +320,9 @@ static void test_colaccum(const char *isa)
 // ----------------------------------------------------------------------------
 // the vector kernels: ref run first (selected), then isa
 
-static void test_rmsnorm(const char *isa)
+static void test_rmsnorm(enum sf_isa level)
 {
+	const char *isa = sf_isa_name(level);
 	for (int d = 0; d < 3; d++) {
 		for (size_t n = 1; n <= 2048; n += (n < 300 ? 1 : 437)) {
 			size_t es = esize(dtypes[d]), off = n & 1;
@@ -335,9 +337,9 @@ static void test_rmsnorm(const char *isa)
 				ss += (double)xo[i] * xo[i];
 			}
 			double rs = 1.0 / sqrt(ss / (double)n + 1e-5);
-			sf_kernels_select("ref");
+			sf_cpu_use(SF_ISA_REF);
 			sf_rmsnorm(oref, xo, wb + off * es, dtypes[d], n, 1e-5f);
-			sf_kernels_select(isa);
+			sf_cpu_use(level);
 			sf_rmsnorm(o, xo, wb + off * es, dtypes[d], n, 1e-5f);
 			for (size_t i = 0; i < n; i++) {
 				double want = wf[i] * xo[i] * rs, mag = fabs(want);
@@ -355,8 +357,9 @@ static void test_rmsnorm(const char *isa)
 	}
 }
 
-static void test_softmax(const char *isa)
+static void test_softmax(enum sf_isa level)
 {
+	const char *isa = sf_isa_name(level);
 	for (size_t n = 1; n <= 300; n++) {
 		float a[301], b[301];
 		for (size_t i = 0; i < n; i++)
@@ -365,9 +368,9 @@ static void test_softmax(const char *isa)
 			a[n / 2] = b[n / 2] = -INFINITY;	/* a masked position */
 		if (n > 10)
 			a[3] = b[3] = -200.0f;	/* underflows to 0 */
-		sf_kernels_select("ref");
+		sf_cpu_use(SF_ISA_REF);
 		sf_softmax(b, n);
-		sf_kernels_select(isa);
+		sf_cpu_use(level);
 		sf_softmax(a, n);
 		double sum = 0;
 		for (size_t i = 0; i < n; i++) {
@@ -383,8 +386,9 @@ static void test_softmax(const char *isa)
 	}
 }
 
-static void test_swiglu(const char *isa)
+static void test_swiglu(enum sf_isa level)
 {
+	const char *isa = sf_isa_name(level);
 	for (size_t n = 1; n <= 300; n++) {
 		float g[300], u[300], a[300], b[300];
 		for (size_t i = 0; i < n; i++) {
@@ -395,9 +399,9 @@ static void test_swiglu(const char *isa)
 			/* exp(-g) overflows and underflows */
 			g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f, g[3] = -88.9f;
 		}
-		sf_kernels_select("ref");
+		sf_cpu_use(SF_ISA_REF);
 		sf_swiglu(b, g, u, n);
-		sf_kernels_select(isa);
+		sf_cpu_use(level);
 		sf_swiglu(a, g, u, n);
 		for (size_t i = 0; i < n; i++) {
 			double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
@@ -411,8 +415,9 @@ static void test_swiglu(const char *isa)
 	}
 }
 
-static void test_dot_axpy(const char *isa)
+static void test_dot_axpy(enum sf_isa level)
 {
+	const char *isa = sf_isa_name(level);
 	for (size_t n = 0; n <= 300; n++) {
 		float a[301], b[301], y1[301], y2[301];
 		size_t off = n & 1;
@@ -423,10 +428,10 @@ static void test_dot_axpy(const char *isa)
 		}
 		for (size_t i = 0; i < n; i++)
 			mag += fabs((double)a[i + off] * b[i + off]);
-		sf_kernels_select("ref");
+		sf_cpu_use(SF_ISA_REF);
 		float dr = sf_dot_f32(a + off, b + off, n);
 		sf_axpy_f32(y2 + off, 0.37f, a + off, n);
-		sf_kernels_select(isa);
+		sf_cpu_use(level);
 		float ds = sf_dot_f32(a + off, b + off, n);
 		sf_axpy_f32(y1 + off, 0.37f, a + off, n);
 		CHECK(close_enough(ds, dr, mag), "%s dot n %zu: %.9g, ref %.9g", isa, n, ds, dr);
@@ -491,43 +496,37 @@ static void test_rope(void)
 
 // ----------------------------------------------------------------------------
 
-static void test_isa(const char *isa)
+static void test_isa(enum sf_isa level)
 {
-	int rc = sf_kernels_select(isa);
-	if (rc == -ENOTSUP) {
+	const char *isa = sf_isa_name(level);
+	if (!sf_cpu_has(level)) {
 		printf("%s: not supported here, not tested\n", isa);
+		CHECK(sf_cpu_use(level) == -ENOTSUP, "%s: selected without the CPU", isa);
 		return;
 	}
+	int rc = sf_cpu_use(level);
 	CHECK(rc == 0, "select %s: %d", isa, rc);
-	CHECK(strcmp(sf_kernels_isa(), isa) == 0, "isa %s after selecting %s", sf_kernels_isa(), isa);
+	CHECK(sf_cpu_isa() == level, "isa %s after selecting %s", sf_isa_name(sf_cpu_isa()), isa);
 	test_matvec(isa);
 	test_colaccum(isa);
-	test_rmsnorm(isa);
-	test_softmax(isa);
-	test_swiglu(isa);
-	test_dot_axpy(isa);
+	test_rmsnorm(level);
+	test_softmax(level);
+	test_swiglu(level);
+	test_dot_axpy(level);
 	printf("%s: compared against ref\n", isa);
 }
 
 int main(void)
 {
-	const char *isa0 = sf_kernels_isa();
-	printf("dispatch picks %s\n", isa0);
-
-	setenv("SF_REF", "1", 1);
-	CHECK(sf_kernels_select(NULL) == 0 && strcmp(sf_kernels_isa(), "ref") == 0,
-	      "SF_REF=1 gives %s", sf_kernels_isa());
-	unsetenv("SF_REF");
-	CHECK(sf_kernels_select(NULL) == 0, "select NULL");
-	CHECK(sf_kernels_select("sse9") == -EINVAL, "unknown isa accepted");
+	printf("dispatch picks %s\n", sf_isa_name(sf_cpu_isa()));
+	CHECK(sf_cpu_use(SF_NISA) == -ENOTSUP, "an unknown level accepted");
 
 	test_bf16();
 	test_f16();
 	test_rope();
 	/* ref against itself keeps the harness honest where no SIMD exists */
-	test_isa("ref");
-	test_isa("avx2");
-	test_isa("avx512");
-	sf_kernels_select(NULL);
+	for (int i = 0; i < SF_NISA; i++)
+		test_isa((enum sf_isa)i);
+	sf_cpu_use_best();
 	return unit_exit();
 }

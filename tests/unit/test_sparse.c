@@ -20,6 +20,7 @@
 #include "formats/image.h"
 #include "imagetest.h"
 #include "engine/kernels.h"
+#include "engine/select.h"
 #include "formats/model.h"
 #include "formats/placement.h"
 #include "online/sparse.h"
@@ -90,8 +91,8 @@ static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 		goto out;
 	if (km > n - kt)
 		km = (uint32_t)n - kt;
-	sf_trace_select_topk(in, (uint32_t)n, kt, bt, scratch);
-	sf_trace_select_topk(in, (uint32_t)n, kt + km, ba, scratch);
+	sf_select_topk(in, (uint32_t)n, kt, bt, scratch);
+	sf_select_topk(in, (uint32_t)n, kt + km, ba, scratch);
 	sf_codes_group_matrices(&M, layer, g, mw, names);
 	for (int i = 0; i < nout; i++) {
 		size_t rows = (size_t)mw[i]->rows;

@@ -1,5 +1,6 @@
-/* Activation traces: top-k selection (portable and SIMD) against a sort,
- * the writer and reader round trip in both encodings, the trace of the
+/* Activation traces: top-k selection and |x| sums at every level against
+ * a sort and the reference, the writer and reader round trip in both
+ * encodings, the trace the recorder (offline/profile.h) makes of the
  * embedded model against an independent observer of the dense pass
  * (active sets and |value| sums), the same bytes with 1 and 2 threads,
  * and a truncated, corrupted or extended stream refused. */
@@ -9,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cpu.h"
 #include "engine/forward.h"
-#include "engine/kernels.h"
+#include "engine/select.h"
 #include "formats/model.h"
 #include "formats/trace.h"
+#include "offline/profile.h"
 #include "unit.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -49,15 +52,17 @@ static void brute_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits)
 	free(idx);
 }
 
-/* The portable path and the dispatched one (AVX-512 where the machine
- * has it) against the sort, on values of every scale. */
-static void test_topk(void)
+/* The portable path and the one of every level this CPU has against the
+ * sort, on values of every scale; the |x| sums of every level against the
+ * portable ones, bit for bit. */
+static void test_topk_level(enum sf_isa level)
 {
 	static const uint32_t sizes[] = { 1, 7, 15, 16, 17, 63, 64, 65, 128, 384, 1000 };
 	float x[1000];
 	uint64_t a[16], b[16], c[16];
 	uint32_t scratch[2000];
-	int simd = sf_kernels_select("avx512") == 0;
+	double sa[1000], sb[1000];
+	const char *isa = sf_isa_name(level);
 
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(*sizes); si++) {
 		uint32_t n = sizes[si];
@@ -72,26 +77,49 @@ static void test_topk(void)
 				       : rep % 4 == 2 ? -0.75f
 				       : rep % 4 == 3 ? (float)(u < 0.1 ? 0.0 : ldexp(u - 0.5, (int)(u * 80) - 40))
 						      : (float)(u * 2 - 1);
+				sa[i] = sb[i] = (double)i / 3;
 			}
 			uint32_t k = (uint32_t)(next_rand() % (n + 1));
-			sf_trace_select_topk_ref(x, n, k, a, scratch);
-			sf_trace_select_topk(x, n, k, c, scratch);
+			sf_select_topk_ref(x, n, k, a, scratch);
+			sf_select_topk(x, n, k, c, scratch);
 			brute_topk(x, n, k, b);
 			CHECK(memcmp(a, b, (n + 63) / 64 * 8) == 0, "top-%u of %u (rep %d) differs "
 			      "from the sort", k, n, rep);
 			CHECK(memcmp(c, b, (n + 63) / 64 * 8) == 0, "%s top-%u of %u (rep %d) "
-			      "differs from the sort", sf_kernels_isa(), k, n, rep);
+			      "differs from the sort", isa, k, n, rep);
+			/* the last rep with a non-finite value, which the largest
+			 * key must reveal */
+			if (rep == 39)
+				x[n / 2] = si % 2 ? -INFINITY : NAN;
+			uint32_t ka = sf_select_abs_sum_ref(x, n, sa);
+			uint32_t kb = sf_select_abs_sum(x, n, sb);
+			CHECK(ka == kb && memcmp(sa, sb, n * sizeof(double)) == 0,
+			      "%s |x| sums of %u (rep %d) differ from the reference", isa, n, rep);
+			CHECK((ka >= 0x7f800000u) == (rep == 39), "%s: largest key %x of %u (rep %d)",
+			      isa, ka, n, rep);
 		}
 	}
-	if (!simd)
-		fprintf(stderr, "test_trace: no AVX-512 here: only the portable top-k tested\n");
-	sf_kernels_select(NULL);
+}
+
+static void test_topk(void)
+{
+	for (int i = 0; i < SF_NISA; i++) {
+		if (sf_cpu_use((enum sf_isa)i)) {
+			fprintf(stderr, "test_trace: no %s here: not tested\n",
+				sf_isa_name((enum sf_isa)i));
+			continue;
+		}
+		test_topk_level((enum sf_isa)i);
+	}
+	sf_cpu_use_best();
 	/* -0 and +0 tie in magnitude */
 	float z[4] = { -0.0f, 0.0f, 1.0f, -1.0f };
-	sf_trace_select_topk(z, 4, 3, a, scratch);
+	uint64_t a[1];
+	uint32_t scratch[8];
+	sf_select_topk(z, 4, 3, a, scratch);
 	CHECK(a[0] == 0xd, "top-3 of {-0, 0, 1, -1}: bits %llx, expected d",
 	      (unsigned long long)a[0]);
-	sf_trace_select_threshold(z, 4, 0.5f, a);
+	sf_select_threshold(z, 4, 0.5f, a);
 	CHECK(a[0] == 0xc, "threshold 0.5: bits %llx, expected c", (unsigned long long)a[0]);
 	CHECK(sf_trace_density_k(0.3, 384) == 115 && sf_trace_density_k(0.5, 3) == 2 &&
 	      sf_trace_density_k(1.0, 11008) == 11008, "round(D*n)");
@@ -209,21 +237,22 @@ static void test_roundtrip(const char *tmp)
 	}
 }
 
-/* Inputs recorded through the writer (entries that are no multiple of
- * the SIMD width) read back as the sort's top-k and the float64 sums,
- * with the portable and the SIMD paths. */
+/* Inputs recorded through the profile's recorder (entries that are no
+ * multiple of the SIMD width) read back as the sort's top-k and the
+ * float64 sums, at every level this CPU has. */
 static void test_record(const char *tmp)
 {
-	static const char *const isas[] = { "ref", "avx512" };
 	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
 	enum { NTOK = 70 };
 	char path[4096];
 
-	for (int v = 0; v < 2; v++) {
-		if (sf_kernels_select(isas[v]))
+	for (int v = 0; v < SF_NISA; v++) {
+		if (sf_cpu_use((enum sf_isa)v))
 			continue;
+		const char *isa = sf_isa_name((enum sf_isa)v);
 		struct sf_trace_info info;
 		struct sf_trace_writer *w = NULL;
+		struct sf_profile *p = NULL;
 		struct sf_trace_reader *r = NULL;
 		struct sf_err e = { 0 };
 		uint64_t *rows = NULL;
@@ -232,12 +261,13 @@ static void test_record(const char *tmp)
 		uint32_t ntok;
 		int bad_rows = 0, bad_sums = 0, t = 0;
 		size_t stride = 0, nent = 0;
-		snprintf(path, sizeof(path), "%s/record-%s.sft", tmp, isas[v]);
+		snprintf(path, sizeof(path), "%s/record-%s.sft", tmp, isa);
 		FILE *f = fopen(path, "wb");
 		int ret = sf_trace_info_init(&info, "00112233aabbccdd", 3, entries, 0, 2, 0xf,
 					     SF_TRACE_DENSITY, 0.3, NULL, &e);
 		ret = ret ? ret : sf_trace_writer_open(&w, f, path, &info, &e);
-		CHECK(ret == 0 && f, "%s: %s", isas[v], e.msg);
+		ret = ret ? ret : sf_profile_open(&p, w, NULL, &e);
+		CHECK(ret == 0 && f, "%s: %s", isa, e.msg);
 		if (ret || !f)
 			break;
 		for (int s = 0; s < info.nslots; s++) {
@@ -256,16 +286,17 @@ static void test_record(const char *tmp)
 					x[i] = (float)ldexp(u - 0.5, (int)(next_rand() % 30) - 15);
 					sum[i] += fabs((double)x[i]);
 				}
-				sf_trace_writer_record(w, sl->layer, sl->group, x, sl->entries);
+				sf_profile_record(p, sl->layer, sl->group, x, sl->entries);
 				brute_topk(x, sl->entries, sl->k, tr);
 				tr += sl->words;
 				sum += sl->entries;
 			}
-			ret = sf_trace_writer_token(w, &e);
-			CHECK(ret == 0, "%s: %s", isas[v], e.msg);
+			ret = sf_profile_token(p, &e);
+			CHECK(ret == 0, "%s: %s", isa, e.msg);
 		}
 		ret = ret ? ret : sf_trace_writer_finish(w, &e);
-		CHECK(ret == 0, "%s: %s", isas[v], e.msg);
+		CHECK(ret == 0, "%s: %s", isa, e.msg);
+		sf_profile_free(p);
 		sf_trace_writer_free(w);
 		fclose(f);
 		ret = ret ? ret : sf_trace_open(&r, path, &e);
@@ -281,21 +312,21 @@ static void test_record(const char *tmp)
 				}
 			}
 		}
-		CHECK(ret == 0 && t == NTOK, "%s: %d tokens read: %s", isas[v], t, e.msg);
+		CHECK(ret == 0 && t == NTOK, "%s: %d tokens read: %s", isa, t, e.msg);
 		const double *sum = sums;
 		for (int s = 0; !ret && s < info.nslots; s++) {
 			for (uint32_t i = 0; i < info.slots[s].entries; i++)
 				bad_sums += sf_trace_sums(r, s)[i] != sum[i];
 			sum += info.slots[s].entries;
 		}
-		CHECK(bad_rows == 0 && bad_sums == 0, "%s: %d rows and %d sums differ", isas[v],
+		CHECK(bad_rows == 0 && bad_sums == 0, "%s: %d rows and %d sums differ", isa,
 		      bad_rows, bad_sums);
 		sf_trace_close(r);
 		free(rows);
 		free(sums);
 		sf_trace_info_free(&info);
 	}
-	sf_kernels_select(NULL);
+	sf_cpu_use_best();
 }
 
 /* Reads the whole trace at path; the error code, with the message in e. */
@@ -363,6 +394,7 @@ static void test_damage(const char *tmp)
 
 struct witness {
 	struct sf_trace_writer *w;
+	struct sf_profile *p;
 	const struct sf_trace_info *info;
 	double **sums;		/* (nslots, entries) */
 	uint64_t **rows;	/* (nslots) -> (max tokens, words) by brute force */
@@ -375,7 +407,7 @@ static void witness_fn(void *ctx, int layer, enum sf_group g, const float *in, s
 	struct witness *W = ctx;
 	int s = sf_trace_slot_index(W->info, layer, g);
 
-	sf_trace_writer_record(W->w, layer, g, in, n);
+	sf_profile_record(W->p, layer, g, in, n);
 	W->calls++;
 	if (s < 0)
 		return;
@@ -417,7 +449,7 @@ static void test_model(const char *root, const char *path, int nthreads)
 	CHECK(ret == 0, "%s", e.msg);
 	if (!ret && (ret = sf_pool_create(&pool, nthreads)))
 		CHECK(0, "pool of %d: %d", nthreads, ret);
-	if (!ret && (ret = sf_trace_writer_set_pool(W.w, pool, &e)))
+	if (!ret && (ret = sf_profile_open(&W.p, W.w, pool, &e)))
 		CHECK(0, "%s", e.msg);
 	if (ret)
 		goto out;
@@ -437,7 +469,7 @@ static void test_model(const char *root, const char *path, int nthreads)
 	for (W.tokens = 0; W.tokens < NTOK; W.tokens++) {
 		int32_t tok = W.tokens % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
 		sf_forward(&m, &st, tok, W.tokens % CTX);
-		if ((ret = sf_trace_writer_token(W.w, &e)))
+		if ((ret = sf_profile_token(W.p, &e)))
 			break;
 	}
 	CHECK(ret == 0, "%s", e.msg);
@@ -473,12 +505,12 @@ static void test_model(const char *root, const char *path, int nthreads)
 	CHECK(t == NTOK, "%d tokens in the trace", t);
 	CHECK(bad_k == 0, "%d active sets without round(0.25 n) entries", bad_k);
 	CHECK(bad_rows == 0, "%s, %d threads: %d active sets differ from the brute-force top-k",
-	      sf_kernels_isa(), nthreads, bad_rows);
+	      sf_isa_name(sf_cpu_isa()), nthreads, bad_rows);
 	for (int s = 0; !ret && s < info.nslots; s++)
 		for (uint32_t i = 0; i < info.slots[s].entries; i++)
 			bad_sums += sf_trace_sums(r, s)[i] != W.sums[s][i];
 	CHECK(bad_sums == 0, "%s, %d threads: %d |value| sums differ from the observer's",
-	      sf_kernels_isa(), nthreads, bad_sums);
+	      sf_isa_name(sf_cpu_isa()), nthreads, bad_sums);
 	sf_trace_close(r);
 	for (int s = 0; s < info.nslots; s++) {
 		free(W.sums[s]);
@@ -489,6 +521,7 @@ static void test_model(const char *root, const char *path, int nthreads)
 out:
 	if (f)
 		fclose(f);
+	sf_profile_free(W.p);
 	sf_trace_writer_free(W.w);
 	sf_pool_destroy(pool);
 	sf_trace_info_free(&info);
@@ -514,28 +547,28 @@ static unsigned char *slurp(const char *path, size_t *n)
 	return buf;
 }
 
-/* With the portable and the SIMD paths (each checked by the witness), the
- * trace bytes do not depend on how many threads selected them. */
+/* At every level this CPU has (each checked by the witness), the trace
+ * bytes do not depend on how many threads selected them. */
 static void test_model_threads(const char *root, const char *tmp)
 {
-	static const char *const isas[] = { "ref", "avx512" };
 	char one[4096], two[4096];
 
-	for (int i = 0; i < 2; i++) {
-		if (sf_kernels_select(isas[i]))
-			continue;	/* no AVX-512 here: said in test_topk */
-		snprintf(one, sizeof(one), "%s/model-%s-1.sft", tmp, isas[i]);
-		snprintf(two, sizeof(two), "%s/model-%s-2.sft", tmp, isas[i]);
+	for (int i = 0; i < SF_NISA; i++) {
+		const char *isa = sf_isa_name((enum sf_isa)i);
+		if (sf_cpu_use((enum sf_isa)i))
+			continue;	/* said in test_topk */
+		snprintf(one, sizeof(one), "%s/model-%s-1.sft", tmp, isa);
+		snprintf(two, sizeof(two), "%s/model-%s-2.sft", tmp, isa);
 		test_model(root, one, 1);
 		test_model(root, two, 2);
 		size_t n1, n2;
 		unsigned char *a = slurp(one, &n1), *b = slurp(two, &n2);
 		CHECK(a && b && n1 == n2 && memcmp(a, b, n1) == 0,
-		      "%s: the traces of 1 and 2 threads differ (%zu and %zu bytes)", isas[i], n1, n2);
+		      "%s: the traces of 1 and 2 threads differ (%zu and %zu bytes)", isa, n1, n2);
 		free(a);
 		free(b);
 	}
-	sf_kernels_select(NULL);
+	sf_cpu_use_best();
 }
 
 int main(void)

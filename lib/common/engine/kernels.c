@@ -1,13 +1,12 @@
 /* Compute kernels of the decoder (see kernels.h): a scalar _ref for each,
  * AVX2+FMA and AVX-512 variants compiled here through target attributes so
- * the build needs no -m flags, and a table picked once from the CPU. */
+ * the build needs no -m flags, and the family's table indexed by the level
+ * engine/cpu.h chose. */
 #include "engine/kernels.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
+
+#include "engine/cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -158,7 +157,6 @@ void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float facto
 // dispatch table
 
 struct kern {
-	const char *name;
 	void (*matmul)(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
@@ -172,7 +170,7 @@ struct kern {
 };
 
 static const struct kern kern_ref = {
-	"ref", sf_matmul_rows_ref, sf_colaccum_ref, rmsnorm_ref, softmax_ref,
+	sf_matmul_rows_ref, sf_colaccum_ref, rmsnorm_ref, softmax_ref,
 	swiglu_ref, dot_ref, axpy_ref,
 };
 
@@ -536,7 +534,7 @@ static T256 void axpy_avx2(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx2 = {
-	"avx2", matmul_avx2, colaccum_avx2, rmsnorm_avx2, softmax_avx2,
+	matmul_avx2, colaccum_avx2, rmsnorm_avx2, softmax_avx2,
 	swiglu_avx2, dot_avx2, axpy_avx2,
 };
 
@@ -871,83 +869,29 @@ static T512 void axpy_avx512(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx512 = {
-	"avx512", matmul_avx512, colaccum_avx512, rmsnorm_avx512, softmax_avx512,
+	matmul_avx512, colaccum_avx512, rmsnorm_avx512, softmax_avx512,
 	swiglu_avx512, dot_avx512, axpy_avx512,
 };
-
-static int has_avx2(void)
-{
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-}
-
-static int has_avx512(void)
-{
-	__builtin_cpu_init();
-	return has_avx2() && __builtin_cpu_supports("avx512f") &&
-	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-	       __builtin_cpu_supports("avx512dq");
-}
 
 #endif /* __x86_64__ */
 
 // ----------------------------------------------------------------------------
-// selection: once, on first use; racing first callers pick the same table
+// the family's table, indexed by enum sf_isa (engine/cpu.h)
 
-static _Atomic(const struct kern *) kern_cur;
-
-static const struct kern *kern_best(void)
-{
-	const char *e = getenv("SF_REF");
-	if (e && *e && strcmp(e, "0") != 0)
-		return &kern_ref;
+static const struct kern *const kern_table[SF_NISA] = {
+	[SF_ISA_REF] = &kern_ref,
 #if defined(__x86_64__)
-	if (has_avx512())
-		return &kern_avx512;
-	if (has_avx2())
-		return &kern_avx2;
+	[SF_ISA_AVX2] = &kern_avx2,
+	[SF_ISA_AVX512] = &kern_avx512,
+#else
+	[SF_ISA_AVX2] = &kern_ref,
+	[SF_ISA_AVX512] = &kern_ref,
 #endif
-	return &kern_ref;
-}
+};
 
 static inline const struct kern *K(void)
 {
-	const struct kern *k = atomic_load_explicit(&kern_cur, memory_order_acquire);
-	if (!k) {
-		k = kern_best();
-		atomic_store_explicit(&kern_cur, k, memory_order_release);
-	}
-	return k;
-}
-
-const char *sf_kernels_isa(void)
-{
-	return K()->name;
-}
-
-int sf_kernels_select(const char *isa)
-{
-	const struct kern *k = NULL;
-	if (!isa)
-		k = kern_best();
-	else if (strcmp(isa, "ref") == 0)
-		k = &kern_ref;
-#if defined(__x86_64__)
-	else if (strcmp(isa, "avx2") == 0)
-		k = has_avx2() ? &kern_avx2 : NULL;
-	else if (strcmp(isa, "avx512") == 0)
-		k = has_avx512() ? &kern_avx512 : NULL;
-#else
-	else if (strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0)
-		return -ENOTSUP;
-#endif
-	else
-		return -EINVAL;
-	if (!k)
-		return -ENOTSUP;
-	atomic_store_explicit(&kern_cur, k, memory_order_release);
-	return 0;
+	return kern_table[sf_cpu_isa()];
 }
 
 // ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 /* Compute kernels of the decoder: matrix-vector products over f32, bf16
  * and f16 weights with f32 accumulation, the column-accumulate of the
  * sparse decoder, RMSNorm, RoPE, softmax, SiLU. Each has a portable _ref
- * path that always compiles; AVX2 and AVX-512 paths are chosen at run time
- * unless SF_REF=1 is set in the environment. */
+ * path that always compiles; AVX2 and AVX-512 paths are called at the level
+ * engine/cpu.h sets (sf_cpu_isa; sf_cpu_use(SF_ISA_REF) forces the _ref). */
 #ifndef SF_KERNELS_H
 #define SF_KERNELS_H
 
@@ -10,14 +10,6 @@
 #include <stdint.h>
 
 #include "base/vocab.h"
-
-/* Which implementation the dispatcher picked: "avx512", "avx2" or "ref". */
-const char *sf_kernels_isa(void);
-/* Makes every kernel use one implementation ("ref", "avx2", "avx512"), or
- * the automatic choice again for NULL; for tests and benchmarks. 0,
- * -EINVAL for an unknown name, -ENOTSUP when this CPU or build lacks it.
- * Not while other threads are running kernels. */
-int sf_kernels_select(const char *isa);
 
 /* y[r - r0] = sum_c W[r][c] * x[c] for rows r in [r0, r1); W row-major
  * with `cols` columns in dtype dt. Threads split rows by calling this on

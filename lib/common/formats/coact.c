@@ -1,156 +1,21 @@
-/* Co-activation statistics: accumulation from traces, the pair kernels,
- * the .sfc reader and writer, and SelectInfer scores (written here, read
- * and checked by selectinfer.c, merged here). See coact.h; the
- * bytes are in man/sf-formats.5 (COACT). */
+/* Co-activation statistics (.sfc): their memory, the reader (header,
+ * sections summed into the statistics, checksums) and the writer, and the
+ * summary sf-coact --info prints. See coact.h; the bytes are in
+ * man/sf-formats.5 (COACT). Accumulation from traces: offline/coact.c;
+ * SelectInfer scores: formats/scores.c. */
 #include "formats/coact.h"
 
 #include <errno.h>
-#include <immintrin.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/bytes.h"
-#include "online/selectinfer.h"
-
-#define BLOCK_WORDS (SF_COACT_BLOCK_TOKENS / 64)
-/* Rows of the triangle a worker takes at a time, and the width of the
- * column tiles: two tiles of bit vectors (2 x 32 x 512 bytes) stay in L1. */
-#define TILE 32
+#include "base/jsonfile.h"
 
 // ----------------------------------------------------------------------------
-// pair kernels
-
-/* One body for the portable and the popcnt-instruction paths: after
- * inlining, __builtin_popcountll compiles to what the caller's target has. */
-static inline __attribute__((always_inline)) void
-pairs_scalar(const uint64_t *bits, size_t stride, size_t words, uint32_t n, uint32_t i0,
-	     uint32_t i1, uint32_t *pairs)
-{
-	for (uint32_t j0 = i0; j0 < n; j0 += TILE) {
-		uint32_t j1 = j0 + TILE < n ? j0 + TILE : n;
-		for (uint32_t i = i0; i < i1 && i + 1 < j1; i++) {
-			const uint64_t *bi = bits + (size_t)i * stride;
-			uint32_t *row = pairs + sf_coact_pair_index(n, i, i + 1);
-			for (uint32_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++) {
-				const uint64_t *bj = bits + (size_t)j * stride;
-				uint64_t c = 0;
-				for (size_t w = 0; w < words; w++)
-					c += (uint64_t)__builtin_popcountll(bi[w] & bj[w]);
-				row[j - i - 1] += (uint32_t)c;
-			}
-		}
-	}
-}
-
-void sf_coact_pairs_ref(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
-			uint32_t i0, uint32_t i1, uint32_t *pairs)
-{
-	pairs_scalar(bits, stride, words, n, i0, i1, pairs);
-}
-
-__attribute__((target("popcnt"))) static void
-pairs_popcnt(const uint64_t *bits, size_t stride, size_t words, uint32_t n, uint32_t i0,
-	     uint32_t i1, uint32_t *pairs)
-{
-	pairs_scalar(bits, stride, words, n, i0, i1, pairs);
-}
-
-/* VPOPCNTQ on 512 bits at a time; one horizontal add per pair and pass. */
-__attribute__((target("avx512f,avx512vpopcntdq"))) static void
-pairs_avx512(const uint64_t *bits, size_t stride, size_t words, uint32_t n, uint32_t i0,
-	     uint32_t i1, uint32_t *pairs)
-{
-	for (uint32_t j0 = i0; j0 < n; j0 += TILE) {
-		uint32_t j1 = j0 + TILE < n ? j0 + TILE : n;
-		for (uint32_t i = i0; i < i1 && i + 1 < j1; i++) {
-			const uint64_t *bi = bits + (size_t)i * stride;
-			uint32_t *row = pairs + sf_coact_pair_index(n, i, i + 1);
-			for (uint32_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++) {
-				const uint64_t *bj = bits + (size_t)j * stride;
-				__m512i acc = _mm512_setzero_si512();
-				for (size_t w = 0; w < words; w += 8) {
-					__m512i a = _mm512_loadu_si512(bi + w);
-					__m512i b = _mm512_loadu_si512(bj + w);
-					acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(
-									    _mm512_and_si512(a, b)));
-				}
-				row[j - i - 1] += (uint32_t)_mm512_reduce_add_epi64(acc);
-			}
-		}
-	}
-}
-
-typedef void pairs_fn(const uint64_t *, size_t, size_t, uint32_t, uint32_t, uint32_t,
-		      uint32_t *);
-
-/* In order of preference; kernel_usable says which this CPU runs. */
-static const struct {
-	const char *name;
-	pairs_fn *fn;
-} kernels[] = {
-	{ "avx512", pairs_avx512 },
-	{ "popcnt", pairs_popcnt },
-	{ "ref", sf_coact_pairs_ref },
-};
-
-static int kernel_usable(int k)
-{
-	__builtin_cpu_init();
-	switch (k) {
-	case 0: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vpopcntdq");
-	case 1: return __builtin_cpu_supports("popcnt");
-	default: return 1;
-	}
-}
-
-static int chosen = -1;	/* index into kernels, -1: not chosen yet */
-
-static int pick_kernel(void)
-{
-	if (chosen >= 0)
-		return chosen;
-	const char *ref = getenv("SF_REF");
-	if (ref && strcmp(ref, "1") == 0)
-		return chosen = 2;
-	for (int k = 0; k < 3; k++)
-		if (kernel_usable(k))
-			return chosen = k;
-	return chosen = 2;
-}
-
-const char *sf_coact_kernel(void)
-{
-	return kernels[pick_kernel()].name;
-}
-
-int sf_coact_kernel_select(const char *name)
-{
-	if (!name) {
-		chosen = -1;
-		return 0;
-	}
-	for (int k = 0; k < 3; k++) {
-		if (strcmp(name, kernels[k].name) == 0) {
-			if (!kernel_usable(k))
-				return -ENOTSUP;
-			chosen = k;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
-void sf_coact_pairs(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
-		    uint32_t i0, uint32_t i1, uint32_t *pairs)
-{
-	kernels[pick_kernel()].fn(bits, stride, words, n, i0, i1, pairs);
-}
-
-// ----------------------------------------------------------------------------
-// planning and memory
+// slots and memory
 
 static int slot_cmp(const struct sf_coact_slot *a, int layer, enum sf_group g)
 {
@@ -167,8 +32,7 @@ static struct sf_coact_slot *find_slot(const struct sf_coact *c, int layer, enum
 	return NULL;
 }
 
-/* Inserts (layer, g) in order unless present. */
-static int add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_err *e)
+int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_err *e)
 {
 	int at = 0;
 	while (at < c->nslots && slot_cmp(&c->slots[at], layer, g) < 0)
@@ -185,82 +49,13 @@ static int add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_er
 	return 0;
 }
 
-static json_t *selection_json(enum sf_trace_select sel, double value)
+int sf_coact_add_task(json_t *tasks, const char *task, uint64_t tokens)
 {
-	return sel == SF_TRACE_DENSITY
-		       ? json_pack("{s:s, s:f}", "mode", "density", "density", value)
-		       : json_pack("{s:s, s:f}", "mode", "threshold", "threshold", value);
-}
-
-/* A trace's provenance as the .sfc header lists it. */
-static json_t *trace_source(const struct sf_trace_info *info, const char *name)
-{
-	static const char *const keys[] = { "task", "corpora", "producer", "options" };
-	json_t *src = json_pack("{s:s}", "trace", name);
-	for (size_t k = 0; src && k < sizeof(keys) / sizeof(*keys); k++) {
-		json_t *v = json_object_get(info->header, keys[k]);
-		if (v)
-			json_object_set(src, keys[k], v);
-	}
-	return src;
-}
-
-/* The model and selection of a trace against c's. */
-static int check_trace(const struct sf_coact *c, const struct sf_trace_info *info,
-		       const char *name, struct sf_err *e)
-{
-	double v = info->select == SF_TRACE_DENSITY ? info->density : info->threshold;
-
-	if (strcmp(info->fingerprint, c->fingerprint) != 0)
-		return sf_err_set(e, SF_EMISMATCH, "%s: model fingerprint %s differs from %s's %s",
-				  name, info->fingerprint, c->first, c->fingerprint);
-	if (info->n_layers != c->n_layers ||
-	    memcmp(info->entries, c->entries, sizeof(c->entries)) != 0)
-		return sf_err_set(e, SF_EMISMATCH, "%s: model shape differs from %s's", name,
-				  c->first);
-	if (info->select != c->select || v != c->value)
-		return sf_err_set(e, SF_EMISMATCH, "%s: selection %s %g differs from %s's %s %g",
-				  name, info->select == SF_TRACE_DENSITY ? "density" : "threshold",
-				  v, c->first, c->select == SF_TRACE_DENSITY ? "density" : "threshold",
-				  c->value);
-	for (int s = 0; s < c->nslots; s++)
-		if (sf_trace_slot_index(info, c->slots[s].layer, c->slots[s].group) < 0)
-			return sf_err_set(e, SF_EMISMATCH, "%s: does not record layer %d %s, which "
-					  "%s does", name, c->slots[s].layer,
-					  sf_group_name(c->slots[s].group), c->first);
-	return 0;
-}
-
-int sf_coact_plan_trace(struct sf_coact *c, const struct sf_trace_info *info,
-			const char *name, int lo, int hi, struct sf_err *e)
-{
-	int ret;
-
-	memset(c, 0, sizeof(*c));
-	memcpy(c->fingerprint, info->fingerprint, sizeof(c->fingerprint));
-	c->n_layers = info->n_layers;
-	memcpy(c->entries, info->entries, sizeof(c->entries));
-	c->select = info->select;
-	c->value = info->select == SF_TRACE_DENSITY ? info->density : info->threshold;
-	c->first = name;
-	for (int s = 0; s < info->nslots; s++) {
-		const struct sf_trace_slot *sl = &info->slots[s];
-		if (sl->layer >= lo && sl->layer <= hi && (ret = add_slot(c, sl->layer, sl->group, e)))
-			goto fail;
-	}
-	if (!c->nslots) {
-		ret = sf_err_set(e, -EINVAL, "%s: records layers %d-%d, none in %d-%d", name,
-				 info->layer_lo, info->layer_hi, lo, hi);
-		goto fail;
-	}
-	if (!(c->sources = json_array())) {
-		ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-		goto fail;
-	}
-	return 0;
-fail:
-	sf_coact_free(c);
-	return ret;
+	if (!task)
+		return 0;
+	json_t *v = json_object_get(tasks, task);
+	json_int_t have = json_is_integer(v) ? json_integer_value(v) : 0;
+	return json_object_set_new(tasks, task, json_integer(have + (json_int_t)tokens));
 }
 
 uint64_t sf_coact_bytes(const struct sf_coact *c, int accumulate)
@@ -270,7 +65,7 @@ uint64_t sf_coact_bytes(const struct sf_coact *c, int accumulate)
 		uint64_t n = c->slots[s].entries;
 		total += sf_coact_npairs((uint32_t)n) * 4 + n * 16;
 		if (accumulate)
-			total += n * BLOCK_WORDS * 8;
+			total += n * SF_COACT_BLOCK_WORDS * 8;
 	}
 	return total;
 }
@@ -289,14 +84,14 @@ int sf_coact_alloc(struct sf_coact *c, int accumulate, struct sf_err *e)
 		sl->pairs = calloc(np ? (size_t)np : 1, sizeof(*sl->pairs));
 		sl->tasks = json_object();
 		if (accumulate)
-			sl->bits = aligned_alloc(64, (size_t)n * BLOCK_WORDS * 8);
+			sl->bits = aligned_alloc(64, (size_t)n * SF_COACT_BLOCK_WORDS * 8);
 		if (!sl->counts || !sl->sums || !sl->pairs || !sl->tasks ||
 		    (accumulate && !sl->bits))
 			return sf_err_set(e, -ENOMEM, "statistics of %llu bytes: %s",
 					  (unsigned long long)sf_coact_bytes(c, accumulate),
 					  sf_strerror(-ENOMEM));
 		if (accumulate)
-			memset(sl->bits, 0, (size_t)n * BLOCK_WORDS * 8);
+			memset(sl->bits, 0, (size_t)n * SF_COACT_BLOCK_WORDS * 8);
 	}
 	return 0;
 }
@@ -313,136 +108,6 @@ void sf_coact_free(struct sf_coact *c)
 	free(c->slots);
 	json_decref(c->sources);
 	memset(c, 0, sizeof(*c));
-}
-
-// ----------------------------------------------------------------------------
-// accumulation from traces
-
-struct flush_task {
-	struct sf_coact_slot *slot;
-	size_t words;
-	atomic_uint next;	/* next tile of rows to take */
-	uint32_t ntiles;
-};
-
-/* Tiles are taken in order, largest rows of the triangle first, so the
- * threads end together without a static split of the triangle. */
-static void flush_worker(void *arg, int ith, int nth)
-{
-	struct flush_task *t = arg;
-	uint32_t n = t->slot->entries, tile;
-	(void)ith;
-	(void)nth;
-	while ((tile = atomic_fetch_add(&t->next, 1)) < t->ntiles) {
-		uint32_t i0 = tile * TILE, i1 = i0 + TILE < n ? i0 + TILE : n;
-		sf_coact_pairs(t->slot->bits, BLOCK_WORDS, t->words, n, i0, i1, t->slot->pairs);
-	}
-}
-
-/* Adds the pending tokens' pairs and clears the bit vectors. */
-static void flush_pairs(struct sf_coact *c)
-{
-	if (!c->pending)
-		return;
-	size_t words = ((c->pending + 511) / 512) * 8;
-	for (int s = 0; s < c->nslots; s++) {
-		struct sf_coact_slot *sl = &c->slots[s];
-		struct flush_task t = { .slot = sl, .words = words,
-					.ntiles = (sl->entries + TILE - 1) / TILE };
-		atomic_init(&t.next, 0);
-		if (c->pool)
-			sf_pool_run(c->pool, flush_worker, &t);
-		else
-			flush_worker(&t, 0, 1);
-		for (uint32_t i = 0; i < sl->entries; i++)
-			memset(sl->bits + (size_t)i * BLOCK_WORDS, 0, words * 8);
-	}
-	c->pending = 0;
-}
-
-/* Tokens [t0, t0 + cnt) of a block's rows into the bit vectors at the
- * pending position, counting each active entry. */
-static void transpose(struct sf_coact_slot *sl, const uint64_t *rows, uint32_t words,
-		      uint32_t t0, uint32_t cnt, uint32_t pending)
-{
-	for (uint32_t t = 0; t < cnt; t++) {
-		const uint64_t *row = rows + (size_t)(t0 + t) * words;
-		uint32_t col = pending + t;
-		uint64_t bit = 1ull << (col % 64);
-		uint64_t *base = sl->bits + col / 64;
-		for (uint32_t w = 0; w < words; w++) {
-			for (uint64_t b = row[w]; b; b &= b - 1) {
-				uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(b);
-				base[(size_t)i * BLOCK_WORDS] |= bit;
-				sl->counts[i]++;
-			}
-		}
-	}
-}
-
-static int add_task(json_t *tasks, const char *task, uint64_t tokens)
-{
-	if (!task)
-		return 0;
-	json_t *v = json_object_get(tasks, task);
-	json_int_t have = json_is_integer(v) ? json_integer_value(v) : 0;
-	return json_object_set_new(tasks, task, json_integer(have + (json_int_t)tokens));
-}
-
-int sf_coact_add_trace(struct sf_coact *c, struct sf_trace_reader *r, struct sf_err *e)
-{
-	const struct sf_trace_info *info = sf_trace_reader_info(r);
-	const char *name = sf_trace_reader_name(r);
-	int *map = NULL;
-	uint32_t ntok;
-	int ret;
-
-	if ((ret = check_trace(c, info, name, e)))
-		return ret;
-	if (!(map = malloc((size_t)c->nslots * sizeof(*map))))
-		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-	for (int s = 0; s < c->nslots; s++)
-		map[s] = sf_trace_slot_index(info, c->slots[s].layer, c->slots[s].group);
-	uint64_t before = c->slots[0].tokens;
-	while ((ret = sf_trace_next(r, &ntok, e)) > 0) {
-		if (c->slots[0].tokens + ntok > SF_COACT_MAX_TOKENS) {
-			ret = sf_err_set(e, SF_ELIMIT, "%s: more than %u tokens: 32-bit pair counts "
-					 "would overflow; split the corpus and keep each .sfc apart",
-					 name, SF_COACT_MAX_TOKENS);
-			break;
-		}
-		for (uint32_t t0 = 0; t0 < ntok;) {
-			uint32_t cnt = ntok - t0;
-			if (cnt > SF_COACT_BLOCK_TOKENS - c->pending)
-				cnt = SF_COACT_BLOCK_TOKENS - c->pending;
-			for (int s = 0; s < c->nslots; s++)
-				transpose(&c->slots[s], sf_trace_rows(r, map[s]),
-					  info->slots[map[s]].words, t0, cnt, c->pending);
-			c->pending += cnt;
-			t0 += cnt;
-			if (c->pending == SF_COACT_BLOCK_TOKENS)
-				flush_pairs(c);
-		}
-		for (int s = 0; s < c->nslots; s++)
-			c->slots[s].tokens += ntok;
-		if (c->progress)
-			c->progress(c->progress_ctx, c->slots[0].tokens);
-	}
-	flush_pairs(c);
-	if (ret == 0) {
-		uint64_t added = c->slots[0].tokens - before;
-		for (int s = 0; s < c->nslots && ret == 0; s++) {
-			const double *sums = sf_trace_sums(r, map[s]);
-			for (uint32_t i = 0; i < c->slots[s].entries; i++)
-				c->slots[s].sums[i] += sums[i];
-			if (add_task(c->slots[s].tasks, info->task, added))
-				ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-		}
-		if (!ret && json_array_append_new(c->sources, trace_source(info, name)))
-			ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-	}
-	free(map);
-	return ret;
 }
 
 // ----------------------------------------------------------------------------
@@ -559,7 +224,7 @@ int sf_coact_write(const struct sf_coact *c, FILE *f, const char *name, json_t *
 	h = json_pack("{s:s, s:i, s:s, s:i, s:o, s:o, s:O, s:O}", "format", "sparseflash-coact",
 		      "version", SF_COACT_VERSION, "fingerprint", c->fingerprint, "n_layers",
 		      c->n_layers, "entries", entries_json(c->entries), "selection",
-		      selection_json(c->select, c->value), "slots", slots, "sources",
+		      sf_trace_selection_json(c->select, c->value), "slots", slots, "sources",
 		      c->sources ? c->sources : json_null());
 	if (!h || (meta && json_object_update_missing(h, meta)))
 		goto nomem;
@@ -642,21 +307,14 @@ static int fread_exact(struct sf_coact_file *f, void *buf, size_t n, struct sf_e
 	return 0;
 }
 
-static int json_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
-{
-	json_t *v = json_object_get(o, key);
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    (uint64_t)json_integer_value(v) > max)
-		return -1;
-	*out = (uint64_t)json_integer_value(v);
-	return 0;
-}
-
 static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 {
-	json_t *h = f->header, *v, *sel, *slots;
-	uint64_t x, off = 0;
+	json_t *h = f->header, *v, *slots;
 	const char *name = f->name;
+	char where[SF_ERR_MAX];
+	uint64_t off = 0;
+	int64_t x;
+	int ret;
 
 	v = json_object_get(h, "format");
 	if (!json_is_string(v) || strcmp(json_string_value(v), "sparseflash-coact") != 0)
@@ -667,32 +325,21 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" missing or not %d "
 				  "hex digits", name, SF_FINGERPRINT_LEN);
 	memcpy(f->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
-	if (json_uint(h, "n_layers", SF_TRACE_MAX_LAYERS, &x) || x < 1)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: \"n_layers\" is not 1..%d", name,
-				  SF_TRACE_MAX_LAYERS);
+	snprintf(where, sizeof(where), "%s: header", name);
+	if ((ret = sf_json_int(h, "n_layers", 1, SF_TRACE_MAX_LAYERS, &x, where, e)))
+		return ret;
 	f->n_layers = (int)x;
+	snprintf(where, sizeof(where), "%s: header: \"entries\"", name);
 	v = json_object_get(h, "entries");
 	for (int g = 0; g < SF_NGROUPS; g++) {
-		if (json_uint(v, sf_group_name((enum sf_group)g), SF_TRACE_MAX_ENTRIES, &x) || x < 1)
-			return sf_err_set(e, SF_EFORMAT, "%s: header: \"entries\".\"%s\" is not "
-					  "1..%u", name, sf_group_name((enum sf_group)g),
-					  SF_TRACE_MAX_ENTRIES);
+		if ((ret = sf_json_int(v, sf_group_name((enum sf_group)g), 1, SF_TRACE_MAX_ENTRIES,
+				       &x, where, e)))
+			return ret;
 		f->entries[g] = (uint32_t)x;
 	}
-	sel = json_object_get(h, "selection");
-	v = json_object_get(sel, "mode");
-	if (json_is_string(v) && strcmp(json_string_value(v), "density") == 0 &&
-	    json_is_number(json_object_get(sel, "density"))) {
-		f->select = SF_TRACE_DENSITY;
-		f->value = json_number_value(json_object_get(sel, "density"));
-	} else if (json_is_string(v) && strcmp(json_string_value(v), "threshold") == 0 &&
-		   json_is_number(json_object_get(sel, "threshold"))) {
-		f->select = SF_TRACE_THRESHOLD;
-		f->value = json_number_value(json_object_get(sel, "threshold"));
-	} else {
+	if (sf_trace_selection_parse(json_object_get(h, "selection"), &f->select, &f->value))
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"selection\" is neither density "
 				  "nor threshold", name);
-	}
 	slots = json_object_get(h, "slots");
 	if (!json_is_array(slots) || json_array_size(slots) < 1 ||
 	    json_array_size(slots) > (size_t)SF_TRACE_MAX_LAYERS * SF_NGROUPS)
@@ -705,11 +352,13 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 		json_t *o = json_array_get(slots, (size_t)s);
 		struct file_slot *fs = &f->slots[s];
 		enum sf_group g;
+		snprintf(where, sizeof(where), "%s: header: slot %d", name, s);
 		v = json_object_get(o, "group");
-		if (!json_is_string(v) || sf_group_parse(json_string_value(v), &g) ||
-		    json_uint(o, "layer", (uint64_t)f->n_layers - 1, &x))
-			return sf_err_set(e, SF_EFORMAT, "%s: header: slot %d: bad layer or group",
-					  name, s);
+		if (!json_is_string(v) || sf_group_parse(json_string_value(v), &g))
+			return sf_err_set(e, SF_EFORMAT, "%s: \"group\" missing or not a group",
+					  where);
+		if ((ret = sf_json_int(o, "layer", 0, f->n_layers - 1, &x, where, e)))
+			return ret;
 		fs->layer = (int)x;
 		fs->group = g;
 		fs->entries = f->entries[g];
@@ -717,14 +366,16 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 		if (s && (fs->layer < fs[-1].layer ||
 			  (fs->layer == fs[-1].layer && fs->group <= fs[-1].group)))
 			return sf_err_set(e, SF_EFORMAT, "%s: header: slot %d out of order", name, s);
-		if (json_uint(o, "entries", SF_TRACE_MAX_ENTRIES, &x) || x != fs->entries ||
-		    json_uint(o, "tokens", SF_COACT_MAX_TOKENS, &fs->tokens) ||
-		    json_uint(o, "offset", UINT64_MAX, &fs->offset) || fs->offset != off ||
-		    json_uint(o, "bytes", UINT64_MAX, &fs->bytes) ||
-		    fs->bytes != section_bytes(fs->entries) || !json_is_object(fs->tasks))
-			return sf_err_set(e, SF_EFORMAT, "%s: header: slot %d (layer %d %s): "
-					  "entries, tokens, offset, bytes or tasks inconsistent",
-					  name, s, fs->layer, sf_group_name(g));
+		if ((ret = sf_json_int(o, "entries", fs->entries, fs->entries, &x, where, e)) ||
+		    (ret = sf_json_u64(o, "tokens", SF_COACT_MAX_TOKENS, &fs->tokens, where, e)) ||
+		    (ret = sf_json_u64(o, "offset", UINT64_MAX, &fs->offset, where, e)) ||
+		    (ret = sf_json_u64(o, "bytes", UINT64_MAX, &fs->bytes, where, e)))
+			return ret;
+		if (fs->offset != off || fs->bytes != section_bytes(fs->entries) ||
+		    !json_is_object(fs->tasks))
+			return sf_err_set(e, SF_EFORMAT, "%s: header: slot %d (layer %d %s): offset, "
+					  "bytes or tasks inconsistent", name, s, fs->layer,
+					  sf_group_name(g));
 		off += fs->bytes;
 	}
 	struct stat st;
@@ -853,7 +504,7 @@ int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int 
 		for (int s = 0; s < f[k]->nslots; s++) {
 			const struct file_slot *fs = &f[k]->slots[s];
 			if (fs->layer >= lo && fs->layer <= hi &&
-			    (ret = add_slot(c, fs->layer, fs->group, e)))
+			    (ret = sf_coact_add_slot(c, fs->layer, fs->group, e)))
 				goto fail;
 		}
 		json_t *src = json_object_get(f[k]->header, "sources");
@@ -995,7 +646,7 @@ int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err
 			if (!json_is_integer(v) || json_integer_value(v) < 0)
 				return sf_err_set(e, SF_EFORMAT, "%s: header: task \"%s\" has no token "
 						  "count", f->name, task);
-			if (add_task(s->tasks, task, (uint64_t)json_integer_value(v)))
+			if (sf_coact_add_task(s->tasks, task, (uint64_t)json_integer_value(v)))
 				return sf_err_set(e, -ENOMEM, "%s: %s", f->name, sf_strerror(-ENOMEM));
 		}
 	}
@@ -1024,7 +675,7 @@ int sf_coact_load(struct sf_coact *c, const char *path, int lo, int hi, struct s
 }
 
 // ----------------------------------------------------------------------------
-// summaries and scores
+// summary
 
 json_t *sf_coact_info_json(const struct sf_coact *c)
 {
@@ -1046,206 +697,5 @@ json_t *sf_coact_info_json(const struct sf_coact *c)
 			"over_half", (double)over / sl->entries, "crc", crc));
 	}
 	return json_pack("{s:s, s:o, s:o}", "fingerprint", c->fingerprint, "selection",
-			 selection_json(c->select, c->value), "slots", slots);
-}
-
-/* "kind" and "task" of a set of per-slot task maps: one task covering
- * every token of every slot, or a mix. */
-static const char *single_task(const struct sf_coact *c)
-{
-	const char *task = NULL;
-	for (int s = 0; s < c->nslots; s++) {
-		json_t *t = c->slots[s].tasks;
-		const char *k;
-		json_t *v;
-		if (json_object_size(t) != 1)
-			return NULL;
-		json_object_foreach(t, k, v) {
-			if (json_integer_value(v) != (json_int_t)c->slots[s].tokens ||
-			    (task && strcmp(task, k) != 0))
-				return NULL;
-			task = k;
-		}
-	}
-	return task;
-}
-
-static json_t *real_array(const double *v, uint32_t n)
-{
-	json_t *a = json_array();
-	for (uint32_t i = 0; a && i < n; i++)
-		if (json_array_append_new(a, json_real(v[i]))) {
-			json_decref(a);
-			return NULL;
-		}
-	return a;
-}
-
-static json_t *scores_doc(const char *fingerprint, json_t *selection, const char *task,
-			  json_t *slots)
-{
-	return json_pack("{s:s, s:i, s:s, s:s, s:s?, s:o, s:o}", "format", SF_SCORES_FORMAT,
-			 "version", SF_SCORES_VERSION, "fingerprint", fingerprint, "kind", task ? "task" : "model",
-			 "task", task, "selection", selection, "slots", slots);
-}
-
-json_t *sf_coact_scores(const struct sf_coact *c, struct sf_err *e)
-{
-	json_t *slots = json_array();
-	double *tmp = NULL;
-	uint32_t most = 0;
-
-	for (int s = 0; s < c->nslots; s++)
-		most = c->slots[s].entries > most ? c->slots[s].entries : most;
-	if (!slots || !(tmp = malloc(2 * (size_t)most * sizeof(double))))
-		goto nomem;
-	for (int s = 0; s < c->nslots; s++) {
-		const struct sf_coact_slot *sl = &c->slots[s];
-		double t = sl->tokens ? (double)sl->tokens : 1.0;
-		for (uint32_t i = 0; i < sl->entries; i++) {
-			tmp[i] = sl->sums[i] / t;
-			tmp[most + i] = (double)sl->counts[i] / t;
-		}
-		if (json_array_append_new(slots, json_pack("{s:i, s:s, s:I, s:I, s:O, s:o, s:o}",
-				"layer", sl->layer, "group", sf_group_name(sl->group), "entries",
-				(json_int_t)sl->entries, "tokens", (json_int_t)sl->tokens, "tasks",
-				sl->tasks, "scores", real_array(tmp, sl->entries), "frequency",
-				real_array(tmp + most, sl->entries))))
-			goto nomem;
-	}
-	free(tmp);
-	json_t *doc = scores_doc(c->fingerprint, selection_json(c->select, c->value),
-				 single_task(c), slots);
-	if (!doc)
-		sf_err_set(e, -ENOMEM, "scores: %s", sf_strerror(-ENOMEM));
-	return doc;
-nomem:
-	free(tmp);
-	json_decref(slots);
-	sf_err_set(e, -ENOMEM, "scores: %s", sf_strerror(-ENOMEM));
-	return NULL;
-}
-
-/* One (layer, group) of merged scores: token-weighted sums. */
-struct merged {
-	int layer;
-	enum sf_group group;
-	uint32_t entries;
-	uint64_t tokens;
-	double *score, *freq;	/* (entries) sums of value * tokens */
-	json_t *tasks;
-};
-
-int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t **out,
-		    struct sf_err *e)
-{
-	struct merged *m = NULL;
-	struct sf_scores first = { 0 }, cur = { 0 };
-	int nm = 0, ret = 0;
-	json_t *slots = NULL;
-
-	*out = NULL;
-	for (int k = 0; k < n && !ret; k++) {
-		struct sf_scores *s = k ? &cur : &first;
-		sf_scores_free(&cur);
-		if ((ret = sf_scores_parse(s, in[k], names[k], k ? first.fingerprint : NULL, NULL, e))) {
-			if (ret == SF_EMISMATCH)
-				sf_err_set(e, ret, "%s: model fingerprint %s differs from %s's %s",
-					   names[k], json_string_value(json_object_get(in[k],
-					   "fingerprint")), names[0], first.fingerprint);
-			break;
-		}
-		if (k && (first.selection || s->selection) &&
-		    !json_equal(first.selection, s->selection)) {
-			ret = sf_err_set(e, SF_EMISMATCH, "%s: selection differs from %s's", names[k],
-					 names[0]);
-			break;
-		}
-		for (int i = 0; i < s->nslots && !ret; i++) {
-			const struct sf_scores_slot *sl = &s->slots[i];
-			int at = 0;
-			while (at < nm && (m[at].layer != sl->layer || m[at].group != sl->group))
-				at++;
-			if (at == nm) {
-				struct merged *p = realloc(m, (size_t)(nm + 1) * sizeof(*m));
-				if (!p)
-					goto nomem;
-				m = p;
-				m[nm] = (struct merged){ .layer = sl->layer, .group = sl->group,
-							 .entries = sl->entries,
-							 .score = calloc(sl->entries, sizeof(double)),
-							 .freq = calloc(sl->entries, sizeof(double)),
-							 .tasks = json_object() };
-				nm++;
-				if (!m[at].score || !m[at].freq || !m[at].tasks)
-					goto nomem;
-			} else if (m[at].entries != sl->entries) {
-				ret = sf_err_set(e, SF_EMISMATCH, "%s: layer %d %s has %u entries, "
-						 "earlier files %u", names[k], sl->layer,
-						 sf_group_name(sl->group), sl->entries, m[at].entries);
-				break;
-			}
-			if (sl->tokens > (uint64_t)INT64_MAX - m[at].tokens) {
-				ret = sf_err_set(e, SF_ELIMIT, "%s: layer %d %s: more than %lld tokens "
-						 "in all", names[k], sl->layer, sf_group_name(sl->group),
-						 (long long)INT64_MAX);
-				break;
-			}
-			for (uint32_t j = 0; j < sl->entries; j++) {
-				m[at].score[j] += sl->score[j] * (double)sl->tokens;
-				m[at].freq[j] += sl->freq[j] * (double)sl->tokens;
-			}
-			m[at].tokens += sl->tokens;
-			const char *task;
-			json_t *v;
-			json_object_foreach(sl->tasks, task, v)
-				if (add_task(m[at].tasks, task, (uint64_t)json_integer_value(v)))
-					goto nomem;
-		}
-	}
-	if (!ret && !nm)
-		ret = sf_err_set(e, SF_EFORMAT, "%s: no slots to merge", names[0]);
-	if (ret)
-		goto out;
-	/* in layer, group order, as every other stream */
-	for (int a = 1; a < nm; a++)
-		for (int b = a; b > 0 && (m[b].layer < m[b - 1].layer ||
-					  (m[b].layer == m[b - 1].layer && m[b].group < m[b - 1].group)); b--) {
-			struct merged t = m[b];
-			m[b] = m[b - 1];
-			m[b - 1] = t;
-		}
-	if (!(slots = json_array()))
-		goto nomem;
-	for (int a = 0; a < nm; a++) {
-		double t = m[a].tokens ? (double)m[a].tokens : 1.0;
-		for (uint32_t j = 0; j < m[a].entries; j++) {
-			m[a].score[j] /= t;
-			m[a].freq[j] /= t;
-		}
-		if (json_array_append_new(slots, json_pack("{s:i, s:s, s:I, s:I, s:O, s:o, s:o}",
-				"layer", m[a].layer, "group", sf_group_name(m[a].group), "entries",
-				(json_int_t)m[a].entries, "tokens", (json_int_t)m[a].tokens, "tasks",
-				m[a].tasks, "scores", real_array(m[a].score, m[a].entries),
-				"frequency", real_array(m[a].freq, m[a].entries))))
-			goto nomem;
-	}
-	*out = scores_doc(first.fingerprint, json_deep_copy(first.selection), NULL, slots);
-	slots = NULL;
-	if (!*out)
-		goto nomem;
-	goto out;
-nomem:
-	ret = sf_err_set(e, -ENOMEM, "scores: %s", sf_strerror(-ENOMEM));
-out:
-	json_decref(slots);
-	for (int a = 0; a < nm; a++) {
-		free(m[a].score);
-		free(m[a].freq);
-		json_decref(m[a].tasks);
-	}
-	free(m);
-	sf_scores_free(&first);
-	sf_scores_free(&cur);
-	return ret;
+			 sf_trace_selection_json(c->select, c->value), "slots", slots);
 }

@@ -1,8 +1,9 @@
 /* Co-activation statistics (.sfc): per layer and group the token count,
- * per-entry activation counts and |value| sums, and pairwise counts,
- * accumulated from traces with a bit-sliced AND + popcount, merged across
- * shards, and turned into SelectInfer score files. One reader, one writer.
- * Bytes: man/sf-formats.5 (COACT); commands: man/sf-coact.1. */
+ * per-entry activation counts and |value| sums, and pairwise counts. The
+ * statistics in memory, the one reader (which also merges shards) and the
+ * one writer. Accumulation from traces: offline/coact.h; SelectInfer
+ * scores: formats/scores.h. Bytes: man/sf-formats.5 (COACT); commands:
+ * man/sf-coact.1. */
 #ifndef SF_COACT_H
 #define SF_COACT_H
 
@@ -19,6 +20,7 @@
 #define SF_COACT_MAX_HEADER (64u << 20)
 /* Tokens transposed into per-entry bit vectors before one pair pass. */
 #define SF_COACT_BLOCK_TOKENS 4096
+#define SF_COACT_BLOCK_WORDS (SF_COACT_BLOCK_TOKENS / 64)
 /* Pair counts are 32-bit: no slot may count more tokens than this. */
 #define SF_COACT_MAX_TOKENS UINT32_MAX
 
@@ -32,7 +34,7 @@ struct sf_coact_slot {
 	double *sums;		/* (n) sum over tokens of |value| */
 	uint32_t *pairs;	/* (n * (n - 1) / 2) tokens in which i and j both are */
 	json_t *tasks;		/* {task: tokens} of the tagged tokens */
-	uint64_t *bits;		/* accumulation: (n, SF_COACT_BLOCK_TOKENS / 64) */
+	uint64_t *bits;		/* accumulation: (n, SF_COACT_BLOCK_WORDS) */
 };
 
 struct sf_coact {
@@ -45,6 +47,7 @@ struct sf_coact {
 	struct sf_coact_slot *slots;	/* (nslots) by layer, then group */
 	json_t *sources;	/* what went in: trace headers' provenance */
 	const char *first;	/* the input that set the model, for messages */
+	/* accumulation from traces (offline/coact.h) */
 	uint32_t pending;	/* tokens transposed, not yet in the pairs */
 	struct sf_pool *pool;	/* NULL: the caller's thread */
 	/* called after each trace block with the tokens added so far */
@@ -62,33 +65,18 @@ static inline uint64_t sf_coact_npairs(uint32_t n)
 	return (uint64_t)n * (n - 1) / 2;
 }
 
-/* Sets c up for the slots of a trace within layers [lo, hi] (no big
- * allocation yet). name: the trace, in messages. */
-int sf_coact_plan_trace(struct sf_coact *c, const struct sf_trace_info *info,
-			const char *name, int lo, int hi, struct sf_err *e);
+/* Inserts the slot (layer, g) in order unless c has it; its entries are
+ * c->entries[g]. */
+int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_err *e);
+/* tasks[task] += tokens ({task: tokens} maps; NULL task: nothing). 0, or
+ * -1 when out of memory. */
+int sf_coact_add_task(json_t *tasks, const char *task, uint64_t tokens);
 /* Bytes sf_coact_alloc will take, so the command can state it first. */
 uint64_t sf_coact_bytes(const struct sf_coact *c, int accumulate);
 /* Allocates the statistics (zeroed); with accumulate, also the per-slot
  * bit vectors that traces are transposed into. */
 int sf_coact_alloc(struct sf_coact *c, int accumulate, struct sf_err *e);
-/* Adds a whole trace: it must be of the same model and selection and
- * record every slot of c. Refuses (SF_ELIMIT) before a slot would count
- * more than SF_COACT_MAX_TOKENS tokens. */
-int sf_coact_add_trace(struct sf_coact *c, struct sf_trace_reader *r, struct sf_err *e);
 void sf_coact_free(struct sf_coact *c);	/* accepts a zeroed c */
-
-/* The pair kernel: for rows i in [i0, i1) and every j > i, adds
- * popcount(bits[i] & bits[j]) over `words` words (a multiple of 8) to
- * the pair counts. bits holds n rows of stride words. */
-void sf_coact_pairs(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
-		    uint32_t i0, uint32_t i1, uint32_t *pairs);
-void sf_coact_pairs_ref(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
-			uint32_t i0, uint32_t i1, uint32_t *pairs);
-/* "avx512" (VPOPCNTQ), "popcnt" or "ref": chosen at run time, "ref" when
- * SF_REF=1. sf_coact_kernel_select forces one (NULL: automatic again);
- * -ENOTSUP when the CPU lacks it, -EINVAL for an unknown name. */
-const char *sf_coact_kernel(void);
-int sf_coact_kernel_select(const char *name);
 
 // ----------------------------------------------------------------------------
 // .sfc files
@@ -120,19 +108,5 @@ uint32_t sf_coact_slot_crc(const struct sf_coact_slot *s);
 /* A summary for jq: per slot tokens, mean active entries per token over
  * n, the share of entries active in more than half the tokens, crc. */
 json_t *sf_coact_info_json(const struct sf_coact *c);
-
-// ----------------------------------------------------------------------------
-// SelectInfer scores
-
-/* Per slot and entry sum|value| / tokens (and the activation frequency
- * count / tokens), with the task: "kind" is "task" when every token is of
- * one task, else "model". */
-json_t *sf_coact_scores(const struct sf_coact *c, struct sf_err *e);
-/* Merges score files into model-specific scores: per layer and group the
- * token-weighted mean. Each input is checked as sf_scores_parse checks a
- * file (selectinfer.h); all of one fingerprint and selection (else
- * SF_EMISMATCH naming both files). names: the files, in messages. */
-int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t **out,
-		    struct sf_err *e);
 
 #endif

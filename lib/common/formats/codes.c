@@ -17,6 +17,7 @@
 #include "formats/codes.h"
 #include "base/guard.h"
 #include "base/vocab.h"
+#include "engine/cpu.h"
 #include "engine/kernels.h"
 #include "offline/trellis.h"
 #include "offline/twoscale.h"
@@ -595,9 +596,8 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 		       const uint32_t *idx, const float *xv, size_t n)
 {
 #if defined(__x86_64__)
-	/* one dispatch decision for every kernel: sf_kernels_isa honours
-	 * SF_REF and sf_kernels_select */
-	const char *isa = sf_kernels_isa();
+	/* one dispatch decision for every kernel: the level engine/cpu.h sets */
+	const char *isa = sf_isa_name(sf_cpu_isa());
 	int trellis = v->method == SF_CODES_TRELLIS;
 	accum_fn *fn = NULL;
 	size_t w = 0;	/* weights a SIMD step takes */

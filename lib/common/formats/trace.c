@@ -1,20 +1,15 @@
-/* Activation traces: the selection of active sets, the stream writer and
- * its reader. See trace.h; the bytes are in man/sf-formats.5 (TRACE). */
+/* Activation traces: the stream writer and its reader. See trace.h; the
+ * bytes are in man/sf-formats.5 (TRACE). */
 #include "formats/trace.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/bytes.h"
+#include "base/jsonfile.h"
 #include "base/vocab.h"
-#include "engine/kernels.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 // ----------------------------------------------------------------------------
 // what a trace records
@@ -122,6 +117,31 @@ static json_t *slots_json(const struct sf_trace_info *info)
 	return a;
 }
 
+json_t *sf_trace_selection_json(enum sf_trace_select select, double value)
+{
+	return select == SF_TRACE_DENSITY
+		       ? json_pack("{s:s, s:f}", "mode", "density", "density", value)
+		       : json_pack("{s:s, s:f}", "mode", "threshold", "threshold", value);
+}
+
+int sf_trace_selection_parse(json_t *sel, enum sf_trace_select *select, double *value)
+{
+	json_t *mode = json_object_get(sel, "mode");
+
+	if (json_is_string(mode) && strcmp(json_string_value(mode), "density") == 0 &&
+	    json_is_number(json_object_get(sel, "density"))) {
+		*select = SF_TRACE_DENSITY;
+		*value = json_number_value(json_object_get(sel, "density"));
+	} else if (json_is_string(mode) && strcmp(json_string_value(mode), "threshold") == 0 &&
+		   json_is_number(json_object_get(sel, "threshold"))) {
+		*select = SF_TRACE_THRESHOLD;
+		*value = json_number_value(json_object_get(sel, "threshold"));
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
 static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 {
 	json_t *entries = json_object(), *groups = json_array(), *sel;
@@ -133,10 +153,8 @@ static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 		if (info->groups & (1u << g))
 			json_array_append_new(groups, json_string(sf_group_name((enum sf_group)g)));
 	}
-	if (info->select == SF_TRACE_DENSITY)
-		sel = json_pack("{s:s, s:f}", "mode", "density", "density", info->density);
-	else
-		sel = json_pack("{s:s, s:f}", "mode", "threshold", "threshold", info->threshold);
+	sel = sf_trace_selection_json(info->select, info->select == SF_TRACE_DENSITY
+							    ? info->density : info->threshold);
 	if (entries && groups && sel)
 		h = json_pack("{s:s, s:i, s:s, s:i, s:o, s:[i, i], s:o, s:o, s:i, s:o*}", "format",
 			      "sparseflash-trace", "version", SF_TRACE_VERSION, "fingerprint",
@@ -229,161 +247,7 @@ int sf_trace_slot_index(const struct sf_trace_info *info, int layer, enum sf_gro
 }
 
 // ----------------------------------------------------------------------------
-// selection
-
-/* |x| as an integer that orders like the magnitude (sign bit cleared). */
-static inline uint32_t mag_key(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	return u & 0x7fffffffu;
-}
-
-/* Radix select of the k-th largest key in two passes over the entries:
- * the exponent byte's histogram (which also fills key[]), then the bitmap
- * of the entries above the boundary exponent, gathering those in it.
- * The 23 mantissa bits are resolved among that gathered few, kept in
- * index order so that ties go to the lower index. Linear in n with no
- * worst case. */
-void sf_trace_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
-			      uint32_t *scratch)
-{
-	uint32_t words = (n + 63) / 64;
-	uint32_t *key = scratch, *cand = scratch + n;
-	/* four histograms, so runs of one exponent do not chain their
-	 * increments through memory */
-	uint32_t hist[4][256] = { { 0 } };
-	uint32_t need = k, ncand = 0;
-	uint32_t b = 255;
-
-	if (k == 0) {
-		memset(bits, 0, (size_t)words * 8);
-		return;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		key[i] = mag_key(x[i]);
-		hist[i % 4][key[i] >> 23]++;
-	}
-	for (uint32_t h; (h = hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b]) < need; b--)
-		need -= h;
-	for (uint32_t w = 0; w < words; w++) {
-		uint32_t end = w * 64 + 64 < n ? w * 64 + 64 : n;
-		uint64_t m = 0;
-		for (uint32_t i = w * 64; i < end; i++) {
-			uint32_t ex = key[i] >> 23;
-			m |= (uint64_t)(ex > b) << (i % 64);
-			cand[ncand] = i;
-			ncand += ex == b;
-		}
-		bits[w] = m;
-	}
-	/* mantissa digits of 8, 8 and 7 bits: those above the boundary digit
-	 * are in, those on it stay candidates */
-	static const int shifts[] = { 15, 7, 0 };
-	static const uint32_t digit[] = { 0xff, 0xff, 0x7f };
-	for (int d = 0; d < 3 && need; d++) {
-		uint32_t h[256] = { 0 }, kept = 0;
-		for (uint32_t c = 0; c < ncand; c++)
-			h[(key[cand[c]] >> shifts[d]) & digit[d]]++;
-		uint32_t v = digit[d];
-		while (h[v] < need) {
-			need -= h[v];
-			v--;
-		}
-		for (uint32_t c = 0; c < ncand; c++) {
-			uint32_t i = cand[c], dv = (key[i] >> shifts[d]) & digit[d];
-			if (dv > v)
-				bits[i / 64] |= 1ull << (i % 64);
-			cand[kept] = i;
-			kept += dv == v;
-		}
-		ncand = kept;
-	}
-	/* the rest hold the boundary key itself: the lowest indices win */
-	for (uint32_t c = 0; c < need; c++)
-		bits[cand[c] / 64] |= 1ull << (cand[c] % 64);
-}
-
-#if defined(__x86_64__)
-#define T512 __attribute__((target("avx512f,popcnt")))
-
-/* The keys of vector v of x[0..n), lanes past n zero (below any bound). */
-static T512 inline __m512i keys16(const float *x, uint32_t n, uint32_t v, __mmask16 *lanes)
-{
-	uint32_t left = n - v * 16;
-	*lanes = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-	__m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(*lanes, x + (size_t)v * 16));
-	return _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-}
-
-/* The k-th largest key bit by bit from the top, each bit one count of the
- * keys at or above a bound: the largest T with k keys >= T. The bits the
- * smallest and largest key share are T's already. Then the keys above T,
- * and of those equal to T the lowest indices. */
-static T512 void topk_avx512(const float *x, uint32_t n, uint32_t k, uint64_t *bits)
-{
-	uint32_t nv = (n + 15) / 16, words = (n + 63) / 64;
-	__m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(0x7fffffff);
-	__mmask16 lanes;
-
-	for (uint32_t v = 0; v < nv; v++) {
-		__m512i key = keys16(x, n, v, &lanes);
-		vmax = _mm512_max_epu32(vmax, key);
-		vmin = _mm512_mask_min_epu32(vmin, lanes, vmin, key);
-	}
-	uint32_t hi = _mm512_reduce_max_epu32(vmax), lo = _mm512_reduce_min_epu32(vmin);
-	int top = hi == lo ? -1 : 31 - __builtin_clz(hi ^ lo);
-	uint32_t thr = top < 0 ? hi : hi & ~((2u << top) - 1);
-	for (int bit = top; bit >= 0; bit--) {
-		__m512i bound = _mm512_set1_epi32((int)(thr | 1u << bit));
-		uint32_t count = 0;
-		for (uint32_t v = 0; v < nv; v++)
-			count += (uint32_t)__builtin_popcount(
-				_mm512_cmpge_epu32_mask(keys16(x, n, v, &lanes), bound));
-		if (count >= k)
-			thr |= 1u << bit;
-	}
-	__m512i vthr = _mm512_set1_epi32((int)thr);
-	uint32_t need = k;
-	for (uint32_t w = 0; w < words; w++) {
-		uint64_t m = 0;
-		for (uint32_t v = w * 4; v < w * 4 + 4 && v < nv; v++)
-			m |= (uint64_t)_mm512_cmpgt_epu32_mask(keys16(x, n, v, &lanes), vthr)
-			     << (v % 4 * 16);
-		bits[w] = m;
-		need -= (uint32_t)__builtin_popcountll(m);
-	}
-	for (uint32_t v = 0; need && v < nv; v++) {
-		__m512i key = keys16(x, n, v, &lanes);
-		for (unsigned m = _mm512_mask_cmpeq_epu32_mask(lanes, key, vthr); need && m;
-		     m &= m - 1, need--) {
-			uint32_t i = v * 16 + (uint32_t)__builtin_ctz(m);
-			bits[i / 64] |= 1ull << (i % 64);
-		}
-	}
-}
-#endif
-
-void sf_trace_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
-			  uint32_t *scratch)
-{
-#if defined(__x86_64__)
-	/* the kernels' choice, so SF_REF and sf_kernels_select govern it too */
-	if (k && strcmp(sf_kernels_isa(), "avx512") == 0) {
-		topk_avx512(x, n, k, bits);
-		return;
-	}
-#endif
-	sf_trace_select_topk_ref(x, n, k, bits, scratch);
-}
-
-void sf_trace_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits)
-{
-	memset(bits, 0, (size_t)((n + 63) / 64) * 8);
-	for (uint32_t i = 0; i < n; i++)
-		if (fabsf(x[i]) > threshold)
-			bits[i / 64] |= 1ull << (i % 64);
-}
+// active sets
 
 static uint32_t row_popcount(const uint64_t *row, uint32_t words)
 {
@@ -406,32 +270,14 @@ struct sf_trace_writer {
 	FILE *f;
 	const char *name;
 	struct sf_trace_info info;
-	struct sf_observer observer;
 	uint64_t **rows;	/* (nslots) -> (block_tokens, words) bitmaps of the block */
-	unsigned char *recorded;	/* (nslots) slot seen in the current token */
-	/* The forward pass reuses its buffers within a token, so recorded
-	 * inputs are copied and selected together at the token's end, when
-	 * the pool's workers would otherwise wait. */
-	float **staged;		/* (nslots) -> (entries) the recorded input */
-	int *pending;		/* (npending) slots staged and not yet selected */
-	int npending;
-	uint32_t *bad;		/* (nslots) 1 + first non-finite entry, or 0 */
+	unsigned char *recorded;	/* (nslots) row handed out in the current token */
 	double **sums;		/* (nslots) -> (entries) sum of |value| */
-	struct sf_pool *pool;	/* not owned; NULL: the caller */
 	uint32_t ntok;		/* tokens in the current block */
 	uint64_t tokens;	/* tokens written or buffered */
 	unsigned char *buf;	/* encoded payload */
 	size_t buf_cap;
-	uint32_t most;		/* largest entries of a slot */
-	uint32_t *scratch;	/* (pool size, 2 * most) for the selections */
-	int error;		/* sticky: a non-finite activation */
-	char error_msg[SF_ERR_MAX];
 };
-
-static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, size_t n)
-{
-	sf_trace_writer_record(ctx, layer, g, in, n);
-}
 
 int sf_trace_writer_open(struct sf_trace_writer **out, FILE *f, const char *name,
 			 const struct sf_trace_info *info, struct sf_err *e)
@@ -445,30 +291,22 @@ int sf_trace_writer_open(struct sf_trace_writer **out, FILE *f, const char *name
 	w->name = name;
 	if ((ret = info_copy(&w->info, info, e)))
 		goto fail;
-	w->observer = (struct sf_observer){ .fn = observe_fn, .ctx = w };
 	int ns = info->nslots;
 	w->rows = calloc((size_t)ns, sizeof(*w->rows));
 	w->sums = calloc((size_t)ns, sizeof(*w->sums));
 	w->recorded = calloc((size_t)ns, 1);
-	w->staged = calloc((size_t)ns, sizeof(*w->staged));
-	w->pending = calloc((size_t)ns, sizeof(*w->pending));
-	w->bad = calloc((size_t)ns, sizeof(*w->bad));
 	uint64_t payload = 0;
-	for (int s = 0; w->rows && w->sums && w->staged && s < ns; s++) {
+	for (int s = 0; w->rows && w->sums && s < ns; s++) {
 		const struct sf_trace_slot *sl = &info->slots[s];
 		uint64_t row_bytes = (uint64_t)sl->words * 8;
 		w->rows[s] = calloc(info->block_tokens, row_bytes);
 		w->sums[s] = calloc(sl->entries, sizeof(double));
-		w->staged[s] = malloc(sl->entries * sizeof(float));
-		if (!w->rows[s] || !w->sums[s] || !w->staged[s])
+		if (!w->rows[s] || !w->sums[s])
 			goto nomem;
 		/* an index row (count + k) is never longer than a bitmap row */
 		payload += info->block_tokens * row_bytes;
-		w->most = sl->entries > w->most ? sl->entries : w->most;
 	}
-	if (!w->rows || !w->sums || !w->recorded || !w->staged || !w->pending || !w->bad)
-		goto nomem;
-	if (!(w->scratch = malloc(2 * (size_t)w->most * sizeof(uint32_t))))
+	if (!w->rows || !w->sums || !w->recorded)
 		goto nomem;
 	/* the trailer holds every slot's sums at once */
 	uint64_t trailer = 8;
@@ -505,170 +343,25 @@ fail:
 	return ret;
 }
 
-const struct sf_observer *sf_trace_writer_observer(struct sf_trace_writer *w)
+const struct sf_trace_info *sf_trace_writer_info(const struct sf_trace_writer *w)
 {
-	return &w->observer;
+	return &w->info;
 }
 
-void sf_trace_writer_record(struct sf_trace_writer *w, int layer, enum sf_group g,
-			    const float *in, size_t n)
+const char *sf_trace_writer_name(const struct sf_trace_writer *w)
 {
-	int s = sf_trace_slot_index(&w->info, layer, g);
-	if (s < 0 || w->error)
-		return;
-	const struct sf_trace_slot *sl = &w->info.slots[s];
-
-	if (n != sl->entries) {
-		w->error = SF_EMISMATCH;
-		snprintf(w->error_msg, sizeof(w->error_msg),
-			 "layer %d %s: %zu entries, the trace has %u", layer, sf_group_name(g), n,
-			 sl->entries);
-		return;
-	}
-	memcpy(w->staged[s], in, n * sizeof(float));
-	if (!w->recorded[s])
-		w->pending[w->npending++] = s;
-	w->recorded[s] = 1;
-}
-
-/* sum[i] += |in[i]| in float64, and the largest magnitude key: one
- * branch-free pass. */
-static uint32_t accumulate_ref(const float *in, uint32_t n, double *sum)
-{
-	uint32_t worst = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t key = mag_key(in[i]);
-		worst = key > worst ? key : worst;
-		sum[i] += fabs((double)in[i]);
-	}
-	return worst;
-}
-
-#if defined(__x86_64__)
-/* The same sums: a float's conversion to double is exact and each entry
- * is added alone, so the bits agree with accumulate_ref. */
-static T512 uint32_t accumulate_avx512(const float *in, uint32_t n, double *sum)
-{
-	__m512i worst = _mm512_setzero_si512();
-
-	for (uint32_t i = 0; i < n; i += 16) {
-		__mmask16 lanes = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-		__mmask8 lo = (__mmask8)lanes, hi = (__mmask8)(lanes >> 8);
-		__m512i u = _mm512_and_si512(_mm512_maskz_loadu_epi32(lanes, in + i),
-					     _mm512_set1_epi32(0x7fffffff));
-		worst = _mm512_max_epu32(worst, u);
-		__m512d a = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(u)));
-		__m512d b = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(u, 1)));
-		_mm512_mask_storeu_pd(sum + i, lo, _mm512_add_pd(_mm512_maskz_loadu_pd(lo, sum + i), a));
-		_mm512_mask_storeu_pd(sum + i + 8, hi,
-				      _mm512_add_pd(_mm512_maskz_loadu_pd(hi, sum + i + 8), b));
-	}
-	return _mm512_reduce_max_epu32(worst);
-}
-#endif
-
-static uint32_t accumulate(const float *in, uint32_t n, double *sum)
-{
-#if defined(__x86_64__)
-	if (strcmp(sf_kernels_isa(), "avx512") == 0)
-		return accumulate_avx512(in, n, sum);
-#endif
-	return accumulate_ref(in, n, sum);
-}
-
-/* A staged input's |value| sums and active set; a non-finite value is
- * left in w->bad[s] for the caller to report. Touches slot s only, so
- * slots run on any workers in any order give the same trace. */
-static void select_slot(struct sf_trace_writer *w, int s, uint32_t *scratch)
-{
-	const struct sf_trace_slot *sl = &w->info.slots[s];
-	const float *in = w->staged[s];
-	uint64_t *row = w->rows[s] + (size_t)w->ntok * sl->words;
-	double *sum = w->sums[s];
-	uint32_t n = sl->entries;
-
-	/* the rare non-finite value is looked for only when the largest
-	 * magnitude says so */
-	if (accumulate(in, n, sum) >= 0x7f800000u) {
-		uint32_t i = 0;
-		while (isfinite(in[i]))
-			i++;
-		w->bad[s] = i + 1;
-		return;
-	}
-	if (w->info.select == SF_TRACE_DENSITY)
-		sf_trace_select_topk(in, n, sl->k, row, scratch);
-	else
-		sf_trace_select_threshold(in, n, (float)w->info.threshold, row);
-}
-
-/* The pending slots, taken one at a time by whichever worker is free:
- * their cost differs by group and a shared machine slows workers unevenly. */
-struct select_task {
-	struct sf_trace_writer *w;
-	_Atomic int next;
-};
-
-static void select_worker(void *arg, int ith, int nth)
-{
-	struct select_task *t = arg;
-	struct sf_trace_writer *w = t->w;
-	uint32_t *scratch = w->scratch + (size_t)ith * 2 * w->most;
-	(void)nth;
-
-	for (int i; (i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed)) <
-		    w->npending;)
-		select_slot(w, w->pending[i], scratch);
-}
-
-/* Selects the pending slots (one: on the caller) and reports the first
- * non-finite input in slot order, as the forward pass met them. */
-static void select_pending(struct sf_trace_writer *w)
-{
-	struct select_task t = { .w = w };
-
-	if (w->npending == 1)
-		select_worker(&t, 0, 1);
-	else if (w->npending > 1)
-		sf_pool_run(w->pool, select_worker, &t);
-	for (int s = 0; s < w->info.nslots && !w->error; s++) {
-		if (!w->bad[s])
-			continue;
-		const struct sf_trace_slot *sl = &w->info.slots[s];
-		w->error = SF_EFORMAT;
-		snprintf(w->error_msg, sizeof(w->error_msg),
-			 "layer %d %s entry %u: non-finite activation at token %llu", sl->layer,
-			 sf_group_name(sl->group), w->bad[s] - 1, (unsigned long long)w->tokens);
-	}
-	w->npending = 0;
-}
-
-int sf_trace_writer_set_pool(struct sf_trace_writer *w, struct sf_pool *pool,
-			     struct sf_err *e)
-{
-	size_t per = 2 * (size_t)w->most;
-	uint32_t *scratch = realloc(w->scratch, (size_t)sf_pool_size(pool) * per * sizeof(uint32_t));
-
-	if (!scratch)
-		return sf_err_set(e, -ENOMEM, "%s: selection buffers for %d threads: %s", w->name,
-				  sf_pool_size(pool), sf_strerror(-ENOMEM));
-	w->scratch = scratch;
-	w->pool = pool;
-	return 0;
+	return w->name;
 }
 
 uint64_t *sf_trace_writer_row(struct sf_trace_writer *w, int slot)
 {
-	/* a recorded input is selected now, alone */
-	for (int i = 0; i < w->npending; i++) {
-		if (w->pending[i] != slot)
-			continue;
-		w->pending[i] = w->pending[--w->npending];
-		select_slot(w, slot, w->scratch);	/* a bad input is reported at the token */
-		break;
-	}
 	w->recorded[slot] = 1;
 	return w->rows[slot] + (size_t)w->ntok * w->info.slots[slot].words;
+}
+
+double *sf_trace_writer_sums(struct sf_trace_writer *w, int slot)
+{
+	return w->sums[slot];
 }
 
 static int write_block(struct sf_trace_writer *w, uint32_t kind, uint32_t ntokens,
@@ -717,10 +410,6 @@ static int flush_tokens(struct sf_trace_writer *w, struct sf_err *e)
 
 int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e)
 {
-	if (!w->error)
-		select_pending(w);
-	if (w->error)
-		return sf_err_set(e, w->error, "%s: %s", w->name, w->error_msg);
 	for (int s = 0; s < w->info.nslots; s++) {
 		const struct sf_trace_slot *sl = &w->info.slots[s];
 		const uint64_t *row = w->rows[s] + (size_t)w->ntok * sl->words;
@@ -779,17 +468,11 @@ void sf_trace_writer_free(struct sf_trace_writer *w)
 			free(w->rows[s]);
 		if (w->sums)
 			free(w->sums[s]);
-		if (w->staged)
-			free(w->staged[s]);
 	}
 	free(w->rows);
 	free(w->sums);
-	free(w->staged);
-	free(w->pending);
-	free(w->bad);
 	free(w->recorded);
 	free(w->buf);
-	free(w->scratch);
 	sf_trace_info_free(&w->info);
 	free(w);
 }
@@ -828,28 +511,19 @@ static int read_exact(struct sf_trace_reader *r, void *buf, size_t n, const char
 	return 0;
 }
 
-static int header_int(json_t *h, const char *key, long long lo, long long hi,
-		      long long *out, const char *name, struct sf_err *e)
-{
-	json_t *v = json_object_get(h, key);
-	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: \"%s\" missing or not an integer "
-				  "in %lld..%lld", name, key, lo, hi);
-	*out = json_integer_value(v);
-	return 0;
-}
-
 /* The header's fields into r->info, every one checked, and its slot list
  * against the one the fields imply. */
 static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 {
 	struct sf_trace_info *info = &r->info;
 	const char *name = r->name;
-	json_t *v, *sel, *layers, *groups, *slots;
-	long long x;
+	json_t *v, *layers, *groups, *slots;
+	char where[SF_ERR_MAX];
+	int64_t x;
 	int ret;
 
 	info->header = h;
+	snprintf(where, sizeof(where), "%s: header", name);
 	v = json_object_get(h, "format");
 	if (!json_is_string(v) || strcmp(json_string_value(v), "sparseflash-trace") != 0)
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not "
@@ -859,16 +533,17 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" missing or not %d "
 				  "hex digits", name, SF_FINGERPRINT_LEN);
 	memcpy(info->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
-	if ((ret = header_int(h, "n_layers", 1, SF_TRACE_MAX_LAYERS, &x, name, e)))
+	if ((ret = sf_json_int(h, "n_layers", 1, SF_TRACE_MAX_LAYERS, &x, where, e)))
 		return ret;
 	info->n_layers = (int)x;
-	if ((ret = header_int(h, "block_tokens", 1, SF_TRACE_MAX_BLOCK_TOKENS, &x, name, e)))
+	if ((ret = sf_json_int(h, "block_tokens", 1, SF_TRACE_MAX_BLOCK_TOKENS, &x, where, e)))
 		return ret;
 	info->block_tokens = (uint32_t)x;
+	snprintf(where, sizeof(where), "%s: header: \"entries\"", name);
 	v = json_object_get(h, "entries");
 	for (int g = 0; g < SF_NGROUPS; g++) {
-		if ((ret = header_int(v, sf_group_name((enum sf_group)g), 1, SF_TRACE_MAX_ENTRIES,
-				      &x, name, e)))
+		if ((ret = sf_json_int(v, sf_group_name((enum sf_group)g), 1, SF_TRACE_MAX_ENTRIES,
+				       &x, where, e)))
 			return ret;
 		info->entries[g] = (uint32_t)x;
 	}
@@ -894,20 +569,14 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 					  "group or repeated", name, i);
 		info->groups |= 1u << g;
 	}
-	sel = json_object_get(h, "selection");
-	v = json_object_get(sel, "mode");
-	if (json_is_string(v) && strcmp(json_string_value(v), "density") == 0 &&
-	    json_is_number(json_object_get(sel, "density"))) {
-		info->select = SF_TRACE_DENSITY;
-		info->density = json_number_value(json_object_get(sel, "density"));
-	} else if (json_is_string(v) && strcmp(json_string_value(v), "threshold") == 0 &&
-		   json_is_number(json_object_get(sel, "threshold"))) {
-		info->select = SF_TRACE_THRESHOLD;
-		info->threshold = json_number_value(json_object_get(sel, "threshold"));
-	} else {
+	double value;
+	if (sf_trace_selection_parse(json_object_get(h, "selection"), &info->select, &value))
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"selection\" is neither density "
 				  "nor threshold", name);
-	}
+	if (info->select == SF_TRACE_DENSITY)
+		info->density = value;
+	else
+		info->threshold = value;
 	if ((ret = build_slots(info, name, e))) {
 		if (e && ret == -EINVAL)
 			e->code = SF_EFORMAT;	/* a bad header, not a bad request */

@@ -9,11 +9,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "formats/config.h"
 #include "base/err.h"
-#include "engine/forward.h"
+#include "base/vocab.h"
+#include "formats/config.h"
 #include "formats/model.h"
-#include "base/pool.h"
 
 #define SF_TRACE_MAGIC "SFTRACE"	/* 8 bytes with its NUL */
 #define SF_TRACE_VERSION 1
@@ -63,6 +62,12 @@ struct sf_trace_info {
 	json_t *header;			/* the whole JSON header */
 };
 
+/* The header's "selection" object, {"mode": "density", "density": v} or
+ * the threshold's, as traces, .sfc and score files write it; and its
+ * reader: 0, or -1 when sel is neither. */
+json_t *sf_trace_selection_json(enum sf_trace_select select, double value);
+int sf_trace_selection_parse(json_t *sel, enum sf_trace_select *select, double *value);
+
 /* Entries selected by density d of n: round(d * n), halves away from zero. */
 uint32_t sf_trace_density_k(double density, uint32_t n);
 
@@ -82,46 +87,30 @@ void sf_trace_info_free(struct sf_trace_info *info);	/* accepts a zeroed info */
 /* Index of (layer, group) in info->slots, or -1 when not recorded. */
 int sf_trace_slot_index(const struct sf_trace_info *info, int layer, enum sf_group g);
 
-/* The active set of x[0..n) as a bitmap (ceil(n/64) words, bit i%64 of
- * word i/64): the k entries of largest |x|, ties to the lower index.
- * Exactly k bits are set (k <= n). scratch: 2 * n words. AVX-512 when
- * the kernels use it (kernels.h: sf_kernels_isa), else the portable
- * _ref; both give the same bits. */
-void sf_trace_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
-			  uint32_t *scratch);
-void sf_trace_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
-			      uint32_t *scratch);
-/* Entries with |x| > threshold. */
-void sf_trace_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits);
-
 // ----------------------------------------------------------------------------
 // writer
 
 struct sf_trace_writer;
 
 /* Writes the magic and header to f (not closed by the writer; name is
- * for messages). info is copied. */
+ * for messages). info is copied. The writer stores what its producer
+ * hands it: each token a bitmap row per slot and the |value| sums (the
+ * observer of the forward pass, offline/profile.h; or a synthetic trace's
+ * generator). */
 int sf_trace_writer_open(struct sf_trace_writer **w, FILE *f, const char *name,
 			 const struct sf_trace_info *info, struct sf_err *e);
-/* Workers for the selections (NULL, the default: the caller alone). The
- * pool is not owned; sf_trace_writer_token dispatches on it, so it must
- * not be running then. The trace does not depend on the pool's size. */
-int sf_trace_writer_set_pool(struct sf_trace_writer *w, struct sf_pool *pool,
-			     struct sf_err *e);
-/* The observer to hand to the forward pass: it records every recorded
- * group's input of the current token (active set and |value| sums). */
-const struct sf_observer *sf_trace_writer_observer(struct sf_trace_writer *w);
-/* Records one group's input as the observer does: the input is copied and
- * its selection and sums computed at sf_trace_writer_token (or at
- * sf_trace_writer_row of that slot), split over the pool. */
-void sf_trace_writer_record(struct sf_trace_writer *w, int layer, enum sf_group g,
-			    const float *in, size_t n);
-/* The current token's bitmap row of a slot: the active set of the input
- * recorded for it, or for writers that produce active sets themselves
- * (synthetic traces) a row to fill; |value| sums stay as they are then. */
+/* The writer's copy of the info, and its name for messages. */
+const struct sf_trace_info *sf_trace_writer_info(const struct sf_trace_writer *w);
+const char *sf_trace_writer_name(const struct sf_trace_writer *w);
+/* The current token's bitmap row of a slot (slots[slot].words words,
+ * zeroed), to fill with its active set; taking it marks the slot recorded
+ * in this token. */
 uint64_t *sf_trace_writer_row(struct sf_trace_writer *w, int slot);
-/* Ends the current token: selects the recorded inputs, checks that every
- * slot was recorded (density mode: exactly k entries) and writes a block
+/* Per entry sum of |value| of a slot over the trace, which the producer
+ * adds to (zeros when it does not) and the trailer stores. */
+double *sf_trace_writer_sums(struct sf_trace_writer *w, int slot);
+/* Ends the current token: checks that every slot's row was taken, with no
+ * bit past its entries (density mode: exactly k bits), and writes a block
  * when it is full. */
 int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e);
 /* Writes the last block and the sums trailer and flushes f. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cpu.h"
 #include "engine/kernels.h"
 #include "offline/trellis.h"
 #include "base/rng.h"
@@ -301,9 +302,8 @@ void sf_trellis_encode(const float *const *x, int n, size_t m, uint8_t *const *c
 		       double *err, struct sf_trellis_work *w)
 {
 #if defined(__x86_64__)
-	/* one dispatch decision for every kernel: sf_kernels_isa honours
-	 * SF_REF and sf_kernels_select */
-	const char *isa = sf_kernels_isa();
+	/* one dispatch decision for every kernel: the level engine/cpu.h sets */
+	const char *isa = sf_isa_name(sf_cpu_isa());
 	if (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0) {
 		encode_simd(x, n, m, codes, err, w, isa[3] == '5');
 		return;

@@ -1,7 +1,7 @@
-/* SelectInfer selection: the score-file reader, the pinning order of
- * selective loading, the prefill observer of selective computation and the
- * neurons file of sf-pack --keep. See selectinfer.h; commands in
- * man/sf-coact.1 and man/sf-run.1. */
+/* SelectInfer selection: the pinning order of selective loading, the
+ * prefill observer of selective computation and the neurons file of
+ * sf-pack --keep, from score files (formats/scores.c reads them). See
+ * selectinfer.h; commands in man/sf-coact.1 and man/sf-run.1. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "base/parse.h"
-#include "base/jsonfile.h"
 #include "online/selectinfer.h"
 #include "formats/trace.h"
+#include "engine/select.h"
 
 // ----------------------------------------------------------------------------
 // orders: a stable merge sort of entry ids under a "goes first" relation
@@ -65,214 +65,6 @@ uint32_t sf_select_count(double x, uint32_t n)
 		return 0;
 	double v = floor(x * (double)n + 0.5);
 	return v >= (double)n ? n : (uint32_t)v;
-}
-
-// ----------------------------------------------------------------------------
-// score files
-
-void sf_scores_free(struct sf_scores *s)
-{
-	if (!s)
-		return;
-	for (int i = 0; i < s->nslots; i++) {
-		free(s->slots[i].score);
-		free(s->slots[i].freq);
-		json_decref(s->slots[i].tasks);
-	}
-	json_decref(s->selection);
-	free(s->slots);
-	free(s->task);
-	memset(s, 0, sizeof(*s));
-}
-
-static int slot_cmp(const void *pa, const void *pb)
-{
-	const struct sf_scores_slot *a = pa, *b = pb;
-	if (a->layer != b->layer)
-		return a->layer < b->layer ? -1 : 1;
-	return (a->group > b->group) - (a->group < b->group);
-}
-
-static int is_fingerprint(const char *s)
-{
-	size_t i;
-	for (i = 0; s[i]; i++)
-		if (!strchr("0123456789abcdef", s[i]))
-			return 0;
-	return i == SF_FINGERPRINT_LEN;
-}
-
-/* values[] of a slot: n finite numbers in [0, max]. */
-static int read_values(const char *name, const struct sf_scores_slot *sl, json_t *o,
-		       const char *key, double max, double *out, struct sf_err *e)
-{
-	json_t *a = json_object_get(o, key);
-	const char *g = sf_group_name(sl->group);
-
-	if (!json_is_array(a))
-		return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: \"%s\" is not an array", name,
-				  sl->layer, g, key);
-	if (json_array_size(a) != sl->entries)
-		return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: \"%s\" has %zu values, expected %u",
-				  name, sl->layer, g, key, json_array_size(a), sl->entries);
-	for (uint32_t i = 0; i < sl->entries; i++) {
-		json_t *v = json_array_get(a, i);
-		double x = json_is_number(v) ? json_number_value(v) : NAN;
-		if (!json_is_number(v))
-			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: %s[%u] is not a number",
-					  name, sl->layer, g, key, i);
-		if (!isfinite(x) || x < 0 || x > max)
-			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: %s[%u] is %g: expected "
-					  "0..%g", name, sl->layer, g, key, i, x, max);
-		out[i] = x;
-	}
-	return 0;
-}
-
-static int json_count(json_t *o, const char *key, json_int_t max, json_int_t *out)
-{
-	json_t *v = json_object_get(o, key);
-	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-		return -1;
-	*out = json_integer_value(v);
-	return 0;
-}
-
-static int parse_slot(struct sf_scores_slot *sl, json_t *o, size_t i, const char *name,
-		      const struct sf_config *cfg, struct sf_err *e)
-{
-	json_t *v = json_object_get(o, "group"), *t;
-	json_int_t x;
-	const char *k;
-
-	if (!json_is_object(o))
-		return sf_err_set(e, SF_EFORMAT, "%s: slots[%zu] is not an object", name, i);
-	if (json_count(o, "layer", SF_TRACE_MAX_LAYERS - 1, &x))
-		return sf_err_set(e, SF_EFORMAT, "%s: slots[%zu]: \"layer\" is not 0..%d", name, i,
-				  SF_TRACE_MAX_LAYERS - 1);
-	sl->layer = (int)x;
-	if (!json_is_string(v) || sf_group_parse(json_string_value(v), &sl->group))
-		return sf_err_set(e, SF_EFORMAT, "%s: slots[%zu]: \"group\" is not attn_in, attn_out, "
-				  "ffn_in or ffn_out", name, i);
-	if (json_count(o, "entries", SF_TRACE_MAX_ENTRIES, &x) || x < 1)
-		return sf_err_set(e, SF_EFORMAT, "%s: slots[%zu]: \"entries\" is not 1..%u", name, i,
-				  SF_TRACE_MAX_ENTRIES);
-	sl->entries = (uint32_t)x;
-	if (cfg && sl->layer >= cfg->n_layers)
-		return sf_err_set(e, SF_EMISMATCH, "%s: slots[%zu]: layer %d: the model has %d layers",
-				  name, i, sl->layer, cfg->n_layers);
-	if (cfg && sl->entries != sf_group_entries(cfg, sl->group))
-		return sf_err_set(e, SF_EMISMATCH, "%s: layer %d %s: %u entries, the model's %zu",
-				  name, sl->layer, sf_group_name(sl->group), sl->entries,
-				  sf_group_entries(cfg, sl->group));
-	if (json_count(o, "tokens", INT64_MAX, &x))
-		return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: \"tokens\" is not a count", name,
-				  sl->layer, sf_group_name(sl->group));
-	sl->tokens = (uint64_t)x;
-	t = json_object_get(o, "tasks");
-	if (!json_is_object(t))
-		return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: \"tasks\" is not an object", name,
-				  sl->layer, sf_group_name(sl->group));
-	json_object_foreach(t, k, v)
-		if (!json_is_integer(v) || json_integer_value(v) < 0)
-			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: tasks \"%s\" is not a "
-					  "count", name, sl->layer, sf_group_name(sl->group), k);
-	sl->tasks = json_incref(t);
-	if (!(sl->score = malloc((size_t)sl->entries * sizeof(double))) ||
-	    !(sl->freq = malloc((size_t)sl->entries * sizeof(double))))
-		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-	int ret = read_values(name, sl, o, "scores", HUGE_VAL, sl->score, e);
-	return ret ? ret : read_values(name, sl, o, "frequency", 1.0, sl->freq, e);
-}
-
-int sf_scores_parse(struct sf_scores *s, json_t *doc, const char *name,
-		    const char *fingerprint, const struct sf_config *cfg, struct sf_err *e)
-{
-	json_t *v, *slots;
-	int ret;
-
-	memset(s, 0, sizeof(*s));
-	if (!json_is_object(doc))
-		return sf_err_set(e, SF_EFORMAT, "%s: not a JSON object", name);
-	v = json_object_get(doc, "format");
-	if (!json_is_string(v) || strcmp(json_string_value(v), SF_SCORES_FORMAT))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"format\" is not \"%s\"", name,
-				  SF_SCORES_FORMAT);
-	v = json_object_get(doc, "version");
-	if (!json_is_integer(v) || json_integer_value(v) != SF_SCORES_VERSION)
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: \"version\" is not %d", name,
-				  SF_SCORES_VERSION);
-	v = json_object_get(doc, "fingerprint");
-	if (!json_is_string(v) || !is_fingerprint(json_string_value(v)))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"fingerprint\" is not %d hex digits", name,
-				  SF_FINGERPRINT_LEN);
-	if (fingerprint && strcmp(json_string_value(v), fingerprint))
-		return sf_err_set(e, SF_EMISMATCH, "%s: scores of another model: fingerprint %s, the "
-				  "model's is %s", name, json_string_value(v), fingerprint);
-	memcpy(s->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
-	v = json_object_get(doc, "kind");
-	if (!json_is_string(v) || (strcmp(json_string_value(v), "task") &&
-				   strcmp(json_string_value(v), "model")))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"kind\" is not \"task\" or \"model\"", name);
-	s->is_task = strcmp(json_string_value(v), "task") == 0;
-	v = json_object_get(doc, "task");
-	if (s->is_task && !json_is_string(v))
-		return sf_err_set(e, SF_EFORMAT, "%s: kind \"task\" without a \"task\" name", name);
-	if (s->is_task && !(s->task = strdup(json_string_value(v))))
-		goto nomem;
-	s->selection = json_incref(json_object_get(doc, "selection"));
-	slots = json_object_get(doc, "slots");
-	if (!json_is_array(slots) || !json_array_size(slots)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: \"slots\" is not a non-empty array", name);
-		goto fail;
-	}
-	if (json_array_size(slots) > (size_t)SF_TRACE_MAX_LAYERS * SF_NGROUPS) {
-		ret = sf_err_set(e, SF_ELIMIT, "%s: %zu slots, more than the limit of %d", name,
-				 json_array_size(slots), SF_TRACE_MAX_LAYERS * SF_NGROUPS);
-		goto fail;
-	}
-	if (!(s->slots = calloc(json_array_size(slots), sizeof(*s->slots))))
-		goto nomem;
-	for (size_t i = 0; i < json_array_size(slots); i++) {
-		s->nslots++;
-		if ((ret = parse_slot(&s->slots[i], json_array_get(slots, i), i, name, cfg, e)))
-			goto fail;
-	}
-	qsort(s->slots, (size_t)s->nslots, sizeof(*s->slots), slot_cmp);
-	for (int i = 1; i < s->nslots; i++)
-		if (!slot_cmp(&s->slots[i - 1], &s->slots[i])) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: layer %d %s listed twice", name,
-					 s->slots[i].layer, sf_group_name(s->slots[i].group));
-			goto fail;
-		}
-	return 0;
-nomem:
-	ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-fail:
-	sf_scores_free(s);
-	return ret;
-}
-
-int sf_scores_read(struct sf_scores *s, const char *path, const char *fingerprint,
-		   const struct sf_config *cfg, struct sf_err *e)
-{
-	json_t *doc;
-	int ret;
-
-	memset(s, 0, sizeof(*s));
-	if ((ret = sf_json_load(&doc, path, SF_SCORES_MAX_BYTES, e)))
-		return ret;
-	ret = sf_scores_parse(s, doc, path, fingerprint, cfg, e);
-	json_decref(doc);
-	return ret;
-}
-
-const struct sf_scores_slot *sf_scores_find(const struct sf_scores *s, int layer, enum sf_group g)
-{
-	struct sf_scores_slot key = { .layer = layer, .group = g };
-	if (!s || !s->nslots)
-		return NULL;
-	return bsearch(&key, s->slots, (size_t)s->nslots, sizeof(*s->slots), slot_cmp);
 }
 
 // ----------------------------------------------------------------------------
@@ -517,7 +309,7 @@ struct sf_select_compute {
 	uint32_t *counts;		/* (n_layers, n) prefill tokens in the top alpha */
 	double *sums;			/* (n_layers, n) prefill sum of |a| */
 	uint64_t *bits;			/* (ceil(n / 64)) one token's top alpha */
-	uint32_t *topk_scratch;		/* (2n) for sf_trace_select_topk */
+	uint32_t *topk_scratch;		/* (2n) for sf_select_topk */
 	uint32_t *idx, *tmp;		/* (n) each: the count order at finish */
 	uint32_t *entries;		/* (n_layers, k_rho) ascending */
 	uint8_t *mask;			/* (n_layers, n) */
@@ -685,7 +477,7 @@ void sf_select_compute_observe(struct sf_select_compute *c, int layer, const flo
 			sum[i] += fabsf(a[i]);
 	if (!c->k_alpha)
 		return;
-	sf_trace_select_topk(a, c->n, c->k_alpha, c->bits, c->topk_scratch);
+	sf_select_topk(a, c->n, c->k_alpha, c->bits, c->topk_scratch);
 	for (uint32_t w = 0; w < (c->n + 63) / 64; w++)
 		for (uint64_t b = c->bits[w]; b; b &= b - 1)
 			cnt[w * 64 + (uint32_t)__builtin_ctzll(b)]++;

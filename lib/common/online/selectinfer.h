@@ -1,6 +1,6 @@
 /* SelectInfer: which entries to hold in RAM (selective loading) and which
  * FFN neurons to compute (selective computation), from the profile scores
- * sf-coact --scores writes; the reader of those score files. Commands:
+ * sf-coact --scores writes (read by formats/scores.h). Commands:
  * man/sf-coact.1 (--select-neurons), man/sf-run.1 (--pin, --compute-ratio);
  * score format: man/sf-formats.5 (SCORES). Everything here is
  * deterministic: ties go to the lower entry index. */
@@ -11,10 +11,11 @@
 
 #include <jansson.h>
 
-#include "formats/config.h"
 #include "base/err.h"
 #include "engine/forward.h"
+#include "formats/config.h"
 #include "formats/model.h"
+#include "formats/scores.h"
 
 // ----------------------------------------------------------------------------
 // defaults (one source for code and help text)
@@ -49,50 +50,6 @@
 #define SF_SELECT_DENSE_FIRST_NUM 5
 #define SF_SELECT_DENSE_LAST_NUM 2
 #define SF_SELECT_DENSE_DEN 28
-
-/* Score files are read whole: a 70B model's is about 200 MB. */
-#define SF_SCORES_MAX_BYTES ((uint64_t)1 << 30)
-#define SF_SCORES_FORMAT "sparseflash-scores"
-#define SF_SCORES_VERSION 1
-
-// ----------------------------------------------------------------------------
-// score files (the reader; sf_coact_scores and sf_scores_merge write them)
-
-/* One layer and group of a score file. */
-struct sf_scores_slot {
-	int layer;
-	enum sf_group group;
-	uint32_t entries;	/* n */
-	uint64_t tokens;	/* tokens profiled */
-	double *score;		/* (n) sum|value| / tokens, finite and >= 0 */
-	double *freq;		/* (n) active tokens / tokens, in [0, 1] */
-	json_t *tasks;		/* {task: tokens}, a reference the slot holds */
-};
-
-struct sf_scores {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
-	int is_task;		/* "kind": "task" (1) or "model" (0) */
-	char *task;		/* the task of a "task" file, else NULL */
-	json_t *selection;	/* the profile's selection (a reference), or NULL */
-	int nslots;
-	struct sf_scores_slot *slots;	/* (nslots) by layer, then group; no repeats */
-};
-
-/* Reads PATH ("-": standard input; at most SF_SCORES_MAX_BYTES) into *s.
- * Validated: format, version, kind, every slot's layer, group, entries,
- * tokens, tasks, scores and frequency (arrays of n finite non-negative
- * numbers, frequency at most 1), no (layer, group) twice. fingerprint
- * (NULL: any) must equal the file's (SF_EMISMATCH); cfg (NULL: any) bounds
- * the layers and fixes each group's entries (SF_EMISMATCH). Errors are one
- * line "PATH: what: why". On failure *s is zeroed. */
-int sf_scores_read(struct sf_scores *s, const char *path, const char *fingerprint,
-		   const struct sf_config *cfg, struct sf_err *e);
-/* The same on a parsed document; name is for messages. */
-int sf_scores_parse(struct sf_scores *s, json_t *doc, const char *name,
-		    const char *fingerprint, const struct sf_config *cfg, struct sf_err *e);
-void sf_scores_free(struct sf_scores *s);	/* accepts a zeroed s */
-/* The slot of (layer, g), or NULL when the file has none. */
-const struct sf_scores_slot *sf_scores_find(const struct sf_scores *s, int layer, enum sf_group g);
 
 // ----------------------------------------------------------------------------
 // selective loading: what to pin in RAM
@@ -169,7 +126,7 @@ int sf_select_compute_open(struct sf_select_compute **c, int n_layers, uint32_t 
 void sf_select_compute_close(struct sf_select_compute *c);	/* accepts NULL */
 /* One prefill token's ffn_out input a[0..n) of layer (what an sf_observer
  * sees for SF_GROUP_FFN_OUT): the top round(alpha n) neurons by |a| (ties
- * to the lower index, as sf_trace_select_topk) each count one, and every
+ * to the lower index, as sf_select_topk) each count one, and every
  * neuron's |a| is summed. Dense layers, and calls after finish, are
  * ignored. No allocation, no failure. */
 void sf_select_compute_observe(struct sf_select_compute *c, int layer, const float *a);

@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "engine/kernels.h"
+#include "engine/select.h"
 #include "online/runs.h"
 #include "formats/trace.h"
 #include "online/uring.h"
@@ -1263,12 +1264,12 @@ static void group_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 		if (kt == n)
 			nt = bits_entries(allow, NULL, NULL, (uint32_t)n, sp->ents);
 		else {
-			sf_trace_select_topk(in, (uint32_t)n, kt, sp->bits_top, sp->sel_scratch);
+			sf_select_topk(in, (uint32_t)n, kt, sp->bits_top, sp->sel_scratch);
 			nt = bits_entries(sp->bits_top, allow, NULL, (uint32_t)n, sp->ents);
 		}
 		sf_runs_positions(G->pos, (uint32_t)n, sp->ents, nt, sp->pscratch, sp->tpos);
 		if (km) {
-			sf_trace_select_topk(in, (uint32_t)n, kt + km, sp->bits_all, sp->sel_scratch);
+			sf_select_topk(in, (uint32_t)n, kt + km, sp->bits_all, sp->sel_scratch);
 			nm = bits_entries(sp->bits_all, allow, sp->bits_top, (uint32_t)n, sp->ents);
 			sf_runs_positions(G->pos, (uint32_t)n, sp->ents, nm, sp->pscratch, sp->mpos);
 		}
