@@ -103,7 +103,7 @@ static int resolve_tiers(struct sf_sparse *sp, struct sf_err *e)
 }
 
 // ----------------------------------------------------------------------------
-// set-up
+// the groups on flash
 
 static int check_layout(const struct sf_sparse *sp, const struct sf_image_group *G,
 			struct sf_err *e)
@@ -126,6 +126,292 @@ static int check_layout(const struct sf_sparse *sp, const struct sf_image_group 
 	}
 	return 0;
 }
+
+/* What the groups on flash need, gathered in one pass over them. */
+struct flash_needs {
+	uint64_t offloaded[SF_NGROUPS];	/* per group kind: top-tier bytes on flash */
+	uint64_t slot[SF_NGROUPS];	/* the largest bundle, the cache's slot (--keep varies ffn_in's) */
+	uint64_t entries[SF_NGROUPS];	/* entries on flash */
+	uint64_t iobuf;			/* the largest group's mirrors: the read buffer */
+	uint64_t lo, hi;		/* the file span of every flash region (--simulate's copy) */
+};
+
+/* Checks each group on flash and gathers its needs; sets the scratch size
+ * (s.nmax) and the bytes of one entry per tier. */
+static int measure_groups(struct sf_sparse *sp, struct flash_needs *fn, struct sf_err *e)
+{
+	const struct sf_image *img = sp->img;
+	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS;
+	int ret;
+
+	*fn = (struct flash_needs){ .lo = UINT64_MAX };
+	for (size_t i = 0; i < ng; i++) {
+		const struct sf_image_group *G = &img->groups[i];
+		if (G->resident)
+			continue;
+		if ((ret = check_layout(sp, G, e)))
+			return ret;
+		if (G->source_entries > sp->s.nmax)
+			sp->s.nmax = G->source_entries;
+		uint64_t t = sparse_round_up((uint64_t)G->entries * G->top_bytes);
+		uint64_t mb = G->mid ? sparse_round_up((uint64_t)G->entries * G->mid_bytes) : 0;
+		if (t + mb > fn->iobuf)
+			fn->iobuf = t + mb;
+		fn->offloaded[G->group] += (uint64_t)G->entries * G->top_bytes;
+		fn->entries[G->group] += G->entries;
+		if (G->top_bytes > fn->slot[G->group])
+			fn->slot[G->group] = G->top_bytes;
+		uint64_t mid = 0;
+		for (int k = 0; k < G->nmat; k++)
+			mid += G->mat[k].mid_bytes;
+		sp->tiers.col_top[G->group] = sparse_col_bytes(G, 1);
+		sp->tiers.col_mid[G->group] = mid;
+		if (G->top->offset < fn->lo)
+			fn->lo = G->top->offset;
+		if (G->mid && G->mid->offset < fn->lo)
+			fn->lo = G->mid->offset;
+		uint64_t end = G->mid ? G->mid->offset + sparse_round_up(G->mid->length)
+				      : G->top->offset + sparse_round_up(G->top->length);
+		if (G->top->offset + sparse_round_up(G->top->length) > end)
+			end = G->top->offset + sparse_round_up(G->top->length);
+		if (end > fn->hi)
+			fn->hi = end;
+	}
+	return 0;
+}
+
+// ----------------------------------------------------------------------------
+// what each group may compute: --keep, --free-riders, selective computation
+
+/* The entries present on flash of groups packed with --keep, and the
+ * row buffer of kept-row bundles. */
+static int setup_allow(struct sf_sparse *sp)
+{
+	const struct sf_image *img = sp->img;
+	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS, nr = 0;
+
+	sp->tiers.words = ((size_t)sp->s.nmax + 63) / 64;
+	for (size_t i = 0; i < ng; i++) {
+		const struct sf_image_group *G = &img->groups[i];
+		nr += !G->resident && G->entries < G->source_entries;
+		if (!G->resident && G->rows && G->mat[0].rows > sp->s.rows_max)
+			sp->s.rows_max = G->mat[0].rows;
+	}
+	if (!(sp->tiers.allow = calloc(ng, sizeof(*sp->tiers.allow))) ||
+	    !(sp->tiers.keep_allow = calloc(ng, sizeof(*sp->tiers.keep_allow))))
+		return -ENOMEM;
+	if (sp->s.rows_max &&
+	    !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * sp->s.rows_max * sizeof(float))))
+		return -ENOMEM;
+	if (!nr)
+		return 0;
+	sp->tiers.allow_bytes = (uint64_t)nr * sp->tiers.words * 8;
+	if (!(sp->tiers.allow_bits = calloc(nr * sp->tiers.words, 8)))
+		return -ENOMEM;
+	for (size_t i = 0, k = 0; i < ng; i++) {
+		const struct sf_image_group *G = &img->groups[i];
+		if (G->resident || G->entries == G->source_entries)
+			continue;
+		uint64_t *b = sp->tiers.allow_bits + k++ * sp->tiers.words;
+		sp->tiers.allow[i] = sp->tiers.keep_allow[i] = b;
+		for (uint32_t p = 0; p < G->entries; p++)
+			b[G->perm[p] / 64] |= 1ull << (G->perm[p] % 64);
+	}
+	return 0;
+}
+
+/* --free-riders: the page bitmap, for the group with the most top-tier
+ * pages. */
+static int setup_riders(struct sf_sparse *sp)
+{
+	const struct sf_image *img = sp->img;
+	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS;
+	uint64_t most = 0;
+
+	for (size_t i = 0; i < ng; i++) {
+		const struct sf_image_group *G = &img->groups[i];
+		uint64_t pg = G->resident ? 0 : sparse_round_up((uint64_t)G->entries * G->top_bytes) /
+						 SF_IMAGE_ALIGN;
+		most = pg > most ? pg : most;
+	}
+	sp->tiers.page_words = (size_t)(most + 63) / 64;
+	sp->tiers.pages = calloc(sp->tiers.page_words ? sp->tiers.page_words : 1, 8);
+	return sp->tiers.pages ? 0 : -ENOMEM;
+}
+
+/* Selective computation: the selection state and the per-layer set
+ * buffers; the FFN groups must be on flash. */
+static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
+{
+	const struct sf_image *img = sp->img;
+	int L = img->cfg.n_layers, ret;
+	uint32_t n = (uint32_t)img->cfg.hidden_dim;
+
+	for (int l = 0; l < L; l++) {
+		const struct sf_image_group *fi = sf_image_group(img, l, SF_GROUP_FFN_IN);
+		const struct sf_image_group *fo = sf_image_group(img, l, SF_GROUP_FFN_OUT);
+		if (fi->resident || fo->resident)
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: --compute-ratio: layer %d's FFN "
+					  "is resident (sf-pack --resident): its neurons cannot be "
+					  "restricted", img->path, l);
+		if (fi->mat[0].rows > sp->comp.rows_all)
+			sp->comp.rows_all = fi->mat[0].rows;
+	}
+	if ((ret = sf_select_compute_open(&sp->comp.sc, L, n, sp->o.compute, sp->o.compute_static,
+					  sp->o.compute_static_name, e)))
+		return ret;
+	sp->comp.rho = sp->o.compute->rho;
+	sp->comp.set_bits = calloc((size_t)L * sp->tiers.words, 8);
+	sp->comp.set_mask = calloc((size_t)L, sizeof(*sp->comp.set_mask));
+	sp->comp.spans = calloc((size_t)L * sp->comp.rows_all, sizeof(*sp->comp.spans));
+	sp->comp.nspans = calloc((size_t)L, sizeof(*sp->comp.nspans));
+	if (!sp->comp.set_bits || !sp->comp.set_mask || !sp->comp.spans || !sp->comp.nspans)
+		return sf_err_set(e, -ENOMEM, "%s: selective computation: %s", img->path,
+				  strerror(ENOMEM));
+	/* the selection's own state: counts, sums, masks, orders per neuron */
+	sp->comp.bytes = (uint64_t)L * sp->tiers.words * 8 + (uint64_t)L * sp->comp.rows_all *
+			    sizeof(*sp->comp.spans) + (uint64_t)L * n * 24 + (uint64_t)n * 24;
+	return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the memory budget and the cache sized to it
+
+static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens)
+{
+	uint64_t words = (n + 63) / 64;
+	return words * 8 * 3 + n * 4 * 11 + n * sizeof(float) + n * sizeof(void *) +
+	       n * sizeof(struct sf_run) + 2 * n * sizeof(struct req) + n * sizeof(struct seg) +
+	       max_tokens * sizeof(double);
+}
+
+/* Entries of the pinned set per group kind, those --keep left out not counted. */
+static void pin_counts(const struct sf_sparse *sp, uint64_t *count)
+{
+	const struct sf_image *img = sp->img;
+
+	for (int l = 0; l < img->cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
+			uint32_t k;
+			const uint32_t *ids = sf_select_load_get(sp->o.pin, l, (enum sf_group)g, &k);
+			for (uint32_t i = 0; !G->resident && i < k; i++)
+				count[g] += ids[i] < G->source_entries &&
+					    G->pos[ids[i]] != SF_IMAGE_ABSENT;
+		}
+}
+
+/* The cache's options: one slot size per group kind, and the pinned set's
+ * slots (pinned[g] of them) and memory. Sums the offloaded bytes. */
+static void cache_opts(struct sf_sparse *sp, const struct flash_needs *fn,
+		       struct sf_cache_opts *co, uint64_t *pinned)
+{
+	const struct sf_sparse_opts *o = &sp->o;
+
+	sf_cache_opts_default(co);
+	co->policy = o->policy;
+	co->seg_admit = o->seg_admit;
+	for (int g = 0; g < SF_NGROUPS; g++) {
+		sp->mem.offloaded += fn->offloaded[g];
+		co->bundle_bytes[g] = fn->slot[g] ? fn->slot[g] : 1;
+	}
+	if (o->pin && !o->simulate) {
+		pin_counts(sp, pinned);
+		for (int g = 0; g < SF_NGROUPS; g++)
+			co->pin_slots[g] = (uint32_t)pinned[g];
+		uint64_t none = sf_cache_footprint(&(struct sf_cache_opts){ .policy = o->policy });
+		sp->mem.pinned = sf_cache_footprint(co) - none;
+	}
+}
+
+/* The memory besides the cache: the process, the resident regions, the
+ * caller's state, the buffers and --simulate's copy. Returns their sum. */
+static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
+{
+	const struct sf_image *img = sp->img;
+	const struct sf_sparse_opts *o = &sp->o;
+	uint64_t ng = (uint64_t)img->cfg.n_layers * SF_NGROUPS;
+	/* the resident set already holds the image's header and resident
+	 * regions (read into memory at open), counted as resident below */
+	uint64_t rss = rss_bytes();
+
+	sp->mem.process = (rss > img->map_size ? rss - img->map_size : 0) + SF_SPARSE_LATER_BYTES;
+	sp->mem.resident = img->map_size;
+	sp->mem.state = o->state_bytes;
+	sp->mem.buffers = o->simulate ? 0 : fn->iobuf;
+	sp->mem.buffers += scratch_bytes(sp->s.nmax, o->max_tokens) + 2 * ng * 4 +
+			   2 * ng * sizeof(*sp->tiers.allow) + sp->tiers.allow_bytes + sp->comp.bytes +
+			   sp->tiers.page_words * 8 +
+			   SF_GROUP_MAX_MATRICES * sp->s.rows_max * sizeof(float);
+	sp->mem.simulate = o->simulate && sp->s.nmax ? fn->hi - fn->lo : 0;
+	return sp->mem.process + sp->mem.resident + sp->mem.state + sp->mem.buffers +
+	       sp->mem.simulate;
+}
+
+/* The cache's slots per group kind (co->slots), each kind's share of the
+ * bytes --cache-ratio gives or --ram leaves after fixed, and mem.cache and
+ * mem.total with them. */
+static void size_cache(struct sf_sparse *sp, const struct flash_needs *fn,
+		       struct sf_cache_opts *co, const uint64_t *pinned, uint64_t fixed)
+{
+	const struct sf_sparse_opts *o = &sp->o;
+	uint64_t cache_bytes = 0, empty = sf_cache_footprint(co);
+	int fill = o->cache_ratio < 0 && o->ram;	/* the cache takes what is left */
+
+	if (o->policy != SF_CACHE_NONE && !o->simulate) {
+		if (o->cache_ratio >= 0)
+			cache_bytes = (uint64_t)(o->cache_ratio * (double)sp->mem.offloaded);
+		else if (o->ram > fixed + empty)
+			cache_bytes = o->ram - fixed - empty;
+	}
+	/* the figure checked is what sf_cache_open allocates; when the cache
+	 * fills the budget, shrink it until its metadata fits too */
+	for (;;) {
+		for (int g = 0; g < SF_NGROUPS && sp->mem.offloaded; g++) {
+			double share = (double)fn->offloaded[g] / (double)sp->mem.offloaded;
+			uint64_t slots = (uint64_t)((double)cache_bytes * share) /
+					 sf_cache_entry_bytes(co->bundle_bytes[g]);
+			uint64_t most = fn->entries[g] - pinned[g];	/* the rest of the entries */
+			co->slots[g] = (uint32_t)(slots < most ? slots : most);
+		}
+		uint64_t all = sf_cache_footprint(co);
+		sp->mem.cache = all - sp->mem.pinned;
+		sp->mem.total = fixed + all;
+		if (!fill || !cache_bytes || sp->mem.total <= o->ram)
+			break;
+		cache_bytes = cache_bytes / 10 * 9;
+	}
+}
+
+/* SF_ELIMIT with every figure when the total exceeds --ram. */
+static int check_ram(const struct sf_sparse *sp, struct sf_err *e)
+{
+	const struct sf_sparse_opts *o = &sp->o;
+	int ret;
+
+	if (!o->ram || sp->mem.total <= o->ram)
+		return 0;
+	ret = sf_err_set(e, SF_ELIMIT, "%s: --ram %llu: %llu bytes needed: process %llu, "
+			 "resident %llu, KV cache and state %llu, buffers %llu, pinned %llu, "
+			 "cache %llu%s", sp->img->path, (unsigned long long)o->ram,
+			 (unsigned long long)sp->mem.total,
+			 (unsigned long long)sp->mem.process,
+			 (unsigned long long)sp->mem.resident,
+			 (unsigned long long)sp->mem.state,
+			 (unsigned long long)sp->mem.buffers,
+			 (unsigned long long)sp->mem.pinned,
+			 (unsigned long long)sp->mem.cache,
+			 o->simulate ? ", --simulate copy" : "");
+	if (o->simulate) {
+		char tail[48];
+		snprintf(tail, sizeof(tail), " %llu", (unsigned long long)sp->mem.simulate);
+		strncat(e->msg, tail, sizeof(e->msg) - strlen(e->msg) - 1);
+	}
+	return ret;
+}
+
+// ----------------------------------------------------------------------------
+// buffers, reads, the pinned set, the collapse gap
 
 static int alloc_scratch(struct sf_sparse *sp)
 {
@@ -150,20 +436,13 @@ static int alloc_scratch(struct sf_sparse *sp)
 	sp->s.segs = calloc(n, sizeof(*sp->s.segs));
 	if (sp->o.max_tokens)
 		sp->st.lat = calloc(sp->o.max_tokens, sizeof(double));
-	if (!sp->s.bits_top || !sp->s.bits_all || !sp->s.pscratch || !sp->s.sel_scratch || !sp->s.ents ||
-	    !sp->s.tpos || !sp->s.mpos || !sp->cache.tent || !sp->s.treq || !sp->s.mreq || !sp->s.runlen ||
-	    !sp->s.idx || !sp->s.xv || !sp->cache.slots || !sp->s.runs || !sp->io.reqs || !sp->s.segs ||
+	const struct sparse_scratch *s = &sp->s;
+	if (!s->bits_top || !s->bits_all || !s->pscratch || !s->sel_scratch || !s->ents ||
+	    !s->tpos || !s->mpos || !sp->cache.tent || !s->treq || !s->mreq || !s->runlen ||
+	    !s->idx || !s->xv || !sp->cache.slots || !s->runs || !sp->io.reqs || !s->segs ||
 	    (sp->o.max_tokens && !sp->st.lat))
 		return -ENOMEM;
 	return 0;
-}
-
-static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens)
-{
-	uint64_t words = (n + 63) / 64;
-	return words * 8 * 3 + n * 4 * 11 + n * sizeof(float) + n * sizeof(void *) +
-	       n * sizeof(struct sf_run) + 2 * n * sizeof(struct req) + n * sizeof(struct seg) +
-	       max_tokens * sizeof(double);
 }
 
 /* Simulate: the flash regions once into RAM through the image's buffered fd. */
@@ -173,8 +452,8 @@ static int read_flash(struct sf_sparse *sp, struct sf_err *e)
 	uint64_t off = 0;
 
 	while (off < sp->io.flash_bytes) {
-		size_t k = sp->io.flash_bytes - off < ((size_t)1 << 26) ? (size_t)(sp->io.flash_bytes - off)
-								     : (size_t)1 << 26;
+		size_t k = sp->io.flash_bytes - off < ((size_t)1 << 26)
+				   ? (size_t)(sp->io.flash_bytes - off) : (size_t)1 << 26;
 		ssize_t r = pread(img->fd, sp->io.flash + off, k, (off_t)(sp->io.flash_base + off));
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -188,20 +467,34 @@ static int read_flash(struct sf_sparse *sp, struct sf_err *e)
 	return 0;
 }
 
-/* Entries of the pinned set per group kind, those --keep left out not counted. */
-static void pin_counts(const struct sf_sparse *sp, uint64_t *count)
+/* Where the reads come from: nothing when every group is resident; with
+ * --simulate the flash regions read into RAM once; else the read buffer
+ * and the ring. */
+static int open_reads(struct sf_sparse *sp, const struct flash_needs *fn, struct sf_err *e)
 {
 	const struct sf_image *img = sp->img;
+	const struct sf_sparse_opts *o = &sp->o;
+	int ret;
 
-	for (int l = 0; l < img->cfg.n_layers; l++)
-		for (int g = 0; g < SF_NGROUPS; g++) {
-			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
-			uint32_t k;
-			const uint32_t *ids = sf_select_load_get(sp->o.pin, l, (enum sf_group)g, &k);
-			for (uint32_t i = 0; !G->resident && i < k; i++)
-				count[g] += ids[i] < G->source_entries &&
-					    G->pos[ids[i]] != SF_IMAGE_ABSENT;
-		}
+	if (sp->s.nmax == 0)
+		return 0;	/* every group resident: nothing to read */
+	if (o->simulate) {
+		sp->io.flash_base = fn->lo;
+		sp->io.flash_bytes = fn->hi - fn->lo;
+		if (!(sp->io.flash = malloc(sp->io.flash_bytes)))
+			return sf_err_set(e, -ENOMEM, "%s: --simulate: %llu bytes: %s", img->path,
+					  (unsigned long long)sp->io.flash_bytes, strerror(ENOMEM));
+		return read_flash(sp, e);
+	}
+	sp->io.iobuf_bytes = fn->iobuf;
+	if ((ret = posix_memalign((void **)&sp->io.iobuf, SF_URING_ALIGN, fn->iobuf))) {
+		sp->io.iobuf = NULL;
+		return sf_err_set(e, -ret, "%s: read buffer of %llu bytes: %s", img->path,
+				  (unsigned long long)fn->iobuf, strerror(ret));
+	}
+	struct sf_uring_opts uo = { .qd = o->qd, .buffered = o->buffered,
+				    .arena = sp->io.iobuf, .arena_bytes = fn->iobuf };
+	return sf_uring_open(&sp->io.u, img->path, &uo, e);
 }
 
 /* pread of [off, off + len) of the image, whole. */
@@ -267,84 +560,47 @@ static int load_pins(struct sf_sparse *sp, struct sf_err *e)
 	return 0;
 }
 
-/* The entries present on flash of groups packed with --keep, and the
- * row buffer of kept-row bundles. */
-static int setup_allow(struct sf_sparse *sp)
+/* The collapse gap to start with, and how it was chosen. */
+static void choose_collapse(struct sf_sparse *sp)
 {
-	const struct sf_image *img = sp->img;
-	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS, nr = 0;
+	const struct sf_sparse_opts *o = &sp->o;
+	struct sparse_collapse *c = &sp->collapse;
 
-	sp->tiers.words = ((size_t)sp->s.nmax + 63) / 64;
-	for (size_t i = 0; i < ng; i++) {
-		const struct sf_image_group *G = &img->groups[i];
-		nr += !G->resident && G->entries < G->source_entries;
-		if (!G->resident && G->rows && G->mat[0].rows > sp->s.rows_max)
-			sp->s.rows_max = G->mat[0].rows;
+	if (o->collapse != SF_SPARSE_COLLAPSE_AUTO) {
+		c->gap = o->collapse;
+		snprintf(c->desc, sizeof(c->desc), "%d (fixed)", c->gap);
+	} else if (o->device_peak > 0 && o->device_iops > 0) {
+		c->auto_gap_bytes = (uint64_t)(o->device_peak / o->device_iops) /
+				    SF_IMAGE_ALIGN * SF_IMAGE_ALIGN;
+		c->gap_bytes = c->auto_gap_bytes;
+		snprintf(c->desc, sizeof(c->desc),
+			 "auto: %llu bytes, off while above %.0f%% of the device peak %.0f MB/s",
+			 (unsigned long long)c->auto_gap_bytes, SF_SPARSE_BW_BOUND * 100,
+			 o->device_peak / 1e6);
+	} else if (o->device_peak > 0) {
+		c->gap = SF_SPARSE_AUTO_GAP;
+		snprintf(c->desc, sizeof(c->desc),
+			 "auto: %d, off while above %.0f%% of the device peak %.0f MB/s",
+			 SF_SPARSE_AUTO_GAP, SF_SPARSE_BW_BOUND * 100, o->device_peak / 1e6);
+	} else {
+		c->gap = SF_SPARSE_AUTO_GAP;
+		snprintf(c->desc, sizeof(c->desc),
+			 "auto without a device peak (sf-run --probe-device): fixed gap %d",
+			 SF_SPARSE_AUTO_GAP);
 	}
-	if (!(sp->tiers.allow = calloc(ng, sizeof(*sp->tiers.allow))) ||
-	    !(sp->tiers.keep_allow = calloc(ng, sizeof(*sp->tiers.keep_allow))))
-		return -ENOMEM;
-	if (sp->s.rows_max &&
-	    !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * sp->s.rows_max * sizeof(float))))
-		return -ENOMEM;
-	if (!nr)
-		return 0;
-	sp->tiers.allow_bytes = (uint64_t)nr * sp->tiers.words * 8;
-	if (!(sp->tiers.allow_bits = calloc(nr * sp->tiers.words, 8)))
-		return -ENOMEM;
-	for (size_t i = 0, k = 0; i < ng; i++) {
-		const struct sf_image_group *G = &img->groups[i];
-		if (G->resident || G->entries == G->source_entries)
-			continue;
-		uint64_t *b = sp->tiers.allow[i] = sp->tiers.keep_allow[i] = sp->tiers.allow_bits + k++ * sp->tiers.words;
-		for (uint32_t p = 0; p < G->entries; p++)
-			b[G->perm[p] / 64] |= 1ull << (G->perm[p] % 64);
-	}
-	return 0;
 }
 
-/* Selective computation: the selection state and the per-layer set
- * buffers; the FFN groups must be on flash. */
-static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
-{
-	const struct sf_image *img = sp->img;
-	int L = img->cfg.n_layers, ret;
-	uint32_t n = (uint32_t)img->cfg.hidden_dim;
-
-	for (int l = 0; l < L; l++) {
-		const struct sf_image_group *fi = sf_image_group(img, l, SF_GROUP_FFN_IN);
-		const struct sf_image_group *fo = sf_image_group(img, l, SF_GROUP_FFN_OUT);
-		if (fi->resident || fo->resident)
-			return sf_err_set(e, SF_EUNSUPPORTED, "%s: --compute-ratio: layer %d's FFN "
-					  "is resident (sf-pack --resident): its neurons cannot be "
-					  "restricted", img->path, l);
-		if (fi->mat[0].rows > sp->comp.rows_all)
-			sp->comp.rows_all = fi->mat[0].rows;
-	}
-	if ((ret = sf_select_compute_open(&sp->comp.sc, L, n, sp->o.compute, sp->o.compute_static,
-					  sp->o.compute_static_name, e)))
-		return ret;
-	sp->comp.rho = sp->o.compute->rho;
-	sp->comp.set_bits = calloc((size_t)L * sp->tiers.words, 8);
-	sp->comp.set_mask = calloc((size_t)L, sizeof(*sp->comp.set_mask));
-	sp->comp.spans = calloc((size_t)L * sp->comp.rows_all, sizeof(*sp->comp.spans));
-	sp->comp.nspans = calloc((size_t)L, sizeof(*sp->comp.nspans));
-	if (!sp->comp.set_bits || !sp->comp.set_mask || !sp->comp.spans || !sp->comp.nspans)
-		return sf_err_set(e, -ENOMEM, "%s: selective computation: %s", img->path,
-				  strerror(ENOMEM));
-	/* the selection's own state: counts, sums, masks, orders per neuron */
-	sp->comp.bytes = (uint64_t)L * sp->tiers.words * 8 + (uint64_t)L * sp->comp.rows_all *
-			    sizeof(*sp->comp.spans) + (uint64_t)L * n * 24 + (uint64_t)n * 24;
-	return 0;
-}
+// ----------------------------------------------------------------------------
+// open and close
 
 int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const struct sf_model *m,
 		   struct sf_pool *pool, const struct sf_sparse_opts *o, struct sf_err *e)
 {
 	struct sf_sparse *sp = calloc(1, sizeof(*sp));
 	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS;
-	uint64_t off_g[SF_NGROUPS] = { 0 }, top_g[SF_NGROUPS] = { 0 }, ent_g[SF_NGROUPS] = { 0 };
-	uint64_t lo = UINT64_MAX, hi = 0, iobuf = 0;
+	struct flash_needs fn;
+	struct sf_cache_opts co;
+	uint64_t pinned[SF_NGROUPS] = { 0 };
 	int ret;
 
 	*spp = NULL;
@@ -362,57 +618,11 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 		ret = sf_err_set(e, -ENOMEM, "%s: sparse decoder: %s", img->path, strerror(ENOMEM));
 		goto out;
 	}
-	if ((ret = resolve_tiers(sp, e)))
+	if ((ret = resolve_tiers(sp, e)) || (ret = measure_groups(sp, &fn, e)))
 		goto out;
-
-	for (size_t i = 0; i < ng; i++) {
-		const struct sf_image_group *G = &img->groups[i];
-		if (G->resident)
-			continue;
-		if ((ret = check_layout(sp, G, e)))
-			goto out;
-		if (G->source_entries > sp->s.nmax)
-			sp->s.nmax = G->source_entries;
-		uint64_t t = sparse_round_up((uint64_t)G->entries * G->top_bytes);
-		uint64_t mb = G->mid ? sparse_round_up((uint64_t)G->entries * G->mid_bytes) : 0;
-		if (t + mb > iobuf)
-			iobuf = t + mb;
-		off_g[G->group] += (uint64_t)G->entries * G->top_bytes;
-		ent_g[G->group] += G->entries;
-		/* the cache's slot: the largest bundle (--keep varies ffn_in's) */
-		if (G->top_bytes > top_g[G->group])
-			top_g[G->group] = G->top_bytes;
-		uint64_t mid = 0;
-		for (int k = 0; k < G->nmat; k++)
-			mid += G->mat[k].mid_bytes;
-		sp->tiers.col_top[G->group] = sparse_col_bytes(G, 1);
-		sp->tiers.col_mid[G->group] = mid;
-		if (G->top->offset < lo)
-			lo = G->top->offset;
-		if (G->mid && G->mid->offset < lo)
-			lo = G->mid->offset;
-		uint64_t end = G->mid ? G->mid->offset + sparse_round_up(G->mid->length)
-				      : G->top->offset + sparse_round_up(G->top->length);
-		if (G->top->offset + sparse_round_up(G->top->length) > end)
-			end = G->top->offset + sparse_round_up(G->top->length);
-		if (end > hi)
-			hi = end;
-	}
-
-	if (o->free_riders) {
-		uint64_t most = 0;
-		for (size_t i = 0; i < ng; i++) {
-			const struct sf_image_group *G = &img->groups[i];
-			uint64_t pg = G->resident ? 0 : sparse_round_up((uint64_t)G->entries * G->top_bytes) /
-							 SF_IMAGE_ALIGN;
-			most = pg > most ? pg : most;
-		}
-		sp->tiers.page_words = (size_t)(most + 63) / 64;
-		if (!(sp->tiers.pages = calloc(sp->tiers.page_words ? sp->tiers.page_words : 1, 8))) {
-			ret = sf_err_set(e, -ENOMEM, "%s: sparse decoder: %s", img->path,
-					 strerror(ENOMEM));
-			goto out;
-		}
+	if (o->free_riders && (ret = setup_riders(sp))) {
+		ret = sf_err_set(e, ret, "%s: sparse decoder: %s", img->path, strerror(-ret));
+		goto out;
 	}
 	if ((ret = setup_allow(sp))) {
 		ret = sf_err_set(e, ret, "%s: sparse decoder: %s", img->path, strerror(-ret));
@@ -421,81 +631,10 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	if (o->compute && (ret = setup_compute(sp, e)))
 		goto out;
 
-	/* memory */
-	struct sf_cache_opts co;
-	sf_cache_opts_default(&co);
-	co.policy = o->policy;
-	co.seg_admit = o->seg_admit;
-	for (int g = 0; g < SF_NGROUPS; g++) {
-		sp->mem.offloaded += off_g[g];
-		co.bundle_bytes[g] = top_g[g] ? top_g[g] : 1;
-	}
-	uint64_t pinned_g[SF_NGROUPS] = { 0 };
-	if (o->pin && !o->simulate) {
-		pin_counts(sp, pinned_g);
-		for (int g = 0; g < SF_NGROUPS; g++)
-			co.pin_slots[g] = (uint32_t)pinned_g[g];
-		uint64_t none = sf_cache_footprint(&(struct sf_cache_opts){ .policy = o->policy });
-		sp->mem.pinned = sf_cache_footprint(&co) - none;
-	}
-	/* the resident set already holds the image's header and resident
-	 * regions (read into memory at open), counted as resident below */
-	uint64_t rss = rss_bytes();
-	sp->mem.process = (rss > img->map_size ? rss - img->map_size : 0) + SF_SPARSE_LATER_BYTES;
-	sp->mem.resident = img->map_size;
-	sp->mem.state = o->state_bytes;
-	sp->mem.buffers = o->simulate ? 0 : iobuf;
-	sp->mem.buffers += scratch_bytes(sp->s.nmax, o->max_tokens) + 2 * ng * 4 +
-			   2 * ng * sizeof(*sp->tiers.allow) + sp->tiers.allow_bytes + sp->comp.bytes +
-			   sp->tiers.page_words * 8 +
-			   SF_GROUP_MAX_MATRICES * sp->s.rows_max * sizeof(float);
-	sp->mem.simulate = o->simulate && sp->s.nmax ? hi - lo : 0;
-	uint64_t fixed = sp->mem.process + sp->mem.resident + sp->mem.state + sp->mem.buffers +
-			 sp->mem.simulate;
-	uint64_t cache_bytes = 0, empty = sf_cache_footprint(&co);
-	int fill = o->cache_ratio < 0 && o->ram;	/* the cache takes what is left */
-	if (o->policy != SF_CACHE_NONE && !o->simulate) {
-		if (o->cache_ratio >= 0)
-			cache_bytes = (uint64_t)(o->cache_ratio * (double)sp->mem.offloaded);
-		else if (o->ram > fixed + empty)
-			cache_bytes = o->ram - fixed - empty;
-	}
-	/* the figure checked is what sf_cache_open allocates; when the cache
-	 * fills the budget, shrink it until its metadata fits too */
-	for (;;) {
-		for (int g = 0; g < SF_NGROUPS && sp->mem.offloaded; g++) {
-			double share = (double)off_g[g] / (double)sp->mem.offloaded;
-			uint64_t slots = (uint64_t)((double)cache_bytes * share) /
-					 sf_cache_entry_bytes(co.bundle_bytes[g]);
-			uint64_t most = ent_g[g] - pinned_g[g];	/* the rest of the entries */
-			co.slots[g] = (uint32_t)(slots < most ? slots : most);
-		}
-		uint64_t all = sf_cache_footprint(&co);
-		sp->mem.cache = all - sp->mem.pinned;
-		sp->mem.total = fixed + all;
-		if (!fill || !cache_bytes || sp->mem.total <= o->ram)
-			break;
-		cache_bytes = cache_bytes / 10 * 9;
-	}
-	if (o->ram && sp->mem.total > o->ram) {
-		ret = sf_err_set(e, SF_ELIMIT, "%s: --ram %llu: %llu bytes needed: process %llu, "
-				 "resident %llu, KV cache and state %llu, buffers %llu, pinned %llu, "
-				 "cache %llu%s", img->path, (unsigned long long)o->ram,
-				 (unsigned long long)sp->mem.total,
-				 (unsigned long long)sp->mem.process,
-				 (unsigned long long)sp->mem.resident,
-				 (unsigned long long)sp->mem.state,
-				 (unsigned long long)sp->mem.buffers,
-				 (unsigned long long)sp->mem.pinned,
-				 (unsigned long long)sp->mem.cache,
-				 o->simulate ? ", --simulate copy" : "");
-		if (o->simulate) {
-			char tail[48];
-			snprintf(tail, sizeof(tail), " %llu", (unsigned long long)sp->mem.simulate);
-			strncat(e->msg, tail, sizeof(e->msg) - strlen(e->msg) - 1);
-		}
+	cache_opts(sp, &fn, &co, pinned);
+	size_cache(sp, &fn, &co, pinned, fixed_memory(sp, &fn));
+	if ((ret = check_ram(sp, e)))
 		goto out;
-	}
 
 	if ((ret = alloc_scratch(sp))) {
 		ret = sf_err_set(e, ret, "%s: sparse decoder buffers: %s", img->path, strerror(ENOMEM));
@@ -504,33 +643,8 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	if ((ret = sf_cache_open(&sp->cache.c, &co, e)))
 		goto out;
 	sp->cache.use = !o->simulate && (o->policy != SF_CACHE_NONE || sp->mem.pinned);
-
-	if (sp->s.nmax == 0) {
-		/* every group resident: nothing to read */
-	} else if (o->simulate) {
-		sp->io.flash_base = lo;
-		sp->io.flash_bytes = hi - lo;
-		if (!(sp->io.flash = malloc(sp->io.flash_bytes))) {
-			ret = sf_err_set(e, -ENOMEM, "%s: --simulate: %llu bytes: %s", img->path,
-					 (unsigned long long)sp->io.flash_bytes, strerror(ENOMEM));
-			goto out;
-		}
-		if ((ret = read_flash(sp, e)))
-			goto out;
-	} else {
-		sp->io.iobuf_bytes = iobuf;
-		if ((ret = posix_memalign((void **)&sp->io.iobuf, SF_URING_ALIGN, iobuf))) {
-			sp->io.iobuf = NULL;
-			ret = sf_err_set(e, -ret, "%s: read buffer of %llu bytes: %s", img->path,
-					 (unsigned long long)iobuf, strerror(ret));
-			goto out;
-		}
-		struct sf_uring_opts uo = { .qd = o->qd, .buffered = o->buffered,
-					    .arena = sp->io.iobuf, .arena_bytes = iobuf };
-		if ((ret = sf_uring_open(&sp->io.u, img->path, &uo, e)))
-			goto out;
-	}
-
+	if ((ret = open_reads(sp, &fn, e)))
+		goto out;
 	if (sp->mem.pinned && (ret = load_pins(sp, e)))
 		goto out;
 	/* borrowed for the set-up only */
@@ -538,29 +652,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	sp->o.compute = NULL;
 	sp->o.compute_static = NULL;
 	sp->o.compute_static_name = NULL;
-
-	if (o->collapse != SF_SPARSE_COLLAPSE_AUTO) {
-		sp->collapse.gap = o->collapse;
-		snprintf(sp->collapse.desc, sizeof(sp->collapse.desc), "%d (fixed)", sp->collapse.gap);
-	} else if (o->device_peak > 0 && o->device_iops > 0) {
-		sp->collapse.auto_gap_bytes = (uint64_t)(o->device_peak / o->device_iops) /
-				     SF_IMAGE_ALIGN * SF_IMAGE_ALIGN;
-		sp->collapse.gap_bytes = sp->collapse.auto_gap_bytes;
-		snprintf(sp->collapse.desc, sizeof(sp->collapse.desc),
-			 "auto: %llu bytes, off while above %.0f%% of the device peak %.0f MB/s",
-			 (unsigned long long)sp->collapse.auto_gap_bytes, SF_SPARSE_BW_BOUND * 100,
-			 o->device_peak / 1e6);
-	} else if (o->device_peak > 0) {
-		sp->collapse.gap = SF_SPARSE_AUTO_GAP;
-		snprintf(sp->collapse.desc, sizeof(sp->collapse.desc),
-			 "auto: %d, off while above %.0f%% of the device peak %.0f MB/s",
-			 SF_SPARSE_AUTO_GAP, SF_SPARSE_BW_BOUND * 100, o->device_peak / 1e6);
-	} else {
-		sp->collapse.gap = SF_SPARSE_AUTO_GAP;
-		snprintf(sp->collapse.desc, sizeof(sp->collapse.desc),
-			 "auto without a device peak (sf-run --probe-device): fixed gap %d",
-			 SF_SPARSE_AUTO_GAP);
-	}
+	choose_collapse(sp);
 	*spp = sp;
 	return 0;
 out:

@@ -30,14 +30,6 @@
  * fewer, longer kernel calls. */
 #define ROW_GAP 8
 
-static int hist_bucket(uint32_t len)
-{
-	int b = 0;
-	for (uint32_t lim = 1; b < SF_RUNS_NHIST - 1 && len > lim; lim *= 2)
-		b++;
-	return b;
-}
-
 // ----------------------------------------------------------------------------
 // selective computation: the set chosen after the prefill
 
@@ -107,7 +99,7 @@ const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp)
 }
 
 // ----------------------------------------------------------------------------
-// per token
+// the token: its figures closed, its collapse gap chosen
 
 /* Closes the previous token's figures and chooses this token's gap. */
 static void token_begin(struct sf_sparse *sp)
@@ -151,6 +143,95 @@ static void token_begin(struct sf_sparse *sp)
 		sp->collapse.tokens_off++;
 }
 
+// ----------------------------------------------------------------------------
+// selection: the active entries, and --free-riders
+
+/* The active entries of a bitmap (ascending), optionally only those in
+ * another (and) and not in a third (minus). */
+static size_t bits_entries(const uint64_t *bits, const uint64_t *and, const uint64_t *minus,
+			   uint32_t n, uint32_t *out)
+{
+	size_t k = 0;
+	for (uint32_t w = 0; w < (n + 63) / 64; w++) {
+		uint64_t b = bits[w] & (and ? and[w] : ~0ull) & (minus ? ~minus[w] : ~0ull);
+		while (b) {
+			out[k++] = w * 64 + (uint32_t)__builtin_ctzll(b);
+			b &= b - 1;
+		}
+	}
+	return k;
+}
+
+/* --free-riders: the positions whose whole bundle lies in the 4 KiB
+ * pages the top tier's positions tpos[0..*nt) touch join them (in
+ * order), unless allow leaves them out; they leave the middle tier
+ * mpos[0..*nm). Returns how many joined. */
+static size_t add_riders(struct sf_sparse *sp, const struct sf_image_group *G,
+			 const uint64_t *allow, size_t *nt, size_t *nm)
+{
+	const uint64_t s = G->top_bytes, P = SF_IMAGE_ALIGN;
+	const uint64_t npages = sparse_round_up((uint64_t)G->entries * s) / P;
+	uint64_t *pg = sp->tiers.pages;
+	uint32_t *tpos = sp->s.tpos, *merged = sp->s.sel_scratch;
+	size_t k = *nt, ti = 0, nout = 0, nr = 0;
+
+	for (size_t i = 0; i < k; i++)
+		for (uint64_t x = tpos[i] * s / P; x <= ((tpos[i] + 1) * s - 1) / P; x++)
+			pg[x / 64] |= 1ull << (x % 64);
+	for (uint64_t x = 0; x < npages;) {
+		if (!(pg[x / 64] >> (x % 64) & 1)) {
+			x++;
+			continue;
+		}
+		uint64_t x1 = x;
+		while (x1 + 1 < npages && pg[(x1 + 1) / 64] >> ((x1 + 1) % 64) & 1)
+			x1++;
+		/* q * s >= x * P and (q + 1) * s <= (x1 + 1) * P */
+		uint64_t q1 = (x1 + 1) * P / s;
+		for (uint64_t q = (x * P + s - 1) / s; q < q1 && q < G->entries; q++) {
+			while (ti < k && tpos[ti] < q)
+				merged[nout++] = tpos[ti++];
+			if (ti < k && tpos[ti] == q) {
+				merged[nout++] = tpos[ti++];
+				continue;
+			}
+			uint32_t j = G->perm[q];
+			if (allow && !(allow[j / 64] >> (j % 64) & 1))
+				continue;
+			merged[nout++] = (uint32_t)q;
+			nr++;
+		}
+		x = x1 + 1;
+	}
+	while (ti < k)
+		merged[nout++] = tpos[ti++];
+	memset(pg, 0, (size_t)(npages + 63) / 64 * 8);
+	if (!nr)
+		return 0;
+	memcpy(tpos, merged, nout * sizeof(*tpos));
+	*nt = nout;
+	size_t m = 0;
+	for (size_t i = 0, t = 0; i < *nm; i++) {
+		while (t < nout && tpos[t] < sp->s.mpos[i])
+			t++;
+		if (t == nout || tpos[t] != sp->s.mpos[i])
+			sp->s.mpos[m++] = sp->s.mpos[i];
+	}
+	*nm = m;
+	return nr;
+}
+
+// ----------------------------------------------------------------------------
+// reads: planned collapsed and aligned, reaped
+
+static int hist_bucket(uint32_t len)
+{
+	int b = 0;
+	for (uint32_t lim = 1; b < SF_RUNS_NHIST - 1 && len > lim; lim *= 2)
+		b++;
+	return b;
+}
+
 /* Plans the reads of positions pos[0..k) (ascending) of a region at
  * file offset base with stride bytes per position: runs joined across at
  * most sp->collapse.gap positions, each rounded out to 4 KiB, requests merged when
@@ -176,7 +257,8 @@ static int plan(struct sf_sparse *sp, const uint32_t *pos, size_t k, uint64_t ba
 					  "more than one request reads", sp->img->path, run->len,
 					  (unsigned long long)alen);
 		struct req *q = sp->io.nreq > first ? &sp->io.reqs[sp->io.nreq - 1] : NULL;
-		if (q && aoff <= q->aoff + q->alen + sp->collapse.gap_bytes && aoff + alen - q->aoff <= MAX_READ) {
+		if (q && aoff <= q->aoff + q->alen + sp->collapse.gap_bytes &&
+		    aoff + alen - q->aoff <= MAX_READ) {
 			uint64_t end = aoff + alen > q->aoff + q->alen ? aoff + alen : q->aoff + q->alen;
 			q->alen = (uint32_t)(end - q->aoff);
 		} else {
@@ -205,6 +287,40 @@ static int plan(struct sf_sparse *sp, const uint32_t *pos, size_t k, uint64_t ba
 	gt->bytes_needed += (uint64_t)k * stride;
 	return 0;
 }
+
+/* Waits for one request (wait 1), then takes every other that has
+ * completed, which refills the ring from the queued ones; on error
+ * records it. */
+static int reap_some(struct sf_sparse *sp, int wait)
+{
+	uint64_t tag;
+	struct sf_err e = { 0 };
+	double t0 = sf_now();
+	int ret = sf_uring_reap(sp->io.u, &tag, wait, &e);
+
+	if (!wait && ret == 0)
+		return 0;
+	sp->io.last_done = sf_now();
+	if (wait)
+		sp->st.wait_s += sp->io.last_done - t0;
+	if (ret == 0)
+		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
+				  sp->img->path);
+	while (ret == 1) {
+		sp->io.reqs[tag].done = 1;
+		ret = sf_uring_reap(sp->io.u, &tag, 0, &e);
+	}
+	if (ret == 0)
+		return 0;
+	if (e.msg[0])	/* names the file, offset and length */
+		return sf_err_set(&sp->err, ret, "%s", e.msg);
+	const struct req *q = &sp->io.reqs[tag < sp->io.nreq ? tag : 0];
+	return sf_err_set(&sp->err, ret, "%s: read of %u bytes at %llu: %s", sp->img->path,
+			  q->alen, (unsigned long long)q->aoff, sf_strerror(ret));
+}
+
+// ----------------------------------------------------------------------------
+// compute: in position order as the reads complete, in batches
 
 struct compute_task {
 	const struct sf_sparse *sp;
@@ -303,37 +419,6 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	sp->s.nidx = 0;
 }
 
-/* Waits for one request (wait 1), then takes every other that has
- * completed, which refills the ring from the queued ones; on error
- * records it. */
-static int reap_some(struct sf_sparse *sp, int wait)
-{
-	uint64_t tag;
-	struct sf_err e = { 0 };
-	double t0 = sf_now();
-	int ret = sf_uring_reap(sp->io.u, &tag, wait, &e);
-
-	if (!wait && ret == 0)
-		return 0;
-	sp->io.last_done = sf_now();
-	if (wait)
-		sp->st.wait_s += sp->io.last_done - t0;
-	if (ret == 0)
-		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
-				  sp->img->path);
-	while (ret == 1) {
-		sp->io.reqs[tag].done = 1;
-		ret = sf_uring_reap(sp->io.u, &tag, 0, &e);
-	}
-	if (ret == 0)
-		return 0;
-	if (e.msg[0])	/* names the file, offset and length */
-		return sf_err_set(&sp->err, ret, "%s", e.msg);
-	const struct req *q = &sp->io.reqs[tag < sp->io.nreq ? tag : 0];
-	return sf_err_set(&sp->err, ret, "%s: read of %u bytes at %llu: %s", sp->img->path,
-			  q->alen, (unsigned long long)q->aoff, sf_strerror(ret));
-}
-
 /* Computes positions pos[0..k) in order as their requests complete:
  * available ones are gathered into segments, computed once they hold
  * sp->o.batch_weights (and at the end). After each batch the completed
@@ -380,21 +465,8 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 	return 0;
 }
 
-/* The active entries of a bitmap (ascending), optionally only those in
- * another (and) and not in a third (minus). */
-static size_t bits_entries(const uint64_t *bits, const uint64_t *and, const uint64_t *minus,
-			   uint32_t n, uint32_t *out)
-{
-	size_t k = 0;
-	for (uint32_t w = 0; w < (n + 63) / 64; w++) {
-		uint64_t b = bits[w] & (and ? and[w] : ~0ull) & (minus ? ~minus[w] : ~0ull);
-		while (b) {
-			out[k++] = w * 64 + (uint32_t)__builtin_ctzll(b);
-			b &= b - 1;
-		}
-	}
-	return k;
-}
+// ----------------------------------------------------------------------------
+// one group, step by step
 
 static void fail_group(struct sf_sparse *sp, int ret, int nout, float *const *out,
 		       const struct sf_weight *const *w)
@@ -412,174 +484,143 @@ static void fail_group(struct sf_sparse *sp, int ret, int nout, float *const *ou
 		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
 }
 
-/* --free-riders: the positions whose whole bundle lies in the 4 KiB
- * pages the top tier's positions tpos[0..*nt) touch join them (in
- * order), unless allow leaves them out; they leave the middle tier
- * mpos[0..*nm). Returns how many joined. */
-static size_t add_riders(struct sf_sparse *sp, const struct sf_image_group *G,
-			 const uint64_t *allow, size_t *nt, size_t *nm)
+/* One group's pass through the steps: what each leaves for the next. */
+struct group_pass {
+	int layer;
+	enum sf_group g;
+	const struct sf_image_group *G;
+	const float *in;		/* (n) the group's input */
+	size_t n;			/* source entries */
+	uint32_t kt, km;		/* tier sizes, in source entries */
+	const uint64_t *allow;		/* (words) the entries that may be computed; NULL: all */
+	size_t nt, nm;			/* selected: top tier at s.tpos, middle at s.mpos */
+	size_t riders;			/* of nt, those --free-riders added */
+	size_t hits, nmiss;		/* of nt, in the cache; not, their positions at s.ents */
+	const void *const *slots;	/* (nt) per top entry its cache slot or NULL; NULL: no cache */
+	uint8_t *tmir, *mmir;		/* the mirrors the tiers' regions are read into */
+};
+
+/* 1. The entries of each tier by the input's magnitude, as positions in
+ * ascending order. Entries outside allow (not on flash, or not in the
+ * computation set) are never computed; kt and km count the group's source
+ * entries, so they are taken first. */
+static void select_entries(struct sf_sparse *sp, struct group_pass *gp)
 {
-	const uint64_t s = G->top_bytes, P = SF_IMAGE_ALIGN;
-	const uint64_t npages = sparse_round_up((uint64_t)G->entries * s) / P;
-	uint64_t *pg = sp->tiers.pages;
-	uint32_t *tpos = sp->s.tpos, *merged = sp->s.sel_scratch;
-	size_t k = *nt, ti = 0, nout = 0, nr = 0;
+	const struct sf_image_group *G = gp->G;
+	const float *in = gp->in;
+	uint32_t n = (uint32_t)gp->n, kt = gp->kt, km = gp->km;
+	const uint64_t *allow = gp->allow = sp->tiers.allow[(size_t)gp->layer * SF_NGROUPS + gp->g];
 
-	for (size_t i = 0; i < k; i++)
-		for (uint64_t x = tpos[i] * s / P; x <= ((tpos[i] + 1) * s - 1) / P; x++)
-			pg[x / 64] |= 1ull << (x % 64);
-	for (uint64_t x = 0; x < npages;) {
-		if (!(pg[x / 64] >> (x % 64) & 1)) {
-			x++;
-			continue;
-		}
-		uint64_t x1 = x;
-		while (x1 + 1 < npages && pg[(x1 + 1) / 64] >> ((x1 + 1) % 64) & 1)
-			x1++;
-		/* q * s >= x * P and (q + 1) * s <= (x1 + 1) * P */
-		uint64_t q1 = (x1 + 1) * P / s;
-		for (uint64_t q = (x * P + s - 1) / s; q < q1 && q < G->entries; q++) {
-			while (ti < k && tpos[ti] < q)
-				merged[nout++] = tpos[ti++];
-			if (ti < k && tpos[ti] == q) {
-				merged[nout++] = tpos[ti++];
-				continue;
-			}
-			uint32_t j = G->perm[q];
-			if (allow && !(allow[j / 64] >> (j % 64) & 1))
-				continue;
-			merged[nout++] = (uint32_t)q;
-			nr++;
-		}
-		x = x1 + 1;
-	}
-	while (ti < k)
-		merged[nout++] = tpos[ti++];
-	memset(pg, 0, (size_t)(npages + 63) / 64 * 8);
-	if (!nr)
-		return 0;
-	memcpy(tpos, merged, nout * sizeof(*tpos));
-	*nt = nout;
-	size_t m = 0;
-	for (size_t i = 0, t = 0; i < *nm; i++) {
-		while (t < nout && tpos[t] < sp->s.mpos[i])
-			t++;
-		if (t == nout || tpos[t] != sp->s.mpos[i])
-			sp->s.mpos[m++] = sp->s.mpos[i];
-	}
-	*nm = m;
-	return nr;
-}
-
-void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
-			  int nout, float *const *out, const struct sf_weight *const *w)
-{
-	struct sf_sparse *sp = ctx;
-	const struct sf_image_group *G = sf_image_group(sp->img, layer, g);
-	struct gtally *gt = &sp->st.g[g];
-	size_t at_k = (size_t)layer * SF_NGROUPS + (size_t)g;
-	uint32_t kt = sp->tiers.k_top[at_k], km = sp->tiers.k_mid[at_k];
-	double t0 = sf_now();
-	int ret = 0;
-
-	if (layer == 0 && g == SF_GROUP_ATTN_IN)
-		token_begin(sp);
-	if (sp->failed) {
-		fail_group(sp, sp->failed, nout, out, w);
-		return;
-	}
-	if (G->resident) {
-		sf_group_dense(sp->pool, in, nout, out, w);
-		return;
-	}
-	for (int i = 0; i < nout; i++)
-		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
-
-	// 1. select
-	if (g == SF_GROUP_FFN_OUT && sp->comp.sc && !sp->comp.fixed)
-		sf_select_compute_observe(sp->comp.sc, layer, in);
-	/* entries outside allow (not on flash, or not in the computation
-	 * set) are never computed; kt and km count the group's source
-	 * entries, so they are taken first */
-	const uint64_t *allow = sp->tiers.allow[at_k];
-	size_t nt, nm = 0;
+	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && !sp->comp.fixed)
+		sf_select_compute_observe(sp->comp.sc, gp->layer, in);
+	gp->nm = 0;
 	if (kt == n && !allow) {
-		nt = n;
+		gp->nt = n;
 		for (uint32_t p = 0; p < n; p++)
 			sp->s.tpos[p] = p;
 	} else {
 		if (kt == n)
-			nt = bits_entries(allow, NULL, NULL, (uint32_t)n, sp->s.ents);
+			gp->nt = bits_entries(allow, NULL, NULL, n, sp->s.ents);
 		else {
-			sf_trace_select_topk(in, (uint32_t)n, kt, sp->s.bits_top, sp->s.sel_scratch);
-			nt = bits_entries(sp->s.bits_top, allow, NULL, (uint32_t)n, sp->s.ents);
+			sf_trace_select_topk(in, n, kt, sp->s.bits_top, sp->s.sel_scratch);
+			gp->nt = bits_entries(sp->s.bits_top, allow, NULL, n, sp->s.ents);
 		}
-		sf_runs_positions(G->pos, (uint32_t)n, sp->s.ents, nt, sp->s.pscratch, sp->s.tpos);
+		sf_runs_positions(G->pos, n, sp->s.ents, gp->nt, sp->s.pscratch, sp->s.tpos);
 		if (km) {
-			sf_trace_select_topk(in, (uint32_t)n, kt + km, sp->s.bits_all, sp->s.sel_scratch);
-			nm = bits_entries(sp->s.bits_all, allow, sp->s.bits_top, (uint32_t)n, sp->s.ents);
-			sf_runs_positions(G->pos, (uint32_t)n, sp->s.ents, nm, sp->s.pscratch, sp->s.mpos);
+			sf_trace_select_topk(in, n, kt + km, sp->s.bits_all, sp->s.sel_scratch);
+			gp->nm = bits_entries(sp->s.bits_all, allow, sp->s.bits_top, n, sp->s.ents);
+			sf_runs_positions(G->pos, n, sp->s.ents, gp->nm, sp->s.pscratch, sp->s.mpos);
 		}
 	}
+	gp->riders = sp->o.free_riders && kt < n ? add_riders(sp, G, allow, &gp->nt, &gp->nm) : 0;
+}
 
-	size_t riders = sp->o.free_riders && kt < n ? add_riders(sp, G, allow, &nt, &nm) : 0;
+/* 2. The top tier's entries held in the cache; the misses' positions, in
+ * order, into s.ents. */
+static void lookup_cache(struct sf_sparse *sp, struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
 
-	// 2. cache
-	size_t hits = 0, nmiss = 0;
-	const void *const *slots = NULL;
+	gp->hits = gp->nmiss = 0;
+	gp->slots = NULL;
 	if (sp->cache.use) {
-		for (size_t i = 0; i < nt; i++)
+		for (size_t i = 0; i < gp->nt; i++)
 			sp->cache.tent[i] = G->perm[sp->s.tpos[i]];
-		hits = sf_cache_lookup(sp->cache.c, (uint32_t)layer, g, sp->cache.tent, nt, sp->cache.slots, NULL,
-				       NULL);
-		slots = sp->cache.slots;
+		gp->hits = sf_cache_lookup(sp->cache.c, (uint32_t)gp->layer, gp->g, sp->cache.tent,
+					   gp->nt, sp->cache.slots, NULL, NULL);
+		gp->slots = sp->cache.slots;
 	}
-	/* the misses' positions, in order, reuse ents */
-	for (size_t i = 0; i < nt; i++)
-		if (!slots || !slots[i])
-			sp->s.ents[nmiss++] = sp->s.tpos[i];
+	for (size_t i = 0; i < gp->nt; i++)
+		if (!gp->slots || !gp->slots[i])
+			sp->s.ents[gp->nmiss++] = sp->s.tpos[i];
+}
 
-	// 3. plan, into the mirrors of the group's regions
+/* 3. The requests of both tiers, into the mirrors of the group's regions:
+ * the middle tier first, its reads an eighth of the bytes, so that they
+ * come in early and its decoding overlaps the top tier's reads. Then per
+ * selected top entry its request (s.treq), or NO_READ for a hit. */
+static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+	struct gtally *gt = &sp->st.g[gp->g];
 	uint64_t tcap = sparse_round_up((uint64_t)G->entries * G->top_bytes);
 	uint64_t mcap = G->mid ? sparse_round_up((uint64_t)G->entries * G->mid_bytes) : 0;
-	uint8_t *tmir = sp->o.simulate ? sp->io.flash + (G->top->offset - sp->io.flash_base) : sp->io.iobuf;
-	uint8_t *mmir = !G->mid ? NULL : sp->o.simulate ? sp->io.flash + (G->mid->offset - sp->io.flash_base)
-						      : sp->io.iobuf + tcap;
-	/* the middle tier first: its reads are an eighth of the bytes and come
-	 * in early, so its decoding overlaps the top tier's reads */
-	sp->io.nreq = 0;
-	if (nm && (ret = plan(sp, sp->s.mpos, nm, G->mid->offset, G->mid_bytes, mmir, mcap, sp->s.mreq,
-			      NULL, gt)))
-		goto fail;
-	if ((ret = plan(sp, sp->s.ents, nmiss, G->top->offset, G->top_bytes, tmir, tcap,
-			sp->s.sel_scratch, sp->s.runlen, gt)))
-		goto fail;
-	/* per selected top entry: its request, or NO_READ for a hit */
-	for (size_t i = 0, j = 0; i < nt; i++)
-		sp->s.treq[i] = slots && slots[i] ? NO_READ : sp->s.sel_scratch[j++];
+	int ret;
 
-	// 4. read
-	double ts = sf_now();
-	sp->io.last_done = ts;
+	if (sp->o.simulate) {
+		gp->tmir = sp->io.flash + (G->top->offset - sp->io.flash_base);
+		gp->mmir = G->mid ? sp->io.flash + (G->mid->offset - sp->io.flash_base) : NULL;
+	} else {
+		gp->tmir = sp->io.iobuf;
+		gp->mmir = G->mid ? sp->io.iobuf + tcap : NULL;
+	}
+	sp->io.nreq = 0;
+	if (gp->nm && (ret = plan(sp, sp->s.mpos, gp->nm, G->mid->offset, G->mid_bytes, gp->mmir,
+				  mcap, sp->s.mreq, NULL, gt)))
+		return ret;
+	if ((ret = plan(sp, sp->s.ents, gp->nmiss, G->top->offset, G->top_bytes, gp->tmir, tcap,
+			sp->s.sel_scratch, sp->s.runlen, gt)))
+		return ret;
+	for (size_t i = 0, j = 0; i < gp->nt; i++)
+		sp->s.treq[i] = gp->slots && gp->slots[i] ? NO_READ : sp->s.sel_scratch[j++];
+	return 0;
+}
+
+/* 4. Every request queued and submitted in one call (with --simulate the
+ * bytes are there already). */
+static int submit_reads(struct sf_sparse *sp)
+{
+	int ret;
+
 	if (sp->o.simulate) {
 		for (size_t r = 0; r < sp->io.nreq; r++)
 			sp->io.reqs[r].done = 1;
-	} else if (sp->io.nreq) {
-		for (size_t r = 0; r < sp->io.nreq; r++)
-			if ((ret = sf_uring_queue(sp->io.u, sp->io.reqs[r].aoff, sp->io.reqs[r].alen,
-						  sp->io.reqs[r].buf, r, &sp->err)))
-				goto fail;
-		if ((ret = sf_uring_submit(sp->io.u, &sp->err)) < 0)
-			goto fail;
+		return 0;
 	}
+	if (!sp->io.nreq)
+		return 0;
+	for (size_t r = 0; r < sp->io.nreq; r++)
+		if ((ret = sf_uring_queue(sp->io.u, sp->io.reqs[r].aoff, sp->io.reqs[r].alen,
+					  sp->io.reqs[r].buf, r, &sp->err)))
+			return ret;
+	ret = sf_uring_submit(sp->io.u, &sp->err);
+	return ret < 0 ? ret : 0;
+}
 
-	// 5. compute in position order as reads complete: middle, then top
+/* 5. Both tiers computed in position order as their reads complete,
+ * middle then top, into out (kept rows first into s.yrows). */
+static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, float *const *out)
+{
+	const struct sf_image_group *G = gp->G;
 	float *yr[SF_GROUP_MAX_MATRICES];
-	const uint8_t *cm = g == SF_GROUP_FFN_IN && sp->comp.sc ? sp->comp.set_mask[layer] : NULL;
+	const uint8_t *cm = gp->g == SF_GROUP_FFN_IN && sp->comp.sc ? sp->comp.set_mask[gp->layer]
+								      : NULL;
 	struct compute_task t = { .sp = sp, .G = G, .y = G->rows ? yr : out };
+	int ret;
+
 	if (cm) {
-		t.spans = sp->comp.spans + (size_t)layer * sp->comp.rows_all;
-		t.nspans = sp->comp.nspans[layer];
+		t.spans = sp->comp.spans + (size_t)gp->layer * sp->comp.rows_all;
+		t.nspans = sp->comp.nspans[gp->layer];
 		for (uint32_t k = 0; k < t.nspans; k++)
 			sp->comp.rows += t.spans[k].len;
 	}
@@ -592,12 +633,13 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 	}
 	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
 								  : MID_COST_SCALAR;
-	if (nm && (ret = compute_tier(sp, G, in, sp->s.mpos, nm, sp->s.mreq, NULL, mmir, mid_worker,
-				      &t)))
-		goto fail;
+	if (gp->nm && (ret = compute_tier(sp, G, gp->in, sp->s.mpos, gp->nm, sp->s.mreq, NULL,
+					  gp->mmir, mid_worker, &t)))
+		return ret;
 	t.weight_cost = 1;
-	if ((ret = compute_tier(sp, G, in, sp->s.tpos, nt, sp->s.treq, slots, tmir, top_worker, &t)))
-		goto fail;
+	if ((ret = compute_tier(sp, G, gp->in, sp->s.tpos, gp->nt, sp->s.treq, gp->slots, gp->tmir,
+				top_worker, &t)))
+		return ret;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
 	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
 	 * * 0 makes their ffn_out entry 0 */
@@ -606,42 +648,100 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 			uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
 			out[i][nr] = cm && !cm[nr] ? 0.0f : G->rows ? yr[i][r] : out[i][nr];
 		}
-	if (g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[layer])
-		sp->comp.entries += nt + nm;
-	if (!sp->o.simulate && sp->io.u && sf_uring_outstanding(sp->io.u)) {
-		ret = sf_err_set(&sp->err, -EIO, "%s: reads left outstanding", sp->img->path);
-		goto fail;
-	}
+	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
+		sp->comp.entries += gp->nt + gp->nm;
+	return 0;
+}
+
+/* The group's reads counted: bytes, requests, and the I/O span from the
+ * submit at ts to the last completion. */
+static void count_reads(struct sf_sparse *sp, double ts)
+{
 	uint64_t moved = 0;
+
 	for (size_t r = 0; r < sp->io.nreq; r++)
 		moved += sp->io.reqs[r].alen;
-	/* the I/O span: from the submit to the last completion */
 	sp->st.tok_span += sp->io.last_done - ts;
 	sp->st.span_s += sp->io.last_done - ts;
 	sp->st.tok_bytes += moved;
 	sp->st.requests += sp->io.nreq;
 	sp->st.bytes_moved += moved;
+}
 
-	// 6. admit what was read
-	if (slots)
-		for (size_t i = 0, j = 0; i < nt; i++) {
-			if (slots[i])
-				continue;
-			uint32_t p = sp->s.tpos[i];
-			sf_cache_insert(sp->cache.c, (uint32_t)layer, g, G->perm[p],
-					tmir + (uint64_t)p * G->top_bytes, G->top_bytes,
-					sp->s.runlen[j++] > 2);
-		}
+/* 6. What was read offered to the cache (long runs marked as such). */
+static void admit(struct sf_sparse *sp, const struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+
+	if (!gp->slots)
+		return;
+	for (size_t i = 0, j = 0; i < gp->nt; i++) {
+		if (gp->slots[i])
+			continue;
+		uint32_t p = sp->s.tpos[i];
+		sf_cache_insert(sp->cache.c, (uint32_t)gp->layer, gp->g, G->perm[p],
+				gp->tmir + (uint64_t)p * G->top_bytes, G->top_bytes,
+				sp->s.runlen[j++] > 2);
+	}
+}
+
+/* The group kind's figures: tiers, hits, riders, Equation 5's budget. */
+static void tally(struct sf_sparse *sp, const struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+	struct gtally *gt = &sp->st.g[gp->g];
 
 	gt->computed++;
-	gt->entries += n;
-	gt->k_top += nt;
-	gt->k_mid += nm;
-	gt->hits += hits;
-	gt->riders += riders;
-	gt->budget += ((double)nt * (double)sparse_col_bytes(G, 0) + (double)nm * (double)sp->tiers.col_mid[g]) /
-		      ((double)n * (double)sp->tiers.col_top[g]);
-	sp->st.bytes_needed += (uint64_t)nmiss * G->top_bytes + (uint64_t)nm * G->mid_bytes;
+	gt->entries += gp->n;
+	gt->k_top += gp->nt;
+	gt->k_mid += gp->nm;
+	gt->hits += gp->hits;
+	gt->riders += gp->riders;
+	gt->budget += ((double)gp->nt * (double)sparse_col_bytes(G, 0) +
+		       (double)gp->nm * (double)sp->tiers.col_mid[gp->g]) /
+		      ((double)gp->n * (double)sp->tiers.col_top[gp->g]);
+	sp->st.bytes_needed += (uint64_t)gp->nmiss * G->top_bytes + (uint64_t)gp->nm * G->mid_bytes;
+}
+
+void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
+			  int nout, float *const *out, const struct sf_weight *const *w)
+{
+	struct sf_sparse *sp = ctx;
+	size_t at = (size_t)layer * SF_NGROUPS + (size_t)g;
+	struct group_pass gp = {
+		.layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .n = n,
+		.kt = sp->tiers.k_top[at], .km = sp->tiers.k_mid[at],
+	};
+	double t0 = sf_now(), ts;
+	int ret;
+
+	if (layer == 0 && g == SF_GROUP_ATTN_IN)
+		token_begin(sp);
+	if (sp->failed) {
+		fail_group(sp, sp->failed, nout, out, w);
+		return;
+	}
+	if (gp.G->resident) {
+		sf_group_dense(sp->pool, in, nout, out, w);
+		return;
+	}
+	for (int i = 0; i < nout; i++)
+		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
+
+	select_entries(sp, &gp);
+	lookup_cache(sp, &gp);
+	if ((ret = plan_group(sp, &gp)))
+		goto fail;
+	ts = sp->io.last_done = sf_now();
+	if ((ret = submit_reads(sp)) || (ret = compute_group(sp, &gp, out)))
+		goto fail;
+	if (!sp->o.simulate && sp->io.u && sf_uring_outstanding(sp->io.u)) {
+		ret = sf_err_set(&sp->err, -EIO, "%s: reads left outstanding", sp->img->path);
+		goto fail;
+	}
+	count_reads(sp, ts);
+	admit(sp, &gp);
+	tally(sp, &gp);
 	sp->st.exec_s += sf_now() - t0;
 	return;
 fail:
