@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "base/outfile.h"
 #include "formats/trace.h"
 #include "online/sparse_impl.h"
 #include "online/uring.h"
@@ -801,7 +802,8 @@ static int make_dirs(char *file)
 
 int sf_sparse_device_probe(const char *dir, json_t **out, struct sf_err *e)
 {
-	char file[4096], tmp[4200], data[4200];
+	char file[4096], data[4200];
+	struct sf_outfile of;
 	struct sf_uring_probe p;
 	struct stat st;
 	int ret;
@@ -831,12 +833,15 @@ int sf_sparse_device_probe(const char *dir, json_t **out, struct sf_err *e)
 		ret = sf_err_set(e, ret, "%s: %s", file, strerror(-ret));
 		goto out;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", file, (long)getpid());
-	if (json_dump_file(j, tmp, JSON_INDENT(2)) || rename(tmp, file)) {
+	if ((ret = sf_outfile_open(&of, file, 0, NULL, e)))
+		goto out;
+	if (json_dumpf(j, of.f, JSON_INDENT(2))) {
+		sf_outfile_abort(&of);
 		ret = sf_err_set(e, -EIO, "%s: cannot write", file);
-		unlink(tmp);
 		goto out;
 	}
+	if ((ret = sf_outfile_commit(&of, e)))
+		goto out;
 	if (out) {
 		*out = j;
 		j = NULL;
