@@ -6,7 +6,6 @@
 #include "engine/tokenizer.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <pthread.h>
@@ -14,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "base/file.h"
 
 // ----------------------------------------------------------------------------
 // UTF-8 as Rust's str sees it (HF tokenizers works on Rust strings)
@@ -427,65 +426,6 @@ struct sf_tokenizer {
 
 #define FMT(...) sf_err_set(e, SF_EFORMAT, __VA_ARGS__)
 #define UNSUP(...) sf_err_set(e, SF_EUNSUPPORTED, __VA_ARGS__)
-
-/* Reads the whole file into *data (*data NULL and 0 returned when
- * optional and absent). */
-static int read_file(const char *path, bool optional, char **data, size_t *len, struct sf_err *e)
-{
-	struct stat st;
-	char *buf = NULL;
-	int r = 0;
-
-	*data = NULL;
-	*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = -errno;
-		if (optional && r == -ENOENT)
-			return 0;
-		return sf_err_set(e, r, "%s: cannot open: %s", path, strerror(-r));
-	}
-	if (fstat(fd, &st)) {
-		r = -errno;
-		sf_err_set(e, r, "%s: cannot stat: %s", path, strerror(-r));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = FMT("%s: not a regular file", path);
-		goto out;
-	}
-	if ((uint64_t)st.st_size > SF_TOKENIZER_MAX_FILE) {
-		r = sf_err_set(e, SF_ELIMIT, "%s: file size %lld bytes: over the limit of %llu (256 MiB)",
-			       path, (long long)st.st_size, (unsigned long long)SF_TOKENIZER_MAX_FILE);
-		goto out;
-	}
-	size_t size = (size_t)st.st_size, got = 0;
-	buf = malloc(size + 1);
-	if (!buf) {
-		r = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
-		goto out;
-	}
-	while (got < size) {
-		ssize_t k = read(fd, buf + got, size - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			r = -errno;
-			sf_err_set(e, r, "%s: read: %s", path, strerror(-r));
-			goto out;
-		}
-		if (k == 0)
-			break;	/* shrank under us: parse what is there */
-		got += (size_t)k;
-	}
-	*data = buf;
-	*len = got;
-	buf = NULL;
-out:
-	free(buf);
-	close(fd);
-	return r;
-}
 
 /* Parses a JSON object; path names it in messages. */
 static int parse_json(const char *path, const char *data, size_t len, json_t **out,
@@ -1276,8 +1216,8 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
 		goto out;
 	}
-	if ((r = read_file(tpath, false, &ttext, &tlen, e)) ||
-	    (r = read_file(cpath, true, &ctext, &clen, e)))
+	if ((r = sf_file_read(tpath, SF_TOKENIZER_MAX_FILE, 0, &ttext, &tlen, e)) ||
+	    (r = sf_file_read(cpath, SF_TOKENIZER_MAX_FILE, SF_FILE_OPTIONAL, &ctext, &clen, e)))
 		goto out;
 	r = open_texts(tp, tpath, ttext, tlen, cpath, ctext, clen, e);
 out:
