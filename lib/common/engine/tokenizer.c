@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/jsonfile.h"
 
 // ----------------------------------------------------------------------------
 // UTF-8 as Rust's str sees it (HF tokenizers works on Rust strings)
@@ -467,15 +468,24 @@ static bool jbool(json_t *o, const char *k, bool dflt)
 	return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
+/* "PATH: WHERE", naming an object for the typed getters' messages. */
+static const char *at(const struct sf_tokenizer *t, const char *where, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s: %s", t->path, where);
+	return buf;
+}
+
 /* A step's "type", or NULL with the message set. */
 static const char *jtype(struct sf_tokenizer *t, json_t *o, const char *where, struct sf_err *e)
 {
-	const char *ty = json_string_value(json_object_get(o, "type"));
-	if (!json_is_object(o))
+	char buf[SF_ERR_MAX];
+	const char *ty;
+
+	if (!json_is_object(o)) {
 		FMT("%s: %s: not an object", t->path, where);
-	else if (!ty)
-		FMT("%s: %s.type: missing or not a string", t->path, where);
-	return json_is_object(o) ? ty : NULL;
+		return NULL;
+	}
+	return sf_json_str(o, "type", &ty, at(t, where, buf, sizeof(buf)), e) ? NULL : ty;
 }
 
 /* The "String" or "Regex" of a pattern object: 1 for a regex. */
@@ -711,17 +721,19 @@ static int add_dec(struct sf_tokenizer *t, json_t *n, const char *where, int *st
 	if (want == ST_BYTEFALLBACK) {
 		t->dec_byte_fallback = true;
 	} else if (want == ST_STRIP) {
-		json_t *c = json_object_get(n, "content"), *st = json_object_get(n, "start");
-		json_t *sp = json_object_get(n, "stop");
+		json_t *c = json_object_get(n, "content"), *sp = json_object_get(n, "stop");
+		char buf[SF_ERR_MAX];
+		int64_t start;
+		int r;
 		if (!json_is_string(c) || json_string_length(c) == 0)
 			return FMT("%s: %s.content: not a character", t->path, where);
-		if (!json_is_integer(st) || json_integer_value(st) < 0 || json_integer_value(st) > 1000)
-			return FMT("%s: %s.start: not a count", t->path, where);
+		if ((r = sf_json_int(n, "start", 0, 1000, &start, at(t, where, buf, sizeof(buf)), e)))
+			return r;
 		if (json_is_integer(sp) && json_integer_value(sp) != 0)
 			return UNSUP("%s: %s: Strip with stop > 0: unsupported", t->path, where);
 		if (!(t->strip = jstr(t, c, &t->nstrip)))
 			return nomem(t, e);
-		t->strip_start = (unsigned)json_integer_value(st);
+		t->strip_start = (unsigned)start;
 	} else if (want == ST_MAPS) {
 		struct dmap m = {0};
 		struct dmap *p = realloc(t->dmap, (t->ndmap + 1) * sizeof(*p));
@@ -774,18 +786,21 @@ static int load_added(struct sf_tokenizer *t, json_t *list, int32_t *maxid, stru
 	if (!t->added)
 		return nomem(t, e);
 	json_array_foreach(list, i, a) {
-		json_t *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
+		json_t *c = json_object_get(a, "content");
 		struct added *d = &t->added[t->nadded];
+		char where[64], buf[SF_ERR_MAX];
+		int64_t id;
+		int r;
 		if (!json_is_object(a))
 			return FMT("%s: added_tokens[%zu]: not an object", t->path, i);
-		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= SF_TOKENIZER_MAX_VOCAB)
-			return FMT("%s: added_tokens[%zu].id: not an integer in [0, %u)", t->path, i,
-				   SF_TOKENIZER_MAX_VOCAB);
+		snprintf(where, sizeof(where), "added_tokens[%zu]", i);
+		if ((r = sf_json_int(a, "id", 0, SF_TOKENIZER_MAX_VOCAB - 1, &id,
+				     at(t, where, buf, sizeof(buf)), e)))
+			return r;
 		if (!json_is_string(c) || !json_string_length(c))
 			return FMT("%s: added_tokens[%zu].content: not a non-empty string", t->path, i);
 		size_t n;
-		d->id = (int32_t)json_integer_value(id);
+		d->id = (int32_t)id;
 		if (!(d->s = jstr(t, c, &n)))
 			return nomem(t, e);
 		d->n = (uint32_t)n;
@@ -794,8 +809,8 @@ static int load_added(struct sf_tokenizer *t, json_t *list, int32_t *maxid, stru
 		d->rstrip = jbool(a, "rstrip", false);
 		d->single_word = jbool(a, "single_word", false);
 		d->normalized = jbool(a, "normalized", !d->special);
-		if (json_integer_value(id) > *maxid)
-			*maxid = (int32_t)json_integer_value(id);
+		if (id > *maxid)
+			*maxid = (int32_t)id;
 		t->nadded++;
 	}
 	return 0;
