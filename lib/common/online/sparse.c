@@ -665,12 +665,19 @@ void sf_sparse_close(struct sf_sparse *sp)
 {
 	if (!sp)
 		return;
+	free(sp->tiers.k_top);
+	free(sp->tiers.k_mid);
+	free(sp->tiers.allow);
+	free(sp->tiers.keep_allow);
+	free(sp->tiers.allow_bits);
+	free(sp->tiers.pages);
 	sf_uring_close(sp->io.u);
 	free(sp->io.iobuf);
 	free(sp->io.flash);
+	free(sp->io.reqs);
 	sf_cache_close(sp->cache.c);
-	free(sp->tiers.k_top);
-	free(sp->tiers.k_mid);
+	free(sp->cache.slots);
+	free(sp->cache.tent);
 	free(sp->s.bits_top);
 	free(sp->s.bits_all);
 	free(sp->s.pscratch);
@@ -678,26 +685,19 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->s.ents);
 	free(sp->s.tpos);
 	free(sp->s.mpos);
-	free(sp->cache.tent);
 	free(sp->s.treq);
 	free(sp->s.mreq);
 	free(sp->s.runlen);
 	free(sp->s.idx);
 	free(sp->s.xv);
-	free(sp->tiers.pages);
+	free(sp->s.runs);
+	free(sp->s.segs);
 	free(sp->s.yrows);
-	free(sp->tiers.allow);
-	free(sp->tiers.keep_allow);
-	free(sp->tiers.allow_bits);
 	sf_select_compute_close(sp->comp.sc);
 	free(sp->comp.set_bits);
 	free(sp->comp.set_mask);
 	free(sp->comp.spans);
 	free(sp->comp.nspans);
-	free(sp->cache.slots);
-	free(sp->s.runs);
-	free(sp->io.reqs);
-	free(sp->s.segs);
 	free(sp->st.lat);
 	free(sp);
 }
