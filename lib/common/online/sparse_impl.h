@@ -96,7 +96,7 @@ struct sparse_scratch {
 	uint32_t nmax;
 	uint64_t *bits_top, *bits_all;		/* (words) top tier; both tiers */
 	uint64_t *pscratch;			/* (words) sf_runs_positions */
-	uint32_t *sel_scratch;			/* (2 * nmax) top-k; the top tier's requests */
+	uint32_t *sel_scratch;			/* (2 * nmax) top-k; the misses' requests; riders merged */
 	uint32_t *ents;				/* (nmax) entries; then the misses' positions */
 	uint32_t *tpos, *mpos;			/* (nmax) positions per tier, ascending */
 	uint32_t *treq, *mreq;			/* (nmax) per position its request, or NO_READ */
