@@ -1,4 +1,4 @@
-/* Unit test of lib/common/sparse.c on images of the embedded mix4-1m
+/* Unit test of lib/common/online/sparse*.c on images of the embedded mix4-1m
  * (identity and shuffled placements, scalar codes, attention resident or
  * not): every group's sparse output against a plain double-precision
  * product over the same selection (top tier from the model's weights,

@@ -6,7 +6,6 @@
 #include "engine/tokenizer.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <utf8proc.h>
@@ -15,8 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "base/file.h"
+#include "base/jsonfile.h"
 
 // ----------------------------------------------------------------------------
 // UTF-8 as Rust's str sees it (HF tokenizers works on Rust strings)
@@ -429,65 +429,6 @@ struct sf_tokenizer {
 #define FMT(...) sf_err_set(e, SF_EFORMAT, __VA_ARGS__)
 #define UNSUP(...) sf_err_set(e, SF_EUNSUPPORTED, __VA_ARGS__)
 
-/* Reads the whole file into *data (*data NULL and 0 returned when
- * optional and absent). */
-static int read_file(const char *path, bool optional, char **data, size_t *len, struct sf_err *e)
-{
-	struct stat st;
-	char *buf = NULL;
-	int r = 0;
-
-	*data = NULL;
-	*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = -errno;
-		if (optional && r == -ENOENT)
-			return 0;
-		return sf_err_set(e, r, "%s: cannot open: %s", path, strerror(-r));
-	}
-	if (fstat(fd, &st)) {
-		r = -errno;
-		sf_err_set(e, r, "%s: cannot stat: %s", path, strerror(-r));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = FMT("%s: not a regular file", path);
-		goto out;
-	}
-	if ((uint64_t)st.st_size > SF_TOKENIZER_MAX_FILE) {
-		r = sf_err_set(e, SF_ELIMIT, "%s: file size %lld bytes: over the limit of %llu (256 MiB)",
-			       path, (long long)st.st_size, (unsigned long long)SF_TOKENIZER_MAX_FILE);
-		goto out;
-	}
-	size_t size = (size_t)st.st_size, got = 0;
-	buf = malloc(size + 1);
-	if (!buf) {
-		r = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
-		goto out;
-	}
-	while (got < size) {
-		ssize_t k = read(fd, buf + got, size - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			r = -errno;
-			sf_err_set(e, r, "%s: read: %s", path, strerror(-r));
-			goto out;
-		}
-		if (k == 0)
-			break;	/* shrank under us: parse what is there */
-		got += (size_t)k;
-	}
-	*data = buf;
-	*len = got;
-	buf = NULL;
-out:
-	free(buf);
-	close(fd);
-	return r;
-}
-
 /* Parses a JSON object; path names it in messages. flags: jansson's
  * decoding flags beyond the duplicate and NUL rules. */
 static int parse_json(const char *path, const char *data, size_t len, int flags, json_t **out,
@@ -529,15 +470,24 @@ static bool jbool(json_t *o, const char *k, bool dflt)
 	return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
+/* "PATH: WHERE", naming an object for the typed getters' messages. */
+static const char *at(const struct sf_tokenizer *t, const char *where, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s: %s", t->path, where);
+	return buf;
+}
+
 /* A step's "type", or NULL with the message set. */
 static const char *jtype(struct sf_tokenizer *t, json_t *o, const char *where, struct sf_err *e)
 {
-	const char *ty = json_string_value(json_object_get(o, "type"));
-	if (!json_is_object(o))
+	char buf[SF_ERR_MAX];
+	const char *ty;
+
+	if (!json_is_object(o)) {
 		FMT("%s: %s: not an object", t->path, where);
-	else if (!ty)
-		FMT("%s: %s.type: missing or not a string", t->path, where);
-	return json_is_object(o) ? ty : NULL;
+		return NULL;
+	}
+	return sf_json_str(o, "type", &ty, at(t, where, buf, sizeof(buf)), e) ? NULL : ty;
 }
 
 /* The "String" or "Regex" of a pattern object: 1 for a regex. */
@@ -773,17 +723,19 @@ static int add_dec(struct sf_tokenizer *t, json_t *n, const char *where, int *st
 	if (want == ST_BYTEFALLBACK) {
 		t->dec_byte_fallback = true;
 	} else if (want == ST_STRIP) {
-		json_t *c = json_object_get(n, "content"), *st = json_object_get(n, "start");
-		json_t *sp = json_object_get(n, "stop");
+		json_t *c = json_object_get(n, "content"), *sp = json_object_get(n, "stop");
+		char buf[SF_ERR_MAX];
+		int64_t start;
+		int r;
 		if (!json_is_string(c) || json_string_length(c) == 0)
 			return FMT("%s: %s.content: not a character", t->path, where);
-		if (!json_is_integer(st) || json_integer_value(st) < 0 || json_integer_value(st) > 1000)
-			return FMT("%s: %s.start: not a count", t->path, where);
+		if ((r = sf_json_int(n, "start", 0, 1000, &start, at(t, where, buf, sizeof(buf)), e)))
+			return r;
 		if (json_is_integer(sp) && json_integer_value(sp) != 0)
 			return UNSUP("%s: %s: Strip with stop > 0: unsupported", t->path, where);
 		if (!(t->strip = jstr(t, c, &t->nstrip)))
 			return nomem(t, e);
-		t->strip_start = (unsigned)json_integer_value(st);
+		t->strip_start = (unsigned)start;
 	} else if (want == ST_MAPS) {
 		struct dmap m = {0};
 		struct dmap *p = realloc(t->dmap, (t->ndmap + 1) * sizeof(*p));
@@ -836,18 +788,21 @@ static int load_added(struct sf_tokenizer *t, json_t *list, int32_t *maxid, stru
 	if (!t->added)
 		return nomem(t, e);
 	json_array_foreach(list, i, a) {
-		json_t *id = json_object_get(a, "id"), *c = json_object_get(a, "content");
+		json_t *c = json_object_get(a, "content");
 		struct added *d = &t->added[t->nadded];
+		char where[64], buf[SF_ERR_MAX];
+		int64_t id;
+		int r;
 		if (!json_is_object(a))
 			return FMT("%s: added_tokens[%zu]: not an object", t->path, i);
-		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= SF_TOKENIZER_MAX_VOCAB)
-			return FMT("%s: added_tokens[%zu].id: not an integer in [0, %u)", t->path, i,
-				   SF_TOKENIZER_MAX_VOCAB);
+		snprintf(where, sizeof(where), "added_tokens[%zu]", i);
+		if ((r = sf_json_int(a, "id", 0, SF_TOKENIZER_MAX_VOCAB - 1, &id,
+				     at(t, where, buf, sizeof(buf)), e)))
+			return r;
 		if (!json_is_string(c) || !json_string_length(c))
 			return FMT("%s: added_tokens[%zu].content: not a non-empty string", t->path, i);
 		size_t n;
-		d->id = (int32_t)json_integer_value(id);
+		d->id = (int32_t)id;
 		if (!(d->s = jstr(t, c, &n)))
 			return nomem(t, e);
 		d->n = (uint32_t)n;
@@ -856,8 +811,8 @@ static int load_added(struct sf_tokenizer *t, json_t *list, int32_t *maxid, stru
 		d->rstrip = jbool(a, "rstrip", false);
 		d->single_word = jbool(a, "single_word", false);
 		d->normalized = jbool(a, "normalized", !d->special);
-		if (json_integer_value(id) > *maxid)
-			*maxid = (int32_t)json_integer_value(id);
+		if (id > *maxid)
+			*maxid = (int32_t)id;
 		t->nadded++;
 	}
 	return 0;
@@ -1280,8 +1235,8 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
 		goto out;
 	}
-	if ((r = read_file(tpath, false, &ttext, &tlen, e)) ||
-	    (r = read_file(cpath, true, &ctext, &clen, e)))
+	if ((r = sf_file_read(tpath, SF_TOKENIZER_MAX_FILE, 0, &ttext, &tlen, e)) ||
+	    (r = sf_file_read(cpath, SF_TOKENIZER_MAX_FILE, SF_FILE_OPTIONAL, &ctext, &clen, e)))
 		goto out;
 	r = open_texts(tp, tpath, ttext, tlen, cpath, ctext, clen, e);
 out:

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
+
 #define CONFIG_FILE_MAX (16u << 20)	/* bytes; real ones are about 1 KiB */
 
 /* Sanity limits: far above any released model, low enough that sizes
@@ -38,54 +40,6 @@ const char *sf_arch_name(enum sf_arch a)
 		if (archs[i].id == a)
 			return archs[i].arch;
 	return "?";
-}
-
-/* Reads the whole file, NUL-terminated, bounded by CONFIG_FILE_MAX. */
-static int slurp(const char *path, char **buf, size_t *len, struct sf_err *e)
-{
-	FILE *f = fopen(path, "rb");
-	char *b = NULL;
-	size_t n = 0, cap = 0;
-	int ret = 0;
-
-	if (!f)
-		return sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-	for (;;) {
-		size_t got;
-
-		if (n + 1 >= cap) {
-			char *nb;
-			if (cap >= CONFIG_FILE_MAX) {
-				ret = sf_err_set(e, SF_ELIMIT, "%s: larger than the limit of %u bytes",
-						 path, CONFIG_FILE_MAX);
-				goto out;
-			}
-			cap = cap ? cap * 2 : 4096;
-			nb = realloc(b, cap);
-			if (!nb) {
-				ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
-				goto out;
-			}
-			b = nb;
-		}
-		got = fread(b + n, 1, cap - n - 1, f);
-		n += got;
-		if (!got) {
-			if (ferror(f))
-				ret = sf_err_set(e, -EIO, "%s: read error", path);
-			break;
-		}
-	}
-out:
-	fclose(f);
-	if (ret) {
-		free(b);
-		return ret;
-	}
-	b[n] = 0;
-	*buf = b;
-	*len = n;
-	return 0;
 }
 
 static const char *json_type_word(const json_t *v)
@@ -348,7 +302,7 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 	int ret;
 
 	memset(c, 0, sizeof(*c));
-	if ((ret = slurp(path, &text, &len, e)))
+	if ((ret = sf_file_read(path, CONFIG_FILE_MAX, 0, &text, &len, e)))
 		return ret;
 	ret = sf_config_parse(c, path, text, len, e);
 	free(text);

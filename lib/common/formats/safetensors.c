@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/guard.h"
 
 /* Limits on what a header may claim, so that a hostile file cannot make us
@@ -457,53 +458,6 @@ int sf_safetensors_open_file(struct sf_safetensors *st, const char *path, struct
 	return ret;
 }
 
-/* Reads the whole index file, bounded by INDEX_MAX. */
-static int read_small_file(const char *path, char **buf, size_t *len, struct sf_err *e)
-{
-	FILE *f = fopen(path, "rb");
-	size_t n = 0, cap = 0;
-	char *b = NULL;
-	int ret = 0;
-
-	if (!f)
-		return sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-	for (;;) {
-		size_t got;
-
-		if (n == cap) {
-			char *nb;
-			if (cap >= INDEX_MAX) {
-				ret = sf_err_set(e, SF_ELIMIT, "%s: larger than the limit of %u bytes",
-						 path, INDEX_MAX);
-				goto out;
-			}
-			cap = cap ? cap * 2 : 65536;
-			nb = realloc(b, cap);
-			if (!nb) {
-				ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
-				goto out;
-			}
-			b = nb;
-		}
-		got = fread(b + n, 1, cap - n, f);
-		n += got;
-		if (got == 0) {
-			if (ferror(f))
-				ret = sf_err_set(e, -EIO, "%s: read error", path);
-			break;
-		}
-	}
-out:
-	fclose(f);
-	if (ret) {
-		free(b);
-		return ret;
-	}
-	*buf = b;
-	*len = n;
-	return 0;
-}
-
 static int open_index(struct sf_safetensors *st, const char *dir, const char *ipath,
 		      struct sf_err *e)
 {
@@ -515,7 +469,7 @@ static int open_index(struct sf_safetensors *st, const char *dir, const char *ip
 	json_t *val;
 	int ret;
 
-	ret = read_small_file(ipath, &text, &len, e);
+	ret = sf_file_read(ipath, INDEX_MAX, 0, &text, &len, e);
 	if (ret)
 		goto out;
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);

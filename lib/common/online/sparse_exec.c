@@ -1,0 +1,750 @@
+/* The sparse decoder's per-token work (sparse_impl.h): per flash group,
+ * select the entries, subtract the cache, plan collapsed 4 KiB aligned
+ * reads, read them through io_uring and compute on them in position
+ * order as they complete, then admit what was read. Selective
+ * computation's set is fixed here at the end of its prefill. man/sf-run.1. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "engine/kernels.h"
+#include "engine/select.h"
+#include "formats/trace.h"
+#include "online/runs.h"
+#include "online/sparse_impl.h"
+#include "online/uring.h"
+
+#define MAX_READ (1u << 30)	/* bytes of one request: a u32 with room to align */
+/* Weights below which a batch runs on the caller: waking workers that
+ * went to sleep during the I/O wait costs more (on mix4-5m, 1 << 16 made
+ * compute at -t 2 1.6x that at -t 1). Any split gives the same sums.
+ * Counted in top-tier weights; a middle-tier weight costs MID_COST_* of
+ * them (decode-accumulate against the bf16 column-accumulate, measured
+ * by tests/bench/encode.sh: about 9x for trellis codes, 2x for scalar). */
+#define POOL_MIN_WEIGHTS (1u << 20)
+#define MID_COST_TRELLIS 8
+#define MID_COST_SCALAR 2
+/* Selective computation: ffn_in rows of the set are computed in spans,
+ * joined across gaps of up to this many rows (computed, then cleared):
+ * fewer, longer kernel calls. */
+#define ROW_GAP 8
+
+// ----------------------------------------------------------------------------
+// selective computation: the set chosen after the prefill
+
+/* End of the prefill: the set chosen, as ffn_out allow bitmaps (within
+ * what --keep left on flash) and ffn_in row spans. */
+static void fix_set(struct sf_sparse *sp)
+{
+	const struct sf_image *img = sp->img;
+
+	sf_select_compute_finish(sp->comp.sc);
+	sp->comp.layers = 0;
+	sp->comp.n_set = sp->comp.n_static = sp->comp.n_dynamic = 0;
+	for (int l = 0; l < img->cfg.n_layers; l++) {
+		const uint8_t *m = sp->comp.set_mask[l] = sf_select_compute_mask(sp->comp.sc, l);
+		size_t at = (size_t)l * SF_NGROUPS + SF_GROUP_FFN_OUT;
+		if (!m)
+			continue;
+		uint64_t *b = sp->comp.set_bits + (size_t)l * sp->tiers.words;
+		const uint64_t *keep = sp->tiers.keep_allow[at];
+		uint32_t n = (uint32_t)img->cfg.hidden_dim, cnt, ns, nd;
+		memset(b, 0, sp->tiers.words * 8);
+		for (uint32_t j = 0; j < n; j++)
+			if (m[j] && (!keep || keep[j / 64] >> (j % 64) & 1))
+				b[j / 64] |= 1ull << (j % 64);
+		sp->tiers.allow[at] = b;
+
+		const struct sf_image_group *G = sf_image_group(img, l, SF_GROUP_FFN_IN);
+		struct sf_run *sv = sp->comp.spans + (size_t)l * sp->comp.rows_all;
+		uint32_t k = 0;
+		for (uint32_t r = 0; r < G->mat[0].rows; r++) {
+			if (!m[G->rows ? G->rows[r] : r])
+				continue;
+			if (k && r - (sv[k - 1].start + sv[k - 1].len) <= ROW_GAP)
+				sv[k - 1].len = r + 1 - sv[k - 1].start;
+			else
+				sv[k++] = (struct sf_run){ r, 1 };
+		}
+		sp->comp.nspans[l] = k;
+		sf_select_compute_entries(sp->comp.sc, l, &cnt);
+		sf_select_compute_split(sp->comp.sc, l, &ns, &nd);
+		sp->comp.layers++;
+		sp->comp.n_set += cnt;
+		sp->comp.n_static += ns;
+		sp->comp.n_dynamic += nd;
+	}
+	sp->comp.fixed = 1;
+}
+
+void sf_sparse_prefill(struct sf_sparse *sp, uint64_t tokens)
+{
+	if (!sp->comp.sc)
+		return;
+	sf_select_compute_reset(sp->comp.sc);
+	for (int l = 0; l < sp->img->cfg.n_layers; l++) {
+		size_t at = (size_t)l * SF_NGROUPS + SF_GROUP_FFN_OUT;
+		sp->tiers.allow[at] = sp->tiers.keep_allow[at];
+		sp->comp.set_mask[l] = NULL;
+		sp->comp.nspans[l] = 0;
+	}
+	sp->comp.fixed = 0;
+	sp->comp.prefill_left = tokens;
+}
+
+const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp)
+{
+	return sp->comp.sc;
+}
+
+// ----------------------------------------------------------------------------
+// the token: its figures closed, its collapse gap chosen
+
+/* Closes the previous token's figures and chooses this token's gap. */
+static void token_begin(struct sf_sparse *sp)
+{
+	double t = sf_now();
+
+	if (sp->st.t_token > 0) {
+		if (sp->st.nlat < sp->o.max_tokens)
+			sp->st.lat[sp->st.nlat++] = t - sp->st.t_token;
+		size_t w = (size_t)(sp->st.tokens % SF_SPARSE_AUTO_WINDOW);
+		sp->collapse.win_bytes[w] = sp->st.tok_bytes;
+		sp->collapse.win_span[w] = sp->st.tok_span;
+		sp->st.tokens++;
+	}
+	if (sp->comp.sc && !sp->comp.fixed) {
+		if (sp->comp.prefill_left)
+			sp->comp.prefill_left--;
+		else
+			fix_set(sp);
+	}
+	sp->comp.passes += sp->comp.fixed;
+	sp->st.t_token = t;
+	sp->st.tok_bytes = 0;
+	sp->st.tok_span = 0;
+	if (sp->o.collapse == SF_SPARSE_COLLAPSE_AUTO && sp->o.device_peak > 0) {
+		uint64_t bytes = 0;
+		double span = 0;
+		for (int i = 0; i < SF_SPARSE_AUTO_WINDOW; i++) {
+			bytes += sp->collapse.win_bytes[i];
+			span += sp->collapse.win_span[i];
+		}
+		int bound = span > 0 && (double)bytes / span >= SF_SPARSE_BW_BOUND * sp->o.device_peak;
+		if (sp->collapse.auto_gap_bytes)
+			sp->collapse.gap_bytes = bound ? 0 : sp->collapse.auto_gap_bytes;
+		else
+			sp->collapse.gap = bound ? 0 : SF_SPARSE_AUTO_GAP;
+	}
+	if (sp->collapse.gap || sp->collapse.gap_bytes)
+		sp->collapse.tokens_on++;
+	else
+		sp->collapse.tokens_off++;
+}
+
+// ----------------------------------------------------------------------------
+// selection: the active entries, and --free-riders
+
+/* The active entries of a bitmap (ascending), optionally only those in
+ * another (and) and not in a third (minus). */
+static size_t bits_entries(const uint64_t *bits, const uint64_t *and, const uint64_t *minus,
+			   uint32_t n, uint32_t *out)
+{
+	size_t k = 0;
+	for (uint32_t w = 0; w < (n + 63) / 64; w++) {
+		uint64_t b = bits[w] & (and ? and[w] : ~0ull) & (minus ? ~minus[w] : ~0ull);
+		while (b) {
+			out[k++] = w * 64 + (uint32_t)__builtin_ctzll(b);
+			b &= b - 1;
+		}
+	}
+	return k;
+}
+
+/* --free-riders: the positions whose whole bundle lies in the 4 KiB
+ * pages the top tier's positions tpos[0..*nt) touch join them (in
+ * order), unless allow leaves them out; they leave the middle tier
+ * mpos[0..*nm). Returns how many joined. */
+static size_t add_riders(struct sf_sparse *sp, const struct sf_image_group *G,
+			 const uint64_t *allow, size_t *nt, size_t *nm)
+{
+	const uint64_t s = G->top_bytes, P = SF_IMAGE_ALIGN;
+	const uint64_t npages = sparse_round_up((uint64_t)G->entries * s) / P;
+	uint64_t *pg = sp->tiers.pages;
+	uint32_t *tpos = sp->s.tpos, *merged = sp->s.sel_scratch;
+	size_t k = *nt, ti = 0, nout = 0, nr = 0;
+
+	for (size_t i = 0; i < k; i++)
+		for (uint64_t x = tpos[i] * s / P; x <= ((tpos[i] + 1) * s - 1) / P; x++)
+			pg[x / 64] |= 1ull << (x % 64);
+	for (uint64_t x = 0; x < npages;) {
+		if (!(pg[x / 64] >> (x % 64) & 1)) {
+			x++;
+			continue;
+		}
+		uint64_t x1 = x;
+		while (x1 + 1 < npages && pg[(x1 + 1) / 64] >> ((x1 + 1) % 64) & 1)
+			x1++;
+		/* q * s >= x * P and (q + 1) * s <= (x1 + 1) * P */
+		uint64_t q1 = (x1 + 1) * P / s;
+		for (uint64_t q = (x * P + s - 1) / s; q < q1 && q < G->entries; q++) {
+			while (ti < k && tpos[ti] < q)
+				merged[nout++] = tpos[ti++];
+			if (ti < k && tpos[ti] == q) {
+				merged[nout++] = tpos[ti++];
+				continue;
+			}
+			uint32_t j = G->perm[q];
+			if (allow && !(allow[j / 64] >> (j % 64) & 1))
+				continue;
+			merged[nout++] = (uint32_t)q;
+			nr++;
+		}
+		x = x1 + 1;
+	}
+	while (ti < k)
+		merged[nout++] = tpos[ti++];
+	memset(pg, 0, (size_t)(npages + 63) / 64 * 8);
+	if (!nr)
+		return 0;
+	memcpy(tpos, merged, nout * sizeof(*tpos));
+	*nt = nout;
+	size_t m = 0;
+	for (size_t i = 0, t = 0; i < *nm; i++) {
+		while (t < nout && tpos[t] < sp->s.mpos[i])
+			t++;
+		if (t == nout || tpos[t] != sp->s.mpos[i])
+			sp->s.mpos[m++] = sp->s.mpos[i];
+	}
+	*nm = m;
+	return nr;
+}
+
+// ----------------------------------------------------------------------------
+// reads: planned collapsed and aligned, reaped
+
+static int hist_bucket(uint32_t len)
+{
+	int b = 0;
+	for (uint32_t lim = 1; b < SF_RUNS_NHIST - 1 && len > lim; lim *= 2)
+		b++;
+	return b;
+}
+
+/* Plans the reads of positions pos[0..k) (ascending) of a region at
+ * file offset base with stride bytes per position: runs joined across at
+ * most sp->collapse.gap positions, each rounded out to 4 KiB, requests merged when
+ * their blocks overlap, touch, or lie at most sp->collapse.gap_bytes apart. Every
+ * request lands in mirror, which holds the region as it lies in the file
+ * (cap bytes), so position p is at mirror + p * stride whichever request
+ * read it and one kernel call covers them all. req_of[i] gets the request of pos[i];
+ * runlen (may be NULL) its run's length. */
+static int plan(struct sf_sparse *sp, const uint32_t *pos, size_t k, uint64_t base,
+		uint64_t stride, uint8_t *mirror, uint64_t cap, uint32_t *req_of, uint32_t *runlen,
+		struct gtally *gt)
+{
+	size_t nruns = sf_runs_plan(pos, k, (uint32_t)sp->collapse.gap, sp->s.runs), i = 0;
+	size_t first = sp->io.nreq;
+
+	for (size_t r = 0; r < nruns; r++) {
+		const struct sf_run *run = &sp->s.runs[r];
+		uint64_t aoff, alen;
+		sf_image_align(base + (uint64_t)run->start * stride, (uint64_t)run->len * stride,
+			       &aoff, &alen);
+		if (alen > MAX_READ)
+			return sf_err_set(&sp->err, -EFBIG, "%s: a run of %u positions: %llu bytes, "
+					  "more than one request reads", sp->img->path, run->len,
+					  (unsigned long long)alen);
+		struct req *q = sp->io.nreq > first ? &sp->io.reqs[sp->io.nreq - 1] : NULL;
+		if (q && aoff <= q->aoff + q->alen + sp->collapse.gap_bytes &&
+		    aoff + alen - q->aoff <= MAX_READ) {
+			uint64_t end = aoff + alen > q->aoff + q->alen ? aoff + alen : q->aoff + q->alen;
+			q->alen = (uint32_t)(end - q->aoff);
+		} else {
+			q = &sp->io.reqs[sp->io.nreq++];
+			*q = (struct req){ .aoff = aoff, .alen = (uint32_t)alen,
+					   .buf = mirror + (aoff - base) };
+		}
+		if (q->aoff + q->alen - base > cap)
+			return sf_err_set(&sp->err, -EOVERFLOW, "%s: a read to %llu bytes into the "
+					  "region overflows its buffer of %llu", sp->img->path,
+					  (unsigned long long)(q->aoff + q->alen - base),
+					  (unsigned long long)cap);
+		for (; i < k && pos[i] < run->start + run->len; i++) {
+			req_of[i] = (uint32_t)(q - sp->io.reqs);
+			if (runlen)
+				runlen[i] = run->len;
+		}
+		sp->st.hist[hist_bucket(run->len)]++;
+		sp->st.runs_total++;
+		sp->st.runs_positions += run->len;
+	}
+	for (size_t r = first; r < sp->io.nreq; r++) {
+		gt->bytes_moved += sp->io.reqs[r].alen;
+		gt->requests++;
+	}
+	gt->bytes_needed += (uint64_t)k * stride;
+	return 0;
+}
+
+/* Waits for one request (wait 1), then takes every other that has
+ * completed, which refills the ring from the queued ones; on error
+ * records it. */
+static int reap_some(struct sf_sparse *sp, int wait)
+{
+	uint64_t tag;
+	struct sf_err e = { 0 };
+	double t0 = sf_now();
+	int ret = sf_uring_reap(sp->io.u, &tag, wait, &e);
+
+	if (!wait && ret == 0)
+		return 0;
+	sp->io.last_done = sf_now();
+	if (wait)
+		sp->st.wait_s += sp->io.last_done - t0;
+	if (ret == 0)
+		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
+				  sp->img->path);
+	while (ret == 1) {
+		sp->io.reqs[tag].done = 1;
+		ret = sf_uring_reap(sp->io.u, &tag, 0, &e);
+	}
+	if (ret == 0)
+		return 0;
+	if (e.msg[0])	/* names the file, offset and length */
+		return sf_err_set(&sp->err, ret, "%s", e.msg);
+	const struct req *q = &sp->io.reqs[tag < sp->io.nreq ? tag : 0];
+	return sf_err_set(&sp->err, ret, "%s: read of %u bytes at %llu: %s", sp->img->path,
+			  q->alen, (unsigned long long)q->aoff, sf_strerror(ret));
+}
+
+// ----------------------------------------------------------------------------
+// compute: in position order as the reads complete, in batches
+
+struct compute_task {
+	const struct sf_sparse *sp;
+	const struct sf_image_group *G;
+	float *const *y;
+	uint64_t total_rows;
+	const struct sf_run *spans;	/* rows computed (bundle rows); NULL: all */
+	uint32_t nspans;
+	unsigned weight_cost;		/* top-tier weights one weight costs */
+};
+
+/* Worker ith of nth's share of the output rows of every matrix of the
+ * group taken in turn: rows [a[i], b[i]) of matrix i, empty when
+ * a[i] >= b[i]. Each row sums its columns in order, so any split gives
+ * the same sums. */
+static void worker_rows(const struct compute_task *t, int ith, int nth, size_t *a, size_t *b)
+{
+	size_t lo, hi, base = 0;
+
+	sf_pool_split(t->total_rows, 16, ith, nth, &lo, &hi);
+	for (int i = 0; i < t->G->nmat; i++) {
+		size_t rows = (size_t)t->G->mat[i].rows;
+		a[i] = lo > base ? lo - base : 0;
+		b[i] = hi <= base ? 0 : hi - base < rows ? hi - base : rows;
+		base += rows;
+	}
+}
+
+/* Top tier: every column of a segment accumulated over the worker's rows
+ * (those of the computation set's spans, when there are any). */
+static void top_worker(void *arg, int ith, int nth)
+{
+	const struct compute_task *t = arg;
+	const struct sf_sparse *sp = t->sp;
+	const struct sf_image_group *G = t->G;
+	size_t a[SF_GROUP_MAX_MATRICES], b[SF_GROUP_MAX_MATRICES];
+
+	worker_rows(t, ith, nth, a, b);
+	for (int i = 0; i < G->nmat; i++) {
+		if (a[i] >= b[i])
+			continue;
+		size_t es = sf_dtype_size(G->mat[i].dtype);
+		const struct sf_run all = { (uint32_t)a[i], (uint32_t)(b[i] - a[i]) };
+		const struct sf_run *sv = t->spans ? t->spans : &all;
+		uint32_t ns = t->spans ? t->nspans : 1;
+		for (size_t s = 0; s < sp->s.nseg; s++) {
+			const struct seg *sg = &sp->s.segs[s];
+			for (uint32_t k = 0; k < ns; k++) {
+				size_t r0 = sv[k].start > a[i] ? sv[k].start : a[i];
+				size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
+				if (r0 >= r1)
+					continue;
+				sf_colaccum(t->y[i] + r0, r1 - r0, sg->base + G->mat[i].offset + r0 * es,
+					    G->mat[i].dtype, (size_t)(G->top_bytes / es),
+					    sp->s.idx + sg->first, sp->s.xv + sg->first, sg->n);
+			}
+		}
+	}
+}
+
+/* Middle tier: the same rows (a trellis record decodes from any row, its
+ * window rebuilt there). */
+static void mid_worker(void *arg, int ith, int nth)
+{
+	const struct compute_task *t = arg;
+	const struct sf_sparse *sp = t->sp;
+	size_t a[SF_GROUP_MAX_MATRICES], b[SF_GROUP_MAX_MATRICES];
+
+	worker_rows(t, ith, nth, a, b);
+	for (int i = 0; i < t->G->nmat; i++)
+		for (size_t s = 0; a[i] < b[i] && s < sp->s.nseg; s++) {
+			const struct seg *sg = &sp->s.segs[s];
+			struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sg->base);
+			sf_codes_colaccum(t->y[i], &v, a[i], b[i], sp->s.idx + sg->first,
+					  sp->s.xv + sg->first, sg->n);
+		}
+}
+
+/* The work gathered for the next batch, in top-tier weights. */
+static uint64_t batch_work(const struct sf_sparse *sp, const struct compute_task *t)
+{
+	return (uint64_t)sp->s.nidx * t->total_rows * t->weight_cost;
+}
+
+static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct compute_task *t)
+{
+	if (!sp->s.nseg)
+		return;
+	double t0 = sf_now();
+	if (sp->pool && batch_work(sp, t) >= POOL_MIN_WEIGHTS)
+		sf_pool_run(sp->pool, fn, t);
+	else
+		fn(t, 0, 1);
+	sp->st.compute_s += sf_now() - t0;
+	sp->s.nseg = 0;
+	sp->s.nidx = 0;
+}
+
+/* Computes positions pos[0..k) in order as their requests complete:
+ * available ones are gathered into segments, computed once they hold
+ * sp->o.batch_weights (and at the end). After each batch the completed
+ * reads are taken without waiting, so the ring is refilled from the
+ * queued requests while a long run of arrived columns is computed. */
+static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, const float *in,
+			const uint32_t *pos, size_t k, const uint32_t *req_of,
+			const void *const *slots, const uint8_t *mirror,
+			void (*fn)(void *, int, int), struct compute_task *t)
+{
+	size_t i = 0;
+
+	while (i < k) {
+		for (; i < k; i++) {
+			const void *slot = slots ? slots[i] : NULL;
+			uint32_t r = slot ? NO_READ : req_of[i];
+			if (!slot && !sp->io.reqs[r].done)
+				break;
+			struct seg *last = sp->s.nseg ? &sp->s.segs[sp->s.nseg - 1] : NULL;
+			if (!last || slot || last->req == NO_READ) {
+				last = &sp->s.segs[sp->s.nseg++];
+				*last = (struct seg){
+					.base = slot ? slot : mirror, .req = r,
+					.p0 = slot ? pos[i] : 0, .first = (uint32_t)sp->s.nidx,
+				};
+			}
+			sp->s.idx[sp->s.nidx] = pos[i] - last->p0;
+			sp->s.xv[sp->s.nidx++] = in[G->perm[pos[i]]];
+			last->n++;
+			if (batch_work(sp, t) >= sp->o.batch_weights) {
+				flush(sp, fn, t);
+				int ret = sp->io.u && sf_uring_outstanding(sp->io.u) ? reap_some(sp, 0) : 0;
+				if (ret)
+					return ret;
+			}
+		}
+		if (i < k) {
+			int ret = reap_some(sp, 1);
+			if (ret)
+				return ret;
+		}
+	}
+	flush(sp, fn, t);
+	return 0;
+}
+
+// ----------------------------------------------------------------------------
+// one group, step by step
+
+static void fail_group(struct sf_sparse *sp, int ret, int nout, float *const *out,
+		       const struct sf_weight *const *w)
+{
+	if (!sp->failed)
+		sp->failed = ret;
+	if (sp->io.u)
+		while (sf_uring_outstanding(sp->io.u)) {
+			uint64_t tag;
+			struct sf_err e;
+			if (sf_uring_reap(sp->io.u, &tag, 1, &e) == 0)
+				break;
+		}
+	for (int i = 0; i < nout; i++)
+		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
+}
+
+/* One group's pass through the steps: what each leaves for the next. */
+struct group_pass {
+	int layer;
+	enum sf_group g;
+	const struct sf_image_group *G;
+	const float *in;		/* (n) the group's input */
+	size_t n;			/* source entries */
+	uint32_t kt, km;		/* tier sizes, in source entries */
+	const uint64_t *allow;		/* (words) the entries that may be computed; NULL: all */
+	size_t nt, nm;			/* selected: top tier at s.tpos, middle at s.mpos */
+	size_t riders;			/* of nt, those --free-riders added */
+	size_t hits, nmiss;		/* of nt, in the cache; not, their positions at s.ents */
+	const void *const *slots;	/* (nt) per top entry its cache slot or NULL; NULL: no cache */
+	uint8_t *tmir, *mmir;		/* the mirrors the tiers' regions are read into */
+};
+
+/* 1. The entries of each tier by the input's magnitude, as positions in
+ * ascending order. Entries outside allow (not on flash, or not in the
+ * computation set) are never computed; kt and km count the group's source
+ * entries, so they are taken first. */
+static void select_entries(struct sf_sparse *sp, struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+	const float *in = gp->in;
+	uint32_t n = (uint32_t)gp->n, kt = gp->kt, km = gp->km;
+	const uint64_t *allow = gp->allow = sp->tiers.allow[(size_t)gp->layer * SF_NGROUPS + gp->g];
+
+	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && !sp->comp.fixed)
+		sf_select_compute_observe(sp->comp.sc, gp->layer, in);
+	gp->nm = 0;
+	if (kt == n && !allow) {
+		gp->nt = n;
+		for (uint32_t p = 0; p < n; p++)
+			sp->s.tpos[p] = p;
+	} else {
+		if (kt == n)
+			gp->nt = bits_entries(allow, NULL, NULL, n, sp->s.ents);
+		else {
+			sf_select_topk(in, n, kt, sp->s.bits_top, sp->s.sel_scratch);
+			gp->nt = bits_entries(sp->s.bits_top, allow, NULL, n, sp->s.ents);
+		}
+		sf_runs_positions(G->pos, n, sp->s.ents, gp->nt, sp->s.pscratch, sp->s.tpos);
+		if (km) {
+			sf_select_topk(in, n, kt + km, sp->s.bits_all, sp->s.sel_scratch);
+			gp->nm = bits_entries(sp->s.bits_all, allow, sp->s.bits_top, n, sp->s.ents);
+			sf_runs_positions(G->pos, n, sp->s.ents, gp->nm, sp->s.pscratch, sp->s.mpos);
+		}
+	}
+	gp->riders = sp->o.free_riders && kt < n ? add_riders(sp, G, allow, &gp->nt, &gp->nm) : 0;
+}
+
+/* 2. The top tier's entries held in the cache; the misses' positions, in
+ * order, into s.ents. */
+static void lookup_cache(struct sf_sparse *sp, struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+
+	gp->hits = gp->nmiss = 0;
+	gp->slots = NULL;
+	if (sp->cache.use) {
+		for (size_t i = 0; i < gp->nt; i++)
+			sp->cache.tent[i] = G->perm[sp->s.tpos[i]];
+		gp->hits = sf_cache_lookup(sp->cache.c, (uint32_t)gp->layer, gp->g, sp->cache.tent,
+					   gp->nt, sp->cache.slots, NULL, NULL);
+		gp->slots = sp->cache.slots;
+	}
+	for (size_t i = 0; i < gp->nt; i++)
+		if (!gp->slots || !gp->slots[i])
+			sp->s.ents[gp->nmiss++] = sp->s.tpos[i];
+}
+
+/* 3. The requests of both tiers, into the mirrors of the group's regions:
+ * the middle tier first, its reads an eighth of the bytes, so that they
+ * come in early and its decoding overlaps the top tier's reads. Then per
+ * selected top entry its request (s.treq), or NO_READ for a hit. */
+static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+	struct gtally *gt = &sp->st.g[gp->g];
+	uint64_t tcap = sparse_round_up((uint64_t)G->entries * G->top_bytes);
+	uint64_t mcap = G->mid ? sparse_round_up((uint64_t)G->entries * G->mid_bytes) : 0;
+	int ret;
+
+	if (sp->o.simulate) {
+		gp->tmir = sp->io.flash + (G->top->offset - sp->io.flash_base);
+		gp->mmir = G->mid ? sp->io.flash + (G->mid->offset - sp->io.flash_base) : NULL;
+	} else {
+		gp->tmir = sp->io.iobuf;
+		gp->mmir = G->mid ? sp->io.iobuf + tcap : NULL;
+	}
+	sp->io.nreq = 0;
+	if (gp->nm && (ret = plan(sp, sp->s.mpos, gp->nm, G->mid->offset, G->mid_bytes, gp->mmir,
+				  mcap, sp->s.mreq, NULL, gt)))
+		return ret;
+	if ((ret = plan(sp, sp->s.ents, gp->nmiss, G->top->offset, G->top_bytes, gp->tmir, tcap,
+			sp->s.sel_scratch, sp->s.runlen, gt)))
+		return ret;
+	for (size_t i = 0, j = 0; i < gp->nt; i++)
+		sp->s.treq[i] = gp->slots && gp->slots[i] ? NO_READ : sp->s.sel_scratch[j++];
+	return 0;
+}
+
+/* 4. Every request queued and submitted in one call (with --simulate the
+ * bytes are there already). */
+static int submit_reads(struct sf_sparse *sp)
+{
+	int ret;
+
+	if (sp->o.simulate) {
+		for (size_t r = 0; r < sp->io.nreq; r++)
+			sp->io.reqs[r].done = 1;
+		return 0;
+	}
+	if (!sp->io.nreq)
+		return 0;
+	for (size_t r = 0; r < sp->io.nreq; r++)
+		if ((ret = sf_uring_queue(sp->io.u, sp->io.reqs[r].aoff, sp->io.reqs[r].alen,
+					  sp->io.reqs[r].buf, r, &sp->err)))
+			return ret;
+	ret = sf_uring_submit(sp->io.u, &sp->err);
+	return ret < 0 ? ret : 0;
+}
+
+/* 5. Both tiers computed in position order as their reads complete,
+ * middle then top, into out (kept rows first into s.yrows). */
+static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, float *const *out)
+{
+	const struct sf_image_group *G = gp->G;
+	float *yr[SF_GROUP_MAX_MATRICES];
+	const uint8_t *cm = gp->g == SF_GROUP_FFN_IN && sp->comp.sc ? sp->comp.set_mask[gp->layer]
+								      : NULL;
+	struct compute_task t = { .sp = sp, .G = G, .y = G->rows ? yr : out };
+	int ret;
+
+	if (cm) {
+		t.spans = sp->comp.spans + (size_t)gp->layer * sp->comp.rows_all;
+		t.nspans = sp->comp.nspans[gp->layer];
+		for (uint32_t k = 0; k < t.nspans; k++)
+			sp->comp.rows += t.spans[k].len;
+	}
+	for (int i = 0; i < G->nmat; i++) {
+		t.total_rows += G->mat[i].rows;
+		if (G->rows) {
+			yr[i] = sp->s.yrows + (size_t)i * sp->s.rows_max;
+			memset(yr[i], 0, (size_t)G->mat[i].rows * sizeof(float));
+		}
+	}
+	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
+								  : MID_COST_SCALAR;
+	if (gp->nm && (ret = compute_tier(sp, G, gp->in, sp->s.mpos, gp->nm, sp->s.mreq, NULL,
+					  gp->mmir, mid_worker, &t)))
+		return ret;
+	t.weight_cost = 1;
+	if ((ret = compute_tier(sp, G, gp->in, sp->s.tpos, gp->nt, sp->s.treq, gp->slots, gp->tmir,
+				top_worker, &t)))
+		return ret;
+	/* kept rows to their neurons; rows outside the set (span gaps, whole
+	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
+	 * * 0 makes their ffn_out entry 0 */
+	for (int i = 0; (G->rows || cm) && i < G->nmat; i++)
+		for (uint64_t r = 0; r < G->mat[i].rows; r++) {
+			uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
+			out[i][nr] = cm && !cm[nr] ? 0.0f : G->rows ? yr[i][r] : out[i][nr];
+		}
+	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
+		sp->comp.entries += gp->nt + gp->nm;
+	return 0;
+}
+
+/* The group's reads counted: bytes, requests, and the I/O span from the
+ * submit at ts to the last completion. */
+static void count_reads(struct sf_sparse *sp, double ts)
+{
+	uint64_t moved = 0;
+
+	for (size_t r = 0; r < sp->io.nreq; r++)
+		moved += sp->io.reqs[r].alen;
+	sp->st.tok_span += sp->io.last_done - ts;
+	sp->st.span_s += sp->io.last_done - ts;
+	sp->st.tok_bytes += moved;
+	sp->st.requests += sp->io.nreq;
+	sp->st.bytes_moved += moved;
+}
+
+/* 6. What was read offered to the cache (long runs marked as such). */
+static void admit(struct sf_sparse *sp, const struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+
+	if (!gp->slots)
+		return;
+	for (size_t i = 0, j = 0; i < gp->nt; i++) {
+		if (gp->slots[i])
+			continue;
+		uint32_t p = sp->s.tpos[i];
+		sf_cache_insert(sp->cache.c, (uint32_t)gp->layer, gp->g, G->perm[p],
+				gp->tmir + (uint64_t)p * G->top_bytes, G->top_bytes,
+				sp->s.runlen[j++] > 2);
+	}
+}
+
+/* The group kind's figures: tiers, hits, riders, Equation 5's budget. */
+static void tally(struct sf_sparse *sp, const struct group_pass *gp)
+{
+	const struct sf_image_group *G = gp->G;
+	struct gtally *gt = &sp->st.g[gp->g];
+
+	gt->computed++;
+	gt->entries += gp->n;
+	gt->k_top += gp->nt;
+	gt->k_mid += gp->nm;
+	gt->hits += gp->hits;
+	gt->riders += gp->riders;
+	gt->budget += ((double)gp->nt * (double)sparse_col_bytes(G, 0) +
+		       (double)gp->nm * (double)sp->tiers.col_mid[gp->g]) /
+		      ((double)gp->n * (double)sp->tiers.col_top[gp->g]);
+	sp->st.bytes_needed += (uint64_t)gp->nmiss * G->top_bytes + (uint64_t)gp->nm * G->mid_bytes;
+}
+
+void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
+			  int nout, float *const *out, const struct sf_weight *const *w)
+{
+	struct sf_sparse *sp = ctx;
+	size_t at = (size_t)layer * SF_NGROUPS + (size_t)g;
+	struct group_pass gp = {
+		.layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .n = n,
+		.kt = sp->tiers.k_top[at], .km = sp->tiers.k_mid[at],
+	};
+	double t0 = sf_now(), ts;
+	int ret;
+
+	if (layer == 0 && g == SF_GROUP_ATTN_IN)
+		token_begin(sp);
+	if (sp->failed) {
+		fail_group(sp, sp->failed, nout, out, w);
+		return;
+	}
+	if (gp.G->resident) {
+		sf_group_dense(sp->pool, in, nout, out, w);
+		return;
+	}
+	for (int i = 0; i < nout; i++)
+		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
+
+	select_entries(sp, &gp);
+	lookup_cache(sp, &gp);
+	if ((ret = plan_group(sp, &gp)))
+		goto fail;
+	ts = sp->io.last_done = sf_now();
+	if ((ret = submit_reads(sp)) || (ret = compute_group(sp, &gp, out)))
+		goto fail;
+	if (!sp->o.simulate && sp->io.u && sf_uring_outstanding(sp->io.u)) {
+		ret = sf_err_set(&sp->err, -EIO, "%s: reads left outstanding", sp->img->path);
+		goto fail;
+	}
+	count_reads(sp, ts);
+	admit(sp, &gp);
+	tally(sp, &gp);
+	sp->st.exec_s += sf_now() - t0;
+	return;
+fail:
+	fail_group(sp, ret, nout, out, w);
+}

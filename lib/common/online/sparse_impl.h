@@ -1,0 +1,189 @@
+/* The sparse decoder's state, private to online/sparse*.c: sparse.c sets
+ * it up and tears it down, sparse_exec.c runs the per-token groups on it
+ * (select, cache, plan, read, compute, admit), sparse_stats.c reports its
+ * figures. The public side is online/sparse.h; options and figures in
+ * man/sf-run.1. Shapes: L = img->cfg.n_layers, nmax = the most source
+ * entries of a group on flash, words = (nmax + 63) / 64. */
+#ifndef SF_SPARSE_IMPL_H
+#define SF_SPARSE_IMPL_H
+
+#include <stdint.h>
+
+#include "online/runs.h"
+#include "online/sparse.h"
+
+#define NO_READ UINT32_MAX	/* a segment or position served from a cache slot */
+
+/* One read request: [aoff, aoff + alen) of the file into buf. */
+struct req {
+	uint64_t aoff;
+	uint32_t alen;
+	int done;
+	uint8_t *buf;
+};
+
+/* Consecutive selected entries computed from one memory range: the
+ * bundle (or record) of position p0 at base, idx[first..first+n) = p - p0:
+ * a cache slot (one entry), or the entries read (base the region's
+ * mirror, p0 0). */
+struct seg {
+	const uint8_t *base;
+	uint32_t req;		/* NO_READ for a cache slot */
+	uint32_t p0, first, n;
+};
+
+/* Figures of one group kind summed over layers and tokens. */
+struct gtally {
+	uint64_t computed;	/* (layer, token) pairs computed from flash */
+	uint64_t entries;	/* of those: source entries */
+	uint64_t k_top, k_mid;
+	double budget;		/* sum of Equation 5 */
+	uint64_t hits, requests, bytes_moved, bytes_needed;
+	uint64_t riders;	/* entries promoted by --free-riders */
+};
+
+/* What each group computes: its tier sizes, and the entries it may
+ * compute at all. */
+struct sparse_tiers {
+	uint32_t *k_top, *k_mid;		/* (L, SF_NGROUPS) entries per tier */
+	uint64_t col_top[SF_NGROUPS];		/* bytes of one source entry's columns */
+	uint64_t col_mid[SF_NGROUPS];		/* bytes of one entry's middle-tier record */
+	size_t words;				/* 64-bit words of one entry bitmap */
+	/* (L * SF_NGROUPS) NULL, or the entries of the group that may be
+	 * computed (present on flash: --keep; within the computation set);
+	 * keep_allow the same without the computation set. Both point
+	 * into allow_bits: (groups packed with --keep, words) */
+	uint64_t **allow, **keep_allow, *allow_bits;
+	uint64_t allow_bytes;
+	/* --free-riders: (page_words) the 4 KiB pages the top tier touches */
+	uint64_t *pages;
+	size_t page_words;
+};
+
+/* Reading: the ring and the buffer its requests land in, or with
+ * --simulate the flash regions in RAM. */
+struct sparse_io {
+	struct sf_uring *u;			/* NULL with --simulate */
+	uint8_t *iobuf;				/* (iobuf_bytes) the largest group's mirrors */
+	size_t iobuf_bytes;
+	uint8_t *flash;				/* simulate: file bytes [flash_base, ...) */
+	uint64_t flash_base, flash_bytes;
+	struct req *reqs;			/* (2 * nmax) the group's requests */
+	size_t nreq;
+	double last_done;			/* time of the group's last completion */
+};
+
+/* --collapse: the gap reads are joined across, and auto's window. */
+struct sparse_collapse {
+	int gap;				/* entries */
+	uint64_t gap_bytes, auto_gap_bytes;	/* bytes between requests read to join them */
+	char desc[96];				/* sf_sparse_collapse_desc */
+	uint64_t win_bytes[SF_SPARSE_AUTO_WINDOW];	/* the last tokens' bytes read */
+	double win_span[SF_SPARSE_AUTO_WINDOW];		/* and their I/O spans */
+	uint64_t tokens_on, tokens_off;		/* tokens run with a gap, without */
+};
+
+/* The cache of top-tier bundles, and the pinned set in it. */
+struct sparse_cache {
+	struct sf_cache *c;
+	int use;				/* cached or pinned entries to look up */
+	const void **slots;			/* (nmax) per top entry its slot, or NULL */
+	uint32_t *tent;				/* (nmax) per top entry its entry id */
+};
+
+/* Per-group scratch, sized for the largest group. */
+struct sparse_scratch {
+	uint32_t nmax;
+	uint64_t *bits_top, *bits_all;		/* (words) top tier; both tiers */
+	uint64_t *pscratch;			/* (words) sf_runs_positions */
+	uint32_t *sel_scratch;			/* (2 * nmax) top-k; the misses' requests; riders merged */
+	uint32_t *ents;				/* (nmax) entries; then the misses' positions */
+	uint32_t *tpos, *mpos;			/* (nmax) positions per tier, ascending */
+	uint32_t *treq, *mreq;			/* (nmax) per position its request, or NO_READ */
+	uint32_t *runlen;			/* (nmax) per miss the length of its run */
+	uint32_t *idx;				/* (nmax) per gathered entry p - seg.p0 */
+	float *xv;				/* (nmax) per gathered entry its input */
+	struct sf_run *runs;			/* (nmax) */
+	struct seg *segs;			/* (nmax) the batch being gathered */
+	size_t nseg, nidx;
+	/* ffn_in with kept rows (--keep): the bundle's rows computed here,
+	 * then scattered to the neurons they are; (SF_GROUP_MAX_MATRICES,
+	 * rows_max) */
+	float *yrows;
+	uint64_t rows_max;
+};
+
+/* SelectInfer's selective computation (o.compute). */
+struct sparse_compute {
+	struct sf_select_compute *sc;		/* NULL: off */
+	int fixed;				/* the set restricts the passes */
+	uint64_t prefill_left;			/* passes still observed */
+	uint64_t *set_bits;			/* (L, words) the set as ffn_out allow */
+	const uint8_t **set_mask;		/* (L) neurons computed; NULL: all */
+	struct sf_run *spans;			/* (L, rows_all) ffn_in row spans */
+	uint32_t *nspans;			/* (L) */
+	uint64_t rows_all;			/* most ffn_in bundle rows of a layer */
+	double rho;
+	uint64_t bytes;				/* the selection's memory, for --ram */
+	/* figures: passes restricted, their ffn_out entries and ffn_in
+	 * rows; the set's size and how it was chosen, over layers */
+	uint64_t passes, entries, rows, n_set, n_static, n_dynamic;
+	int layers;
+};
+
+/* Timing and the --stats figures. */
+struct sparse_stats {
+	uint64_t tokens;			/* tokens finished */
+	double t_token;				/* start of the current token, 0: none yet */
+	double *lat;				/* (o.max_tokens) seconds */
+	uint64_t nlat;
+	uint64_t tok_bytes;			/* this token's bytes read */
+	double tok_span;			/* and I/O span */
+	double compute_s, wait_s, span_s, exec_s;
+	uint64_t requests, bytes_moved, bytes_needed, runs_total, runs_positions;
+	uint64_t hist[SF_RUNS_NHIST];		/* runs by read length */
+	struct gtally g[SF_NGROUPS];
+};
+
+struct sf_sparse {
+	const struct sf_image *img;
+	const struct sf_model *m;
+	struct sf_pool *pool;
+	/* the options, batch_weights resolved; pin and compute are
+	 * borrowed for the set-up only and NULL after it */
+	struct sf_sparse_opts o;
+	struct sf_group_exec exec;
+	int failed;				/* the first read error; then zeros */
+	struct sf_err err;
+
+	struct sparse_tiers tiers;
+	struct sparse_io io;
+	struct sparse_collapse collapse;
+	struct sparse_cache cache;
+	struct sparse_scratch s;
+	struct sparse_compute comp;
+	struct sparse_stats st;
+	struct sf_sparse_memory mem;
+};
+
+static inline uint64_t sparse_round_up(uint64_t v)
+{
+	return (v + SF_IMAGE_ALIGN - 1) & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
+}
+
+/* Bytes of one entry's columns: the rows the image holds, or (source) the
+ * model's, which the budget is a share of. */
+static inline uint64_t sparse_col_bytes(const struct sf_image_group *G, int source)
+{
+	uint64_t b = 0;
+	for (int k = 0; k < G->nmat; k++)
+		b += (source ? G->mat[k].source_rows : G->mat[k].rows) *
+		     sf_dtype_size(G->mat[k].dtype);
+	return b;
+}
+
+/* sparse_exec.c: the struct sf_group_exec function (ctx: the decoder). */
+void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
+			  int nout, float *const *out, const struct sf_weight *const *w);
+
+#endif
