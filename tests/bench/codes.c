@@ -10,10 +10,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "formats/codes.h"
-#include "engine/kernels.h"
 #include "base/pool.h"
-#include "offline/trellis.h"
+#include "engine/codes.h"
+#include "engine/cpu.h"
+#include "engine/kernels.h"
+#include "formats/codes.h"
+#include "offline/encode.h"
 
 static double clock_s(clockid_t id)
 {
@@ -123,7 +125,7 @@ static void run(enum sf_code_method method, const float *cb, size_t m, size_t nc
 	       "\"weights_per_cpu_s\":%.0f,\"isa\":\"%s\"}\n",
 	       what, sf_codes_method_name(method), m, ncols, threads,
 	       sse / ((double)m * (double)ncols), sse / ss, (double)m * (double)ncols / dt,
-	       (double)m * (double)ncols / dc, sf_kernels_isa());
+	       (double)m * (double)ncols / dc, sf_isa_name(sf_cpu_isa()));
 	fflush(stdout);
 	for (int i = 0; i < threads; i++)
 		sf_encoder_free(J.enc[i]);
@@ -156,7 +158,7 @@ static void decode_bench(const float *cb)
 		sf_colaccum(y, M, bf, SF_DTYPE_BF16, M, idx, xv, NSEL);
 	double tb = now() - t0;
 	printf("{\"bench\":\"decode\",\"kernel\":\"colaccum_bf16\",\"weights_per_s\":%.3e,\"isa\":\"%s\"}\n",
-	       (double)M * NSEL * REPS / tb, sf_kernels_isa());
+	       (double)M * NSEL * REPS / tb, sf_isa_name(sf_cpu_isa()));
 	for (int mth = 0; mth < 2; mth++) {
 		enum sf_code_method method = (enum sf_code_method)mth;
 		size_t rb = sf_codes_col_bytes(method, M);

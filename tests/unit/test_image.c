@@ -23,7 +23,6 @@
 #include "formats/model.h"
 #include "formats/placement.h"
 #include "engine/tokenizer.h"
-#include "offline/trellis.h"
 #include "unit.h"
 
 static char tmpdir[4096], model_dir[4096];
@@ -255,7 +254,7 @@ static void check_model(const char *name, unsigned resident)
 	size_t n1 = 0, n2 = 0;
 	const char *text = "In the beginning God created the heaven and the earth.";
 	CHECK(!sf_tokenizer_open(&t1, model_dir, &e), "%s", e.msg);
-	CHECK(!sf_image_tokenizer(&img, &t2, &e), "%s", e.msg);
+	CHECK(!sf_tokenizer_open_image(&t2, &img, &e), "%s", e.msg);
 	if (t1 && t2) {
 		CHECK(!sf_tokenizer_encode(t1, text, strlen(text), 1, &i1, &n1, &e), "%s", e.msg);
 		CHECK(!sf_tokenizer_encode(t2, text, strlen(text), 1, &i2, &n2, &e), "%s", e.msg);

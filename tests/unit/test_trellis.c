@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kernels.h"
+#include "engine/cpu.h"
 #include "offline/trellis.h"
 #include "unit.h"
 
@@ -113,7 +113,6 @@ int main(void)
 		c[k] = malloc(MMAX);
 		r[k] = malloc(MMAX);
 	}
-	static const char *const isas[] = { "avx512", "avx2" };
 	int simd_paths = 0;
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		size_t m = runs[i].m;
@@ -121,21 +120,22 @@ int main(void)
 		for (int k = 0; k < n; k++)
 			for (size_t t = 0; t < m; t++)
 				x[k][t] = gauss();
-		CHECK(sf_kernels_select("ref") == 0, "select ref");
+		CHECK(sf_cpu_use(SF_ISA_REF) == 0, "select ref");
 		sf_trellis_encode((const float *const *)x, n, m, r, rerr, w);
-		for (size_t a = 0; a < sizeof(isas) / sizeof(isas[0]); a++) {
-			if (sf_kernels_select(isas[a]) != 0)
+		for (enum sf_isa a = SF_ISA_REF + 1; a < SF_NISA; a++) {
+			if (!sf_cpu_has(a) || sf_cpu_use(a) != 0)
 				continue;	/* not on this machine */
 			simd_paths += i == 0;
 			sf_trellis_encode((const float *const *)x, n, m, c, err, w);
 			for (int k = 0; k < n; k++) {
 				CHECK(memcmp(c[k], r[k], m) == 0,
-				      "%s, m %zu column %d: SIMD and _ref codes differ", isas[a], m, k);
+				      "%s, m %zu column %d: SIMD and _ref codes differ", sf_isa_name(a), m,
+				      k);
 				CHECK(err[k] == rerr[k], "%s, m %zu column %d: errors %g and %g",
-				      isas[a], m, k, err[k], rerr[k]);
+				      sf_isa_name(a), m, k, err[k], rerr[k]);
 			}
 		}
-		sf_kernels_select(NULL);
+		sf_cpu_use_best();
 	}
 	printf("# trellis: %d SIMD path(s) checked against _ref\n", simd_paths);
 

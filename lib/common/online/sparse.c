@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "engine/codes.h"
 #include "engine/kernels.h"
 #include "online/runs.h"
 #include "formats/trace.h"
