@@ -453,6 +453,13 @@ static void check_mismatch(void)
 	sf_sfq_close(&q);
 	image_path(path, sizeof(path), "bad.sfimg");
 	CHECK(stat(path, &st) && errno == ENOENT, "a refused pack left %s", path);
+	/* an output that is one of the inputs: refused before it is touched */
+	struct sf_image_pack_opts o = { .model = &M, .model_dir = model_dir, .calib_path = path };
+	struct sf_image img;
+	image_path(path, sizeof(path), "a.sfimg");
+	CHECK_ERR(sf_image_pack(path, &o, NULL, &e), &e, "a.sfimg: is also an input");
+	CHECK(!sf_image_open(&img, path, &e), "the input after a refused pack: %s", e.msg);
+	sf_image_close(&img);
 }
 
 static void check_keep_file(void)

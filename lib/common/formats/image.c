@@ -953,20 +953,29 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 	struct plan p;
 	struct wr w = { .fd = -1, .name = path, .o = o };
 	struct sf_outfile out;
+	const struct sf_safetensors *st = &o->model->st;
 	const char *const given[] = { o->placement_path, o->codes_path, o->calib_path,
-				      o->keep_path };
-	const char *inputs[5] = { NULL };	/* the given ones, NULL-terminated */
+				      o->keep_path, st->index_path };
+	const size_t ngiven = sizeof(given) / sizeof(given[0]);
+	/* every file this run reads, NULL-terminated: the model's too */
+	const char **inputs = calloc(ngiven + st->nfiles + 1, sizeof(*inputs));
 	char *text = NULL;
 	uint64_t hlen = 0;
 	size_t ni = 0;
 	int ret;
 
 	memset(&p, 0, sizeof(p));
-	for (size_t i = 0; i < 4; i++)
+	if (!inputs)
+		return sf_err_set(e, -ENOMEM, "%s: out of memory", path);
+	for (size_t i = 0; i < ngiven; i++)
 		if (given[i])
 			inputs[ni++] = given[i];
+	for (size_t i = 0; i < st->nfiles; i++)
+		inputs[ni++] = st->paths[i];
 	/* written with pwrite: a regular file or a new name, never an input */
-	if ((ret = sf_outfile_open(&out, path, SF_OUT_BINARY | SF_OUT_SEEKABLE, inputs, e)))
+	ret = sf_outfile_open(&out, path, SF_OUT_BINARY | SF_OUT_SEEKABLE, inputs, e);
+	free(inputs);
+	if (ret)
 		return ret;
 	if ((ret = plan_build(&p, o, e)))
 		goto out;

@@ -239,9 +239,10 @@ struct sf_image_pack_opts {
 /* Writes the image with base/outfile.h (a regular file or a new name
  * only, since it is written with pwrite): to a temporary in PATH's
  * directory, fsynced and renamed to PATH; on any failure the temporary is
- * removed. An output that is one of the inputs o names (placement, codes,
- * calib, keep) is refused. Checks the inputs belong to the model
- * (fingerprints, groups, sizes) before anything is written. Memory: per group its matrices in the top-tier
+ * removed. An output that is one of the inputs (the model's safetensors,
+ * the placement, codes, calib and keep files) is refused. Checks the
+ * inputs belong to the model (fingerprints, groups, sizes) before
+ * anything is written. Memory: per group its matrices in the top-tier
  * dtype (ffn_in: 2 * hidden_dim * dim elements) plus a 4 MiB buffer.
  * *written gets the file's size (may be NULL). */
 int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t *written,
