@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/bytes.h"
 #include "base/vocab.h"
 #include "engine/codes.h"
 #include "engine/cpu.h"
@@ -15,9 +16,8 @@
 #endif
 
 // ----------------------------------------------------------------------------
-// a record's bytes
+// a record decoded
 
-static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static uint32_t get_be32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -33,14 +33,14 @@ void sf_codes_decode(enum sf_code_method method, const float *cb, const uint8_t 
 {
 	const uint8_t *codes = rec + sf_codes_scale_bytes(method);
 	if (method == SF_CODES_TRELLIS) {
-		float s = sf_f16_to_f32(get_le16(rec));
+		float s = sf_f16_to_f32(sf_get_le16(rec));
 		uint32_t idx = 0;
 		for (size_t t = 0; t < m; t++) {
 			idx = ((idx << 2) | code_at(codes, t)) & 0xffffu;
 			out[t] = cb[idx] * s;
 		}
 	} else {
-		float s0 = sf_f16_to_f32(get_le16(rec)), s1 = sf_f16_to_f32(get_le16(rec + 2));
+		float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
 		for (size_t t = 0; t < m; t++)
 			out[t] = sf_twoscale_level(code_at(codes, t), s0, s1);
 	}
@@ -67,14 +67,14 @@ static void accum_scalar_rows(float *y, const struct sf_codes_view *v, const uin
 	if (t0 >= t1)
 		return;
 	if (v->method == SF_CODES_TRELLIS) {
-		float xs = x * sf_f16_to_f32(get_le16(rec));
+		float xs = x * sf_f16_to_f32(sf_get_le16(rec));
 		uint32_t idx = t0 ? window_at(codes, t0 - 1) : 0;
 		for (size_t t = t0; t < t1; t++) {
 			idx = ((idx << 2) | code_at(codes, t)) & 0xffffu;
 			y[t] = fmaf(xs, v->codebook[idx], y[t]);
 		}
 	} else {
-		float s0 = sf_f16_to_f32(get_le16(rec)), s1 = sf_f16_to_f32(get_le16(rec + 2));
+		float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
 		float lut[4];
 		for (unsigned c = 0; c < 4; c++)
 			lut[c] = sf_twoscale_level(c, s0, s1);
@@ -107,7 +107,7 @@ static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
 	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
 	const __m512i sh_hi = _mm512_setr_epi64(14, 12, 10, 8, 6, 4, 2, 0);
 	const __m512i low16 = _mm512_set1_epi32(0xffff);
-	__m512 xs = _mm512_set1_ps(x * sf_f16_to_f32(get_le16(rec)));
+	__m512 xs = _mm512_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
 	for (size_t t = t0; t < t1; t += 16) {
 		/* codes before the column are zeros: for t == 0 the two bytes
 		 * ahead of the window are not read */
@@ -134,7 +134,7 @@ static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
 	const __m512i sh = _mm512_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
 					     4, 2, 0);
 	const __m512i three = _mm512_set1_epi32(3);
-	float s0 = sf_f16_to_f32(get_le16(rec)), s1 = sf_f16_to_f32(get_le16(rec + 2));
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
 	__m512 lut = _mm512_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
 				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
 				    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -158,7 +158,7 @@ static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
 	const uint8_t *codes = rec + 2;
 	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
 	const __m256i low16 = _mm256_set1_epi32(0xffff);
-	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(get_le16(rec)));
+	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
 	for (size_t t = t0; t < t1; t += 8) {
 		/* codes before the column are zeros: for t == 0 the two bytes
 		 * ahead of the window are not read */
@@ -180,7 +180,7 @@ static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
 	const uint8_t *codes = rec + 4;
 	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
 	const __m256i three = _mm256_set1_epi32(3);
-	float s0 = sf_f16_to_f32(get_le16(rec)), s1 = sf_f16_to_f32(get_le16(rec + 2));
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
 	__m256 lut = _mm256_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
 				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
 				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),

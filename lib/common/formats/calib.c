@@ -13,6 +13,9 @@
 #include "base/jsonfile.h"
 #include "base/outfile.h"
 
+// ----------------------------------------------------------------------------
+// group sizes and budgets
+
 void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_model *m,
 		       enum sf_code_method method)
 {

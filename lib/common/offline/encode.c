@@ -13,9 +13,6 @@
 #include "offline/encode.h"
 #include "offline/twoscale.h"
 
-static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static void put_le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-
 // ----------------------------------------------------------------------------
 // encoder
 
@@ -98,8 +95,8 @@ int sf_encoder_run(struct sf_encoder *enc, const float *const *w, int n, size_t 
 			if (!isfinite(s0))
 				return sf_err_set(e, SF_ELIMIT, "column %" PRIu64 ": scale beyond f16",
 						  first_col + (uint64_t)k);
-			put_le16(rec[k], sf_f32_to_f16(s0));
-			put_le16(rec[k] + 2, sf_f32_to_f16(s1));
+			sf_put_le16(rec[k], sf_f32_to_f16(s0));
+			sf_put_le16(rec[k] + 2, sf_f32_to_f16(s1));
 			continue;
 		}
 		/* the search runs on the column divided by the stored (f16)
@@ -110,7 +107,7 @@ int sf_encoder_run(struct sf_encoder *enc, const float *const *w, int n, size_t 
 					  first_col + (uint64_t)k, sqrt(ss / (double)m));
 		for (size_t t = 0; t < m; t++)
 			enc->x[k][t] = s > 0.0f ? w[k][t] / s : 0.0f;
-		put_le16(rec[k], sf_f32_to_f16(s));
+		sf_put_le16(rec[k], sf_f32_to_f16(s));
 	}
 	if (enc->method == SF_CODES_TRELLIS)
 		sf_trellis_encode((const float *const *)enc->x, n, m, enc->c, NULL, enc->tw);
@@ -136,8 +133,8 @@ static float weight_at(const struct sf_weight *w, uint64_t i)
 {
 	const uint8_t *p = (const uint8_t *)w->data;
 	switch (w->dtype) {
-	case SF_DTYPE_BF16: return sf_bf16_to_f32(get_le16(p + 2 * i));
-	case SF_DTYPE_F16: return sf_f16_to_f32(get_le16(p + 2 * i));
+	case SF_DTYPE_BF16: return sf_bf16_to_f32(sf_get_le16(p + 2 * i));
+	case SF_DTYPE_F16: return sf_f16_to_f32(sf_get_le16(p + 2 * i));
 	default: {
 		uint32_t u = sf_get_le32(p + 4 * i);
 		float f;
