@@ -18,7 +18,8 @@
 #include "formats/model.h"
 #include "base/pool.h"
 #include "engine/tokenizer.h"
-#include "offline/trellis.h"
+#include "offline/calib.h"
+#include "offline/encode.h"
 
 #define DEFAULT_CALIB_TOKENS 1024
 #define DEFAULT_WINDOW 128
@@ -379,7 +380,7 @@ static int encode(const struct sf_model *m, const struct options *o, struct sf_p
 	}
 	d.producer = producer_json(o);
 	S.mem = &d;
-	if (!mem && (ret = sf_sfq_writer_open(&S.w, o->output, &d, &e))) {
+	if (!mem && (ret = sf_sfq_writer_open(&S.w, o->output, &d, NULL, &e))) {
 		sf_error("%s", e.msg);
 		goto out;
 	}
@@ -495,7 +496,14 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 		goto out;
 	}
 	C.producer = producer_json(o);
-	if ((ret = sf_calib_write(&C, o->output, &e)))
+	const char *inputs[MAX_CORPORA + 2];	/* what this run read, NULL-terminated */
+	int ni = 0;
+	if (o->codes)
+		inputs[ni++] = o->codes;
+	for (int i = 0; i < o->ncorpora; i++)
+		inputs[ni++] = o->corpora[i];
+	inputs[ni] = NULL;
+	if ((ret = sf_calib_write(&C, o->output, inputs, &e)))
 		sf_error("%s", e.msg);
 out:
 	sf_calib_free(&C);

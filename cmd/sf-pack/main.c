@@ -13,6 +13,7 @@
 #include "formats/image.h"
 #include "formats/model.h"
 #include "formats/placement.h"
+#include "engine/tokenizer.h"
 
 #define DEFAULT_DTYPE "keep"
 
@@ -231,7 +232,11 @@ static int inspect(const struct options *o)
 	if ((ret = sf_image_open(&img, o->verify ? o->verify : o->info, &e)))
 		goto out;
 	if (o->verify) {
-		ret = sf_image_verify(&img, &e);
+		/* the regions, then the tokenizer the header carries */
+		struct sf_tokenizer *t = NULL;
+		if (!(ret = sf_image_verify(&img, &e)))
+			ret = sf_tokenizer_open_image(&t, &img, &e);
+		sf_tokenizer_close(t);
 		goto out;
 	}
 	if (!(j = sf_image_info_json(&img)) || json_dumpf(j, stdout, JSON_INDENT(1)) ||

@@ -292,7 +292,7 @@ static int run_place(const struct options *o)
 	}
 	meta = json_pack("{s:{s:s, s:s}, s:s, s:O*}", "producer", "program", "sf-place", "version",
 			 SF_VERSION, "statistics", path, "sources", c.sources);
-	if (sf_placement_write(&pl, o->output, meta, &e)) {
+	if (sf_placement_write(&pl, o->output, meta, (const char *const[]){ path, NULL }, &e)) {
 		sf_error("%s", e.msg);
 		goto out;
 	}

@@ -397,7 +397,7 @@ static int open_model(struct session *S, const struct options *o, struct sf_err 
 	if ((ret = sf_image_open(&S->image, o->image, e)) ||
 	    (ret = sf_image_model(&S->image, &S->model, e)))
 		return ret;
-	return sf_image_tokenizer(&S->image, &S->tok, e);
+	return sf_tokenizer_open_image(&S->tok, &S->image, e);
 }
 
 /* The pinning order of --pin's score files: a task file and a model file

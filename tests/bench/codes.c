@@ -10,11 +10,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "formats/codes.h"
+#include "base/pool.h"
+#include "engine/codes.h"
 #include "engine/cpu.h"
 #include "engine/kernels.h"
-#include "base/pool.h"
-#include "offline/trellis.h"
+#include "formats/codes.h"
+#include "offline/encode.h"
 
 static double clock_s(clockid_t id)
 {

@@ -39,7 +39,7 @@ empty_dir() {
 		skip "cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)"
 	run --separate-stderr sf-pack --model "$MODEL" -o "$MNT/x.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" =~ ^sf-pack:\ $MNT/x\.sfimg\.tmp\.[A-Za-z0-9]{6}:\ write:\ No\ space\ left\ on\ device$ ]]
+	[ "${stderr_lines[0]}" = "sf-pack: $MNT/x.sfimg: write: No space left on device" ]
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	[ -z "$output" ]
 	empty_dir "$MNT"
@@ -50,7 +50,7 @@ empty_dir() {
 	run --separate-stderr bash -c 'trap "" XFSZ; ulimit -f 512; exec "$@"' _ \
 		sf-pack --model "$MODEL" -o "$BATS_TEST_TMPDIR/out/x.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" =~ ^sf-pack:\ $BATS_TEST_TMPDIR/out/x\.sfimg\.tmp\.[A-Za-z0-9]{6}:\ write:\ File\ too\ large$ ]]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/out/x.sfimg: write: File too large" ]
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	empty_dir "$BATS_TEST_TMPDIR/out"
 }

@@ -193,7 +193,7 @@ bytes() {
 	[ ! -e "$D/out.sfimg" ]
 	run --separate-stderr sf-pack --model "$MODEL" -o /dev/null
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: /dev/null: exists and is not a regular file" ]
+	[ "${stderr_lines[0]}" = "sf-pack: /dev/null: not a regular file: this output is written with random access" ]
 	# and no temporary left behind
 	[ -z "$(find "$D" -name 'out.sfimg.tmp.*')" ]
 }

@@ -1,11 +1,12 @@
 /* libFuzzer harness: an image through sf_image_open, then what sf-pack
- * --verify and --info and sf-run do with an accepted one (verify, which
- * builds the tokenizer, info, model). The header's CRC-32C is recomputed first when the
+ * --verify and --info and sf-run do with an accepted one (verify, the
+ * tokenizer, info, model). The header's CRC-32C is recomputed first when the
  * header lies inside the input, so that mutations reach the JSON
  * validation instead of stopping at the checksum. */
 #include <string.h>
 
 #include "base/bytes.h"
+#include "engine/tokenizer.h"
 #include "fuzz.h"
 #include "formats/image.h"
 
@@ -30,7 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(buf);
 	if (sf_image_open(&img, path, &e) == 0) {
 		struct sf_model m;
+		struct sf_tokenizer *t = NULL;
 		sf_image_verify(&img, &e);
+		if (sf_tokenizer_open_image(&t, &img, &e) == 0)
+			sf_tokenizer_close(t);
 		json_decref(sf_image_info_json(&img));
 		if (sf_image_model(&img, &m, &e) == 0)
 			sf_model_close(&m);

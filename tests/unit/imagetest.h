@@ -17,7 +17,7 @@
 #include "formats/image.h"
 #include "formats/model.h"
 #include "formats/placement.h"
-#include "offline/trellis.h"
+#include "offline/encode.h"
 #include "unit.h"
 
 #define IMAGETEST_CODES_SEED 7

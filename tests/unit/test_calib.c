@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "formats/calib.h"
+#include "offline/calib.h"
+#include "offline/encode.h"
 #include "engine/corpus.h"
 #include "engine/tokenizer.h"
 #include "unit.h"
@@ -137,7 +139,7 @@ int main(void)
 	}
 
 	snprintf(out, sizeof(out), "%s/test_calib.%d.json", tmp, (int)getpid());
-	CHECK(sf_calib_write(&C, out, &e) == 0, "write: %s", e.msg);
+	CHECK(sf_calib_write(&C, out, NULL, &e) == 0, "write: %s", e.msg);
 	struct sf_calib R;
 	CHECK(sf_calib_load(&R, out, &e) == 0, "load: %s", e.msg);
 	CHECK(R.nbudgets == 3 && R.n_layers == 4, "loaded shape");

@@ -10,9 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/codes.h"
+#include "base/pool.h"
+#include "engine/codes.h"
 #include "engine/cpu.h"
-#include "offline/trellis.h"
+#include "formats/codes.h"
+#include "offline/encode.h"
 #include "unit.h"
 
 static uint64_t rng = 7;
@@ -131,15 +133,14 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 			y[t] = yr[t] = (float)t * 0.01f;
 		sf_codes_colaccum_ref(yr, &v, 0, m, idx, xv, 4);
 		/* every SIMD path the machine has */
-		static const enum sf_isa isas[] = { SF_ISA_AVX512, SF_ISA_AVX2 };
-		for (size_t a = 0; a < sizeof(isas) / sizeof(isas[0]); a++) {
-			if (sf_cpu_use(isas[a]) != 0)
-				continue;
+		for (enum sf_isa a = SF_ISA_REF; a < SF_NISA; a++) {
+			if (!sf_cpu_has(a) || sf_cpu_use(a) != 0)
+				continue;	/* not on this machine */
 			for (size_t t = 0; t < m; t++)
 				y[t] = (float)t * 0.01f;
 			sf_codes_colaccum(y, &v, 0, m, idx, xv, 4);
 			CHECK(memcmp(y, yr, m * sizeof(float)) == 0,
-			      "%s, %s length %zu: SIMD differs from _ref", sf_isa_name(isas[a]),
+			      "%s, %s length %zu: SIMD differs from _ref", sf_isa_name(a),
 			      sf_codes_method_name(method), m);
 			/* the rows in three pieces, cut off any step boundary */
 			size_t c1 = m / 3, c2 = m - m / 5;
@@ -149,7 +150,7 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 			sf_codes_colaccum(y, &v, 0, c1, idx, xv, 4);
 			sf_codes_colaccum(y, &v, c1, c2, idx, xv, 4);
 			CHECK(memcmp(y, yr, m * sizeof(float)) == 0,
-			      "%s, %s length %zu: rows in pieces differ from _ref", sf_isa_name(isas[a]),
+			      "%s, %s length %zu: rows in pieces differ from _ref", sf_isa_name(a),
 			      sf_codes_method_name(method), m);
 		}
 		sf_cpu_use_best();
@@ -227,7 +228,7 @@ static void test_files(const char *root, const char *tmp)
 	struct sf_pool *pool;
 	CHECK(sf_pool_create(&pool, 2) == 0, "pool");
 	struct sf_sfq_writer *w;
-	CHECK(sf_sfq_writer_open(&w, path, &d, &e) == 0, "writer: %s", e.msg);
+	CHECK(sf_sfq_writer_open(&w, path, &d, NULL, &e) == 0, "writer: %s", e.msg);
 	CHECK(sf_codes_encode_sections(&m, &d, pool, sink, w, &e) == 0, "encode: %s", e.msg);
 	CHECK(sf_sfq_writer_close(w, &e) == 0, "close: %s", e.msg);
 
@@ -257,7 +258,7 @@ static void test_files(const char *root, const char *tmp)
 	/* a second file with another section, then merge */
 	sf_sfq_section_init(&secs[1], d.method, &d.shape, 0, SF_GROUP_ATTN_OUT);
 	d.sections = &secs[1];
-	CHECK(sf_sfq_writer_open(&w, path2, &d, &e) == 0, "writer: %s", e.msg);
+	CHECK(sf_sfq_writer_open(&w, path2, &d, NULL, &e) == 0, "writer: %s", e.msg);
 	CHECK(sf_codes_encode_sections(&m, &d, NULL, sink, w, &e) == 0, "encode: %s", e.msg);
 	CHECK(sf_sfq_writer_close(w, &e) == 0, "close: %s", e.msg);
 	const char *in[2] = { path, path2 };
@@ -272,6 +273,12 @@ static void test_files(const char *root, const char *tmp)
 	/* merging a file with itself: the section is in two inputs */
 	const char *twice[2] = { path, path };
 	CHECK(sf_sfq_merge(merged, twice, 2, NULL, &e) == SF_EMISMATCH, "duplicate merged");
+	/* the output may not be one of the inputs: refused before it is touched */
+	const char *onto[1] = { merged };
+	CHECK(sf_sfq_merge(merged, onto, 1, NULL, &e) == SF_EMISMATCH, "merged onto an input");
+	CHECK(strstr(e.msg, "is also an input") != NULL, "merged onto an input: %s", e.msg);
+	CHECK(sf_sfq_open(&mq, merged, &e) == 0 && mq.nsections == 2, "input damaged: %s", e.msg);
+	sf_sfq_close(&mq);
 
 	sf_sfq_close(&q);
 

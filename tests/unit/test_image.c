@@ -23,7 +23,6 @@
 #include "formats/model.h"
 #include "formats/placement.h"
 #include "engine/tokenizer.h"
-#include "offline/trellis.h"
 #include "unit.h"
 
 static char tmpdir[4096], model_dir[4096];
@@ -255,7 +254,7 @@ static void check_model(const char *name, unsigned resident)
 	size_t n1 = 0, n2 = 0;
 	const char *text = "In the beginning God created the heaven and the earth.";
 	CHECK(!sf_tokenizer_open(&t1, model_dir, &e), "%s", e.msg);
-	CHECK(!sf_image_tokenizer(&img, &t2, &e), "%s", e.msg);
+	CHECK(!sf_tokenizer_open_image(&t2, &img, &e), "%s", e.msg);
 	if (t1 && t2) {
 		CHECK(!sf_tokenizer_encode(t1, text, strlen(text), 1, &i1, &n1, &e), "%s", e.msg);
 		CHECK(!sf_tokenizer_encode(t2, text, strlen(text), 1, &i2, &n2, &e), "%s", e.msg);
@@ -454,6 +453,13 @@ static void check_mismatch(void)
 	sf_sfq_close(&q);
 	image_path(path, sizeof(path), "bad.sfimg");
 	CHECK(stat(path, &st) && errno == ENOENT, "a refused pack left %s", path);
+	/* an output that is one of the inputs: refused before it is touched */
+	struct sf_image_pack_opts o = { .model = &M, .model_dir = model_dir, .calib_path = path };
+	struct sf_image img;
+	image_path(path, sizeof(path), "a.sfimg");
+	CHECK_ERR(sf_image_pack(path, &o, NULL, &e), &e, "a.sfimg: is also an input");
+	CHECK(!sf_image_open(&img, path, &e), "the input after a refused pack: %s", e.msg);
+	sf_image_close(&img);
 }
 
 static void check_keep_file(void)

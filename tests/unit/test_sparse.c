@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/codes.h"
 #include "formats/codes.h"
 #include "engine/forward.h"
 #include "formats/image.h"

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "engine/kernels.h"
+#include "base/vocab.h"
 #include "offline/twoscale.h"
 #include "unit.h"
 

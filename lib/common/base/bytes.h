@@ -1,12 +1,24 @@
 /* Little-endian encode and decode of fixed-width integers and IEEE-754
- * values for the binary streams (trace, coact): explicit byte order, never
- * a struct read raw. The layouts they serve are in man/sf-formats.5. */
+ * values for the binary streams (trace, coact, codes): explicit byte
+ * order, never a struct read raw. The layouts they serve are in
+ * man/sf-formats.5. */
 #ifndef SF_BYTES_H
 #define SF_BYTES_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+static inline void sf_put_le16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+}
+
+static inline uint16_t sf_get_le16(const unsigned char *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
 
 static inline void sf_put_le32(unsigned char *p, uint32_t v)
 {

@@ -4,6 +4,7 @@
  * the decoder chain shared by whole and streaming decode. See tokenizer.h. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "engine/tokenizer.h"
+#include "formats/image.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -2056,4 +2057,11 @@ int sf_tokenizer_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t
 	*out = b.p;
 	*len = b.n - 1;
 	return 0;
+}
+
+int sf_tokenizer_open_image(struct sf_tokenizer **t, const struct sf_image *img,
+			    struct sf_err *e)
+{
+	return sf_tokenizer_open_mem(t, img->path, img->tokenizer_text, img->tokenizer_len,
+				     img->tokenizer_config_text, img->tokenizer_config_len, e);
 }

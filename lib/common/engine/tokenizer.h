@@ -27,6 +27,10 @@ int sf_tokenizer_open(struct sf_tokenizer **t, const char *dir, struct sf_err *e
  * "NAME: tokenizer.json" and "NAME: tokenizer_config.json". */
 int sf_tokenizer_open_mem(struct sf_tokenizer **t, const char *name, const char *tokenizer_json,
 			  size_t tlen, const char *config_json, size_t clen, struct sf_err *e);
+/* The same from an image's header (formats/image.h), named by its path. */
+struct sf_image;
+int sf_tokenizer_open_image(struct sf_tokenizer **t, const struct sf_image *img,
+			    struct sf_err *e);
 void sf_tokenizer_close(struct sf_tokenizer *t);	/* accepts NULL */
 
 /* Highest id of the model vocabulary or the added tokens, plus one. */

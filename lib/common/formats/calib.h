@@ -1,9 +1,10 @@
-/* SpAx tier calibration: for each budget, per layer and group, how many
- * entries go to the top tier (full weights) and the middle tier (2-bit
- * codes), chosen on real activations by the least l2 error of the layer's
- * output; the TEAL setting (top tier only, one density) beside it for
- * comparison; calib.json, one reader and one writer. Documented in
- * man/sf-encode.1 and man/sf-formats.5 (calib.json). */
+/* calib.json, SpAx's tier sizes: for each budget, per layer and group, how
+ * many entries go to the top tier (full weights) and the middle tier
+ * (2-bit codes), with the TEAL setting (top tier only, one density)
+ * beside it for comparison; the group sizes and budget accounting, one
+ * reader and one writer. The calibration that chooses them is
+ * offline/calib.h. Documented in man/sf-encode.1 and man/sf-formats.5
+ * (calib.json). */
 #ifndef SF_CALIB_H
 #define SF_CALIB_H
 
@@ -16,7 +17,6 @@
 #include "base/err.h"
 #include "base/vocab.h"
 #include "formats/model.h"
-#include "base/pool.h"
 
 #define SF_CALIB_STEP 0.05		/* SpAx step 1: a group's budget moves by this */
 #define SF_CALIB_GRID 11		/* SpAx step 2: top-tier shares 0, 0.1, ..., 1 tried */
@@ -65,27 +65,12 @@ struct sf_calib {
 	json_t *producer;		/* owned */
 };
 
-struct sf_calib_opts {
-	const double *budgets;		/* each in (0, 1] */
-	size_t nbudgets;
-	const uint8_t *dense_layers;	/* (n_layers) 1: stays dense; NULL: none */
-	int window;			/* tokens per window scored from an empty context */
-};
-
 /* Group sizes of a model for codes of the given method. */
 void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_model *m,
 		       enum sf_code_method method);
 /* Equation 5 for one group. */
 double sf_calib_group_budget(const struct sf_calib_sizes *s, uint64_t k_top, uint64_t k_mid);
 
-/* Runs the calibration on tokens[0..n) (documents with BOS, concatenated)
- * cut into windows, codes q holding every layer that is not dense. The
- * pool (NULL: the caller) evaluates candidate configurations in parallel.
- * Memory: per thread a run state of one window, plus n * n_layers * dim
- * floats of dense layer outputs. */
-int sf_calib_run(struct sf_calib *c, const struct sf_model *m, const struct sf_sfq *q,
-		 const int32_t *tokens, size_t n, const struct sf_calib_opts *o,
-		 struct sf_pool *pool, struct sf_err *e);
 void sf_calib_free(struct sf_calib *c);	/* accepts a zeroed c */
 
 /* The layer entry of budget b, layer l. */
@@ -94,8 +79,11 @@ static inline struct sf_calib_layer *sf_calib_at(const struct sf_calib *c, size_
 	return &c->layers[b * (size_t)c->n_layers + (size_t)l];
 }
 
-/* calib.json: PATH ("-": stdout) written through a temporary and renamed. */
-int sf_calib_write(const struct sf_calib *c, const char *path, struct sf_err *e);
+/* calib.json: PATH ("-": stdout) written with base/outfile.h (a temporary
+ * renamed when complete); inputs (NULL-terminated, or NULL) are refused
+ * as the output. */
+int sf_calib_write(const struct sf_calib *c, const char *path, const char *const *inputs,
+		   struct sf_err *e);
 /* Reads and validates calib.json: at most SF_CALIB_MAX_FILE bytes (else
  * SF_ELIMIT) and SF_CALIB_MAX_LAYERS layers, counts whole numbers, k_top +
  * k_mid <= entries, budgets in (0, 1], every layer present in every budget

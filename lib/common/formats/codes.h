@@ -1,7 +1,9 @@
-/* The middle tier: 2-bit codes of every weight column (trellis or scalar),
- * the column records they are stored in, the encoder of a layer's group,
- * the decode-accumulate kernel the sparse decoder shares, and the .sfq
- * file (one reader, one writer). Byte layout: man/sf-formats.5 (codes). */
+/* The middle tier's format: 2-bit codes of every weight column (trellis
+ * or scalar), the column records they are stored in, what a code means
+ * (the trellis codebook, the scalar levels), and the .sfq file (one
+ * reader, one writer). The kernels that decode records are in
+ * engine/codes.h, the encoders in offline/encode.h. Byte layout:
+ * man/sf-formats.5 (codes). */
 #ifndef SF_CODES_H
 #define SF_CODES_H
 
@@ -13,17 +15,38 @@
 #include "base/err.h"
 #include "base/vocab.h"
 #include "formats/model.h"
-#include "base/pool.h"
 
 enum sf_code_method { SF_CODES_TRELLIS, SF_CODES_SCALAR };
-
-struct sf_sfq;
 
 #define SF_CODES_DEFAULT_METHOD SF_CODES_TRELLIS
 
 const char *sf_codes_method_name(enum sf_code_method m);
 /* 0 and *m set, or -1 for an unknown name. */
 int sf_codes_method_parse(const char *name, enum sf_code_method *m);
+
+// ----------------------------------------------------------------------------
+// what a code means
+
+/* Trellis: weight t of a column reads codebook[idx_t] * scale with idx_t =
+ * ((idx_{t-1} << 2) | c_t) & 0xFFFF and idx_{-1} = 0. */
+#define SF_TRELLIS_CODEBOOK (1u << 16)	/* entries: window L = 16 bits */
+#define SF_TRELLIS_DEFAULT_SEED 1
+
+/* Fills cb[SF_TRELLIS_CODEBOOK] with standard normal values: splitmix64
+ * seeded with seed, each pair of draws u1, u2 = (next() >> 11) * 2^-53
+ * giving r = sqrt(-2 ln(1 - u1)), cb[2i] = r cos(2 pi u2), cb[2i+1] =
+ * r sin(2 pi u2), computed in double and rounded to float. The table is
+ * stored beside the codes, so libm differences cannot change a decode. */
+void sf_trellis_codebook(float *cb, uint64_t seed);
+
+/* Scalar (two scales per column, offline/twoscale.h): code c (0..3) is
+ * e1 * s0 + e2 * s1 with e1 = +1 when bit 1 is set, e2 = +1 when bit 0 is
+ * set, so with s0 >= s1 >= 0 the levels rise with c. Computed the same
+ * way by the encoder's report and every decoder. */
+static inline float sf_twoscale_level(unsigned c, float s0, float s1)
+{
+	return ((c & 2) ? s0 : -s0) + ((c & 1) ? s1 : -s1);
+}
 
 // ----------------------------------------------------------------------------
 // column records
@@ -38,27 +61,6 @@ size_t sf_codes_col_bytes(enum sf_code_method method, size_t m);
 void sf_codes_pack(const uint8_t *c, size_t m, uint8_t *out);	/* out: (m + 3) / 4 bytes */
 void sf_codes_unpack(const uint8_t *in, size_t m, uint8_t *c);
 
-/* out[0..m) = the weights a record decodes to: trellis cb[idx_t] * scale,
- * scalar sf_twoscale_level(c_t, s0, s1). cb: the trellis codebook (unused
- * for scalar). Exactly the values the encoder measured its error on. */
-void sf_codes_decode(enum sf_code_method method, const float *cb, const uint8_t *rec, size_t m,
-		     float *out);
-
-/* One thread's encoder: scratch for columns up to mmax long. */
-struct sf_encoder;
-uint64_t sf_encoder_bytes(enum sf_code_method method, size_t mmax);
-int sf_encoder_init(struct sf_encoder **enc, enum sf_code_method method, const float *cb,
-		    size_t mmax);
-void sf_encoder_free(struct sf_encoder *enc);	/* accepts NULL */
-
-/* Encodes n (1..SF_TRELLIS_LOCKSTEP) columns w[i][0..m) into the records
- * rec[i] (sf_codes_col_bytes each); sse[i] gets the squared error of the
- * decoded column (NULL: not wanted). A column's record depends on that
- * column alone. SF_EFORMAT for a non-finite weight, SF_ELIMIT for a scale
- * beyond f16, with e naming the column as "column J" (J = first_col + i). */
-int sf_encoder_run(struct sf_encoder *enc, const float *const *w, int n, size_t m,
-		   uint8_t *const *rec, double *sse, uint64_t first_col, struct sf_err *e);
-
 // ----------------------------------------------------------------------------
 // a layer's group
 
@@ -70,34 +72,8 @@ int sf_codes_group_matrices(const struct sf_model *m, int layer, enum sf_group g
 			    const struct sf_weight *w[SF_GROUP_MAX_MATRICES],
 			    const char *names[SF_GROUP_MAX_MATRICES]);
 
-struct sf_codes_stats {
-	double sse[SF_GROUP_MAX_MATRICES];	/* squared error of the decoded weights */
-	double ss[SF_GROUP_MAX_MATRICES];	/* squared norm of the weights */
-};
-
-/* Encodes every column of group g of layer l into out (entries *
- * entry_bytes, entry j's records in matrix order at j * entry_bytes),
- * columns spread over the pool (NULL: the caller) with encoder enc[ith]
- * for worker ith (sf_pool_size of them, or one). Deterministic whatever
- * the thread count. */
-int sf_codes_encode_group(const struct sf_model *m, int layer, enum sf_group g,
-			  struct sf_encoder *const *enc, struct sf_pool *pool, uint8_t *out,
-			  struct sf_codes_stats *st, struct sf_err *e);
-
-/* Encodes the sections d lists (d->method, d->codebook set) in order and
- * hands each to sink(arg, i, data, stats, e) before the next is encoded,
- * so memory holds one section at a time: the encoders of every pool
- * worker (sf_encoder_bytes each) and the largest section. */
-int sf_codes_encode_sections(const struct sf_model *m, const struct sf_sfq *d,
-			     struct sf_pool *pool,
-			     int (*sink)(void *arg, size_t i, const uint8_t *data,
-					 const struct sf_codes_stats *st, struct sf_err *e),
-			     void *arg, struct sf_err *e);
-
-// ----------------------------------------------------------------------------
-// decode-accumulate: the sparse decoder's middle tier
-
-/* The records of one matrix of a group: column i at base + i * stride. */
+/* The records of one matrix of a group: column i at base + i * stride;
+ * what the kernels of engine/codes.h decode. */
 struct sf_codes_view {
 	enum sf_code_method method;
 	const float *codebook;	/* (SF_TRELLIS_CODEBOOK) trellis only */
@@ -105,16 +81,6 @@ struct sf_codes_view {
 	const uint8_t *base;	/* record of column 0 */
 	size_t stride;		/* bytes from one column's record to the next */
 };
-
-/* y[t] += sum_k xv[k] * decode(column idx[k])[t] for the rows t in
- * [r0, r1) (r1 <= m), columns in order, so any split of the rows gives
- * the same sums: one table lookup and one multiply-add per weight
- * (trellis: the 16-bit index from the code window, a gather from the
- * codebook; scalar: a 4-entry level table). */
-void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
-		       const uint32_t *idx, const float *xv, size_t n);
-void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
-			   const uint32_t *idx, const float *xv, size_t n);
 
 // ----------------------------------------------------------------------------
 // .sfq files
@@ -188,13 +154,14 @@ struct sf_codes_view sf_sfq_view(const struct sf_sfq *q, const struct sf_sfq_sec
 
 /* Writer: d describes the file (fingerprint, method, seed, shape,
  * producer, codebook, sections with layer/group/sizes; offsets are
- * computed here). PATH ("-": stdout, refused when a terminal) is written
- * to PATH.tmp.XXXXXX and renamed by sf_sfq_writer_close; the sections'
+ * computed here). PATH ("-": stdout, refused when a terminal) is opened
+ * with base/outfile.h (a temporary renamed by sf_sfq_writer_close; the
+ * inputs, NULL-terminated or NULL, refused as the output); the sections'
  * bytes are handed over in order with sf_sfq_writer_section, so a file
  * streams out one section at a time. */
 struct sf_sfq_writer;
 int sf_sfq_writer_open(struct sf_sfq_writer **w, const char *path, const struct sf_sfq *d,
-		       struct sf_err *e);
+		       const char *const *inputs, struct sf_err *e);
 int sf_sfq_writer_section(struct sf_sfq_writer *w, const void *data, uint64_t len,
 			  struct sf_err *e);
 /* Completes the file; 0 or an error, after which nothing is left behind. */
@@ -203,7 +170,8 @@ int sf_sfq_writer_close(struct sf_sfq_writer *w, struct sf_err *e);
 void sf_sfq_writer_abort(struct sf_sfq_writer *w);
 
 /* Merges the sections of several files of the same model, method and
- * codebook (each (layer, group) in one file only) into PATH. */
+ * codebook (each (layer, group) in one file only) into PATH (refused
+ * when it is one of the inputs). */
 int sf_sfq_merge(const char *path, const char *const *inputs, size_t n, json_t *producer,
 		 struct sf_err *e);
 

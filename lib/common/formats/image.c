@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
-#include "base/guard.h"
+#include "base/jsonfile.h"
+#include "base/outfile.h"
 #include "base/vocab.h"
-#include "offline/trellis.h"
 
 #define FORMAT_NAME "sparseflash-image"
 #define KEEP_FORMAT "sparseflash-neurons"
@@ -951,18 +951,32 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 		  struct sf_err *e)
 {
 	struct plan p;
-	struct wr w = { .fd = -1, .o = o };
-	char *tmp = NULL, *text = NULL;
+	struct wr w = { .fd = -1, .name = path, .o = o };
+	struct sf_outfile out;
+	const struct sf_safetensors *st = &o->model->st;
+	const char *const given[] = { o->placement_path, o->codes_path, o->calib_path,
+				      o->keep_path, st->index_path };
+	const size_t ngiven = sizeof(given) / sizeof(given[0]);
+	/* every file this run reads, NULL-terminated: the model's too */
+	const char **inputs = calloc(ngiven + st->nfiles + 1, sizeof(*inputs));
+	char *text = NULL;
 	uint64_t hlen = 0;
+	size_t ni = 0;
 	int ret;
 
-	struct stat st;
-	/* renaming over a device or a directory's name is never meant */
-	if (!lstat(path, &st) && !S_ISREG(st.st_mode)) {
-		memset(&p, 0, sizeof(p));
-		ret = sf_err_set(e, -EEXIST, "%s: exists and is not a regular file", path);
-		goto out;
-	}
+	memset(&p, 0, sizeof(p));
+	if (!inputs)
+		return sf_err_set(e, -ENOMEM, "%s: out of memory", path);
+	for (size_t i = 0; i < ngiven; i++)
+		if (given[i])
+			inputs[ni++] = given[i];
+	for (size_t i = 0; i < st->nfiles; i++)
+		inputs[ni++] = st->paths[i];
+	/* written with pwrite: a regular file or a new name, never an input */
+	ret = sf_outfile_open(&out, path, SF_OUT_BINARY | SF_OUT_SEEKABLE, inputs, e);
+	free(inputs);
+	if (ret)
+		return ret;
 	if ((ret = plan_build(&p, o, e)))
 		goto out;
 	if (!(text = render_header(&p, &hlen))) {
@@ -974,21 +988,7 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 				 PRIu64, path, hlen, SF_IMAGE_MAX_HEADER);
 		goto out;
 	}
-	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0) {
-		tmp = NULL;
-		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
-	if ((w.fd = mkstemp(tmp)) < 0) {
-		ret = sf_err_set(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-		free(tmp);
-		tmp = NULL;
-		goto out;
-	}
-	w.name = tmp;
-	/* the commands' SIGBUS handler removes it if a mapped input is cut short */
-	if ((ret = sf_guard_tmp(tmp, e)))
-		goto out;
+	w.fd = out.fd;
 	if (!(w.buf = malloc(WBUF))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 		goto out;
@@ -1021,31 +1021,12 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 	    (ret = wr_put(&w, text, (size_t)hlen, 0, e)) || (ret = wr_pad(&w, e)) ||
 	    (ret = wr_flush(&w, e)))
 		goto out;
-	/* mkstemp's 0600 would keep the image from other users' sf-run */
-	if (fchmod(w.fd, 0644) || fsync(w.fd) || close(w.fd)) {
-		w.fd = -1;
-		ret = sf_err_set(e, -errno, "%s: %s", tmp, strerror(errno));
+	if ((ret = sf_outfile_commit(&out, e)))
 		goto out;
-	}
-	w.fd = -1;
-	if (rename(tmp, path)) {
-		ret = sf_err_set(e, -errno, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-		goto out;
-	}
-	sf_guard_untmp(tmp);
-	free(tmp);
-	tmp = NULL;
 	if (written)
 		*written = end;
-	ret = 0;
 out:
-	if (w.fd >= 0)
-		close(w.fd);
-	if (tmp) {
-		unlink(tmp);
-		sf_guard_untmp(tmp);
-		free(tmp);
-	}
+	sf_outfile_abort(&out);
 	free(w.buf);
 	free(text);
 	plan_free(&p);
@@ -1054,27 +1035,6 @@ out:
 
 // ----------------------------------------------------------------------------
 // reader
-
-/* An unsigned integer member at most max: "PATH: header: WHERE.KEY: ..." otherwise. */
-static int get_u64(const char *path, const char *where, json_t *o, const char *key, uint64_t max,
-		   uint64_t *out, struct sf_err *e)
-{
-	json_t *v = json_object_get(o, key);
-
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    (uint64_t)json_integer_value(v) > max)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: %s%s%s: %s, expected an integer 0..%"
-				  PRIu64, path, where, *where ? "." : "", key,
-				  v ? "out of range or not an integer" : "missing", max);
-	*out = (uint64_t)json_integer_value(v);
-	return 0;
-}
-
-static const char *get_str(json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-	return json_is_string(v) ? json_string_value(v) : NULL;
-}
 
 void sf_image_close(struct sf_image *img)
 {
@@ -1131,20 +1091,21 @@ static int open_regions(struct sf_image *img, uint64_t data_start, struct sf_err
 		return sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 	json_array_foreach(a, i, r) {
 		struct sf_image_region *R = &img->regions[i];
-		char where[32];
-		const char *name = get_str(r, "name"), *kind = get_str(r, "kind"),
-			   *crc = get_str(r, "crc32c");
+		char where[SF_ERR_MAX];
+		const char *name, *kind, *crc;
 
-		snprintf(where, sizeof(where), "regions[%zu]", i);
-		if (!name || strlen(name) >= sizeof(R->name) || !kind || kind_parse(kind, &R->kind) ||
-		    !crc || strlen(crc) != 8 || strspn(crc, "0123456789abcdef") != 8)
-			return sf_err_set(e, SF_EFORMAT, "%s: header: %s: name, kind or crc32c missing "
-					  "or malformed", path, where);
+		snprintf(where, sizeof(where), "%s: header: regions[%zu]", path, i);
+		if (sf_json_str(r, "name", &name, where, e) || strlen(name) >= sizeof(R->name) ||
+		    sf_json_str(r, "kind", &kind, where, e) || kind_parse(kind, &R->kind) ||
+		    sf_json_str(r, "crc32c", &crc, where, e) || strlen(crc) != 8 ||
+		    strspn(crc, "0123456789abcdef") != 8)
+			return sf_err_set(e, SF_EFORMAT, "%s: name, kind or crc32c missing or malformed",
+					  where);
 		strcpy(R->name, name);
 		R->crc32c = (uint32_t)strtoul(crc, NULL, 16);
 		R->layer = -1;
-		if ((ret = get_u64(path, where, r, "offset", INT64_MAX, &R->offset, e)) ||
-		    (ret = get_u64(path, where, r, "length", INT64_MAX, &R->length, e)))
+		if ((ret = sf_json_u64(r, "offset", INT64_MAX, &R->offset, where, e)) ||
+		    (ret = sf_json_u64(r, "length", INT64_MAX, &R->length, where, e)))
 			return ret;
 		if (R->offset % SF_IMAGE_ALIGN)
 			return sf_err_set(e, SF_EFORMAT, "%s: region '%s': offset %" PRIu64
@@ -1211,28 +1172,29 @@ static int open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
 		return sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 	json_array_foreach(a, i, t) {
 		struct sf_tensor *T = &img->tensors.tensors[i];
-		const char *name = get_str(t, "name"), *dt = get_str(t, "dtype");
+		const char *name, *dt;
 		json_t *shape = json_object_get(t, "shape");
-		char where[48];
+		char where[SF_ERR_MAX];
 		uint64_t off, len, elems = 1;
 
-		snprintf(where, sizeof(where), "tensors[%zu]", i);
-		if (!name || strlen(name) >= SF_TENSOR_NAME_MAX || !dt || sf_dtype_parse(dt, &T->dtype) ||
+		snprintf(where, sizeof(where), "%s: header: tensors[%zu]", path, i);
+		if (sf_json_str(t, "name", &name, where, e) || strlen(name) >= SF_TENSOR_NAME_MAX ||
+		    sf_json_str(t, "dtype", &dt, where, e) || sf_dtype_parse(dt, &T->dtype) ||
 		    !json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 2)
-			return sf_err_set(e, SF_EFORMAT, "%s: header: %s: name, dtype or shape missing "
-					  "or malformed", path, where);
+			return sf_err_set(e, SF_EFORMAT, "%s: name, dtype or shape missing or malformed",
+					  where);
 		strcpy(T->name, name);
 		T->ndim = (int)json_array_size(shape);
 		for (int d = 0; d < T->ndim; d++) {
 			json_t *v = json_array_get(shape, (size_t)d);
 			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 			    json_integer_value(v) > (json_int_t)1 << 32)
-				return sf_err_set(e, SF_EFORMAT, "%s: header: %s: bad shape", path, where);
+				return sf_err_set(e, SF_EFORMAT, "%s: bad shape", where);
 			T->shape[d] = (uint64_t)json_integer_value(v);
 			elems *= T->shape[d];	/* two factors of at most 2^32 */
 		}
-		if ((ret = get_u64(path, where, t, "offset", R->length, &off, e)) ||
-		    (ret = get_u64(path, where, t, "length", R->length, &len, e)))
+		if ((ret = sf_json_u64(t, "offset", R->length, &off, where, e)) ||
+		    (ret = sf_json_u64(t, "length", R->length, &len, where, e)))
 			return ret;
 		if (elems > UINT64_MAX / 4 || len != elems * sf_dtype_size(T->dtype) ||
 		    off % SF_IMAGE_TENSOR_ALIGN || off > R->length - len)
@@ -1285,35 +1247,35 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 {
 	const char *path = img->path;
 	struct sf_image_group *G = &img->groups[(size_t)l * SF_NGROUPS + g];
-	char where[48], what[64];
+	char where[SF_ERR_MAX], what[64];
 	uint64_t v, entries;
 	json_t *mats = json_object_get(o, "matrices"), *m;
-	const char *method = get_str(o, "method");
+	const char *method, *gn;
 	int ret;
 
-	snprintf(where, sizeof(where), "groups[%d]", l * SF_NGROUPS + (int)g);
+	snprintf(where, sizeof(where), "%s: header: groups[%d]", path, l * SF_NGROUPS + (int)g);
 	snprintf(what, sizeof(what), "layer %d %s", l, sf_group_name(g));
-	if ((ret = get_u64(path, where, o, "layer", INT32_MAX, &v, e)))
+	if ((ret = sf_json_u64(o, "layer", INT32_MAX, &v, where, e)))
 		return ret;
-	const char *gn = get_str(o, "group");
 	enum sf_group gg;
-	if ((int)v != l || !gn || sf_group_parse(gn, &gg) || gg != g)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: %s: expected layer %d %s", path, where, l,
+	if ((int)v != l || sf_json_str(o, "group", &gn, where, e) || sf_group_parse(gn, &gg) ||
+	    gg != g)
+		return sf_err_set(e, SF_EFORMAT, "%s: expected layer %d %s", where, l,
 				  sf_group_name(g));
 	G->layer = l;
 	G->group = g;
 	G->resident = json_is_true(json_object_get(o, "resident"));
 	G->source_entries = (uint32_t)sf_group_entries(&img->cfg, g);
-	if ((ret = get_u64(path, where, o, "source_entries", UINT32_MAX, &v, e)))
+	if ((ret = sf_json_u64(o, "source_entries", UINT32_MAX, &v, where, e)))
 		return ret;
 	if (v != G->source_entries)
 		return sf_err_set(e, SF_EFORMAT, "%s: %s: %" PRIu64 " source entries, the config "
 				  "gives %u", path, what, v, G->source_entries);
-	if ((ret = get_u64(path, where, o, "entries", G->source_entries, &entries, e)))
+	if ((ret = sf_json_u64(o, "entries", G->source_entries, &entries, where, e)))
 		return ret;
 	G->entries = (uint32_t)entries;
-	if (!method || strlen(method) >= sizeof(G->method))
-		return sf_err_set(e, SF_EFORMAT, "%s: header: %s: \"method\" missing", path, where);
+	if (sf_json_str(o, "method", &method, where, e) || strlen(method) >= sizeof(G->method))
+		return sf_err_set(e, SF_EFORMAT, "%s: \"method\" missing", where);
 	strcpy(G->method, method);
 	const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
 	const char *names[SF_GROUP_MAX_MATRICES];
@@ -1335,29 +1297,31 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 	size_t i;
 	json_array_foreach(mats, i, m) {
 		struct sf_image_matrix *M = &G->mat[i];
-		const char *name = get_str(m, "name"), *tensor = get_str(m, "tensor"),
-			   *dt = get_str(m, "dtype"), *sdt = get_str(m, "source_dtype");
-		char mw[96], want_tensor[64];
+		const char *name, *tensor, *dt, *sdt;
+		char mw[SF_ERR_MAX + 32], want_tensor[64];
 
 		snprintf(mw, sizeof(mw), "%s.matrices[%zu]", where, i);
 		tensor_name(want_tensor, sizeof(want_tensor), l, g, (int)i);
-		if (!name || strcmp(name, names[i]) || !tensor || strcmp(tensor, want_tensor) || !dt ||
-		    sf_dtype_parse(dt, &M->dtype) || !sdt || sf_dtype_parse(sdt, &M->source_dtype))
+		if (sf_json_str(m, "name", &name, mw, e) || strcmp(name, names[i]) ||
+		    sf_json_str(m, "tensor", &tensor, mw, e) || strcmp(tensor, want_tensor) ||
+		    sf_json_str(m, "dtype", &dt, mw, e) || sf_dtype_parse(dt, &M->dtype) ||
+		    sf_json_str(m, "source_dtype", &sdt, mw, e) ||
+		    sf_dtype_parse(sdt, &M->source_dtype))
 			return sf_err_set(e, SF_EFORMAT, "%s: %s: matrix %zu: expected %s (%s) with "
 					  "dtypes", path, what, i, names[i], want_tensor);
 		strcpy(M->name, name);
 		strcpy(M->tensor, tensor);
 		M->source_rows = w[i]->rows;
 		M->cols = G->source_entries;
-		if ((ret = get_u64(path, mw, m, "source_rows", UINT32_MAX, &v, e)))
+		if ((ret = sf_json_u64(m, "source_rows", UINT32_MAX, &v, mw, e)))
 			return ret;
 		if (v != M->source_rows)
 			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: %" PRIu64 " source rows, the "
 					  "config gives %" PRIu64, path, what, M->name, v, M->source_rows);
-		if ((ret = get_u64(path, mw, m, "rows", M->source_rows, &M->rows, e)) ||
-		    (ret = get_u64(path, mw, m, "offset", UINT32_MAX, &M->offset, e)) ||
-		    (ret = get_u64(path, mw, m, "mid_offset", UINT32_MAX, &M->mid_offset, e)) ||
-		    (ret = get_u64(path, mw, m, "mid_bytes", UINT32_MAX, &M->mid_bytes, e)))
+		if ((ret = sf_json_u64(m, "rows", M->source_rows, &M->rows, mw, e)) ||
+		    (ret = sf_json_u64(m, "offset", UINT32_MAX, &M->offset, mw, e)) ||
+		    (ret = sf_json_u64(m, "mid_offset", UINT32_MAX, &M->mid_offset, mw, e)) ||
+		    (ret = sf_json_u64(m, "mid_bytes", UINT32_MAX, &M->mid_bytes, mw, e)))
 			return ret;
 		if (M->rows != M->source_rows && (g != SF_GROUP_FFN_IN || G->resident || !M->rows ||
 						  M->rows != G->mat[0].rows))
@@ -1384,8 +1348,8 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 				  "drops entries", path, what, G->entries, G->source_entries);
 	if (G->resident)
 		return 0;
-	if ((ret = get_u64(path, where, o, "top_bytes", UINT32_MAX, &G->top_bytes, e)) ||
-	    (ret = get_u64(path, where, o, "mid_bytes", UINT32_MAX, &G->mid_bytes, e)))
+	if ((ret = sf_json_u64(o, "top_bytes", UINT32_MAX, &G->top_bytes, where, e)) ||
+	    (ret = sf_json_u64(o, "mid_bytes", UINT32_MAX, &G->mid_bytes, where, e)))
 		return ret;
 	if (G->top_bytes != align_up(top_end, amax))
 		return sf_err_set(e, SF_EFORMAT, "%s: %s: top_bytes %" PRIu64 ", expected %" PRIu64,
@@ -1433,7 +1397,7 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 		*dst = R;
 	}
 	/* permutation, positions, rows */
-	if ((ret = get_u64(path, where, o, "perm", INT64_MAX, &v, e)))
+	if ((ret = sf_json_u64(o, "perm", INT64_MAX, &v, where, e)))
 		return ret;
 	uint32_t *perm = *u32, *pos = perm + G->entries;
 	char pw[80];
@@ -1449,7 +1413,7 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 	*u32 = pos + G->source_entries;
 	json_t *rv = json_object_get(o, "rows");
 	if (rv && !json_is_null(rv)) {
-		if ((ret = get_u64(path, where, o, "rows", INT64_MAX, &v, e)))
+		if ((ret = sf_json_u64(o, "rows", INT64_MAX, &v, where, e)))
 			return ret;
 		if (g != SF_GROUP_FFN_IN || G->mat[0].rows == G->mat[0].source_rows)
 			return sf_err_set(e, SF_EFORMAT, "%s: %s: a row list, but every row is there",
@@ -1620,13 +1584,14 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 	}
 	free(htext);
 	htext = NULL;
-	const char *fmt = get_str(img->header, "format"), *fp = get_str(img->header, "fingerprint");
-	if (!fmt || strcmp(fmt, FORMAT_NAME)) {
+	const char *fmt, *fp;
+	if (sf_json_str(img->header, "format", &fmt, path, e) || strcmp(fmt, FORMAT_NAME)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not \"%s\"", path,
 				 FORMAT_NAME);
 		goto out;
 	}
-	if (!fp || strlen(fp) != SF_FINGERPRINT_LEN ||
+	if (sf_json_str(img->header, "fingerprint", &fp, path, e) ||
+	    strlen(fp) != SF_FINGERPRINT_LEN ||
 	    strspn(fp, "0123456789abcdef") != SF_FINGERPRINT_LEN) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" is not %d hex digits",
 				 path, SF_FINGERPRINT_LEN);
@@ -1655,13 +1620,16 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 		goto out;
 	v = json_object_get(img->header, "codes");
 	if (v && !json_is_null(v)) {
-		const char *me = get_str(v, "method");
-		if (!me || sf_codes_method_parse(me, &img->codes_method) ||
-		    (ret = get_u64(path, "codes", v, "seed", INT64_MAX, &img->codes_seed, e))) {
-			ret = ret ? ret : sf_err_set(e, SF_EFORMAT, "%s: header: codes.method: unknown",
-						     path);
+		char where[SF_ERR_MAX];
+		const char *me;
+		snprintf(where, sizeof(where), "%s: header: codes", path);
+		if (sf_json_str(v, "method", &me, where, e) ||
+		    sf_codes_method_parse(me, &img->codes_method)) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s.method: unknown", where);
 			goto out;
 		}
+		if ((ret = sf_json_u64(v, "seed", INT64_MAX, &img->codes_seed, where, e)))
+			goto out;
 		img->has_codes = 1;
 	}
 	if ((ret = open_regions(img, align_up(SF_IMAGE_PREAMBLE + hlen, SF_IMAGE_ALIGN), e)))
@@ -1824,12 +1792,6 @@ out:
 	return ret;
 }
 
-int sf_image_tokenizer(const struct sf_image *img, struct sf_tokenizer **t, struct sf_err *e)
-{
-	return sf_tokenizer_open_mem(t, img->path, img->tokenizer_text, img->tokenizer_len,
-				     img->tokenizer_config_text, img->tokenizer_config_len, e);
-}
-
 struct sf_codes_view sf_image_mid_view(const struct sf_image *img, const struct sf_image_group *g,
 				       int i, const uint8_t *buf)
 {
@@ -1874,7 +1836,6 @@ int sf_image_verify(const struct sf_image *img, struct sf_err *e)
 {
 	const size_t cap = 4u << 20;
 	uint8_t *buf = malloc(cap);
-	struct sf_tokenizer *t = NULL;
 	uint64_t hlen = 0;
 	int ret = 0;
 
@@ -1906,11 +1867,8 @@ int sf_image_verify(const struct sf_image *img, struct sf_err *e)
 		prev = R->offset + R->length;
 		prev_name = R->name;
 	}
-	if ((ret = scan(img, prev, img->file_size - prev, buf, cap, NULL, prev_name, e)))
-		goto out;
-	ret = sf_image_tokenizer(img, &t, e);
+	ret = scan(img, prev, img->file_size - prev, buf, cap, NULL, prev_name, e);
 out:
-	sf_tokenizer_close(t);
 	free(buf);
 	return ret;
 }

@@ -19,7 +19,6 @@
 #include "formats/model.h"
 #include "formats/placement.h"
 #include "formats/safetensors.h"
-#include "engine/tokenizer.h"
 
 #define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
 #define SF_IMAGE_VERSION 1
@@ -186,13 +185,13 @@ static inline void sf_image_tier(const struct sf_image *img, size_t b, int layer
  * and must equal the header's (SF_EFORMAT otherwise). img must outlive m;
  * close m with sf_model_close. */
 int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err *e);
-/* The tokenizer from the header's texts. */
-int sf_image_tokenizer(const struct sf_image *img, struct sf_tokenizer **t, struct sf_err *e);
+/* The tokenizer from the header's texts is built by the engine:
+ * sf_tokenizer_open_image (engine/tokenizer.h). */
 
 /* Reads every region and checks its CRC-32C and that the alignment
- * padding is zero, the tokenizer and the model binding: SF_EFORMAT naming
- * the region on the first mismatch, or saying the file changed size since
- * sf_image_open (truncated while open). */
+ * padding is zero: SF_EFORMAT naming the region on the first mismatch, or
+ * saying the file changed size since sf_image_open (truncated while
+ * open). sf-pack --verify then builds the tokenizer too. */
 int sf_image_verify(const struct sf_image *img, struct sf_err *e);
 
 /* The sf-pack --info summary (see man/sf-pack.1). */
@@ -237,8 +236,11 @@ struct sf_image_pack_opts {
 	void *progress_arg;
 };
 
-/* Writes the image to PATH.tmp.XXXXXX in PATH's directory, fsyncs and
- * renames it to PATH; on any failure the temporary is removed. Checks the
+/* Writes the image with base/outfile.h (a regular file or a new name
+ * only, since it is written with pwrite): to a temporary in PATH's
+ * directory, fsynced and renamed to PATH; on any failure the temporary is
+ * removed. An output that is one of the inputs (the model's safetensors,
+ * the placement, codes, calib and keep files) is refused. Checks the
  * inputs belong to the model (fingerprints, groups, sizes) before
  * anything is written. Memory: per group its matrices in the top-tier
  * dtype (ffn_in: 2 * hidden_dim * dim elements) plus a 4 MiB buffer.

@@ -4,12 +4,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "base/guard.h"
 #include "base/jsonfile.h"
+#include "base/outfile.h"
 #include "formats/placement.h"
+
+static const char *const method_names[] = { "identity", "frequency", "coact" };
+
+const char *sf_place_method_name(enum sf_place_method m)
+{
+	return (unsigned)m < sizeof method_names / sizeof *method_names ? method_names[m] : "?";
+}
+
+int sf_place_method_parse(const char *name, enum sf_place_method *m)
+{
+	for (size_t i = 0; i < sizeof method_names / sizeof *method_names; i++)
+		if (strcmp(name, method_names[i]) == 0) {
+			*m = (enum sf_place_method)i;
+			return 0;
+		}
+	return -1;
+}
 
 int sf_placement_init(struct sf_placement *pl, const char *fingerprint, int ngroups,
 		      struct sf_err *e)
@@ -70,12 +85,12 @@ static json_t *group_json(const struct sf_placement_group *G)
 }
 
 int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *meta,
-		       struct sf_err *e)
+		       const char *const *inputs, struct sf_err *e)
 {
-	int to_stdout = strcmp(path, "-") == 0, ret = 0, fd = -1;
 	json_t *root, *groups = json_array();
-	char *tmp = NULL, *text = NULL;
-	FILE *f = NULL;
+	struct sf_outfile o;
+	char *text = NULL;
+	int ret = 0;
 
 	root = json_pack("{s:s, s:i, s:s}", "format", SF_PLACEMENT_FORMAT, "version",
 			 SF_PLACEMENT_VERSION, "fingerprint", pl->fingerprint);
@@ -87,62 +102,18 @@ int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *
 	if (json_object_set(root, "groups", groups) ||
 	    !(text = json_dumps(root, JSON_COMPACT)))
 		goto nomem;
-	if (to_stdout) {
-		f = stdout;
-	} else {
-		size_t len = strlen(path) + 16;
-		if (!(tmp = malloc(len)))
-			goto nomem;
-		snprintf(tmp, len, "%s.tmp.XXXXXX", path);
-		if ((fd = mkstemp(tmp)) < 0) {
-			ret = sf_err_set(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-			tmp[0] = 0;
-			goto out;
-		}
-		if ((ret = sf_guard_tmp(tmp, e))) {
-			unlink(tmp);
-			tmp[0] = 0;
-			goto out;
-		}
-		fchmod(fd, 0644);	/* mkstemp's 0600 is not what a result file wants */
-		if (!(f = fdopen(fd, "w"))) {
-			ret = sf_err_set(e, -errno, "%s: %s", tmp, strerror(errno));
-			goto out;
-		}
-		fd = -1;
-	}
-	if (fputs(text, f) == EOF || fputc('\n', f) == EOF || fflush(f)) {
-		ret = sf_err_set(e, -errno, "%s: write failed: %s", to_stdout ? "(stdout)" : tmp,
-				 strerror(errno));
+	if ((ret = sf_outfile_open(&o, path, 0, inputs, e)))
+		goto out;
+	if (fputs(text, o.f) == EOF || fputc('\n', o.f) == EOF) {
+		ret = sf_err_set(e, -errno, "%s: write failed: %s", o.name, strerror(errno));
+		sf_outfile_abort(&o);
 		goto out;
 	}
-	if (!to_stdout) {
-		ret = fclose(f);
-		f = NULL;
-		if (ret) {
-			ret = sf_err_set(e, -errno, "%s: write failed: %s", tmp, strerror(errno));
-			goto out;
-		}
-		if (rename(tmp, path)) {
-			ret = sf_err_set(e, -errno, "%s: cannot rename to %s: %s", tmp, path,
-					 strerror(errno));
-			goto out;
-		}
-		sf_guard_untmp(tmp);
-		tmp[0] = 0;
-	}
+	ret = sf_outfile_commit(&o, e);
 	goto out;
 nomem:
 	ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 out:
-	if (f && f != stdout)
-		fclose(f);
-	if (fd >= 0)
-		close(fd);
-	if (tmp && tmp[0])
-		unlink(tmp);
-	sf_guard_untmp(tmp);
-	free(tmp);
 	free(text);
 	json_decref(groups);
 	json_decref(root);
@@ -204,27 +175,12 @@ static int is_hex16(const char *s)
 	return 1;
 }
 
-/* An integer member in [min, max]. */
-static int get_int(json_t *o, const char *key, json_int_t min, json_int_t max, json_int_t *v,
-		   const char *where, struct sf_err *e)
-{
-	json_t *j = json_object_get(o, key);
-
-	if (!json_is_integer(j))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"%s\" missing or not an integer", where, key);
-	*v = json_integer_value(j);
-	if (*v < min || *v > max)
-		return sf_err_set(e, SF_EFORMAT, "%s: \"%s\" is %lld: expected %lld..%lld", where, key,
-				  (long long)*v, (long long)min, (long long)max);
-	return 0;
-}
-
 static int read_group(struct sf_placement *pl, int i, json_t *o, const char *path,
 		      struct sf_err *e)
 {
 	struct sf_placement_group *G = &pl->groups[i];
 	char where[256];
-	json_int_t layer, n, tokens;
+	int64_t layer, n, tokens;
 	json_t *perm, *opts;
 	const char *gname, *mname;
 	size_t len;
@@ -233,7 +189,7 @@ static int read_group(struct sf_placement *pl, int i, json_t *o, const char *pat
 	snprintf(where, sizeof where, "%s: groups[%d]", path, i);
 	if (!json_is_object(o))
 		return sf_err_set(e, SF_EFORMAT, "%s: not an object", where);
-	if ((ret = get_int(o, "layer", 0, SF_PLACEMENT_MAX_LAYERS - 1, &layer, where, e)))
+	if ((ret = sf_json_int(o, "layer", 0, SF_PLACEMENT_MAX_LAYERS - 1, &layer, where, e)))
 		return ret;
 	gname = json_string_value(json_object_get(o, "group"));
 	if (!gname || sf_group_parse(gname, &G->group))
@@ -244,8 +200,8 @@ static int read_group(struct sf_placement *pl, int i, json_t *o, const char *pat
 	for (int k = 0; k < i; k++)
 		if (pl->groups[k].layer == G->layer && pl->groups[k].group == G->group)
 			return sf_err_set(e, SF_EFORMAT, "%s: given twice", where);
-	if ((ret = get_int(o, "entries", 1, SF_PLACEMENT_MAX_ENTRIES, &n, where, e)) ||
-	    (ret = get_int(o, "tokens", 0, INT64_MAX, &tokens, where, e)))
+	if ((ret = sf_json_int(o, "entries", 1, SF_PLACEMENT_MAX_ENTRIES, &n, where, e)) ||
+	    (ret = sf_json_int(o, "tokens", 0, INT64_MAX, &tokens, where, e)))
 		return ret;
 	G->n = (uint32_t)n;
 	G->tokens = (uint64_t)tokens;

@@ -11,13 +11,18 @@
 #include "base/err.h"
 #include "base/vocab.h"
 #include "formats/model.h"
-#include "offline/place.h"
 
 #define SF_PLACEMENT_FORMAT "sparseflash-placement"
 #define SF_PLACEMENT_VERSION 1
 #define SF_PLACEMENT_MAX_ENTRIES (1u << 24)
 #define SF_PLACEMENT_MAX_LAYERS 4096
 #define SF_PLACEMENT_MAX_FILE ((uint64_t)256 << 20)	/* bytes of placement.json */
+
+/* How a group's permutation was found (offline/place.h computes them). */
+enum sf_place_method { SF_PLACE_IDENTITY, SF_PLACE_FREQUENCY, SF_PLACE_COACT };
+
+const char *sf_place_method_name(enum sf_place_method m);
+int sf_place_method_parse(const char *name, enum sf_place_method *m);	/* 0, or -1 */
 
 struct sf_placement_group {
 	int layer;
@@ -49,10 +54,12 @@ int sf_placement_set(struct sf_placement *pl, int i, int layer, enum sf_group g,
 		     struct sf_err *e);
 void sf_placement_free(struct sf_placement *pl);	/* accepts a zeroed pl */
 
-/* Writes pl to path ("-": standard output): a temporary file renamed when
- * complete. meta (may be NULL) is merged into the top level. */
+/* Writes pl to path ("-": standard output) with base/outfile.h: a
+ * temporary file renamed when complete; inputs (NULL-terminated, or NULL)
+ * are refused as the output. meta (may be NULL) is merged into the top
+ * level. */
 int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *meta,
-		       struct sf_err *e);
+		       const char *const *inputs, struct sf_err *e);
 /* Reads and validates path (at most SF_PLACEMENT_MAX_FILE bytes, refused
  * with SF_ELIMIT past it): format, version, fingerprint, every group's
  * layer, group name, entries, method, and perm a true permutation of

@@ -9,23 +9,6 @@
 
 #define NONE UINT32_MAX
 
-static const char *const method_names[] = { "identity", "frequency", "coact" };
-
-const char *sf_place_method_name(enum sf_place_method m)
-{
-	return (unsigned)m < sizeof method_names / sizeof *method_names ? method_names[m] : "?";
-}
-
-int sf_place_method_parse(const char *name, enum sf_place_method *m)
-{
-	for (size_t i = 0; i < sizeof method_names / sizeof *method_names; i++)
-		if (strcmp(name, method_names[i]) == 0) {
-			*m = (enum sf_place_method)i;
-			return 0;
-		}
-	return -1;
-}
-
 void sf_place_identity(uint32_t n, uint32_t *perm)
 {
 	for (uint32_t i = 0; i < n; i++)

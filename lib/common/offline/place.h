@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "base/pool.h"
+#include "formats/placement.h"	/* enum sf_place_method: the methods placement.json names */
 
 /* Co-activation statistics of one layer and group. Pair counts form the
  * strict upper triangle in row-major order: the pair (i, j), i < j, is at
@@ -31,11 +32,6 @@ static inline uint32_t sf_place_pair(const struct sf_place_stats *s, uint32_t i,
 	return i < j ? s->pairs[sf_place_pair_index(s->n, i, j)]
 		     : s->pairs[sf_place_pair_index(s->n, j, i)];
 }
-
-enum sf_place_method { SF_PLACE_IDENTITY, SF_PLACE_FREQUENCY, SF_PLACE_COACT };
-
-const char *sf_place_method_name(enum sf_place_method m);
-int sf_place_method_parse(const char *name, enum sf_place_method *m);	/* 0, or -1 */
 
 /* Candidate partners per entry and round of the scalable greedy. */
 #define SF_PLACE_DEFAULT_TOPK 16

@@ -1,6 +1,6 @@
-/* Bitshift-trellis codes: the Gaussian codebook, the exact Viterbi encoder
- * (AVX-512 and AVX2 paths beside the plain C _ref, bit-identical) and the
- * decoder.
+/* Bitshift-trellis codes: the exact Viterbi encoder (AVX-512 and AVX2
+ * paths beside the plain C _ref, bit-identical, dispatched by the level
+ * engine/cpu.h names) and the decoder of unpacked codes.
  * The code layout is documented in man/sf-formats.5 (codes). */
 #include <errno.h>
 #include <math.h>
@@ -8,28 +8,11 @@
 #include <string.h>
 
 #include "engine/cpu.h"
-#include "engine/kernels.h"
 #include "offline/trellis.h"
-#include "base/rng.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-
-// ----------------------------------------------------------------------------
-// codebook
-
-void sf_trellis_codebook(float *cb, uint64_t seed)
-{
-	uint64_t s = seed;
-	for (size_t i = 0; i < SF_TRELLIS_CODEBOOK; i += 2) {
-		double u1 = sf_rng_unit(&s);
-		double u2 = sf_rng_unit(&s);
-		double r = sqrt(-2.0 * log(1.0 - u1));
-		cb[i] = (float)(r * cos(2.0 * M_PI * u2));
-		cb[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
-	}
-}
 
 // ----------------------------------------------------------------------------
 // scratch
@@ -298,18 +281,40 @@ static void encode_simd(const float *const *x, int n, size_t m, uint8_t *const *
 }
 #endif
 
+#if defined(__x86_64__)
+static void encode_avx2(const float *const *x, int n, size_t m, uint8_t *const *codes,
+			double *err, struct sf_trellis_work *w)
+{
+	encode_simd(x, n, m, codes, err, w, 0);
+}
+
+static void encode_avx512(const float *const *x, int n, size_t m, uint8_t *const *codes,
+			  double *err, struct sf_trellis_work *w)
+{
+	encode_simd(x, n, m, codes, err, w, 1);
+}
+#endif
+
+typedef void encode_fn(const float *const *x, int n, size_t m, uint8_t *const *codes,
+		       double *err, struct sf_trellis_work *w);
+
+/* The dispatch table (engine/cpu.h); a level without its own path
+ * repeats the one below. */
+static encode_fn *const encode_paths[SF_NISA] = {
+	[SF_ISA_REF] = sf_trellis_encode_ref,
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = encode_avx2,
+	[SF_ISA_AVX512] = encode_avx512,
+#else
+	[SF_ISA_AVX2] = sf_trellis_encode_ref,
+	[SF_ISA_AVX512] = sf_trellis_encode_ref,
+#endif
+};
+
 void sf_trellis_encode(const float *const *x, int n, size_t m, uint8_t *const *codes,
 		       double *err, struct sf_trellis_work *w)
 {
-#if defined(__x86_64__)
-	/* one dispatch decision for every kernel: the level engine/cpu.h sets */
-	const char *isa = sf_isa_name(sf_cpu_isa());
-	if (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0) {
-		encode_simd(x, n, m, codes, err, w, isa[3] == '5');
-		return;
-	}
-#endif
-	sf_trellis_encode_ref(x, n, m, codes, err, w);
+	encode_paths[sf_cpu_isa()](x, n, m, codes, err, w);
 }
 
 // ----------------------------------------------------------------------------

@@ -3,24 +3,18 @@
  * idx_t = ((idx_{t-1} << 2) | c_t) & 0xFFFF and idx_{-1} = 0. The encoder
  * is an exact Viterbi search over the 2^14 states (the last seven codes),
  * four predecessors each, with 2-bit traceback per state per step. The
- * codebook generator is documented in man/sf-formats.5 (codes). */
+ * codebook and its generator are the format's (formats/codes.h,
+ * man/sf-formats.5 (codes)). */
 #ifndef SF_TRELLIS_H
 #define SF_TRELLIS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define SF_TRELLIS_CODEBOOK (1u << 16)	/* entries: window L = 16 bits */
+#include "formats/codes.h"
+
 #define SF_TRELLIS_STATES (1u << 14)	/* the last seven codes */
 #define SF_TRELLIS_LOCKSTEP 16	/* columns one encoder call searches at once (one per lane) */
-#define SF_TRELLIS_DEFAULT_SEED 1
-
-/* Fills cb[SF_TRELLIS_CODEBOOK] with standard normal values: splitmix64
- * seeded with seed, each pair of draws u1, u2 = (next() >> 11) * 2^-53
- * giving r = sqrt(-2 ln(1 - u1)), cb[2i] = r cos(2 pi u2), cb[2i+1] =
- * r sin(2 pi u2), computed in double and rounded to float. The table is
- * stored beside the codes, so libm differences cannot change a decode. */
-void sf_trellis_codebook(float *cb, uint64_t seed);
 
 /* Scratch of one encoding thread for columns up to mmax long, tied to the
  * codebook cb (kept by pointer, and copied regrouped for the SIMD step):

@@ -9,15 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SF_TWOSCALE_MAX_ITER 100	/* alternations before giving up on a fixed point */
+#include "formats/codes.h"	/* sf_twoscale_level: what a code means */
 
-/* Code c (0..3): e1 = +1 when bit 1 is set, e2 = +1 when bit 0 is set, so
- * with s0 >= s1 >= 0 the levels rise with c. Computed the same way by the
- * encoder's report and every decoder. */
-static inline float sf_twoscale_level(unsigned c, float s0, float s1)
-{
-	return ((c & 2) ? s0 : -s0) + ((c & 1) ? s1 : -s1);
-}
+#define SF_TWOSCALE_MAX_ITER 100	/* alternations before giving up on a fixed point */
 
 /* Fits w[0..m) (finite): s0 >= s1 >= 0 and the codes c[0..m) (one per
  * byte). round(v) maps a scale to the value that will be stored (f16);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "engine/codes.h"
 #include "engine/kernels.h"
 #include "engine/select.h"
 #include "formats/trace.h"

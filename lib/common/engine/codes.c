@@ -1,0 +1,237 @@
+/* The middle tier's kernels: a record decoded, and decode-accumulate
+ * (AVX-512 and AVX2 beside the plain C _ref, bit-identical), dispatched
+ * by the level engine/cpu.h names. See engine/codes.h; record layout in
+ * man/sf-formats.5 (codes). */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/bytes.h"
+#include "base/vocab.h"
+#include "engine/codes.h"
+#include "engine/cpu.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// a record decoded
+
+static uint32_t get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static unsigned code_at(const uint8_t *codes, size_t t)
+{
+	return (codes[t / 4] >> (6 - 2 * (t % 4))) & 3u;
+}
+
+void sf_codes_decode(enum sf_code_method method, const float *cb, const uint8_t *rec, size_t m,
+		     float *out)
+{
+	const uint8_t *codes = rec + sf_codes_scale_bytes(method);
+	if (method == SF_CODES_TRELLIS) {
+		float s = sf_f16_to_f32(sf_get_le16(rec));
+		uint32_t idx = 0;
+		for (size_t t = 0; t < m; t++) {
+			idx = ((idx << 2) | code_at(codes, t)) & 0xffffu;
+			out[t] = cb[idx] * s;
+		}
+	} else {
+		float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+		for (size_t t = 0; t < m; t++)
+			out[t] = sf_twoscale_level(code_at(codes, t), s0, s1);
+	}
+}
+
+// ----------------------------------------------------------------------------
+// decode-accumulate
+
+/* The 16-bit trellis index of weight t: the window of codes t-7..t. */
+static uint32_t window_at(const uint8_t *codes, size_t t)
+{
+	uint32_t idx = 0;
+	for (size_t u = t >= 7 ? t - 7 : 0; u <= t; u++)
+		idx = ((idx << 2) | code_at(codes, u)) & 0xffffu;
+	return idx;
+}
+
+/* Weights [t0, t1) of one column, scalar: the _ref path, and the SIMD
+ * paths' head and tail. */
+static void accum_scalar_rows(float *y, const struct sf_codes_view *v, const uint8_t *rec,
+			      float x, size_t t0, size_t t1)
+{
+	const uint8_t *codes = rec + sf_codes_scale_bytes(v->method);
+	if (t0 >= t1)
+		return;
+	if (v->method == SF_CODES_TRELLIS) {
+		float xs = x * sf_f16_to_f32(sf_get_le16(rec));
+		uint32_t idx = t0 ? window_at(codes, t0 - 1) : 0;
+		for (size_t t = t0; t < t1; t++) {
+			idx = ((idx << 2) | code_at(codes, t)) & 0xffffu;
+			y[t] = fmaf(xs, v->codebook[idx], y[t]);
+		}
+	} else {
+		float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+		float lut[4];
+		for (unsigned c = 0; c < 4; c++)
+			lut[c] = sf_twoscale_level(c, s0, s1);
+		for (size_t t = t0; t < t1; t++)
+			y[t] = fmaf(x, lut[code_at(codes, t)], y[t]);
+	}
+}
+
+void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
+			   const uint32_t *idx, const float *xv, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		accum_scalar_rows(y, v, v->base + (size_t)idx[k] * v->stride, xv[k], r0, r1);
+}
+
+typedef void accum_fn(float *y, const struct sf_codes_view *v, const uint8_t *rec, float x,
+		      size_t t0, size_t t1);
+
+#if defined(__x86_64__)
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+/* Weights [t0, t1) in steps of 16, t0 a multiple of 16: the indices of
+ * weights t..t+15 are 16-bit windows of the 24 codes t-8..t+15, cut by
+ * two variable shifts of one 48-bit word; the codebook values come by one
+ * gather. */
+static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
+				      const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	const uint8_t *codes = rec + 2;
+	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
+	const __m512i sh_hi = _mm512_setr_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m512i low16 = _mm512_set1_epi32(0xffff);
+	__m512 xs = _mm512_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
+	for (size_t t = t0; t < t1; t += 16) {
+		/* codes before the column are zeros: for t == 0 the two bytes
+		 * ahead of the window are not read */
+		uint64_t word = t ? (uint64_t)get_be32(codes + t / 4 - 2) << 16 |
+					    (uint64_t)codes[t / 4 + 2] << 8 | codes[t / 4 + 3]
+				  : get_be32(codes);
+		__m512i wv = _mm512_set1_epi64((long long)word);
+		__m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_lo));
+		__m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_hi));
+		__m512i ix = _mm512_and_si512(
+			_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), low16);
+		__m512 cb = _mm512_i32gather_ps(ix, v->codebook, 4);
+		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y + t)));
+	}
+}
+
+/* Weights [t0, t1) in steps of 16, t0 a multiple of 16: 16 codes are one
+ * 32-bit word; the level comes from a 4-entry table held in a register. */
+static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
+				     const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	(void)v;	/* the trellis kernel's signature */
+	const uint8_t *codes = rec + 4;
+	const __m512i sh = _mm512_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+					     4, 2, 0);
+	const __m512i three = _mm512_set1_epi32(3);
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	__m512 lut = _mm512_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
+				    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+	__m512 xv = _mm512_set1_ps(x);
+	for (size_t t = t0; t < t1; t += 16) {
+		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
+		__m512i c = _mm512_and_si512(_mm512_srlv_epi32(cw, sh), three);
+		__m512 l = _mm512_permutexvar_ps(c, lut);
+		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xv, l, _mm512_loadu_ps(y + t)));
+	}
+}
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+
+/* Weights [t0, t1) in steps of 8, t0 a multiple of 8: the indices of
+ * weights t..t+7 are 16-bit windows of the 16 codes t-8..t+7, one 32-bit
+ * word cut by one variable shift; the codebook values come by one gather. */
+static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
+				    const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	const uint8_t *codes = rec + 2;
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m256i low16 = _mm256_set1_epi32(0xffff);
+	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
+	for (size_t t = t0; t < t1; t += 8) {
+		/* codes before the column are zeros: for t == 0 the two bytes
+		 * ahead of the window are not read */
+		uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
+		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
+					      low16);
+		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
+		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y + t)));
+	}
+}
+
+/* Weights [t0, t1) in steps of 8, t0 a multiple of 8: 8 codes are one
+ * 16-bit word; the level comes from a 4-entry table held in both halves
+ * of a register. */
+static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
+				   const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	(void)v;	/* the trellis kernel's signature */
+	const uint8_t *codes = rec + 4;
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m256i three = _mm256_set1_epi32(3);
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	__m256 lut = _mm256_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
+				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
+	__m256 xv = _mm256_set1_ps(x);
+	for (size_t t = t0; t < t1; t += 8) {
+		int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
+		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
+		__m256 l = _mm256_permutevar_ps(lut, c);
+		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xv, l, _mm256_loadu_ps(y + t)));
+	}
+}
+
+#endif
+
+/* The dispatch table (engine/cpu.h): per level the kernels of a whole
+ * SIMD step and its width; width 0 is the _ref. A level without its own
+ * paths repeats the one below. */
+static const struct accum_path {
+	accum_fn *trellis, *scalar;
+	size_t step;	/* weights a SIMD step takes */
+} accum_paths[SF_NISA] = {
+	[SF_ISA_REF] = { NULL, NULL, 0 },
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, 8 },
+	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, 16 },
+#else
+	[SF_ISA_AVX2] = { NULL, NULL, 0 },
+	[SF_ISA_AVX512] = { NULL, NULL, 0 },
+#endif
+};
+
+void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
+		       const uint32_t *idx, const float *xv, size_t n)
+{
+	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
+	accum_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis : P->scalar;
+	size_t w = P->step;
+
+	if (!fn) {
+		sf_codes_colaccum_ref(y, v, r0, r1, idx, xv, n);
+		return;
+	}
+	/* a scalar head up to a whole step, whole steps, a scalar tail */
+	size_t a = (r0 + w - 1) / w * w;
+	a = a < r1 ? a : r1;
+	size_t b = a + (r1 - a) / w * w;
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
+		accum_scalar_rows(y, v, rec, xv[k], r0, a);
+		fn(y, v, rec, xv[k], a, b);
+		accum_scalar_rows(y, v, rec, xv[k], b, r1);
+	}
+}
