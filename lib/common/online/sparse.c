@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -22,9 +21,6 @@
 #include "online/uring.h"
 
 #define MAX_READ (1u << 30)	/* bytes of one request: a u32 with room to align */
-#define DEVICE_FORMAT "sparseflash-device"
-#define DEVICE_VERSION 1
-#define PROBE_FILE_BYTES ((uint64_t)1 << 30)
 #define NO_READ UINT32_MAX
 /* Weights below which a batch runs on the caller: waking workers that
  * went to sleep during the I/O wait costs more (on mix4-5m, 1 << 16 made
@@ -745,7 +741,8 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 			goto out;
 		}
 		struct sf_uring_opts uo = { .qd = o->qd, .buffered = o->buffered,
-					    .arena = sp->iobuf, .arena_bytes = iobuf };
+					    .arena = sp->iobuf, .arena_bytes = iobuf,
+					    .fault = o->fault };
 		if ((ret = sf_uring_open(&sp->u, img->path, &uo, e)))
 			goto out;
 	}
@@ -1533,119 +1530,4 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 		json_object_set_new(j, "requests", json_integer((json_int_t)sp->requests));
 	}
 	return j;
-}
-
-// ----------------------------------------------------------------------------
-// device peak
-
-int sf_sparse_device_file(const char *path, char *buf, size_t cap, struct sf_err *e)
-{
-	struct stat st;
-	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-	int n;
-
-	if (stat(path, &st))
-		return sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
-	if (xdg && *xdg)
-		n = snprintf(buf, cap, "%s/sparseflash/device-%u-%u.json", xdg, major(st.st_dev),
-			     minor(st.st_dev));
-	else if (home && *home)
-		n = snprintf(buf, cap, "%s/.cache/sparseflash/device-%u-%u.json", home,
-			     major(st.st_dev), minor(st.st_dev));
-	else
-		return sf_err_set(e, -ENOENT, "%s: neither XDG_CACHE_HOME nor HOME is set", path);
-	if (n < 0 || (size_t)n >= cap)
-		return sf_err_set(e, -ENAMETOOLONG, "%s: cache path too long", path);
-	return 0;
-}
-
-int sf_sparse_device_load(const char *path, double *peak, double *iops, struct sf_err *e)
-{
-	char file[4096];
-	json_error_t je;
-	/* no place to keep figures is no figures */
-	if (sf_sparse_device_file(path, file, sizeof(file), e) || access(file, F_OK))
-		return 0;
-	json_t *j = json_load_file(file, 0, &je);
-	const char *fmt = NULL;
-	double bw = 0, small = 0;
-	if (!j || json_unpack(j, "{s:s, s:{s:F}, s:{s:F}}", "format", &fmt, "large", "bytes_per_s",
-			      &bw, "small", "iops", &small) ||
-	    strcmp(fmt, DEVICE_FORMAT) || !(bw > 0) || !(small > 0)) {
-		json_decref(j);
-		return sf_err_set(e, SF_EFORMAT, "%s: not a device file of sf-run --probe-device "
-				  "(remove it and probe again)", file);
-	}
-	json_decref(j);
-	*peak = bw;
-	*iops = small;
-	return 1;
-}
-
-static json_t *bench_json(const struct sf_uring_bench *b)
-{
-	return json_pack("{s:i, s:i, s:s, s:f, s:f, s:f}", "block", (int)b->block, "qd", (int)b->qd,
-			 "backend", sf_uring_backend_name(b->backend), "seconds", b->seconds,
-			 "iops", b->iops, "bytes_per_s", b->bytes_per_s);
-}
-
-/* mkdir -p of the directory part of file. */
-static int make_dirs(char *file)
-{
-	for (char *p = file + 1; *p; p++)
-		if (*p == '/') {
-			*p = '\0';
-			int r = mkdir(file, 0755);
-			*p = '/';
-			if (r && errno != EEXIST)
-				return -errno;
-		}
-	return 0;
-}
-
-int sf_sparse_device_probe(const char *dir, json_t **out, struct sf_err *e)
-{
-	char file[4096], tmp[4200], data[4200];
-	struct sf_uring_probe p;
-	struct stat st;
-	int ret;
-
-	if (out)
-		*out = NULL;
-	if ((ret = sf_sparse_device_file(dir, file, sizeof(file), e)))
-		return ret;
-	if (stat(dir, &st))
-		return sf_err_set(e, -errno, "%s: %s", dir, strerror(errno));
-	snprintf(data, sizeof(data), "%s/.sf-probe.%ld", dir, (long)getpid());
-	ret = sf_uring_fill(data, PROBE_FILE_BYTES, 1, e);
-	if (!ret)
-		ret = sf_uring_probe(data, &p, e);
-	unlink(data);
-	if (ret)
-		return ret;
-	json_t *j = json_pack("{s:s, s:i, s:s, s:o, s:o}", "format", DEVICE_FORMAT,
-			      "version", DEVICE_VERSION, "device", dir,
-			      "small", bench_json(&p.small), "large", bench_json(&p.large));
-	if (!j)
-		return sf_err_set(e, -ENOMEM, "%s: %s", file, strerror(ENOMEM));
-	char dev[32];
-	snprintf(dev, sizeof(dev), "%u:%u", major(st.st_dev), minor(st.st_dev));
-	json_object_set_new(j, "device", json_string(dev));
-	if ((ret = make_dirs(file))) {
-		ret = sf_err_set(e, ret, "%s: %s", file, strerror(-ret));
-		goto out;
-	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", file, (long)getpid());
-	if (json_dump_file(j, tmp, JSON_INDENT(2)) || rename(tmp, file)) {
-		ret = sf_err_set(e, -EIO, "%s: cannot write", file);
-		unlink(tmp);
-		goto out;
-	}
-	if (out) {
-		*out = j;
-		j = NULL;
-	}
-out:
-	json_decref(j);
-	return ret;
 }
