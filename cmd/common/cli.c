@@ -59,6 +59,13 @@ void sf_print_version(void)
 
 // --- option tables
 
+/* Every command's last two options. */
+static const struct sf_opt always[] = {
+	{ "help", 'h', NULL, "show this help", NULL, 0 },
+	{ "version", 'V', NULL, "show the version", NULL, 0 },
+};
+#define NALWAYS (sizeof(always) / sizeof(always[0]))
+
 const struct sf_opt *sf_cli_opt(const struct sf_cmd *cmd, int key)
 {
 	for (const struct sf_opt *p = cmd->opts; p->name; p++)
@@ -105,6 +112,8 @@ static void help(const struct sf_cmd *cmd)
 			help_option(p);
 		else
 			printf("\n%s\n", p->help);
+	for (size_t i = 0; i < NALWAYS; i++)
+		help_option(&always[i]);
 	if (cmd->examples)
 		printf("\nExamples:\n%s", cmd->examples);
 }
@@ -117,9 +126,12 @@ int sf_cli_getopt(int argc, char **argv, const struct sf_cmd *cmd)
 	int c;
 
 	if (built != cmd) {	/* the getopt strings, once per table */
-		size_t n = 0, k = 0;
+		size_t n = 0, k = 0, nopts = 0;
+		while (cmd->opts[nopts].name)
+			nopts++;
 		shorts[k++] = ':';	/* a missing value returns ':' */
-		for (const struct sf_opt *p = cmd->opts; p->name && n + 1 < 128; p++) {
+		for (size_t i = 0; i < nopts + NALWAYS && n + 1 < 128; i++) {
+			const struct sf_opt *p = i < nopts ? &cmd->opts[i] : &always[i - nopts];
 			if (!*p->name)	/* a heading */
 				continue;
 			longopts[n++] = (struct option){ p->name, p->arg ? required_argument
@@ -284,9 +296,14 @@ int sf_close_stdout(void)
 	return 0;
 }
 
-void sf_progress_init(struct sf_progress *p, int force, const char *unit)
+int sf_cli_progress_on(int progress, int quiet)
 {
-	p->on = force || isatty(STDERR_FILENO);
+	return progress || (!quiet && isatty(STDERR_FILENO));
+}
+
+void sf_progress_init(struct sf_progress *p, int progress, int quiet, const char *unit)
+{
+	p->on = sf_cli_progress_on(progress, quiet);
 	p->unit = unit;
 	p->t0 = p->last = sf_now();
 }

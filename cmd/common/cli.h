@@ -52,7 +52,9 @@ struct sf_opt {
 enum { SF_OPT_PROGRESS = 256, SF_OPT_FIRST };	/* keys of long options only */
 
 /* The common options, one meaning in every command (sparseflash(7),
- * COMMON OPTIONS). -o's help names what is written. */
+ * COMMON OPTIONS). -o's help names what is written. -h/--help and
+ * -V/--version are in every table without being listed: sf_cli_getopt
+ * adds them after the command's own. */
 #define SF_OPT_OUTPUT(help) { "output", 'o', "FILE", help, NULL, 0 }
 #define SF_OPT_THREADS { "threads", 't', "N", "worker threads (default: online CPUs)", NULL, 0 }
 #define SF_OPT_PROGRESS_ENTRY { "progress", SF_OPT_PROGRESS, NULL, \
@@ -61,8 +63,6 @@ enum { SF_OPT_PROGRESS = 256, SF_OPT_FIRST };	/* keys of long options only */
 	"only errors on stderr: no progress on a terminal, no summary", NULL, 0 }
 #define SF_OPT_VERBOSE { "verbose", 'v', NULL, "report what was loaded and chosen on stderr", \
 	NULL, 0 }
-#define SF_OPT_HELP { "help", 'h', NULL, "show this help", NULL, 0 }
-#define SF_OPT_VERSION { "version", 'V', NULL, "show the version", NULL, 0 }
 #define SF_OPT_END { NULL, 0, NULL, NULL, NULL, 0 }
 /* A line of its own in --help before the options that follow. */
 #define SF_OPT_HEADING(text) { "", 0, NULL, text, NULL, 0 }
@@ -114,7 +114,10 @@ struct sf_progress {
 	const char *unit;
 	double t0, last;
 };
-void sf_progress_init(struct sf_progress *p, int force, const char *unit);
+/* The one rule of --progress and -q: progress when asked for, or on a
+ * terminal unless -q. */
+int sf_cli_progress_on(int progress, int quiet);
+void sf_progress_init(struct sf_progress *p, int progress, int quiet, const char *unit);
 /* fraction: of the whole work done, or < 0 when unknown (no ETA). */
 void sf_progress_update(struct sf_progress *p, uint64_t done, double fraction);
 void sf_progress_end(struct sf_progress *p, uint64_t done);	/* the final line */

@@ -70,8 +70,6 @@ static const struct sf_opt options[] = {
 	SF_OPT_THREADS,
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
-	SF_OPT_HELP,
-	SF_OPT_VERSION,
 	SF_OPT_END,
 };
 _Static_assert(DEFAULT_MAX_MEMORY == (uint64_t)16 << 30, "--help says 16G");
@@ -264,7 +262,7 @@ static int from_traces(const struct options *o, struct sf_pool *pool)
 		sf_error("%s", e.msg);
 	if (!ret) {
 		c.pool = pool;
-		sf_progress_init(&progress, o->progress && !o->quiet, "tokens");
+		sf_progress_init(&progress, o->progress, o->quiet, "tokens");
 		c.progress = report_progress;
 		c.progress_ctx = &progress;
 		for (int i = 0; i < n && !ret; i++)

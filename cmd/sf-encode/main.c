@@ -68,8 +68,6 @@ static const struct sf_opt options[] = {
 	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "--calibrate: layers that stay dense\n"
 	  "(LAYERS in sparseflash(7), e.g. 0,3 or 1:1)", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
-	SF_OPT_HELP,
-	SF_OPT_VERSION,
 	SF_OPT_END,
 };
 

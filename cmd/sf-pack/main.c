@@ -40,8 +40,6 @@ static const struct sf_opt options[] = {
 	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
 	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
-	SF_OPT_HELP,
-	SF_OPT_VERSION,
 	SF_OPT_END,
 };
 
@@ -160,7 +158,7 @@ static int pack(const struct options *o)
 	    (o->keep && (ret = sf_image_keep_read(&keep, o->keep, &m, &e))))
 		goto out;
 	prod = producer(o);
-	sf_progress_init(&pr, o->progress, "MiB");
+	sf_progress_init(&pr, o->progress, 0, "MiB");
 	struct sf_image_pack_opts po = {
 		.model = &m, .model_dir = o->model_dir,
 		.placement = o->placement ? &pl : NULL, .placement_path = o->placement,

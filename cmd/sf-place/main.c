@@ -65,8 +65,6 @@ static const struct sf_opt options[] = {
 	SF_OPT_THREADS,
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
-	SF_OPT_HELP,
-	SF_OPT_VERSION,
 	SF_OPT_END,
 };
 _Static_assert(DEFAULT_MAX_MEMORY == 8ull << 30, "--help says 8G");
@@ -146,11 +144,6 @@ static void parse_options(int argc, char **argv, struct options *o)
 			sf_usage_error("one COACT.sfc expected, %d given", o->ninputs);
 		sf_out_refuse_inputs(o->output, (const char *const[]){ o->inputs[0], NULL });
 	}
-}
-
-static int show_progress(const struct options *o)
-{
-	return o->progress || (!o->quiet && isatty(STDERR_FILENO));
 }
 
 /* The model of --model, its fingerprint compared with a stream's. */
@@ -265,7 +258,7 @@ static int run_place(const struct options *o)
 			sf_error("%s", e.msg);
 			goto out;
 		}
-		if (show_progress(o))
+		if (sf_cli_progress_on(o->progress, o->quiet))
 			fprintf(stderr, "%s: layer %d %s: %u entries, %s: %.3f runs/token predicted "
 				"(%.2f s)\n", sf_progname, sl->layer, sf_group_name(sl->group),
 				sl->entries, sf_place_method_name(o->method),

@@ -72,8 +72,6 @@ static const struct sf_opt options[] = {
 	  "baseline)", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
-	SF_OPT_HELP,
-	SF_OPT_VERSION,
 	SF_OPT_END,
 };
 
@@ -333,7 +331,7 @@ int main(int argc, char **argv)
 		}
 		S.state.observer = sf_trace_writer_observer(S.writer);
 	}
-	sf_progress_init(&S.progress, o.progress && !o.quiet, "tokens");
+	sf_progress_init(&S.progress, o.progress, o.quiet, "tokens");
 	double t0 = sf_now();
 	for (int i = 0; i < o.ncorpora && !ret && !done(&S, &o); i++)
 		ret = run_corpus(&S, &o, o.corpora[i]);

@@ -151,8 +151,6 @@ static const struct sf_opt options[] = {
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
 	SF_OPT_VERBOSE,
-	SF_OPT_HELP,
-	SF_OPT_VERSION,
 	SF_OPT_END,
 };
 
@@ -689,7 +687,7 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 	size_t n, docs;
 	struct sf_ppl acc = { 0 };
 	int ret = read_ppl_tokens(S, o->ppl_file, o->max_tokens, &tokens, &n, &docs, e);
-	int show = o->progress || (isatty(STDERR_FILENO) && !o->quiet);
+	int show = sf_cli_progress_on(o->progress, o->quiet);
 
 	if (ret)
 		return ret;
