@@ -187,8 +187,9 @@ static size_t parse_budgets(const char *s, double *out)
 }
 
 /* The files this run reads (the .sfq of --merge and --codes, the
- * corpora), refused as its output or --stats. */
-static void refuse_inputs(const struct options *o)
+ * corpora), refused as its output or --stats; -o renames a temporary
+ * over FILE, so only a regular file or a new name. */
+static void check_outputs(const struct options *o)
 {
 	const char **in = calloc((size_t)o->ninputs + (size_t)o->ncorpora + 2, sizeof(*in));
 	int n = 0;
@@ -201,8 +202,8 @@ static void refuse_inputs(const struct options *o)
 		in[n++] = o->corpora[i];
 	if (o->codes)
 		in[n++] = o->codes;
-	sf_out_refuse_inputs(o->output, in);
-	sf_out_refuse_inputs(o->stats, in);
+	sf_out_check_path(o->output, in, 1);
+	sf_out_check_path(o->stats, in, 0);
 	free(in);
 }
 
@@ -483,7 +484,7 @@ int main(int argc, char **argv)
 		ret = info(o.info);
 		goto out;
 	}
-	refuse_inputs(&o);
+	check_outputs(&o);
 	if (o.merge) {
 		json_t *p = producer_json(&o);
 		if ((ret = sf_sfq_merge(o.output, (const char *const *)o.inputs, (size_t)o.ninputs,

@@ -65,6 +65,13 @@ is_permutation() {
 	[ "$(md5sum <"$in")" = "$sum" ]
 }
 
+@test "-o /dev/null is refused by name, and stays a character device" {
+	run --separate-stderr sf-place -q "$D/prof.sfc" -o /dev/null
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-place: /dev/null: a character device: refusing to write over it" ]
+	[ -c /dev/null ]
+}
+
 @test "--layers: a number too large to read is out of range, not clamped" {
 	run --separate-stderr sf-place --layers 99999999999999999999 "$D/prof.sfc"
 	[ "$status" -eq 2 ]
