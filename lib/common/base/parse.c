@@ -55,29 +55,6 @@ int sf_parse_f64(const char *s, double min, double max, double *out)
 	return 0;
 }
 
-int sf_parse_range(const char *s, uint64_t max, int *lo, int *hi)
-{
-	const char *dash = strchr(s, '-');
-	char first[32];
-	uint64_t a, b;
-
-	if (!dash) {
-		if (sf_parse_u64(s, 0, max, &a))
-			return -EINVAL;
-		*lo = *hi = (int)a;
-		return 0;
-	}
-	if ((size_t)(dash - s) >= sizeof(first))
-		return -EINVAL;
-	memcpy(first, s, (size_t)(dash - s));
-	first[dash - s] = '\0';
-	if (sf_parse_u64(first, 0, max, &a) || sf_parse_u64(dash + 1, 0, max, &b) || a > b)
-		return -EINVAL;
-	*lo = (int)a;
-	*hi = (int)b;
-	return 0;
-}
-
 /* A number of the layers grammar: -EINVAL, or -ERANGE past max. */
 static int layer_number(const char *s, size_t len, uint64_t max, uint64_t *out)
 {

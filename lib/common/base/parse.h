@@ -15,9 +15,6 @@ int sf_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* A finite decimal number in [min, max]: 0, -EINVAL or -ERANGE. */
 int sf_parse_f64(const char *s, double min, double max, double *out);
 
-/* "A-B" or "A" (inclusive, A <= B <= max) into *lo, *hi: 0, or -EINVAL. */
-int sf_parse_range(const char *s, uint64_t max, int *lo, int *hi);
-
 /* The one layers grammar (sparseflash(7), LAYERS) of --layers and
  * --dense-layers: "all", "none", or comma-separated items, each a layer N,
  * a range N-M (N <= M), or F:L, the first F and the last L layers. set
