@@ -171,12 +171,11 @@ static size_t parse_budgets(const char *s, double *out)
 		/* not a number is a malformed option (exit 2), a number
 		 * outside (0, 1] a budget that cannot be met (exit 1) */
 		int bad = sf_parse_f64(t, 0.0, 1.0, &v);
+		if (bad == -EINVAL)
+			sf_usage_error("--budgets: %s is not a budget in (0, 1]", t);
 		if (bad || v <= 0.0) {
 			sf_error("--budgets: %s is not a budget in (0, 1]", t);
-			free(copy);
-			if (bad == -EINVAL)
-				fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(bad == -EINVAL ? SF_EXIT_USAGE : SF_EXIT_FAIL);
+			exit(SF_EXIT_FAIL);
 		}
 		out[n++] = v;
 	}
