@@ -71,6 +71,9 @@ const struct sf_opt *sf_cli_opt(const struct sf_cmd *cmd, int key)
 	for (const struct sf_opt *p = cmd->opts; p->name; p++)
 		if (p->key == key && *p->name)
 			return p;
+	for (size_t i = 0; i < NALWAYS; i++)
+		if (always[i].key == key)
+			return &always[i];
 	return NULL;
 }
 

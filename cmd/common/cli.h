@@ -64,6 +64,9 @@ enum { SF_OPT_PROGRESS = 256, SF_OPT_FIRST };	/* keys of long options only */
 #define SF_OPT_VERBOSE { "verbose", 'v', NULL, "report what was loaded and chosen on stderr", \
 	NULL, 0 }
 #define SF_OPT_END { NULL, 0, NULL, NULL, NULL, 0 }
+/* A default's macro as the text of help's %s: SF_STR(DEFAULT_WINDOW). */
+#define SF_STR_(x) #x
+#define SF_STR(x) SF_STR_(x)
 /* A line of its own in --help before the options that follow. */
 #define SF_OPT_HEADING(text) { "", 0, NULL, text, NULL, 0 }
 

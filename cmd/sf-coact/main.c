@@ -40,9 +40,6 @@ struct options {
 enum { OPT_LAYERS = SF_OPT_FIRST, OPT_MERGE, OPT_SCORES, OPT_MERGE_SCORES, OPT_INFO,
        OPT_MAX_MEMORY, OPT_SELECT, OPT_GAMMA, OPT_DELTA, OPT_TASK };
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 static const struct sf_opt options[] = {
 	SF_OPT_OUTPUT(".sfc (or merged scores, or neurons file) to write\n"
 		      "(default: standard output)"),
@@ -57,9 +54,9 @@ static const struct sf_opt options[] = {
 	  "(SelectInfer's selective loading): per layer the top D\n"
 	  "of the task scores, then the best model scores up to G", NULL, 0 },
 	{ "gamma", OPT_GAMMA, "G", "share of FFN neurons kept, in (0, 1] (default %s)",
-	  STR(SF_SELECT_DEFAULT_GAMMA), 0 },
+	  SF_STR(SF_SELECT_DEFAULT_GAMMA), 0 },
 	{ "delta", OPT_DELTA, "D", "share taken from the task scores first (default %s)",
-	  STR(SF_SELECT_DEFAULT_LOAD_DELTA), 0 },
+	  SF_STR(SF_SELECT_DEFAULT_LOAD_DELTA), 0 },
 	{ "task", OPT_TASK, "FILE", "task-specific scores (kind \"task\"); MODEL.json is\n"
 	  "model-specific (sf-coact --merge-scores); either alone\nfills up to G", NULL, 0 },
 	{ "info", OPT_INFO, NULL, "print a JSON summary of a .sfc: per layer and group\n"

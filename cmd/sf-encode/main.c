@@ -40,15 +40,12 @@ enum { OPT_METHOD = SF_OPT_FIRST, OPT_SEED, OPT_LAYERS, OPT_GROUPS, OPT_STATS, O
        OPT_INFO, OPT_CALIBRATE, OPT_CORPUS, OPT_BUDGETS, OPT_CODES, OPT_CALIB_TOKENS,
        OPT_WINDOW, OPT_DENSE_LAYERS };
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
 	SF_OPT_OUTPUT("output file, \"-\" for standard output"),
 	{ "method", OPT_METHOD, "M", "trellis or scalar (default %s)", "trellis", 0 },
 	{ "seed", OPT_SEED, "N", "trellis codebook seed (default %s)",
-	  STR(SF_TRELLIS_DEFAULT_SEED), 0 },
+	  SF_STR(SF_TRELLIS_DEFAULT_SEED), 0 },
 	{ "layers", OPT_LAYERS, "LAYERS", "layers to encode (LAYERS in sparseflash(7),\n"
 	  "e.g. 0-3,6; default all)", NULL, 0 },
 	{ "groups", OPT_GROUPS, "LIST", "groups: attn_in,attn_out,ffn_in,ffn_out (default all)", NULL, 0 },
@@ -58,13 +55,13 @@ static const struct sf_opt options[] = {
 	{ "info", OPT_INFO, "FILE", "print a .sfq file's header and checksums as JSON", NULL, 0 },
 	{ "calibrate", OPT_CALIBRATE, NULL, "choose tier sizes per budget (writes calib.json)", NULL, 0 },
 	{ "corpus", OPT_CORPUS, "FILE", "calibration text (documents separated by a blank\n"
-	  "line); may be given up to %s times", STR(MAX_CORPORA), 0 },
+	  "line); may be given up to %s times", SF_STR(MAX_CORPORA), 0 },
 	{ "budgets", OPT_BUDGETS, "LIST", "budgets in (0, 1], e.g. 0.3,0.5,0.7", NULL, 0 },
 	{ "codes", OPT_CODES, "FILE", "--calibrate: codes to use (default: encode in memory)", NULL, 0 },
 	{ "calib-tokens", OPT_CALIB_TOKENS, "N", "--calibrate: tokens to measure on (default %s)",
-	  STR(DEFAULT_CALIB_TOKENS), 0 },
+	  SF_STR(DEFAULT_CALIB_TOKENS), 0 },
 	{ "window", OPT_WINDOW, "N", "--calibrate: tokens per window (default %s)",
-	  STR(DEFAULT_WINDOW), 0 },
+	  SF_STR(DEFAULT_WINDOW), 0 },
 	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "--calibrate: layers that stay dense\n"
 	  "(LAYERS in sparseflash(7), e.g. 0,3 or 1:1)", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,

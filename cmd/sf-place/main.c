@@ -42,17 +42,14 @@ struct options {
 
 enum { OPT_EXACT = SF_OPT_FIRST, OPT_TOPK, OPT_MAX_MEMORY, OPT_EVAL, OPT_MODEL, OPT_JSON };
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 static const struct sf_opt options[] = {
 	{ "method", 'm', "M", "identity (model order), frequency (descending\n"
 	  "activation count) or coact (co-activation path)\n(default %s)", DEFAULT_METHOD, 0 },
 	{ "exact", OPT_EXACT, NULL, "coact: the exact greedy on every pair (memory: 12\n"
 	  "bytes per pair)", NULL, 0 },
 	{ "topk", OPT_TOPK, "K", "coact: the scalable greedy on each entry's K most\n"
-	  "co-activated partners (default: exact up to " STR(SF_PLACE_EXACT_AUTO_MAX) "\n"
-	  "entries, else --topk %s)", STR(SF_PLACE_DEFAULT_TOPK), 0 },
+	  "co-activated partners (default: exact up to " SF_STR(SF_PLACE_EXACT_AUTO_MAX) "\n"
+	  "entries, else --topk %s)", SF_STR(SF_PLACE_DEFAULT_TOPK), 0 },
 	{ "layers", 'l', "N-M", "only layers N to M (or one layer N; LAYERS in\n"
 	  "sparseflash(7), one range)", NULL, 0 },
 	{ "max-memory", OPT_MAX_MEMORY, "SIZE", "refuse a search that needs more (default %s)",

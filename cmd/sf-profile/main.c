@@ -42,9 +42,6 @@ struct options {
 enum { OPT_FORMAT = SF_OPT_FIRST, OPT_FIELD, OPT_COLUMN, OPT_TASK, OPT_DENSITY, OPT_THRESHOLD,
        OPT_LAYERS, OPT_GROUPS, OPT_MAX_TOKENS, OPT_MAX_DOCS, OPT_DRY_RUN };
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
 	SF_OPT_OUTPUT("trace to write (default: standard output)"),
@@ -56,7 +53,7 @@ static const struct sf_opt options[] = {
 	  SF_CORPUS_DEFAULT_COLUMN, 0 },
 	{ "task", OPT_TASK, "NAME", "tag the trace with a task name", NULL, 0 },
 	{ "density", OPT_DENSITY, "D", "active: the round(D*n) entries of largest |value|\n"
-	  "(0 < D <= 1, default %s)", STR(DEFAULT_DENSITY), 0 },
+	  "(0 < D <= 1, default %s)", SF_STR(DEFAULT_DENSITY), 0 },
 	{ "threshold", OPT_THRESHOLD, "T", "active: entries with |value| > T (instead of\n"
 	  "--density)", NULL, 0 },
 	{ "layers", OPT_LAYERS, "N-M", "record only layers N to M (LAYERS in sparseflash(7),\n"
@@ -64,7 +61,7 @@ static const struct sf_opt options[] = {
 	{ "groups", OPT_GROUPS, "LIST", "record only these groups, comma separated: attn_in,\n"
 	  "attn_out, ffn_in, ffn_out (default: all)", NULL, 0 },
 	{ "context", 'c', "N", "tokens per window; longer documents are split into\n"
-	  "windows, each run from an empty cache (default %s)", STR(DEFAULT_CONTEXT), 0 },
+	  "windows, each run from an empty cache (default %s)", SF_STR(DEFAULT_CONTEXT), 0 },
 	{ "max-tokens", OPT_MAX_TOKENS, "N", "stop after N tokens", NULL, 0 },
 	{ "max-docs", OPT_MAX_DOCS, "N", "stop after N documents", NULL, 0 },
 	SF_OPT_THREADS,

@@ -71,17 +71,14 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, O
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS };
 enum { SPARSE = 1 };
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory (dense, in RAM)", NULL, 0 },
 	{ "prompt", 'p', "TEXT", "prompt (default: read standard input)", NULL, 0 },
 	{ "n-predict", 'n', "N", "tokens to generate, -1 until EOS or the context\n"
-	  "is full (default %s)", STR(DEFAULT_N_PREDICT), 0 },
-	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", STR(DEFAULT_TEMP), 0 },
-	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", STR(DEFAULT_TOP_P), 0 },
-	{ "seed", OPT_SEED, "N", "sampling seed (default %s)", STR(DEFAULT_SEED), 0 },
+	  "is full (default %s)", SF_STR(DEFAULT_N_PREDICT), 0 },
+	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", SF_STR(DEFAULT_TEMP), 0 },
+	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", SF_STR(DEFAULT_TOP_P), 0 },
+	{ "seed", OPT_SEED, "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
@@ -90,7 +87,7 @@ static const struct sf_opt options[] = {
 	  "blank line, \"-\" for stdin), printed as JSON", NULL, 0 },
 	{ "max-tokens", OPT_MAX_TOKENS, "N", "--ppl: score only the first N tokens", NULL, 0 },
 	{ "window", OPT_WINDOW, "N", "--ppl: tokens scored per window (default %s)",
-	  STR(DEFAULT_WINDOW), 0 },
+	  SF_STR(DEFAULT_WINDOW), 0 },
 	{ "stats", OPT_STATS, "FILE", "write timings (IMAGE: the --bench figures) as JSON\n"
 	  "to FILE", NULL, 0 },
 	SF_OPT_HEADING("Sparse decoding from IMAGE:"),
@@ -102,20 +99,20 @@ static const struct sf_opt options[] = {
 	{ "k-mid", OPT_K_MID, "F", "middle tier (2-bit codes): the next fraction F", NULL, SPARSE },
 	{ "collapse", OPT_COLLAPSE, "G", "read gaps of up to G entries between runs, or auto:\n"
 	  "gaps up to peak/IOPS bytes (%s entries without IOPS),\n"
-	  "off while reads are bandwidth-bound (default auto)", STR(SF_SPARSE_AUTO_GAP), SPARSE },
+	  "off while reads are bandwidth-bound (default auto)", SF_STR(SF_SPARSE_AUTO_GAP), SPARSE },
 	{ "device-peak", OPT_DEVICE_PEAK, "BPS", "the device's peak bandwidth in bytes/s for\n"
 	  "auto (default: from --probe-device)", NULL, SPARSE },
 	{ "device-iops", OPT_DEVICE_IOPS, "N", "the device's 4 KiB random reads/s for auto\n"
 	  "(default: from --probe-device)", NULL, SPARSE },
 	{ "probe-device", OPT_PROBE, NULL, "measure the device holding DIR (default .) and store\n"
 	  "its figures for --collapse auto, then exit", NULL, 0 },
-	{ "qd", OPT_QD, "N", "reads in flight (default %s)", STR(SF_URING_DEFAULT_QD), SPARSE },
+	{ "qd", OPT_QD, "N", "reads in flight (default %s)", SF_STR(SF_URING_DEFAULT_QD), SPARSE },
 	{ "no-direct", OPT_NO_DIRECT, NULL, "read through the page cache (no O_DIRECT)", NULL,
 	  SPARSE },
 	{ "cache-policy", OPT_CACHE_POLICY, "P", "s3fifo, lru or none (default s3fifo)", NULL,
 	  SPARSE },
 	{ "seg-admit", OPT_SEG_ADMIT, "P", "admission probability of an entry read inside a run\n"
-	  "longer than 2 (default %s)", STR(SF_CACHE_DEFAULT_SEG_ADMIT), SPARSE },
+	  "longer than 2 (default %s)", SF_STR(SF_CACHE_DEFAULT_SEG_ADMIT), SPARSE },
 	{ "ram", OPT_RAM, "BYTES", "memory budget for everything sf-run holds; the cache\n"
 	  "takes what is left (default: no limit, no cache)", NULL, SPARSE },
 	{ "cache-ratio", OPT_CACHE_RATIO, "R", "cache of R times the offloaded bytes", NULL,
@@ -124,20 +121,20 @@ static const struct sf_opt options[] = {
 	  "entries in RAM, read once, never evicted; give it\n"
 	  "twice for a task file and a model file", NULL, SPARSE },
 	{ "pin-ratio", OPT_PIN_RATIO, "G", "share of each group's entries pinned (default %s)",
-	  STR(SF_SELECT_DEFAULT_GAMMA), SPARSE },
+	  SF_STR(SF_SELECT_DEFAULT_GAMMA), SPARSE },
 	{ "pin-delta", OPT_PIN_DELTA, "D", "share taken from the task scores first, the model\n"
-	  "scores filling up to G (default %s)", STR(SF_SELECT_DEFAULT_LOAD_DELTA), SPARSE },
+	  "scores filling up to G (default %s)", SF_STR(SF_SELECT_DEFAULT_LOAD_DELTA), SPARSE },
 	{ "compute-ratio", OPT_COMPUTE_RATIO, "RHO", "SelectInfer: after the prompt compute only the\n"
 	  "share RHO of each layer's FFN neurons, chosen from\n"
 	  "--static scores and the prompt's activations", NULL, SPARSE },
 	{ "static", OPT_STATIC, "FILE", "scores of the static (base) neurons (sf-coact\n"
 	  "--scores)", NULL, SPARSE },
 	{ "compute-delta", OPT_COMPUTE_DELTA, "D", "static neurons: the top D by static score\n"
-	  "(default %s)", STR(SF_SELECT_DEFAULT_COMPUTE_DELTA), SPARSE },
+	  "(default %s)", SF_STR(SF_SELECT_DEFAULT_COMPUTE_DELTA), SPARSE },
 	{ "alpha", OPT_ALPHA, "A", "per prompt token, its top A neurons are counted\n"
-	  "(default %s)", STR(SF_SELECT_DEFAULT_ALPHA), SPARSE },
+	  "(default %s)", SF_STR(SF_SELECT_DEFAULT_ALPHA), SPARSE },
 	{ "beta", OPT_BETA, "B", "dynamic neurons: at most B, the most counted\n"
-	  "(default %s)", STR(SF_SELECT_DEFAULT_BETA), SPARSE },
+	  "(default %s)", SF_STR(SF_SELECT_DEFAULT_BETA), SPARSE },
 	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "layers computed whole (LAYERS in sparseflash(7):\n"
 	  "e.g. none, 5:2 (the first 5 and last 2), 0-4,26-27;\n"
 	  "default: the paper's 5 first and 2 last of 28, scaled,\n"
