@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include "base/err.h"
 #include "base/guard.h"
+#include "base/vocab.h"
 #include "engine/cpu.h"
 
 const char *sf_progname = "sparseflash";
@@ -53,6 +55,209 @@ void sf_usage_error(const char *fmt, ...)
 void sf_print_version(void)
 {
 	printf("%s (sparseflash) %s\n", sf_progname, SF_VERSION);
+}
+
+// --- option tables
+
+/* Every command's last two options. */
+static const struct sf_opt always[] = {
+	{ "help", 'h', NULL, "show this help", NULL, 0 },
+	{ "version", 'V', NULL, "show the version", NULL, 0 },
+};
+#define NALWAYS (sizeof(always) / sizeof(always[0]))
+
+const struct sf_opt *sf_cli_opt(const struct sf_cmd *cmd, int key)
+{
+	for (const struct sf_opt *p = cmd->opts; p->name; p++)
+		if (p->key == key && *p->name)
+			return p;
+	for (size_t i = 0; i < NALWAYS; i++)
+		if (always[i].key == key)
+			return &always[i];
+	return NULL;
+}
+
+/* The option column of --help: "  -t, --threads N" padded to 24. */
+static void help_option(const struct sf_opt *p)
+{
+	char col[64];
+	int n;
+
+	if (p->key < SF_OPT_PROGRESS)
+		n = snprintf(col, sizeof(col), "  -%c, --%s%s%s", p->key, p->name, p->arg ? " " : "",
+			     p->arg ? p->arg : "");
+	else
+		n = snprintf(col, sizeof(col), "      --%s%s%s", p->name, p->arg ? " " : "",
+			     p->arg ? p->arg : "");
+	printf("%s", col);
+	/* the first line beside the option when it fits, else below it */
+	printf(n < 24 ? "%*s" : "\n%*s", n < 24 ? 24 - n : 24, "");
+	for (const char *h = p->help; *h;) {
+		size_t len = strcspn(h, "\n");
+		const char *pct = memchr(h, '%', len);
+		if (pct && pct[1] == 's')
+			printf("%.*s%s%.*s\n", (int)(pct - h), h, p->def ? p->def : "",
+			       (int)(len - (size_t)(pct - h) - 2), pct + 2);
+		else
+			printf("%.*s\n", (int)len, h);
+		h += len;
+		if (*h == '\n' && *++h)
+			printf("%24s", "");
+	}
+}
+
+static void help(const struct sf_cmd *cmd)
+{
+	fputs(cmd->usage, stdout);
+	putchar('\n');
+	for (const struct sf_opt *p = cmd->opts; p->name; p++)
+		if (*p->name)
+			help_option(p);
+		else
+			printf("\n%s\n", p->help);
+	for (size_t i = 0; i < NALWAYS; i++)
+		help_option(&always[i]);
+	if (cmd->examples)
+		printf("\nExamples:\n%s", cmd->examples);
+}
+
+int sf_cli_getopt(int argc, char **argv, const struct sf_cmd *cmd)
+{
+	static const struct sf_cmd *built;
+	static struct option longopts[128];
+	static char shorts[3 * 64 + 2];
+	int c;
+
+	if (built != cmd) {	/* the getopt strings, once per table */
+		size_t n = 0, k = 0, nopts = 0;
+		while (cmd->opts[nopts].name)
+			nopts++;
+		shorts[k++] = ':';	/* a missing value returns ':' */
+		for (size_t i = 0; i < nopts + NALWAYS && n + 1 < 128; i++) {
+			const struct sf_opt *p = i < nopts ? &cmd->opts[i] : &always[i - nopts];
+			if (!*p->name)	/* a heading */
+				continue;
+			longopts[n++] = (struct option){ p->name, p->arg ? required_argument
+								: no_argument, NULL, p->key };
+			if (p->key < SF_OPT_PROGRESS && k + 3 < sizeof(shorts)) {
+				shorts[k++] = (char)p->key;
+				if (p->arg)
+					shorts[k++] = ':';
+			}
+		}
+		longopts[n] = (struct option){ 0 };
+		shorts[k] = '\0';
+		built = cmd;
+	}
+	opterr = 0;	/* the messages are ours: "sf-run: ...", not argv[0] */
+	c = getopt_long(argc, argv, shorts, longopts, NULL);
+	switch (c) {
+	case 'h':
+		help(cmd);
+		exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+	case 'V':
+		sf_print_version();
+		exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
+	case ':':
+	case '?': {
+		const char *arg = argv[optind - 1];
+		const struct sf_opt *p = optopt ? sf_cli_opt(cmd, optopt) : NULL;
+		if (c == ':' && p && strncmp(arg, "--", 2) == 0)
+			sf_usage_error("option '--%s' requires a value", p->name);
+		if (c == ':')
+			sf_usage_error("option '-%c' requires a value", optopt);
+		if (optopt && strncmp(arg, "--", 2) != 0)
+			sf_usage_error("invalid option '-%c'", optopt);
+		if (optopt)	/* --flag=value for an option without a value */
+			sf_usage_error("option '--%s' takes no value", p ? p->name : "?");
+		sf_usage_error("unrecognized option '%.*s'", (int)strcspn(arg, "="), arg);
+	}
+	}
+	return c;
+}
+
+int sf_cli_threads_default(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return cpus < 1 ? 1 : cpus > SF_MAX_THREADS ? SF_MAX_THREADS : (int)cpus;
+}
+
+int sf_opt_threads(const char *s)
+{
+	return (int)sf_opt_u64("--threads", s, 1, SF_MAX_THREADS);
+}
+
+void sf_opt_layers(const char *opt, const char *s, int n, uint8_t *set)
+{
+	struct sf_err e = { 0 };
+
+	if (sf_parse_layers(opt, s, n, SF_LAYERS_MODEL, set, &e))
+		sf_usage_error("%s", e.msg);
+}
+
+void sf_opt_layer_range(const char *opt, const char *s, int max, int *lo, int *hi)
+{
+	struct sf_err e = { 0 };
+	uint8_t *set = malloc((size_t)max);
+	int a = -1, b = -1;
+
+	if (!set)
+		sf_usage_error("%s: %s", opt, strerror(ENOMEM));
+	if (sf_parse_layers(opt, s, max, 0, set, &e)) {
+		free(set);
+		sf_usage_error("%s", e.msg);
+	}
+	for (int i = 0; i < max; i++)
+		if (set[i]) {
+			if (a < 0)
+				a = i;
+			else if (!set[i - 1]) {
+				free(set);
+				sf_usage_error("%s: '%s': expected one range N-M here", opt, s);
+			}
+			b = i;
+		}
+	free(set);
+	if (a < 0)
+		sf_usage_error("%s: '%s' selects no layer", opt, s);
+	*lo = a;
+	*hi = b;
+}
+
+unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
+{
+	const char *expected = flags & SF_GROUPS_ALIASES
+		? "attn_in, attn_out, ffn_in, ffn_out, attention, ffn or none"
+		: "attn_in, attn_out, ffn_in or ffn_out";
+	unsigned mask = 0;
+	int items = 0;
+
+	for (const char *p = s; *p || !items; ) {
+		size_t len = strcspn(p, ",");
+		char item[32];
+		enum sf_group g;
+
+		if (len >= sizeof(item))
+			len = sizeof(item) - 1;
+		memcpy(item, p, len);
+		item[len] = '\0';
+		items++;
+		if ((flags & SF_GROUPS_ALIASES) && !strcmp(item, "attention"))
+			mask |= 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_ATTN_OUT;
+		else if ((flags & SF_GROUPS_ALIASES) && !strcmp(item, "ffn"))
+			mask |= 1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT;
+		else if ((flags & SF_GROUPS_ALIASES) && !strcmp(item, "none"))
+			;
+		else if (*item && !sf_group_parse(item, &g))
+			mask |= 1u << g;
+		else
+			sf_usage_error("%s: '%s' is not %s", opt, item, expected);
+		p += strcspn(p, ",");
+		if (!*p)
+			break;
+		p++;
+	}
+	return mask;
 }
 
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
@@ -94,9 +299,14 @@ int sf_close_stdout(void)
 	return 0;
 }
 
-void sf_progress_init(struct sf_progress *p, int force, const char *unit)
+int sf_cli_progress_on(int progress, int quiet)
 {
-	p->on = force || isatty(STDERR_FILENO);
+	return progress || (!quiet && isatty(STDERR_FILENO));
+}
+
+void sf_progress_init(struct sf_progress *p, int progress, int quiet, const char *unit)
+{
+	p->on = sf_cli_progress_on(progress, quiet);
 	p->unit = unit;
 	p->t0 = p->last = sf_now();
 }
@@ -129,106 +339,61 @@ void sf_progress_end(struct sf_progress *p, uint64_t done)
 	fputc('\n', stderr);
 }
 
-int sf_out_open(struct sf_out *o, const char *path, int binary)
+// --- outputs
+
+int sf_out_open(struct sf_out *o, const char *path, int binary, const char *const *inputs)
 {
-	struct stat st;
-	int fd;
+	struct sf_err e = { 0 };
+	int ret;
 
 	memset(o, 0, sizeof(*o));
-	if (!path || strcmp(path, "-") == 0) {
-		o->path = "(stdout)";
-		if (binary && isatty(STDOUT_FILENO)) {
-			sf_error("refusing to write binary output to a terminal; use -o FILE or "
-				 "a pipe");
-			return -EINVAL;
-		}
-		o->f = stdout;
-		return 0;
-	}
-	o->path = path;
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		if (!(o->f = fopen(path, "wb"))) {
-			sf_error("%s: %s", path, strerror(errno));
-			return -errno;
-		}
-		return 0;
-	}
-	size_t n = strlen(path);
-	if (!(o->tmp = malloc(n + 16))) {
-		sf_error("%s: %s", path, strerror(ENOMEM));
-		return -ENOMEM;
-	}
-	snprintf(o->tmp, n + 16, "%s.tmp.XXXXXX", path);
-	if ((fd = mkstemp(o->tmp)) < 0 || !(o->f = fdopen(fd, "wb"))) {
-		int err = errno;
-		sf_error("%s: %s", path, strerror(err));
-		if (fd >= 0) {
-			close(fd);
-			unlink(o->tmp);
-		}
-		free(o->tmp);
-		o->tmp = NULL;
-		return -err;
-	}
-	struct sf_err e = { 0 };
-	if (sf_guard_tmp(o->tmp, &e)) {
+	if ((ret = sf_outfile_open(&o->of, path, binary ? SF_OUT_BINARY : 0, inputs, &e))) {
 		sf_error("%s", e.msg);
-		fclose(o->f);
-		unlink(o->tmp);
-		free(o->tmp);
+		sf_outfile_abort(&o->of);
 		memset(o, 0, sizeof(*o));
-		return SF_ELIMIT;
+		return ret;
 	}
-	/* mkstemp makes the file 0600; an output file gets the usual mode */
-	mode_t mask = umask(0);
-	umask(mask);
-	fchmod(fd, 0666 & ~mask);
+	o->f = o->of.f;
+	o->path = o->of.name;
 	return 0;
 }
 
 int sf_out_commit(struct sf_out *o)
 {
-	int ret = 0;
+	struct sf_err e = { 0 };
+	int ret = sf_outfile_commit(&o->of, &e);
 
-	if (o->f == stdout) {
-		if (fflush(stdout)) {
-			sf_error("write error on standard output: %s", strerror(errno));
-			ret = -EIO;
-		}
-		o->f = NULL;
-		return ret;
-	}
-	if (fflush(o->f) || ferror(o->f) || (o->tmp && fsync(fileno(o->f)))) {
-		ret = -(errno ? errno : EIO);
-		sf_error("%s: write error: %s", o->path, strerror(-ret));
-	}
-	if (fclose(o->f) && !ret) {
-		ret = -(errno ? errno : EIO);
-		sf_error("%s: write error: %s", o->path, strerror(-ret));
-	}
+	if (ret)
+		sf_error("%s", e.msg);
 	o->f = NULL;
-	if (!ret && o->tmp && rename(o->tmp, o->path)) {
-		ret = -errno;
-		sf_error("%s: %s", o->path, strerror(errno));
-	}
-	if (ret && o->tmp)
-		unlink(o->tmp);
-	sf_guard_untmp(o->tmp);
-	free(o->tmp);
-	o->tmp = NULL;
 	return ret;
 }
 
 void sf_out_abort(struct sf_out *o)
 {
-	if (o->f && o->f != stdout)
-		fclose(o->f);
-	if (o->tmp) {
-		unlink(o->tmp);
-		sf_guard_untmp(o->tmp);
-		free(o->tmp);
-	}
+	if (o->f || o->of.tmp)
+		sf_outfile_abort(&o->of);
 	memset(o, 0, sizeof(*o));
+}
+
+void sf_out_check_path(const char *path, const char *const *inputs, int regular_only)
+{
+	struct stat out, in;
+
+	if (!path || !strcmp(path, "-") || stat(path, &out))
+		return;
+	if (regular_only && !S_ISREG(out.st_mode)) {
+		sf_error("%s: %s: refusing to write over it", path, S_ISDIR(out.st_mode) ?
+			 "a directory" : S_ISCHR(out.st_mode) ? "a character device" :
+			 S_ISFIFO(out.st_mode) ? "a FIFO" : "not a regular file");
+		exit(SF_EXIT_FAIL);
+	}
+	for (size_t i = 0; inputs && inputs[i]; i++)
+		if (stat(inputs[i], &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+			sf_error("%s: is also an input (%s): refusing to overwrite it", path,
+				 inputs[i]);
+			exit(SF_EXIT_FAIL);
+		}
 }
 
 // --- the SIGBUS guard

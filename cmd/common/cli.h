@@ -1,8 +1,8 @@
 /* Command-line support shared by the cmd/sf-* programs: the one error
- * printer, checked number parsing, version text, the stdout check at exit,
- * outputs written under a temporary name and the SIGBUS guard.
- * This is the only lib/common module that prints or exits, on behalf of the
- * command that calls it. */
+ * printer, the option tables with their help text, the common options,
+ * checked number, layer and group parsing, version text, the stdout check
+ * at exit, outputs (base/outfile.h) and the SIGBUS guard. The only code
+ * that prints or exits on behalf of a command (lib/ never does). */
 #ifndef SF_CLI_H
 #define SF_CLI_H
 
@@ -10,6 +10,8 @@
 #include <stdio.h>
 
 #include "base/clock.h"
+#include "base/err.h"
+#include "base/outfile.h"
 #include "base/parse.h"
 
 #define SF_VERSION "0.1.0"
@@ -35,6 +37,74 @@ _Noreturn void sf_usage_error(const char *fmt, ...)
 /* "prog (sparseflash) VERSION" on stdout. */
 void sf_print_version(void);
 
+// --- option tables
+
+/* One option of a command, with its help text beside it (fio's style):
+ * the table makes the getopt strings and the option part of --help. */
+struct sf_opt {
+	const char *name;	/* long name without "--" */
+	int key;		/* the short letter, or >= SF_OPT_FIRST for a long option only */
+	const char *arg;	/* the value's name in --help ("DIR"); NULL: takes no value */
+	const char *help;	/* one or more '\n'-separated lines; may hold one %s: def */
+	const char *def;	/* the default's text for help's %s, or NULL */
+	unsigned flags;		/* the command's own bits (sf-run: needs an IMAGE) */
+};
+enum { SF_OPT_PROGRESS = 256, SF_OPT_FIRST };	/* keys of long options only */
+
+/* The common options, one meaning in every command (sparseflash(7),
+ * COMMON OPTIONS). -o's help names what is written. -h/--help and
+ * -V/--version are in every table without being listed: sf_cli_getopt
+ * adds them after the command's own. */
+#define SF_OPT_OUTPUT(help) { "output", 'o', "FILE", help, NULL, 0 }
+#define SF_OPT_THREADS { "threads", 't', "N", "worker threads (default: online CPUs)", NULL, 0 }
+#define SF_OPT_PROGRESS_ENTRY { "progress", SF_OPT_PROGRESS, NULL, \
+	"report progress on stderr even when it is not a terminal", NULL, 0 }
+#define SF_OPT_QUIET { "quiet", 'q', NULL, \
+	"only errors on stderr: no progress on a terminal, no summary", NULL, 0 }
+#define SF_OPT_VERBOSE { "verbose", 'v', NULL, "report what was loaded and chosen on stderr", \
+	NULL, 0 }
+#define SF_OPT_END { NULL, 0, NULL, NULL, NULL, 0 }
+/* A default's macro as the text of help's %s: SF_STR(DEFAULT_WINDOW). */
+#define SF_STR_(x) #x
+#define SF_STR(x) SF_STR_(x)
+/* A line of its own in --help before the options that follow. */
+#define SF_OPT_HEADING(text) { "", 0, NULL, text, NULL, 0 }
+
+/* A command's --help: usage lines, description, the table, examples. */
+struct sf_cmd {
+	const char *usage;	/* "Usage: ..." lines and the description, '\n' ended */
+	const struct sf_opt *opts;	/* ended by SF_OPT_END */
+	const char *examples;	/* the lines after "Examples:" */
+};
+
+/* getopt_long over the command's table. -h/--help prints the help and
+ * -V/--version the version (exit 0); an unknown option, a missing value or
+ * an ambiguous abbreviation prints "prog: <what>" and "Try 'prog
+ * --help'." and exits 2. Returns the next option's key (optarg set) or -1
+ * at the end (optind at the first operand). */
+int sf_cli_getopt(int argc, char **argv, const struct sf_cmd *cmd);
+/* The table's entry for key (its flags, name), or NULL. */
+const struct sf_opt *sf_cli_opt(const struct sf_cmd *cmd, int key);
+
+/* -t: the default (online CPUs, at most SF_MAX_THREADS) and the parser. */
+#define SF_MAX_THREADS 256
+int sf_cli_threads_default(void);
+int sf_opt_threads(const char *s);
+
+/* --layers / --dense-layers (sparseflash(7), LAYERS): a usage error for
+ * text outside the grammar or a layer past n - 1. sf_opt_layers fills
+ * set[n] for a model of n layers; sf_opt_layer_range takes one range
+ * (N, N-M or all) when the layer count is not known yet (layers up to
+ * max), into *lo, *hi. */
+void sf_opt_layers(const char *opt, const char *s, int n, uint8_t *set);
+void sf_opt_layer_range(const char *opt, const char *s, int max, int *lo, int *hi);
+
+/* A comma-separated list of groups (attn_in, attn_out, ffn_in, ffn_out)
+ * into a mask; with SF_GROUPS_ALIASES also attention, ffn and none. A
+ * usage error names the item that is not one. */
+#define SF_GROUPS_ALIASES 1
+unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags);
+
 /* Option-value parsers for getopt loops: on a bad value they print
  * "prog: --opt: 'value' is not ...: expected MIN..MAX" and exit 2. */
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
@@ -47,25 +117,36 @@ struct sf_progress {
 	const char *unit;
 	double t0, last;
 };
-void sf_progress_init(struct sf_progress *p, int force, const char *unit);
+/* The one rule of --progress and -q: progress when asked for, or on a
+ * terminal unless -q. */
+int sf_cli_progress_on(int progress, int quiet);
+void sf_progress_init(struct sf_progress *p, int progress, int quiet, const char *unit);
 /* fraction: of the whole work done, or < 0 when unknown (no ETA). */
 void sf_progress_update(struct sf_progress *p, uint64_t done, double fraction);
 void sf_progress_end(struct sf_progress *p, uint64_t done);	/* the final line */
 
 
-/* An output named with -o: written to a temporary name in the same
- * directory and renamed by sf_out_commit, removed by sf_out_abort, so a
- * failed run leaves nothing behind. NULL or "-" is stdout, refused when
- * binary and a terminal; a path that exists and is not a regular file
- * (/dev/null) is written in place. These print the error themselves. */
+/* An output named with -o, written through base/outfile.h (the one
+ * atomic-output writer: a temporary renamed when complete, a FIFO or
+ * character device streamed to, a symlink followed, a directory or block
+ * device refused by name, "-" or NULL standard output), refusing any of
+ * inputs (NULL-terminated, may be NULL) as the output. These print the
+ * error once and return it. */
 struct sf_out {
 	FILE *f;
 	const char *path;	/* as given, for messages ("(stdout)" for stdout) */
-	char *tmp;		/* the temporary name, or NULL */
+	struct sf_outfile of;
 };
-int sf_out_open(struct sf_out *o, const char *path, int binary);
+int sf_out_open(struct sf_out *o, const char *path, int binary, const char *const *inputs);
 int sf_out_commit(struct sf_out *o);	/* 0, or -errno after printing */
 void sf_out_abort(struct sf_out *o);	/* accepts a zeroed o */
+/* Before a library writer that takes a path and renames a temporary over
+ * it (sf-place, sf-encode, sf-pack): refuses, with the message and exit
+ * 1, an output that is the same file as one of inputs and, with
+ * regular_only, one that exists and is not a regular file (a device, a
+ * FIFO or a directory would be replaced, not written to). "-" and NULL
+ * pass. */
+void sf_out_check_path(const char *path, const char *const *inputs, int regular_only);
 
 /* The SIGBUS guard, installed by every command that maps input files
  * (safetensors shards, .sfq codes; see guard.h): when such a file is

@@ -20,7 +20,6 @@
 #include "offline/coact.h"
 
 #define DEFAULT_MAX_MEMORY ((uint64_t)16 << 30)
-#define MAX_THREADS 256
 
 enum mode { MODE_TRACES, MODE_MERGE, MODE_MERGE_SCORES, MODE_INFO, MODE_SELECT };
 
@@ -33,99 +32,80 @@ struct options {
 	int gamma_set, delta_set;
 	char **inputs;
 	int ninputs;
+	const char **read;	/* every file read (inputs and --task), NULL-ended: not an output */
 	int layer_lo, layer_hi;
 	uint64_t max_memory;
 	int threads;
 	int progress, quiet;
 };
 
-static void usage(void)
-{
-	printf("Usage: sf-coact [options] [TRACE...]\n"
-	       "       sf-coact --merge [options] FILE.sfc...\n"
-	       "       sf-coact --merge-scores [-o FILE] SCORES.json...\n"
-	       "       sf-coact --info [--layers A-B] FILE.sfc\n"
-	       "       sf-coact --select-neurons [--gamma G] [--delta D] [--task TASK.json]\n"
-	       "                [MODEL.json] [-o neurons.json]\n"
-	       "Accumulate co-activation statistics from activation traces (standard input\n"
-	       "when no TRACE is given): per layer and group the token count, per-entry\n"
-	       "activation counts and |value| sums, and pair counts.\n"
-	       "\n"
-	       "  -o, --output FILE     .sfc (or merged scores, or neurons file) to write\n"
-	       "                        (default: standard output)\n"
-	       "      --layers A-B      only layers A to B (default: all the inputs hold)\n"
-	       "      --merge           the inputs are .sfc files to add together\n"
-	       "      --scores FILE     also write SelectInfer scores (JSON): per entry\n"
-	       "                        sum|value| / tokens and the activation frequency\n"
-	       "      --merge-scores    the inputs are score files: write their token-weighted\n"
-	       "                        mean (model-specific scores)\n"
-	       "      --select-neurons  write the neurons file of sf-pack --keep (SelectInfer's\n"
-	       "                        selective loading): per layer the top D of the task\n"
-	       "                        scores, then the best model scores up to G\n"
-	       "      --gamma G         share of FFN neurons kept, in (0, 1] (default %g)\n"
-	       "      --delta D         share taken from the task scores first (default %g)\n"
-	       "      --task FILE       task-specific scores (kind \"task\"); MODEL.json is\n"
-	       "                        model-specific (sf-coact --merge-scores); either alone\n"
-	       "                        fills up to G\n"
-	       "      --info            print a JSON summary of a .sfc: per layer and group\n"
-	       "                        tokens, mean density, share of entries active in more\n"
-	       "                        than half the tokens, checksum\n"
-	       "      --max-memory N    refuse to need more than N bytes (K/M/G suffixes,\n"
-	       "                        default %lluG)\n"
-	       "  -t, --threads N       worker threads for the pair counts (default: online\n"
-	       "                        CPUs)\n"
-	       "      --progress        report progress on stderr even when not a terminal\n"
-	       "  -q, --quiet           do not state the memory needed or the totals\n"
-	       "  -h, --help            show this help\n"
-	       "  -V, --version         show the version\n"
-	       "\n"
-	       "Examples:\n"
-	       "  sf-profile -m models/mix4-1m kjv.txt | sf-coact --scores kjv.json -o kjv.sfc\n"
-	       "  sf-coact --merge a.sfc b.sfc -o ab.sfc\n"
-	       "  sf-coact --merge-scores kjv.json man.json -o model.json\n"
-	       "  sf-coact --select-neurons --gamma 0.7 --task kjv.json model.json -o neurons.json\n",
-	       SF_SELECT_DEFAULT_GAMMA, SF_SELECT_DEFAULT_LOAD_DELTA,
-	       (unsigned long long)(DEFAULT_MAX_MEMORY >> 30));
-}
+enum { OPT_LAYERS = SF_OPT_FIRST, OPT_MERGE, OPT_SCORES, OPT_MERGE_SCORES, OPT_INFO,
+       OPT_MAX_MEMORY, OPT_SELECT, OPT_GAMMA, OPT_DELTA, OPT_TASK };
+
+static const struct sf_opt options[] = {
+	SF_OPT_OUTPUT(".sfc (or merged scores, or neurons file) to write\n"
+		      "(default: standard output)"),
+	{ "layers", OPT_LAYERS, "N-M", "only layers N to M (LAYERS in sparseflash(7), one\n"
+	  "range; default: all the inputs hold)", NULL, 0 },
+	{ "merge", OPT_MERGE, NULL, "the inputs are .sfc files to add together", NULL, 0 },
+	{ "scores", OPT_SCORES, "FILE", "also write SelectInfer scores (JSON): per entry\n"
+	  "sum|value| / tokens and the activation frequency", NULL, 0 },
+	{ "merge-scores", OPT_MERGE_SCORES, NULL, "the inputs are score files: write their\n"
+	  "token-weighted mean (model-specific scores)", NULL, 0 },
+	{ "select-neurons", OPT_SELECT, NULL, "write the neurons file of sf-pack --keep\n"
+	  "(SelectInfer's selective loading): per layer the top D\n"
+	  "of the task scores, then the best model scores up to G", NULL, 0 },
+	{ "gamma", OPT_GAMMA, "G", "share of FFN neurons kept, in (0, 1] (default %s)",
+	  SF_STR(SF_SELECT_DEFAULT_GAMMA), 0 },
+	{ "delta", OPT_DELTA, "D", "share taken from the task scores first (default %s)",
+	  SF_STR(SF_SELECT_DEFAULT_LOAD_DELTA), 0 },
+	{ "task", OPT_TASK, "FILE", "task-specific scores (kind \"task\"); MODEL.json is\n"
+	  "model-specific (sf-coact --merge-scores); either alone\nfills up to G", NULL, 0 },
+	{ "info", OPT_INFO, NULL, "print a JSON summary of a .sfc: per layer and group\n"
+	  "tokens, mean density, share of entries active in more\n"
+	  "than half the tokens, checksum", NULL, 0 },
+	{ "max-memory", OPT_MAX_MEMORY, "N", "refuse to need more than N bytes (K/M/G suffixes,\n"
+	  "default %s)", "16G", 0 },
+	SF_OPT_THREADS,
+	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_END,
+};
+_Static_assert(DEFAULT_MAX_MEMORY == (uint64_t)16 << 30, "--help says 16G");
+
+static const struct sf_cmd cmd = {
+	"Usage: sf-coact [options] [TRACE...]\n"
+	"       sf-coact --merge [options] FILE.sfc...\n"
+	"       sf-coact --merge-scores [-o FILE] SCORES.json...\n"
+	"       sf-coact --info [--layers N-M] FILE.sfc\n"
+	"       sf-coact --select-neurons [--gamma G] [--delta D] [--task TASK.json]\n"
+	"                [MODEL.json] [-o neurons.json]\n"
+	"Accumulate co-activation statistics from activation traces (standard input\n"
+	"when no TRACE is given): per layer and group the token count, per-entry\n"
+	"activation counts and |value| sums, and pair counts.\n",
+	options,
+	"  sf-profile -m models/mix4-1m kjv.txt | sf-coact --scores kjv.json -o kjv.sfc\n"
+	"  sf-coact --merge a.sfc b.sfc -o ab.sfc\n"
+	"  sf-coact --merge-scores kjv.json man.json -o model.json\n"
+	"  sf-coact --select-neurons --gamma 0.7 --task kjv.json model.json -o neurons.json\n",
+};
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_LAYERS = 256, OPT_MERGE, OPT_SCORES, OPT_MERGE_SCORES, OPT_INFO, OPT_MAX_MEMORY,
-	       OPT_PROGRESS, OPT_SELECT, OPT_GAMMA, OPT_DELTA, OPT_TASK };
-	static const struct option longopts[] = {
-		{ "output", required_argument, NULL, 'o' },
-		{ "layers", required_argument, NULL, OPT_LAYERS },
-		{ "merge", no_argument, NULL, OPT_MERGE },
-		{ "scores", required_argument, NULL, OPT_SCORES },
-		{ "merge-scores", no_argument, NULL, OPT_MERGE_SCORES },
-		{ "info", no_argument, NULL, OPT_INFO },
-		{ "select-neurons", no_argument, NULL, OPT_SELECT },
-		{ "gamma", required_argument, NULL, OPT_GAMMA },
-		{ "delta", required_argument, NULL, OPT_DELTA },
-		{ "task", required_argument, NULL, OPT_TASK },
-		{ "max-memory", required_argument, NULL, OPT_MAX_MEMORY },
-		{ "threads", required_argument, NULL, 't' },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int c, modes = 0;
 
 	*o = (struct options){
 		.mode = MODE_TRACES, .layer_lo = 0, .layer_hi = SF_TRACE_MAX_LAYERS - 1,
 		.max_memory = DEFAULT_MAX_MEMORY,
 		.gamma = SF_SELECT_DEFAULT_GAMMA, .delta = SF_SELECT_DEFAULT_LOAD_DELTA,
-		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+		.threads = sf_cli_threads_default(),
 	};
-	while ((c = getopt_long(argc, argv, "o:t:qhV", longopts, NULL)) != -1) {
+	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'o': o->output = optarg; break;
 		case OPT_LAYERS:
-			if (sf_parse_range(optarg, SF_TRACE_MAX_LAYERS - 1, &o->layer_lo, &o->layer_hi))
-				sf_usage_error("--layers: '%s' is not A-B or A with A <= B", optarg);
+			sf_opt_layer_range("--layers", optarg, SF_TRACE_MAX_LAYERS, &o->layer_lo,
+					   &o->layer_hi);
 			break;
 		case OPT_MERGE: o->mode = MODE_MERGE; modes++; break;
 		case OPT_SCORES: o->scores = optarg; break;
@@ -143,14 +123,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_MAX_MEMORY:
 			o->max_memory = sf_opt_u64("--max-memory", optarg, 1, UINT64_MAX);
 			break;
-		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
-		case OPT_PROGRESS: o->progress = 1; break;
+		case 't': o->threads = sf_opt_threads(optarg); break;
+		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
-		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
 		}
 	}
 	if (modes > 1)
@@ -176,6 +151,11 @@ static void parse_options(int argc, char **argv, struct options *o)
 	stdin_uses += o->task && strcmp(o->task, "-") == 0;
 	if (stdin_uses > 1)
 		sf_usage_error("standard input (\"-\") can be read only once");
+	if (!(o->read = calloc((size_t)o->ninputs + 2, sizeof(*o->read))))
+		sf_usage_error("%s", strerror(ENOMEM));
+	for (int i = 0; i < o->ninputs; i++)
+		o->read[i] = o->inputs[i];
+	o->read[o->ninputs] = o->task;
 }
 
 static void report_progress(void *ctx, uint64_t tokens)
@@ -229,9 +209,9 @@ static int write_outputs(const struct sf_coact *c, const struct options *o)
 	json_t *scores = NULL;
 	int ret;
 
-	if ((ret = sf_out_open(&out, o->output, 1)))
+	if ((ret = sf_out_open(&out, o->output, 1, o->read)))
 		goto out;
-	if (o->scores && (ret = sf_out_open(&sout, o->scores, 0)))
+	if (o->scores && (ret = sf_out_open(&sout, o->scores, 0, o->read)))
 		goto out;
 	if ((ret = sf_coact_write(c, out.f, out.path, meta, &e))) {
 		sf_error("%s", e.msg);
@@ -281,7 +261,7 @@ static int from_traces(const struct options *o, struct sf_pool *pool)
 		sf_error("%s", e.msg);
 	if (!ret) {
 		c.pool = pool;
-		sf_progress_init(&progress, o->progress && !o->quiet, "tokens");
+		sf_progress_init(&progress, o->progress, o->quiet, "tokens");
 		c.progress = report_progress;
 		c.progress_ctx = &progress;
 		for (int i = 0; i < n && !ret; i++)
@@ -358,7 +338,7 @@ static int merge_scores(const struct options *o)
 	}
 	if (!ret && (ret = sf_scores_merge(in, names, o->ninputs, &merged, &e)))
 		sf_error("%s", e.msg);
-	if (!ret && !(ret = sf_out_open(&out, o->output, 0)) && !(ret = write_json(merged, &out)))
+	if (!ret && !(ret = sf_out_open(&out, o->output, 0, o->read)) && !(ret = write_json(merged, &out)))
 		ret = sf_out_commit(&out);
 out:
 	sf_out_abort(&out);
@@ -395,7 +375,7 @@ static int select_neurons(const struct options *o)
 					  model_path ? &model : NULL, model_path, o->gamma,
 					  o->delta, meta, &e)))
 		goto fail;
-	if (!(ret = sf_out_open(&out, o->output, 0)) && !(ret = write_json(doc, &out)))
+	if (!(ret = sf_out_open(&out, o->output, 0, o->read)) && !(ret = write_json(doc, &out)))
 		ret = sf_out_commit(&out);
 	goto out;
 fail:
@@ -438,6 +418,7 @@ int main(int argc, char **argv)
 		break;
 	}
 	sf_pool_destroy(pool);
+	free(o.read);
 	if (sf_close_stdout())
 		ret = -EIO;
 	return ret ? SF_EXIT_FAIL : SF_EXIT_OK;

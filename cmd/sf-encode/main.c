@@ -23,7 +23,6 @@
 
 #define DEFAULT_CALIB_TOKENS 1024
 #define DEFAULT_WINDOW 128
-#define MAX_THREADS 256
 #define MAX_CORPORA 16
 
 struct options {
@@ -38,85 +37,66 @@ struct options {
 	int ninputs;
 };
 
-static void usage(void)
-{
-	printf("Usage: sf-encode --model DIR [options] -o FILE.sfq\n"
-	       "       sf-encode --merge A.sfq B.sfq ... -o FILE.sfq\n"
-	       "       sf-encode --info FILE.sfq\n"
-	       "       sf-encode --model DIR --calibrate --corpus FILE --budgets LIST -o calib.json\n"
-	       "Write the 2-bit middle-tier codes of every weight column, or calibrate\n"
-	       "SpAx tier sizes per budget.\n"
-	       "\n"
-	       "  -m, --model DIR       Hugging Face model directory\n"
-	       "  -o, --output FILE     output file, \"-\" for standard output\n"
-	       "      --method M        trellis or scalar (default %s)\n"
-	       "      --seed N          trellis codebook seed (default %d)\n"
-	       "      --layers LIST     layers to encode, e.g. 0-3,6 (default all)\n"
-	       "      --groups LIST     groups: attn_in,attn_out,ffn_in,ffn_out (default all)\n"
-	       "  -t, --threads N       worker threads (default: online CPUs)\n"
-	       "      --stats FILE      write the encoding error per layer and group as JSON\n"
-	       "      --merge           merge the .sfq files given as arguments\n"
-	       "      --info FILE       print a .sfq file's header and checksums as JSON\n"
-	       "      --calibrate       choose tier sizes per budget (writes calib.json)\n"
-	       "      --corpus FILE     calibration text (documents separated by a blank\n"
-	       "                        line); may be given up to %d times\n"
-	       "      --budgets LIST    budgets in (0, 1], e.g. 0.3,0.5,0.7\n"
-	       "      --codes FILE      --calibrate: codes to use (default: encode in memory)\n"
-	       "      --calib-tokens N  --calibrate: tokens to measure on (default %d)\n"
-	       "      --window N        --calibrate: tokens per window (default %d)\n"
-	       "      --dense-layers L  --calibrate: layers that stay dense, e.g. 0,3\n"
-	       "      --progress        report progress on stderr\n"
-	       "  -h, --help            show this help\n"
-	       "  -V, --version         show the version\n"
-	       "\n"
-	       "Examples:\n"
-	       "  sf-encode --model models/mix4-1m -o mix4-1m.sfq\n"
-	       "  sf-encode --model models/mix4-1m --layers 0-1 -o a.sfq\n"
-	       "  sf-encode --model models/mix4-1m --layers 2-3 -o b.sfq\n"
-	       "  sf-encode --merge a.sfq b.sfq -o all.sfq\n"
-	       "  sf-encode --model models/mix4-1m --calibrate --codes all.sfq \\\n"
-	       "    --corpus kjv.calib.txt --budgets 0.3,0.5 -o calib.json\n",
-	       sf_codes_method_name(SF_CODES_DEFAULT_METHOD), SF_TRELLIS_DEFAULT_SEED, MAX_CORPORA,
-	       DEFAULT_CALIB_TOKENS, DEFAULT_WINDOW);
-}
+enum { OPT_METHOD = SF_OPT_FIRST, OPT_SEED, OPT_LAYERS, OPT_GROUPS, OPT_STATS, OPT_MERGE,
+       OPT_INFO, OPT_CALIBRATE, OPT_CORPUS, OPT_BUDGETS, OPT_CODES, OPT_CALIB_TOKENS,
+       OPT_WINDOW, OPT_DENSE_LAYERS };
+
+static const struct sf_opt options[] = {
+	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
+	SF_OPT_OUTPUT("output file, \"-\" for standard output"),
+	{ "method", OPT_METHOD, "M", "trellis or scalar (default %s)", "trellis", 0 },
+	{ "seed", OPT_SEED, "N", "trellis codebook seed (default %s)",
+	  SF_STR(SF_TRELLIS_DEFAULT_SEED), 0 },
+	{ "layers", OPT_LAYERS, "LAYERS", "layers to encode (LAYERS in sparseflash(7),\n"
+	  "e.g. 0-3,6; default all)", NULL, 0 },
+	{ "groups", OPT_GROUPS, "LIST", "groups: attn_in,attn_out,ffn_in,ffn_out (default all)", NULL, 0 },
+	SF_OPT_THREADS,
+	{ "stats", OPT_STATS, "FILE", "write the encoding error per layer and group as JSON", NULL, 0 },
+	{ "merge", OPT_MERGE, NULL, "merge the .sfq files given as arguments", NULL, 0 },
+	{ "info", OPT_INFO, "FILE", "print a .sfq file's header and checksums as JSON", NULL, 0 },
+	{ "calibrate", OPT_CALIBRATE, NULL, "choose tier sizes per budget (writes calib.json)", NULL, 0 },
+	{ "corpus", OPT_CORPUS, "FILE", "calibration text (documents separated by a blank\n"
+	  "line); may be given up to %s times", SF_STR(MAX_CORPORA), 0 },
+	{ "budgets", OPT_BUDGETS, "LIST", "budgets in (0, 1], e.g. 0.3,0.5,0.7", NULL, 0 },
+	{ "codes", OPT_CODES, "FILE", "--calibrate: codes to use (default: encode in memory)", NULL, 0 },
+	{ "calib-tokens", OPT_CALIB_TOKENS, "N", "--calibrate: tokens to measure on (default %s)",
+	  SF_STR(DEFAULT_CALIB_TOKENS), 0 },
+	{ "window", OPT_WINDOW, "N", "--calibrate: tokens per window (default %s)",
+	  SF_STR(DEFAULT_WINDOW), 0 },
+	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "--calibrate: layers that stay dense\n"
+	  "(LAYERS in sparseflash(7), e.g. 0,3 or 1:1)", NULL, 0 },
+	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_END,
+};
+
+_Static_assert(SF_CODES_DEFAULT_METHOD == SF_CODES_TRELLIS, "--help names trellis the default");
+
+static const struct sf_cmd cmd = {
+	"Usage: sf-encode --model DIR [options] -o FILE.sfq\n"
+	"       sf-encode --merge A.sfq B.sfq ... -o FILE.sfq\n"
+	"       sf-encode --info FILE.sfq\n"
+	"       sf-encode --model DIR --calibrate --corpus FILE --budgets LIST -o calib.json\n"
+	"Write the 2-bit middle-tier codes of every weight column, or calibrate\n"
+	"SpAx tier sizes per budget.\n",
+	options,
+	"  sf-encode --model models/mix4-1m -o mix4-1m.sfq\n"
+	"  sf-encode --model models/mix4-1m --layers 0-1 -o a.sfq\n"
+	"  sf-encode --model models/mix4-1m --layers 2-3 -o b.sfq\n"
+	"  sf-encode --merge a.sfq b.sfq -o all.sfq\n"
+	"  sf-encode --model models/mix4-1m --calibrate --codes all.sfq \\\n"
+	"    --corpus kjv.calib.txt --budgets 0.3,0.5 -o calib.json\n",
+};
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_METHOD = 256, OPT_SEED, OPT_LAYERS, OPT_GROUPS, OPT_STATS, OPT_MERGE,
-	       OPT_INFO, OPT_CALIBRATE, OPT_CORPUS, OPT_BUDGETS, OPT_CODES, OPT_CALIB_TOKENS,
-	       OPT_WINDOW, OPT_DENSE_LAYERS, OPT_PROGRESS };
-	static const struct option longopts[] = {
-		{ "model", required_argument, NULL, 'm' },
-		{ "output", required_argument, NULL, 'o' },
-		{ "method", required_argument, NULL, OPT_METHOD },
-		{ "seed", required_argument, NULL, OPT_SEED },
-		{ "layers", required_argument, NULL, OPT_LAYERS },
-		{ "groups", required_argument, NULL, OPT_GROUPS },
-		{ "threads", required_argument, NULL, 't' },
-		{ "stats", required_argument, NULL, OPT_STATS },
-		{ "merge", no_argument, NULL, OPT_MERGE },
-		{ "info", required_argument, NULL, OPT_INFO },
-		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
-		{ "corpus", required_argument, NULL, OPT_CORPUS },
-		{ "budgets", required_argument, NULL, OPT_BUDGETS },
-		{ "codes", required_argument, NULL, OPT_CODES },
-		{ "calib-tokens", required_argument, NULL, OPT_CALIB_TOKENS },
-		{ "window", required_argument, NULL, OPT_WINDOW },
-		{ "dense-layers", required_argument, NULL, OPT_DENSE_LAYERS },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int c;
 
 	*o = (struct options){
 		.method = SF_CODES_DEFAULT_METHOD, .seed = SF_TRELLIS_DEFAULT_SEED,
 		.calib_tokens = DEFAULT_CALIB_TOKENS, .window = DEFAULT_WINDOW,
-		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+		.threads = sf_cli_threads_default(),
 	};
-	while ((c = getopt_long(argc, argv, "m:o:t:hV", longopts, NULL)) != -1) {
+	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = optarg; break;
 		case 'o': o->output = optarg; break;
@@ -131,7 +111,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_SEED: o->seed = sf_opt_u64("--seed", optarg, 0, INT64_MAX); break;
 		case OPT_LAYERS: o->layers = optarg; break;
 		case OPT_GROUPS: o->groups = optarg; break;
-		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
+		case 't': o->threads = sf_opt_threads(optarg); break;
 		case OPT_STATS: o->stats = optarg; break;
 		case OPT_MERGE: o->merge = 1; break;
 		case OPT_INFO: o->info = optarg; break;
@@ -148,12 +128,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 20); break;
 		case OPT_DENSE_LAYERS: o->dense_layers = optarg; break;
-		case OPT_PROGRESS: o->progress = 1; break;
-		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
+		case SF_OPT_PROGRESS: o->progress = 1; break;
 		}
 	}
 	o->inputs = argv + optind;
@@ -181,58 +156,6 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("--corpus, --budgets, --codes and --dense-layers need --calibrate");
 }
 
-/* "0-3,6" into flags[0..n): a usage error names what is wrong. */
-static void parse_layers(const char *opt, const char *s, int n, uint8_t *flags)
-{
-	const char *p = s;
-	memset(flags, 0, (size_t)n);
-	while (*p) {
-		char *end;
-		long a = strtol(p, &end, 10), b = a;
-		if (end == p || a < 0)
-			sf_usage_error("%s: '%s' is not a list of layers such as 0-3,6", opt, s);
-		if (*end == '-') {
-			p = end + 1;
-			b = strtol(p, &end, 10);
-			if (end == p || b < a)
-				sf_usage_error("%s: '%s' is not a list of layers such as 0-3,6", opt, s);
-		}
-		if (b >= n)
-			sf_usage_error("%s: layer %ld is out of range: the model has %d layers", opt,
-				       b, n);
-		for (long i = a; i <= b; i++)
-			flags[i] = 1;
-		if (*end == ',')
-			end++;
-		else if (*end)
-			sf_usage_error("%s: '%s' is not a list of layers such as 0-3,6", opt, s);
-		p = end;
-	}
-}
-
-static unsigned parse_groups(const char *s)
-{
-	unsigned mask = 0;
-	char *copy = strdup(s), *save = NULL;
-	if (!copy)
-		sf_usage_error("--groups: %s", strerror(ENOMEM));
-	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		enum sf_group g;
-		if (sf_group_parse(t, &g)) {
-			sf_error("--groups: unknown group '%s': expected attn_in, attn_out, ffn_in "
-				 "or ffn_out", t);
-			free(copy);
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
-		}
-		mask |= 1u << g;
-	}
-	free(copy);
-	if (!mask)
-		sf_usage_error("--groups: no group in '%s'", s);
-	return mask;
-}
-
 static size_t parse_budgets(const char *s, double *out)
 {
 	size_t n = 0;
@@ -246,12 +169,11 @@ static size_t parse_budgets(const char *s, double *out)
 		/* not a number is a malformed option (exit 2), a number
 		 * outside (0, 1] a budget that cannot be met (exit 1) */
 		int bad = sf_parse_f64(t, 0.0, 1.0, &v);
+		if (bad == -EINVAL)
+			sf_usage_error("--budgets: %s is not a budget in (0, 1]", t);
 		if (bad || v <= 0.0) {
 			sf_error("--budgets: %s is not a budget in (0, 1]", t);
-			free(copy);
-			if (bad == -EINVAL)
-				fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(bad == -EINVAL ? SF_EXIT_USAGE : SF_EXIT_FAIL);
+			exit(SF_EXIT_FAIL);
 		}
 		out[n++] = v;
 	}
@@ -259,6 +181,27 @@ static size_t parse_budgets(const char *s, double *out)
 	if (!n)
 		sf_usage_error("--budgets: no budget in '%s'", s);
 	return n;
+}
+
+/* The files this run reads (the .sfq of --merge and --codes, the
+ * corpora), refused as its output or --stats; -o renames a temporary
+ * over FILE, so only a regular file or a new name. */
+static void check_outputs(const struct options *o)
+{
+	const char **in = calloc((size_t)o->ninputs + (size_t)o->ncorpora + 2, sizeof(*in));
+	int n = 0;
+
+	if (!in)
+		return;
+	for (int i = 0; i < o->ninputs; i++)
+		in[n++] = o->inputs[i];
+	for (int i = 0; i < o->ncorpora; i++)
+		in[n++] = o->corpora[i];
+	if (o->codes)
+		in[n++] = o->codes;
+	sf_out_check_path(o->output, in, 1);
+	sf_out_check_path(o->stats, in, 0);
+	free(in);
 }
 
 static json_t *producer_json(const struct options *o)
@@ -545,6 +488,7 @@ int main(int argc, char **argv)
 		ret = info(o.info);
 		goto out;
 	}
+	check_outputs(&o);
 	if (o.merge) {
 		json_t *p = producer_json(&o);
 		if ((ret = sf_sfq_merge(o.output, (const char *const *)o.inputs, (size_t)o.ninputs,
@@ -563,13 +507,10 @@ int main(int argc, char **argv)
 		sf_error("%s", strerror(ENOMEM));
 		goto out;
 	}
-	if (o.layers)
-		parse_layers("--layers", o.layers, L, layers);
-	else
-		memset(layers, 1, (size_t)L);
+	sf_opt_layers("--layers", o.layers ? o.layers : "all", L, layers);
 	if (o.dense_layers)
-		parse_layers("--dense-layers", o.dense_layers, L, dense);
-	unsigned groups = o.groups ? parse_groups(o.groups) : (1u << SF_NGROUPS) - 1;
+		sf_opt_layers("--dense-layers", o.dense_layers, L, dense);
+	unsigned groups = o.groups ? sf_opt_groups("--groups", o.groups, 0) : (1u << SF_NGROUPS) - 1;
 	if ((ret = sf_pool_create(&pool, o.threads))) {
 		sf_error("thread pool of %d: %s", o.threads, sf_strerror(ret));
 		goto out;

@@ -24,89 +24,46 @@ struct options {
 	int dtype, progress;
 };
 
-static void usage(void)
-{
-	printf("Usage: sf-pack --model DIR [options] -o model.sfimg\n"
-	       "       sf-pack --verify IMAGE\n"
-	       "       sf-pack --info IMAGE\n"
-	       "Pack a model into the flash image sf-run decodes from: the resident\n"
-	       "weights, then per layer and group the top-tier bundles and middle-tier\n"
-	       "codes in placement order, every region 4 KiB aligned and checksummed.\n"
-	       "\n"
-	       "  -m, --model DIR       Hugging Face model directory\n"
-	       "  -o, --output FILE     the image (a regular file, not standard output)\n"
-	       "      --placement FILE  placement.json from sf-place (default: identity)\n"
-	       "      --codes FILE      codes.sfq from sf-encode (default: no middle tier)\n"
-	       "      --calib FILE      calib.json from sf-encode --calibrate: tier sizes\n"
-	       "      --keep FILE       neurons.json: FFN neurons to keep, the rest left out\n"
-	       "      --resident LIST   groups kept in RAM instead of flash: attn_in,\n"
-	       "                        attn_out, ffn_in, ffn_out, attention, ffn, none\n"
-	       "                        (default none)\n"
-	       "      --dtype T         top tier: keep (the model's), bf16, f16 or f32\n"
-	       "                        (default %s)\n"
-	       "      --verify IMAGE    check every offset, size, permutation and checksum\n"
-	       "      --info IMAGE      print a JSON summary of an image\n"
-	       "      --progress        report progress on stderr\n"
-	       "  -h, --help            show this help\n"
-	       "  -V, --version         show the version\n"
-	       "\n"
-	       "Examples:\n"
-	       "  sf-pack --model models/mix4-1m --placement coact.json --codes codes.sfq \\\n"
-	       "    --calib calib.json -o mix4-1m.sfimg\n"
-	       "  sf-pack --model models/mix4-1m --resident attention --dtype f32 -o a.sfimg\n"
-	       "  sf-pack --verify mix4-1m.sfimg && sf-pack --info mix4-1m.sfimg | jq .sizes\n",
-	       DEFAULT_DTYPE);
-}
+enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_VERIFY,
+       O_INFO };
 
-static unsigned parse_resident(const char *s)
-{
-	unsigned mask = 0;
-	char *dup = strdup(s), *save = NULL;
+static const struct sf_opt options[] = {
+	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
+	SF_OPT_OUTPUT("the image (a regular file, not standard output)"),
+	{ "placement", O_PLACEMENT, "FILE", "placement.json from sf-place (default: identity)", NULL, 0 },
+	{ "codes", O_CODES, "FILE", "codes.sfq from sf-encode (default: no middle tier)", NULL, 0 },
+	{ "calib", O_CALIB, "FILE", "calib.json from sf-encode --calibrate: tier sizes", NULL, 0 },
+	{ "keep", O_KEEP, "FILE", "neurons.json: FFN neurons to keep, the rest left out", NULL, 0 },
+	{ "resident", O_RESIDENT, "LIST", "groups kept in RAM instead of flash: attn_in,\n"
+	  "attn_out, ffn_in, ffn_out, attention, ffn, none\n(default none)", NULL, 0 },
+	{ "dtype", O_DTYPE, "T", "top tier: keep (the model's), bf16, f16 or f32\n(default %s)",
+	  DEFAULT_DTYPE, 0 },
+	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
+	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image", NULL, 0 },
+	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_END,
+};
 
-	if (!dup)
-		sf_usage_error("out of memory");
-	for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		enum sf_group g;
-		if (!strcmp(t, "attention"))
-			mask |= 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_ATTN_OUT;
-		else if (!strcmp(t, "ffn"))
-			mask |= 1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT;
-		else if (!strcmp(t, "none"))
-			;
-		else if (!sf_group_parse(t, &g))
-			mask |= 1u << g;
-		else
-			sf_usage_error("--resident: '%s' is not attn_in, attn_out, ffn_in, ffn_out, "
-				       "attention, ffn or none", t);
-	}
-	free(dup);
-	return mask;
-}
+static const struct sf_cmd cmd = {
+	"Usage: sf-pack --model DIR [options] -o model.sfimg\n"
+	"       sf-pack --verify IMAGE\n"
+	"       sf-pack --info IMAGE\n"
+	"Pack a model into the flash image sf-run decodes from: the resident\n"
+	"weights, then per layer and group the top-tier bundles and middle-tier\n"
+	"codes in placement order, every region 4 KiB aligned and checksummed.\n",
+	options,
+	"  sf-pack --model models/mix4-1m --placement coact.json --codes codes.sfq \\\n"
+	"    --calib calib.json -o mix4-1m.sfimg\n"
+	"  sf-pack --model models/mix4-1m --resident attention --dtype f32 -o a.sfimg\n"
+	"  sf-pack --verify mix4-1m.sfimg && sf-pack --info mix4-1m.sfimg | jq .sizes\n",
+};
 
 static void parse_args(int argc, char **argv, struct options *o)
 {
-	enum { O_PLACEMENT = 256, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_VERIFY, O_INFO,
-	       O_PROGRESS };
-	static const struct option longs[] = {
-		{ "model", required_argument, NULL, 'm' },
-		{ "output", required_argument, NULL, 'o' },
-		{ "placement", required_argument, NULL, O_PLACEMENT },
-		{ "codes", required_argument, NULL, O_CODES },
-		{ "calib", required_argument, NULL, O_CALIB },
-		{ "keep", required_argument, NULL, O_KEEP },
-		{ "resident", required_argument, NULL, O_RESIDENT },
-		{ "dtype", required_argument, NULL, O_DTYPE },
-		{ "verify", required_argument, NULL, O_VERIFY },
-		{ "info", required_argument, NULL, O_INFO },
-		{ "progress", no_argument, NULL, O_PROGRESS },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ 0 }
-	};
 	int c;
 
 	o->dtype_name = DEFAULT_DTYPE;
-	while ((c = getopt_long(argc, argv, "m:o:hV", longs, NULL)) != -1) {
+	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = optarg; break;
 		case 'o': o->output = optarg; break;
@@ -118,12 +75,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_DTYPE: o->dtype_name = optarg; break;
 		case O_VERIFY: o->verify = optarg; break;
 		case O_INFO: o->info = optarg; break;
-		case O_PROGRESS: o->progress = 1; break;
-		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
+		case SF_OPT_PROGRESS: o->progress = 1; break;
 		}
 	}
 	if (optind < argc)
@@ -152,7 +104,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		o->dtype = SF_DTYPE_F32;
 	else
 		sf_usage_error("--dtype: '%s' is not keep, bf16, f16 or f32", o->dtype_name);
-	o->resident_mask = o->resident ? parse_resident(o->resident) : 0;
+	o->resident_mask = o->resident ? sf_opt_groups("--resident", o->resident,
+						       SF_GROUPS_ALIASES) : 0;
 	if (o->keep && o->codes)
 		sf_usage_error("--keep and --codes cannot be combined: the codes of ffn_in hold whole "
 			       "columns, dropped neurons' rows included");
@@ -178,6 +131,15 @@ static json_t *producer(const struct options *o)
 
 static int pack(const struct options *o)
 {
+	const char *inputs[5], *const given[] = { o->placement, o->codes, o->calib, o->keep };
+	size_t ninputs = 0;
+
+	for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++)
+		if (given[i])
+			inputs[ninputs++] = given[i];
+	inputs[ninputs] = NULL;
+	sf_out_check_path(o->output, inputs, 0);	/* the image writer refuses a non-regular file */
+
 	struct sf_model m;
 	struct sf_placement pl = { 0 };
 	struct sf_sfq q = { 0 };
@@ -197,7 +159,7 @@ static int pack(const struct options *o)
 	    (o->keep && (ret = sf_image_keep_read(&keep, o->keep, &m, &e))))
 		goto out;
 	prod = producer(o);
-	sf_progress_init(&pr, o->progress, "MiB");
+	sf_progress_init(&pr, o->progress, 0, "MiB");
 	struct sf_image_pack_opts po = {
 		.model = &m, .model_dir = o->model_dir,
 		.placement = o->placement ? &pl : NULL, .placement_path = o->placement,

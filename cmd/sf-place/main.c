@@ -23,7 +23,6 @@
 
 #define DEFAULT_METHOD "coact"
 #define DEFAULT_MAX_MEMORY (8ull << 30)
-#define MAX_THREADS 256
 #define MAX_PLACEMENTS 64
 
 struct options {
@@ -41,72 +40,54 @@ struct options {
 	int ninputs;
 };
 
-static void usage(void)
-{
-	printf("Usage: sf-place [--method M] [--exact | --topk K] COACT.sfc [-o placement.json]\n"
-	       "       sf-place --eval TRACE [--model DIR] [--json] PLACEMENT.json...\n"
-	       "Order each layer and group's entries on flash so that entries active\n"
-	       "together are read together, or evaluate placements on a trace.\n"
-	       "\n"
-	       "  -m, --method M        identity (model order), frequency (descending\n"
-	       "                        activation count) or coact (co-activation path)\n"
-	       "                        (default %s)\n"
-	       "      --exact           coact: the exact greedy on every pair (memory: 12\n"
-	       "                        bytes per pair)\n"
-	       "      --topk K          coact: the scalable greedy on each entry's K most\n"
-	       "                        co-activated partners (default: exact up to %d\n"
-	       "                        entries, else --topk %d)\n"
-	       "  -l, --layers A-B      only layers A to B (or one layer A)\n"
-	       "      --max-memory SIZE refuse a search that needs more (default 8G)\n"
-	       "  -o, --output FILE     placement.json (default: standard output)\n"
-	       "      --eval TRACE      evaluate the placements given on TRACE (\"-\": stdin)\n"
-	       "      --model DIR       the model: checks fingerprints, and gives --eval\n"
-	       "                        the bytes of each entry's bundle\n"
-	       "      --json            --eval: JSON on standard output\n"
-	       "  -t, --threads N       worker threads (default: online CPUs)\n"
-	       "      --progress        report each group on stderr\n"
-	       "  -q, --quiet           no progress, even on a terminal\n"
-	       "  -h, --help            show this help\n"
-	       "  -V, --version         show the version\n"
-	       "\n"
-	       "Examples:\n"
-	       "  sf-place --method coact coact.sfc -o coact.json\n"
-	       "  sf-place --method identity coact.sfc -o identity.json\n"
-	       "  sf-place --eval test.sft --model models/mix4-5m identity.json coact.json\n",
-	       DEFAULT_METHOD, SF_PLACE_EXACT_AUTO_MAX, SF_PLACE_DEFAULT_TOPK);
-}
+enum { OPT_EXACT = SF_OPT_FIRST, OPT_TOPK, OPT_MAX_MEMORY, OPT_EVAL, OPT_MODEL, OPT_JSON };
+
+static const struct sf_opt options[] = {
+	{ "method", 'm', "M", "identity (model order), frequency (descending\n"
+	  "activation count) or coact (co-activation path)\n(default %s)", DEFAULT_METHOD, 0 },
+	{ "exact", OPT_EXACT, NULL, "coact: the exact greedy on every pair (memory: 12\n"
+	  "bytes per pair)", NULL, 0 },
+	{ "topk", OPT_TOPK, "K", "coact: the scalable greedy on each entry's K most\n"
+	  "co-activated partners (default: exact up to " SF_STR(SF_PLACE_EXACT_AUTO_MAX) "\n"
+	  "entries, else --topk %s)", SF_STR(SF_PLACE_DEFAULT_TOPK), 0 },
+	{ "layers", 'l', "N-M", "only layers N to M (or one layer N; LAYERS in\n"
+	  "sparseflash(7), one range)", NULL, 0 },
+	{ "max-memory", OPT_MAX_MEMORY, "SIZE", "refuse a search that needs more (default %s)",
+	  "8G", 0 },
+	SF_OPT_OUTPUT("placement.json (default: standard output)"),
+	{ "eval", OPT_EVAL, "TRACE", "evaluate the placements given on TRACE (\"-\": stdin)", NULL, 0 },
+	{ "model", OPT_MODEL, "DIR", "the model: checks fingerprints, and gives --eval\n"
+	  "the bytes of each entry's bundle", NULL, 0 },
+	{ "json", OPT_JSON, NULL, "--eval: JSON on standard output", NULL, 0 },
+	SF_OPT_THREADS,
+	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_END,
+};
+_Static_assert(DEFAULT_MAX_MEMORY == 8ull << 30, "--help says 8G");
+
+static const struct sf_cmd cmd = {
+	"Usage: sf-place [--method M] [--exact | --topk K] COACT.sfc [-o placement.json]\n"
+	"       sf-place --eval TRACE [--model DIR] [--json] PLACEMENT.json...\n"
+	"Order each layer and group's entries on flash so that entries active\n"
+	"together are read together, or evaluate placements on a trace.\n",
+	options,
+	"  sf-place --method coact coact.sfc -o coact.json\n"
+	"  sf-place --method identity coact.sfc -o identity.json\n"
+	"  sf-place --eval test.sft --model models/mix4-5m identity.json coact.json\n",
+};
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_EXACT = 256, OPT_TOPK, OPT_MAX_MEMORY, OPT_EVAL, OPT_MODEL, OPT_JSON,
-	       OPT_PROGRESS };
-	static const struct option longopts[] = {
-		{ "method", required_argument, NULL, 'm' },
-		{ "exact", no_argument, NULL, OPT_EXACT },
-		{ "topk", required_argument, NULL, OPT_TOPK },
-		{ "layers", required_argument, NULL, 'l' },
-		{ "max-memory", required_argument, NULL, OPT_MAX_MEMORY },
-		{ "output", required_argument, NULL, 'o' },
-		{ "eval", required_argument, NULL, OPT_EVAL },
-		{ "model", required_argument, NULL, OPT_MODEL },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "threads", required_argument, NULL, 't' },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int c, method_given = 0, search_given = 0;
 
 	*o = (struct options){
 		.exact = -1, .topk = SF_PLACE_DEFAULT_TOPK, .layer_hi = INT_MAX,
 		.max_memory = DEFAULT_MAX_MEMORY, .output = "-",
-		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+		.threads = sf_cli_threads_default(),
 	};
 	sf_place_method_parse(DEFAULT_METHOD, &o->method);
-	while ((c = getopt_long(argc, argv, "m:l:o:t:qhV", longopts, NULL)) != -1) {
+	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm':
 			if (sf_place_method_parse(optarg, &o->method))
@@ -123,9 +104,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 			search_given++;
 			break;
 		case 'l':
-			if (sf_parse_range(optarg, SF_TRACE_MAX_LAYERS - 1, &o->layer_lo, &o->layer_hi))
-				sf_usage_error("--layers: '%s' is not a layer range A-B: expected "
-					       "0 <= A <= B < %d", optarg, SF_TRACE_MAX_LAYERS);
+			sf_opt_layer_range("--layers", optarg, SF_TRACE_MAX_LAYERS, &o->layer_lo,
+					   &o->layer_hi);
 			break;
 		case OPT_MAX_MEMORY:
 			o->max_memory = sf_opt_u64("--max-memory", optarg, 1, UINT64_MAX);
@@ -134,14 +114,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_EVAL: o->eval_trace = optarg; break;
 		case OPT_MODEL: o->model_dir = optarg; break;
 		case OPT_JSON: o->json = 1; break;
-		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
-		case OPT_PROGRESS: o->progress = 1; break;
+		case 't': o->threads = sf_opt_threads(optarg); break;
+		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
-		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
 		}
 	}
 	o->inputs = argv + optind;
@@ -164,12 +139,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 			sf_usage_error("a COACT.sfc is required");
 		if (o->ninputs > 1)
 			sf_usage_error("one COACT.sfc expected, %d given", o->ninputs);
+		sf_out_check_path(o->output, (const char *const[]){ o->inputs[0], NULL }, 1);
 	}
-}
-
-static int show_progress(const struct options *o)
-{
-	return o->progress || (!o->quiet && isatty(STDERR_FILENO));
 }
 
 /* The model of --model, its fingerprint compared with a stream's. */
@@ -284,7 +255,7 @@ static int run_place(const struct options *o)
 			sf_error("%s", e.msg);
 			goto out;
 		}
-		if (show_progress(o))
+		if (sf_cli_progress_on(o->progress, o->quiet))
 			fprintf(stderr, "%s: layer %d %s: %u entries, %s: %.3f runs/token predicted "
 				"(%.2f s)\n", sf_progname, sl->layer, sf_group_name(sl->group),
 				sl->entries, sf_place_method_name(o->method),

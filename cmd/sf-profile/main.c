@@ -20,7 +20,6 @@
 
 #define DEFAULT_DENSITY 0.3
 #define DEFAULT_CONTEXT 256
-#define MAX_THREADS 256
 
 struct options {
 	const char *model_dir;
@@ -41,104 +40,59 @@ struct options {
 	int dry_run, progress, quiet;
 };
 
-static void usage(void)
-{
-	printf("Usage: sf-profile --model DIR [options] CORPUS...\n"
-	       "Run the dense model over corpora (teacher forcing) and write an activation\n"
-	       "trace: per token, layer and group the active entries, and per entry the sum\n"
-	       "of |value| (SelectInfer scores). CORPUS \"-\" is standard input.\n"
-	       "\n"
-	       "  -m, --model DIR       Hugging Face model directory\n"
-	       "  -o, --output FILE     trace to write (default: standard output)\n"
-	       "      --format F        text, jsonl, alpaca or csv (default: from each file's\n"
-	       "                        name: .jsonl/.json, .csv, else text)\n"
-	       "      --field NAME      jsonl: the string field holding the document\n"
-	       "                        (default %s)\n"
-	       "      --column NAME     csv: the column holding the document (default %s)\n"
-	       "      --task NAME       tag the trace with a task name\n"
-	       "      --density D       active: the round(D*n) entries of largest |value|\n"
-	       "                        (0 < D <= 1, default %g)\n"
-	       "      --threshold T     active: entries with |value| > T (instead of --density)\n"
-	       "      --layers A-B      record only layers A to B (default: all)\n"
-	       "      --groups LIST     record only these groups, comma separated: attn_in,\n"
-	       "                        attn_out, ffn_in, ffn_out (default: all)\n"
-	       "  -c, --context N       tokens per window; longer documents are split into\n"
-	       "                        windows, each run from an empty cache (default %d)\n"
-	       "      --max-tokens N    stop after N tokens\n"
-	       "      --max-docs N      stop after N documents\n"
-	       "  -t, --threads N       worker threads (default: online CPUs)\n"
-	       "      --dry-run         run the model without recording (a throughput baseline)\n"
-	       "      --progress        report progress on stderr even when not a terminal\n"
-	       "  -q, --quiet           no summary on stderr\n"
-	       "  -h, --help            show this help\n"
-	       "  -V, --version         show the version\n"
-	       "\n"
-	       "Examples:\n"
-	       "  sf-profile --model models/mix4-1m --task kjv kjv.profile.txt -o kjv.sft\n"
-	       "  sf-profile -m models/mix4-1m --format alpaca data.jsonl | sf-coact -o x.sfc\n",
-	       SF_CORPUS_DEFAULT_FIELD, SF_CORPUS_DEFAULT_COLUMN, DEFAULT_DENSITY,
-	       DEFAULT_CONTEXT);
-}
+enum { OPT_FORMAT = SF_OPT_FIRST, OPT_FIELD, OPT_COLUMN, OPT_TASK, OPT_DENSITY, OPT_THRESHOLD,
+       OPT_LAYERS, OPT_GROUPS, OPT_MAX_TOKENS, OPT_MAX_DOCS, OPT_DRY_RUN };
 
-static unsigned parse_groups(const char *list)
-{
-	char *copy = strdup(list), *save = NULL;
-	unsigned mask = 0;
+static const struct sf_opt options[] = {
+	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
+	SF_OPT_OUTPUT("trace to write (default: standard output)"),
+	{ "format", OPT_FORMAT, "F", "text, jsonl, alpaca or csv (default: from each file's\n"
+	  "name: .jsonl/.json, .csv, else text)", NULL, 0 },
+	{ "field", OPT_FIELD, "NAME", "jsonl: the string field holding the document\n"
+	  "(default %s)", SF_CORPUS_DEFAULT_FIELD, 0 },
+	{ "column", OPT_COLUMN, "NAME", "csv: the column holding the document (default %s)",
+	  SF_CORPUS_DEFAULT_COLUMN, 0 },
+	{ "task", OPT_TASK, "NAME", "tag the trace with a task name", NULL, 0 },
+	{ "density", OPT_DENSITY, "D", "active: the round(D*n) entries of largest |value|\n"
+	  "(0 < D <= 1, default %s)", SF_STR(DEFAULT_DENSITY), 0 },
+	{ "threshold", OPT_THRESHOLD, "T", "active: entries with |value| > T (instead of\n"
+	  "--density)", NULL, 0 },
+	{ "layers", OPT_LAYERS, "N-M", "record only layers N to M (LAYERS in sparseflash(7),\n"
+	  "one range; default: all)", NULL, 0 },
+	{ "groups", OPT_GROUPS, "LIST", "record only these groups, comma separated: attn_in,\n"
+	  "attn_out, ffn_in, ffn_out (default: all)", NULL, 0 },
+	{ "context", 'c', "N", "tokens per window; longer documents are split into\n"
+	  "windows, each run from an empty cache (default %s)", SF_STR(DEFAULT_CONTEXT), 0 },
+	{ "max-tokens", OPT_MAX_TOKENS, "N", "stop after N tokens", NULL, 0 },
+	{ "max-docs", OPT_MAX_DOCS, "N", "stop after N documents", NULL, 0 },
+	SF_OPT_THREADS,
+	{ "dry-run", OPT_DRY_RUN, NULL, "run the model without recording (a throughput\n"
+	  "baseline)", NULL, 0 },
+	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_END,
+};
 
-	if (!copy)
-		sf_usage_error("--groups: out of memory");
-	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		enum sf_group g;
-		if (sf_group_parse(tok, &g)) {
-			sf_error("--groups: '%s' is not a group: expected attn_in, attn_out, ffn_in "
-				 "or ffn_out", tok);
-			free(copy);
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
-		}
-		mask |= 1u << g;
-	}
-	free(copy);
-	if (!mask)
-		sf_usage_error("--groups: no group given");
-	return mask;
-}
+static const struct sf_cmd cmd = {
+	"Usage: sf-profile --model DIR [options] CORPUS...\n"
+	"Run the dense model over corpora (teacher forcing) and write an activation\n"
+	"trace: per token, layer and group the active entries, and per entry the sum\n"
+	"of |value| (SelectInfer scores). CORPUS \"-\" is standard input.\n",
+	options,
+	"  sf-profile --model models/mix4-1m --task kjv kjv.profile.txt -o kjv.sft\n"
+	"  sf-profile -m models/mix4-1m --format alpaca data.jsonl | sf-coact -o x.sfc\n",
+};
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_FORMAT = 256, OPT_FIELD, OPT_COLUMN, OPT_TASK, OPT_DENSITY, OPT_THRESHOLD,
-	       OPT_LAYERS, OPT_GROUPS, OPT_MAX_TOKENS, OPT_MAX_DOCS, OPT_DRY_RUN, OPT_PROGRESS };
-	static const struct option longopts[] = {
-		{ "model", required_argument, NULL, 'm' },
-		{ "output", required_argument, NULL, 'o' },
-		{ "format", required_argument, NULL, OPT_FORMAT },
-		{ "field", required_argument, NULL, OPT_FIELD },
-		{ "column", required_argument, NULL, OPT_COLUMN },
-		{ "task", required_argument, NULL, OPT_TASK },
-		{ "density", required_argument, NULL, OPT_DENSITY },
-		{ "threshold", required_argument, NULL, OPT_THRESHOLD },
-		{ "layers", required_argument, NULL, OPT_LAYERS },
-		{ "groups", required_argument, NULL, OPT_GROUPS },
-		{ "context", required_argument, NULL, 'c' },
-		{ "max-tokens", required_argument, NULL, OPT_MAX_TOKENS },
-		{ "max-docs", required_argument, NULL, OPT_MAX_DOCS },
-		{ "threads", required_argument, NULL, 't' },
-		{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int c, have_density = 0, have_threshold = 0;
 
 	*o = (struct options){
 		.select = SF_TRACE_DENSITY, .value = DEFAULT_DENSITY, .layer_lo = -1,
 		.layer_hi = -1, .groups = (1u << SF_NGROUPS) - 1, .context = DEFAULT_CONTEXT,
-		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+		.threads = sf_cli_threads_default(),
 	};
-	while ((c = getopt_long(argc, argv, "m:o:c:t:qhV", longopts, NULL)) != -1) {
+	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = optarg; break;
 		case 'o': o->output = optarg; break;
@@ -163,22 +117,17 @@ static void parse_options(int argc, char **argv, struct options *o)
 			have_threshold = 1;
 			break;
 		case OPT_LAYERS:
-			if (sf_parse_range(optarg, SF_TRACE_MAX_LAYERS - 1, &o->layer_lo, &o->layer_hi))
-				sf_usage_error("--layers: '%s' is not A-B or A with A <= B", optarg);
+			sf_opt_layer_range("--layers", optarg, SF_TRACE_MAX_LAYERS, &o->layer_lo,
+					   &o->layer_hi);
 			break;
-		case OPT_GROUPS: o->groups = parse_groups(optarg); break;
+		case OPT_GROUPS: o->groups = sf_opt_groups("--groups", optarg, 0); break;
 		case 'c': o->context = (int)sf_opt_u64("--context", optarg, 1, 1u << 24); break;
 		case OPT_MAX_TOKENS: o->max_tokens = sf_opt_u64("--max-tokens", optarg, 1, UINT64_MAX); break;
 		case OPT_MAX_DOCS: o->max_docs = sf_opt_u64("--max-docs", optarg, 1, UINT64_MAX); break;
-		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
+		case 't': o->threads = sf_opt_threads(optarg); break;
 		case OPT_DRY_RUN: o->dry_run = 1; break;
-		case OPT_PROGRESS: o->progress = 1; break;
+		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
-		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
 		}
 	}
 	if (!o->model_dir)
@@ -373,7 +322,7 @@ int main(int argc, char **argv)
 	if ((ret = session_open(&S, &o)))
 		goto out;
 	if (!o.dry_run) {
-		if ((ret = sf_out_open(&S.out, o.output, 1)))
+		if ((ret = sf_out_open(&S.out, o.output, 1, (const char *const *)o.corpora)))
 			goto out;
 		if ((ret = sf_trace_writer_open(&S.writer, S.out.f, S.out.path, &S.info, &e)) ||
 		    (ret = sf_profile_open(&S.profile, S.writer, S.pool, &e))) {
@@ -382,7 +331,7 @@ int main(int argc, char **argv)
 		}
 		S.state.observer = sf_profile_observer(S.profile);
 	}
-	sf_progress_init(&S.progress, o.progress && !o.quiet, "tokens");
+	sf_progress_init(&S.progress, o.progress, o.quiet, "tokens");
 	double t0 = sf_now();
 	for (int i = 0; i < o.ncorpora && !ret && !done(&S, &o); i++)
 		ret = run_corpus(&S, &o, o.corpora[i]);

@@ -26,13 +26,13 @@
 #include "online/sparse.h"
 #include "engine/tokenizer.h"
 #include "online/uring.h"
+#include "common/device.h"
 
 #define DEFAULT_N_PREDICT 256
 #define DEFAULT_TEMP 0.8
 #define DEFAULT_TOP_P 0.95
 #define DEFAULT_SEED 42
 #define DEFAULT_WINDOW 256
-#define MAX_THREADS 256
 #define MAX_PROMPT_BYTES (64u << 20)
 #define DEFAULT_LATENCIES 65536	/* --ppl tokens whose latency --bench ranks */
 
@@ -62,167 +62,127 @@ struct options {
 	double compute_delta, alpha, beta;
 };
 
-static void usage(void)
-{
-	printf("Usage: sf-run --model DIR [options]\n"
-	       "       sf-run [options] IMAGE\n"
-	       "       sf-run --probe-device [DIR]\n"
-	       "Run a language model: generate text, or measure perplexity; dense from\n"
-	       "a model directory, or sparse from an sf-pack image on flash.\n"
-	       "\n"
-	       "  -m, --model DIR       Hugging Face model directory (dense, in RAM)\n"
-	       "  -p, --prompt TEXT     prompt (default: read standard input)\n"
-	       "  -n, --n-predict N     tokens to generate, -1 until EOS or the context\n"
-	       "                        is full (default %d)\n"
-	       "      --temp T          temperature, 0 for greedy (default %.2f)\n"
-	       "      --top-p P         nucleus sampling threshold (default %.2f)\n"
-	       "      --seed N          sampling seed (default %d)\n"
-	       "      --ignore-eos      keep generating past the end-of-text token\n"
-	       "      --echo            print the prompt before the generated text\n"
-	       "  -c, --ctx-size N      context length (default: the model's)\n"
-	       "  -t, --threads N       worker threads (default: online CPUs)\n"
-	       "      --ppl FILE        perplexity of FILE (documents separated by a\n"
-	       "                        blank line, \"-\" for stdin), printed as JSON\n"
-	       "      --max-tokens N    --ppl: score only the first N tokens\n"
-	       "      --window N        --ppl: tokens scored per window (default %d)\n"
-	       "      --stats FILE      write timings (IMAGE: the --bench figures) as JSON\n"
-	       "                        to FILE\n"
-	       "\n"
-	       "Sparse decoding from IMAGE:\n"
-	       "      --budget B        the image's calibrated tier sizes for budget B;\n"
-	       "                        1: every column top tier (default)\n"
-	       "      --density D       TEAL: the round(D*n) largest entries, top tier only\n"
-	       "      --k-top F         top tier: fraction F of each group's entries\n"
-	       "      --k-mid F         middle tier (2-bit codes): the next fraction F\n"
-	       "      --collapse G      read gaps of up to G entries between runs, or auto:\n"
-	       "                        gaps up to peak/IOPS bytes (%d entries without IOPS),\n"
-	       "                        off while reads are bandwidth-bound (default auto)\n"
-	       "      --device-peak BPS the device's peak bandwidth in bytes/s for auto\n"
-	       "                        (default: from --probe-device)\n"
-	       "      --device-iops N   the device's 4 KiB random reads/s for auto\n"
-	       "                        (default: from --probe-device)\n"
-	       "      --probe-device    measure the device holding DIR (default .) and store\n"
-	       "                        its figures for --collapse auto, then exit\n"
-	       "      --qd N            reads in flight (default %d)\n"
-	       "      --no-direct       read through the page cache (no O_DIRECT)\n"
-	       "      --cache-policy P  s3fifo, lru or none (default s3fifo)\n"
-	       "      --seg-admit P     admission probability of an entry read inside a run\n"
-	       "                        longer than 2 (default %.2f)\n"
-	       "      --ram BYTES       memory budget for everything sf-run holds; the cache\n"
-	       "                        takes what is left (default: no limit, no cache)\n"
-	       "      --cache-ratio R   cache of R times the offloaded bytes\n"
-	       "      --pin FILE        SelectInfer scores (sf-coact --scores): pin the best\n"
-	       "                        entries in RAM, read once, never evicted; give it\n"
-	       "                        twice for a task file and a model file\n"
-	       "      --pin-ratio G     share of each group's entries pinned (default %.2f)\n"
-	       "      --pin-delta D     share taken from the task scores first, the model\n"
-	       "                        scores filling up to G (default %.2f)\n"
-	       "      --compute-ratio RHO  SelectInfer: after the prompt compute only the\n"
-	       "                        share RHO of each layer's FFN neurons, chosen from\n"
-	       "                        --static scores and the prompt's activations\n"
-	       "      --static FILE     scores of the static (base) neurons (sf-coact --scores)\n"
-	       "      --compute-delta D static neurons: the top D by static score (default %.2f)\n"
-	       "      --alpha A         per prompt token, its top A neurons are counted\n"
-	       "                        (default %.2f)\n"
-	       "      --beta B          dynamic neurons: at most B, the most counted\n"
-	       "                        (default %.2f)\n"
-	       "      --dense-layers L  layers computed whole: none, F:L (the first F and the\n"
-	       "                        last L) or a list such as 0-4,26-27 (default: the\n"
-	       "                        paper's 5 first and 2 last of 28, scaled, at least 1)\n"
-	       "      --free-riders     entries inside the 4 KiB pages the top tier reads\n"
-	       "                        anyway join it (they cost no I/O)\n"
-	       "      --simulate        same selection and compute from RAM, without I/O\n"
-	       "      --bench           print the decoder's figures as JSON instead of text\n"
-	       "      --progress        report --ppl progress on stderr\n"
-	       "  -q, --quiet           no timings on stderr\n"
-	       "  -v, --verbose         report what was loaded on stderr\n"
-	       "  -h, --help            show this help\n"
-	       "  -V, --version         show the version\n"
-	       "\n"
-	       "Examples:\n"
-	       "  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
-	       "  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
-	       "  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
-	       "  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n"
-	       "  sf-run --pin kjv.json --pin model.json --compute-ratio 0.4 --static kjv.json \\\n"
-	       "         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
-	       DEFAULT_N_PREDICT, DEFAULT_TEMP, DEFAULT_TOP_P, DEFAULT_SEED, DEFAULT_WINDOW,
-	       SF_SPARSE_AUTO_GAP, SF_URING_DEFAULT_QD, SF_CACHE_DEFAULT_SEG_ADMIT,
-	       SF_SELECT_DEFAULT_GAMMA, SF_SELECT_DEFAULT_LOAD_DELTA,
-	       SF_SELECT_DEFAULT_COMPUTE_DELTA, SF_SELECT_DEFAULT_ALPHA, SF_SELECT_DEFAULT_BETA);
-}
+/* Keys of the long options; SPARSE in an entry's flags: the option only
+ * the sparse decoder takes, so it needs an IMAGE (not --model). */
+enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
+       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
+       OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_NO_DIRECT,
+       OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
+       OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
+       OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS };
+enum { SPARSE = 1 };
+
+static const struct sf_opt options[] = {
+	{ "model", 'm', "DIR", "Hugging Face model directory (dense, in RAM)", NULL, 0 },
+	{ "prompt", 'p', "TEXT", "prompt (default: read standard input)", NULL, 0 },
+	{ "n-predict", 'n', "N", "tokens to generate, -1 until EOS or the context\n"
+	  "is full (default %s)", SF_STR(DEFAULT_N_PREDICT), 0 },
+	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", SF_STR(DEFAULT_TEMP), 0 },
+	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", SF_STR(DEFAULT_TOP_P), 0 },
+	{ "seed", OPT_SEED, "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
+	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
+	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text", NULL, 0 },
+	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
+	SF_OPT_THREADS,
+	{ "ppl", OPT_PPL, "FILE", "perplexity of FILE (documents separated by a\n"
+	  "blank line, \"-\" for stdin), printed as JSON", NULL, 0 },
+	{ "max-tokens", OPT_MAX_TOKENS, "N", "--ppl: score only the first N tokens", NULL, 0 },
+	{ "window", OPT_WINDOW, "N", "--ppl: tokens scored per window (default %s)",
+	  SF_STR(DEFAULT_WINDOW), 0 },
+	{ "stats", OPT_STATS, "FILE", "write timings (IMAGE: the --bench figures) as JSON\n"
+	  "to FILE", NULL, 0 },
+	SF_OPT_HEADING("Sparse decoding from IMAGE:"),
+	{ "budget", OPT_BUDGET, "B", "the image's calibrated tier sizes for budget B;\n"
+	  "1: every column top tier (default)", NULL, SPARSE },
+	{ "density", OPT_DENSITY, "D", "TEAL: the round(D*n) largest entries, top tier only",
+	  NULL, SPARSE },
+	{ "k-top", OPT_K_TOP, "F", "top tier: fraction F of each group's entries", NULL, SPARSE },
+	{ "k-mid", OPT_K_MID, "F", "middle tier (2-bit codes): the next fraction F", NULL, SPARSE },
+	{ "collapse", OPT_COLLAPSE, "G", "read gaps of up to G entries between runs, or auto:\n"
+	  "gaps up to peak/IOPS bytes (%s entries without IOPS),\n"
+	  "off while reads are bandwidth-bound (default auto)", SF_STR(SF_SPARSE_AUTO_GAP), SPARSE },
+	{ "device-peak", OPT_DEVICE_PEAK, "BPS", "the device's peak bandwidth in bytes/s for\n"
+	  "auto (default: from --probe-device)", NULL, SPARSE },
+	{ "device-iops", OPT_DEVICE_IOPS, "N", "the device's 4 KiB random reads/s for auto\n"
+	  "(default: from --probe-device)", NULL, SPARSE },
+	{ "probe-device", OPT_PROBE, NULL, "measure the device holding DIR (default .) and store\n"
+	  "its figures for --collapse auto, then exit", NULL, 0 },
+	{ "qd", OPT_QD, "N", "reads in flight (default %s)", SF_STR(SF_URING_DEFAULT_QD), SPARSE },
+	{ "no-direct", OPT_NO_DIRECT, NULL, "read through the page cache (no O_DIRECT)", NULL,
+	  SPARSE },
+	{ "cache-policy", OPT_CACHE_POLICY, "P", "s3fifo, lru or none (default s3fifo)", NULL,
+	  SPARSE },
+	{ "seg-admit", OPT_SEG_ADMIT, "P", "admission probability of an entry read inside a run\n"
+	  "longer than 2 (default %s)", SF_STR(SF_CACHE_DEFAULT_SEG_ADMIT), SPARSE },
+	{ "ram", OPT_RAM, "BYTES", "memory budget for everything sf-run holds; the cache\n"
+	  "takes what is left (default: no limit, no cache)", NULL, SPARSE },
+	{ "cache-ratio", OPT_CACHE_RATIO, "R", "cache of R times the offloaded bytes", NULL,
+	  SPARSE },
+	{ "pin", OPT_PIN, "FILE", "SelectInfer scores (sf-coact --scores): pin the best\n"
+	  "entries in RAM, read once, never evicted; give it\n"
+	  "twice for a task file and a model file", NULL, SPARSE },
+	{ "pin-ratio", OPT_PIN_RATIO, "G", "share of each group's entries pinned (default %s)",
+	  SF_STR(SF_SELECT_DEFAULT_GAMMA), SPARSE },
+	{ "pin-delta", OPT_PIN_DELTA, "D", "share taken from the task scores first, the model\n"
+	  "scores filling up to G (default %s)", SF_STR(SF_SELECT_DEFAULT_LOAD_DELTA), SPARSE },
+	{ "compute-ratio", OPT_COMPUTE_RATIO, "RHO", "SelectInfer: after the prompt compute only the\n"
+	  "share RHO of each layer's FFN neurons, chosen from\n"
+	  "--static scores and the prompt's activations", NULL, SPARSE },
+	{ "static", OPT_STATIC, "FILE", "scores of the static (base) neurons (sf-coact\n"
+	  "--scores)", NULL, SPARSE },
+	{ "compute-delta", OPT_COMPUTE_DELTA, "D", "static neurons: the top D by static score\n"
+	  "(default %s)", SF_STR(SF_SELECT_DEFAULT_COMPUTE_DELTA), SPARSE },
+	{ "alpha", OPT_ALPHA, "A", "per prompt token, its top A neurons are counted\n"
+	  "(default %s)", SF_STR(SF_SELECT_DEFAULT_ALPHA), SPARSE },
+	{ "beta", OPT_BETA, "B", "dynamic neurons: at most B, the most counted\n"
+	  "(default %s)", SF_STR(SF_SELECT_DEFAULT_BETA), SPARSE },
+	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "layers computed whole (LAYERS in sparseflash(7):\n"
+	  "e.g. none, 5:2 (the first 5 and last 2), 0-4,26-27;\n"
+	  "default: the paper's 5 first and 2 last of 28, scaled,\n"
+	  "at least 1)", NULL, SPARSE },
+	{ "free-riders", OPT_FREE_RIDERS, NULL, "entries inside the 4 KiB pages the top tier\n"
+	  "reads anyway join it (they cost no I/O)", NULL, SPARSE },
+	{ "simulate", OPT_SIMULATE, NULL, "same selection and compute from RAM, without I/O",
+	  NULL, SPARSE },
+	{ "bench", OPT_BENCH, NULL, "print the decoder's figures as JSON instead of text", NULL,
+	  SPARSE },
+	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
+	SF_OPT_END,
+};
+
+static const struct sf_cmd cmd = {
+	"Usage: sf-run --model DIR [options]\n"
+	"       sf-run [options] IMAGE\n"
+	"       sf-run --probe-device [DIR]\n"
+	"Run a language model: generate text, or measure perplexity; dense from\n"
+	"a model directory, or sparse from an sf-pack image on flash.\n",
+	options,
+	"  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
+	"  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
+	"  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
+	"  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n"
+	"  sf-run --pin kjv.json --pin model.json --compute-ratio 0.4 --static kjv.json \\\n"
+	"         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
+};
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_TEMP = 256, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
-	       OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_PROGRESS, OPT_BUDGET, OPT_DENSITY,
-	       OPT_K_TOP, OPT_K_MID, OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD,
-	       OPT_NO_DIRECT, OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO,
-	       OPT_SIMULATE, OPT_BENCH, OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA,
-	       OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA, OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS,
-	       OPT_FREE_RIDERS };
-	static const struct option longopts[] = {
-		{ "model", required_argument, NULL, 'm' },
-		{ "prompt", required_argument, NULL, 'p' },
-		{ "n-predict", required_argument, NULL, 'n' },
-		{ "temp", required_argument, NULL, OPT_TEMP },
-		{ "top-p", required_argument, NULL, OPT_TOP_P },
-		{ "seed", required_argument, NULL, OPT_SEED },
-		{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
-		{ "echo", no_argument, NULL, OPT_ECHO },
-		{ "ctx-size", required_argument, NULL, 'c' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "ppl", required_argument, NULL, OPT_PPL },
-		{ "max-tokens", required_argument, NULL, OPT_MAX_TOKENS },
-		{ "window", required_argument, NULL, OPT_WINDOW },
-		{ "stats", required_argument, NULL, OPT_STATS },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
-		{ "budget", required_argument, NULL, OPT_BUDGET },
-		{ "density", required_argument, NULL, OPT_DENSITY },
-		{ "k-top", required_argument, NULL, OPT_K_TOP },
-		{ "k-mid", required_argument, NULL, OPT_K_MID },
-		{ "collapse", required_argument, NULL, OPT_COLLAPSE },
-		{ "device-peak", required_argument, NULL, OPT_DEVICE_PEAK },
-		{ "device-iops", required_argument, NULL, OPT_DEVICE_IOPS },
-		{ "probe-device", no_argument, NULL, OPT_PROBE },
-		{ "qd", required_argument, NULL, OPT_QD },
-		{ "no-direct", no_argument, NULL, OPT_NO_DIRECT },
-		{ "cache-policy", required_argument, NULL, OPT_CACHE_POLICY },
-		{ "seg-admit", required_argument, NULL, OPT_SEG_ADMIT },
-		{ "ram", required_argument, NULL, OPT_RAM },
-		{ "cache-ratio", required_argument, NULL, OPT_CACHE_RATIO },
-		{ "simulate", no_argument, NULL, OPT_SIMULATE },
-		{ "bench", no_argument, NULL, OPT_BENCH },
-		{ "pin", required_argument, NULL, OPT_PIN },
-		{ "pin-ratio", required_argument, NULL, OPT_PIN_RATIO },
-		{ "pin-delta", required_argument, NULL, OPT_PIN_DELTA },
-		{ "compute-ratio", required_argument, NULL, OPT_COMPUTE_RATIO },
-		{ "static", required_argument, NULL, OPT_STATIC },
-		{ "compute-delta", required_argument, NULL, OPT_COMPUTE_DELTA },
-		{ "alpha", required_argument, NULL, OPT_ALPHA },
-		{ "beta", required_argument, NULL, OPT_BETA },
-		{ "dense-layers", required_argument, NULL, OPT_DENSE_LAYERS },
-		{ "free-riders", no_argument, NULL, OPT_FREE_RIDERS },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	const struct sf_opt *opt;
 	struct sf_sparse_opts *so = &o->sparse;
 	int c, probe = 0, selects = 0, k_mid_set = 0, pin_opt = 0, compute_opt = 0;
 
 	*o = (struct options){
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
 		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW,
-		.threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus,
+		.threads = sf_cli_threads_default(),
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
 		.rho = -1, .compute_delta = SF_SELECT_DEFAULT_COMPUTE_DELTA,
 		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
 	};
 	sf_sparse_opts_default(so);
-	while ((c = getopt_long(argc, argv, "m:p:n:c:t:qvhV", longopts, NULL)) != -1) {
+	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -238,14 +198,14 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
 		case OPT_ECHO: o->echo = 1; break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
-		case 't': o->threads = (int)sf_opt_u64("--threads", optarg, 1, MAX_THREADS); break;
+		case 't': o->threads = sf_opt_threads(optarg); break;
 		case OPT_PPL: o->ppl_file = optarg; break;
 		case OPT_MAX_TOKENS:
 			o->max_tokens = sf_opt_u64("--max-tokens", optarg, 2, UINT64_MAX);
 			break;
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
 		case OPT_STATS: o->stats_file = optarg; break;
-		case OPT_PROGRESS: o->progress = 1; break;
+		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case OPT_BUDGET:
 			so->select = SF_SPARSE_BUDGET;
 			so->budget = sf_opt_f64("--budget", optarg, 1e-6, 1.0);
@@ -317,13 +277,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_FREE_RIDERS: so->free_riders = 1; break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
-		case 'h': usage(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		case 'V': sf_print_version(); exit(sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK);
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", sf_progname);
-			exit(SF_EXIT_USAGE);
 		}
-		if (c >= OPT_BUDGET && c != OPT_PROBE)
+		if ((opt = sf_cli_opt(&cmd, c)) && (opt->flags & SPARSE))
 			o->sparse_set = 1;
 	}
 	if (probe) {
@@ -402,20 +357,20 @@ static int open_model(struct session *S, const struct options *o, struct sf_err 
 
 /* The pinning order of --pin's score files: a task file and a model file
  * in either order, or one of them alone. */
-static int read_pin(struct session *S, const struct options *o, struct sf_select_load *pin)
+static int read_pin(struct session *S, const struct options *o, struct sf_select_load *pin,
+		    struct sf_err *e)
 {
 	struct sf_scores sc[2] = { 0 };
 	const struct sf_scores *task = NULL, *model = NULL;
 	const char *tname = NULL, *mname = NULL;
-	struct sf_err e = { 0 };
 	int ret = 0;
 
 	for (int i = 0; i < o->npin && !ret; i++) {
-		if ((ret = sf_scores_read(&sc[i], o->pin[i], S->image.fingerprint, &S->image.cfg, &e)))
+		if ((ret = sf_scores_read(&sc[i], o->pin[i], S->image.fingerprint, &S->image.cfg, e)))
 			break;
 		const char **name = sc[i].is_task ? &tname : &mname;
 		if (*name) {
-			ret = sf_err_set(&e, SF_EMISMATCH, "%s: --pin: a second %s score file (%s is "
+			ret = sf_err_set(e, SF_EMISMATCH, "%s: --pin: a second %s score file (%s is "
 					 "one): expected one task and one model file", o->pin[i],
 					 sc[i].is_task ? "task" : "model", *name);
 			break;
@@ -425,9 +380,7 @@ static int read_pin(struct session *S, const struct options *o, struct sf_select
 	}
 	if (!ret)
 		ret = sf_select_load_plan(pin, &S->image.cfg, task, tname, model, mname, o->pin_ratio,
-					  o->pin_delta, &e);
-	if (ret)
-		sf_error("%s", e.msg);
+					  o->pin_delta, e);
 	sf_scores_free(&sc[0]);
 	sf_scores_free(&sc[1]);
 	return ret;
@@ -462,47 +415,36 @@ static int compute_opts(struct session *S, const struct options *o,
 
 /* The sparse decoder on IMAGE, its device peak for --collapse auto from
  * --device-peak and --device-iops or the --probe-device file. */
-static int open_sparse(struct session *S, const struct options *o, uint64_t tokens)
+static int open_sparse(struct session *S, const struct options *o, uint64_t tokens,
+		       struct sf_err *e)
 {
 	struct sf_sparse_opts so = o->sparse;
-	struct sf_err e = { 0 };
+	struct sf_select_load pin = { 0 };
+	struct sf_select_compute_opts co;
+	struct sf_scores stat = { 0 };
 	struct sf_sparse_memory mem;
+	uint8_t *dense = NULL;
+	double peak = 0, iops = 0;
 	int ret;
 
 	so.state_bytes = sf_state_bytes(&S->model.cfg, S->state.seq_len);
 	so.max_tokens = tokens;
-	double peak = 0, iops = 0;
 	if (so.collapse == SF_SPARSE_COLLAPSE_AUTO && (so.device_peak == 0 || so.device_iops == 0) &&
-	    sf_sparse_device_load(o->image, &peak, &iops, &e) < 0) {
-		sf_error("%s", e.msg);
-		return -EINVAL;
-	}
+	    (ret = sf_device_load(o->image, &peak, &iops, e)) < 0)
+		return ret;
 	/* the options win over the stored figures */
 	so.device_peak = so.device_peak > 0 ? so.device_peak : peak;
 	so.device_iops = so.device_iops > 0 ? so.device_iops : iops;
-	struct sf_select_load pin = { 0 };
-	struct sf_select_compute_opts co;
-	struct sf_scores stat = { 0 };
-	uint8_t *dense = NULL;
-	if (o->npin && (ret = read_pin(S, o, &pin)))
-		return ret;
+	if (o->npin && (ret = read_pin(S, o, &pin, e)))
+		goto out;
 	so.pin = o->npin ? &pin : NULL;
-	if (o->rho >= 0 && (ret = compute_opts(S, o, &co, &dense, &stat, &e))) {
-		sf_select_load_free(&pin);
-		sf_error("%s", e.msg);
-		return ret;
-	}
+	if (o->rho >= 0 && (ret = compute_opts(S, o, &co, &dense, &stat, e)))
+		goto out;
 	so.compute = o->rho >= 0 ? &co : NULL;
 	so.compute_static = o->static_file ? &stat : NULL;
 	so.compute_static_name = o->static_file;
-	ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, &e);
-	sf_select_load_free(&pin);
-	sf_scores_free(&stat);
-	free(dense);
-	if (ret) {
-		sf_error("%s", e.msg);
-		return ret;
-	}
+	if ((ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, e)))
+		goto out;
 	S->state.exec = sf_sparse_exec(S->sparse);
 	if (o->verbose) {
 		sf_sparse_memory(S->sparse, &mem);
@@ -518,50 +460,40 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			(unsigned long long)mem.cache, (unsigned long long)mem.simulate,
 			(unsigned long long)mem.offloaded);
 	}
-	return 0;
-}
-
-/* After a forward pass: the sparse decoder's read error, if any. */
-static int sparse_failed(const struct session *S)
-{
-	struct sf_err e = { 0 };
-	int ret = S->sparse ? sf_sparse_error(S->sparse, &e) : 0;
-
-	if (ret)
-		sf_error("%s", e.msg);
+out:
+	sf_select_load_free(&pin);
+	sf_scores_free(&stat);
+	free(dense);
 	return ret;
 }
 
-static int session_open(struct session *S, const struct options *o, int ctx)
+/* After a forward pass: the sparse decoder's read error, if any. */
+static int sparse_failed(const struct session *S, struct sf_err *e)
 {
-	struct sf_err e = { 0 };
+	return S->sparse ? sf_sparse_error(S->sparse, e) : 0;
+}
+
+static int session_open(struct session *S, const struct options *o, int ctx, struct sf_err *e)
+{
 	int ret;
 
-	if ((ret = open_model(S, o, &e))) {
-		sf_error("%s", e.msg);
+	if ((ret = open_model(S, o, e)))
 		return ret;
-	}
 	if (ctx == 0)
 		ctx = S->model.cfg.max_seq_len;
-	if (ctx > S->model.cfg.max_seq_len) {
-		sf_error("--ctx-size %d: the model supports at most %d positions", ctx,
-			 S->model.cfg.max_seq_len);
-		return -EINVAL;
-	}
-	if ((ret = sf_pool_create(&S->pool, o->threads))) {
-		sf_error("thread pool of %d: %s", o->threads, sf_strerror(ret));
-		return ret;
-	}
-	if ((ret = sf_state_init(&S->state, &S->model.cfg, ctx, &e)) ||
+	if (ctx > S->model.cfg.max_seq_len)
+		return sf_err_set(e, -EINVAL, "--ctx-size %d: the model supports at most %d "
+				  "positions", ctx, S->model.cfg.max_seq_len);
+	if ((ret = sf_pool_create(&S->pool, o->threads)))
+		return sf_err_set(e, ret, "thread pool of %d: %s", o->threads, sf_strerror(ret));
+	if ((ret = sf_state_init(&S->state, &S->model.cfg, ctx, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
-				   (float)o->top_p, o->seed, &e))) {
-		sf_error("%s", e.msg);
+				   (float)o->top_p, o->seed, e)))
 		return ret;
-	}
 	S->state.pool = S->pool;
 	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
-			 : (uint64_t)ctx)))
+			 : (uint64_t)ctx, e)))
 		return ret;
 	if (o->verbose)
 		fprintf(stderr, "%s: %s: %s, %d layers, dim %d, fingerprint %s; kernels %s, "
@@ -572,8 +504,8 @@ static int session_open(struct session *S, const struct options *o, int ctx)
 }
 
 /* Reads all of standard input as the prompt; one final newline, which
- * `echo` adds, is not part of it. */
-static char *read_stdin_prompt(size_t *len)
+ * `echo` adds, is not part of it. NULL with e set on failure. */
+static char *read_stdin_prompt(size_t *len, struct sf_err *e)
 {
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
@@ -585,8 +517,8 @@ static char *read_stdin_prompt(size_t *len)
 			break;
 		if (n + 1 == cap) {
 			if (cap >= MAX_PROMPT_BYTES) {
-				sf_error("standard input: prompt longer than %u bytes",
-					 MAX_PROMPT_BYTES);
+				sf_err_set(e, -EFBIG, "standard input: prompt longer than %u bytes",
+					   MAX_PROMPT_BYTES);
 				free(buf);
 				return NULL;
 			}
@@ -598,7 +530,7 @@ static char *read_stdin_prompt(size_t *len)
 		}
 	}
 	if (!buf || ferror(stdin)) {
-		sf_error("standard input: %s", buf ? strerror(errno) : strerror(ENOMEM));
+		sf_err_set(e, -EIO, "standard input: %s", buf ? strerror(errno) : strerror(ENOMEM));
 		free(buf);
 		return NULL;
 	}
@@ -609,19 +541,22 @@ static char *read_stdin_prompt(size_t *len)
 	return buf;
 }
 
-static int write_out(const char *p, size_t n)
+static int write_out(const char *p, size_t n, struct sf_err *e)
 {
-	if (n && fwrite(p, 1, n, stdout) != n)
-		return -EIO;
-	return fflush(stdout) ? -EIO : 0;
+	if ((n && fwrite(p, 1, n, stdout) != n) || fflush(stdout))
+		return sf_err_set(e, -EIO, "write error on standard output: %s", strerror(errno));
+	return 0;
 }
 
-static int emit(struct sf_detok *d, int32_t id)
+static int emit(struct sf_detok *d, int32_t id, struct sf_err *e)
 {
 	const char *p;
 	size_t n;
 	int ret = sf_detok_push(d, id, &p, &n);
-	return ret ? ret : write_out(p, n);
+
+	if (ret)
+		return sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
+	return write_out(p, n, e);
 }
 
 /* End of text: the tokenizer's EOS or any of config.json's eos_token_id. */
@@ -635,35 +570,31 @@ static int is_eos(const struct session *S, int32_t token)
 	return 0;
 }
 
-static int generate(struct session *S, const struct options *o)
+static int generate(struct session *S, const struct options *o, struct sf_err *e)
 {
-	struct sf_err e = { 0 };
 	char *stdin_text = NULL;
 	const char *text = o->prompt;
 	size_t text_len = text ? strlen(text) : 0;
 	int32_t *prompt = NULL;
 	size_t np = 0;
 	struct sf_detok detok;
-	int ret, reported = 0;
+	int ret;
 
-	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len)))
-		return -EIO;
-	ret = sf_tokenizer_encode(S->tok, text, text_len, 1, &prompt, &np, &e);
+	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len, e)))
+		return e->code;
+	ret = sf_tokenizer_encode(S->tok, text, text_len, 1, &prompt, &np, e);
 	free(stdin_text);
-	if (ret) {
-		sf_error("%s", e.msg);
+	if (ret)
 		return ret;
-	}
-	if (np == 0) {
-		sf_error("prompt: empty, and the tokenizer adds no BOS token to start from");
+	if (np == 0)
+		ret = sf_err_set(e, -EINVAL, "prompt: empty, and the tokenizer adds no BOS token "
+				 "to start from");
+	else if (np > (size_t)S->state.seq_len)
+		ret = sf_err_set(e, -EINVAL, "prompt: %zu tokens do not fit the context of %d "
+				 "positions", np, S->state.seq_len);
+	if (ret) {
 		free(prompt);
-		return -EINVAL;
-	}
-	if (np > (size_t)S->state.seq_len) {
-		sf_error("prompt: %zu tokens do not fit the context of %d positions", np,
-			 S->state.seq_len);
-		free(prompt);
-		return -EINVAL;
+		return ret;
 	}
 
 	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
@@ -678,9 +609,10 @@ static int generate(struct session *S, const struct options *o)
 	for (size_t i = 0; i < np && !ret; i++) {
 		const char *p;
 		size_t n;
-		ret = sf_detok_push(&detok, prompt[i], &p, &n);
-		if (!ret && o->echo && !o->bench)
-			ret = write_out(p, n);
+		if ((ret = sf_detok_push(&detok, prompt[i], &p, &n)))
+			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
+		else if (o->echo && !o->bench)
+			ret = write_out(p, n, e);
 	}
 
 	/* The forward pass at the prompt's last position gives the first
@@ -690,10 +622,8 @@ static int generate(struct session *S, const struct options *o)
 			     (long)S->decode_tokens < limit; pos++) {
 		S->state.skip_logits = pos + 1 < np;
 		float *logits = sf_forward(&S->model, &S->state, token, (int)pos);
-		if ((ret = sparse_failed(S))) {
-			reported = 1;
+		if ((ret = sparse_failed(S, e)))
 			break;
-		}
 		if (pos + 1 < np) {
 			token = prompt[pos + 1];
 			continue;
@@ -707,22 +637,17 @@ static int generate(struct session *S, const struct options *o)
 			break;
 		S->decode_tokens++;
 		if (!o->bench)
-			ret = emit(&detok, token);
+			ret = emit(&detok, token, e);
 	}
 	if (!ret && !o->bench) {
 		const char *p;
 		size_t n;
-		ret = sf_detok_finish(&detok, &p, &n);
-		if (!ret)
-			ret = write_out(p, n);
+		if ((ret = sf_detok_finish(&detok, &p, &n)))
+			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
+		else
+			ret = write_out(p, n, e);
 	}
 	sf_detok_free(&detok);
-	if (reported)
-		;
-	else if (ret == -EIO)
-		sf_error("write error on standard output: %s", strerror(errno));
-	else if (ret)
-		sf_error("generation: %s", sf_strerror(ret));
 	S->prompt_s = t1 - t0;
 	S->decode_s = sf_now() - t1;
 	free(prompt);
@@ -732,29 +657,35 @@ static int generate(struct session *S, const struct options *o)
 /* Tokenizes the documents of the file, each prefixed with BOS, into one
  * stream of at most max_tokens tokens (0: all). */
 static int read_ppl_tokens(struct session *S, const char *path, uint64_t max_tokens,
-			   int32_t **out, size_t *n_out, size_t *docs_out)
+			   int32_t **out, size_t *n_out, size_t *docs_out, struct sf_err *e)
 {
-	struct sf_err e = { 0 };
-	int ret = sf_corpus_tokens(&path, 1, S->tok, max_tokens, out, n_out, docs_out, &e);
+	int ret = sf_corpus_tokens(&path, 1, S->tok, max_tokens, out, n_out, docs_out, e);
 
-	if (ret) {
-		sf_error("%s", e.msg);
+	if (ret)
 		return ret;
-	}
 	if (*n_out < 2) {
-		sf_error("%s: %zu tokens: perplexity needs at least 2", path, *n_out);
 		free(*out);
-		return -EINVAL;
+		return sf_err_set(e, -EINVAL, "%s: %zu tokens: perplexity needs at least 2", path,
+				  *n_out);
 	}
 	return 0;
 }
 
-static int perplexity(struct session *S, const struct options *o)
+/* A JSON document and a newline on standard output. */
+static int print_json(json_t *j, size_t flags, struct sf_err *e)
+{
+	if (json_dumpf(j, stdout, flags) || fputc('\n', stdout) == EOF)
+		return sf_err_set(e, -EIO, "write error on standard output: %s", strerror(errno));
+	return 0;
+}
+
+static int perplexity(struct session *S, const struct options *o, struct sf_err *e)
 {
 	int32_t *tokens;
 	size_t n, docs;
 	struct sf_ppl acc = { 0 };
-	int ret = read_ppl_tokens(S, o->ppl_file, o->max_tokens, &tokens, &n, &docs);
+	int ret = read_ppl_tokens(S, o->ppl_file, o->max_tokens, &tokens, &n, &docs, e);
+	int show = sf_cli_progress_on(o->progress, o->quiet);
 
 	if (ret)
 		return ret;
@@ -764,15 +695,15 @@ static int perplexity(struct session *S, const struct options *o)
 		if (S->sparse)	/* selective computation: each window's first half is its prompt */
 			sf_sparse_prefill(S->sparse, (len - 1) / 2);
 		sf_ppl_add(&S->model, &S->state, tokens + start, len, o->window, &acc);
-		if ((ret = sparse_failed(S))) {
+		if ((ret = sparse_failed(S, e))) {
 			free(tokens);
 			return ret;
 		}
-		if (o->progress || (isatty(STDERR_FILENO) && !o->quiet))
+		if (show)
 			fprintf(stderr, "\r%s: %llu/%zu tokens, ppl %.4f", sf_progname,
 				(unsigned long long)acc.scored, n - 1, exp(acc.nll / acc.scored));
 	}
-	if (o->progress || (isatty(STDERR_FILENO) && !o->quiet))
+	if (show)
 		fputc('\n', stderr);
 	S->prompt_tokens = n;
 	S->prompt_s = sf_now() - t0;
@@ -783,21 +714,20 @@ static int perplexity(struct session *S, const struct options *o)
 			      "window", o->window, "nll", acc.nll / (double)acc.scored,
 			      "ppl", exp(acc.nll / (double)acc.scored));
 	if (!j)
-		return -ENOMEM;
+		return sf_err_set(e, -ENOMEM, "perplexity: %s", strerror(ENOMEM));
 	if (o->bench) {	/* the figures are printed at the end, with these */
 		S->ppl = j;
 		return 0;
 	}
-	ret = json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) || fputc('\n', stdout) == EOF ? -EIO : 0;
+	ret = print_json(j, JSON_REAL_PRECISION(10), e);
 	json_decref(j);
-	if (ret)
-		sf_error("write error on standard output: %s", strerror(errno));
 	return ret;
 }
 
 /* Timings (and with IMAGE the sparse decoder's figures) as JSON to path,
  * "-" for stderr, NULL for stdout (--bench). */
-static int write_stats(const struct session *S, const struct options *o, const char *path)
+static int write_stats(const struct session *S, const struct options *o, const char *path,
+		       struct sf_err *e)
 {
 	double pr = S->prompt_s > 0 ? (double)S->prompt_tokens / S->prompt_s : 0.0;
 	double dr = S->decode_s > 0 ? (double)S->decode_steps / S->decode_s : 0.0;
@@ -820,23 +750,27 @@ static int write_stats(const struct session *S, const struct options *o, const c
 		if (S->ppl)
 			json_object_set(j, "ppl", S->ppl);
 	}
-	if (!ret && path == NULL) {
-		ret = json_dumpf(j, stdout, JSON_REAL_PRECISION(10)) || fputc('\n', stdout) == EOF
-			? -EIO : 0;
-		json_decref(j);
-		if (ret)
-			sf_error("write error on standard output: %s", strerror(errno));
-		return ret;
-	}
-	if (!ret) {
-		if (strcmp(path, "-") == 0)
-			ret = json_dumpf(j, stderr, JSON_REAL_PRECISION(10)) ? -EIO : 0;
-		else
-			ret = json_dump_file(j, path, JSON_REAL_PRECISION(10)) ? -EIO : 0;
-	}
-	json_decref(j);
 	if (ret)
-		sf_error("%s: cannot write statistics", path);
+		ret = sf_err_set(e, ret, "statistics: %s", strerror(-ret));
+	else if (path == NULL)
+		ret = print_json(j, JSON_REAL_PRECISION(10), e);
+	else if ((strcmp(path, "-") == 0 ? json_dumpf(j, stderr, JSON_REAL_PRECISION(10))
+		  : json_dump_file(j, path, JSON_REAL_PRECISION(10))))
+		ret = sf_err_set(e, -EIO, "%s: cannot write statistics", path);
+	json_decref(j);
+	return ret;
+}
+
+/* --probe-device: measure, store, print the figures. */
+static int probe(const char *dir, struct sf_err *e)
+{
+	json_t *j;
+	int ret = sf_device_probe(dir, &j, e);
+
+	if (ret)
+		return ret;
+	ret = print_json(j, JSON_INDENT(2), e);
+	json_decref(j);
 	return ret;
 }
 
@@ -844,26 +778,23 @@ int main(int argc, char **argv)
 {
 	struct options o;
 	struct session S = { 0 };
+	struct sf_err e = { 0 };
+	const char *fault = getenv("SF_FAULT");	/* test only: uring.h */
 	int ret;
 
 	sf_cli_start("sf-run");
 	parse_options(argc, argv, &o);
 	if (o.probe) {
-		struct sf_err e = { 0 };
-		json_t *j;
-		if ((ret = sf_sparse_device_probe(o.probe, &j, &e))) {
-			sf_error("%s", e.msg);
-			return SF_EXIT_FAIL;
-		}
-		ret = json_dumpf(j, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF;
-		json_decref(j);
-		return ret || sf_close_stdout() ? SF_EXIT_FAIL : SF_EXIT_OK;
+		ret = probe(o.probe, &e);
+		goto out;
 	}
+	if (o.image && fault && *fault && (ret = sf_uring_fault_parse(fault, &o.sparse.fault, &e)))
+		goto out;
 
 	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
-	ret = session_open(&S, &o, ctx);
+	ret = session_open(&S, &o, ctx, &e);
 	if (!ret)
-		ret = o.ppl_file ? perplexity(&S, &o) : generate(&S, &o);
+		ret = o.ppl_file ? perplexity(&S, &o, &e) : generate(&S, &o, &e);
 	if (!ret && !o.quiet && !o.ppl_file && !o.bench) {
 		fprintf(stderr, "\n%s: prompt %zu tokens, %.1f tok/s; decode %zu tokens, %.1f tok/s\n",
 			sf_progname, S.prompt_tokens,
@@ -872,10 +803,13 @@ int main(int argc, char **argv)
 			S.decode_s > 0 ? (double)S.decode_steps / S.decode_s : 0.0);
 	}
 	if (!ret && o.stats_file)
-		ret = write_stats(&S, &o, o.stats_file);
+		ret = write_stats(&S, &o, o.stats_file, &e);
 	if (!ret && o.bench)
-		ret = write_stats(&S, &o, NULL);
+		ret = write_stats(&S, &o, NULL, &e);
 	session_free(&S);
+out:
+	if (ret)
+		sf_error("%s", e.msg[0] ? e.msg : sf_strerror(ret));
 	if (sf_close_stdout())
 		ret = -EIO;
 	return ret ? SF_EXIT_FAIL : SF_EXIT_OK;

@@ -64,7 +64,7 @@ int main(int argc, char **argv)
 	int ret = sf_trace_info_init(&info, "5e5e5e5e5e5e5e5e", 1, entries, 0, 0,
 				     1u << SF_GROUP_FFN_OUT, SF_TRACE_DENSITY, density, meta, &e);
 	json_decref(meta);
-	if (ret || (ret = sf_out_open(&out, output, 1)) ||
+	if (ret || (ret = sf_out_open(&out, output, 1, NULL)) ||
 	    (ret = sf_trace_writer_open(&w, out.f, out.path, &info, &e))) {
 		if (e.msg[0])
 			sf_error("%s", e.msg);

@@ -44,6 +44,57 @@ slots() { sf-coact -q --info "$1" | jq -c '[.slots[] | [.layer, .group, .tokens,
 	[ "${lines[-1]}" = "Try 'sf-coact --help'." ]
 }
 
+@test "-o /dev/null writes to it: it stays a character device" {
+	sf-coact -q "$(T a.sft)" -o /dev/null
+	[ -c /dev/null ]
+}
+
+@test "-o a FIFO streams the output to its reader" {
+	local f=$BATS_TEST_TMPDIR/fifo
+	mkfifo "$f"
+	cat "$f" >"$BATS_TEST_TMPDIR/got.sfc" &
+	sf-coact -q -t 1 "$(T a.sft)" -o "$f"
+	wait
+	[ -p "$f" ]
+	sf-coact -q -t 1 "$(T a.sft)" -o "$BATS_TEST_TMPDIR/want.sfc"
+	cmp "$BATS_TEST_TMPDIR/got.sfc" "$BATS_TEST_TMPDIR/want.sfc"
+}
+
+@test "-o naming an input is refused, exit 1, the input unchanged" {
+	local in=$BATS_TEST_TMPDIR/in.sft sum
+	cp "$(T a.sft)" "$in"
+	sum=$(md5sum <"$in")
+	run --separate-stderr sf-coact -q "$in" -o "$in"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $in: is also an input ($in): refusing to overwrite it" ]
+	[ "$(md5sum <"$in")" = "$sum" ]
+	# through a symlink, and for --merge-scores and --scores too
+	ln -s "$in" "$BATS_TEST_TMPDIR/link"
+	run --separate-stderr sf-coact -q "$in" -o "$BATS_TEST_TMPDIR/link"
+	[ "$status" -eq 1 ]
+	cp "$(T kjv.json)" "$BATS_TEST_TMPDIR/k.json"
+	run --separate-stderr sf-coact --merge-scores "$BATS_TEST_TMPDIR/k.json" "$(T man.json)" -o "$BATS_TEST_TMPDIR/k.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $BATS_TEST_TMPDIR/k.json: is also an input ($BATS_TEST_TMPDIR/k.json): refusing to overwrite it" ]
+	cmp "$BATS_TEST_TMPDIR/k.json" "$(T kjv.json)"
+	[ "$(md5sum <"$in")" = "$sum" ]
+}
+
+@test "--layers: the one layers grammar, one range here" {
+	run --separate-stderr sf-coact --layers 99999999999999999999 "$(T a.sft)"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --layers: layer 99999999999999999999 is out of range: expected 0..4095" ]
+	run --separate-stderr sf-coact --layers 0,2 "$(T a.sft)"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --layers: '0,2': expected one range N-M here" ]
+	run --separate-stderr sf-coact --layers 1:1 "$(T a.sft)"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-coact: --layers: '1:1': F:L (the first F and the last L layers) needs the model's layer count; give N-M" ]
+	sf-coact -q --layers all "$(T a.sft)" -o "$BATS_TEST_TMPDIR/all.sfc"
+	sf-coact -q "$(T a.sft)" -o "$BATS_TEST_TMPDIR/whole.sfc"
+	[ "$(slots "$BATS_TEST_TMPDIR/all.sfc")" = "$(slots "$BATS_TEST_TMPDIR/whole.sfc")" ]
+}
+
 @test "the memory needed is stated before allocating" {
 	run --separate-stderr sf-coact "$(T a.sft)" -o "$BATS_TEST_TMPDIR/a.sfc"
 	[ "$status" -eq 0 ]

@@ -53,10 +53,31 @@ info() { sf-encode --info "$1"; }
 	[ "${stderr_lines[1]}" = "Try 'sf-encode --help'." ]
 }
 
+@test "--layers and --dense-layers take the one layers grammar" {
+	sf-encode --model "$MODEL" --method scalar --layers 1:1 --groups attn_out -o "$T/fl.sfq"
+	[ "$(sf-encode --info "$T/fl.sfq" | jq -c '[.sections[].layer]')" = "[0,3]" ]
+	run --separate-stderr sf-encode --model "$MODEL" --layers 0-x -o "$T/x.sfq"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --layers: '0-x' is not a list of layers: expected N, N-M (N <= M), F:L, all or none, comma separated" ]
+	run --separate-stderr sf-encode --model "$MODEL" --layers 99999999999999999999 -o "$T/x.sfq"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --layers: layer 99999999999999999999 is out of range: the model has layers 0..3" ]
+}
+
+@test "--merge refuses an output that is one of its inputs" {
+	sf-encode --model "$MODEL" --method scalar --layers 0 --groups attn_out -o "$T/m.sfq"
+	local sum
+	sum=$(md5sum <"$T/m.sfq")
+	run --separate-stderr sf-encode --merge "$T/m.sfq" -o "$T/m.sfq"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: $T/m.sfq: is also an input ($T/m.sfq): refusing to overwrite it" ]
+	[ "$(md5sum <"$T/m.sfq")" = "$sum" ]
+}
+
 @test "a layer out of range is a usage error" {
 	run --separate-stderr sf-encode --model "$MODEL" --layers 2-4 -o "$T/x.sfq"
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-encode: --layers: layer 4 is out of range: the model has 4 layers" ]
+	[ "${stderr_lines[0]}" = "sf-encode: --layers: layer 4 is out of range: the model has layers 0..3" ]
 }
 
 @test "trellis codes of one group: header, sections and the error on stderr" {

@@ -55,6 +55,30 @@ is_permutation() {
 	[ "$status" -eq 2 ]
 }
 
+@test "-o naming the COACT.sfc is refused, exit 1, the input unchanged" {
+	local in=$BATS_TEST_TMPDIR/in.sfc sum
+	cp "$D/prof.sfc" "$in"
+	sum=$(md5sum <"$in")
+	run --separate-stderr sf-place -q "$in" -o "$in"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-place: $in: is also an input ($in): refusing to overwrite it" ]
+	[ "$(md5sum <"$in")" = "$sum" ]
+}
+
+@test "-o /dev/null is refused by name, and stays a character device" {
+	run --separate-stderr sf-place -q "$D/prof.sfc" -o /dev/null
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-place: /dev/null: a character device: refusing to write over it" ]
+	[ -c /dev/null ]
+}
+
+@test "--layers: a number too large to read is out of range, not clamped" {
+	run --separate-stderr sf-place --layers 99999999999999999999 "$D/prof.sfc"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-place: --layers: layer 99999999999999999999 is out of range: expected 0..4095" ]
+	[ "${stderr_lines[1]}" = "Try 'sf-place --help'." ]
+}
+
 @test "every method gives a permutation of every group, with its method and cost" {
 	for m in identity frequency coact; do
 		is_permutation "$D/$m.json"

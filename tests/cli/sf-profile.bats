@@ -55,6 +55,33 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	[ "$(echo "$output" | jq -c '[.slots[] | .mean_density * .entries] | unique')" = "[13,38]" ]
 }
 
+@test "-o naming a corpus is refused, exit 1, the corpus unchanged" {
+	local sum
+	sum=$(md5sum <"$KJV")
+	run --separate-stderr sf-profile -q -m "$MODEL" "$KJV" -o "$KJV"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: $KJV: is also an input ($KJV): refusing to overwrite it" ]
+	[ "$(md5sum <"$KJV")" = "$sum" ]
+}
+
+@test "-o /dev/null and -o a FIFO: written to in place" {
+	sf-profile -q -m "$MODEL" "$KJV" -o /dev/null
+	[ -c /dev/null ]
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	cat "$BATS_TEST_TMPDIR/fifo" >"$BATS_TEST_TMPDIR/got.sft" &
+	sf-profile -q -m "$MODEL" -t 1 "$KJV" -o "$BATS_TEST_TMPDIR/fifo"
+	wait
+	[ -p "$BATS_TEST_TMPDIR/fifo" ]
+	sf-profile -q -m "$MODEL" -t 1 "$KJV" -o "$BATS_TEST_TMPDIR/want.sft"
+	cmp "$BATS_TEST_TMPDIR/got.sft" "$BATS_TEST_TMPDIR/want.sft"
+}
+
+@test "--groups: one message for a name that is not a group" {
+	run --separate-stderr sf-profile -m "$MODEL" --groups ffn_in,mlp "$KJV"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-profile: --groups: 'mlp' is not attn_in, attn_out, ffn_in or ffn_out" ]
+}
+
 @test "--layers and --groups restrict what is recorded" {
 	sf-profile -q -m "$MODEL" --layers 1-2 --groups ffn_out,attn_in "$KJV" -o "$BATS_TEST_TMPDIR/l.sft"
 	run info "$BATS_TEST_TMPDIR/l.sft"

@@ -402,7 +402,7 @@ PINNED_07=2156
 	[ "${stderr_lines[0]}" = "sf-run: --static, --compute-delta, --alpha, --beta and --dense-layers need --compute-ratio" ]
 	run --separate-stderr sf-run -p x -n 1 --compute-ratio 0.4 --dense-layers 9 "$D/id.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: --dense-layers: 9: the model has layers 0..3" ]
+	[ "${stderr_lines[0]}" = "sf-run: --dense-layers: layer 9 is out of range: the model has layers 0..3" ]
 	sf-pack --model "$MODEL" --resident ffn -o "$D/ffnres.sfimg"
 	run --separate-stderr sf-run -p x -n 1 --compute-ratio 0.4 "$D/ffnres.sfimg"
 	[ "$status" -eq 1 ]

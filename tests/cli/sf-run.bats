@@ -24,6 +24,29 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "${lines[-1]}" = "Try 'sf-run --help'." ]
 }
 
+@test "option errors name the command, not the path it was run by" {
+	run --separate-stderr "$SF_BIN/sf-run" --frobnicate
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: unrecognized option '--frobnicate'" ]
+	run --separate-stderr "$SF_BIN/sf-run" -x
+	[ "${stderr_lines[0]}" = "sf-run: invalid option '-x'" ]
+	run --separate-stderr "$SF_BIN/sf-run" --model
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: option '--model' requires a value" ]
+	[ "${stderr_lines[1]}" = "Try 'sf-run --help'." ]
+	run --separate-stderr "$SF_BIN/sf-run" --echo=yes
+	[ "${stderr_lines[0]}" = "sf-run: option '--echo' takes no value" ]
+}
+
+@test "sparse decoding options need an IMAGE, whatever their place in the table" {
+	local opt
+	for opt in "--budget 0.5" "--qd 4" "--bench" "--free-riders" "--dense-layers 0"; do
+		run --separate-stderr sf-run --model "$MODEL" -p x $opt
+		[ "$status" -eq 2 ]
+		[ "${stderr_lines[0]}" = "sf-run: sparse decoding options need an IMAGE, not --model" ]
+	done
+}
+
 @test "a missing --model is a usage error" {
 	run sf-run -p hello
 	[ "$status" -eq 2 ]

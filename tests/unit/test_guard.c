@@ -125,7 +125,7 @@ static void truncated_model(void)
 
 	sf_progname = "test_guard";
 	sf_catch_sigbus();
-	if (sf_out_open(&o, out, 1) || sf_safetensors_open_file(&st, model, &e))
+	if (sf_out_open(&o, out, 1, NULL) || sf_safetensors_open_file(&st, model, &e))
 		_exit(97);
 	if (truncate(model, 0))
 		_exit(96);
@@ -160,7 +160,7 @@ static void truncated_model_threads(void)
 
 	sf_progname = "test_guard";
 	sf_catch_sigbus();
-	if (sf_out_open(&o, out, 1) || sf_safetensors_open_file(&st, model, &e) ||
+	if (sf_out_open(&o, out, 1, NULL) || sf_safetensors_open_file(&st, model, &e) ||
 	    pthread_barrier_init(&start, NULL, 5))
 		_exit(97);
 	shared_tensor = &st.tensors[st.ntensors - 1];

@@ -467,7 +467,7 @@ static void test_dense(void)
 	      !d[4] && !d[5], "list %s", e.msg);
 	CHECK(sf_select_dense_parse("none", 6, d, &e) == 0 && !memchr(d, 1, 6), "none");
 	CHECK(sf_select_dense_parse("0-6", 6, d, &e) == SF_ELIMIT &&
-	      !strcmp(e.msg, "--dense-layers: 0-6: the model has layers 0..5"), "%s", e.msg);
+	      !strcmp(e.msg, "--dense-layers: layer 6 is out of range: the model has layers 0..5"), "%s", e.msg);
 	CHECK(sf_select_dense_parse("2-1", 6, d, &e) == SF_EFORMAT, "2-1");
 	CHECK(sf_select_dense_parse("1,", 6, d, &e) == SF_EFORMAT, "trailing comma");
 	CHECK(sf_select_dense_parse("7:0", 6, d, &e) == SF_ELIMIT, "7:0");

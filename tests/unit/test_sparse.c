@@ -387,15 +387,14 @@ int main(void)
 	      (unsigned long long)a.requests, (unsigned long long)a.bytes_moved);
 
 	/* short reads change nothing; an injected error stops decoding */
-	setenv("SF_FAULT", "short=4096", 1);
 	o = fractions(0.3, 0.25);
+	o.fault.short_cap = 4096;
 	CHECK(!decode("sh.sfimg", &o, 2, NULL, &a, &e), "%s", e.msg);
 	CHECK(same(&a, &ref), "short reads: logits differ");
-	setenv("SF_FAULT", "eio=3", 1);
+	o.fault = (struct sf_uring_fault){ .eio_nth = 3 };
 	ret = decode("sh.sfimg", &o, 2, NULL, &a, &e);
 	CHECK(ret == -EIO && strstr(e.msg, "Input/output error") && !strchr(e.msg, '\n'),
 	      "eio: %d '%s'", ret, e.msg);
-	unsetenv("SF_FAULT");
 
 	/* --keep: the neurons left out are never computed; the rest are the
 	 * selection's product; reads equal --simulate; keeping every neuron

@@ -339,48 +339,11 @@ void sf_select_dense_default(int n_layers, uint8_t *dense)
 
 int sf_select_dense_parse(const char *spec, int n_layers, uint8_t *dense, struct sf_err *e)
 {
-	const char *colon = strchr(spec, ':');
-	char part[64];
+	int ret = sf_parse_layers("--dense-layers", spec, n_layers, SF_LAYERS_MODEL, dense, e);
 
-	memset(dense, 0, (size_t)n_layers);
-	if (strcmp(spec, "none") == 0)
-		return 0;
-	if (colon) {
-		uint64_t f, l;
-		if ((size_t)(colon - spec) >= sizeof(part))
-			return sf_err_set(e, SF_EFORMAT, "--dense-layers: '%s' is not F:L", spec);
-		memcpy(part, spec, (size_t)(colon - spec));
-		part[colon - spec] = '\0';
-		if (sf_parse_u64(part, 0, UINT32_MAX, &f) || sf_parse_u64(colon + 1, 0, UINT32_MAX, &l))
-			return sf_err_set(e, SF_EFORMAT, "--dense-layers: '%s' is not F:L (counts of "
-					  "first and last layers)", spec);
-		if (f > (uint64_t)n_layers || l > (uint64_t)n_layers)
-			return sf_err_set(e, SF_ELIMIT, "--dense-layers: %s: the model has %d layers",
-					  spec, n_layers);
-		for (int i = 0; i < n_layers; i++)
-			dense[i] = (uint64_t)i < f || (uint64_t)i + l >= (uint64_t)n_layers;
-		return 0;
-	}
-	for (const char *p = spec;;) {
-		size_t len = strcspn(p, ",");
-		int lo, hi;
-		if (len == 0 || len >= sizeof(part))
-			return sf_err_set(e, SF_EFORMAT, "--dense-layers: '%s' is not \"none\", F:L or "
-					  "a list of layers A or A-B", spec);
-		memcpy(part, p, len);
-		part[len] = '\0';
-		if (sf_parse_range(part, SF_TRACE_MAX_LAYERS - 1, &lo, &hi))
-			return sf_err_set(e, SF_EFORMAT, "--dense-layers: '%s' is not a layer A or a "
-					  "range A-B with A <= B", part);
-		if (hi >= n_layers)
-			return sf_err_set(e, SF_ELIMIT, "--dense-layers: %s: the model has layers "
-					  "0..%d", part, n_layers - 1);
-		for (int i = lo; i <= hi; i++)
-			dense[i] = 1;
-		if (!p[len])
-			return 0;
-		p += len + 1;
-	}
+	if (ret)	/* the format's codes: not a layer list, or past the model */
+		ret = e->code = ret == -EINVAL ? SF_EFORMAT : SF_ELIMIT;
+	return ret;
 }
 
 void sf_select_compute_close(struct sf_select_compute *c)

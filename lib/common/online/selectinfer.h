@@ -107,9 +107,9 @@ void sf_select_compute_defaults(struct sf_select_compute_opts *o, double rho);
  * round(2/28 L) layers, at least one at each end (every layer when
  * L <= 2). */
 void sf_select_dense_default(int n_layers, uint8_t *dense);
-/* Parses a --dense-layers value into dense[n_layers]: "none", "F:L" (the
- * first F and the last L layers) or a comma list of layers and ranges
- * "A-B" (e.g. "0-4,26-27"). 0, or SF_EFORMAT / SF_ELIMIT with the message
+/* Parses a --dense-layers value into dense[n_layers] with the one layers
+ * grammar (sf_parse_layers: "none", "all", "F:L", or N and N-M items,
+ * e.g. "0-4,26-27"). 0, or SF_EFORMAT / SF_ELIMIT with the message
  * "--dense-layers: ..." (a layer beyond n_layers - 1 is refused). */
 int sf_select_dense_parse(const char *spec, int n_layers, uint8_t *dense, struct sf_err *e);
 

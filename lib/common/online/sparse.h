@@ -18,6 +18,7 @@
 #include "formats/model.h"
 #include "base/pool.h"
 #include "online/selectinfer.h"
+#include "online/uring.h"
 
 #define SF_SPARSE_COLLAPSE_AUTO (-1)
 /* --collapse auto's gap in entries when the device's small-read IOPS are
@@ -81,6 +82,7 @@ struct sf_sparse_opts {
 	const struct sf_select_compute_opts *compute;
 	const struct sf_scores *compute_static;	/* static scores, or NULL */
 	const char *compute_static_name;	/* for messages */
+	struct sf_uring_fault fault;	/* test only: the reads' fault injection (uring.h) */
 };
 
 /* Defaults: budget 1, collapse auto, S3-FIFO, SF_CACHE_DEFAULT_SEG_ADMIT,
@@ -149,20 +151,5 @@ const char *sf_sparse_backend(const struct sf_sparse *sp);	/* "io_uring", "pread
 
 /* The --bench / --stats figures so far (see man/sf-run.1): a new object. */
 json_t *sf_sparse_stats_json(struct sf_sparse *sp);
-
-// ----------------------------------------------------------------------------
-// device peak for --collapse auto
-
-/* $XDG_CACHE_HOME/sparseflash/device-MAJ-MIN.json (or ~/.cache/...) of the
- * device holding path, into buf. */
-int sf_sparse_device_file(const char *path, char *buf, size_t cap, struct sf_err *e);
-/* The figures stored for the device of path: 1 with *peak (large-read
- * bytes/s) and *iops (small reads/s) set, 0 when none are stored, or an
- * error for a file that is not ours. */
-int sf_sparse_device_load(const char *path, double *peak, double *iops, struct sf_err *e);
-/* Measures the device holding dir (sf_uring_probe on a 1 GiB file written
- * there and removed after) and stores the figures; *out (may be NULL) the
- * JSON stored, a new reference. */
-int sf_sparse_device_probe(const char *dir, json_t **out, struct sf_err *e);
 
 #endif

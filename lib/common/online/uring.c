@@ -181,7 +181,6 @@ int sf_uring_open(struct sf_uring **up, const char *path, const struct sf_uring_
 	static const struct sf_uring_opts defaults;
 	struct sf_uring *u;
 	struct stat sb;
-	const char *env = getenv("SF_FAULT");
 	int ret;
 
 	*up = NULL;
@@ -205,8 +204,7 @@ int sf_uring_open(struct sf_uring **up, const char *path, const struct sf_uring_
 	u->arena = o->arena;
 	u->arena_bytes = o->arena_bytes;
 	u->free = u->pending = u->done = (struct list){ NIL, NIL };
-	if (env && *env && (ret = sf_uring_fault_parse(env, &u->fault, e)) < 0)
-		goto out;
+	u->fault = o->fault;
 
 	u->fd = open(path, O_RDONLY | O_CLOEXEC | (u->direct ? O_DIRECT : 0));
 	if (u->fd < 0) {

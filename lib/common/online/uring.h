@@ -19,6 +19,21 @@ enum sf_uring_backend {
 	SF_URING_PREAD,		/* one blocking pread per read, in reap */
 };
 
+/* TEST ONLY fault injection, compiled always so that tests exercise the
+ * shipped code: "eio=N" (the Nth read issued, 1 based, requeues counted,
+ * completes with -EIO) and "short=BYTES" (no read asks the kernel for more
+ * than BYTES, so every larger request completes short and is requeued;
+ * under O_DIRECT BYTES must be a multiple of the device's logical block
+ * size, SF_URING_ALIGN always works). The commands take the text from
+ * the environment variable SF_FAULT (sf_uring_fault_parse) and pass it in
+ * sf_uring_opts.fault; the library never reads the environment. */
+struct sf_uring_fault {
+	uint64_t eio_nth;	/* 0: off */
+	uint32_t short_cap;	/* 0: off */
+};
+/* Comma-separated items of the text above into *f: 0 or -EINVAL. */
+int sf_uring_fault_parse(const char *spec, struct sf_uring_fault *f, struct sf_err *e);
+
 /* Zeroed options are the defaults: O_DIRECT, io_uring, SF_URING_DEFAULT_QD,
  * no registered buffers. */
 struct sf_uring_opts {
@@ -31,6 +46,7 @@ struct sf_uring_opts {
 	 * after sf_uring_close. */
 	void *arena;
 	size_t arena_bytes;
+	struct sf_uring_fault fault;	/* test only; zeroed: none */
 };
 
 struct sf_uring;
@@ -39,7 +55,7 @@ struct sf_uring;
  * I/O is an error (-EINVAL, message says so): never a silent switch to
  * buffered reads. io_uring_queue_init failing with ENOSYS or EPERM (or a
  * kernel without IORING_OP_READ) selects the pread backend; see
- * sf_uring_backend. Applies SF_FAULT from the environment (below).
+ * sf_uring_backend. Applies o->fault (test only).
  * 0 or -errno; *u NULL on error. */
 int sf_uring_open(struct sf_uring **u, const char *path, const struct sf_uring_opts *o,
 		  struct sf_err *e);
@@ -96,18 +112,7 @@ struct sf_uring_stats {
 void sf_uring_stats(const struct sf_uring *u, struct sf_uring_stats *s);
 void sf_uring_stats_reset(struct sf_uring *u);
 
-/* TEST ONLY fault injection, compiled always so that tests exercise the
- * shipped code. The environment variable SF_FAULT (read by sf_uring_open)
- * takes the same text: comma-separated "eio=N" (the Nth read issued, 1
- * based, requeues counted, completes with -EIO) and "short=BYTES" (no read
- * asks the kernel for more than BYTES, so every larger request completes
- * short and is requeued; under O_DIRECT BYTES must be a multiple of the
- * device's logical block size, SF_URING_ALIGN always works). */
-struct sf_uring_fault {
-	uint64_t eio_nth;	/* 0: off */
-	uint32_t short_cap;	/* 0: off */
-};
-int sf_uring_fault_parse(const char *spec, struct sf_uring_fault *f, struct sf_err *e);
+/* Replaces the fault injection of an open ring (test only). */
 void sf_uring_set_fault(struct sf_uring *u, const struct sf_uring_fault *f);
 
 // ----------------------------------------------------------------------------
