@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/bytes.h"
+#include "formats/stream.h"
 #include "base/jsonfile.h"
 
 // ----------------------------------------------------------------------------
@@ -277,9 +278,7 @@ struct file_slot {
 };
 
 struct sf_coact_file {
-	FILE *f;
-	int owns_file;
-	char *name;
+	struct sf_stream in;
 	json_t *header;
 	char fingerprint[SF_FINGERPRINT_LEN + 1];
 	int n_layers;
@@ -289,28 +288,14 @@ struct sf_coact_file {
 	int nslots;
 	struct file_slot *slots;
 	uint64_t data_start;	/* file offset of the first section */
-	uint64_t pos;		/* bytes consumed */
 	int next;		/* section to read next */
 	unsigned char *buf;	/* CHUNK */
 };
 
-static int fread_exact(struct sf_coact_file *f, void *buf, size_t n, struct sf_err *e)
-{
-	size_t got = fread(buf, 1, n, f->f);
-	if (got != n) {
-		if (ferror(f->f))
-			return sf_err_set(e, -EIO, "%s: read error: %s", f->name, strerror(errno));
-		return sf_err_set(e, SF_EFORMAT, "%s: truncated at byte %llu: expected %zu more "
-				  "bytes", f->name, (unsigned long long)(f->pos + got), n - got);
-	}
-	f->pos += n;
-	return 0;
-}
-
 static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 {
 	json_t *h = f->header, *v, *slots;
-	const char *name = f->name;
+	const char *name = f->in.name;
 	char where[SF_ERR_MAX];
 	uint64_t off = 0;
 	int64_t x;
@@ -379,7 +364,7 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 		off += fs->bytes;
 	}
 	struct stat st;
-	if (fstat(fileno(f->f), &st) == 0 && S_ISREG(st.st_mode) &&
+	if (fstat(fileno(f->in.f), &st) == 0 && S_ISREG(st.st_mode) &&
 	    (uint64_t)st.st_size != f->data_start + off)
 		return sf_err_set(e, SF_EFORMAT, "%s: %llu bytes: the header describes %llu%s",
 				  name, (unsigned long long)st.st_size,
@@ -388,65 +373,31 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 	return 0;
 }
 
+static const struct sf_stream_kind coact_kind = {
+	SF_COACT_MAGIC, SF_COACT_VERSION, SF_COACT_MAX_HEADER, 8, "coact file",
+};
+
 int sf_coact_file_open(struct sf_coact_file **out, const char *path, struct sf_err *e)
 {
 	struct sf_coact_file *f = calloc(1, sizeof(*f));
-	unsigned char pre[16];
-	char *text = NULL;
 	int ret;
 
-	if (!f || !(f->name = strdup(strcmp(path, "-") == 0 ? "(stdin)" : path)) ||
-	    !(f->buf = malloc(CHUNK))) {
-		ret = sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
-		goto fail;
+	if (!f || !(f->buf = malloc(CHUNK))) {
+		if (f)
+			free(f);
+		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
 	}
-	if (strcmp(path, "-") == 0) {
-		f->f = stdin;
-	} else if (!(f->f = fopen(path, "rb"))) {
-		ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
-		goto fail;
-	} else {
-		f->owns_file = 1;
+	if ((ret = sf_stream_open(&f->in, path, &coact_kind, &f->header, e))) {
+		free(f->buf);
+		free(f);
+		return ret;
 	}
-	if ((ret = fread_exact(f, pre, 16, e)))
-		goto fail;
-	if (memcmp(pre, SF_COACT_MAGIC, 8) != 0) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: not a sparseflash coact file (bad magic)",
-				 f->name);
-		goto fail;
-	}
-	if (sf_get_le32(pre + 8) != SF_COACT_VERSION) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: coact version %u: expected %u", f->name,
-				 sf_get_le32(pre + 8), SF_COACT_VERSION);
-		goto fail;
-	}
-	uint32_t hlen = sf_get_le32(pre + 12);
-	if (hlen > SF_COACT_MAX_HEADER) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header of %u bytes: at most %u", f->name, hlen,
-				 SF_COACT_MAX_HEADER);
-		goto fail;
-	}
-	f->data_start = (16 + (uint64_t)hlen + 7) / 8 * 8;
-	if (!(text = malloc(f->data_start - 16))) {
-		ret = sf_err_set(e, -ENOMEM, "%s: %s", f->name, sf_strerror(-ENOMEM));
-		goto fail;
-	}
-	if ((ret = fread_exact(f, text, (size_t)(f->data_start - 16), e)))
-		goto fail;
-	json_error_t je;
-	f->header = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
-	if (!json_is_object(f->header)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header is not a JSON object: %s", f->name,
-				 je.text);
-		goto fail;
-	}
+	f->data_start = f->in.offset;
 	if ((ret = parse_coact_header(f, e)))
 		goto fail;
-	free(text);
 	*out = f;
 	return 0;
 fail:
-	free(text);
 	sf_coact_file_close(f);
 	return ret;
 }
@@ -455,12 +406,10 @@ void sf_coact_file_close(struct sf_coact_file *f)
 {
 	if (!f)
 		return;
-	if (f->owns_file)
-		fclose(f->f);
+	sf_stream_close(&f->in);
 	json_decref(f->header);
 	free(f->slots);
 	free(f->buf);
-	free(f->name);
 	free(f);
 }
 
@@ -470,13 +419,13 @@ static int check_file(const struct sf_coact *c, const struct sf_coact_file *f,
 {
 	if (strcmp(f->fingerprint, c->fingerprint) != 0)
 		return sf_err_set(e, SF_EMISMATCH, "%s: model fingerprint %s differs from %s's %s",
-				  f->name, f->fingerprint, c->first, c->fingerprint);
+				  f->in.name, f->fingerprint, c->first, c->fingerprint);
 	if (f->n_layers != c->n_layers || memcmp(f->entries, c->entries, sizeof(c->entries)))
-		return sf_err_set(e, SF_EMISMATCH, "%s: model shape differs from %s's", f->name,
+		return sf_err_set(e, SF_EMISMATCH, "%s: model shape differs from %s's", f->in.name,
 				  c->first);
 	if (f->select != c->select || f->value != c->value)
 		return sf_err_set(e, SF_EMISMATCH, "%s: selection %s %g differs from %s's %s %g",
-				  f->name, f->select == SF_TRACE_DENSITY ? "density" : "threshold",
+				  f->in.name, f->select == SF_TRACE_DENSITY ? "density" : "threshold",
 				  f->value, c->first,
 				  c->select == SF_TRACE_DENSITY ? "density" : "threshold", c->value);
 	return 0;
@@ -493,7 +442,7 @@ int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int 
 	memcpy(c->entries, f[0]->entries, sizeof(c->entries));
 	c->select = f[0]->select;
 	c->value = f[0]->value;
-	c->first = f[0]->name;
+	c->first = f[0]->in.name;
 	if (!(c->sources = json_array())) {
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", c->first, sf_strerror(-ENOMEM));
 		goto fail;
@@ -529,7 +478,7 @@ static int read_chunks(struct sf_coact_file *f, uint64_t len, uint32_t *crc,
 {
 	while (len) {
 		size_t n = len < CHUNK ? (size_t)len : CHUNK;
-		int ret = fread_exact(f, f->buf, n, e);
+		int ret = sf_stream_read(&f->in, f->buf, n, "a section", e);
 		if (ret)
 			return ret;
 		*crc = sf_crc32c(*crc, f->buf, n);
@@ -613,31 +562,31 @@ int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err
 				return ret;
 			continue;
 		}
-		if ((ret = fread_exact(f, tok, 8, e)))
+		if ((ret = sf_stream_read(&f->in, tok, 8, "a section", e)))
 			return ret;
 		crc = sf_crc32c(0, tok, 8);
 		uint64_t tokens = sf_get_le64(tok);
 		if (tokens != fs->tokens)
 			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: section counts %llu tokens, "
-					  "the header %llu", f->name, fs->layer,
+					  "the header %llu", f->in.name, fs->layer,
 					  sf_group_name(fs->group), (unsigned long long)tokens,
 					  (unsigned long long)fs->tokens);
 		if (s->tokens + tokens > SF_COACT_MAX_TOKENS)
 			return sf_err_set(e, SF_ELIMIT, "%s: layer %d %s: %llu + %llu tokens: 32-bit "
-					  "pair counts would overflow", f->name, fs->layer,
+					  "pair counts would overflow", f->in.name, fs->layer,
 					  sf_group_name(fs->group), (unsigned long long)s->tokens,
 					  (unsigned long long)tokens);
 		struct section_add a = { .slot = s, .tokens = tokens, .at = 8 };
 		if ((ret = read_chunks(f, body - 8, &crc, section_add_fn, &a, e)) ||
-		    (ret = fread_exact(f, tail, 8, e)))
+		    (ret = sf_stream_read(&f->in, tail, 8, "a section", e)))
 			return ret;
 		if (sf_get_le32(tail) != crc || sf_get_le32(tail + 4) != 0)
 			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: checksum 0x%08x, the "
-					  "section says 0x%08x", f->name, fs->layer,
+					  "section says 0x%08x", f->in.name, fs->layer,
 					  sf_group_name(fs->group), crc, sf_get_le32(tail));
 		if (a.bad)
 			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: a count above the %llu "
-					  "tokens or a bad sum", f->name, fs->layer,
+					  "tokens or a bad sum", f->in.name, fs->layer,
 					  sf_group_name(fs->group), (unsigned long long)tokens);
 		s->tokens += tokens;
 		const char *task;
@@ -645,15 +594,15 @@ int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err
 		json_object_foreach(fs->tasks, task, v) {
 			if (!json_is_integer(v) || json_integer_value(v) < 0)
 				return sf_err_set(e, SF_EFORMAT, "%s: header: task \"%s\" has no token "
-						  "count", f->name, task);
+						  "count", f->in.name, task);
 			if (sf_coact_add_task(s->tasks, task, (uint64_t)json_integer_value(v)))
-				return sf_err_set(e, -ENOMEM, "%s: %s", f->name, sf_strerror(-ENOMEM));
+				return sf_err_set(e, -ENOMEM, "%s: %s", f->in.name, sf_strerror(-ENOMEM));
 		}
 	}
-	int extra = fgetc(f->f);
+	int extra = fgetc(f->in.f);
 	if (extra != EOF)
 		return sf_err_set(e, SF_EFORMAT, "%s: data after the last section at byte %llu",
-				  f->name, (unsigned long long)f->pos);
+				  f->in.name, (unsigned long long)f->in.offset);
 	return 0;
 }
 

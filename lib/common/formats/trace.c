@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/bytes.h"
+#include "formats/stream.h"
 #include "base/jsonfile.h"
 #include "base/vocab.h"
 
@@ -481,11 +482,8 @@ void sf_trace_writer_free(struct sf_trace_writer *w)
 // reader
 
 struct sf_trace_reader {
-	FILE *f;
-	int owns_file;
-	char *name;
+	struct sf_stream in;
 	struct sf_trace_info info;
-	uint64_t offset;	/* bytes consumed */
 	uint64_t blocks;	/* blocks read */
 	uint64_t tokens;
 	uint64_t **rows;	/* (nslots) -> (block_tokens, words) */
@@ -495,28 +493,12 @@ struct sf_trace_reader {
 	int done;
 };
 
-/* n bytes or an error naming what was being read. */
-static int read_exact(struct sf_trace_reader *r, void *buf, size_t n, const char *what,
-		      struct sf_err *e)
-{
-	size_t got = fread(buf, 1, n, r->f);
-	if (got != n) {
-		if (ferror(r->f))
-			return sf_err_set(e, -EIO, "%s: read error: %s", r->name, strerror(errno));
-		return sf_err_set(e, SF_EFORMAT,
-				  "%s: truncated at byte %llu: %s needs %zu bytes, %zu left",
-				  r->name, (unsigned long long)(r->offset + got), what, n, got);
-	}
-	r->offset += n;
-	return 0;
-}
-
 /* The header's fields into r->info, every one checked, and its slot list
  * against the one the fields imply. */
 static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 {
 	struct sf_trace_info *info = &r->info;
-	const char *name = r->name;
+	const char *name = r->in.name;
 	json_t *v, *layers, *groups, *slots;
 	char where[SF_ERR_MAX];
 	int64_t x;
@@ -593,57 +575,21 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 	return 0;
 }
 
+static const struct sf_stream_kind trace_kind = {
+	SF_TRACE_MAGIC, SF_TRACE_VERSION, SF_TRACE_MAX_HEADER, 1, "trace",
+};
+
 int sf_trace_open(struct sf_trace_reader **out, const char *path, struct sf_err *e)
 {
 	struct sf_trace_reader *r = calloc(1, sizeof(*r));
-	unsigned char pre[16];
-	char *text = NULL;
+	json_t *h;
 	int ret;
 
 	if (!r)
 		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
-	if (!(r->name = strdup(strcmp(path, "-") == 0 ? "(stdin)" : path))) {
+	if ((ret = sf_stream_open(&r->in, path, &trace_kind, &h, e))) {
 		free(r);
-		return sf_err_set(e, -ENOMEM, "%s: %s", path, sf_strerror(-ENOMEM));
-	}
-	if (strcmp(path, "-") == 0) {
-		r->f = stdin;
-	} else if (!(r->f = fopen(path, "rb"))) {
-		ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
-		goto fail;
-	} else {
-		r->owns_file = 1;
-	}
-	if ((ret = read_exact(r, pre, sizeof(pre), "the header", e)))
-		goto fail;
-	if (memcmp(pre, SF_TRACE_MAGIC, 8) != 0) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: not a sparseflash trace (bad magic)", r->name);
-		goto fail;
-	}
-	if (sf_get_le32(pre + 8) != SF_TRACE_VERSION) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: trace version %u: expected %u", r->name,
-				 sf_get_le32(pre + 8), SF_TRACE_VERSION);
-		goto fail;
-	}
-	uint32_t hlen = sf_get_le32(pre + 12);
-	if (hlen > SF_TRACE_MAX_HEADER) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header of %u bytes: at most %u", r->name, hlen,
-				 SF_TRACE_MAX_HEADER);
-		goto fail;
-	}
-	if (!(text = malloc(hlen ? hlen : 1))) {
-		ret = sf_err_set(e, -ENOMEM, "%s: %s", r->name, sf_strerror(-ENOMEM));
-		goto fail;
-	}
-	if ((ret = read_exact(r, text, hlen, "the JSON header", e)))
-		goto fail;
-	json_error_t je;
-	json_t *h = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
-	if (!json_is_object(h)) {
-		json_decref(h);
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header is not a JSON object: %s", r->name,
-				 je.text);
-		goto fail;
+		return ret;
 	}
 	if ((ret = parse_header(r, h, e)))
 		goto fail;
@@ -659,7 +605,7 @@ int sf_trace_open(struct sf_trace_reader **out, const char *path, struct sf_err 
 	uint64_t need = payload + trailer + (payload > trailer ? payload : trailer);
 	if (need > SF_TRACE_MAX_BUFFERS) {
 		ret = sf_err_set(e, SF_ELIMIT, "%s: header: %u tokens per block over %d slots need "
-				 "%llu bytes of buffers: at most %llu", r->name, info->block_tokens,
+				 "%llu bytes of buffers: at most %llu", r->in.name, info->block_tokens,
 				 info->nslots, (unsigned long long)need,
 				 (unsigned long long)SF_TRACE_MAX_BUFFERS);
 		goto fail;
@@ -675,14 +621,12 @@ int sf_trace_open(struct sf_trace_reader **out, const char *path, struct sf_err 
 	r->buf_cap = (size_t)(payload > trailer ? payload : trailer);
 	r->buf = r->rows && r->sums ? malloc(r->buf_cap) : NULL;
 	if (!r->buf || !r->rows[info->nslots - 1] || !r->sums[info->nslots - 1]) {
-		ret = sf_err_set(e, -ENOMEM, "%s: trace buffers: %s", r->name, sf_strerror(-ENOMEM));
+		ret = sf_err_set(e, -ENOMEM, "%s: trace buffers: %s", r->in.name, sf_strerror(-ENOMEM));
 		goto fail;
 	}
-	free(text);
 	*out = r;
 	return 0;
 fail:
-	free(text);
 	sf_trace_close(r);
 	return ret;
 }
@@ -691,8 +635,7 @@ void sf_trace_close(struct sf_trace_reader *r)
 {
 	if (!r)
 		return;
-	if (r->owns_file)
-		fclose(r->f);
+	sf_stream_close(&r->in);
 	for (int s = 0; s < r->info.nslots; s++) {
 		if (r->rows)
 			free(r->rows[s]);
@@ -702,7 +645,6 @@ void sf_trace_close(struct sf_trace_reader *r)
 	free(r->rows);
 	free(r->sums);
 	free(r->buf);
-	free(r->name);
 	sf_trace_info_free(&r->info);
 	free(r);
 }
@@ -714,7 +656,7 @@ const struct sf_trace_info *sf_trace_reader_info(const struct sf_trace_reader *r
 
 const char *sf_trace_reader_name(const struct sf_trace_reader *r)
 {
-	return r->name;
+	return r->in.name;
 }
 
 /* Decodes a tokens block's payload into the row buffers, checking every
@@ -736,7 +678,7 @@ static int decode_tokens(struct sf_trace_reader *r, uint32_t ntok, size_t len,
 					row[i] = sf_get_le64(p);
 				if (row[sl->words - 1] & tail_mask(sl->entries))
 					return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer %d %s: "
-							  "bit beyond entry %u", r->name, blk,
+							  "bit beyond entry %u", r->in.name, blk,
 							  sl->layer, sf_group_name(sl->group),
 							  sl->entries);
 			} else {
@@ -755,7 +697,7 @@ static int decode_tokens(struct sf_trace_reader *r, uint32_t ntok, size_t len,
 					if (idx >= sl->entries || (i && idx <= prev))
 						return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer "
 								  "%d %s: index %u out of order or "
-								  "range", r->name, blk, sl->layer,
+								  "range", r->in.name, blk, sl->layer,
 								  sf_group_name(sl->group), idx);
 					row[idx / 64] |= 1ull << (idx % 64);
 					prev = idx;
@@ -767,18 +709,18 @@ static int decode_tokens(struct sf_trace_reader *r, uint32_t ntok, size_t len,
 			continue;
 wrong_count:
 			return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer %d %s: %u active "
-					  "entries, density %g selects %u", r->name, blk, sl->layer,
+					  "entries, density %g selects %u", r->in.name, blk, sl->layer,
 					  sf_group_name(sl->group), row_popcount(row, sl->words),
 					  r->info.density, sl->k);
 		}
 	}
 	if (p != end)
 		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: %zu bytes of payload, %zu used",
-				  r->name, blk, len, (size_t)(p - r->buf));
+				  r->in.name, blk, len, (size_t)(p - r->buf));
 	return 0;
 short_payload:
 	return sf_err_set(e, SF_EFORMAT, "%s: block %llu: payload of %zu bytes ends inside an "
-			  "active set", r->name, blk, len);
+			  "active set", r->in.name, blk, len);
 }
 
 static int decode_sums(struct sf_trace_reader *r, size_t len, struct sf_err *e)
@@ -790,10 +732,10 @@ static int decode_sums(struct sf_trace_reader *r, size_t len, struct sf_err *e)
 		want += (size_t)r->info.slots[s].entries * 8;
 	if (len != want)
 		return sf_err_set(e, SF_EFORMAT, "%s: sums trailer of %zu bytes: expected %zu",
-				  r->name, len, want);
+				  r->in.name, len, want);
 	if (sf_get_le64(p) != r->tokens)
 		return sf_err_set(e, SF_EFORMAT, "%s: sums trailer counts %llu tokens, the "
-				  "blocks hold %llu", r->name, (unsigned long long)sf_get_le64(p),
+				  "blocks hold %llu", r->in.name, (unsigned long long)sf_get_le64(p),
 				  (unsigned long long)r->tokens);
 	p += 8;
 	for (int s = 0; s < r->info.nslots; s++) {
@@ -801,7 +743,7 @@ static int decode_sums(struct sf_trace_reader *r, size_t len, struct sf_err *e)
 			double v = sf_get_f64(p);
 			if (!(v >= 0.0) || !isfinite(v))
 				return sf_err_set(e, SF_EFORMAT, "%s: sums trailer: layer %d %s entry "
-						  "%u: %g is not a finite sum of magnitudes", r->name,
+						  "%u: %g is not a finite sum of magnitudes", r->in.name,
 						  r->info.slots[s].layer,
 						  sf_group_name(r->info.slots[s].group), i, v);
 			r->sums[s][i] = v;
@@ -819,7 +761,7 @@ int sf_trace_next(struct sf_trace_reader *r, uint32_t *ntokens, struct sf_err *e
 	if (r->done)
 		return 0;
 	snprintf(what, sizeof(what), "block %llu", (unsigned long long)r->blocks);
-	if ((ret = read_exact(r, hdr, sizeof(hdr), what, e)))
+	if ((ret = sf_stream_read(&r->in, hdr, sizeof(hdr), what, e)))
 		return ret;
 	uint32_t kind = sf_get_le32(hdr), ntok = sf_get_le32(hdr + 4);
 	uint64_t len = sf_get_le64(hdr + 8);
@@ -827,34 +769,34 @@ int sf_trace_next(struct sf_trace_reader *r, uint32_t *ntokens, struct sf_err *e
 	unsigned long long blk = (unsigned long long)r->blocks;
 
 	if (sf_get_le32(hdr + 20) != 0)
-		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: reserved word is not 0", r->name, blk);
+		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: reserved word is not 0", r->in.name, blk);
 	if (kind == SF_TRACE_KIND_TOKENS) {
 		if (ntok < 1 || ntok > r->info.block_tokens)
 			return sf_err_set(e, SF_EFORMAT, "%s: block %llu: %u tokens: expected 1..%u",
-					  r->name, blk, ntok, r->info.block_tokens);
+					  r->in.name, blk, ntok, r->info.block_tokens);
 	} else if (kind == SF_TRACE_KIND_SUMS) {
 		if (ntok != 0)
 			return sf_err_set(e, SF_EFORMAT, "%s: sums trailer: %u tokens: expected 0",
-					  r->name, ntok);
+					  r->in.name, ntok);
 	} else {
 		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: kind %u: expected %d or %d",
-				  r->name, blk, kind, SF_TRACE_KIND_TOKENS, SF_TRACE_KIND_SUMS);
+				  r->in.name, blk, kind, SF_TRACE_KIND_TOKENS, SF_TRACE_KIND_SUMS);
 	}
 	if (len > r->buf_cap)
 		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: payload of %llu bytes: at most %zu",
-				  r->name, blk, (unsigned long long)len, r->buf_cap);
-	if ((ret = read_exact(r, r->buf, (size_t)len, what, e)))
+				  r->in.name, blk, (unsigned long long)len, r->buf_cap);
+	if ((ret = sf_stream_read(&r->in, r->buf, (size_t)len, what, e)))
 		return ret;
 	if (sf_crc32c(0, r->buf, (size_t)len) != crc)
 		return sf_err_set(e, SF_EFORMAT, "%s: block %llu: checksum 0x%08x, the block says "
-				  "0x%08x", r->name, blk, sf_crc32c(0, r->buf, (size_t)len), crc);
+				  "0x%08x", r->in.name, blk, sf_crc32c(0, r->buf, (size_t)len), crc);
 	r->blocks++;
 	if (kind == SF_TRACE_KIND_SUMS) {
 		if ((ret = decode_sums(r, (size_t)len, e)))
 			return ret;
-		if (fgetc(r->f) != EOF)
+		if (fgetc(r->in.f) != EOF)
 			return sf_err_set(e, SF_EFORMAT, "%s: data after the sums trailer at byte %llu",
-					  r->name, (unsigned long long)r->offset);
+					  r->in.name, (unsigned long long)r->in.offset);
 		r->done = 1;
 		return 0;
 	}
