@@ -376,18 +376,12 @@ void sf_out_abort(struct sf_out *o)
 	memset(o, 0, sizeof(*o));
 }
 
-void sf_out_check_path(const char *path, const char *const *inputs, int regular_only)
+void sf_out_check_path(const char *path, const char *const *inputs)
 {
 	struct stat out, in;
 
 	if (!path || !strcmp(path, "-") || stat(path, &out))
 		return;
-	if (regular_only && !S_ISREG(out.st_mode)) {
-		sf_error("%s: %s: refusing to write over it", path, S_ISDIR(out.st_mode) ?
-			 "a directory" : S_ISCHR(out.st_mode) ? "a character device" :
-			 S_ISFIFO(out.st_mode) ? "a FIFO" : "not a regular file");
-		exit(SF_EXIT_FAIL);
-	}
 	for (size_t i = 0; inputs && inputs[i]; i++)
 		if (stat(inputs[i], &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
 			sf_error("%s: is also an input (%s): refusing to overwrite it", path,

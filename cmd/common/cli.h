@@ -140,13 +140,12 @@ struct sf_out {
 int sf_out_open(struct sf_out *o, const char *path, int binary, const char *const *inputs);
 int sf_out_commit(struct sf_out *o);	/* 0, or -errno after printing */
 void sf_out_abort(struct sf_out *o);	/* accepts a zeroed o */
-/* Before a library writer that takes a path and renames a temporary over
- * it (sf-place, sf-encode, sf-pack): refuses, with the message and exit
- * 1, an output that is the same file as one of inputs and, with
- * regular_only, one that exists and is not a regular file (a device, a
- * FIFO or a directory would be replaced, not written to). "-" and NULL
+/* Before the work of a command whose library writer takes a path
+ * (sf-place, sf-encode, sf-pack; each writes through base/outfile):
+ * refuses, with the message and exit 1, an output that is the same file as
+ * one of inputs, so a long run does not end in that refusal. "-" and NULL
  * pass. */
-void sf_out_check_path(const char *path, const char *const *inputs, int regular_only);
+void sf_out_check_path(const char *path, const char *const *inputs);
 
 /* The SIGBUS guard, installed by every command that maps input files
  * (safetensors shards, .sfq codes; see guard.h): when such a file is

@@ -199,8 +199,8 @@ static void check_outputs(const struct options *o)
 		in[n++] = o->corpora[i];
 	if (o->codes)
 		in[n++] = o->codes;
-	sf_out_check_path(o->output, in, 1);
-	sf_out_check_path(o->stats, in, 0);
+	sf_out_check_path(o->output, in);
+	sf_out_check_path(o->stats, in);
 	free(in);
 }
 

@@ -138,7 +138,7 @@ static int pack(const struct options *o)
 		if (given[i])
 			inputs[ninputs++] = given[i];
 	inputs[ninputs] = NULL;
-	sf_out_check_path(o->output, inputs, 0);	/* the image writer refuses a non-regular file */
+	sf_out_check_path(o->output, inputs);
 
 	struct sf_model m;
 	struct sf_placement pl = { 0 };

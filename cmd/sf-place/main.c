@@ -139,7 +139,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			sf_usage_error("a COACT.sfc is required");
 		if (o->ninputs > 1)
 			sf_usage_error("one COACT.sfc expected, %d given", o->ninputs);
-		sf_out_check_path(o->output, (const char *const[]){ o->inputs[0], NULL }, 1);
+		sf_out_check_path(o->output, (const char *const[]){ o->inputs[0], NULL });
 	}
 }
 

@@ -173,3 +173,9 @@ info() { sf-encode --info "$1"; }
 	# more budget, less error
 	jq -e '.budgets[0].layers[1].error > .budgets[1].layers[1].error' "$T/c.json" >/dev/null
 }
+
+@test "-o /dev/null is written to and stays a character device" {
+	run --separate-stderr sf-encode -q --model "$MODEL" --method scalar -o /dev/null
+	[ "$status" -eq 0 ]
+	[ -c /dev/null ]
+}

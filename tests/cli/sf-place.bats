@@ -65,11 +65,17 @@ is_permutation() {
 	[ "$(md5sum <"$in")" = "$sum" ]
 }
 
-@test "-o /dev/null is refused by name, and stays a character device" {
+@test "-o /dev/null and a FIFO are written to: /dev/null stays a character device" {
+	sf-place -q "$D/prof.sfc" -o "$BATS_TEST_TMPDIR/want.json"
 	run --separate-stderr sf-place -q "$D/prof.sfc" -o /dev/null
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-place: /dev/null: a character device: refusing to write over it" ]
+	[ "$status" -eq 0 ]
 	[ -c /dev/null ]
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	cat "$BATS_TEST_TMPDIR/fifo" > "$BATS_TEST_TMPDIR/got.json" &
+	sf-place -q "$D/prof.sfc" -o "$BATS_TEST_TMPDIR/fifo"
+	wait
+	[ -p "$BATS_TEST_TMPDIR/fifo" ]
+	cmp "$BATS_TEST_TMPDIR/want.json" "$BATS_TEST_TMPDIR/got.json"
 }
 
 @test "--layers: a number too large to read is out of range, not clamped" {
