@@ -33,6 +33,7 @@
 #define DEFAULT_TOP_P 0.95
 #define DEFAULT_SEED 42
 #define DEFAULT_WINDOW 256
+#define DEFAULT_BATCH 64	/* prompt tokens per weight pass */
 #define MAX_PROMPT_BYTES (64u << 20)
 #define DEFAULT_LATENCIES 65536	/* --ppl tokens whose latency --bench ranks */
 
@@ -47,6 +48,7 @@ struct options {
 	uint64_t seed;
 	int threads;
 	int ctx;			/* 0: the model's max_position_embeddings */
+	int batch;			/* tokens per weight pass: the prompt, --ppl */
 	uint64_t max_tokens;		/* --ppl: 0 for all */
 	int window;
 	int ignore_eos, echo, verbose, quiet, progress;
@@ -83,6 +85,8 @@ static const struct sf_opt options[] = {
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
+	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
+	  "--ppl with --model (default %s); the output is the same", SF_STR(DEFAULT_BATCH), 0 },
 	SF_OPT_THREADS,
 	{ "ppl", OPT_PPL, "FILE", "perplexity of FILE (documents separated by a\n"
 	  "blank line, \"-\" for stdin), printed as JSON", NULL, 0 },
@@ -175,7 +179,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 	*o = (struct options){
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
-		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW,
+		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = DEFAULT_BATCH,
 		.threads = sf_cli_threads_default(),
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
 		.rho = -1, .compute_delta = SF_SELECT_DEFAULT_COMPUTE_DELTA,
@@ -198,6 +202,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
 		case OPT_ECHO: o->echo = 1; break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
+		case 'b': o->batch = (int)sf_opt_u64("--batch-size", optarg, 1, SF_BATCH_MAX); break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
 		case OPT_PPL: o->ppl_file = optarg; break;
 		case OPT_MAX_TOKENS:
@@ -486,7 +491,10 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 				  "positions", ctx, S->model.cfg.max_seq_len);
 	if ((ret = sf_pool_create(&S->pool, o->threads)))
 		return sf_err_set(e, ret, "thread pool of %d: %s", o->threads, sf_strerror(ret));
-	if ((ret = sf_state_init(&S->state, &S->model.cfg, ctx, e)) ||
+	/* an image's groups go through the sparse decoder one token at a time
+	 * (sf_forward_batch): buffers for one */
+	int batch = o->image ? 1 : o->batch < ctx ? o->batch : ctx;
+	if ((ret = sf_state_init_batch(&S->state, &S->model.cfg, ctx, batch, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed, e)))
 		return ret;
@@ -600,7 +608,6 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
 	if (S->sparse)	/* selective computation: the prompt is the prefill */
 		sf_sparse_prefill(S->sparse, np);
-	int32_t token = prompt[0];
 	double t0 = sf_now(), t1 = t0;
 
 	/* The prompt goes through the detokenizer even when not echoed: how
@@ -615,29 +622,31 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 			ret = write_out(p, n, e);
 	}
 
-	/* The forward pass at the prompt's last position gives the first
-	 * sample; every later position is one decode step. */
+	/* The prompt in passes of up to the state's batch, the last of which
+	 * gives the first sample; every later position is one decode step. */
 	S->prompt_tokens = np;
-	for (size_t pos = 0; pos < (size_t)S->state.seq_len && !ret &&
-			     (long)S->decode_tokens < limit; pos++) {
-		S->state.skip_logits = pos + 1 < np;
-		float *logits = sf_forward(&S->model, &S->state, token, (int)pos);
-		if ((ret = sparse_failed(S, e)))
-			break;
-		if (pos + 1 < np) {
-			token = prompt[pos + 1];
-			continue;
-		}
-		if (pos + 1 == np)
-			t1 = sf_now();
-		else
-			S->decode_steps++;
-		token = sf_sample(&S->sampler, logits);
+	float *logits = NULL;
+	for (size_t at = 0; at < np && limit > 0 && !ret;) {
+		int T = np - at < (size_t)S->state.batch ? (int)(np - at) : S->state.batch;
+		S->state.skip_logits = at + (size_t)T < np;
+		logits = sf_forward_batch(&S->model, &S->state, prompt + at, T, (int)at, 0);
+		ret = sparse_failed(S, e);
+		at += (size_t)T;
+	}
+	t1 = sf_now();
+	for (size_t pos = np; logits && !ret;) {
+		int32_t token = sf_sample(&S->sampler, logits);
 		if (is_eos(S, token) && !o->ignore_eos)
 			break;
 		S->decode_tokens++;
-		if (!o->bench)
-			ret = emit(&detok, token, e);
+		if (!o->bench && (ret = emit(&detok, token, e)))
+			break;
+		if ((long)S->decode_tokens >= limit || pos == (size_t)S->state.seq_len)
+			break;
+		logits = sf_forward(&S->model, &S->state, token, (int)pos++);
+		if ((ret = sparse_failed(S, e)))
+			break;
+		S->decode_steps++;
 	}
 	if (!ret && !o->bench) {
 		const char *p;

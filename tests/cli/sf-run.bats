@@ -199,3 +199,27 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 # every genre of both models in tests/cli-full/reference.bats.
 
 @test "mix4-1m perplexity on kjv matches reference.json" { check_ppl mix4-1m kjv; }
+
+@test "-b: the prompt and --ppl in batches give the one-token output exactly" {
+	need_shared
+	local m=$SF_SHARED/models/mix4-5m text ppl
+	text=$(sf-run --model "$m" -p "In the beginning God created the heaven and the earth. And the earth" \
+		-n 16 --temp 0 -b 1 2>/dev/null)
+	for b in 2 7 64; do
+		[ "$(sf-run --model "$m" -p "In the beginning God created the heaven and the earth. And the earth" \
+			-n 16 --temp 0 -b $b 2>/dev/null)" = "$text" ]
+	done
+	ppl=$(sf-run --model "$m" --ppl "$SF_SHARED/data/mix4/man.test.txt" --max-tokens 1200 -b 1 | jq -c .)
+	for b in 3 64 300; do
+		[ "$(sf-run --model "$m" --ppl "$SF_SHARED/data/mix4/man.test.txt" --max-tokens 1200 \
+			-b $b | jq -c .)" = "$ppl" ]
+	done
+}
+
+@test "-b 0 and -b beyond 4096 are usage errors" {
+	run --separate-stderr sf-run --model "$MODEL" -p hi -b 0
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --batch-size: 0 is out of range: expected 1..4096" ]
+	run --separate-stderr sf-run --model "$MODEL" -p hi -b 4097
+	[ "$status" -eq 2 ]
+}
