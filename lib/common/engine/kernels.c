@@ -658,9 +658,122 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
+/* Columns per block and tokens per chunk of the batched product: four
+ * rows' weights as f32 (8 KiB), two tokens' inputs (4 KiB) and their
+ * accumulators stay in L1 while every token pair of the chunk passes over
+ * them, and each weight is widened from bf16/f16 once per chunk. */
+#define MM512_CB 512
+#define MM512_TC 64
+
+/* TB (1 or 2) tokens' accumulators acc[u][row][a|b] over the columns
+ * [c0, c0 + cn) of four rows, whose f32 weights are wf: mm512_tile's
+ * 32-column steps, and in the last block its 16-column step into a and
+ * masked tail into b (a zero weight and a zero input in the masked lanes,
+ * as ld16m and maskz give). */
+INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const float *xt,
+			 size_t ldx, size_t c0, size_t cn, size_t cols, const int TB)
+{
+	__m512 a[4][2], b[4][2];
+	size_t c = 0;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 2
+		for (int u = 0; u < TB; u++)
+			a[r][u] = acc[u][r][0], b[r][u] = acc[u][r][1];
+	for (; c + 32 <= cn && c0 + c + 32 <= cols; c += 32) {
+		__m512 x0[2], x1[2];
+#pragma GCC unroll 2
+		for (int u = 0; u < TB; u++) {
+			x0[u] = _mm512_loadu_ps(xt + u * ldx + c);
+			x1[u] = _mm512_loadu_ps(xt + u * ldx + c + 16);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			__m512 w0 = _mm512_load_ps(wf[r] + c), w1 = _mm512_load_ps(wf[r] + c + 16);
+			/* each weight loaded once into a register: folding the load
+			 * into every FMA that uses it would double the loads, and a
+			 * 512-bit load costs as much as two FMAs on AMD Zen 4 */
+			__asm__("" : "+v"(w0), "+v"(w1));
+#pragma GCC unroll 2
+			for (int u = 0; u < TB; u++) {
+				a[r][u] = _mm512_fmadd_ps(w0, x0[u], a[r][u]);
+				b[r][u] = _mm512_fmadd_ps(w1, x1[u], b[r][u]);
+			}
+		}
+	}
+	for (; c + 16 <= cn; c += 16)
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++)
+#pragma GCC unroll 2
+			for (int u = 0; u < TB; u++)
+				a[r][u] = _mm512_fmadd_ps(_mm512_load_ps(wf[r] + c),
+							  _mm512_loadu_ps(xt + u * ldx + c), a[r][u]);
+	if (c < cn) {
+		__mmask16 k = tailmask(cn - c);
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++)
+#pragma GCC unroll 2
+			for (int u = 0; u < TB; u++)
+				b[r][u] = _mm512_fmadd_ps(_mm512_load_ps(wf[r] + c),
+							  _mm512_maskz_loadu_ps(k, xt + u * ldx + c),
+							  b[r][u]);
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++)
+#pragma GCC unroll 2
+		for (int u = 0; u < TB; u++)
+			acc[u][r][0] = a[r][u], acc[u][r][1] = b[r][u];
+}
+
+/* Rows [0, 4) of w, a group of four, for T >= 2 tokens, each (row, token)
+ * with exactly mm512_tile's operations: only the order in which the pairs
+ * take their turns differs, the accumulators waiting in acc between column
+ * blocks. */
+INL T512 void mm512_group4(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
+			   size_t cols, const float *x, size_t ldx, size_t T)
+{
+	size_t es = dt_size(dt);
+	float wf[4][MM512_CB] __attribute__((aligned(64)));
+	__m512 acc[MM512_TC][4][2];	/* (token, row, a|b) */
+
+	for (size_t t0 = 0; t0 < T; t0 += MM512_TC) {
+		size_t tn = T - t0 < MM512_TC ? T - t0 : MM512_TC;
+		for (size_t t = 0; t < tn; t++)
+			for (int r = 0; r < 4; r++)
+				acc[t][r][0] = acc[t][r][1] = _mm512_setzero_ps();
+		for (size_t c0 = 0; c0 < cols; c0 += MM512_CB) {
+			size_t cn = cols - c0 < MM512_CB ? cols - c0 : MM512_CB;
+			/* the next block's weights (or the next group's first) are
+			 * fetched while this one is computed: the conversion would
+			 * otherwise wait on memory every block */
+			const char *next = c0 + cn < cols ? w + (c0 + cn) * es : w + 4 * rs;
+			for (int r = 0; r < 4; r++)
+				for (size_t c = 0; c < cn; c += 16) {
+					__mmask16 k = cn - c >= 16 ? (__mmask16)0xffff : tailmask(cn - c);
+					_mm512_store_ps(wf[r] + c, ld16m(w + r * rs + (c0 + c) * es, dt, k));
+					if (c % (64 / 2) == 0)
+						_mm_prefetch(next + r * rs + c * es, _MM_HINT_T1);
+					if (es == 4 && c % 32 == 16)
+						_mm_prefetch(next + r * rs + c * es, _MM_HINT_T1);
+				}
+			size_t t = 0;
+			for (; t + 2 <= tn; t += 2)
+				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
+					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 2);
+			if (t < tn)
+				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
+					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 1);
+		}
+		for (size_t t = 0; t < tn; t++)
+			for (int r = 0; r < 4; r++)
+				y[(t0 + t) * ldy + r] = _mm512_reduce_add_ps(
+					_mm512_add_ps(acc[t][r][0], acc[t][r][1]));
+	}
+}
+
 /* Rows in groups of four from r0 (the one-token kernel's grouping, which
- * decides each row's operations), the rest one by one; tokens eight at a
- * time, then four, two, one. */
+ * decides each row's operations), the rest one by one. */
 INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
@@ -668,25 +781,11 @@ INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
 	const char *w = W;
 
-	if (T == 1)
-		for (; r < r4; r += 4)
+	for (; r < r4; r += 4) {
+		if (T == 1)
 			mm512_tile(y + (r - r0), 1, w + r * rs, rs, dt, cols, x, ldx, 4, 1);
-	for (; r < r4; r++) {
-		float *yr = y + (r - r0);
-		const char *wr = w + r * rs;
-		size_t t = 0;
-		for (; t + 8 <= T; t += 8)
-			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 8);
-		if (t + 4 <= T) {
-			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 4);
-			t += 4;
-		}
-		if (t + 2 <= T) {
-			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 2);
-			t += 2;
-		}
-		if (t < T)
-			mm512_tile(yr + t * ldy, ldy, wr, rs, dt, cols, x + t * ldx, ldx, 1, 1);
+		else
+			mm512_group4(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T);
 	}
 	for (; r < r1; r++)
 		for (size_t t = 0; t < T; t++)
