@@ -32,9 +32,11 @@ $(FUZZ_DIR)/obj/%.o: lib/common/%.c $(LIB_HDR)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
-# clang 14's __builtin_cpu_supports does not know "f16c": the kernels,
-# which parse nothing, are compiled by $(CC) without instrumentation.
-$(FUZZ_DIR)/obj/engine/kernels.o: lib/common/engine/kernels.c $(LIB_HDR)
+# clang 14's __builtin_cpu_supports does not know "f16c": the CPU probe
+# and the kernels, which parse nothing, are compiled by $(CC) without
+# instrumentation.
+$(FUZZ_DIR)/obj/engine/cpu.o $(FUZZ_DIR)/obj/engine/kernels.o: $(FUZZ_DIR)/obj/engine/%.o: \
+		lib/common/engine/%.c $(LIB_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O2 -c -o $@ $<
 
