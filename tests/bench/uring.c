@@ -1,4 +1,4 @@
-/* uring bench: raw random reads through lib/common/uring.c at each block
+/* uring bench: raw random reads through lib/common/online/uring.c at each block
  * size and queue depth, O_DIRECT, over FILE (written with seeded random
  * data when missing or smaller than SIZE), then the --probe-device
  * figures; for tests/bench/uring.sh. One JSON object per line.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Raw io_uring random reads (lib/common/uring.c, O_DIRECT, registered
+# Raw io_uring random reads (lib/common/online/uring.c, O_DIRECT, registered
 # buffers) at 4, 16, 64 and 256 KiB with queue depth 1 to 64 over a 1 GiB
 # file on the disk, then the sf-run --probe-device figures. The reference
 # the sparse decoder's I/O efficiency is measured against (issue 7).

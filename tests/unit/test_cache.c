@@ -1,4 +1,4 @@
-/* Unit test of lib/common/cache.c: S3-FIFO and LRU give the same hit/miss
+/* Unit test of lib/common/online/cache.c: S3-FIFO and LRU give the same hit/miss
  * sequence as plain array-based reference implementations written here
  * (uniform and Zipf traces, several sizes, seg-admit 1 and 0), with the
  * right bytes on every hit; pinned entries always hit and never leave;

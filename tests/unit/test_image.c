@@ -1,4 +1,4 @@
-/* Unit test of lib/common/image.c: images of the embedded mix4-1m packed
+/* Unit test of lib/common/formats/image.c: images of the embedded mix4-1m packed
  * with identity and shuffled placements, every dtype, codes (scalar and
  * trellis), resident groups and --keep read back weight by weight against
  * the model; the model and tokenizer rebuilt from an image; every region

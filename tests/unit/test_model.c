@@ -1,4 +1,4 @@
-/* Unit test of lib/common/config.c and model.c: the embedded mix4-1m (and
+/* Unit test of lib/common/formats/config.c and model.c: the embedded mix4-1m (and
  * ../shared's models when present) bind with the right config, shapes and
  * fingerprints; config.json variants and edited copies of the model in
  * $SF_TMP are refused with messages naming the file and the field. */

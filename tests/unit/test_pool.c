@@ -1,4 +1,4 @@
-/* Unit test of lib/common/pool.c: sf_pool_split covers every item exactly
+/* Unit test of lib/common/base/pool.c: sf_pool_split covers every item exactly
  * once in aligned contiguous chunks, and sf_pool_run runs every ith once
  * per dispatch, with results visible on return, over 100k dispatches
  * (fast back-to-back and with pauses long enough for workers to sleep). */

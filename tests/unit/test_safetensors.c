@@ -1,4 +1,4 @@
-/* Unit test of lib/common/safetensors.c: the writer and reader round-trip
+/* Unit test of lib/common/formats/safetensors.c: the writer and reader round-trip
  * every dtype (whole buffers and fill callbacks), shards open through an
  * index, and every malformed input, built byte by byte in $SF_TMP, is
  * refused with the right code and a message naming the file and fault. */

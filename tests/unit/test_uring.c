@@ -1,4 +1,4 @@
-/* Unit test of lib/common/uring.c on a real file in $SF_TMP: random
+/* Unit test of lib/common/online/uring.c on a real file in $SF_TMP: random
  * aligned reads through the ring equal pread's bytes with more requests
  * than the queue depth, registered or not; the short-read fault is
  * requeued to exact bytes; the EIO fault and a file that ends early give
