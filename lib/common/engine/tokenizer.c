@@ -1236,8 +1236,8 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
 		goto out;
 	}
-	if ((r = sf_file_read(tpath, SF_TOKENIZER_MAX_FILE, 0, &ttext, &tlen, e)) ||
-	    (r = sf_file_read(cpath, SF_TOKENIZER_MAX_FILE, SF_FILE_OPTIONAL, &ctext, &clen, e)))
+	if ((r = sf_file_read(tpath, SF_TOKENIZER_MAX_FILE, SF_FILE_REGULAR, &ttext, &tlen, e)) ||
+	    (r = sf_file_read(cpath, SF_TOKENIZER_MAX_FILE, SF_FILE_OPTIONAL | SF_FILE_REGULAR, &ctext, &clen, e)))
 		goto out;
 	r = open_texts(tp, tpath, ttext, tlen, cpath, ctext, clen, e);
 out:
