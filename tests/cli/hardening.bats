@@ -6,6 +6,21 @@
 
 load helpers
 
+setup_file() {
+	export D=$BATS_FILE_TMPDIR
+	"$SF_BIN/sf-encode" --model "$MODEL" --method scalar -t 2 -o "$D/codes.sfq"
+	"$SF_BIN/sf-encode" --model "$MODEL" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$SF_ROOT/man/sf-run.1" --budgets 0.5 --calib-tokens 8 --window 8 \
+		-o "$D/calib.json"
+}
+
+# sf-pack with the codes and calibration CALIB; the image must not appear
+pack_calib() {
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$D/codes.sfq" --calib "$1" \
+		-o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+}
+
 # a copy of the model with NAME replaced by a FIFO nobody writes to
 fifo_model() {
 	local m
@@ -35,4 +50,29 @@ fifo_model() {
 	run --separate-stderr sf-run --model "$m" -n 1 -p hi
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-run: $m/model.safetensors.index.json: not a regular file" ]
+}
+
+@test "calib.json: a budget listed twice is refused by name" {
+	jq '.budgets += [.budgets[0]]' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
+	pack_calib "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5 listed twice" ]
+}
+
+@test "calib.json: a layer beyond the model, or one listed twice, is refused by name" {
+	jq '.budgets[0].layers[1].layer = 7' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
+	pack_calib "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5: layer 7 is beyond the 4 layers" ]
+	jq '.budgets[0].layers[2] = .budgets[0].layers[1]' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
+	pack_calib "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5: layer 1 listed where layer 2 belongs (twice, or out of order)" ]
+}
+
+@test "calib.json: a value out of range names its budget, layer and group" {
+	jq '.budgets[0].layers[2].groups.ffn_in.k_top = 99999' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
+	pack_calib "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5 layer 2 ffn_in: \"k_top\" is 99999: expected 0..128" ]
 }

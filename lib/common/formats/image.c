@@ -1441,6 +1441,10 @@ static int open_tiers(struct sf_image *img, struct sf_err *e)
 					  nl);
 		img->budgets[i] = json_number_value(bv);
 		img->realised[i] = json_number_value(rv);
+		for (size_t d = 0; d < i; d++)
+			if (fabs(img->budgets[d] - img->budgets[i]) < SF_CALIB_SAME_BUDGET)
+				return sf_err_set(e, SF_EFORMAT, "%s: header: tiers: budget %g listed "
+						  "twice", img->path, img->budgets[i]);
 		for (int l = 0; l < nl; l++) {
 			json_t *kl = json_array_get(ks, (size_t)l);
 			if (!json_is_array(kl) || json_array_size(kl) != 2 * SF_NGROUPS)
