@@ -393,7 +393,7 @@ static int open_model(struct session *S, const struct options *o, struct sf_err 
 
 	if (o->model_dir)
 		return (ret = sf_model_open(&S->model, o->model_dir, e)) ? ret
-			: sf_tokenizer_open(&S->tok, o->model_dir, e);
+			: sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, e);
 	if ((ret = sf_image_open(&S->image, o->image, e)) ||
 	    (ret = sf_image_model(&S->image, &S->model, e)))
 		return ret;
@@ -489,6 +489,7 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	so.pin = o->npin ? &pin : NULL;
 	if (o->rho >= 0 && (ret = compute_opts(S, o, &co, &dense, &stat, &e))) {
 		sf_select_load_free(&pin);
+		free(dense);
 		sf_error("%s", e.msg);
 		return ret;
 	}
@@ -521,12 +522,13 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	return 0;
 }
 
-/* After a forward pass: the sparse decoder's read error, if any. */
+/* After a forward pass: the sparse decoder's read error, or the pass's own. */
 static int sparse_failed(const struct session *S)
 {
 	struct sf_err e = { 0 };
 	int ret = S->sparse ? sf_sparse_error(S->sparse, &e) : 0;
 
+	ret = ret ? ret : sf_state_error(&S->state, &e);
 	if (ret)
 		sf_error("%s", e.msg);
 	return ret;

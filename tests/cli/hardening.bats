@@ -12,6 +12,38 @@ setup_file() {
 	"$SF_BIN/sf-encode" --model "$MODEL" --calibrate --codes "$D/codes.sfq" -t 2 \
 		--corpus "$SF_ROOT/man/sf-run.1" --budgets 0.5 --calib-tokens 8 --window 8 \
 		-o "$D/calib.json"
+	"$SF_BIN/sf-pack" --model "$MODEL" -o "$D/plain.sfimg"
+	"$SF_BIN/sf-profile" --model "$MODEL" --task man --max-tokens 60 -q "$SF_ROOT/man/sf-run.1" |
+		"$SF_BIN/sf-coact" -q --scores "$D/task.json" -o /dev/null
+	export CORPUS=$SF_ROOT/man/sf-run.1
+}
+
+# a copy of the model with one weight of layer 2's down_proj a bf16 NaN
+nan_model() {
+	local m f hl off
+	m=$(copy_model)
+	f=$m/model.safetensors
+	hl=$(od -An -tu8 -N8 "$f" | tr -d ' ')
+	off=$(dd if="$f" bs=4096 iflag=skip_bytes,count_bytes skip=8 count="$hl" status=none |
+		jq '.["model.layers.2.mlp.down_proj.weight"].data_offsets[0]')
+	printf '\xc0\x7f' | dd of="$f" bs=1 seek=$((8 + hl + off + 200)) conv=notrunc status=none
+	echo "$m"
+}
+
+# Runs every command that binds the tokenizer of model M to its weights
+# and checks each refuses with "CMD: WANT", exit 1.
+refused_everywhere() {
+	local m=$1 want=$2
+	run --separate-stderr sf-run --model "$m" -n 1 -p hi
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $want" ]
+	run --separate-stderr sf-run --model "$m" --ppl "$CORPUS" --max-tokens 50
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $want" ]
+	run --separate-stderr sf-profile --model "$m" --max-tokens 10 -q "$CORPUS" -o "$BATS_TEST_TMPDIR/p.sft"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-profile: $want" ]
+	[ ! -e "$BATS_TEST_TMPDIR/p.sft" ]
 }
 
 # sf-pack with the codes and calibration CALIB; the image must not appear
@@ -75,4 +107,53 @@ fifo_model() {
 	pack_calib "$BATS_TEST_TMPDIR/c.json"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5 layer 2 ffn_in: \"k_top\" is 99999: expected 0..128" ]
+}
+
+@test "a tokenizer id beyond the model's embedding is refused where the model is bound" {
+	m=$(copy_model)
+	jq '.model.vocab["zzzq"] = 2000' "$MODEL/tokenizer.json" > "$m/tokenizer.json"
+	want="$m/tokenizer.json: token 'zzzq' has id 2000, beyond the model's 1024 embedding rows (vocab_size)"
+	refused_everywhere "$m" "$want"
+	run --separate-stderr sf-pack --model "$m" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $want" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	run --separate-stderr sf-encode --model "$m" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$CORPUS" --budgets 0.5 --calib-tokens 8 --window 8 -o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: $want" ]
+}
+
+@test "a tokenizer vocabulary larger than vocab_size is refused, naming its first extra token" {
+	m=$(copy_model)
+	jq '.added_tokens += [{"id": 1024, "content": "<extra>", "single_word": false, "lstrip": false,
+		"rstrip": false, "normalized": false, "special": true}]' "$MODEL/tokenizer.json" > "$m/tokenizer.json"
+	refused_everywhere "$m" "$m/tokenizer.json: token '<extra>' has id 1024, beyond the model's 1024 embedding rows (vocab_size)"
+}
+
+@test "NaN weights: generation, --ppl, sf-profile and calibration name the layer, exit 1" {
+	m=$(nan_model)
+	refused_everywhere "$m" "layer 2: non-finite hidden state at position 0"
+	run --separate-stderr sf-encode --model "$m" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$CORPUS" --budgets 0.5 --calib-tokens 8 --window 8 -o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: calibration: layer 2: non-finite hidden state at position 0" ]
+	[ ! -e "$BATS_TEST_TMPDIR/c.json" ]
+	# and from an image of it
+	sf-pack --model "$m" -o "$BATS_TEST_TMPDIR/nan.sfimg"
+	run --separate-stderr sf-run -n 4 -p hi "$BATS_TEST_TMPDIR/nan.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: layer 2: non-finite hidden state at position 0" ]
+	run --separate-stderr sf-run --ppl "$CORPUS" --max-tokens 50 "$BATS_TEST_TMPDIR/nan.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: layer 2: non-finite hidden state at position 0" ]
+}
+
+@test "--static scores of another model: refused, nothing leaked" {
+	jq '.fingerprint = "0123456789abcdef"' "$D/task.json" > "$BATS_TEST_TMPDIR/other.json"
+	fp=$(jq -r .fingerprint "$D/task.json")
+	run --separate-stderr sf-run --compute-ratio 0.4 --static "$BATS_TEST_TMPDIR/other.json" \
+		-n 1 -p hi "$D/plain.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $BATS_TEST_TMPDIR/other.json: scores of another model: fingerprint 0123456789abcdef, the model's is $fp" ]
 }

@@ -279,6 +279,16 @@ static void test_files(const char *root, const char *tmp)
 	CHECK(strstr(e.msg, "is also an input") != NULL, "merged onto an input: %s", e.msg);
 	CHECK(sf_sfq_open(&mq, merged, &e) == 0 && mq.nsections == 2, "input damaged: %s", e.msg);
 	sf_sfq_close(&mq);
+	/* another model's codes: refused, and every input opened closed (LeakSanitizer) */
+	char other[64];
+	memcpy(d.fingerprint, "0123456789abcdef", 17);
+	CHECK(sf_sfq_writer_open(&w, path2, &d, NULL, &e) == 0, "writer: %s", e.msg);
+	CHECK(sf_codes_encode_sections(&m, &d, NULL, sink, w, &e) == 0, "encode: %s", e.msg);
+	CHECK(sf_sfq_writer_close(w, &e) == 0, "close: %s", e.msg);
+	CHECK(sf_sfq_merge(merged, in, 2, NULL, &e) == SF_EMISMATCH, "another model's codes merged");
+	snprintf(other, sizeof(other), ": codes of another model: fingerprint 0123456789abcdef,");
+	CHECK(strncmp(e.msg, path2, strlen(path2)) == 0 && strstr(e.msg, other), "message: %s",
+	      e.msg);
 
 	sf_sfq_close(&q);
 

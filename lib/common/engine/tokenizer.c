@@ -1293,6 +1293,36 @@ void sf_tokenizer_close(struct sf_tokenizer *t)
 	free(t);
 }
 
+int sf_tokenizer_check_model(const struct sf_tokenizer *t, int vocab_size, struct sf_err *e)
+{
+	int32_t id = vocab_size;
+
+	if (t->ntok <= vocab_size)
+		return 0;
+	while (id < t->ntok - 1 && !t->tok[id].s)
+		id++;	/* the lowest id beyond that names a token; the last always does */
+	return sf_err_set(e, SF_EMISMATCH, "%s: token '%.*s' has id %d, beyond the model's %d "
+			  "embedding rows (vocab_size)", t->path, t->tok[id].s ? (int)(t->tok[id].n < 64 ? t->tok[id].n : 64) : 0,
+			  t->tok[id].s ? t->tok[id].s : "", id, vocab_size);
+}
+
+int sf_tokenizer_open_model(struct sf_tokenizer **tp, const char *dir, int vocab_size,
+			    struct sf_err *e)
+{
+	struct sf_tokenizer *t;
+	int r = sf_tokenizer_open(&t, dir, e);
+
+	if (tp)
+		*tp = NULL;
+	if (r)
+		return r;
+	if ((r = sf_tokenizer_check_model(t, vocab_size, e)) || !tp)
+		sf_tokenizer_close(t);
+	else
+		*tp = t;
+	return r;
+}
+
 int sf_tokenizer_vocab_size(const struct sf_tokenizer *t) { return t->ntok; }
 int sf_tokenizer_bos(const struct sf_tokenizer *t) { return t->bos; }
 int sf_tokenizer_eos(const struct sf_tokenizer *t) { return t->eos; }
@@ -2062,6 +2092,12 @@ int sf_tokenizer_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t
 int sf_tokenizer_open_image(struct sf_tokenizer **t, const struct sf_image *img,
 			    struct sf_err *e)
 {
-	return sf_tokenizer_open_mem(t, img->path, img->tokenizer_text, img->tokenizer_len,
-				     img->tokenizer_config_text, img->tokenizer_config_len, e);
+	int r = sf_tokenizer_open_mem(t, img->path, img->tokenizer_text, img->tokenizer_len,
+				      img->tokenizer_config_text, img->tokenizer_config_len, e);
+
+	if (!r && (r = sf_tokenizer_check_model(*t, img->cfg.vocab_size, e))) {
+		sf_tokenizer_close(*t);
+		*t = NULL;
+	}
+	return r;
 }

@@ -691,27 +691,25 @@ int sf_sfq_merge(const char *path, const char *const *inputs, size_t n, json_t *
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
 		goto out;
 	}
-	for (; opened < n; opened++) {
-		struct sf_sfq *a = &in[opened], *f = &in[0];
-		if ((ret = sf_sfq_open(a, inputs[opened], e)))
+	for (size_t i = 0; i < n; i++) {
+		struct sf_sfq *a = &in[i], *f = &in[0];
+		if ((ret = sf_sfq_open(a, inputs[i], e)))
 			goto out;
-		if (opened == 0)
-			goto counted;
-		if (strcmp(a->fingerprint, f->fingerprint) != 0) {
+		opened++;	/* closed at out, whatever is refused below */
+		if (i && strcmp(a->fingerprint, f->fingerprint) != 0) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: codes of another model: fingerprint %s,"
-					 " %s has %s", inputs[opened], a->fingerprint, inputs[0],
+					 " %s has %s", inputs[i], a->fingerprint, inputs[0],
 					 f->fingerprint);
 			goto out;
 		}
-		if (a->method != f->method || a->seed != f->seed ||
-		    (a->codebook && memcmp(a->codebook, f->codebook, CODEBOOK_BYTES) != 0)) {
+		if (i && (a->method != f->method || a->seed != f->seed ||
+			  (a->codebook && memcmp(a->codebook, f->codebook, CODEBOOK_BYTES) != 0))) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: %s codes with seed %" PRIu64 ", %s has "
-					 "%s with seed %" PRIu64, inputs[opened],
+					 "%s with seed %" PRIu64, inputs[i],
 					 sf_codes_method_name(a->method), a->seed, inputs[0],
 					 sf_codes_method_name(f->method), f->seed);
 			goto out;
 		}
-counted:
 		total += a->nsections;
 	}
 	if (!(src = calloc(total + 1, sizeof(*src))) ||
