@@ -157,3 +157,27 @@ fifo_model() {
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-run: $BATS_TEST_TMPDIR/other.json: scores of another model: fingerprint 0123456789abcdef, the model's is $fp" ]
 }
+
+@test ".sfq: a flipped code byte is refused by its section's CRC, and version 1 by name" {
+	q=$D/codes.sfq
+	hl=$(od -An -tu8 -j16 -N8 "$q" | tr -d ' ')
+	data=$(( (24 + hl + 4 + 4095) / 4096 * 4096 ))
+	dd if="$q" bs=4096 iflag=skip_bytes,count_bytes skip=24 count="$hl" status=none > "$BATS_TEST_TMPDIR/h.json"
+	for s in "0 attn_in" "2 ffn_in" "3 ffn_out"; do
+		set -- $s
+		off=$(jq --argjson l "$1" --arg g "$2" \
+			'.sections[] | select(.layer == $l and .group == $g) | .offset + (.bytes / 2 | floor)' \
+			"$BATS_TEST_TMPDIR/h.json")
+		cp "$q" "$BATS_TEST_TMPDIR/bad.sfq"
+		printf '\x5a' | dd of="$BATS_TEST_TMPDIR/bad.sfq" bs=1 seek=$((data + off)) conv=notrunc status=none
+		run --separate-stderr sf-pack --model "$MODEL" --codes "$BATS_TEST_TMPDIR/bad.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
+		[ "$status" -eq 1 ]
+		[[ "${stderr_lines[0]}" == "sf-pack: $BATS_TEST_TMPDIR/bad.sfq: layer $1 $2: CRC-32C "*", expected "*": the codes are damaged" ]]
+		[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	done
+	cp "$q" "$BATS_TEST_TMPDIR/v1.sfq"
+	printf '\x01' | dd of="$BATS_TEST_TMPDIR/v1.sfq" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$BATS_TEST_TMPDIR/v1.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/v1.sfq: version 1, expected 2: codes without checksums, from before they were added; encode them again" ]
+}
