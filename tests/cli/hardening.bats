@@ -46,10 +46,15 @@ refused_everywhere() {
 	[ ! -e "$BATS_TEST_TMPDIR/p.sft" ]
 }
 
-# sf-pack with the codes and calibration CALIB; the image must not appear
-pack_calib() {
-	run --separate-stderr sf-pack --model "$MODEL" --codes "$D/codes.sfq" --calib "$1" \
+# sf-pack with calib.json edited by the jq FILTER: exit 1, "sf-pack: FILE:
+# WHY" and no image
+calib_refused() {
+	local c=$BATS_TEST_TMPDIR/c.json
+	jq "$1" "$D/calib.json" > "$c"
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$D/codes.sfq" --calib "$c" \
 		-o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $c: $2" ]
 	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
 }
 
@@ -85,28 +90,18 @@ fifo_model() {
 }
 
 @test "calib.json: a budget listed twice is refused by name" {
-	jq '.budgets += [.budgets[0]]' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
-	pack_calib "$BATS_TEST_TMPDIR/c.json"
-	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5 listed twice" ]
+	calib_refused '.budgets += [.budgets[0]]' "budget 0.5 listed twice"
 }
 
 @test "calib.json: a layer beyond the model, or one listed twice, is refused by name" {
-	jq '.budgets[0].layers[1].layer = 7' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
-	pack_calib "$BATS_TEST_TMPDIR/c.json"
-	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5: layer 7 is beyond the 4 layers" ]
-	jq '.budgets[0].layers[2] = .budgets[0].layers[1]' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
-	pack_calib "$BATS_TEST_TMPDIR/c.json"
-	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5: layer 1 listed where layer 2 belongs (twice, or out of order)" ]
+	calib_refused '.budgets[0].layers[1].layer = 7' "budget 0.5: layer 7 is beyond the 4 layers"
+	calib_refused '.budgets[0].layers[2] = .budgets[0].layers[1]' \
+		"budget 0.5: layer 1 listed where layer 2 belongs (twice, or out of order)"
 }
 
 @test "calib.json: a value out of range names its budget, layer and group" {
-	jq '.budgets[0].layers[2].groups.ffn_in.k_top = 99999' "$D/calib.json" > "$BATS_TEST_TMPDIR/c.json"
-	pack_calib "$BATS_TEST_TMPDIR/c.json"
-	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/c.json: budget 0.5 layer 2 ffn_in: \"k_top\" is 99999: expected 0..128" ]
+	calib_refused '.budgets[0].layers[2].groups.ffn_in.k_top = 99999' \
+		'budget 0.5 layer 2 ffn_in: "k_top" is 99999: expected 0..128'
 }
 
 @test "a tokenizer id beyond the model's embedding is refused where the model is bound" {
