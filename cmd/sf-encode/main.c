@@ -425,7 +425,7 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 		if (ret)
 			goto out;
 	}
-	if ((ret = sf_tokenizer_open(&tok, o->model_dir, &e))) {
+	if ((ret = sf_tokenizer_open_model(&tok, o->model_dir, m->cfg.vocab_size, &e))) {
 		sf_error("%s", e.msg);
 		goto out;
 	}

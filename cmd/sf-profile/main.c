@@ -200,7 +200,7 @@ static int session_open(struct session *S, const struct options *o)
 	int ret;
 
 	if ((ret = sf_model_open(&S->model, o->model_dir, &e)) ||
-	    (ret = sf_tokenizer_open(&S->tok, o->model_dir, &e)))
+	    (ret = sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, &e)))
 		goto fail;
 	const struct sf_config *cfg = &S->model.cfg;
 	if (o->context > cfg->max_seq_len) {
@@ -256,7 +256,8 @@ static int run_document(struct session *S, const struct options *o, const int32_
 		size_t len = n - start < (size_t)o->context ? n - start : (size_t)o->context;
 		for (size_t pos = 0; pos < len && !done(S, o); pos++) {
 			sf_forward(&S->model, &S->state, ids[start + pos], (int)pos);
-			if (S->profile && (ret = sf_profile_token(S->profile, &e))) {
+			if ((ret = sf_state_error(&S->state, &e)) ||
+			    (S->profile && (ret = sf_profile_token(S->profile, &e)))) {
 				sf_error("%s", e.msg);
 				return ret;
 			}

@@ -353,7 +353,7 @@ static int open_model(struct session *S, const struct options *o, struct sf_err 
 
 	if (o->model_dir)
 		return (ret = sf_model_open(&S->model, o->model_dir, e)) ? ret
-			: sf_tokenizer_open(&S->tok, o->model_dir, e);
+			: sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, e);
 	if ((ret = sf_image_open(&S->image, o->image, e)) ||
 	    (ret = sf_image_model(&S->image, &S->model, e)))
 		return ret;
@@ -472,10 +472,12 @@ out:
 	return ret;
 }
 
-/* After a forward pass: the sparse decoder's read error, if any. */
+/* After a forward pass: the sparse decoder's read error, or the pass's
+ * own (a token beyond the embedding, a non-finite value). */
 static int sparse_failed(const struct session *S, struct sf_err *e)
 {
-	return S->sparse ? sf_sparse_error(S->sparse, e) : 0;
+	int ret = S->sparse ? sf_sparse_error(S->sparse, e) : 0;
+	return ret ? ret : sf_state_error(&S->state, e);
 }
 
 static int session_open(struct session *S, const struct options *o, int ctx, struct sf_err *e)

@@ -175,7 +175,7 @@ info() { sf-encode --info "$1"; }
 }
 
 @test "-o /dev/null is written to and stays a character device" {
-	run --separate-stderr sf-encode -q --model "$MODEL" --method scalar -o /dev/null
+	run --separate-stderr sf-encode --model "$MODEL" --method scalar -o /dev/null
 	[ "$status" -eq 0 ]
 	[ -c /dev/null ]
 }

@@ -84,7 +84,7 @@ bytes() {
 
 @test "the middle tier of an identity image is sf-encode's codes byte for byte" {
 	hl=$(od -An -tu8 -j16 -N8 "$D/codes.sfq" | tr -d ' ')
-	data=$(( (24 + hl + 4095) / 4096 * 4096 ))
+	data=$(( (24 + hl + 4 + 4095) / 4096 * 4096 ))	# the header, its CRC, padding
 	bytes "$D/codes.sfq" 24 "$hl" > "$D/sfq-header.json"
 	# per section: its offset in the .sfq, the image's mid region of the
 	# same layer and group, both lengths

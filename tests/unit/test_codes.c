@@ -15,6 +15,7 @@
 #include "engine/cpu.h"
 #include "formats/codes.h"
 #include "offline/encode.h"
+#include "base/bytes.h"
 #include "unit.h"
 
 static uint64_t rng = 7;
@@ -279,6 +280,16 @@ static void test_files(const char *root, const char *tmp)
 	CHECK(strstr(e.msg, "is also an input") != NULL, "merged onto an input: %s", e.msg);
 	CHECK(sf_sfq_open(&mq, merged, &e) == 0 && mq.nsections == 2, "input damaged: %s", e.msg);
 	sf_sfq_close(&mq);
+	/* another model's codes: refused, and every input opened closed (LeakSanitizer) */
+	char other[64];
+	memcpy(d.fingerprint, "0123456789abcdef", 17);
+	CHECK(sf_sfq_writer_open(&w, path2, &d, NULL, &e) == 0, "writer: %s", e.msg);
+	CHECK(sf_codes_encode_sections(&m, &d, NULL, sink, w, &e) == 0, "encode: %s", e.msg);
+	CHECK(sf_sfq_writer_close(w, &e) == 0, "close: %s", e.msg);
+	CHECK(sf_sfq_merge(merged, in, 2, NULL, &e) == SF_EMISMATCH, "another model's codes merged");
+	snprintf(other, sizeof(other), ": codes of another model: fingerprint 0123456789abcdef,");
+	CHECK(strncmp(e.msg, path2, strlen(path2)) == 0 && strstr(e.msg, other), "message: %s",
+	      e.msg);
 
 	sf_sfq_close(&q);
 
@@ -295,7 +306,23 @@ static void test_files(const char *root, const char *tmp)
 	buf[8] = 9;
 	CHECK(write_file(bad, buf, n) == 0, "write");
 	CHECK(sf_sfq_open(&q, bad, &e) == SF_EUNSUPPORTED, "version 9 accepted");
-	buf[8] = 1;
+	buf[8] = 1;	/* before checksums: refused by name */
+	CHECK(write_file(bad, buf, n) == 0, "write");
+	CHECK(sf_sfq_open(&q, bad, &e) == SF_EUNSUPPORTED && strstr(e.msg, ": version 1, expected 2: "
+	      "codes without checksums, from before they were added; encode them again"),
+	      "version 1: %s", e.msg);
+	buf[8] = SF_SFQ_VERSION;
+	/* a flipped byte in the codebook, a section, or the header's CRC */
+	const char *damaged[3] = { "codebook", "layer 1 attn_out", "header" };
+	uint64_t hl = sf_get_le64(buf + 16), dat = (24 + hl + 4 + 4095) / 4096 * 4096;
+	size_t at[3] = { dat + 100, dat + 266240 + 1000, 24 + hl };
+	for (int k = 0; k < 3; k++) {
+		buf[at[k]] ^= 0x10;
+		CHECK(write_file(bad, buf, n) == 0, "write");
+		CHECK(sf_sfq_open(&q, bad, &e) == SF_EFORMAT && strstr(e.msg, damaged[k]) &&
+		      strstr(e.msg, "the codes are damaged"), "%s flipped: %s", damaged[k], e.msg);
+		buf[at[k]] ^= 0x10;
+	}
 	char *entries = memmem(buf, n, "\"entries\":128", 13);
 	CHECK(entries != NULL, "entries in header");
 	if (entries) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/eval.h"
 #include "engine/forward.h"
 #include "base/pool.h"
 #include "engine/sampler.h"
@@ -100,6 +101,37 @@ static void check_logits(const char *dir, const struct sf_model *m, struct sf_ru
 	}
 }
 
+/* Tokens beyond the embedding never reach it: the pass returns NULL, the
+ * state keeps why, and later passes refuse at once; --ppl's targets too. */
+static void check_bad_tokens(const char *dir)
+{
+	struct sf_err e = { 0 };
+	struct sf_model m = { 0 };
+	struct sf_runstate s = { 0 };
+	struct sf_ppl acc = { 0 };
+	int32_t stream[3] = { 1, 5, 0 };
+
+	CHECK(sf_model_open(&m, dir, &e) == 0, "%s", e.msg);
+	CHECK(sf_state_init(&s, &m.cfg, 16, &e) == 0, "%s", e.msg);
+	if (unit_failures)
+		return;
+	CHECK(sf_state_error(&s, &e) == 0, "a fresh state has an error");
+	CHECK(sf_forward(&m, &s, 1, 0) != NULL, "token 1");
+	CHECK(sf_forward(&m, &s, m.cfg.vocab_size, 1) == NULL, "token vocab_size went through");
+	CHECK(sf_state_error(&s, &e) == SF_ELIMIT && strcmp(e.msg, "token id 1024 at position 1: "
+	      "beyond the model's 1024 embedding rows (vocab_size)") == 0, "message: %s", e.msg);
+	CHECK(sf_forward(&m, &s, 1, 1) == NULL, "a pass after a failure went through");
+	sf_state_free(&s);
+	CHECK(sf_state_init(&s, &m.cfg, 16, &e) == 0, "%s", e.msg);
+	stream[2] = -3;	/* a target only: never an input */
+	sf_ppl_add(&m, &s, stream, 3, 8, &acc);
+	CHECK(acc.scored == 0 && sf_state_error(&s, &e) == SF_ELIMIT, "target -3 scored");
+	CHECK(strcmp(e.msg, "token id -3 at position 2: beyond the model's 1024 embedding rows "
+		     "(vocab_size)") == 0, "message: %s", e.msg);
+	sf_state_free(&s);
+	sf_model_close(&m);
+}
+
 static void check_model(const char *dir)
 {
 	struct sf_err e = { 0 };
@@ -136,6 +168,7 @@ int main(void)
 
 	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", unit_env("SF_ROOT", "."));
 	check_model(dir);
+	check_bad_tokens(dir);
 	snprintf(dir, sizeof(dir), "%s/models", shared);
 	FILE *f = fopen(dir, "r");
 	if (!f && unit_failures)

@@ -97,9 +97,9 @@ static int calib_with(const char *n_layers, int listed, const char *k_top, struc
 			       "\"layers\": [", n_layers, groups);
 	for (int l = 0; l < listed; l++) {
 		const char *g = "{\"k_top\": 1, \"k_mid\": 0}";
-		snprintf(layer, sizeof(layer), "%s{\"budget\": 0.5, \"error\": 0, \"groups\": "
-			 "{\"attn_in\": {\"k_top\": %s, \"k_mid\": 0}, \"attn_out\": %s, \"ffn_in\": "
-			 "%s, \"ffn_out\": %s}}", l ? ", " : "", l ? "1" : k_top, g, g, g);
+		snprintf(layer, sizeof(layer), "%s{\"layer\": %d, \"budget\": 0.5, \"error\": 0, "
+			 "\"groups\": {\"attn_in\": {\"k_top\": %s, \"k_mid\": 0}, \"attn_out\": %s, \"ffn_in\": "
+			 "%s, \"ffn_out\": %s}}", l ? ", " : "", l, l ? "1" : k_top, g, g, g);
 		at += (size_t)snprintf(doc + at, sizeof(doc) - at, "%s", layer);
 	}
 	at += (size_t)snprintf(doc + at, sizeof(doc) - at, "]}]}");
@@ -119,7 +119,8 @@ static void calib_counts(void)
 	snprintf(path, sizeof(path), "%s/calib.json", tmp);
 	CHECK(calib_with("2", 2, "1", &e) == 0, "valid: %s", e.msg);
 	CHECK(calib_with("2", 2, "1.5", &e) == SF_EFORMAT, "half an entry");
-	snprintf(want, sizeof(want), "%s: \"k_top\" is 1.5: expected a whole number", path);
+	snprintf(want, sizeof(want), "%s: budget 0.5 layer 0 attn_in: \"k_top\" is 1.5: expected a "
+		 "whole number", path);
 	CHECK(strcmp(e.msg, want) == 0, "message: %s", e.msg);
 	CHECK(calib_with("4097", 2, "1", &e) == SF_EFORMAT, "layers beyond the limit");
 	snprintf(want, sizeof(want), "%s: \"n_layers\" is 4097: expected 1..%d", path,

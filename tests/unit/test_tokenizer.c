@@ -632,6 +632,40 @@ static void test_huge_max_length(const char *src)
 	free(text);
 }
 
+/* Bound to a model: a vocabulary of 1024 ids fits 1024 embedding rows;
+ * an added token at id 1030 passes them and is named, though ids 1024 to
+ * 1029 name nothing. */
+static void test_check_model(const char *src)
+{
+	char path[8192];
+	size_t n;
+	snprintf(path, sizeof(path), "%s/tokenizer.json", src);
+	char *text = slurp(path, &n);
+	json_error_t je;
+	json_t *j = json_loadb(text, n, 0, &je);
+	struct sf_tokenizer *t = NULL;
+	struct sf_err e = {0};
+
+	CHECK(j != NULL, "%s: %s", path, je.text);
+	CHECK(sf_tokenizer_open_mem(&t, "m", text, n, NULL, 0, &e) == 0, "%s", e.msg);
+	CHECK(t && sf_tokenizer_check_model(t, 1024, &e) == 0, "1024 ids in 1024 rows: %s", e.msg);
+	sf_tokenizer_close(t);
+	json_array_append_new(json_object_get(j, "added_tokens"),
+			      json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 1030, "content",
+					"<x>", "single_word", 0, "lstrip", 0, "rstrip", 0,
+					"normalized", 0, "special", 1));
+	char *big = json_dumps(j, JSON_COMPACT);
+	CHECK(sf_tokenizer_open_mem(&t, "m", big, strlen(big), NULL, 0, &e) == 0, "%s", e.msg);
+	CHECK(t && sf_tokenizer_check_model(t, 1024, &e) == SF_EMISMATCH, "id 1030 in 1024 rows");
+	CHECK(strcmp(e.msg, "m: tokenizer.json: token '<x>' has id 1030, beyond the model's 1024 "
+		     "embedding rows (vocab_size)") == 0, "message: %s", e.msg);
+	CHECK(t && sf_tokenizer_check_model(t, 1031, &e) == 0, "1031 rows: %s", e.msg);
+	sf_tokenizer_close(t);
+	free(big);
+	json_decref(j);
+	free(text);
+}
+
 /* The byte-level fixture with its normalizer set to norm (JSON text). */
 static struct sf_tokenizer *with_normalizer(const char *norm)
 {
@@ -718,6 +752,7 @@ int main(void)
 	test_bytelevel();
 	test_bad(dir);
 	test_huge_max_length(dir);
+	test_check_model(dir);
 	test_nfc();
 
 	snprintf(dir, sizeof(dir), "%s/models", shared);

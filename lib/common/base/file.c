@@ -19,6 +19,28 @@ static int too_large(const char *path, uint64_t max, struct sf_err *e)
 			  (unsigned long long)max);
 }
 
+int sf_file_open_regular(const char *path, int flags, struct stat *st, struct sf_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), fl, ret;
+
+	if (fd < 0) {
+		if ((flags & SF_FILE_OPTIONAL) && errno == ENOENT)
+			return -ENOENT;
+		return sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(fd, st)) {
+		ret = sf_err_set(e, -errno, "%s: cannot stat: %s", path, strerror(errno));
+	} else if (!S_ISREG(st->st_mode)) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: not a regular file", path);
+	} else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		ret = sf_err_set(e, -errno, "%s: fcntl: %s", path, strerror(errno));
+	} else {
+		return fd;
+	}
+	close(fd);
+	return ret;
+}
+
 int sf_file_read(const char *path, uint64_t max, int flags, char **buf, size_t *len,
 		 struct sf_err *e)
 {
@@ -31,12 +53,14 @@ int sf_file_read(const char *path, uint64_t max, int flags, char **buf, size_t *
 	*len = 0;
 	if (max > SIZE_MAX - 2)
 		max = SIZE_MAX - 2;	/* room for the NUL and the byte that shows the excess */
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+	if (flags & SF_FILE_REGULAR) {
+		if ((fd = sf_file_open_regular(path, flags, &st, e)) < 0)
+			return fd == -ENOENT && (flags & SF_FILE_OPTIONAL) ? 0 : fd;
+	} else if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 		if ((flags & SF_FILE_OPTIONAL) && errno == ENOENT)
 			return 0;
 		return sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-	}
-	if (fstat(fd, &st)) {
+	} else if (fstat(fd, &st)) {
 		ret = sf_err_set(e, -errno, "%s: cannot stat: %s", path, strerror(errno));
 		goto out;
 	}

@@ -17,7 +17,8 @@ struct sf_ppl {
 
 /* Adds the windows of tokens[0..n) to *acc. s must hold window + 1
  * positions; its batch (sf_state_init_batch) sets how many tokens share a
- * pass over the weights, which does not change the result. */
+ * pass over the weights, which does not change the result. A token beyond
+ * the vocabulary or a failed pass ends it early: see sf_state_error. */
 void sf_ppl_add(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 		size_t n, int window, struct sf_ppl *acc);
 

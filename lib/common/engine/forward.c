@@ -285,6 +285,35 @@ static void attn_worker(void *arg, int ith, int nth)
 // ----------------------------------------------------------------------------
 // the forward pass
 
+int sf_state_error(const struct sf_runstate *s, struct sf_err *e)
+{
+	if (s->err.code && e)
+		*e = s->err;
+	return s->err.code;
+}
+
+int sf_state_check_tokens(struct sf_runstate *s, const struct sf_config *c,
+			  const int32_t *tokens, size_t n, int pos)
+{
+	for (size_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+			return sf_err_set(&s->err, SF_ELIMIT, "token id %d at position %zu: beyond the "
+					  "model's %d embedding rows (vocab_size)", tokens[i],
+					  (size_t)pos + i, c->vocab_size);
+	return 0;
+}
+
+/* The first of T rows of n floats holding a NaN or an infinity, or -1:
+ * a scan of the hidden state per layer, small beside the layer's products. */
+static int nonfinite_row(const float *x, int T, size_t n)
+{
+	for (int t = 0; t < T; t++)
+		for (size_t i = 0; i < n; i++)
+			if (!isfinite(x[(size_t)t * n + i]))
+				return t;
+	return -1;
+}
+
 /* Tokens [0, T) at positions pos + t: each step below runs per token in
  * the order the one-token pass runs it, and the products run over all T
  * tokens with each (row, token) computed as for one token, so every token
@@ -298,7 +327,10 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 	size_t q_dim = (size_t)c->n_heads * hd;
 	size_t kv_dim = (size_t)c->n_kv_heads * hd;
 	size_t hidden = (size_t)c->hidden_dim;
+	int bad;
 
+	if (s->err.code || sf_state_check_tokens(s, c, tokens, (size_t)T, pos))
+		return NULL;
 	for (int t = 0; t < T; t++)
 		weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
@@ -360,6 +392,11 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 		}
 		for (int t = 0; t < T; t++)
 			sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
+		if ((bad = nonfinite_row(s->x, T, dim)) >= 0) {
+			sf_err_set(&s->err, SF_EFORMAT, "layer %d: non-finite hidden state at position %d",
+				   l, pos + bad);
+			return NULL;
+		}
 	}
 
 	if (s->skip_logits)
@@ -373,6 +410,11 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 		float *y[] = { logits };
 		const struct sf_weight *mw[] = { &m->lm_head };
 		sf_group_dense_batch(s->pool, s->x + (size_t)first * dim, dim, T - first, 1, y, mw);
+	}
+	if ((bad = nonfinite_row(logits, T - first, (size_t)c->vocab_size)) >= 0) {
+		sf_err_set(&s->err, SF_EFORMAT, "output head: non-finite logits at position %d",
+			   pos + first + bad);
+		return NULL;
 	}
 	return logits;
 }

@@ -57,6 +57,7 @@ struct sf_runstate {
 	const struct sf_observer *observer;	/* NULL for none */
 	const struct sf_group_exec *exec;	/* NULL: dense products */
 	int skip_logits;	/* set during prefill: the head is not applied */
+	struct sf_err err;	/* the first failure of a pass, sticky: see sf_state_error */
 };
 
 /* Bytes sf_state_init will allocate for seq_len positions, so callers can
@@ -73,7 +74,10 @@ void sf_state_free(struct sf_runstate *s);	/* accepts a zeroed s */
 
 /* Runs token at position pos (0 <= pos < seq_len; positions before pos
  * must already be in the cache) and returns the logits, or NULL when
- * skip_logits is set. */
+ * skip_logits is set. A token outside the embedding's rows is refused
+ * before it is looked up, and a hidden state or logits that are not
+ * finite (NaN or Inf weights) stop the pass: both return NULL and are
+ * kept for sf_state_error, and every later pass returns NULL at once. */
 float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token, int pos);
 
 /* Runs tokens[0, T) at positions pos .. pos + T - 1 (1 <= T <= s->batch,
@@ -85,6 +89,17 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
  * time so the hooks see each token as sf_forward shows it. */
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 			int T, int pos, int all_logits);
+
+/* The first failure of a pass since sf_state_init, its message in e:
+ * SF_ELIMIT "token id N at position P: beyond the model's M embedding
+ * rows (vocab_size)", or SF_EFORMAT "layer L: non-finite hidden state at
+ * position P" or "output head: non-finite logits at position P". 0 when
+ * every pass went through. */
+int sf_state_error(const struct sf_runstate *s, struct sf_err *e);
+/* The token check of the forward pass for tokens[0, n) at positions pos
+ * on: SF_ELIMIT, kept in s->err, for the first outside the embedding. */
+int sf_state_check_tokens(struct sf_runstate *s, const struct sf_config *c,
+			  const int32_t *tokens, size_t n, int pos);
 
 /* sf_group_dense for T tokens: x (T, ldx), y[i] (T, w[i]->rows); each
  * (row, token) as sf_group_dense gives it for that token alone. */

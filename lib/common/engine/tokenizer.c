@@ -1236,8 +1236,8 @@ int sf_tokenizer_open(struct sf_tokenizer **tp, const char *dir, struct sf_err *
 		r = sf_err_set(e, -ENOMEM, "%s: %s", dir, strerror(ENOMEM));
 		goto out;
 	}
-	if ((r = sf_file_read(tpath, SF_TOKENIZER_MAX_FILE, 0, &ttext, &tlen, e)) ||
-	    (r = sf_file_read(cpath, SF_TOKENIZER_MAX_FILE, SF_FILE_OPTIONAL, &ctext, &clen, e)))
+	if ((r = sf_file_read(tpath, SF_TOKENIZER_MAX_FILE, SF_FILE_REGULAR, &ttext, &tlen, e)) ||
+	    (r = sf_file_read(cpath, SF_TOKENIZER_MAX_FILE, SF_FILE_OPTIONAL | SF_FILE_REGULAR, &ctext, &clen, e)))
 		goto out;
 	r = open_texts(tp, tpath, ttext, tlen, cpath, ctext, clen, e);
 out:
@@ -1291,6 +1291,36 @@ void sf_tokenizer_close(struct sf_tokenizer *t)
 	free(t->suffix);
 	free(t->path);
 	free(t);
+}
+
+int sf_tokenizer_check_model(const struct sf_tokenizer *t, int vocab_size, struct sf_err *e)
+{
+	int32_t id = vocab_size;
+
+	if (t->ntok <= vocab_size)
+		return 0;
+	while (id < t->ntok - 1 && !t->tok[id].s)
+		id++;	/* the lowest id beyond that names a token; the last always does */
+	return sf_err_set(e, SF_EMISMATCH, "%s: token '%.*s' has id %d, beyond the model's %d "
+			  "embedding rows (vocab_size)", t->path, t->tok[id].s ? (int)(t->tok[id].n < 64 ? t->tok[id].n : 64) : 0,
+			  t->tok[id].s ? t->tok[id].s : "", id, vocab_size);
+}
+
+int sf_tokenizer_open_model(struct sf_tokenizer **tp, const char *dir, int vocab_size,
+			    struct sf_err *e)
+{
+	struct sf_tokenizer *t;
+	int r = sf_tokenizer_open(&t, dir, e);
+
+	if (tp)
+		*tp = NULL;
+	if (r)
+		return r;
+	if ((r = sf_tokenizer_check_model(t, vocab_size, e)) || !tp)
+		sf_tokenizer_close(t);
+	else
+		*tp = t;
+	return r;
 }
 
 int sf_tokenizer_vocab_size(const struct sf_tokenizer *t) { return t->ntok; }
@@ -2062,6 +2092,12 @@ int sf_tokenizer_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t
 int sf_tokenizer_open_image(struct sf_tokenizer **t, const struct sf_image *img,
 			    struct sf_err *e)
 {
-	return sf_tokenizer_open_mem(t, img->path, img->tokenizer_text, img->tokenizer_len,
-				     img->tokenizer_config_text, img->tokenizer_config_len, e);
+	int r = sf_tokenizer_open_mem(t, img->path, img->tokenizer_text, img->tokenizer_len,
+				      img->tokenizer_config_text, img->tokenizer_config_len, e);
+
+	if (!r && (r = sf_tokenizer_check_model(*t, img->cfg.vocab_size, e))) {
+		sf_tokenizer_close(*t);
+		*t = NULL;
+	}
+	return r;
 }

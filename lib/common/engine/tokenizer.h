@@ -33,6 +33,19 @@ int sf_tokenizer_open_image(struct sf_tokenizer **t, const struct sf_image *img,
 			    struct sf_err *e);
 void sf_tokenizer_close(struct sf_tokenizer *t);	/* accepts NULL */
 
+/* Binds a tokenizer to a model whose embedding has vocab_size rows: every
+ * id it can produce (its vocabulary, merges' results, added and special
+ * tokens, BOS and EOS) is below sf_tokenizer_vocab_size, so that must
+ * not pass vocab_size. Returns 0, or SF_EMISMATCH "PATH: token 'PIECE'
+ * has id N, beyond the model's M embedding rows (vocab_size)" naming the
+ * lowest such id. sf_tokenizer_open_image checks against the image's
+ * config itself. */
+int sf_tokenizer_check_model(const struct sf_tokenizer *t, int vocab_size, struct sf_err *e);
+/* sf_tokenizer_open of DIR, then sf_tokenizer_check_model; with t NULL
+ * the tokenizer is only checked, then closed (sf-pack). */
+int sf_tokenizer_open_model(struct sf_tokenizer **t, const char *dir, int vocab_size,
+			    struct sf_err *e);
+
 /* Highest id of the model vocabulary or the added tokens, plus one. */
 int sf_tokenizer_vocab_size(const struct sf_tokenizer *t);
 int sf_tokenizer_bos(const struct sf_tokenizer *t);	/* -1 when none */

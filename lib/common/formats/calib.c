@@ -176,22 +176,46 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 	}
 	for (size_t b = 0; b < C->nbudgets; b++) {
 		json_t *bo = json_array_get(budgets, b), *layers = json_object_get(bo, "layers");
+		char where[SF_ERR_MAX];
 		if ((ret = sf_json_num(bo, "budget", 1e-300, 1.0, &C->budgets[b], path, e)) ||
 		    (ret = sf_json_num(bo, "realised", 0.0, 1.0, &C->realised[b], path, e)))
 			goto out;
+		for (size_t d = 0; d < b; d++)
+			if (fabs(C->budgets[d] - C->budgets[b]) < SF_CALIB_SAME_BUDGET) {
+				ret = sf_err_set(e, SF_EFORMAT, "%s: budget %g listed twice", path,
+						 C->budgets[b]);
+				goto out;
+			}
 		for (int l = 0; l < C->n_layers; l++) {
 			json_t *lo = json_array_get(layers, (size_t)l);
 			json_t *gs = json_object_get(lo, "groups");
 			struct sf_calib_layer *L = sf_calib_at(C, b, l);
+			int64_t at;
+			snprintf(where, sizeof(where), "%s: budget %g", path, C->budgets[b]);
+			if ((ret = sf_json_int(lo, "layer", 0, INT32_MAX, &at, where, e)))
+				goto out;
+			if (at >= C->n_layers) {
+				ret = sf_err_set(e, SF_EFORMAT, "%s: layer %lld is beyond the %d layers",
+						 where, (long long)at, C->n_layers);
+				goto out;
+			}
+			if (at != l) {
+				ret = sf_err_set(e, SF_EFORMAT, "%s: layer %lld listed where layer %d "
+						 "belongs (twice, or out of order)", where, (long long)at, l);
+				goto out;
+			}
+			snprintf(where, sizeof(where), "%s: budget %g layer %d", path, C->budgets[b], l);
 			L->dense = json_is_true(json_object_get(lo, "dense"));
-			if ((ret = sf_json_num(lo, "budget", 0.0, 1.0, &L->budget, path, e)) ||
-			    (ret = sf_json_num(lo, "error", 0.0, 1e300, &L->error, path, e)))
+			if ((ret = sf_json_num(lo, "budget", 0.0, 1.0, &L->budget, where, e)) ||
+			    (ret = sf_json_num(lo, "error", 0.0, 1e300, &L->error, where, e)))
 				goto out;
 			for (int g = 0; g < SF_NGROUPS; g++) {
 				json_t *go = json_object_get(gs, sf_group_name((enum sf_group)g));
 				double kt, km, n = (double)C->sizes[g].entries;
-				if ((ret = sf_json_count(go, "k_top", 0, n, &kt, path, e)) ||
-				    (ret = sf_json_count(go, "k_mid", 0, n - kt, &km, path, e)))
+				snprintf(where, sizeof(where), "%s: budget %g layer %d %s", path,
+					 C->budgets[b], l, sf_group_name((enum sf_group)g));
+				if ((ret = sf_json_count(go, "k_top", 0, n, &kt, where, e)) ||
+				    (ret = sf_json_count(go, "k_mid", 0, n - kt, &km, where, e)))
 					goto out;
 				L->g[g].k_top = (uint64_t)kt;
 				L->g[g].k_mid = (uint64_t)km;

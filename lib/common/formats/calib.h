@@ -22,6 +22,7 @@
 #define SF_CALIB_GRID 11		/* SpAx step 2: top-tier shares 0, 0.1, ..., 1 tried */
 #define SF_CALIB_MAX_BUDGETS 64
 #define SF_CALIB_MAX_LAYERS 4096
+#define SF_CALIB_SAME_BUDGET 1e-9	/* budgets closer than this are one budget */
 #define SF_CALIB_MAX_FILE ((uint64_t)64 << 20)	/* bytes of calib.json */
 
 /* Bytes per entry of a group in each tier. A group's budget is SpAx's

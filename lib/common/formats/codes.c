@@ -184,6 +184,7 @@ static uint64_t align_up(uint64_t v)
 }
 
 #define PREFIX_BYTES 24	/* magic, version, flags, header length */
+#define CRC_BYTES 4	/* the CRC-32C after the header, the codebook and each section */
 #define CODEBOOK_BYTES ((uint64_t)SF_TRELLIS_CODEBOOK * 4)
 
 static int cmp_section(const struct sf_sfq_section *a, const struct sf_sfq_section *b)
@@ -357,6 +358,18 @@ static int parse_section(const char *path, const char *where, const struct sf_sf
 	return 0;
 }
 
+/* n bytes at p against the little-endian CRC-32C stored right after them. */
+static int check_crc(const char *path, const char *what, const unsigned char *p, uint64_t n,
+		     struct sf_err *e)
+{
+	uint32_t got = sf_crc32c(0, p, (size_t)n), want = sf_get_le32(p + n);
+
+	if (got != want)
+		return sf_err_set(e, SF_EFORMAT, "%s: %s: CRC-32C %08x, expected %08x: the codes "
+				  "are damaged", path, what, got, want);
+	return 0;
+}
+
 int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 {
 	const unsigned char *d = NULL;
@@ -366,6 +379,8 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 	int64_t v;
 	int ret;
 	char where[SF_ERR_MAX];
+
+	const unsigned char *cb_at = NULL;	/* the codebook in the file */
 
 	memset(q, 0, sizeof(*q));
 	snprintf(where, sizeof(where), "%s: header", path);
@@ -377,6 +392,12 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 	}
 	uint32_t version = sf_get_le32(d + 8), flags = sf_get_le32(d + 12);
 	uint64_t hlen = sf_get_le64(d + 16);
+	if (version == 1) {
+		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: version 1, expected %d: codes without "
+				 "checksums, from before they were added; encode them again", path,
+				 SF_SFQ_VERSION);
+		goto out;
+	}
 	if (version != SF_SFQ_VERSION) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: version %u, expected %d", path, version,
 				 SF_SFQ_VERSION);
@@ -386,7 +407,7 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: flags 0x%x, expected 0", path, flags);
 		goto out;
 	}
-	if (hlen > SF_SFQ_MAX_HEADER || hlen > size - PREFIX_BYTES) {
+	if (hlen > SF_SFQ_MAX_HEADER || hlen + CRC_BYTES > size - PREFIX_BYTES) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: header of %" PRIu64 " bytes in a file of %"
 				 PRIu64, path, hlen, size);
 		goto out;
@@ -397,7 +418,7 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 				 h ? "not a JSON object" : je.text);
 		goto out;
 	}
-	uint64_t data_start = align_up(PREFIX_BYTES + hlen);
+	uint64_t data_start = align_up(PREFIX_BYTES + hlen + CRC_BYTES);
 	uint64_t data_size = size > data_start ? size - data_start : 0;
 
 	json_t *fp = json_object_get(h, "fingerprint"), *me = json_object_get(h, "method");
@@ -426,12 +447,14 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 		    (ret = sf_json_int(cbo, "bytes", 0, INT64_MAX, &bytes, where, e)))
 			goto out;
 		if ((uint64_t)bytes != CODEBOOK_BYTES || off % SF_SFQ_ALIGN ||
-		    (uint64_t)off > data_size || CODEBOOK_BYTES > data_size - (uint64_t)off) {
+		    (uint64_t)off > data_size ||
+		    CODEBOOK_BYTES + CRC_BYTES > data_size - (uint64_t)off) {
 			ret = sf_err_set(e, SF_EFORMAT, "%s: codebook of %" PRId64 " bytes at %" PRId64
-					 ": expected %" PRIu64 " aligned bytes inside the %" PRIu64
-					 " data bytes", path, bytes, off, CODEBOOK_BYTES, data_size);
+					 ": expected %" PRIu64 " aligned bytes and their CRC inside the %"
+					 PRIu64 " data bytes", path, bytes, off, CODEBOOK_BYTES, data_size);
 			goto out;
 		}
+		cb_at = d + data_start + off;
 		if (posix_memalign((void **)&q->codebook, 64, CODEBOOK_BYTES)) {
 			q->codebook = NULL;
 			ret = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
@@ -464,7 +487,7 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
 		goto out;
 	}
-	uint64_t end = q->codebook ? CODEBOOK_BYTES : 0;
+	uint64_t end = q->codebook ? CODEBOOK_BYTES + CRC_BYTES : 0;
 	for (size_t i = 0; i < q->nsections; i++) {
 		struct sf_sfq_section *s = &q->sections[i];
 		if ((ret = parse_section(path, where, q, json_array_get(secs, i), i, s, e)))
@@ -475,7 +498,7 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 			goto out;
 		}
 		if (s->offset % SF_SFQ_ALIGN || s->offset < end || s->offset > data_size ||
-		    s->bytes > data_size - s->offset) {
+		    s->bytes + CRC_BYTES > data_size - s->offset) {
 			ret = sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: %" PRIu64 " bytes at %"
 					 PRIu64 ": not aligned, overlapping, or beyond the %" PRIu64
 					 " data bytes (truncated?)", path, s->layer,
@@ -483,7 +506,18 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 			goto out;
 		}
 		s->data = d + data_start + s->offset;
-		end = s->offset + s->bytes;
+		end = s->offset + s->bytes + CRC_BYTES;
+	}
+	/* the bytes against their CRCs, once every offset is known good */
+	if ((ret = check_crc(path, "header", d + PREFIX_BYTES, hlen, e)) ||
+	    (cb_at && (ret = check_crc(path, "codebook", cb_at, CODEBOOK_BYTES, e))))
+		goto out;
+	for (size_t i = 0; i < q->nsections; i++) {
+		const struct sf_sfq_section *s = &q->sections[i];
+		char name[64];
+		snprintf(name, sizeof(name), "layer %d %s", s->layer, sf_group_name(s->group));
+		if ((ret = check_crc(path, name, s->data, s->bytes, e)))
+			goto out;
 	}
 out:
 	json_decref(h);
@@ -548,6 +582,13 @@ static int wr(struct sf_sfq_writer *w, const void *p, size_t n, struct sf_err *e
 	return 0;
 }
 
+static int wr_crc(struct sf_sfq_writer *w, uint32_t crc, struct sf_err *e)
+{
+	uint8_t b[CRC_BYTES];
+	sf_put_le32(b, crc);
+	return wr(w, b, sizeof(b), e);
+}
+
 static int pad_to(struct sf_sfq_writer *w, uint64_t target, struct sf_err *e)
 {
 	static const unsigned char zeros[SF_SFQ_ALIGN];
@@ -587,11 +628,11 @@ int sf_sfq_writer_open(struct sf_sfq_writer **out, const char *path, const struc
 	}
 	w->out.fd = -1;
 	w->nsections = d->nsections;
-	uint64_t pos = d->method == SF_CODES_TRELLIS ? CODEBOOK_BYTES : 0;
+	uint64_t pos = d->method == SF_CODES_TRELLIS ? CODEBOOK_BYTES + CRC_BYTES : 0;
 	for (size_t i = 0; i < d->nsections; i++) {
 		w->offsets[i] = pos = align_up(pos);
 		w->bytes[i] = d->sections[i].bytes;
-		pos += w->bytes[i];
+		pos += w->bytes[i] + CRC_BYTES;
 	}
 	if ((ret = sf_outfile_open(&w->out, path, SF_OUT_BINARY, inputs, e)))
 		goto out;
@@ -607,25 +648,30 @@ int sf_sfq_writer_open(struct sf_sfq_writer **out, const char *path, const struc
 	sf_put_le32(prefix + 12, 0);
 	sf_put_le64(prefix + 16, hlen);
 	w->pos = 0;
-	if ((ret = wr(w, prefix, sizeof(prefix), e)) || (ret = wr(w, text, hlen, e)))
+	if ((ret = wr(w, prefix, sizeof(prefix), e)) || (ret = wr(w, text, hlen, e)) ||
+	    (ret = wr_crc(w, sf_crc32c(0, text, hlen), e)))
 		goto out;
 	/* pad the header to the data region, counting from the file start */
-	w->pos = PREFIX_BYTES + hlen;
+	w->pos = PREFIX_BYTES + hlen + CRC_BYTES;
 	if ((ret = pad_to(w, align_up(w->pos), e)))
 		goto out;
 	w->pos = 0;
 	if (d->method == SF_CODES_TRELLIS) {
 		uint8_t buf[4096];
+		uint32_t crc = 0;
 		for (size_t i = 0; i < SF_TRELLIS_CODEBOOK; i += 1024) {
 			for (size_t k = 0; k < 1024; k++) {
 				uint32_t u;
 				memcpy(&u, &d->codebook[i + k], 4);
 				sf_put_le32(buf + 4 * k, u);
 			}
+			crc = sf_crc32c(crc, buf, sizeof(buf));
 			if ((ret = wr(w, buf, sizeof(buf), e)))
 				goto out;
 		}
-		w->pos = CODEBOOK_BYTES;
+		if ((ret = wr_crc(w, crc, e)))
+			goto out;
+		w->pos = CODEBOOK_BYTES + CRC_BYTES;
 	}
 out:
 	free(text);
@@ -644,9 +690,10 @@ int sf_sfq_writer_section(struct sf_sfq_writer *w, const void *data, uint64_t le
 	if (w->next >= w->nsections || len != w->bytes[w->next])
 		return sf_err_set(e, -EINVAL, "%s: section %zu of %" PRIu64 " bytes not expected",
 				  w->out.name, w->next, len);
-	if ((ret = pad_to(w, w->offsets[w->next], e)) || (ret = wr(w, data, (size_t)len, e)))
+	if ((ret = pad_to(w, w->offsets[w->next], e)) || (ret = wr(w, data, (size_t)len, e)) ||
+	    (ret = wr_crc(w, sf_crc32c(0, data, (size_t)len), e)))
 		return ret;
-	w->pos += len;
+	w->pos += len + CRC_BYTES;
 	w->next++;
 	return 0;
 }
@@ -691,27 +738,25 @@ int sf_sfq_merge(const char *path, const char *const *inputs, size_t n, json_t *
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
 		goto out;
 	}
-	for (; opened < n; opened++) {
-		struct sf_sfq *a = &in[opened], *f = &in[0];
-		if ((ret = sf_sfq_open(a, inputs[opened], e)))
+	for (size_t i = 0; i < n; i++) {
+		struct sf_sfq *a = &in[i], *f = &in[0];
+		if ((ret = sf_sfq_open(a, inputs[i], e)))
 			goto out;
-		if (opened == 0)
-			goto counted;
-		if (strcmp(a->fingerprint, f->fingerprint) != 0) {
+		opened++;	/* closed at out, whatever is refused below */
+		if (i && strcmp(a->fingerprint, f->fingerprint) != 0) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: codes of another model: fingerprint %s,"
-					 " %s has %s", inputs[opened], a->fingerprint, inputs[0],
+					 " %s has %s", inputs[i], a->fingerprint, inputs[0],
 					 f->fingerprint);
 			goto out;
 		}
-		if (a->method != f->method || a->seed != f->seed ||
-		    (a->codebook && memcmp(a->codebook, f->codebook, CODEBOOK_BYTES) != 0)) {
+		if (i && (a->method != f->method || a->seed != f->seed ||
+			  (a->codebook && memcmp(a->codebook, f->codebook, CODEBOOK_BYTES) != 0))) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: %s codes with seed %" PRIu64 ", %s has "
-					 "%s with seed %" PRIu64, inputs[opened],
+					 "%s with seed %" PRIu64, inputs[i],
 					 sf_codes_method_name(a->method), a->seed, inputs[0],
 					 sf_codes_method_name(f->method), f->seed);
 			goto out;
 		}
-counted:
 		total += a->nsections;
 	}
 	if (!(src = calloc(total + 1, sizeof(*src))) ||

@@ -86,7 +86,7 @@ struct sf_codes_view {
 // .sfq files
 
 #define SF_SFQ_MAGIC "SFQCODES"
-#define SF_SFQ_VERSION 1
+#define SF_SFQ_VERSION 2	/* 2: a CRC-32C after the header, the codebook and each section */
 #define SF_SFQ_ALIGN 4096
 #define SF_SFQ_MAX_HEADER ((uint64_t)64 << 20)
 

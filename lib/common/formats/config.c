@@ -302,7 +302,7 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 	int ret;
 
 	memset(c, 0, sizeof(*c));
-	if ((ret = sf_file_read(path, CONFIG_FILE_MAX, 0, &text, &len, e)))
+	if ((ret = sf_file_read(path, CONFIG_FILE_MAX, SF_FILE_REGULAR, &text, &len, e)))
 		return ret;
 	ret = sf_config_parse(c, path, text, len, e);
 	free(text);

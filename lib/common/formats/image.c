@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/file.h"
 #include "base/jsonfile.h"
 #include "base/outfile.h"
 #include "base/vocab.h"
@@ -59,52 +60,6 @@ static void tensor_name(char *buf, size_t n, int layer, enum sf_group g, int i)
 		{ "mlp.down_proj" },
 	};
 	snprintf(buf, n, "model.layers.%d.%s.weight", layer, suffix[g][i]);
-}
-
-/* Reads a small whole file (config.json, tokenizer texts); *buf NULL and
- * 0 returned when optional and absent. */
-static int read_text(const char *path, int optional, char **buf, size_t *len, struct sf_err *e)
-{
-	struct stat st;
-	char *b = NULL;
-	size_t got = 0;
-	int fd, ret = 0;
-
-	*buf = NULL;
-	*len = 0;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-		if (optional && errno == ENOENT)
-			return 0;
-		return sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-	}
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > TEXT_MAX) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: not a regular file of at most 256 MiB", path);
-		goto out;
-	}
-	if (!(b = malloc((size_t)st.st_size + 1))) {
-		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
-	while (got < (size_t)st.st_size) {
-		ssize_t k = read(fd, b + got, (size_t)st.st_size - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			ret = sf_err_set(e, -errno, "%s: read: %s", path, strerror(errno));
-			goto out;
-		}
-		if (!k)
-			break;
-		got += (size_t)k;
-	}
-	b[got] = 0;
-	*buf = b;
-	*len = got;
-	b = NULL;
-out:
-	free(b);
-	close(fd);
-	return ret;
 }
 
 // ----------------------------------------------------------------------------
@@ -533,7 +488,8 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 	for (int i = 0; i < 3; i++) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/%s", o->model_dir, files[i]);
-		if ((ret = read_text(path, i == 2, &p->texts[i], &p->text_len[i], e)))
+		if ((ret = sf_file_read(path, TEXT_MAX, SF_FILE_REGULAR | (i == 2 ? SF_FILE_OPTIONAL : 0),
+					&p->texts[i], &p->text_len[i], e)))
 			return ret;
 	}
 	size_t ng = (size_t)p->nl * SF_NGROUPS;
@@ -1485,6 +1441,10 @@ static int open_tiers(struct sf_image *img, struct sf_err *e)
 					  nl);
 		img->budgets[i] = json_number_value(bv);
 		img->realised[i] = json_number_value(rv);
+		for (size_t d = 0; d < i; d++)
+			if (fabs(img->budgets[d] - img->budgets[i]) < SF_CALIB_SAME_BUDGET)
+				return sf_err_set(e, SF_EFORMAT, "%s: header: tiers: budget %g listed "
+						  "twice", img->path, img->budgets[i]);
 		for (int l = 0; l < nl; l++) {
 			json_t *kl = json_array_get(ks, (size_t)l);
 			if (!json_is_array(kl) || json_array_size(kl) != 2 * SF_NGROUPS)
@@ -1528,12 +1488,8 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 		goto out;
 	}
-	if ((img->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-		ret = sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-		goto out;
-	}
-	if (fstat(img->fd, &st) || !S_ISREG(st.st_mode)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: not a regular file", path);
+	if ((img->fd = sf_file_open_regular(path, 0, &st, e)) < 0) {
+		ret = img->fd;
 		goto out;
 	}
 	img->file_size = (uint64_t)st.st_size;

@@ -272,17 +272,8 @@ static int load_file(struct sf_safetensors *st, const char *path, size_t *cap, s
 		return ret;
 	file = st->nfiles - 1;
 	first = st->ntensors;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		ret = sf_err_set(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-		goto out;
-	}
-	if (fstat(fd, &sb)) {
-		ret = sf_err_set(e, -errno, "%s: cannot stat: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: not a regular file", path);
+	if ((fd = sf_file_open_regular(path, 0, &sb, e)) < 0) {
+		ret = fd;
 		goto out;
 	}
 	fsize = (uint64_t)sb.st_size;
@@ -469,7 +460,7 @@ static int open_index(struct sf_safetensors *st, const char *dir, const char *ip
 	json_t *val;
 	int ret;
 
-	ret = sf_file_read(ipath, INDEX_MAX, 0, &text, &len, e);
+	ret = sf_file_read(ipath, INDEX_MAX, SF_FILE_REGULAR, &text, &len, e);
 	if (ret)
 		goto out;
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);

@@ -407,6 +407,11 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	/* the dense layer outputs every configuration is measured against */
 	ev[0].mode = MODE_RECORD;
 	run_tokens(&ev[0], tokens, n, o->window);
+	struct sf_err why;
+	if ((ret = sf_state_error(&ev[0].s, &why))) {	/* NaN or Inf weights */
+		ret = sf_err_set(e, ret, "calibration: %s", why.msg);
+		goto out;
+	}
 
 	for (size_t i = 0; i < o->nbudgets; i++)
 		order[i] = i;

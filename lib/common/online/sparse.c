@@ -53,7 +53,7 @@ static int resolve_tiers(struct sf_sparse *sp, struct sf_err *e)
 		char list[256] = "";
 		size_t len = 0;
 		for (size_t i = 0; i < img->nbudgets; i++) {
-			if (fabs(img->budgets[i] - o->budget) < 1e-9)
+			if (fabs(img->budgets[i] - o->budget) < SF_CALIB_SAME_BUDGET)
 				b = i;
 			len += (size_t)snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0,
 						"%s%g", i ? ", " : "", img->budgets[i]);

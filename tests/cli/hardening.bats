@@ -1,0 +1,178 @@
+#!/usr/bin/env bats
+# Hostile model directories and artifacts (issue 18, library side): FIFOs
+# and directories where a model's files should be, token ids beyond the
+# embedding, non-finite weights, damaged codes and calibration; each is
+# one line naming the file and exit 1, never a hang or a crash.
+
+load helpers
+
+setup_file() {
+	export D=$BATS_FILE_TMPDIR
+	"$SF_BIN/sf-encode" --model "$MODEL" --method scalar -t 2 -o "$D/codes.sfq"
+	"$SF_BIN/sf-encode" --model "$MODEL" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$SF_ROOT/man/sf-run.1" --budgets 0.5 --calib-tokens 8 --window 8 \
+		-o "$D/calib.json"
+	"$SF_BIN/sf-pack" --model "$MODEL" -o "$D/plain.sfimg"
+	"$SF_BIN/sf-profile" --model "$MODEL" --task man --max-tokens 60 -q "$SF_ROOT/man/sf-run.1" |
+		"$SF_BIN/sf-coact" -q --scores "$D/task.json" -o /dev/null
+	export CORPUS=$SF_ROOT/man/sf-run.1
+}
+
+# a copy of the model with one weight of layer 2's down_proj a bf16 NaN
+nan_model() {
+	local m f hl off
+	m=$(copy_model)
+	f=$m/model.safetensors
+	hl=$(od -An -tu8 -N8 "$f" | tr -d ' ')
+	off=$(dd if="$f" bs=4096 iflag=skip_bytes,count_bytes skip=8 count="$hl" status=none |
+		jq '.["model.layers.2.mlp.down_proj.weight"].data_offsets[0]')
+	printf '\xc0\x7f' | dd of="$f" bs=1 seek=$((8 + hl + off + 200)) conv=notrunc status=none
+	echo "$m"
+}
+
+# Runs every command that binds the tokenizer of model M to its weights
+# and checks each refuses with "CMD: WANT", exit 1.
+refused_everywhere() {
+	local m=$1 want=$2
+	run --separate-stderr sf-run --model "$m" -n 1 -p hi
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $want" ]
+	run --separate-stderr sf-run --model "$m" --ppl "$CORPUS" --max-tokens 50
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $want" ]
+	run --separate-stderr sf-profile --model "$m" --max-tokens 10 -q "$CORPUS" -o "$BATS_TEST_TMPDIR/p.sft"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-profile: $want" ]
+	[ ! -e "$BATS_TEST_TMPDIR/p.sft" ]
+}
+
+# sf-pack with calib.json edited by the jq FILTER: exit 1, "sf-pack: FILE:
+# WHY" and no image
+calib_refused() {
+	local c=$BATS_TEST_TMPDIR/c.json
+	jq "$1" "$D/calib.json" > "$c"
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$D/codes.sfq" --calib "$c" \
+		-o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $c: $2" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+}
+
+# a copy of the model with NAME replaced by a FIFO nobody writes to
+fifo_model() {
+	local m
+	m=$(copy_model)
+	rm -f "$m/$1"
+	mkfifo "$m/$1"
+	echo "$m"
+}
+
+@test "a FIFO for any of a model's files is refused by name, not waited on" {
+	for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
+		m=$(fifo_model "$f")
+		run --separate-stderr timeout 20 sf-run --model "$m" -n 1 -p hi
+		[ "$status" -eq 1 ]
+		[ "${stderr_lines[0]}" = "sf-run: $m/$f: not a regular file" ]
+		run --separate-stderr timeout 20 sf-pack --model "$m" -o "$BATS_TEST_TMPDIR/x.sfimg"
+		[ "$status" -eq 1 ]
+		[ "${stderr_lines[0]}" = "sf-pack: $m/$f: not a regular file" ]
+		[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+		rm -rf "$m"
+	done
+}
+
+@test "an index.json that is a directory is refused by name" {
+	m=$(copy_model)
+	mkdir "$m/model.safetensors.index.json"
+	run --separate-stderr sf-run --model "$m" -n 1 -p hi
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $m/model.safetensors.index.json: not a regular file" ]
+}
+
+@test "calib.json: a budget listed twice is refused by name" {
+	calib_refused '.budgets += [.budgets[0]]' "budget 0.5 listed twice"
+}
+
+@test "calib.json: a layer beyond the model, or one listed twice, is refused by name" {
+	calib_refused '.budgets[0].layers[1].layer = 7' "budget 0.5: layer 7 is beyond the 4 layers"
+	calib_refused '.budgets[0].layers[2] = .budgets[0].layers[1]' \
+		"budget 0.5: layer 1 listed where layer 2 belongs (twice, or out of order)"
+}
+
+@test "calib.json: a value out of range names its budget, layer and group" {
+	calib_refused '.budgets[0].layers[2].groups.ffn_in.k_top = 99999' \
+		'budget 0.5 layer 2 ffn_in: "k_top" is 99999: expected 0..128'
+}
+
+@test "a tokenizer id beyond the model's embedding is refused where the model is bound" {
+	m=$(copy_model)
+	jq '.model.vocab["zzzq"] = 2000' "$MODEL/tokenizer.json" > "$m/tokenizer.json"
+	want="$m/tokenizer.json: token 'zzzq' has id 2000, beyond the model's 1024 embedding rows (vocab_size)"
+	refused_everywhere "$m" "$want"
+	run --separate-stderr sf-pack --model "$m" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $want" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	run --separate-stderr sf-encode --model "$m" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$CORPUS" --budgets 0.5 --calib-tokens 8 --window 8 -o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: $want" ]
+}
+
+@test "a tokenizer vocabulary larger than vocab_size is refused, naming its first extra token" {
+	m=$(copy_model)
+	jq '.added_tokens += [{"id": 1024, "content": "<extra>", "single_word": false, "lstrip": false,
+		"rstrip": false, "normalized": false, "special": true}]' "$MODEL/tokenizer.json" > "$m/tokenizer.json"
+	refused_everywhere "$m" "$m/tokenizer.json: token '<extra>' has id 1024, beyond the model's 1024 embedding rows (vocab_size)"
+}
+
+@test "NaN weights: generation, --ppl, sf-profile and calibration name the layer, exit 1" {
+	m=$(nan_model)
+	refused_everywhere "$m" "layer 2: non-finite hidden state at position 0"
+	run --separate-stderr sf-encode --model "$m" --calibrate --codes "$D/codes.sfq" -t 2 \
+		--corpus "$CORPUS" --budgets 0.5 --calib-tokens 8 --window 8 -o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: calibration: layer 2: non-finite hidden state at position 0" ]
+	[ ! -e "$BATS_TEST_TMPDIR/c.json" ]
+	# and from an image of it
+	sf-pack --model "$m" -o "$BATS_TEST_TMPDIR/nan.sfimg"
+	run --separate-stderr sf-run -n 4 -p hi "$BATS_TEST_TMPDIR/nan.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: layer 2: non-finite hidden state at position 0" ]
+	run --separate-stderr sf-run --ppl "$CORPUS" --max-tokens 50 "$BATS_TEST_TMPDIR/nan.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: layer 2: non-finite hidden state at position 0" ]
+}
+
+@test "--static scores of another model: refused, nothing leaked" {
+	jq '.fingerprint = "0123456789abcdef"' "$D/task.json" > "$BATS_TEST_TMPDIR/other.json"
+	fp=$(jq -r .fingerprint "$D/task.json")
+	run --separate-stderr sf-run --compute-ratio 0.4 --static "$BATS_TEST_TMPDIR/other.json" \
+		-n 1 -p hi "$D/plain.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $BATS_TEST_TMPDIR/other.json: scores of another model: fingerprint 0123456789abcdef, the model's is $fp" ]
+}
+
+@test ".sfq: a flipped code byte is refused by its section's CRC, and version 1 by name" {
+	q=$D/codes.sfq
+	hl=$(od -An -tu8 -j16 -N8 "$q" | tr -d ' ')
+	data=$(( (24 + hl + 4 + 4095) / 4096 * 4096 ))
+	dd if="$q" bs=4096 iflag=skip_bytes,count_bytes skip=24 count="$hl" status=none > "$BATS_TEST_TMPDIR/h.json"
+	for s in "0 attn_in" "2 ffn_in" "3 ffn_out"; do
+		set -- $s
+		off=$(jq --argjson l "$1" --arg g "$2" \
+			'.sections[] | select(.layer == $l and .group == $g) | .offset + (.bytes / 2 | floor)' \
+			"$BATS_TEST_TMPDIR/h.json")
+		cp "$q" "$BATS_TEST_TMPDIR/bad.sfq"
+		printf '\x5a' | dd of="$BATS_TEST_TMPDIR/bad.sfq" bs=1 seek=$((data + off)) conv=notrunc status=none
+		run --separate-stderr sf-pack --model "$MODEL" --codes "$BATS_TEST_TMPDIR/bad.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
+		[ "$status" -eq 1 ]
+		[[ "${stderr_lines[0]}" == "sf-pack: $BATS_TEST_TMPDIR/bad.sfq: layer $1 $2: CRC-32C "*", expected "*": the codes are damaged" ]]
+		[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	done
+	cp "$q" "$BATS_TEST_TMPDIR/v1.sfq"
+	printf '\x01' | dd of="$BATS_TEST_TMPDIR/v1.sfq" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$BATS_TEST_TMPDIR/v1.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/v1.sfq: version 1, expected 2: codes without checksums, from before they were added; encode them again" ]
+}
