@@ -21,7 +21,7 @@ struct options {
 	const char *model_dir, *placement, *codes, *calib, *keep, *resident, *dtype_name;
 	const char *output, *verify, *info;
 	unsigned resident_mask;
-	int dtype, progress;
+	int dtype, progress, quiet, verbose;
 };
 
 enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_VERIFY,
@@ -41,6 +41,8 @@ static const struct sf_opt options[] = {
 	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
 	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
 	SF_OPT_END,
 };
 
@@ -76,6 +78,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_VERIFY: o->verify = optarg; break;
 		case O_INFO: o->info = optarg; break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
+		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
 		}
 	}
 	if (optind < argc)
@@ -159,7 +163,7 @@ static int pack(const struct options *o)
 	    (o->keep && (ret = sf_image_keep_read(&keep, o->keep, &m, &e))))
 		goto out;
 	prod = producer(o);
-	sf_progress_init(&pr, o->progress, 0, "MiB");
+	sf_progress_init(&pr, o->progress, o->quiet, "MiB");
 	struct sf_image_pack_opts po = {
 		.model = &m, .model_dir = o->model_dir,
 		.placement = o->placement ? &pl : NULL, .placement_path = o->placement,
@@ -172,6 +176,9 @@ static int pack(const struct options *o)
 	if ((ret = sf_image_pack(o->output, &po, &written, &e)))
 		goto out;
 	sf_progress_end(&pr, written >> 20);
+	if (o->verbose)
+		fprintf(stderr, "%s: %s: %llu bytes\n", sf_progname, o->output,
+			(unsigned long long)written);
 out:
 	if (ret)
 		sf_error("%s", e.msg);

@@ -331,6 +331,9 @@ struct session {
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
 	size_t decode_steps;	/* forward passes after the prompt */
+	enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT } stop;
+	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
+	int text_open;		/* text written that does not end with a newline */
 	json_t *ppl;		/* --ppl --bench: the perplexity figures */
 };
 
@@ -344,6 +347,15 @@ static void session_free(struct session *S)
 	sf_model_close(&S->model);
 	sf_image_close(&S->image);
 	json_decref(S->ppl);
+}
+
+/* --model: the bytes of its tensors. */
+static uint64_t model_bytes(const struct session *S)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < S->model.st.ntensors; i++)
+		n += S->model.st.tensors[i].nbytes;
+	return n;
 }
 
 /* The model and tokenizer of --model DIR or of IMAGE. */
@@ -503,11 +515,13 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
 			 : (uint64_t)ctx, e)))
 		return ret;
-	if (o->verbose)
-		fprintf(stderr, "%s: %s: %s, %d layers, dim %d, fingerprint %s; kernels %s, "
-			"%d threads, context %d\n", sf_progname, o->model_dir ? o->model_dir : o->image,
-			sf_arch_name(S->model.cfg.arch), S->model.cfg.n_layers,
-			S->model.cfg.dim, S->model.fingerprint, sf_isa_name(sf_cpu_isa()), o->threads, ctx);
+	if (o->verbose) {
+		sf_cli_model_summary(o->model_dir ? o->model_dir : o->image, &S->model, ctx,
+				     o->threads);
+		if (o->model_dir)
+			fprintf(stderr, "%s: memory: resident %llu bytes (the whole model, "
+				"mapped), flash 0\n", sf_progname, (unsigned long long)model_bytes(S));
+	}
 	return 0;
 }
 
@@ -549,14 +563,17 @@ static char *read_stdin_prompt(size_t *len, struct sf_err *e)
 	return buf;
 }
 
-static int write_out(const char *p, size_t n, struct sf_err *e)
+static int write_out(struct session *S, const char *p, size_t n, struct sf_err *e)
 {
-	if ((n && fwrite(p, 1, n, stdout) != n) || fflush(stdout))
-		return sf_err_set(e, -EIO, "write error on standard output: %s", strerror(errno));
+	if ((n && fwrite(p, 1, n, S->text) != n) || fflush(S->text))
+		return sf_err_set(e, -EIO, "write error on standard %s: %s",
+				  S->text == stdout ? "output" : "error", strerror(errno));
+	if (n)
+		S->text_open = p[n - 1] != '\n';
 	return 0;
 }
 
-static int emit(struct sf_detok *d, int32_t id, struct sf_err *e)
+static int emit(struct session *S, struct sf_detok *d, int32_t id, struct sf_err *e)
 {
 	const char *p;
 	size_t n;
@@ -564,7 +581,7 @@ static int emit(struct sf_detok *d, int32_t id, struct sf_err *e)
 
 	if (ret)
 		return sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
-	return write_out(p, n, e);
+	return write_out(S, p, n, e);
 }
 
 /* End of text: the tokenizer's EOS or any of config.json's eos_token_id. */
@@ -619,14 +636,15 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		if ((ret = sf_detok_push(&detok, prompt[i], &p, &n)))
 			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
 		else if (o->echo && !o->bench)
-			ret = write_out(p, n, e);
+			ret = write_out(S, p, n, e);
 	}
 
 	/* The prompt in passes of up to the state's batch, the last of which
 	 * gives the first sample; every later position is one decode step. */
 	S->prompt_tokens = np;
 	float *logits = NULL;
-	for (size_t at = 0; at < np && limit > 0 && !ret;) {
+	sf_cli_interruptible(1);	/* Ctrl-C: the text so far, the timings */
+	for (size_t at = 0; at < np && limit > 0 && !ret && !sf_cli_interrupted();) {
 		int T = np - at < (size_t)S->state.batch ? (int)(np - at) : S->state.batch;
 		S->state.skip_logits = at + (size_t)T < np;
 		logits = sf_forward_batch(&S->model, &S->state, prompt + at, T, (int)at, 0);
@@ -634,15 +652,26 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		at += (size_t)T;
 	}
 	t1 = sf_now();
+	S->stop = limit == 0 ? STOP_LIMIT : STOP_NONE;
 	for (size_t pos = np; logits && !ret;) {
+		if (sf_cli_interrupted())
+			break;
 		int32_t token = sf_sample(&S->sampler, logits);
-		if (is_eos(S, token) && !o->ignore_eos)
+		if (is_eos(S, token) && !o->ignore_eos) {
+			S->stop = STOP_EOS;
 			break;
+		}
 		S->decode_tokens++;
-		if (!o->bench && (ret = emit(&detok, token, e)))
+		if (!o->bench && (ret = emit(S, &detok, token, e)))
 			break;
-		if ((long)S->decode_tokens >= limit || pos == (size_t)S->state.seq_len)
+		if (pos == (size_t)S->state.seq_len) {
+			S->stop = STOP_CONTEXT;
 			break;
+		}
+		if ((long)S->decode_tokens >= limit) {
+			S->stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT;
+			break;
+		}
 		logits = sf_forward(&S->model, &S->state, token, (int)pos++);
 		if ((ret = sparse_failed(S, e)))
 			break;
@@ -654,8 +683,14 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		if ((ret = sf_detok_finish(&detok, &p, &n)))
 			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
 		else
-			ret = write_out(p, n, e);
+			ret = write_out(S, p, n, e);
 	}
+	/* the text ends with a newline: the shell's prompt or the timing
+	 * line starts on a line of its own, a file is a text file */
+	if (!ret && S->text_open)
+		ret = write_out(S, "\n", 1, e);
+	if (sf_cli_interrupted())
+		S->stop = STOP_INTERRUPT;
 	sf_detok_free(&detok);
 	S->prompt_s = t1 - t0;
 	S->decode_s = sf_now() - t1;
@@ -694,12 +729,14 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 	size_t n, docs;
 	struct sf_ppl acc = { 0 };
 	int ret = read_ppl_tokens(S, o->ppl_file, o->max_tokens, &tokens, &n, &docs, e);
-	int show = sf_cli_progress_on(o->progress, o->quiet);
+	struct sf_progress pr;
 
 	if (ret)
 		return ret;
+	sf_progress_init(&pr, o->progress, o->quiet, "tokens");
+	sf_cli_interruptible(1);	/* Ctrl-C: the windows scored so far, the timings */
 	double t0 = sf_now();
-	for (size_t start = 0; start + 1 < n; start += (size_t)o->window) {
+	for (size_t start = 0; start + 1 < n && !sf_cli_interrupted(); start += (size_t)o->window) {
 		size_t len = n - start < (size_t)o->window + 1 ? n - start : (size_t)o->window + 1;
 		if (S->sparse)	/* selective computation: each window's first half is its prompt */
 			sf_sparse_prefill(S->sparse, (len - 1) / 2);
@@ -708,15 +745,15 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 			free(tokens);
 			return ret;
 		}
-		if (show)
-			fprintf(stderr, "\r%s: %llu/%zu tokens, ppl %.4f", sf_progname,
-				(unsigned long long)acc.scored, n - 1, exp(acc.nll / acc.scored));
+		snprintf(pr.note, sizeof(pr.note), "ppl %.4f", exp(acc.nll / acc.scored));
+		sf_progress_update(&pr, acc.scored, (double)acc.scored / (double)(n - 1));
 	}
-	if (show)
-		fputc('\n', stderr);
+	sf_progress_end(&pr, acc.scored);
 	S->prompt_tokens = n;
 	S->prompt_s = sf_now() - t0;
 	free(tokens);
+	if (acc.scored == 0)	/* interrupted before the first window */
+		return 0;
 
 	json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f}", "file", o->ppl_file,
 			      "documents", (json_int_t)docs, "tokens", (json_int_t)acc.scored,
@@ -733,8 +770,27 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 	return ret;
 }
 
-/* Timings (and with IMAGE the sparse decoder's figures) as JSON to path,
- * "-" for stderr, NULL for stdout (--bench). */
+/* --stats FILE through the one atomic-output writer: a failure names the
+ * file and the reason, and leaves no partial file. */
+static int write_json_file(json_t *j, const char *path, struct sf_err *e)
+{
+	struct sf_outfile of;
+	int ret = sf_outfile_open(&of, path, 0, NULL, e);
+
+	if (ret)
+		return ret;
+	if (json_dumpf(j, of.f, JSON_REAL_PRECISION(10)) || fputc('\n', of.f) == EOF) {
+		ret = sf_err_set(e, -EIO, "%s: cannot write statistics: %s", of.name,
+				 strerror(errno ? errno : EIO));
+		sf_outfile_abort(&of);
+		return ret;
+	}
+	return sf_outfile_commit(&of, e);
+}
+
+/* Timings (and with IMAGE the sparse decoder's figures) as JSON to path
+ * (--stats: written whole or not at all, base/outfile.h), "-" or NULL
+ * (--bench) for one line on standard output. */
 static int write_stats(const struct session *S, const struct options *o, const char *path,
 		       struct sf_err *e)
 {
@@ -761,13 +817,44 @@ static int write_stats(const struct session *S, const struct options *o, const c
 	}
 	if (ret)
 		ret = sf_err_set(e, ret, "statistics: %s", strerror(-ret));
-	else if (path == NULL)
+	else if (path == NULL || strcmp(path, "-") == 0)
 		ret = print_json(j, JSON_REAL_PRECISION(10), e);
-	else if ((strcmp(path, "-") == 0 ? json_dumpf(j, stderr, JSON_REAL_PRECISION(10))
-		  : json_dump_file(j, path, JSON_REAL_PRECISION(10))))
-		ret = sf_err_set(e, -EIO, "%s: cannot write statistics", path);
+	else
+		ret = write_json_file(j, path, e);
 	json_decref(j);
 	return ret;
+}
+
+/* " N tokens, R tok/s": no rate without a measured step (-c 4 decodes
+ * one token, which needs no forward pass). */
+static void print_count(const char *what, size_t tokens, size_t steps, double seconds)
+{
+	fprintf(stderr, " %s %zu tokens", what, tokens);
+	if (steps && seconds > 0)
+		fprintf(stderr, ", %.1f tok/s", (double)steps / seconds);
+}
+
+/* After generating, on stderr: why it stopped, the context, the timings. */
+static void report(const struct session *S, const struct options *o)
+{
+	const struct sf_config *cfg = &S->model.cfg;
+
+	fprintf(stderr, "%s: stopped: ", sf_progname);
+	switch (S->stop) {
+	case STOP_EOS: fputs("end of text (EOS)", stderr); break;
+	case STOP_LIMIT: fprintf(stderr, "-n %ld reached", o->n_predict); break;
+	case STOP_CONTEXT: fputs("context full", stderr); break;
+	case STOP_INTERRUPT: fputs("interrupted", stderr); break;
+	case STOP_NONE: fputs("prompt only", stderr); break;
+	}
+	fprintf(stderr, "; context %d positions", S->state.seq_len);
+	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window)
+		fputs(" (the model's sliding window)", stderr);
+	fprintf(stderr, "\n%s:", sf_progname);
+	print_count("prompt", S->prompt_tokens, S->prompt_tokens, S->prompt_s);
+	fputc(';', stderr);
+	print_count("decode", S->decode_tokens, S->decode_steps, S->decode_s);
+	fputc('\n', stderr);
 }
 
 /* --probe-device: measure, store, print the figures. */
@@ -800,26 +887,25 @@ int main(int argc, char **argv)
 	if (o.image && fault && *fault && (ret = sf_uring_fault_parse(fault, &o.sparse.fault, &e)))
 		goto out;
 
+	/* --stats -: standard output holds only JSON, the text goes to stderr */
+	S.text = o.stats_file && strcmp(o.stats_file, "-") == 0 ? stderr : stdout;
 	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
 	ret = session_open(&S, &o, ctx, &e);
 	if (!ret)
 		ret = o.ppl_file ? perplexity(&S, &o, &e) : generate(&S, &o, &e);
-	if (!ret && !o.quiet && !o.ppl_file && !o.bench) {
-		fprintf(stderr, "\n%s: prompt %zu tokens, %.1f tok/s; decode %zu tokens, %.1f tok/s\n",
-			sf_progname, S.prompt_tokens,
-			S.prompt_s > 0 ? (double)S.prompt_tokens / S.prompt_s : 0.0,
-			S.decode_tokens,
-			S.decode_s > 0 ? (double)S.decode_steps / S.decode_s : 0.0);
-	}
-	if (!ret && o.stats_file)
-		ret = write_stats(&S, &o, o.stats_file, &e);
+	if (!ret && !o.quiet && !o.ppl_file && !o.bench)
+		report(&S, &o);
 	if (!ret && o.bench)
 		ret = write_stats(&S, &o, NULL, &e);
+	if (!ret && o.stats_file)
+		ret = write_stats(&S, &o, o.stats_file, &e);
 	session_free(&S);
 out:
 	if (ret)
 		sf_error("%s", e.msg[0] ? e.msg : sf_strerror(ret));
 	if (sf_close_stdout())
 		ret = -EIO;
+	if (sf_cli_interrupted())	/* after the timings and --stats: 130, 143 */
+		sf_cli_reraise(sf_cli_interrupted());
 	return ret ? SF_EXIT_FAIL : SF_EXIT_OK;
 }

@@ -231,3 +231,10 @@ is_permutation() {
 	sf-place --eval "$t/real.sft" --json "$t/id.json" "$t/co.json" >"$t/eval.json"
 	jq -e '[.placements[] | [.groups[].runs_per_token] | add] | .[1] < .[0]' "$t/eval.json"
 }
+
+@test "a write error on standard output is reported once" {
+	[ -w /dev/full ] || skip "no /dev/full"
+	run --separate-stderr sh -c 'sf-place -q "$1" >/dev/full' _ "$D/prof.sfc"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-place: (stdout): write failed: No space left on device" ]
+}

@@ -223,3 +223,78 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	run --separate-stderr sf-run --model "$MODEL" -p hi -b 4097
 	[ "$status" -eq 2 ]
 }
+
+@test "the text ends with a newline; stderr says why it stopped and the context, no blank line" {
+	run --separate-stderr sf-run --model "$MODEL" -p "In the beginning" -n 8 --temp 0
+	[ "$status" -eq 0 ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 8 --temp 0 | tail -c 1 | od -An -c | tr -d ' ')" = '\n' ]
+	[ "${#stderr_lines[@]}" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: stopped: -n 8 reached; context 1024 positions" ]
+	[[ "${stderr_lines[1]}" =~ ^sf-run:\ prompt\ [0-9]+\ tokens,\ [0-9.]+\ tok/s\;\ decode\ 8\ tokens,\ [0-9.]+\ tok/s$ ]]
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n -1 --ignore-eos --temp 0 -c 4
+	[ "${stderr_lines[0]}" = "sf-run: stopped: context full; context 4 positions" ]
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n 0 --temp 0
+	[ "$output" = "" ]
+	[ "${stderr_lines[0]}" = "sf-run: stopped: -n 0 reached; context 1024 positions" ]
+	run --separate-stderr sf-run -q --model "$MODEL" -p "In the" -n 4
+	[ "$stderr" = "" ]
+}
+
+@test "-c 4 with a 3-token prompt: one decode step, no nonsense rate" {
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n 1 --temp 0 -c 4
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[1]}" =~ \;\ decode\ 1\ tokens$ ]]
+}
+
+@test "Ctrl-C: the text so far, the timings and --stats, then exit 130; no temporary left" {
+	local out=$BATS_TEST_TMPDIR/out st=$BATS_TEST_TMPDIR/st.json status=0
+	SF_REF=1 env --default-signal=INT sf-run --model "$MODEL" -p "In the" -n -1 --ignore-eos \
+		-t 1 --temp 0 --stats "$st" >"$out" 2>"$BATS_TEST_TMPDIR/err" &
+	local pid=$!
+	until [ -s "$out" ]; do sleep 0.02; done
+	kill -INT $pid
+	wait $pid || status=$?
+	[ "$status" -eq 130 ]
+	mapfile -t err <"$BATS_TEST_TMPDIR/err"
+	[ "${err[0]}" = "sf-run: stopped: interrupted; context 1024 positions" ]
+	[[ "${err[1]}" =~ ^sf-run:\ prompt\ 3\ tokens ]]
+	[ "$(tail -c 1 "$out" | od -An -c | tr -d ' ')" = '\n' ]
+	jq -e '.decode_tokens > 0 and .decode_tokens < 1022' "$st"
+	[ -z "$(compgen -G "$st.tmp.*")" ]
+}
+
+@test "--stats - : JSON alone on standard output, the text on standard error" {
+	local T=$BATS_TEST_TMPDIR
+	sf-run --model "$MODEL" -p "In the" -n 4 --temp 0 --stats - >"$T/out" 2>"$T/err"
+	[ "$(jq -r .decode_tokens "$T/out")" = 4 ]
+	sf-run -q --model "$MODEL" -p "In the" -n 4 --temp 0 >"$T/text"
+	[ "$(head -n 1 "$T/err")" = "$(cat "$T/text")" ]
+	[[ "$(sed -n 2p "$T/err")" == "sf-run: stopped: "* ]]
+	run --separate-stderr sf-run --model "$MODEL" --ppl "$MODEL/README.md" --window 16 --stats -
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -s -c 'map(.mode // "result")')" = '["result","ppl"]' ]
+}
+
+@test "--stats FILE that cannot be written: the reason, nothing left behind" {
+	run --separate-stderr sf-run -q --model "$MODEL" -p "In the" -n 4 --stats "$BATS_TEST_TMPDIR/none/s.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $BATS_TEST_TMPDIR/none/s.json: No such file or directory" ]
+	run --separate-stderr sf-run -q --model "$MODEL" -p "In the" -n 4 --stats "$BATS_TEST_TMPDIR"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $BATS_TEST_TMPDIR: "* ]]
+	[ -z "$(compgen -G "$BATS_TEST_TMPDIR/*.tmp.*")" ]
+}
+
+@test "a write error on standard output is reported once" {
+	[ -w /dev/full ] || skip "no /dev/full"
+	run --separate-stderr sh -c 'sf-run -q --model "$1" -p "In the" -n 4 >/dev/full' _ "$MODEL"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: write error on standard output: No space left on device" ]
+}
+
+@test "--ppl --progress into a log: lines with rate, ETA and ppl, the last without ETA" {
+	run --separate-stderr sf-run --model "$MODEL" --ppl "$MODEL/README.md" --window 16 --progress
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *$'\r'* ]]
+	[[ "${stderr_lines[-1]}" =~ ^sf-run:\ [0-9]+\ tokens\ in\ [0-9.]+\ s,\ [0-9.e+]+\ tokens/s\;\ ppl\ [0-9.]+$ ]]
+}
