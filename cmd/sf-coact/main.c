@@ -252,6 +252,9 @@ static int from_traces(const struct options *o, struct sf_pool *pool)
 		sf_error("%s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
+	if (!o->ninputs && !o->quiet && isatty(STDIN_FILENO))
+		fprintf(stderr, "%s: no trace given: reading one from standard input (sf-profile "
+			"... | sf-coact)\n", sf_progname);
 	for (int i = 0; i < n && !ret; i++)
 		if ((ret = sf_trace_open(&r[i], inputs[i], &e)))
 			sf_error("%s", e.msg);

@@ -20,6 +20,7 @@
 #include "formats/image.h"
 #include "engine/kernels.h"
 #include "formats/model.h"
+#include "base/file.h"
 #include "base/pool.h"
 #include "engine/sampler.h"
 #include "online/selectinfer.h"
@@ -32,6 +33,10 @@
 #define DEFAULT_TEMP 0.8
 #define DEFAULT_TOP_P 0.95
 #define DEFAULT_SEED 42
+#define DEFAULT_TOP_K 0		/* off: llama.cpp's 40 would change the default text */
+#define DEFAULT_MIN_P 0.0
+#define DEFAULT_REPEAT_PENALTY 1.0
+#define DEFAULT_REPEAT_LAST_N 64
 #define DEFAULT_WINDOW 256
 #define DEFAULT_BATCH 64	/* prompt tokens per weight pass */
 #define MAX_PROMPT_BYTES (64u << 20)
@@ -41,10 +46,12 @@ struct options {
 	const char *model_dir;
 	const char *image;		/* the positional IMAGE: sparse decoding */
 	const char *prompt;		/* NULL: read stdin */
+	const char *prompt_file;	/* -f */
 	const char *ppl_file;
 	const char *stats_file;
 	long n_predict;			/* -1: until EOS or the context is full */
-	double temp, top_p;
+	double temp, top_p, min_p, repeat_penalty;
+	int top_k, repeat_last_n;
 	uint64_t seed;
 	int threads;
 	int ctx;			/* 0: the model's max_position_embeddings */
@@ -66,7 +73,8 @@ struct options {
 
 /* Keys of the long options; SPARSE in an entry's flags: the option only
  * the sparse decoder takes, so it needs an IMAGE (not --model). */
-enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
+enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENALTY,
+       OPT_REPEAT_LAST_N, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
        OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
        OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_NO_DIRECT,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
@@ -77,11 +85,20 @@ enum { SPARSE = 1 };
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory (dense, in RAM)", NULL, 0 },
 	{ "prompt", 'p', "TEXT", "prompt (default: read standard input)", NULL, 0 },
+	{ "file", 'f', "FILE", "read the prompt from FILE (one final newline dropped)", NULL, 0 },
 	{ "n-predict", 'n', "N", "tokens to generate, -1 until EOS or the context\n"
 	  "is full (default %s)", SF_STR(DEFAULT_N_PREDICT), 0 },
 	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", SF_STR(DEFAULT_TEMP), 0 },
 	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", SF_STR(DEFAULT_TOP_P), 0 },
-	{ "seed", OPT_SEED, "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
+	{ "top-k", OPT_TOP_K, "K", "sample from the K most likely tokens, 0 for all\n"
+	  "(default %s)", SF_STR(DEFAULT_TOP_K), 0 },
+	{ "min-p", OPT_MIN_P, "P", "drop tokens less likely than P times the most\n"
+	  "likely one (default %s)", "0", 0 },
+	{ "repeat-penalty", OPT_REPEAT_PENALTY, "R", "divide the logits of recent tokens by R\n"
+	  "(multiply if negative); 1 for none (default %s)", "1", 0 },
+	{ "repeat-last-n", OPT_REPEAT_LAST_N, "N", "recent: the last N tokens of the text\n"
+	  "(default %s)", SF_STR(DEFAULT_REPEAT_LAST_N), 0 },
+	{ "seed", 's', "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
@@ -95,6 +112,9 @@ static const struct sf_opt options[] = {
 	  SF_STR(DEFAULT_WINDOW), 0 },
 	{ "stats", OPT_STATS, "FILE", "write timings (IMAGE: the --bench figures) as JSON\n"
 	  "to FILE", NULL, 0 },
+	{ "bench", OPT_BENCH, NULL, "print the figures as JSON instead of text: \"pp\"\n"
+	  "and \"tg\" (prompt and decode tokens/s, as llama-bench),\n"
+	  "with IMAGE the sparse decoder's", NULL, 0 },
 	SF_OPT_HEADING("Sparse decoding from IMAGE:"),
 	{ "budget", OPT_BUDGET, "B", "the image's calibrated tier sizes for budget B;\n"
 	  "1: every column top tier (default)", NULL, SPARSE },
@@ -148,8 +168,6 @@ static const struct sf_opt options[] = {
 	  "reads anyway join it (they cost no I/O)", NULL, SPARSE },
 	{ "simulate", OPT_SIMULATE, NULL, "same selection and compute from RAM, without I/O",
 	  NULL, SPARSE },
-	{ "bench", OPT_BENCH, NULL, "print the decoder's figures as JSON instead of text", NULL,
-	  SPARSE },
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
 	SF_OPT_VERBOSE,
@@ -171,6 +189,47 @@ static const struct sf_cmd cmd = {
 	"         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
 };
 
+/* llama.cpp options sf-run deliberately does not take, refused by name
+ * before getopt would read "-ngl" as "-n gl". */
+static const struct {
+	const char *names[3];
+	const char *why;
+} unsupported[] = {
+	{ { "-ngl", "--n-gpu-layers", "--gpu-layers" }, "sf-run runs on the CPU only" },
+	{ { "-fa", "--flash-attn" }, "sf-run runs on the CPU only" },
+	{ { "-mg", "--main-gpu" }, "sf-run runs on the CPU only" },
+	{ { "-ts", "--tensor-split" }, "sf-run runs on the CPU only" },
+	{ { "--mlock", "--no-mmap" }, "--model maps the weights; an IMAGE reads them from flash" },
+	{ { "-ctk", "--cache-type-k" }, "the KV cache is float32" },
+	{ { "-ctv", "--cache-type-v" }, "the KV cache is float32" },
+	{ { "-i", "--interactive", "-cnv" }, "give the prompt with -p, -f or standard input" },
+	{ { "--conversation", "-if", "--interactive-first" },
+	  "give the prompt with -p, -f or standard input" },
+	{ { "--lora", "--grammar", "-hf" }, "not supported by sf-run" },
+};
+
+static void refuse_unsupported(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		const char *a = argv[i];
+		for (size_t u = 0; u < sizeof(unsupported) / sizeof(unsupported[0]); u++)
+			for (int k = 0; k < 3 && unsupported[u].names[k]; k++)
+				if (!strcmp(a, unsupported[u].names[k]))
+					sf_usage_error("%s: llama.cpp's option is not supported: %s", a,
+						       unsupported[u].why);
+		/* skip the value of an option that takes one */
+		const struct sf_opt *p = NULL;
+		if (a[0] == '-' && a[1] && !a[2])
+			p = sf_cli_opt(&cmd, (unsigned char)a[1]);
+		else if (!strncmp(a, "--", 2) && !strchr(a, '='))
+			for (const struct sf_opt *q = options; q->name; q++)
+				if (*q->name && !strcmp(q->name, a + 2))
+					p = q;
+		if (p && p->arg)
+			i++;
+	}
+}
+
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	const struct sf_opt *opt;
@@ -179,6 +238,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 	*o = (struct options){
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
+		.top_k = DEFAULT_TOP_K, .min_p = DEFAULT_MIN_P,
+		.repeat_penalty = DEFAULT_REPEAT_PENALTY, .repeat_last_n = DEFAULT_REPEAT_LAST_N,
 		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = DEFAULT_BATCH,
 		.threads = sf_cli_threads_default(),
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
@@ -186,6 +247,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
 	};
 	sf_sparse_opts_default(so);
+	refuse_unsupported(argc, argv);
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = optarg; break;
@@ -198,7 +260,16 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_TEMP: o->temp = sf_opt_f64("--temp", optarg, 0.0, 100.0); break;
 		case OPT_TOP_P: o->top_p = sf_opt_f64("--top-p", optarg, 0.0, 1.0); break;
-		case OPT_SEED: o->seed = sf_opt_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case 's': o->seed = sf_opt_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case 'f': o->prompt_file = optarg; break;
+		case OPT_TOP_K: o->top_k = (int)sf_opt_u64("--top-k", optarg, 0, INT32_MAX); break;
+		case OPT_MIN_P: o->min_p = sf_opt_f64("--min-p", optarg, 0.0, 1.0); break;
+		case OPT_REPEAT_PENALTY:
+			o->repeat_penalty = sf_opt_f64("--repeat-penalty", optarg, 1e-3, 1e3);
+			break;
+		case OPT_REPEAT_LAST_N:
+			o->repeat_last_n = (int)sf_opt_u64("--repeat-last-n", optarg, 0, 1u << 24);
+			break;
 		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
 		case OPT_ECHO: o->echo = 1; break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
@@ -315,8 +386,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 	if (compute_opt && o->rho < 0)
 		sf_usage_error("--static, --compute-delta, --alpha, --beta and --dense-layers "
 			       "need --compute-ratio");
-	if (o->ppl_file && o->prompt)
-		sf_usage_error("--ppl and --prompt cannot be combined");
+	if (o->ppl_file && (o->prompt || o->prompt_file))
+		sf_usage_error("--ppl and --%s cannot be combined", o->prompt ? "prompt" : "file");
+	if (o->prompt && o->prompt_file)
+		sf_usage_error("--prompt and --file cannot be combined");
 }
 
 /* Everything a run holds, freed in one place. */
@@ -508,8 +581,12 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	int batch = o->image ? 1 : o->batch < ctx ? o->batch : ctx;
 	if ((ret = sf_state_init_batch(&S->state, &S->model.cfg, ctx, batch, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
-				   (float)o->top_p, o->seed, e)))
+				   (float)o->top_p, o->seed, e)) ||
+	    (ret = sf_sampler_set_penalty(&S->sampler, (float)o->repeat_penalty,
+					  o->repeat_last_n, e)))
 		return ret;
+	S->sampler.top_k = o->top_k;
+	S->sampler.min_p = (float)o->min_p;
 	S->state.pool = S->pool;
 	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
@@ -526,16 +603,34 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 }
 
 /* Reads all of standard input as the prompt; one final newline, which
- * `echo` adds, is not part of it. NULL with e set on failure. */
-static char *read_stdin_prompt(size_t *len, struct sf_err *e)
+ * `echo` adds, is not part of it. At a terminal a hint says so first
+ * (unless quiet), and the input is read with read(2) itself so that
+ * Ctrl-D after text on a line (a read not ended by a newline) ends the
+ * prompt as Ctrl-D on an empty line does, not only a second one. NULL
+ * with e set on failure. */
+static char *read_stdin_prompt(size_t *len, int quiet, struct sf_err *e)
 {
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
+	int tty = isatty(STDIN_FILENO), failed = 0;
 
+	if (tty && !quiet)
+		fprintf(stderr, "%s: reading the prompt from the terminal; end it with Ctrl-D "
+			"(or give -p TEXT or -f FILE)\n", sf_progname);
 	while (buf) {
-		size_t got = fread(buf + n, 1, cap - n - 1, stdin);
+		size_t got;
+		if (tty) {
+			ssize_t r;
+			while ((r = read(STDIN_FILENO, buf + n, cap - n - 1)) < 0 && errno == EINTR)
+				;
+			failed = r < 0;
+			got = r > 0 ? (size_t)r : 0;
+		} else {
+			got = fread(buf + n, 1, cap - n - 1, stdin);
+			failed = ferror(stdin);
+		}
 		n += got;
-		if (got == 0)
+		if (got == 0 || failed || (tty && buf[n - 1] != '\n'))
 			break;
 		if (n + 1 == cap) {
 			if (cap >= MAX_PROMPT_BYTES) {
@@ -551,7 +646,7 @@ static char *read_stdin_prompt(size_t *len, struct sf_err *e)
 			cap *= 2;
 		}
 	}
-	if (!buf || ferror(stdin)) {
+	if (!buf || failed) {
 		sf_err_set(e, -EIO, "standard input: %s", buf ? strerror(errno) : strerror(ENOMEM));
 		free(buf);
 		return NULL;
@@ -605,7 +700,15 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 	struct sf_detok detok;
 	int ret;
 
-	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len, e)))
+	if (o->prompt_file && strcmp(o->prompt_file, "-") != 0) {
+		if ((ret = sf_file_read(o->prompt_file, MAX_PROMPT_BYTES, 0, &stdin_text, &text_len,
+					e)))
+			return ret;
+		if (text_len && stdin_text[text_len - 1] == '\n')
+			stdin_text[--text_len] = '\0';
+		text = stdin_text;
+	}
+	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len, o->quiet, e)))
 		return e->code;
 	ret = sf_tokenizer_encode(S->tok, text, text_len, 1, &prompt, &np, e);
 	free(stdin_text);
@@ -642,6 +745,8 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 	/* The prompt in passes of up to the state's batch, the last of which
 	 * gives the first sample; every later position is one decode step. */
 	S->prompt_tokens = np;
+	for (size_t i = 0; i < np; i++)	/* --repeat-penalty looks back on the prompt too */
+		sf_sampler_accept(&S->sampler, prompt[i]);
 	float *logits = NULL;
 	sf_cli_interruptible(1);	/* Ctrl-C: the text so far, the timings */
 	for (size_t at = 0; at < np && limit > 0 && !ret && !sf_cli_interrupted();) {
@@ -657,6 +762,7 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		if (sf_cli_interrupted())
 			break;
 		int32_t token = sf_sample(&S->sampler, logits);
+		sf_sampler_accept(&S->sampler, token);
 		if (is_eos(S, token) && !o->ignore_eos) {
 			S->stop = STOP_EOS;
 			break;
@@ -807,6 +913,10 @@ static int write_stats(const struct session *S, const struct options *o, const c
 			      "decode_seconds", S->decode_s, "decode_tokens_per_second", dr);
 	int ret = j ? 0 : -ENOMEM;
 
+	if (!ret && o->bench && (json_object_set_new(j, "pp", json_real(pr)) ||
+				 json_object_set_new(j, "tg", json_real(dr)) ||
+				 json_object_set_new(j, "batch", json_integer(S->state.batch))))
+		ret = -ENOMEM;
 	if (!ret && S->sparse) {
 		json_t *sp = sf_sparse_stats_json(S->sparse);
 		if (!sp || json_object_update(j, sp))

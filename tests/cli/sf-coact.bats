@@ -368,3 +368,8 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-coact: (stdout): write error: No space left on device" ]
 }
+
+@test "no trace given at a terminal: a line says standard input is read" {
+	printf '\004' | timeout 60 script -qec "sf-coact -o /dev/null" /dev/null >"$BATS_TEST_TMPDIR/tty" || true
+	grep -q "sf-coact: no trace given: reading one from standard input (sf-profile ... | sf-coact)" "$BATS_TEST_TMPDIR/tty"
+}

@@ -40,7 +40,7 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 
 @test "sparse decoding options need an IMAGE, whatever their place in the table" {
 	local opt
-	for opt in "--budget 0.5" "--qd 4" "--bench" "--free-riders" "--dense-layers 0"; do
+	for opt in "--budget 0.5" "--qd 4" "--simulate" "--free-riders" "--dense-layers 0"; do
 		run --separate-stderr sf-run --model "$MODEL" -p x $opt
 		[ "$status" -eq 2 ]
 		[ "${stderr_lines[0]}" = "sf-run: sparse decoding options need an IMAGE, not --model" ]
@@ -297,4 +297,56 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "$status" -eq 0 ]
 	[[ "$stderr" != *$'\r'* ]]
 	[[ "${stderr_lines[-1]}" =~ ^sf-run:\ [0-9]+\ tokens\ in\ [0-9.]+\ s,\ [0-9.e+]+\ tokens/s\;\ ppl\ [0-9.]+$ ]]
+}
+
+@test "a prompt typed at a terminal: a one-line hint, and the first Ctrl-D ends it" {
+	printf 'In the\004' | timeout 60 script -qec "sf-run --model '$MODEL' -n 4 --temp 0" /dev/null >"$BATS_TEST_TMPDIR/tty"
+	grep -q "sf-run: reading the prompt from the terminal; end it with Ctrl-D (or give -p TEXT or -f FILE)" "$BATS_TEST_TMPDIR/tty"
+	grep -q "^sf-run: stopped: -n 4 reached" "$BATS_TEST_TMPDIR/tty"
+}
+
+@test "-f FILE: the prompt from a file, as -p gives it" {
+	printf 'In the beginning\n' >"$BATS_TEST_TMPDIR/p.txt"
+	run --separate-stderr sf-run -q --model "$MODEL" -f "$BATS_TEST_TMPDIR/p.txt" -n 8 --temp 0
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 8 --temp 0)" ]
+	run --separate-stderr sf-run --model "$MODEL" -f "$BATS_TEST_TMPDIR/p.txt" -p x
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --prompt and --file cannot be combined" ]
+}
+
+@test "sampling options: --top-k 1 is greedy, --repeat-penalty 1 is none, a seed repeats, -s is --seed" {
+	local greedy sampled
+	greedy=$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --temp 0)
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --temp 0.8 --top-k 1)" = "$greedy" ]
+	sampled=$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --seed 7)
+	[ "$sampled" != "$greedy" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 7)" = "$sampled" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 7 --repeat-penalty 1)" = "$sampled" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 7 --top-k 0 --min-p 0)" = "$sampled" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --temp 0 --repeat-penalty 1.5)" != "$greedy" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 3 --min-p 0.2)" = \
+	  "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 3 --min-p 0.2)" ]
+}
+
+@test "llama.cpp options not supported are refused by name" {
+	run --separate-stderr sf-run -ngl 99 --model "$MODEL" -p hi
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: -ngl: llama.cpp's option is not supported: sf-run runs on the CPU only" ]
+	# as an option's value it is just text
+	run --separate-stderr sf-run -q --model "$MODEL" -p -ngl -n 2
+	[ "$status" -eq 0 ]
+}
+
+@test "-v: a model summary with parameters, dtype, context, memory and threads" {
+	run --separate-stderr sf-run -v -t 1 --model "$MODEL" -p hi -n 2 -c 64
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ .*/mix4-1m:\ LlamaForCausalLM,\ 918656\ parameters,\ BF16,\ 4\ layers,\ dim\ 128,\ context\ 64\ of\ 1024,\ fingerprint\ [0-9a-f]{16}\;\ kernels\ [a-z0-9]+,\ 1\ threads$ ]]
+	[ "${stderr_lines[1]}" = "sf-run: memory: resident 1837312 bytes (the whole model, mapped), flash 0" ]
+}
+
+@test "--bench with --model: llama-bench's pp and tg as JSON, no text" {
+	run --separate-stderr sf-run --model "$MODEL" -p "In the beginning God created" -n 8 -b 4 --bench
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.pp > 0 and .tg > 0 and .batch == 4 and .decode_tokens == 8'
 }
