@@ -320,6 +320,13 @@ unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
 	return mask;
 }
 
+const char *sf_opt_path(const char *opt, const char *s)
+{
+	if (!*s)
+		sf_usage_error("%s: an empty name", opt);
+	return s;
+}
+
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
 	uint64_t v;

@@ -106,6 +106,10 @@ void sf_opt_layer_range(const char *opt, const char *s, int max, int *lo, int *h
 #define SF_GROUPS_ALIASES 1
 unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags);
 
+/* A file or directory name: an empty one is a usage error
+ * ("--model: an empty name"), not the current or root directory. */
+const char *sf_opt_path(const char *opt, const char *s);
+
 /* Option-value parsers for getopt loops: on a bad value they print
  * "prog: --opt: 'value' is not ...: expected MIN..MAX" and exit 2. */
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max);

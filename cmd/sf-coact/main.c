@@ -103,7 +103,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'o': o->output = optarg; break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_LAYERS:
 			sf_opt_layer_range("--layers", optarg, SF_TRACE_MAX_LAYERS, &o->layer_lo,
 					   &o->layer_hi);

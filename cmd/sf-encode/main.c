@@ -100,8 +100,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
-		case 'o': o->output = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_METHOD:
 			/* a well-formed request the tool cannot serve: exit 1 */
 			if (sf_codes_method_parse(optarg, &o->method)) {

@@ -67,8 +67,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 	o->dtype_name = DEFAULT_DTYPE;
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
-		case 'o': o->output = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case O_PLACEMENT: o->placement = optarg; break;
 		case O_CODES: o->codes = optarg; break;
 		case O_CALIB: o->calib = optarg; break;

@@ -75,7 +75,7 @@ static const struct sf_cmd cmd = {
 	options,
 	"  sf-place --method coact coact.sfc -o coact.json\n"
 	"  sf-place --method identity coact.sfc -o identity.json\n"
-	"  sf-place --eval test.sft --model models/mix4-5m identity.json coact.json\n",
+	"  sf-place --eval test.sft --model models/mix4-1m identity.json coact.json\n",
 };
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -111,9 +111,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_MAX_MEMORY:
 			o->max_memory = sf_opt_u64("--max-memory", optarg, 1, UINT64_MAX);
 			break;
-		case 'o': o->output = optarg; break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_EVAL: o->eval_trace = optarg; break;
-		case OPT_MODEL: o->model_dir = optarg; break;
+		case OPT_MODEL: o->model_dir = sf_opt_path("--model", optarg); break;
 		case OPT_JSON: o->json = 1; break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;

@@ -250,7 +250,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	refuse_unsupported(argc, argv);
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
 		case 'p': o->prompt = optarg; break;
 		case 'n':
 			if (strcmp(optarg, "-1") == 0)
@@ -261,7 +261,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_TEMP: o->temp = sf_opt_f64("--temp", optarg, 0.0, 100.0); break;
 		case OPT_TOP_P: o->top_p = sf_opt_f64("--top-p", optarg, 0.0, 1.0); break;
 		case 's': o->seed = sf_opt_u64("--seed", optarg, 0, UINT64_MAX); break;
-		case 'f': o->prompt_file = optarg; break;
+		case 'f': o->prompt_file = sf_opt_path("--file", optarg); break;
 		case OPT_TOP_K: o->top_k = (int)sf_opt_u64("--top-k", optarg, 0, INT32_MAX); break;
 		case OPT_MIN_P: o->min_p = sf_opt_f64("--min-p", optarg, 0.0, 1.0); break;
 		case OPT_REPEAT_PENALTY:
@@ -280,7 +280,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->max_tokens = sf_opt_u64("--max-tokens", optarg, 2, UINT64_MAX);
 			break;
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
-		case OPT_STATS: o->stats_file = optarg; break;
+		case OPT_STATS: o->stats_file = sf_opt_path("--stats", optarg); break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case OPT_BUDGET:
 			so->select = SF_SPARSE_BUDGET;

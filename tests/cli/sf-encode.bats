@@ -217,3 +217,12 @@ info() { sf-encode --info "$1"; }
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-encode: (stdout): No space left on device" ]
 }
+
+@test "-o \"\" and --model \"\" are usage errors" {
+	run --separate-stderr sf-encode --model "$MODEL" -o ""
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --output: an empty name" ]
+	run --separate-stderr sf-pack --model "" -o "$T/x.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --model: an empty name" ]
+}

@@ -350,3 +350,12 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "$status" -eq 0 ]
 	echo "$output" | jq -e '.pp > 0 and .tg > 0 and .batch == 4 and .decode_tokens == 8'
 }
+
+@test "an empty --model, --stats or --file is a usage error" {
+	run --separate-stderr sf-run --model "" -p x
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --model: an empty name" ]
+	run --separate-stderr sf-run --model "$MODEL" -p x --stats ""
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --stats: an empty name" ]
+}
