@@ -363,10 +363,8 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 }
 
 @test "a write error on standard output is reported once" {
-	[ -w /dev/full ] || skip "no /dev/full"
-	run --separate-stderr sh -c 'sf-coact -q "$1" >/dev/full' _ "$(T a.sft)"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-coact: (stdout): write error: No space left on device" ]
+	stdout_full_once "sf-coact: (stdout): write error: No space left on device" \
+		sf-coact -q "$(T a.sft)"
 }
 
 @test "no trace given at a terminal: a line says standard input is read" {

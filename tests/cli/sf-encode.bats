@@ -212,10 +212,8 @@ info() { sf-encode --info "$1"; }
 }
 
 @test "-o - : a write error on standard output is reported once" {
-	[ -w /dev/full ] || skip "no /dev/full"
-	run --separate-stderr sh -c 'sf-encode -q --model "$1" --method scalar --layers 0 -o - >/dev/full' _ "$MODEL"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-encode: (stdout): No space left on device" ]
+	stdout_full_once "sf-encode: (stdout): No space left on device" \
+		sf-encode -q --model "$MODEL" --method scalar --layers 0 -o -
 }
 
 @test "-o \"\" and --model \"\" are usage errors" {

@@ -233,8 +233,6 @@ is_permutation() {
 }
 
 @test "a write error on standard output is reported once" {
-	[ -w /dev/full ] || skip "no /dev/full"
-	run --separate-stderr sh -c 'sf-place -q "$1" >/dev/full' _ "$D/prof.sfc"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-place: (stdout): write failed: No space left on device" ]
+	stdout_full_once "sf-place: (stdout): write failed: No space left on device" \
+		sf-place -q "$D/prof.sfc"
 }

@@ -206,10 +206,8 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 }
 
 @test "a write error on standard output is reported once" {
-	[ -w /dev/full ] || skip "no /dev/full"
-	run --separate-stderr sh -c 'sf-profile -q -m "$1" "$2" >/dev/full' _ "$MODEL" "$KJV"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-profile: (stdout): write error: No space left on device" ]
+	stdout_full_once "sf-profile: (stdout): write error: No space left on device" \
+		sf-profile -q -m "$MODEL" "$KJV"
 }
 
 @test "--progress into a log: the final line with rate and no ETA" {

@@ -286,10 +286,8 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 }
 
 @test "a write error on standard output is reported once" {
-	[ -w /dev/full ] || skip "no /dev/full"
-	run --separate-stderr sh -c 'sf-run -q --model "$1" -p "In the" -n 4 >/dev/full' _ "$MODEL"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-run: write error on standard output: No space left on device" ]
+	stdout_full_once "sf-run: write error on standard output: No space left on device" \
+		sf-run -q --model "$MODEL" -p "In the" -n 4
 }
 
 @test "--ppl --progress into a log: lines with rate, ETA and ppl, the last without ETA" {

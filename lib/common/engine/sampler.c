@@ -98,6 +98,19 @@ static int by_prob_desc(const void *a, const void *b)
 	return x->index - y->index;	/* a total order keeps sampling deterministic */
 }
 
+/* The candidate of c[0..last] where the cumulative probability passes r
+ * (coin times their mass). */
+static int draw(const struct sf_prob_index *c, int last, float r)
+{
+	float cdf = 0.0f;
+	for (int i = 0; i <= last; i++) {
+		cdf += c[i].prob;
+		if (r < cdf)
+			return c[i].index;
+	}
+	return c[last].index;
+}
+
 /* Nucleus sampling: the smallest set of most likely tokens whose
  * probability reaches top_p. Tokens below (1 - top_p) / (n - 1) cannot be
  * in that set, so they are dropped before sorting. */
@@ -124,13 +137,7 @@ static int sample_top_p(struct sf_sampler *s, const float *p, float coin)
 			break;
 		}
 	}
-	float r = coin * mass, cdf = 0.0f;
-	for (int i = 0; i <= last; i++) {
-		cdf += s->candidates[i].prob;
-		if (r < cdf)
-			return s->candidates[i].index;
-	}
-	return s->candidates[last].index;
+	return draw(s->candidates, last, coin * mass);
 }
 
 /* llama.cpp's repetition penalty: once per distinct token of the window
@@ -181,13 +188,7 @@ static int sample_truncated(struct sf_sampler *s, const float *p, float coin)
 	mass = 0.0f;
 	for (int i = 0; i <= last; i++)
 		mass += s->candidates[i].prob;
-	float r = coin * mass, cdf = 0.0f;
-	for (int i = 0; i <= last; i++) {
-		cdf += s->candidates[i].prob;
-		if (r < cdf)
-			return s->candidates[i].index;
-	}
-	return s->candidates[last].index;
+	return draw(s->candidates, last, coin * mass);
 }
 
 int sf_sample(struct sf_sampler *s, float *logits)
