@@ -855,7 +855,7 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 		sf_progress_update(&pr, acc.scored, (double)acc.scored / (double)(n - 1));
 	}
 	sf_progress_end(&pr, acc.scored);
-	S->prompt_tokens = n;
+	S->prompt_tokens = acc.scored ? acc.scored + 1 : 0;	/* n, unless interrupted */
 	S->prompt_s = sf_now() - t0;
 	free(tokens);
 	if (acc.scored == 0)	/* interrupted before the first window */
