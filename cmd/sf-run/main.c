@@ -100,7 +100,8 @@ static const struct sf_opt options[] = {
 	  "(default %s)", SF_STR(DEFAULT_REPEAT_LAST_N), 0 },
 	{ "seed", 's', "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
-	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text", NULL, 0 },
+	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text\n"
+	  "(default: not printed)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
 	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
 	  "--ppl with --model (default %s); the output is the same", SF_STR(DEFAULT_BATCH), 0 },
@@ -111,7 +112,8 @@ static const struct sf_opt options[] = {
 	{ "window", OPT_WINDOW, "N", "--ppl: tokens scored per window (default %s)",
 	  SF_STR(DEFAULT_WINDOW), 0 },
 	{ "stats", OPT_STATS, "FILE", "write timings (IMAGE: the --bench figures) as JSON\n"
-	  "to FILE", NULL, 0 },
+	  "to FILE; \"-\": standard output, the text then to\n"
+	  "standard error", NULL, 0 },
 	{ "bench", OPT_BENCH, NULL, "print the figures as JSON instead of text: \"pp\"\n"
 	  "and \"tg\" (prompt and decode tokens/s, as llama-bench),\n"
 	  "with IMAGE the sparse decoder's", NULL, 0 },
