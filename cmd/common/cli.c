@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -18,8 +19,63 @@
 #include "base/guard.h"
 #include "base/vocab.h"
 #include "engine/cpu.h"
+#include "formats/model.h"
 
 const char *sf_progname = "sparseflash";
+
+// --- interrupts (SIGINT, SIGTERM, SIGHUP)
+
+static const int interrupt_signals[] = { SIGINT, SIGTERM, SIGHUP };
+static volatile sig_atomic_t interrupted, interruptible;
+
+_Noreturn void sf_cli_reraise(int sig)
+{
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	sigset_t set;
+
+	sf_guard_unlink_tmps();
+	sigemptyset(&dfl.sa_mask);
+	sigaction(sig, &dfl, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	raise(sig);
+	_exit(128 + sig);	/* not reached: the default action ends the process */
+}
+
+/* Async-signal-safe: an atomic flag, or sf_cli_reraise's unlink,
+ * sigaction, sigprocmask, raise and _exit. */
+static void on_interrupt(int sig)
+{
+	if (interruptible && !interrupted) {
+		interrupted = sig;
+		return;
+	}
+	sf_cli_reraise(sig);
+}
+
+static void catch_interrupts(void)
+{
+	for (size_t i = 0; i < sizeof(interrupt_signals) / sizeof(interrupt_signals[0]); i++) {
+		struct sigaction sa = { .sa_handler = on_interrupt, .sa_flags = SA_RESTART }, old;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(interrupt_signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;	/* ignored by whoever started us: stays so */
+		sigaction(interrupt_signals[i], &sa, NULL);
+	}
+}
+
+void sf_cli_interruptible(int on)
+{
+	interruptible = on;
+	if (!on && interrupted)
+		sf_cli_reraise(interrupted);
+}
+
+int sf_cli_interrupted(void)
+{
+	return interrupted;
+}
 
 void sf_cli_start(const char *progname)
 {
@@ -27,13 +83,17 @@ void sf_cli_start(const char *progname)
 
 	sf_progname = progname;
 	sf_catch_sigbus();
+	catch_interrupts();
 	if (ref && *ref && strcmp(ref, "0") != 0)
 		sf_cpu_use(SF_ISA_REF);
 }
 
+static int errors_printed;	/* by sf_error: sf_close_stdout says no more */
+
 void sf_error(const char *fmt, ...)
 {
 	va_list ap;
+	errors_printed++;
 	fprintf(stderr, "%s: ", sf_progname);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -260,6 +320,13 @@ unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
 	return mask;
 }
 
+const char *sf_opt_path(const char *opt, const char *s)
+{
+	if (!*s)
+		sf_usage_error("%s: an empty name", opt);
+	return s;
+}
+
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
 	uint64_t v;
@@ -291,12 +358,11 @@ int sf_close_stdout(void)
 
 	if (fclose(stdout) != 0)
 		bad = 1;
-	if (bad) {
+	if (bad && !errors_printed) {
 		sf_error("write error on standard output: %s",
 			 errno ? strerror(errno) : "unknown error");
-		return 1;
 	}
-	return 0;
+	return bad;
 }
 
 int sf_cli_progress_on(int progress, int quiet)
@@ -307,25 +373,35 @@ int sf_cli_progress_on(int progress, int quiet)
 void sf_progress_init(struct sf_progress *p, int progress, int quiet, const char *unit)
 {
 	p->on = sf_cli_progress_on(progress, quiet);
+	p->tty = isatty(STDERR_FILENO);
 	p->unit = unit;
 	p->t0 = p->last = sf_now();
+	p->note[0] = '\0';
 }
 
+/* fraction > 1: the final line (the time taken, no ETA). */
 static void progress_line(struct sf_progress *p, uint64_t done, double fraction, double t)
 {
 	double rate = t > p->t0 ? (double)done / (t - p->t0) : 0.0;
-	fprintf(stderr, "\r%s: %llu %s, %.1f %s/s", sf_progname, (unsigned long long)done,
-		p->unit, rate, p->unit);
+	fprintf(stderr, "%s%s: %llu %s", p->tty ? "\r" : "", sf_progname,
+		(unsigned long long)done, p->unit);
+	if (fraction > 1)
+		fprintf(stderr, " in %.1f s", t - p->t0);
+	fprintf(stderr, ", %.3g %s/s", rate, p->unit);
 	if (fraction > 0 && fraction < 1)
-		fprintf(stderr, ", ETA %.0f s  ", (t - p->t0) * (1 - fraction) / fraction);
-	else
-		fputs("  ", stderr);
+		fprintf(stderr, ", ETA %.0f s", (t - p->t0) * (1 - fraction) / fraction);
+	if (p->note[0])
+		fprintf(stderr, "; %s", p->note);
+	/* at a terminal: erase what a longer line before left */
+	fputs(p->tty ? "\033[K" : "\n", stderr);
 }
 
 void sf_progress_update(struct sf_progress *p, uint64_t done, double fraction)
 {
 	double t;
-	if (!p->on || (t = sf_now()) - p->last < 0.5)
+	/* all done: the final line follows */
+	if (!p->on || fraction >= 1 ||
+	    (t = sf_now()) - p->last < (p->tty ? 0.5 : SF_PROGRESS_LOG_SECONDS))
 		return;
 	p->last = t;
 	progress_line(p, done, fraction, t);
@@ -335,8 +411,26 @@ void sf_progress_end(struct sf_progress *p, uint64_t done)
 {
 	if (!p->on)
 		return;
-	progress_line(p, done, 1.0, sf_now());
-	fputc('\n', stderr);
+	progress_line(p, done, 2.0, sf_now());
+	if (p->tty)
+		fputc('\n', stderr);
+}
+
+void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, int threads)
+{
+	const struct sf_config *c = &m->cfg;
+	/* from the shapes, in 64 bits: a 7B model's count overflows int */
+	uint64_t dim = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
+	uint64_t kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + 3 * dim * (uint64_t)c->hidden_dim +
+			 (c->qkv_bias ? q + 2 * kv : 0);
+	uint64_t params = (uint64_t)c->vocab_size * dim * (c->tie_embeddings ? 1 : 2) + dim +
+			  (uint64_t)c->n_layers * layer;
+
+	fprintf(stderr, "%s: %s: %s, %llu parameters, %s, %d layers, dim %d, context %d of %d, "
+		"fingerprint %s; kernels %s, %d threads\n", sf_progname, name, sf_arch_name(c->arch),
+		(unsigned long long)params, sf_dtype_name(m->embed.dtype), c->n_layers, c->dim, ctx,
+		c->max_seq_len, m->fingerprint, sf_isa_name(sf_cpu_isa()), threads);
 }
 
 // --- outputs

@@ -22,7 +22,8 @@ enum { SF_EXIT_OK = 0, SF_EXIT_FAIL = 1, SF_EXIT_USAGE = 2 };
 extern const char *sf_progname;
 
 /* What every command does first: names itself for messages, installs the
- * SIGBUS guard (sf_catch_sigbus) and applies the environment the library
+ * SIGBUS guard (sf_catch_sigbus) and the interrupt handler
+ * (sf_cli_interruptible) and applies the environment the library
  * never reads: SF_REF=1 makes every kernel family use its plain C
  * reference (engine/cpu.h). */
 void sf_cli_start(const char *progname);
@@ -105,17 +106,26 @@ void sf_opt_layer_range(const char *opt, const char *s, int max, int *lo, int *h
 #define SF_GROUPS_ALIASES 1
 unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags);
 
+/* A file or directory name: an empty one is a usage error
+ * ("--model: an empty name"), not the current or root directory. */
+const char *sf_opt_path(const char *opt, const char *s);
+
 /* Option-value parsers for getopt loops: on a bad value they print
  * "prog: --opt: 'value' is not ...: expected MIN..MAX" and exit 2. */
 uint64_t sf_opt_u64(const char *opt, const char *s, uint64_t min, uint64_t max);
 double sf_opt_f64(const char *opt, const char *s, double min, double max);
 
-/* Progress on stderr ("\rprog: DONE UNIT, RATE UNIT/s, ETA"), at most
- * twice a second, when stderr is a terminal or on request. */
+/* Progress on stderr: "prog: DONE UNIT, RATE UNIT/s, ETA N s[; NOTE]",
+ * when stderr is a terminal (unless -q) or with --progress. At a terminal
+ * one line rewritten in place (\r) twice a second; elsewhere (a log) one
+ * line ended by \n every SF_PROGRESS_LOG_SECONDS. The final line,
+ * "prog: DONE UNIT in T s, RATE UNIT/s", has no ETA. */
+#define SF_PROGRESS_LOG_SECONDS 5
 struct sf_progress {
-	int on;
+	int on, tty;
 	const char *unit;
 	double t0, last;
+	char note[96];		/* the caller's text after the figures, or "" */
 };
 /* The one rule of --progress and -q: progress when asked for, or on a
  * terminal unless -q. */
@@ -157,8 +167,34 @@ void sf_out_check_path(const char *path, const char *const *inputs);
  * before (AddressSanitizer's) or to the default action. */
 void sf_catch_sigbus(void);
 
-/* Flushes and closes stdout; reports a write error and returns 1 on
- * failure so main can `return sf_close_stdout() ? 1 : status;`. */
+/* SIGINT, SIGTERM and SIGHUP (installed by sf_cli_start, unless the
+ * signal was ignored when the command started, as in a background job of
+ * a script): the handler removes the pending temporary outputs (guard.h)
+ * and ends the process by the signal again, so the shell sees 130 for
+ * SIGINT and 143 for SIGTERM. A stale temporary "X.tmp.XXXXXX" left by a
+ * SIGKILL is never removed by a later run: its name is unique, so it is
+ * in nobody's way, and it may be another running command's.
+ *
+ * A command that has something to finish (sf-run: the text decoded so
+ * far, its timing line and --stats) calls sf_cli_interruptible(1) around
+ * its loop and polls sf_cli_interrupted(): the first signal only sets the
+ * flag, a second ends the process at once. sf_cli_interruptible(0)
+ * returns to the immediate handling (a blocking read of the prompt must
+ * stay interruptible). */
+void sf_cli_interruptible(int on);
+int sf_cli_interrupted(void);	/* the signal received, or 0 */
+/* Removes the temporaries and ends the process by sig (exit 128 + sig). */
+_Noreturn void sf_cli_reraise(int sig);
+
+/* -v's model line on stderr: "prog: NAME: ARCH, N parameters, DTYPE, L
+ * layers, dim D, context C of MAX, fingerprint F; kernels K, T threads". */
+struct sf_model;
+void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, int threads);
+
+/* Flushes and closes stdout; returns 1 on a write error, so main can
+ * `return sf_close_stdout() ? 1 : status;`, and reports it unless an error
+ * was printed already (the one that stopped the command, often this
+ * same write error: said once). */
 int sf_close_stdout(void);
 
 #endif

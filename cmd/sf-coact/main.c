@@ -36,7 +36,7 @@ struct options {
 	int layer_lo, layer_hi;
 	uint64_t max_memory;
 	int threads;
-	int progress, quiet;
+	int progress, quiet, verbose;
 };
 
 enum { OPT_LAYERS = SF_OPT_FIRST, OPT_MERGE, OPT_SCORES, OPT_MERGE_SCORES, OPT_INFO,
@@ -69,6 +69,7 @@ static const struct sf_opt options[] = {
 	SF_OPT_THREADS,
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
 	SF_OPT_END,
 };
 _Static_assert(DEFAULT_MAX_MEMORY == (uint64_t)16 << 30, "--help says 16G");
@@ -102,7 +103,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'o': o->output = optarg; break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_LAYERS:
 			sf_opt_layer_range("--layers", optarg, SF_TRACE_MAX_LAYERS, &o->layer_lo,
 					   &o->layer_hi);
@@ -126,6 +127,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case 't': o->threads = sf_opt_threads(optarg); break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
 		}
 	}
 	if (modes > 1)
@@ -175,7 +177,7 @@ static int check_memory(const struct sf_coact *c, const struct options *o, int a
 		last = c->slots[s].layer;
 		ngroups++;
 	}
-	if (!o->quiet)
+	if (o->verbose)
 		fprintf(stderr, "%s: %d layer(s), %d layer-group(s): statistics need %llu bytes "
 			"(%.1f MiB)\n", sf_progname, nlayers, ngroups, (unsigned long long)need,
 			(double)need / (1 << 20));
@@ -250,6 +252,9 @@ static int from_traces(const struct options *o, struct sf_pool *pool)
 		sf_error("%s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
+	if (!o->ninputs && !o->quiet && isatty(STDIN_FILENO))
+		fprintf(stderr, "%s: no trace given: reading one from standard input (sf-profile "
+			"... | sf-coact)\n", sf_progname);
 	for (int i = 0; i < n && !ret; i++)
 		if ((ret = sf_trace_open(&r[i], inputs[i], &e)))
 			sf_error("%s", e.msg);

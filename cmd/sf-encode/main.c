@@ -32,7 +32,7 @@ struct options {
 	int ncorpora;
 	enum sf_code_method method;
 	uint64_t seed, calib_tokens;
-	int threads, window, merge, calibrate, progress;
+	int threads, window, merge, calibrate, progress, quiet, verbose;
 	char **inputs;		/* --merge */
 	int ninputs;
 };
@@ -66,6 +66,8 @@ static const struct sf_opt options[] = {
 	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "--calibrate: layers that stay dense\n"
 	  "(LAYERS in sparseflash(7), e.g. 0,3 or 1:1)", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
 	SF_OPT_END,
 };
 
@@ -98,8 +100,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
-		case 'o': o->output = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_METHOD:
 			/* a well-formed request the tool cannot serve: exit 1 */
 			if (sf_codes_method_parse(optarg, &o->method)) {
@@ -129,6 +131,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 20); break;
 		case OPT_DENSE_LAYERS: o->dense_layers = optarg; break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
+		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
 		}
 	}
 	o->inputs = argv + optind;
@@ -240,7 +244,9 @@ struct encode_sink {
 	struct sf_sfq_writer *w;	/* NULL: into the in-memory file */
 	struct sf_sfq *mem;
 	json_t *stats;
-	int progress;
+	int verbose;
+	size_t done;			/* sections written */
+	struct sf_progress progress;
 };
 
 static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_stats *st,
@@ -266,9 +272,11 @@ static int sink(void *arg, size_t i, const uint8_t *data, const struct sf_codes_
 	json_array_append_new(S->stats, json_pack("{s:i,s:s,s:f,s:o}", "layer", s->layer,
 						  "group", sf_group_name(s->group), "relative",
 						  ss > 0 ? sse / ss : 0.0, "matrices", mats));
-	if (S->progress)
+	if (S->verbose)
 		fprintf(stderr, "%s: layer %d %s: relative error %.4f\n", sf_progname, s->layer,
 			sf_group_name(s->group), ss > 0 ? sse / ss : 0.0);
+	S->done++;
+	sf_progress_update(&S->progress, S->done, (double)S->done / (double)S->mem->nsections);
 	return ret;
 }
 
@@ -314,8 +322,10 @@ static int encode(const struct sf_model *m, const struct options *o, struct sf_p
 {
 	struct sf_sfq d;
 	struct sf_err e = { 0 };
-	struct encode_sink S = { .stats = json_array(), .progress = o->progress };
+	struct encode_sink S = { .stats = json_array(), .verbose = o->verbose };
 	int ret;
+
+	sf_progress_init(&S.progress, o->progress, o->quiet, "groups");
 
 	if ((ret = describe(&d, m, o, layers, groups))) {
 		sf_error("%s", strerror(-ret));
@@ -343,6 +353,7 @@ static int encode(const struct sf_model *m, const struct options *o, struct sf_p
 		sf_error("%s", e.msg);
 		goto out;
 	}
+	sf_progress_end(&S.progress, d.nsections);
 	if (S.w) {
 		ret = sf_sfq_writer_close(S.w, &e);
 		S.w = NULL;
@@ -389,9 +400,15 @@ static int read_tokens(const struct options *o, const struct sf_tokenizer *tok, 
 	return 0;
 }
 
+static void calib_progress(void *arg, int done, int total)
+{
+	sf_progress_update(arg, (uint64_t)done, (double)done / total);
+}
+
 static int calibrate(const struct sf_model *m, const struct options *o, struct sf_pool *pool,
 		     const uint8_t *dense)
 {
+	struct sf_progress pr;
 	struct sf_tokenizer *tok = NULL;
 	struct sf_sfq q = { 0 };
 	struct sf_calib C = { 0 };
@@ -401,7 +418,8 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 	size_t ntok = 0;
 	int ret;
 
-	struct sf_calib_opts co = { budgets, parse_budgets(o->budgets, budgets), dense, o->window };
+	struct sf_calib_opts co = { .budgets = budgets, .nbudgets = parse_budgets(o->budgets, budgets),
+				    .dense_layers = dense, .window = o->window };
 	if (o->window > m->cfg.max_seq_len)
 		sf_usage_error("--window: %d is more than the model's %d positions", o->window,
 			       m->cfg.max_seq_len);
@@ -431,13 +449,17 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 	}
 	if ((ret = read_tokens(o, tok, &tokens, &ntok)))
 		goto out;
-	if (o->progress)
+	if (o->verbose)
 		fprintf(stderr, "%s: calibrating on %zu tokens, %zu budgets\n", sf_progname, ntok,
 			co.nbudgets);
+	sf_progress_init(&pr, o->progress, o->quiet, "layers");
+	co.progress = calib_progress;
+	co.progress_arg = &pr;
 	if ((ret = sf_calib_run(&C, m, &q, tokens, ntok, &co, pool, &e))) {
 		sf_error("%s", e.msg);
 		goto out;
 	}
+	sf_progress_end(&pr, (uint64_t)m->cfg.n_layers);
 	C.producer = producer_json(o);
 	const char *inputs[MAX_CORPORA + 2];	/* what this run read, NULL-terminated */
 	int ni = 0;

@@ -1,6 +1,7 @@
 /* sf-pack: lays a model, its placement, codes and tier sizes out as the
  * flash image sf-run decodes from; --verify checks an image's every
  * checksum, --info summarises it as JSON. See man/sf-pack.1. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "formats/codes.h"
 #include "formats/image.h"
 #include "formats/model.h"
+#include "engine/forward.h"
 #include "formats/placement.h"
 #include "engine/tokenizer.h"
 
@@ -21,11 +23,11 @@ struct options {
 	const char *model_dir, *placement, *codes, *calib, *keep, *resident, *dtype_name;
 	const char *output, *verify, *info;
 	unsigned resident_mask;
-	int dtype, progress;
+	int dtype, progress, quiet, verbose, dry_run;
 };
 
 enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_VERIFY,
-       O_INFO };
+       O_INFO, O_DRY_RUN };
 
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
@@ -40,7 +42,11 @@ static const struct sf_opt options[] = {
 	  DEFAULT_DTYPE, 0 },
 	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
 	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image", NULL, 0 },
+	{ "dry-run", O_DRY_RUN, NULL, "write nothing: print the image's size, its resident\n"
+	  "bytes and the least --ram of sf-run as JSON", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
+	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
 	SF_OPT_END,
 };
 
@@ -48,6 +54,7 @@ static const struct sf_cmd cmd = {
 	"Usage: sf-pack --model DIR [options] -o model.sfimg\n"
 	"       sf-pack --verify IMAGE\n"
 	"       sf-pack --info IMAGE\n"
+	"       sf-pack --model DIR [options] --dry-run\n"
 	"Pack a model into the flash image sf-run decodes from: the resident\n"
 	"weights, then per layer and group the top-tier bundles and middle-tier\n"
 	"codes in placement order, every region 4 KiB aligned and checksummed.\n",
@@ -55,7 +62,8 @@ static const struct sf_cmd cmd = {
 	"  sf-pack --model models/mix4-1m --placement coact.json --codes codes.sfq \\\n"
 	"    --calib calib.json -o mix4-1m.sfimg\n"
 	"  sf-pack --model models/mix4-1m --resident attention --dtype f32 -o a.sfimg\n"
-	"  sf-pack --verify mix4-1m.sfimg && sf-pack --info mix4-1m.sfimg | jq .sizes\n",
+	"  sf-pack --verify mix4-1m.sfimg && sf-pack --info mix4-1m.sfimg | jq .sizes\n"
+	"  sf-pack --model models/mix4-1m --dry-run | jq .ram_at_least\n",
 };
 
 static void parse_args(int argc, char **argv, struct options *o)
@@ -65,8 +73,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 	o->dtype_name = DEFAULT_DTYPE;
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
-		case 'o': o->output = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case O_PLACEMENT: o->placement = optarg; break;
 		case O_CODES: o->codes = optarg; break;
 		case O_CALIB: o->calib = optarg; break;
@@ -75,7 +83,10 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_DTYPE: o->dtype_name = optarg; break;
 		case O_VERIFY: o->verify = optarg; break;
 		case O_INFO: o->info = optarg; break;
+		case O_DRY_RUN: o->dry_run = 1; break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
+		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
 		}
 	}
 	if (optind < argc)
@@ -90,9 +101,11 @@ static void parse_args(int argc, char **argv, struct options *o)
 	}
 	if (!o->model_dir)
 		sf_usage_error("--model DIR is required");
-	if (!o->output)
+	if (o->dry_run && o->output)
+		sf_usage_error("--dry-run writes nothing: no -o");
+	if (!o->output && !o->dry_run)
 		sf_usage_error("-o FILE is required");
-	if (!strcmp(o->output, "-"))
+	if (o->output && !strcmp(o->output, "-"))
 		sf_usage_error("-o: an image is written to a file, not to standard output");
 	if (!strcmp(o->dtype_name, "keep"))
 		o->dtype = SF_IMAGE_DTYPE_KEEP;
@@ -129,6 +142,32 @@ static json_t *producer(const struct options *o)
 			 opt);
 }
 
+/* --dry-run: the image's figures, and the least --ram of sf-run: what
+ * it reads into memory (header, resident, index, codebook) and its KV
+ * cache and run state at the model's context; the process itself and the
+ * read buffers come on top (sf-run's refusal gives the exact figure). */
+static int estimate(const struct sf_image_pack_opts *po, struct sf_err *e)
+{
+	struct sf_image_estimate est;
+	const struct sf_config *c = &po->model->cfg;
+	int ret = sf_image_pack_estimate(po, &est, e);
+
+	if (ret)
+		return ret;
+	uint64_t state = sf_state_bytes(c, c->max_seq_len);
+	json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I}",
+			      "image_bytes", (json_int_t)est.bytes,
+			      "header_bytes", (json_int_t)est.header,
+			      "resident_bytes", (json_int_t)est.resident,
+			      "flash_bytes", (json_int_t)est.flash,
+			      "context", c->max_seq_len, "state_bytes", (json_int_t)state,
+			      "ram_at_least", (json_int_t)(est.header + est.resident + state));
+	if (!j || json_dumpf(j, stdout, JSON_INDENT(1)) || fputc('\n', stdout) == EOF)
+		ret = sf_err_set(e, -EIO, "(stdout): cannot write the estimate");
+	json_decref(j);
+	return ret;
+}
+
 static int pack(const struct options *o)
 {
 	const char *inputs[5], *const given[] = { o->placement, o->codes, o->calib, o->keep };
@@ -160,7 +199,7 @@ static int pack(const struct options *o)
 	    (o->keep && (ret = sf_image_keep_read(&keep, o->keep, &m, &e))))
 		goto out;
 	prod = producer(o);
-	sf_progress_init(&pr, o->progress, 0, "MiB");
+	sf_progress_init(&pr, o->progress, o->quiet, "MiB");
 	struct sf_image_pack_opts po = {
 		.model = &m, .model_dir = o->model_dir,
 		.placement = o->placement ? &pl : NULL, .placement_path = o->placement,
@@ -170,9 +209,16 @@ static int pack(const struct options *o)
 		.resident = o->resident_mask, .dtype = o->dtype, .producer = prod,
 		.progress = progress, .progress_arg = &pr,
 	};
+	if (o->dry_run) {
+		ret = estimate(&po, &e);
+		goto out;
+	}
 	if ((ret = sf_image_pack(o->output, &po, &written, &e)))
 		goto out;
 	sf_progress_end(&pr, written >> 20);
+	if (o->verbose)
+		fprintf(stderr, "%s: %s: %llu bytes\n", sf_progname, o->output,
+			(unsigned long long)written);
 out:
 	if (ret)
 		sf_error("%s", e.msg);

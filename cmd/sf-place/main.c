@@ -35,7 +35,7 @@ struct options {
 	const char *output;
 	const char *eval_trace;		/* --eval */
 	const char *model_dir;
-	int json, progress, quiet;
+	int json, progress, quiet, verbose;
 	char **inputs;			/* the .sfc, or the placements with --eval */
 	int ninputs;
 };
@@ -62,6 +62,7 @@ static const struct sf_opt options[] = {
 	SF_OPT_THREADS,
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
 	SF_OPT_END,
 };
 _Static_assert(DEFAULT_MAX_MEMORY == 8ull << 30, "--help says 8G");
@@ -74,7 +75,7 @@ static const struct sf_cmd cmd = {
 	options,
 	"  sf-place --method coact coact.sfc -o coact.json\n"
 	"  sf-place --method identity coact.sfc -o identity.json\n"
-	"  sf-place --eval test.sft --model models/mix4-5m identity.json coact.json\n",
+	"  sf-place --eval test.sft --model models/mix4-1m identity.json coact.json\n",
 };
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -110,13 +111,14 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_MAX_MEMORY:
 			o->max_memory = sf_opt_u64("--max-memory", optarg, 1, UINT64_MAX);
 			break;
-		case 'o': o->output = optarg; break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_EVAL: o->eval_trace = optarg; break;
-		case OPT_MODEL: o->model_dir = optarg; break;
+		case OPT_MODEL: o->model_dir = sf_opt_path("--model", optarg); break;
 		case OPT_JSON: o->json = 1; break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
 		}
 	}
 	o->inputs = argv + optind;
@@ -217,8 +219,10 @@ static int run_place(const struct options *o)
 	struct sf_err e = { 0 };
 	uint32_t *perm = NULL;
 	json_t *meta = NULL;
+	struct sf_progress pr;
 	int status = SF_EXIT_FAIL;
 
+	sf_progress_init(&pr, o->progress, o->quiet, "groups");
 	if (sf_coact_load(&c, path, o->layer_lo, o->layer_hi, &e)) {
 		sf_error("%s", e.msg);
 		goto out;
@@ -255,12 +259,14 @@ static int run_place(const struct options *o)
 			sf_error("%s", e.msg);
 			goto out;
 		}
-		if (sf_cli_progress_on(o->progress, o->quiet))
+		if (o->verbose)
 			fprintf(stderr, "%s: layer %d %s: %u entries, %s: %.3f runs/token predicted "
 				"(%.2f s)\n", sf_progname, sl->layer, sf_group_name(sl->group),
 				sl->entries, sf_place_method_name(o->method),
 				pl.groups[i].predicted_runs, sf_now() - t0);
+		sf_progress_update(&pr, (uint64_t)i + 1, (double)(i + 1) / c.nslots);
 	}
+	sf_progress_end(&pr, (uint64_t)c.nslots);
 	meta = json_pack("{s:{s:s, s:s}, s:s, s:O*}", "producer", "program", "sf-place", "version",
 			 SF_VERSION, "statistics", path, "sources", c.sources);
 	if (sf_placement_write(&pl, o->output, meta, (const char *const[]){ path, NULL }, &e)) {

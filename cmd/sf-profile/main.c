@@ -37,7 +37,7 @@ struct options {
 	int context;
 	uint64_t max_tokens, max_docs;	/* 0: no limit */
 	int threads;
-	int dry_run, progress, quiet;
+	int dry_run, progress, quiet, verbose;
 };
 
 enum { OPT_FORMAT = SF_OPT_FIRST, OPT_FIELD, OPT_COLUMN, OPT_TASK, OPT_DENSITY, OPT_THRESHOLD,
@@ -70,6 +70,7 @@ static const struct sf_opt options[] = {
 	  "baseline)", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
+	SF_OPT_VERBOSE,
 	SF_OPT_END,
 };
 
@@ -94,8 +95,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
-		case 'o': o->output = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
+		case 'o': o->output = sf_opt_path("--output", optarg); break;
 		case OPT_FORMAT:
 			if (sf_corpus_format_parse(optarg, &o->corpus.format))
 				sf_usage_error("--format: '%s' is not text, jsonl, alpaca or csv", optarg);
@@ -128,6 +129,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_DRY_RUN: o->dry_run = 1; break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
+		case 'v': o->verbose = 1; break;
 		}
 	}
 	if (!o->model_dir)
@@ -230,6 +232,8 @@ static int session_open(struct session *S, const struct options *o)
 	}
 	if ((ret = sf_state_init(&S->state, cfg, o->context, &e)))
 		goto fail;
+	if (o->verbose)
+		sf_cli_model_summary(o->model_dir, &S->model, o->context, o->threads);
 	S->state.pool = S->pool;
 	S->state.skip_logits = 1;	/* teacher forcing: the activations are what counts */
 	return 0;

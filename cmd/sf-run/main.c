@@ -20,6 +20,7 @@
 #include "formats/image.h"
 #include "engine/kernels.h"
 #include "formats/model.h"
+#include "base/file.h"
 #include "base/pool.h"
 #include "engine/sampler.h"
 #include "online/selectinfer.h"
@@ -32,6 +33,10 @@
 #define DEFAULT_TEMP 0.8
 #define DEFAULT_TOP_P 0.95
 #define DEFAULT_SEED 42
+#define DEFAULT_TOP_K 0		/* off: llama.cpp's 40 would change the default text */
+#define DEFAULT_MIN_P 0.0
+#define DEFAULT_REPEAT_PENALTY 1.0
+#define DEFAULT_REPEAT_LAST_N 64
 #define DEFAULT_WINDOW 256
 #define DEFAULT_BATCH 64	/* prompt tokens per weight pass */
 #define MAX_PROMPT_BYTES (64u << 20)
@@ -41,10 +46,12 @@ struct options {
 	const char *model_dir;
 	const char *image;		/* the positional IMAGE: sparse decoding */
 	const char *prompt;		/* NULL: read stdin */
+	const char *prompt_file;	/* -f */
 	const char *ppl_file;
 	const char *stats_file;
 	long n_predict;			/* -1: until EOS or the context is full */
-	double temp, top_p;
+	double temp, top_p, min_p, repeat_penalty;
+	int top_k, repeat_last_n;
 	uint64_t seed;
 	int threads;
 	int ctx;			/* 0: the model's max_position_embeddings */
@@ -66,7 +73,8 @@ struct options {
 
 /* Keys of the long options; SPARSE in an entry's flags: the option only
  * the sparse decoder takes, so it needs an IMAGE (not --model). */
-enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_SEED, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
+enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENALTY,
+       OPT_REPEAT_LAST_N, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
        OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
        OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_NO_DIRECT,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
@@ -77,13 +85,23 @@ enum { SPARSE = 1 };
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory (dense, in RAM)", NULL, 0 },
 	{ "prompt", 'p', "TEXT", "prompt (default: read standard input)", NULL, 0 },
+	{ "file", 'f', "FILE", "read the prompt from FILE (one final newline dropped)", NULL, 0 },
 	{ "n-predict", 'n', "N", "tokens to generate, -1 until EOS or the context\n"
 	  "is full (default %s)", SF_STR(DEFAULT_N_PREDICT), 0 },
 	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", SF_STR(DEFAULT_TEMP), 0 },
 	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", SF_STR(DEFAULT_TOP_P), 0 },
-	{ "seed", OPT_SEED, "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
+	{ "top-k", OPT_TOP_K, "K", "sample from the K most likely tokens, 0 for all\n"
+	  "(default %s)", SF_STR(DEFAULT_TOP_K), 0 },
+	{ "min-p", OPT_MIN_P, "P", "drop tokens less likely than P times the most\n"
+	  "likely one (default %s)", "0", 0 },
+	{ "repeat-penalty", OPT_REPEAT_PENALTY, "R", "divide the logits of recent tokens by R\n"
+	  "(multiply if negative); 1 for none (default %s)", "1", 0 },
+	{ "repeat-last-n", OPT_REPEAT_LAST_N, "N", "recent: the last N tokens of the text\n"
+	  "(default %s)", SF_STR(DEFAULT_REPEAT_LAST_N), 0 },
+	{ "seed", 's', "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
-	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text", NULL, 0 },
+	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text\n"
+	  "(default: not printed)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
 	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
 	  "--ppl with --model (default %s); the output is the same", SF_STR(DEFAULT_BATCH), 0 },
@@ -94,7 +112,11 @@ static const struct sf_opt options[] = {
 	{ "window", OPT_WINDOW, "N", "--ppl: tokens scored per window (default %s)",
 	  SF_STR(DEFAULT_WINDOW), 0 },
 	{ "stats", OPT_STATS, "FILE", "write timings (IMAGE: the --bench figures) as JSON\n"
-	  "to FILE", NULL, 0 },
+	  "to FILE; \"-\": standard output, the text then to\n"
+	  "standard error", NULL, 0 },
+	{ "bench", OPT_BENCH, NULL, "print the figures as JSON instead of text: \"pp\"\n"
+	  "and \"tg\" (prompt and decode tokens/s, as llama-bench),\n"
+	  "with IMAGE the sparse decoder's", NULL, 0 },
 	SF_OPT_HEADING("Sparse decoding from IMAGE:"),
 	{ "budget", OPT_BUDGET, "B", "the image's calibrated tier sizes for budget B;\n"
 	  "1: every column top tier (default)", NULL, SPARSE },
@@ -148,8 +170,6 @@ static const struct sf_opt options[] = {
 	  "reads anyway join it (they cost no I/O)", NULL, SPARSE },
 	{ "simulate", OPT_SIMULATE, NULL, "same selection and compute from RAM, without I/O",
 	  NULL, SPARSE },
-	{ "bench", OPT_BENCH, NULL, "print the decoder's figures as JSON instead of text", NULL,
-	  SPARSE },
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
 	SF_OPT_VERBOSE,
@@ -171,6 +191,47 @@ static const struct sf_cmd cmd = {
 	"         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
 };
 
+/* llama.cpp options sf-run deliberately does not take, refused by name
+ * before getopt would read "-ngl" as "-n gl". */
+static const struct {
+	const char *names[3];
+	const char *why;
+} unsupported[] = {
+	{ { "-ngl", "--n-gpu-layers", "--gpu-layers" }, "sf-run runs on the CPU only" },
+	{ { "-fa", "--flash-attn" }, "sf-run runs on the CPU only" },
+	{ { "-mg", "--main-gpu" }, "sf-run runs on the CPU only" },
+	{ { "-ts", "--tensor-split" }, "sf-run runs on the CPU only" },
+	{ { "--mlock", "--no-mmap" }, "--model maps the weights; an IMAGE reads them from flash" },
+	{ { "-ctk", "--cache-type-k" }, "the KV cache is float32" },
+	{ { "-ctv", "--cache-type-v" }, "the KV cache is float32" },
+	{ { "-i", "--interactive", "-cnv" }, "give the prompt with -p, -f or standard input" },
+	{ { "--conversation", "-if", "--interactive-first" },
+	  "give the prompt with -p, -f or standard input" },
+	{ { "--lora", "--grammar", "-hf" }, "not supported by sf-run" },
+};
+
+static void refuse_unsupported(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		const char *a = argv[i];
+		for (size_t u = 0; u < sizeof(unsupported) / sizeof(unsupported[0]); u++)
+			for (int k = 0; k < 3 && unsupported[u].names[k]; k++)
+				if (!strcmp(a, unsupported[u].names[k]))
+					sf_usage_error("%s: llama.cpp's option is not supported: %s", a,
+						       unsupported[u].why);
+		/* skip the value of an option that takes one */
+		const struct sf_opt *p = NULL;
+		if (a[0] == '-' && a[1] && !a[2])
+			p = sf_cli_opt(&cmd, (unsigned char)a[1]);
+		else if (!strncmp(a, "--", 2) && !strchr(a, '='))
+			for (const struct sf_opt *q = options; q->name; q++)
+				if (*q->name && !strcmp(q->name, a + 2))
+					p = q;
+		if (p && p->arg)
+			i++;
+	}
+}
+
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	const struct sf_opt *opt;
@@ -179,6 +240,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 	*o = (struct options){
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
+		.top_k = DEFAULT_TOP_K, .min_p = DEFAULT_MIN_P,
+		.repeat_penalty = DEFAULT_REPEAT_PENALTY, .repeat_last_n = DEFAULT_REPEAT_LAST_N,
 		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = DEFAULT_BATCH,
 		.threads = sf_cli_threads_default(),
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
@@ -186,9 +249,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
 	};
 	sf_sparse_opts_default(so);
+	refuse_unsupported(argc, argv);
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = optarg; break;
+		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
 		case 'p': o->prompt = optarg; break;
 		case 'n':
 			if (strcmp(optarg, "-1") == 0)
@@ -198,7 +262,16 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_TEMP: o->temp = sf_opt_f64("--temp", optarg, 0.0, 100.0); break;
 		case OPT_TOP_P: o->top_p = sf_opt_f64("--top-p", optarg, 0.0, 1.0); break;
-		case OPT_SEED: o->seed = sf_opt_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case 's': o->seed = sf_opt_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case 'f': o->prompt_file = sf_opt_path("--file", optarg); break;
+		case OPT_TOP_K: o->top_k = (int)sf_opt_u64("--top-k", optarg, 0, INT32_MAX); break;
+		case OPT_MIN_P: o->min_p = sf_opt_f64("--min-p", optarg, 0.0, 1.0); break;
+		case OPT_REPEAT_PENALTY:
+			o->repeat_penalty = sf_opt_f64("--repeat-penalty", optarg, 1e-3, 1e3);
+			break;
+		case OPT_REPEAT_LAST_N:
+			o->repeat_last_n = (int)sf_opt_u64("--repeat-last-n", optarg, 0, 1u << 24);
+			break;
 		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
 		case OPT_ECHO: o->echo = 1; break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
@@ -209,7 +282,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->max_tokens = sf_opt_u64("--max-tokens", optarg, 2, UINT64_MAX);
 			break;
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
-		case OPT_STATS: o->stats_file = optarg; break;
+		case OPT_STATS: o->stats_file = sf_opt_path("--stats", optarg); break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case OPT_BUDGET:
 			so->select = SF_SPARSE_BUDGET;
@@ -315,8 +388,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 	if (compute_opt && o->rho < 0)
 		sf_usage_error("--static, --compute-delta, --alpha, --beta and --dense-layers "
 			       "need --compute-ratio");
-	if (o->ppl_file && o->prompt)
-		sf_usage_error("--ppl and --prompt cannot be combined");
+	if (o->ppl_file && (o->prompt || o->prompt_file))
+		sf_usage_error("--ppl and --%s cannot be combined", o->prompt ? "prompt" : "file");
+	if (o->prompt && o->prompt_file)
+		sf_usage_error("--prompt and --file cannot be combined");
 }
 
 /* Everything a run holds, freed in one place. */
@@ -331,6 +406,9 @@ struct session {
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
 	size_t decode_steps;	/* forward passes after the prompt */
+	enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT } stop;
+	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
+	int text_open;		/* text written that does not end with a newline */
 	json_t *ppl;		/* --ppl --bench: the perplexity figures */
 };
 
@@ -344,6 +422,15 @@ static void session_free(struct session *S)
 	sf_model_close(&S->model);
 	sf_image_close(&S->image);
 	json_decref(S->ppl);
+}
+
+/* --model: the bytes of its tensors. */
+static uint64_t model_bytes(const struct session *S)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < S->model.st.ntensors; i++)
+		n += S->model.st.tensors[i].nbytes;
+	return n;
 }
 
 /* The model and tokenizer of --model DIR or of IMAGE. */
@@ -498,32 +585,56 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	int batch = o->image ? 1 : o->batch < ctx ? o->batch : ctx;
 	if ((ret = sf_state_init_batch(&S->state, &S->model.cfg, ctx, batch, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
-				   (float)o->top_p, o->seed, e)))
+				   (float)o->top_p, o->seed, e)) ||
+	    (ret = sf_sampler_set_penalty(&S->sampler, (float)o->repeat_penalty,
+					  o->repeat_last_n, e)))
 		return ret;
+	S->sampler.top_k = o->top_k;
+	S->sampler.min_p = (float)o->min_p;
 	S->state.pool = S->pool;
 	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
 			 : (uint64_t)ctx, e)))
 		return ret;
-	if (o->verbose)
-		fprintf(stderr, "%s: %s: %s, %d layers, dim %d, fingerprint %s; kernels %s, "
-			"%d threads, context %d\n", sf_progname, o->model_dir ? o->model_dir : o->image,
-			sf_arch_name(S->model.cfg.arch), S->model.cfg.n_layers,
-			S->model.cfg.dim, S->model.fingerprint, sf_isa_name(sf_cpu_isa()), o->threads, ctx);
+	if (o->verbose) {
+		sf_cli_model_summary(o->model_dir ? o->model_dir : o->image, &S->model, ctx,
+				     o->threads);
+		if (o->model_dir)
+			fprintf(stderr, "%s: memory: resident %llu bytes (the whole model, "
+				"mapped), flash 0\n", sf_progname, (unsigned long long)model_bytes(S));
+	}
 	return 0;
 }
 
 /* Reads all of standard input as the prompt; one final newline, which
- * `echo` adds, is not part of it. NULL with e set on failure. */
-static char *read_stdin_prompt(size_t *len, struct sf_err *e)
+ * `echo` adds, is not part of it. At a terminal a hint says so first
+ * (unless quiet), and the input is read with read(2) itself so that
+ * Ctrl-D after text on a line (a read not ended by a newline) ends the
+ * prompt as Ctrl-D on an empty line does, not only a second one. NULL
+ * with e set on failure. */
+static char *read_stdin_prompt(size_t *len, int quiet, struct sf_err *e)
 {
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
+	int tty = isatty(STDIN_FILENO), failed = 0;
 
+	if (tty && !quiet)
+		fprintf(stderr, "%s: reading the prompt from the terminal; end it with Ctrl-D "
+			"(or give -p TEXT or -f FILE)\n", sf_progname);
 	while (buf) {
-		size_t got = fread(buf + n, 1, cap - n - 1, stdin);
+		size_t got;
+		if (tty) {
+			ssize_t r;
+			while ((r = read(STDIN_FILENO, buf + n, cap - n - 1)) < 0 && errno == EINTR)
+				;
+			failed = r < 0;
+			got = r > 0 ? (size_t)r : 0;
+		} else {
+			got = fread(buf + n, 1, cap - n - 1, stdin);
+			failed = ferror(stdin);
+		}
 		n += got;
-		if (got == 0)
+		if (got == 0 || failed || (tty && buf[n - 1] != '\n'))
 			break;
 		if (n + 1 == cap) {
 			if (cap >= MAX_PROMPT_BYTES) {
@@ -539,7 +650,7 @@ static char *read_stdin_prompt(size_t *len, struct sf_err *e)
 			cap *= 2;
 		}
 	}
-	if (!buf || ferror(stdin)) {
+	if (!buf || failed) {
 		sf_err_set(e, -EIO, "standard input: %s", buf ? strerror(errno) : strerror(ENOMEM));
 		free(buf);
 		return NULL;
@@ -551,14 +662,17 @@ static char *read_stdin_prompt(size_t *len, struct sf_err *e)
 	return buf;
 }
 
-static int write_out(const char *p, size_t n, struct sf_err *e)
+static int write_out(struct session *S, const char *p, size_t n, struct sf_err *e)
 {
-	if ((n && fwrite(p, 1, n, stdout) != n) || fflush(stdout))
-		return sf_err_set(e, -EIO, "write error on standard output: %s", strerror(errno));
+	if ((n && fwrite(p, 1, n, S->text) != n) || fflush(S->text))
+		return sf_err_set(e, -EIO, "write error on standard %s: %s",
+				  S->text == stdout ? "output" : "error", strerror(errno));
+	if (n)
+		S->text_open = p[n - 1] != '\n';
 	return 0;
 }
 
-static int emit(struct sf_detok *d, int32_t id, struct sf_err *e)
+static int emit(struct session *S, struct sf_detok *d, int32_t id, struct sf_err *e)
 {
 	const char *p;
 	size_t n;
@@ -566,7 +680,7 @@ static int emit(struct sf_detok *d, int32_t id, struct sf_err *e)
 
 	if (ret)
 		return sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
-	return write_out(p, n, e);
+	return write_out(S, p, n, e);
 }
 
 /* End of text: the tokenizer's EOS or any of config.json's eos_token_id. */
@@ -590,7 +704,15 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 	struct sf_detok detok;
 	int ret;
 
-	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len, e)))
+	if (o->prompt_file && strcmp(o->prompt_file, "-") != 0) {
+		if ((ret = sf_file_read(o->prompt_file, MAX_PROMPT_BYTES, 0, &stdin_text, &text_len,
+					e)))
+			return ret;
+		if (text_len && stdin_text[text_len - 1] == '\n')
+			stdin_text[--text_len] = '\0';
+		text = stdin_text;
+	}
+	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len, o->quiet, e)))
 		return e->code;
 	ret = sf_tokenizer_encode(S->tok, text, text_len, 1, &prompt, &np, e);
 	free(stdin_text);
@@ -621,14 +743,17 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		if ((ret = sf_detok_push(&detok, prompt[i], &p, &n)))
 			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
 		else if (o->echo && !o->bench)
-			ret = write_out(p, n, e);
+			ret = write_out(S, p, n, e);
 	}
 
 	/* The prompt in passes of up to the state's batch, the last of which
 	 * gives the first sample; every later position is one decode step. */
 	S->prompt_tokens = np;
+	for (size_t i = 0; i < np; i++)	/* --repeat-penalty looks back on the prompt too */
+		sf_sampler_accept(&S->sampler, prompt[i]);
 	float *logits = NULL;
-	for (size_t at = 0; at < np && limit > 0 && !ret;) {
+	sf_cli_interruptible(1);	/* Ctrl-C: the text so far, the timings */
+	for (size_t at = 0; at < np && limit > 0 && !ret && !sf_cli_interrupted();) {
 		int T = np - at < (size_t)S->state.batch ? (int)(np - at) : S->state.batch;
 		S->state.skip_logits = at + (size_t)T < np;
 		logits = sf_forward_batch(&S->model, &S->state, prompt + at, T, (int)at, 0);
@@ -636,15 +761,27 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		at += (size_t)T;
 	}
 	t1 = sf_now();
+	S->stop = limit == 0 ? STOP_LIMIT : STOP_NONE;
 	for (size_t pos = np; logits && !ret;) {
+		if (sf_cli_interrupted())
+			break;
 		int32_t token = sf_sample(&S->sampler, logits);
-		if (is_eos(S, token) && !o->ignore_eos)
+		sf_sampler_accept(&S->sampler, token);
+		if (is_eos(S, token) && !o->ignore_eos) {
+			S->stop = STOP_EOS;
 			break;
+		}
 		S->decode_tokens++;
-		if (!o->bench && (ret = emit(&detok, token, e)))
+		if (!o->bench && (ret = emit(S, &detok, token, e)))
 			break;
-		if ((long)S->decode_tokens >= limit || pos == (size_t)S->state.seq_len)
+		if (pos == (size_t)S->state.seq_len) {
+			S->stop = STOP_CONTEXT;
 			break;
+		}
+		if ((long)S->decode_tokens >= limit) {
+			S->stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT;
+			break;
+		}
 		logits = sf_forward(&S->model, &S->state, token, (int)pos++);
 		if ((ret = sparse_failed(S, e)))
 			break;
@@ -656,8 +793,14 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		if ((ret = sf_detok_finish(&detok, &p, &n)))
 			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
 		else
-			ret = write_out(p, n, e);
+			ret = write_out(S, p, n, e);
 	}
+	/* the text ends with a newline: the shell's prompt or the timing
+	 * line starts on a line of its own, a file is a text file */
+	if (!ret && S->text_open)
+		ret = write_out(S, "\n", 1, e);
+	if (sf_cli_interrupted())
+		S->stop = STOP_INTERRUPT;
 	sf_detok_free(&detok);
 	S->prompt_s = t1 - t0;
 	S->decode_s = sf_now() - t1;
@@ -696,12 +839,14 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 	size_t n, docs;
 	struct sf_ppl acc = { 0 };
 	int ret = read_ppl_tokens(S, o->ppl_file, o->max_tokens, &tokens, &n, &docs, e);
-	int show = sf_cli_progress_on(o->progress, o->quiet);
+	struct sf_progress pr;
 
 	if (ret)
 		return ret;
+	sf_progress_init(&pr, o->progress, o->quiet, "tokens");
+	sf_cli_interruptible(1);	/* Ctrl-C: the windows scored so far, the timings */
 	double t0 = sf_now();
-	for (size_t start = 0; start + 1 < n; start += (size_t)o->window) {
+	for (size_t start = 0; start + 1 < n && !sf_cli_interrupted(); start += (size_t)o->window) {
 		size_t len = n - start < (size_t)o->window + 1 ? n - start : (size_t)o->window + 1;
 		if (S->sparse)	/* selective computation: each window's first half is its prompt */
 			sf_sparse_prefill(S->sparse, (len - 1) / 2);
@@ -710,15 +855,15 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 			free(tokens);
 			return ret;
 		}
-		if (show)
-			fprintf(stderr, "\r%s: %llu/%zu tokens, ppl %.4f", sf_progname,
-				(unsigned long long)acc.scored, n - 1, exp(acc.nll / acc.scored));
+		snprintf(pr.note, sizeof(pr.note), "ppl %.4f", exp(acc.nll / acc.scored));
+		sf_progress_update(&pr, acc.scored, (double)acc.scored / (double)(n - 1));
 	}
-	if (show)
-		fputc('\n', stderr);
-	S->prompt_tokens = n;
+	sf_progress_end(&pr, acc.scored);
+	S->prompt_tokens = acc.scored ? acc.scored + 1 : 0;	/* n, unless interrupted */
 	S->prompt_s = sf_now() - t0;
 	free(tokens);
+	if (acc.scored == 0)	/* interrupted before the first window */
+		return 0;
 
 	json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f}", "file", o->ppl_file,
 			      "documents", (json_int_t)docs, "tokens", (json_int_t)acc.scored,
@@ -735,8 +880,27 @@ static int perplexity(struct session *S, const struct options *o, struct sf_err 
 	return ret;
 }
 
-/* Timings (and with IMAGE the sparse decoder's figures) as JSON to path,
- * "-" for stderr, NULL for stdout (--bench). */
+/* --stats FILE through the one atomic-output writer: a failure names the
+ * file and the reason, and leaves no partial file. */
+static int write_json_file(json_t *j, const char *path, struct sf_err *e)
+{
+	struct sf_outfile of;
+	int ret = sf_outfile_open(&of, path, 0, NULL, e);
+
+	if (ret)
+		return ret;
+	if (json_dumpf(j, of.f, JSON_REAL_PRECISION(10)) || fputc('\n', of.f) == EOF) {
+		ret = sf_err_set(e, -EIO, "%s: cannot write statistics: %s", of.name,
+				 strerror(errno ? errno : EIO));
+		sf_outfile_abort(&of);
+		return ret;
+	}
+	return sf_outfile_commit(&of, e);
+}
+
+/* Timings (and with IMAGE the sparse decoder's figures) as JSON to path
+ * (--stats: written whole or not at all, base/outfile.h), "-" or NULL
+ * (--bench) for one line on standard output. */
 static int write_stats(const struct session *S, const struct options *o, const char *path,
 		       struct sf_err *e)
 {
@@ -753,6 +917,10 @@ static int write_stats(const struct session *S, const struct options *o, const c
 			      "decode_seconds", S->decode_s, "decode_tokens_per_second", dr);
 	int ret = j ? 0 : -ENOMEM;
 
+	if (!ret && o->bench && (json_object_set_new(j, "pp", json_real(pr)) ||
+				 json_object_set_new(j, "tg", json_real(dr)) ||
+				 json_object_set_new(j, "batch", json_integer(S->state.batch))))
+		ret = -ENOMEM;
 	if (!ret && S->sparse) {
 		json_t *sp = sf_sparse_stats_json(S->sparse);
 		if (!sp || json_object_update(j, sp))
@@ -763,13 +931,44 @@ static int write_stats(const struct session *S, const struct options *o, const c
 	}
 	if (ret)
 		ret = sf_err_set(e, ret, "statistics: %s", strerror(-ret));
-	else if (path == NULL)
+	else if (path == NULL || strcmp(path, "-") == 0)
 		ret = print_json(j, JSON_REAL_PRECISION(10), e);
-	else if ((strcmp(path, "-") == 0 ? json_dumpf(j, stderr, JSON_REAL_PRECISION(10))
-		  : json_dump_file(j, path, JSON_REAL_PRECISION(10))))
-		ret = sf_err_set(e, -EIO, "%s: cannot write statistics", path);
+	else
+		ret = write_json_file(j, path, e);
 	json_decref(j);
 	return ret;
+}
+
+/* " N tokens, R tok/s": no rate without a measured step (-c 4 decodes
+ * one token, which needs no forward pass). */
+static void print_count(const char *what, size_t tokens, size_t steps, double seconds)
+{
+	fprintf(stderr, " %s %zu tokens", what, tokens);
+	if (steps && seconds > 0)
+		fprintf(stderr, ", %.1f tok/s", (double)steps / seconds);
+}
+
+/* After generating, on stderr: why it stopped, the context, the timings. */
+static void report(const struct session *S, const struct options *o)
+{
+	const struct sf_config *cfg = &S->model.cfg;
+
+	fprintf(stderr, "%s: stopped: ", sf_progname);
+	switch (S->stop) {
+	case STOP_EOS: fputs("end of text (EOS)", stderr); break;
+	case STOP_LIMIT: fprintf(stderr, "-n %ld reached", o->n_predict); break;
+	case STOP_CONTEXT: fputs("context full", stderr); break;
+	case STOP_INTERRUPT: fputs("interrupted", stderr); break;
+	case STOP_NONE: fputs("prompt only", stderr); break;
+	}
+	fprintf(stderr, "; context %d positions", S->state.seq_len);
+	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window)
+		fputs(" (the model's sliding window)", stderr);
+	fprintf(stderr, "\n%s:", sf_progname);
+	print_count("prompt", S->prompt_tokens, S->prompt_tokens, S->prompt_s);
+	fputc(';', stderr);
+	print_count("decode", S->decode_tokens, S->decode_steps, S->decode_s);
+	fputc('\n', stderr);
 }
 
 /* --probe-device: measure, store, print the figures. */
@@ -802,26 +1001,25 @@ int main(int argc, char **argv)
 	if (o.image && fault && *fault && (ret = sf_uring_fault_parse(fault, &o.sparse.fault, &e)))
 		goto out;
 
+	/* --stats -: standard output holds only JSON, the text goes to stderr */
+	S.text = o.stats_file && strcmp(o.stats_file, "-") == 0 ? stderr : stdout;
 	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
 	ret = session_open(&S, &o, ctx, &e);
 	if (!ret)
 		ret = o.ppl_file ? perplexity(&S, &o, &e) : generate(&S, &o, &e);
-	if (!ret && !o.quiet && !o.ppl_file && !o.bench) {
-		fprintf(stderr, "\n%s: prompt %zu tokens, %.1f tok/s; decode %zu tokens, %.1f tok/s\n",
-			sf_progname, S.prompt_tokens,
-			S.prompt_s > 0 ? (double)S.prompt_tokens / S.prompt_s : 0.0,
-			S.decode_tokens,
-			S.decode_s > 0 ? (double)S.decode_steps / S.decode_s : 0.0);
-	}
-	if (!ret && o.stats_file)
-		ret = write_stats(&S, &o, o.stats_file, &e);
+	if (!ret && !o.quiet && !o.ppl_file && !o.bench)
+		report(&S, &o);
 	if (!ret && o.bench)
 		ret = write_stats(&S, &o, NULL, &e);
+	if (!ret && o.stats_file)
+		ret = write_stats(&S, &o, o.stats_file, &e);
 	session_free(&S);
 out:
 	if (ret)
 		sf_error("%s", e.msg[0] ? e.msg : sf_strerror(ret));
 	if (sf_close_stdout())
 		ret = -EIO;
+	if (sf_cli_interrupted())	/* after the timings and --stats: 130, 143 */
+		sf_cli_reraise(sf_cli_interrupted());
 	return ret ? SF_EXIT_FAIL : SF_EXIT_OK;
 }

@@ -36,3 +36,14 @@ check_ppl() {
 	echo "$model $genre: ppl $got, reference $want"
 	jq -n --argjson g "$got" --argjson w "$want" -e '(($g - $w) / $w | fabs) < 0.005'
 }
+
+# Runs a command with standard output on /dev/full: exit 1 and the one
+# line want on stderr (a write error reported once, not twice).
+stdout_full_once() {
+	local want=$1
+	shift
+	[ -w /dev/full ] || skip "no /dev/full"
+	run --separate-stderr sh -c '"$@" >/dev/full' _ "$@"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "$want" ]
+}

@@ -95,8 +95,8 @@ slots() { sf-coact -q --info "$1" | jq -c '[.slots[] | [.layer, .group, .tokens,
 	[ "$(slots "$BATS_TEST_TMPDIR/all.sfc")" = "$(slots "$BATS_TEST_TMPDIR/whole.sfc")" ]
 }
 
-@test "the memory needed is stated before allocating" {
-	run --separate-stderr sf-coact "$(T a.sft)" -o "$BATS_TEST_TMPDIR/a.sfc"
+@test "the memory needed is stated before allocating, with -v" {
+	run --separate-stderr sf-coact -v "$(T a.sft)" -o "$BATS_TEST_TMPDIR/a.sfc"
 	[ "$status" -eq 0 ]
 	# 4 layers x (3 x 128 + 384 entries): pairs, counts, sums and bit vectors
 	[ "${stderr_lines[0]}" = "sf-coact: 4 layer(s), 16 layer-group(s): statistics need 3188736 bytes (3.0 MiB)" ]
@@ -360,4 +360,14 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-coact: $(T other.json): model fingerprint $(jq -r .fingerprint "$(T other.json)") differs from $(T kjv.json)'s $(jq -r .fingerprint "$(T kjv.json)")" ]
 	[ ! -e "$t/m.json" ]
+}
+
+@test "a write error on standard output is reported once" {
+	stdout_full_once "sf-coact: (stdout): write error: No space left on device" \
+		sf-coact -q "$(T a.sft)"
+}
+
+@test "no trace given at a terminal: a line says standard input is read" {
+	printf '\004' | timeout 60 script -qec "sf-coact -o /dev/null" /dev/null >"$BATS_TEST_TMPDIR/tty" || true
+	grep -q "sf-coact: no trace given: reading one from standard input (sf-profile ... | sf-coact)" "$BATS_TEST_TMPDIR/tty"
 }

@@ -179,3 +179,48 @@ info() { sf-encode --info "$1"; }
 	[ "$status" -eq 0 ]
 	[ -c /dev/null ]
 }
+
+@test "--progress into a log: one line per update ended by a newline, a final line without ETA" {
+	run --separate-stderr sf-encode --model "$MODEL" --method scalar --progress -o "$T/p.sfq"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *$'\r'* ]]
+	[[ "${stderr_lines[-1]}" =~ ^sf-encode:\ 16\ groups\ in\ [0-9.]+\ s,\ [0-9.e+]+\ groups/s$ ]]
+	run --separate-stderr sf-encode -q --model "$MODEL" --method scalar --calibrate \
+		--corpus "$MODEL/README.md" --budgets 0.5 --calib-tokens 16 --window 8 --progress -o "$T/c.json"
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[-1]}" =~ ^sf-encode:\ 4\ layers\ in\ [0-9.]+\ s,\ [0-9.e+]+\ layers/s$ ]]
+}
+
+@test "progress at a terminal: rewritten in place, ended by a newline; -q silences it" {
+	script -qec "sf-encode --model '$MODEL' --method scalar -o '$T/p.sfq' >/dev/null" /dev/null >"$T/tty"
+	local tty re=$'^\rsf-encode: 16 groups in [0-9.]+ s, [0-9.e+]+ groups/s\e\\[K\r?\n$'
+	tty=$(cat "$T/tty"; echo .)
+	[[ "${tty%.}" =~ $re ]]
+	script -qec "sf-encode -q --model '$MODEL' --method scalar -o '$T/p.sfq'" /dev/null >"$T/tty"
+	[ ! -s "$T/tty" ]
+}
+
+@test "SIGTERM removes the temporary output and ends with 143" {
+	SF_REF=1 sf-encode --model "$MODEL" -t 1 --layers 0 -o "$T/k.sfq" 2>"$T/err" &
+	local pid=$! status=0
+	until compgen -G "$T/k.sfq.tmp.*" >/dev/null; do sleep 0.02; done
+	kill -TERM $pid
+	wait $pid || status=$?
+	[ "$status" -eq 143 ]
+	[ ! -s "$T/err" ]
+	[ -z "$(compgen -G "$T/k.sfq*")" ]
+}
+
+@test "-o - : a write error on standard output is reported once" {
+	stdout_full_once "sf-encode: (stdout): No space left on device" \
+		sf-encode -q --model "$MODEL" --method scalar --layers 0 -o -
+}
+
+@test "-o \"\" and --model \"\" are usage errors" {
+	run --separate-stderr sf-encode --model "$MODEL" -o ""
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --output: an empty name" ]
+	run --separate-stderr sf-pack --model "" -o "$T/x.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --model: an empty name" ]
+}

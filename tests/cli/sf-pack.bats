@@ -197,3 +197,28 @@ bytes() {
 	# and no temporary left behind
 	[ -z "$(find "$D" -name 'out.sfimg.tmp.*')" ]
 }
+
+@test "--dry-run: the image's size and resident bytes before packing, nothing written" {
+	local before; before=$(ls -A "$D")
+	run --separate-stderr sf-pack --model "$MODEL" --placement "$D/coact.json" --codes "$D/codes.sfq" \
+		--resident attention --dtype f16 --dry-run
+	[ "$status" -eq 0 ]
+	[ "$(ls -A "$D")" = "$before" ]
+	local sizes; sizes=$(sf-pack --info "$D/full.sfimg" | jq -c .sizes)
+	[ "$(echo "$output" | jq .image_bytes)" = "$(stat -c %s "$D/full.sfimg")" ]
+	[ "$(echo "$output" | jq .image_bytes)" = "$(echo "$sizes" | jq .file)" ]
+	[ "$(echo "$output" | jq .flash_bytes)" = "$(echo "$sizes" | jq '.top + .mid')" ]
+	[ "$(echo "$output" | jq .resident_bytes)" = "$(echo "$sizes" | jq '.resident + .index + .codebook')" ]
+	echo "$output" | jq -e '.ram_at_least == .header_bytes + .resident_bytes + .state_bytes and .context == 1024'
+	run --separate-stderr sf-pack --model "$MODEL" --dry-run -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --dry-run writes nothing: no -o" ]
+}
+
+@test "-q silences the progress at a terminal; --progress in a log ends with the total" {
+	run --separate-stderr sf-pack --model "$MODEL" --progress -o "$BATS_TEST_TMPDIR/p.sfimg"
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[-1]}" =~ ^sf-pack:\ [0-9]+\ MiB\ in\ [0-9.]+\ s,\ [0-9.e+]+\ MiB/s$ ]]
+	script -qec "sf-pack -q --model '$MODEL' -o '$BATS_TEST_TMPDIR/q.sfimg'" /dev/null >"$BATS_TEST_TMPDIR/tty"
+	[ ! -s "$BATS_TEST_TMPDIR/tty" ]
+}

@@ -231,3 +231,8 @@ is_permutation() {
 	sf-place --eval "$t/real.sft" --json "$t/id.json" "$t/co.json" >"$t/eval.json"
 	jq -e '[.placements[] | [.groups[].runs_per_token] | add] | .[1] < .[0]' "$t/eval.json"
 }
+
+@test "a write error on standard output is reported once" {
+	stdout_full_once "sf-place: (stdout): write failed: No space left on device" \
+		sf-place -q "$D/prof.sfc"
+}

@@ -204,3 +204,15 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	[ "$(echo "$output" | jq -r '.selection.mode')" = threshold ]
 	[ "$(echo "$output" | jq '[.slots[].mean_density] | max < 1')" = true ]
 }
+
+@test "a write error on standard output is reported once" {
+	stdout_full_once "sf-profile: (stdout): write error: No space left on device" \
+		sf-profile -q -m "$MODEL" "$KJV"
+}
+
+@test "--progress into a log: the final line with rate and no ETA" {
+	run --separate-stderr sf-profile -m "$MODEL" "$KJV" --progress -o /dev/null
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *$'\r'* ]]
+	[[ "${stderr_lines[0]}" =~ ^sf-profile:\ [0-9]+\ tokens\ in\ [0-9.]+\ s,\ [0-9.e+]+\ tokens/s$ ]]
+}

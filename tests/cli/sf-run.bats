@@ -40,7 +40,7 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 
 @test "sparse decoding options need an IMAGE, whatever their place in the table" {
 	local opt
-	for opt in "--budget 0.5" "--qd 4" "--bench" "--free-riders" "--dense-layers 0"; do
+	for opt in "--budget 0.5" "--qd 4" "--simulate" "--free-riders" "--dense-layers 0"; do
 		run --separate-stderr sf-run --model "$MODEL" -p x $opt
 		[ "$status" -eq 2 ]
 		[ "${stderr_lines[0]}" = "sf-run: sparse decoding options need an IMAGE, not --model" ]
@@ -222,4 +222,138 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "${stderr_lines[0]}" = "sf-run: --batch-size: 0 is out of range: expected 1..4096" ]
 	run --separate-stderr sf-run --model "$MODEL" -p hi -b 4097
 	[ "$status" -eq 2 ]
+}
+
+@test "the text ends with a newline; stderr says why it stopped and the context, no blank line" {
+	run --separate-stderr sf-run --model "$MODEL" -p "In the beginning" -n 8 --temp 0
+	[ "$status" -eq 0 ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 8 --temp 0 | tail -c 1 | od -An -c | tr -d ' ')" = '\n' ]
+	[ "${#stderr_lines[@]}" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: stopped: -n 8 reached; context 1024 positions" ]
+	[[ "${stderr_lines[1]}" =~ ^sf-run:\ prompt\ [0-9]+\ tokens,\ [0-9.]+\ tok/s\;\ decode\ 8\ tokens,\ [0-9.]+\ tok/s$ ]]
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n -1 --ignore-eos --temp 0 -c 4
+	[ "${stderr_lines[0]}" = "sf-run: stopped: context full; context 4 positions" ]
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n 0 --temp 0
+	[ "$output" = "" ]
+	[ "${stderr_lines[0]}" = "sf-run: stopped: -n 0 reached; context 1024 positions" ]
+	run --separate-stderr sf-run -q --model "$MODEL" -p "In the" -n 4
+	[ "$stderr" = "" ]
+}
+
+@test "-c 4 with a 3-token prompt: one decode step, no nonsense rate" {
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n 1 --temp 0 -c 4
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[1]}" =~ \;\ decode\ 1\ tokens$ ]]
+}
+
+@test "Ctrl-C: the text so far, the timings and --stats, then exit 130; no temporary left" {
+	local out=$BATS_TEST_TMPDIR/out st=$BATS_TEST_TMPDIR/st.json status=0
+	SF_REF=1 env --default-signal=INT sf-run --model "$MODEL" -p "In the" -n -1 --ignore-eos \
+		-t 1 --temp 0 --stats "$st" >"$out" 2>"$BATS_TEST_TMPDIR/err" &
+	local pid=$!
+	until [ -s "$out" ]; do sleep 0.02; done
+	kill -INT $pid
+	wait $pid || status=$?
+	[ "$status" -eq 130 ]
+	mapfile -t err <"$BATS_TEST_TMPDIR/err"
+	[ "${err[0]}" = "sf-run: stopped: interrupted; context 1024 positions" ]
+	[[ "${err[1]}" =~ ^sf-run:\ prompt\ 3\ tokens ]]
+	[ "$(tail -c 1 "$out" | od -An -c | tr -d ' ')" = '\n' ]
+	jq -e '.decode_tokens > 0 and .decode_tokens < 1022' "$st"
+	[ -z "$(compgen -G "$st.tmp.*")" ]
+}
+
+@test "--stats - : JSON alone on standard output, the text on standard error" {
+	local T=$BATS_TEST_TMPDIR
+	sf-run --model "$MODEL" -p "In the" -n 4 --temp 0 --stats - >"$T/out" 2>"$T/err"
+	[ "$(jq -r .decode_tokens "$T/out")" = 4 ]
+	sf-run -q --model "$MODEL" -p "In the" -n 4 --temp 0 >"$T/text"
+	[ "$(head -n 1 "$T/err")" = "$(cat "$T/text")" ]
+	[[ "$(sed -n 2p "$T/err")" == "sf-run: stopped: "* ]]
+	run --separate-stderr sf-run --model "$MODEL" --ppl "$MODEL/README.md" --window 16 --stats -
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq -s -c 'map(.mode // "result")')" = '["result","ppl"]' ]
+}
+
+@test "--stats FILE that cannot be written: the reason, nothing left behind" {
+	run --separate-stderr sf-run -q --model "$MODEL" -p "In the" -n 4 --stats "$BATS_TEST_TMPDIR/none/s.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $BATS_TEST_TMPDIR/none/s.json: No such file or directory" ]
+	run --separate-stderr sf-run -q --model "$MODEL" -p "In the" -n 4 --stats "$BATS_TEST_TMPDIR"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $BATS_TEST_TMPDIR: "* ]]
+	[ -z "$(compgen -G "$BATS_TEST_TMPDIR/*.tmp.*")" ]
+}
+
+@test "a write error on standard output is reported once" {
+	stdout_full_once "sf-run: write error on standard output: No space left on device" \
+		sf-run -q --model "$MODEL" -p "In the" -n 4
+}
+
+@test "--ppl --progress into a log: lines with rate, ETA and ppl, the last without ETA" {
+	run --separate-stderr sf-run --model "$MODEL" --ppl "$MODEL/README.md" --window 16 --progress
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *$'\r'* ]]
+	[[ "${stderr_lines[-1]}" =~ ^sf-run:\ [0-9]+\ tokens\ in\ [0-9.]+\ s,\ [0-9.e+]+\ tokens/s\;\ ppl\ [0-9.]+$ ]]
+}
+
+@test "a prompt typed at a terminal: a one-line hint, and the first Ctrl-D ends it" {
+	printf 'In the\004' | timeout 60 script -qec "sf-run --model '$MODEL' -n 4 --temp 0" /dev/null >"$BATS_TEST_TMPDIR/tty"
+	grep -q "sf-run: reading the prompt from the terminal; end it with Ctrl-D (or give -p TEXT or -f FILE)" "$BATS_TEST_TMPDIR/tty"
+	grep -q "^sf-run: stopped: -n 4 reached" "$BATS_TEST_TMPDIR/tty"
+}
+
+@test "-f FILE: the prompt from a file, as -p gives it" {
+	printf 'In the beginning\n' >"$BATS_TEST_TMPDIR/p.txt"
+	run --separate-stderr sf-run -q --model "$MODEL" -f "$BATS_TEST_TMPDIR/p.txt" -n 8 --temp 0
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 8 --temp 0)" ]
+	run --separate-stderr sf-run --model "$MODEL" -f "$BATS_TEST_TMPDIR/p.txt" -p x
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --prompt and --file cannot be combined" ]
+}
+
+@test "sampling options: --top-k 1 is greedy, --repeat-penalty 1 is none, a seed repeats, -s is --seed" {
+	local greedy sampled
+	greedy=$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --temp 0)
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --temp 0.8 --top-k 1)" = "$greedy" ]
+	sampled=$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --seed 7)
+	[ "$sampled" != "$greedy" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 7)" = "$sampled" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 7 --repeat-penalty 1)" = "$sampled" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 7 --top-k 0 --min-p 0)" = "$sampled" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 --temp 0 --repeat-penalty 1.5)" != "$greedy" ]
+	[ "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 3 --min-p 0.2)" = \
+	  "$(sf-run -q --model "$MODEL" -p "In the beginning" -n 24 -s 3 --min-p 0.2)" ]
+}
+
+@test "llama.cpp options not supported are refused by name" {
+	run --separate-stderr sf-run -ngl 99 --model "$MODEL" -p hi
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: -ngl: llama.cpp's option is not supported: sf-run runs on the CPU only" ]
+	# as an option's value it is just text
+	run --separate-stderr sf-run -q --model "$MODEL" -p -ngl -n 2
+	[ "$status" -eq 0 ]
+}
+
+@test "-v: a model summary with parameters, dtype, context, memory and threads" {
+	run --separate-stderr sf-run -v -t 1 --model "$MODEL" -p hi -n 2 -c 64
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ .*/mix4-1m:\ LlamaForCausalLM,\ 918656\ parameters,\ BF16,\ 4\ layers,\ dim\ 128,\ context\ 64\ of\ 1024,\ fingerprint\ [0-9a-f]{16}\;\ kernels\ [a-z0-9]+,\ 1\ threads$ ]]
+	[ "${stderr_lines[1]}" = "sf-run: memory: resident 1837312 bytes (the whole model, mapped), flash 0" ]
+}
+
+@test "--bench with --model: llama-bench's pp and tg as JSON, no text" {
+	run --separate-stderr sf-run --model "$MODEL" -p "In the beginning God created" -n 8 -b 4 --bench
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.pp > 0 and .tg > 0 and .batch == 4 and .decode_tokens == 8'
+}
+
+@test "an empty --model, --stats or --file is a usage error" {
+	run --separate-stderr sf-run --model "" -p x
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --model: an empty name" ]
+	run --separate-stderr sf-run --model "$MODEL" -p x --stats ""
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --stats: an empty name" ]
 }

@@ -85,7 +85,7 @@ int main(void)
 
 	double budgets[] = { 0.7, 0.4, 1.0 };
 	uint8_t dense[4] = { 1, 0, 0, 1 };
-	struct sf_calib_opts o = { budgets, 3, dense, 24 };
+	struct sf_calib_opts o = { .budgets = budgets, .nbudgets = 3, .dense_layers = dense, .window = 24 };
 	struct sf_calib C;
 	struct sf_pool *pool;
 	CHECK(sf_pool_create(&pool, 2) == 0, "pool");
@@ -155,7 +155,7 @@ int main(void)
 
 	/* a budget outside (0, 1] */
 	double badb[] = { 1.5 };
-	struct sf_calib_opts bo = { badb, 1, dense, 24 };
+	struct sf_calib_opts bo = { .budgets = badb, .nbudgets = 1, .dense_layers = dense, .window = 24 };
 	CHECK(sf_calib_run(&C, &m, &q, tokens, n, &bo, NULL, &e) == -EINVAL, "budget 1.5 accepted");
 	CHECK(strcmp(e.msg, "calibration: budget 1.5 outside (0, 1]") == 0, "message: %s", e.msg);
 

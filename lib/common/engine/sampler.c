@@ -13,6 +13,12 @@ int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, flo
 	s->vocab_size = vocab_size;
 	s->temperature = temperature;
 	s->top_p = top_p;
+	s->top_k = 0;
+	s->min_p = 0.0f;
+	s->penalty = 1.0f;
+	s->last_n = 0;
+	s->recent = NULL;
+	s->nrecent = s->head = 0;
 	/* splitmix64 of the seed, so that seed 0 and nearby seeds give
 	 * unrelated, non-zero xorshift states */
 	uint64_t z = sf_splitmix64(&seed);
@@ -27,6 +33,33 @@ void sf_sampler_free(struct sf_sampler *s)
 {
 	free(s->candidates);
 	s->candidates = NULL;
+	free(s->recent);
+	s->recent = NULL;
+}
+
+int sf_sampler_set_penalty(struct sf_sampler *s, float penalty, int last_n, struct sf_err *e)
+{
+	if (!(penalty > 0.0f) || last_n < 0)
+		return sf_err_set(e, -EINVAL, "sampler: penalty %g over %d tokens: expected a "
+				  "penalty > 0 and a count >= 0", (double)penalty, last_n);
+	free(s->recent);
+	s->recent = NULL;
+	s->nrecent = s->head = 0;
+	s->penalty = penalty;
+	s->last_n = last_n;
+	if (last_n && !(s->recent = malloc((size_t)last_n * sizeof(*s->recent))))
+		return sf_err_set(e, -ENOMEM, "sampler: %s", sf_strerror(-ENOMEM));
+	return 0;
+}
+
+void sf_sampler_accept(struct sf_sampler *s, int32_t token)
+{
+	if (!s->recent)
+		return;
+	s->recent[s->head] = token;
+	s->head = (s->head + 1) % s->last_n;
+	if (s->nrecent < s->last_n)
+		s->nrecent++;
 }
 
 static float random_f32(uint64_t *state)
@@ -65,6 +98,19 @@ static int by_prob_desc(const void *a, const void *b)
 	return x->index - y->index;	/* a total order keeps sampling deterministic */
 }
 
+/* The candidate of c[0..last] where the cumulative probability passes r
+ * (coin times their mass). */
+static int draw(const struct sf_prob_index *c, int last, float r)
+{
+	float cdf = 0.0f;
+	for (int i = 0; i <= last; i++) {
+		cdf += c[i].prob;
+		if (r < cdf)
+			return c[i].index;
+	}
+	return c[last].index;
+}
+
 /* Nucleus sampling: the smallest set of most likely tokens whose
  * probability reaches top_p. Tokens below (1 - top_p) / (n - 1) cannot be
  * in that set, so they are dropped before sorting. */
@@ -91,23 +137,72 @@ static int sample_top_p(struct sf_sampler *s, const float *p, float coin)
 			break;
 		}
 	}
-	float r = coin * mass, cdf = 0.0f;
-	for (int i = 0; i <= last; i++) {
-		cdf += s->candidates[i].prob;
-		if (r < cdf)
-			return s->candidates[i].index;
+	return draw(s->candidates, last, coin * mass);
+}
+
+/* llama.cpp's repetition penalty: once per distinct token of the window
+ * (a token seen twice is penalised once). */
+static void penalise(struct sf_sampler *s, float *logits)
+{
+	for (int i = 0; i < s->nrecent; i++) {
+		int32_t t = s->recent[i];
+		int seen = 0;
+		if (t < 0 || t >= s->vocab_size)
+			continue;
+		for (int j = 0; j < i && !seen; j++)
+			seen = s->recent[j] == t;
+		if (!seen)
+			logits[t] = logits[t] > 0 ? logits[t] / s->penalty : logits[t] * s->penalty;
 	}
-	return s->candidates[last].index;
+}
+
+/* top-k, then min-p, then top-p over the candidates left, as llama.cpp
+ * chains them; the candidates sorted by probability, ties by index. */
+static int sample_truncated(struct sf_sampler *s, const float *p, float coin)
+{
+	int n = s->vocab_size, m = 0;
+	float pmax = p[sf_argmax(p, (size_t)n)];
+
+	for (int i = 0; i < n; i++)
+		if (p[i] >= s->min_p * pmax) {
+			s->candidates[m].prob = p[i];
+			s->candidates[m].index = i;
+			m++;
+		}
+	qsort(s->candidates, (size_t)m, sizeof(*s->candidates), by_prob_desc);
+	if (s->top_k > 0 && m > s->top_k)
+		m = s->top_k;
+	float total = 0.0f;
+	for (int i = 0; i < m; i++)
+		total += s->candidates[i].prob;
+	int last = m - 1;
+	float mass = 0.0f;
+	if (s->top_p > 0.0f && s->top_p < 1.0f)
+		for (int i = 0; i < m; i++) {
+			mass += s->candidates[i].prob / total;
+			if (mass > s->top_p) {
+				last = i;
+				break;
+			}
+		}
+	mass = 0.0f;
+	for (int i = 0; i <= last; i++)
+		mass += s->candidates[i].prob;
+	return draw(s->candidates, last, coin * mass);
 }
 
 int sf_sample(struct sf_sampler *s, float *logits)
 {
+	if (s->penalty != 1.0f)
+		penalise(s, logits);
 	if (s->temperature == 0.0f)
 		return sf_argmax(logits, (size_t)s->vocab_size);
 	for (int i = 0; i < s->vocab_size; i++)
 		logits[i] /= s->temperature;
 	sf_softmax(logits, (size_t)s->vocab_size);
 	float coin = random_f32(&s->rng);
+	if (s->top_k > 0 || s->min_p > 0.0f)
+		return sample_truncated(s, logits, coin);
 	if (s->top_p <= 0.0f || s->top_p >= 1.0f)
 		return sample_all(logits, s->vocab_size, coin);
 	return sample_top_p(s, logits, coin);

@@ -1,6 +1,8 @@
 /* Picks the next token from logits: greedy at temperature 0, otherwise
- * softmax at the temperature with optional top-p (nucleus) truncation,
- * from a seeded generator so the same seed gives the same text. */
+ * softmax at the temperature with optional top-k, min-p and top-p
+ * (nucleus) truncation, in llama.cpp's order, from a seeded generator so
+ * the same seed gives the same text. A repetition penalty on the last
+ * tokens seen applies before all of them, greedy included. */
 #ifndef SF_SAMPLER_H
 #define SF_SAMPLER_H
 
@@ -18,13 +20,24 @@ struct sf_sampler {
 	int vocab_size;
 	float temperature;	/* 0: greedy */
 	float top_p;		/* 1: no truncation */
+	int top_k;		/* 0: no truncation */
+	float min_p;		/* 0: none; else drop p < min_p * the largest p */
+	float penalty;		/* 1: none; else a seen token's logit / penalty if > 0, * if not */
+	int last_n;		/* tokens the penalty looks back on */
+	int32_t *recent;	/* (last_n) ring of the last tokens accepted */
+	int nrecent, head;
 	uint64_t rng;		/* xorshift64* state, never 0 */
-	struct sf_prob_index *candidates;	/* (vocab_size) top-p scratch */
+	struct sf_prob_index *candidates;	/* (vocab_size) truncation scratch */
 };
 
 int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, float top_p,
 		    uint64_t seed, struct sf_err *e);
 void sf_sampler_free(struct sf_sampler *s);	/* accepts a zeroed s */
+/* The repetition penalty (> 0; 1 is none) on the last last_n tokens. */
+int sf_sampler_set_penalty(struct sf_sampler *s, float penalty, int last_n, struct sf_err *e);
+/* A token of the text (the prompt's, then each one sampled), for the
+ * penalty's window. */
+void sf_sampler_accept(struct sf_sampler *s, int32_t token);
 
 /* Index of the largest logit, the lowest index on ties. */
 int sf_argmax(const float *x, size_t n);

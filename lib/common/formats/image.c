@@ -903,6 +903,33 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 	return 0;
 }
 
+int sf_image_pack_estimate(const struct sf_image_pack_opts *o, struct sf_image_estimate *est,
+			   struct sf_err *e)
+{
+	struct plan p;
+	uint64_t hlen = 0;
+	char *text = NULL;
+	int ret;
+
+	memset(est, 0, sizeof(*est));
+	if ((ret = plan_build(&p, o, e)))
+		goto out;
+	if (!(text = render_header(&p, &hlen))) {
+		ret = sf_err_set(e, -ENOMEM, "%s: cannot lay out the header", o->model_dir);
+		goto out;
+	}
+	est->header = align_up(SF_IMAGE_PREAMBLE + hlen, SF_IMAGE_ALIGN);
+	est->bytes = p.nr ? align_up(p.r[p.nr - 1].offset + p.r[p.nr - 1].length, SF_IMAGE_ALIGN)
+			  : est->header;
+	for (size_t i = 0; i < p.nr; i++)
+		*(p.r[i].kind == SF_REGION_TOP || p.r[i].kind == SF_REGION_MID ? &est->flash
+		  : &est->resident) += p.r[i].length;
+out:
+	free(text);
+	plan_free(&p);
+	return ret;
+}
+
 int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t *written,
 		  struct sf_err *e)
 {

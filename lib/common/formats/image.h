@@ -248,4 +248,15 @@ struct sf_image_pack_opts {
 int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t *written,
 		  struct sf_err *e);
 
+/* What sf_image_pack would write, without writing (sf-pack --dry-run):
+ * the same plan and checks, so the figures are the image's. */
+struct sf_image_estimate {
+	uint64_t bytes;		/* the file */
+	uint64_t header;	/* preamble and JSON header, aligned */
+	uint64_t resident;	/* resident, index and codebook regions: read into RAM */
+	uint64_t flash;		/* top- and middle-tier regions: read per token */
+};
+int sf_image_pack_estimate(const struct sf_image_pack_opts *o, struct sf_image_estimate *est,
+			   struct sf_err *e);
+
 #endif

@@ -428,9 +428,11 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 					Ly->teal_k_top[g] = C->sizes[g].entries;
 				}
 			}
-			continue;
+		} else {
+			calibrate_layer(C, l, order, pool, &B);
 		}
-		calibrate_layer(C, l, order, pool, &B);
+		if (o->progress)
+			o->progress(o->progress_arg, l + 1, L);
 	}
 	for (size_t b = 0; b < o->nbudgets; b++) {
 		double num = 0.0, den = 0.0;

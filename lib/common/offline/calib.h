@@ -20,6 +20,10 @@ struct sf_calib_opts {
 	size_t nbudgets;
 	const uint8_t *dense_layers;	/* (n_layers) 1: stays dense; NULL: none */
 	int window;			/* tokens per window scored from an empty context */
+	/* called after each layer calibrated (NULL: none), from the caller's
+	 * thread: done of total layers */
+	void (*progress)(void *arg, int done, int total);
+	void *progress_arg;
 };
 
 /* Runs the calibration on tokens[0..n) (documents with BOS, concatenated)

@@ -403,6 +403,13 @@ static int check_ram(const struct sf_sparse *sp, struct sf_err *e)
 		snprintf(tail, sizeof(tail), " %llu", (unsigned long long)sp->mem.simulate);
 		strncat(e->msg, tail, sizeof(e->msg) - strlen(e->msg) - 1);
 	}
+	/* the total is with the cache already shrunk to its least (or as
+	 * --cache-ratio fixes it): the least budget these options run in, the
+	 * process's own part as measured now */
+	char least[64];
+	snprintf(least, sizeof(least), "; give --ram %llu or more",
+		 (unsigned long long)sp->mem.total);
+	strncat(e->msg, least, sizeof(e->msg) - strlen(e->msg) - 1);
 	return ret;
 }
 
