@@ -659,13 +659,13 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 }
 
 /* Columns per block and tokens per chunk of the batched product: four
- * rows' weights as f32 (8 KiB), two tokens' inputs (4 KiB) and their
+ * rows' weights as f32 (8 KiB), three tokens' inputs (6 KiB) and their
  * accumulators stay in L1 while every token pair of the chunk passes over
  * them, and each weight is widened from bf16/f16 once per chunk. */
 #define MM512_CB 512
 #define MM512_TC 64
 
-/* TB (1 or 2) tokens' accumulators acc[u][row][a|b] over the columns
+/* TB (1 to 3) tokens' accumulators acc[u][row][a|b] over the columns
  * [c0, c0 + cn) of four rows, whose f32 weights are wf: mm512_tile's
  * 32-column steps, and in the last block its 16-column step into a and
  * masked tail into b (a zero weight and a zero input in the masked lanes,
@@ -673,17 +673,17 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const float *xt,
 			 size_t ldx, size_t c0, size_t cn, size_t cols, const int TB)
 {
-	__m512 a[4][2], b[4][2];
+	__m512 a[4][3], b[4][3];
 	size_t c = 0;
 
 #pragma GCC unroll 4
 	for (int r = 0; r < 4; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
 		for (int u = 0; u < TB; u++)
 			a[r][u] = acc[u][r][0], b[r][u] = acc[u][r][1];
 	for (; c + 32 <= cn && c0 + c + 32 <= cols; c += 32) {
-		__m512 x0[2], x1[2];
-#pragma GCC unroll 2
+		__m512 x0[3], x1[3];
+#pragma GCC unroll 3
 		for (int u = 0; u < TB; u++) {
 			x0[u] = _mm512_loadu_ps(xt + u * ldx + c);
 			x1[u] = _mm512_loadu_ps(xt + u * ldx + c + 16);
@@ -695,7 +695,7 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 			 * into every FMA that uses it would double the loads, and a
 			 * 512-bit load costs as much as two FMAs on AMD Zen 4 */
 			__asm__("" : "+v"(w0), "+v"(w1));
-#pragma GCC unroll 2
+#pragma GCC unroll 3
 			for (int u = 0; u < TB; u++) {
 				a[r][u] = _mm512_fmadd_ps(w0, x0[u], a[r][u]);
 				b[r][u] = _mm512_fmadd_ps(w1, x1[u], b[r][u]);
@@ -705,7 +705,7 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 	for (; c + 16 <= cn; c += 16)
 #pragma GCC unroll 4
 		for (int r = 0; r < 4; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
 			for (int u = 0; u < TB; u++)
 				a[r][u] = _mm512_fmadd_ps(_mm512_load_ps(wf[r] + c),
 							  _mm512_loadu_ps(xt + u * ldx + c), a[r][u]);
@@ -713,7 +713,7 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 		__mmask16 k = tailmask(cn - c);
 #pragma GCC unroll 4
 		for (int r = 0; r < 4; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
 			for (int u = 0; u < TB; u++)
 				b[r][u] = _mm512_fmadd_ps(_mm512_load_ps(wf[r] + c),
 							  _mm512_maskz_loadu_ps(k, xt + u * ldx + c),
@@ -721,7 +721,7 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < 4; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
 		for (int u = 0; u < TB; u++)
 			acc[u][r][0] = a[r][u], acc[u][r][1] = b[r][u];
 }
@@ -729,7 +729,8 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 /* Rows [0, 4) of w, a group of four, for T >= 2 tokens, each (row, token)
  * with exactly mm512_tile's operations: only the order in which the pairs
  * take their turns differs, the accumulators waiting in acc between column
- * blocks. */
+ * blocks. Three tokens a turn: 24 accumulators, 6 inputs and 2 weights
+ * fill the 32 registers, 14 loads for 24 FMAs. */
 INL T512 void mm512_group4(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
 			   size_t cols, const float *x, size_t ldx, size_t T)
 {
@@ -758,6 +759,9 @@ INL T512 void mm512_group4(float *y, size_t ldy, const char *w, size_t rs, enum 
 						_mm_prefetch(next + r * rs + c * es, _MM_HINT_T1);
 				}
 			size_t t = 0;
+			for (; t + 3 <= tn; t += 3)
+				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
+					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 3);
 			for (; t + 2 <= tn; t += 2)
 				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
 					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 2);
