@@ -124,7 +124,7 @@ bench_ram() {
 	local r
 	for r in $(seq "$REPEATS"); do
 		sf-run --model "$model" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t "${THREADS:-2}" -q --stats -
-	done 2>&1 >/dev/null | jq -c -s --argjson runs "$REPEATS" '
+	done 2>/dev/null | jq -c -s --argjson runs "$REPEATS" '
 		def med: sort | .[length / 2 | floor];
 		{ name: "dense-ram", runs: $runs, p50_ms: (map(1000 / .decode_tokens_per_second) | med),
 		  p50_ms_all: map(1000 / .decode_tokens_per_second), budget: 1, bytes_moved_per_token: 0,
