@@ -48,7 +48,7 @@ static int open_stream(struct sf_outfile *o, const char *path, int flags, struct
 
 /* A new file beside target: mkstemp's 0600 widened to what the umask
  * gives any new file, so an output is as readable as one made by cp. */
-static int open_tmp(struct sf_outfile *o, struct sf_err *e)
+static int open_tmp_at(struct sf_outfile *o, struct sf_err *e)
 {
 	size_t n = strlen(o->target) + sizeof(".tmp.XXXXXX");
 	int ret;
@@ -81,6 +81,18 @@ static int open_tmp(struct sf_outfile *o, struct sf_err *e)
 		return ret;
 	}
 	return 0;
+}
+
+/* open_tmp_at, and on failure the target's name freed too. */
+static int open_tmp(struct sf_outfile *o, struct sf_err *e)
+{
+	int ret = open_tmp_at(o, e);
+
+	if (ret) {	/* nothing of o is left to close or free */
+		free(o->target);
+		o->target = NULL;
+	}
+	return ret;
 }
 
 int sf_outfile_open(struct sf_outfile *o, const char *path, int flags,
