@@ -75,12 +75,12 @@ empty_dir() {
 }
 
 # Runs "$@" in the background (stdin from the FIFO $BATS_TEST_TMPDIR/prompt)
-# and, once its main thread waits in read(2) on fd 0, cuts FILE to SIZE
-# bytes and sends the prompt; status, stderr_lines and output as run sets
-# them. Skips where /proc/PID/syscall cannot be read.
-cut_while_prompting() {
-	local file=$1 size=$2 fifo=$BATS_TEST_TMPDIR/prompt pid run i nr fd w
-	shift 2
+# and, once its main thread waits in read(2) on fd 0, runs ACTION FILE ARG
+# and sends the prompt; status, stderr_lines and output as run sets them.
+# Skips where /proc/PID/syscall cannot be read.
+while_prompting() {
+	local action=$1 file=$2 arg=$3 fifo=$BATS_TEST_TMPDIR/prompt pid run i nr fd w
+	shift 3
 	mkfifo "$fifo"
 	timeout 60 "$@" <"$fifo" >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
 	pid=$!
@@ -96,7 +96,7 @@ cut_while_prompting() {
 		wait "$pid" || true
 		skip "cannot see $1 waiting for its prompt (/proc/PID/syscall)"
 	fi
-	truncate -s "$size" "$file"
+	"$action" "$file" "$arg"
 	echo "In the beginning" >&"$w"
 	exec {w}>&-
 	status=0
@@ -104,6 +104,12 @@ cut_while_prompting() {
 	mapfile -t stderr_lines <"$BATS_TEST_TMPDIR/err"
 	output=$(cat "$BATS_TEST_TMPDIR/out")
 }
+
+cut_to() { truncate -s "$2" "$1"; }
+cut_while_prompting() { while_prompting cut_to "$@"; }
+
+# ARG bytes of zeros written over FILE at 1 MiB, its size kept
+zeros_at_1m() { dd if=/dev/zero of="$1" bs=1 seek=$((1 << 20)) count="$2" conv=notrunc status=none; }
 
 # sf-run reads its prompt from a FIFO after opening the image: once it
 # waits there, the image is cut to size, then the prompt is sent. The
@@ -222,4 +228,14 @@ cut_at_fifo() {
 	[ "${stderr_lines[0]}" = "$(bus_line sf-pack "$m/model.safetensors")" ]
 	[ -z "$output" ]
 	empty_dir "$BATS_TEST_TMPDIR/o"
+}
+
+@test "sf-run with its image rewritten in place while running: one line, exit 1, no text" {
+	local img=$BATS_TEST_TMPDIR/live.sfimg
+	cp "$D/plain.sfimg" "$img"
+	while_prompting zeros_at_1m "$img" 4096 sf-run -n 8 --temp 0 "$img"
+	[ "$status" -eq 1 ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $img: modified since it was opened: the file changed while open (rewritten in place?)" ]
+	[ -z "$output" ]
 }

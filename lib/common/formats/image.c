@@ -1040,6 +1040,22 @@ void sf_image_close(struct sf_image *img)
 	img->fd = -1;
 }
 
+int sf_image_unchanged(const struct sf_image *img, struct sf_err *e)
+{
+	struct stat st;
+
+	if (fstat(img->fd, &st))
+		return sf_err_set(e, -errno, "%s: %s", img->path, strerror(errno));
+	if ((uint64_t)st.st_size != img->file_size)
+		return sf_err_set(e, SF_EFORMAT, "%s: %llu bytes, %" PRIu64 " when opened: the "
+				  "file changed while open", img->path,
+				  (unsigned long long)st.st_size, img->file_size);
+	if ((int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != img->mtime_ns)
+		return sf_err_set(e, SF_EFORMAT, "%s: modified since it was opened: the file "
+				  "changed while open (rewritten in place?)", img->path);
+	return 0;
+}
+
 static int read_at(int fd, void *buf, size_t len, uint64_t off, const char *path, struct sf_err *e)
 {
 	size_t done = 0;
@@ -1520,6 +1536,7 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 		goto out;
 	}
 	img->file_size = (uint64_t)st.st_size;
+	img->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	if (img->file_size < SF_IMAGE_PREAMBLE) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: %" PRIu64 " bytes: too short for an image",
 				 path, img->file_size);
@@ -1824,13 +1841,8 @@ int sf_image_verify(const struct sf_image *img, struct sf_err *e)
 
 	if (!buf)
 		return sf_err_set(e, -ENOMEM, "%s: out of memory", img->path);
-	struct stat st;
-	if (fstat(img->fd, &st) == 0 && (uint64_t)st.st_size != img->file_size) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: %llu bytes, %" PRIu64 " when opened: the file "
-				 "changed while open", img->path, (unsigned long long)st.st_size,
-				 img->file_size);
+	if ((ret = sf_image_unchanged(img, e)))
 		goto out;
-	}
 	unsigned char pre[SF_IMAGE_PREAMBLE];
 	if ((ret = read_at(img->fd, pre, sizeof(pre), 0, img->path, e)))
 		goto out;

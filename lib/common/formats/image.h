@@ -91,6 +91,7 @@ struct sf_image {
 	char *path;
 	int fd;				/* read-only, buffered: verify reads through it */
 	uint64_t file_size;
+	int64_t mtime_ns;		/* when opened: a rewrite in place changes it */
 	char fingerprint[SF_FINGERPRINT_LEN + 1];
 	json_t *header;			/* the whole JSON header */
 	struct sf_config cfg;
@@ -130,6 +131,10 @@ struct sf_image {
  * zeroed (fd -1). */
 int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e);
 void sf_image_close(struct sf_image *img);	/* accepts a zeroed img */
+/* 0 while the file is the one opened: same size and modification time
+ * (a rewrite in place changes them; a new file renamed over the path does
+ * not matter, img keeps the old one). Else SF_EFORMAT naming the file. */
+int sf_image_unchanged(const struct sf_image *img, struct sf_err *e);
 
 static inline const struct sf_image_group *sf_image_group(const struct sf_image *img, int layer,
 							  enum sf_group g)

@@ -709,8 +709,11 @@ const struct sf_group_exec *sf_sparse_exec(struct sf_sparse *sp)
 	return &sp->exec;
 }
 
-int sf_sparse_error(const struct sf_sparse *sp, struct sf_err *e)
+int sf_sparse_error(struct sf_sparse *sp, struct sf_err *e)
 {
+	/* after each pass: a rewrite in place would have fed it other bytes */
+	if (!sp->failed)
+		sp->failed = sf_image_unchanged(sp->img, &sp->err);
 	if (!sp->failed)
 		return 0;
 	*e = sp->err;

@@ -138,10 +138,11 @@ const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp);
 
 /* The exec to set as sf_runstate.exec. */
 const struct sf_group_exec *sf_sparse_exec(struct sf_sparse *sp);
-/* After a forward pass: 0, or the first read error (message in *e); after
- * one every later group outputs zeros and reads nothing, so the caller
- * must stop. */
-int sf_sparse_error(const struct sf_sparse *sp, struct sf_err *e);
+/* After a forward pass: 0, or the first read error (message in *e),
+ * including the image rewritten in place under the decoder
+ * (sf_image_unchanged); after one every later group outputs zeros and
+ * reads nothing, so the caller must stop. */
+int sf_sparse_error(struct sf_sparse *sp, struct sf_err *e);
 
 void sf_sparse_memory(const struct sf_sparse *sp, struct sf_sparse_memory *mem);
 /* The collapse gap in use now and how it was chosen ("fixed", "auto",
