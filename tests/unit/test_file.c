@@ -15,20 +15,11 @@
 
 static char tmp[4096];
 
-static const char *write_file(const char *name, const void *data, size_t n)
-{
-	static char path[4200];
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	FILE *f = fopen(path, "wb");
-	CHECK(f && fwrite(data, 1, n, f) == n && fclose(f) == 0, "%s: cannot write", path);
-	return path;
-}
-
 static void regular(void)
 {
 	const char doc[] = "{\"a\": 1}\n";
 	const size_t n = sizeof(doc) - 1;
-	const char *path = write_file("doc.json", doc, n);
+	const char *path = unit_write_file(tmp, "doc.json", doc, n);
 	struct sf_err e = { 0 };
 	char want[8400], *buf;
 	size_t len;
@@ -43,14 +34,14 @@ static void regular(void)
 	unlink(path);
 
 	/* a limit of whole MiB is also given in MiB; a sparse file costs nothing */
-	path = write_file("huge.json", "", 0);
+	path = unit_write_file(tmp, "huge.json", "", 0);
 	CHECK(truncate(path, (off_t)(1 << 20) + 1) == 0, "truncate: %s", strerror(errno));
 	CHECK(sf_file_read(path, 1 << 20, 0, &buf, &len, &e) == SF_ELIMIT, "huge");
 	snprintf(want, sizeof(want), "%s: larger than the limit of 1048576 bytes (1 MiB)", path);
 	CHECK(strcmp(e.msg, want) == 0, "message: %s", e.msg);
 	unlink(path);
 
-	path = write_file("empty.json", "", 0);
+	path = unit_write_file(tmp, "empty.json", "", 0);
 	CHECK(sf_file_read(path, 16, 0, &buf, &len, &e) == 0 && buf && len == 0 && !buf[0],
 	      "empty: %s", e.msg);
 	free(buf);

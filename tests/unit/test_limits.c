@@ -17,15 +17,6 @@
 
 static char tmp[4096];
 
-static const char *write_file(const char *name, const void *data, size_t n)
-{
-	static char path[4200];
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	FILE *f = fopen(path, "wb");
-	CHECK(f && fwrite(data, 1, n, f) == n && fclose(f) == 0, "%s: cannot write", path);
-	return path;
-}
-
 /* A header describing 64 layers of 2^24 entries per group: 32 GiB of sums. */
 static void trace_buffers(void)
 {
@@ -47,7 +38,7 @@ static void trace_buffers(void)
 	sf_put_le32(buf + 8, SF_TRACE_VERSION);
 	sf_put_le32(buf + 12, (uint32_t)hlen);
 	memcpy(buf + 16, text, hlen);
-	const char *path = write_file("huge.sft", buf, 16 + hlen);
+	const char *path = unit_write_file(tmp, "huge.sft", buf, 16 + hlen);
 	ret = sf_trace_open(&r, path, &e);
 	CHECK(ret == SF_ELIMIT && !r, "open: %d %s", ret, e.msg);
 	snprintf(want, sizeof(want), "%s: header: 64 tokens per block over 256 slots need "
@@ -61,7 +52,7 @@ static void trace_buffers(void)
 static void json_size(void)
 {
 	const char doc[] = "{\"format\": \"sparseflash-placement\", \"padding\": \"                \"}";
-	const char *path = write_file("big.json", doc, sizeof(doc) - 1);
+	const char *path = unit_write_file(tmp, "big.json", doc, sizeof(doc) - 1);
 	struct sf_err e = { 0 };
 	char want[8192];
 	json_t *j;
@@ -72,7 +63,7 @@ static void json_size(void)
 	CHECK(sf_json_load(&j, path, sizeof(doc) - 2, &e) == SF_ELIMIT && !j, "over the limit");
 	snprintf(want, sizeof(want), "%s: larger than the limit of %zu bytes", path, sizeof(doc) - 2);
 	CHECK(strcmp(e.msg, want) == 0, "message: %s", e.msg);
-	path = write_file("bad.json", "{\n\"a\": 1,\n\"a\": 2}", 18);
+	path = unit_write_file(tmp, "bad.json", "{\n\"a\": 1,\n\"a\": 2}", 18);
 	CHECK(sf_json_load(&j, path, 100, &e) == SF_EFORMAT, "duplicate key");
 	snprintf(want, sizeof(want), "%s: line 3: duplicate object key near '\"a\"'", path);
 	CHECK(strcmp(e.msg, want) == 0, "message: %s", e.msg);
@@ -104,7 +95,7 @@ static int calib_with(const char *n_layers, int listed, const char *k_top, struc
 	}
 	at += (size_t)snprintf(doc + at, sizeof(doc) - at, "]}]}");
 	struct sf_calib c;
-	int ret = sf_calib_load(&c, write_file("calib.json", doc, at), e);
+	int ret = sf_calib_load(&c, unit_write_file(tmp, "calib.json", doc, at), e);
 	if (!ret)
 		sf_calib_free(&c);
 	return ret;

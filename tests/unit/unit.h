@@ -32,6 +32,17 @@ static inline _Noreturn void unit_skip(const char *why)
 	exit(77);
 }
 
+/* Writes n bytes of data to DIR/NAME; the path, valid until the next call. */
+static inline const char *unit_write_file(const char *dir, const char *name, const void *data,
+					  size_t n)
+{
+	static char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	CHECK(f && fwrite(data, 1, n, f) == n && fclose(f) == 0, "%s: cannot write", path);
+	return path;
+}
+
 /* $name or the fallback */
 static inline const char *unit_env(const char *name, const char *fallback)
 {
