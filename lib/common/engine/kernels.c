@@ -575,65 +575,50 @@ INL T512 __mmask16 tailmask(size_t left)
 	return (__mmask16)((1u << left) - 1u);
 }
 
-/* RB rows by TB tokens of the matrix product. Every (row, token) sees
- * exactly the operations of the one-token kernel: lanes accumulate columns
- * [c, c+16) in a and [c+16, c+32) in b per 32-column step, then 16-column
- * steps into a, the masked tail into b, and one reduction of a + b. So a
- * batch gives the one-token floats whatever RB and TB are; they only
- * choose what each load serves: RB = 4, TB = 1 shares x over four rows
- * (eight FMA chains for one token), RB = 1, TB = 8 shares each weight over
- * eight tokens. */
-INL T512 void mm512_tile(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
-			 size_t cols, const float *x, size_t ldx, const int RB, const int TB)
+/* Four rows of one token, sharing each load of x (eight FMA chains). Every
+ * row's lanes accumulate columns [c, c+16) in a and [c+16, c+32) in b per
+ * 32-column step, then 16-column steps into a, the masked tail into b, and
+ * one reduction of a + b: the operations mm512_group4 repeats for a batch,
+ * so that every token of a batch gets the floats it gets alone. */
+INL T512 void mv512_4(float *y, const char *w, size_t rs, enum sf_dtype dt, size_t cols,
+		      const float *x)
 {
 	size_t es = dt_size(dt), c = 0;
-	__m512 a[4][8], b[4][8];
+	const char *w0 = w, *w1 = w + rs, *w2 = w + 2 * rs, *w3 = w + 3 * rs;
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
 
-#pragma GCC unroll 4
-	for (int r = 0; r < RB; r++)
-#pragma GCC unroll 8
-		for (int t = 0; t < TB; t++)
-			a[r][t] = b[r][t] = _mm512_setzero_ps();
 	for (; c + 32 <= cols; c += 32) {
-		if (RB == 4)
-			prefetch_group(w + 4 * rs + c * es, rs, es / 2);
-#pragma GCC unroll 4
-		for (int r = 0; r < RB; r++) {
-			__m512 w0 = ld16(w + r * rs + c * es, dt);
-			__m512 w1 = ld16(w + r * rs + (c + 16) * es, dt);
-#pragma GCC unroll 8
-			for (int t = 0; t < TB; t++) {
-				a[r][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[r][t]);
-				b[r][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * ldx + c + 16),
-							  b[r][t]);
-			}
-		}
+		__m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+		prefetch_group(w + 4 * rs + c * es, rs, es / 2);
+		a0 = _mm512_fmadd_ps(ld16(w0 + c * es, dt), x0, a0);
+		b0 = _mm512_fmadd_ps(ld16(w0 + (c + 16) * es, dt), x1, b0);
+		a1 = _mm512_fmadd_ps(ld16(w1 + c * es, dt), x0, a1);
+		b1 = _mm512_fmadd_ps(ld16(w1 + (c + 16) * es, dt), x1, b1);
+		a2 = _mm512_fmadd_ps(ld16(w2 + c * es, dt), x0, a2);
+		b2 = _mm512_fmadd_ps(ld16(w2 + (c + 16) * es, dt), x1, b2);
+		a3 = _mm512_fmadd_ps(ld16(w3 + c * es, dt), x0, a3);
+		b3 = _mm512_fmadd_ps(ld16(w3 + (c + 16) * es, dt), x1, b3);
 	}
 	for (; c + 16 <= cols; c += 16) {
-#pragma GCC unroll 4
-		for (int r = 0; r < RB; r++) {
-			__m512 w0 = ld16(w + r * rs + c * es, dt);
-#pragma GCC unroll 8
-			for (int t = 0; t < TB; t++)
-				a[r][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * ldx + c), a[r][t]);
-		}
+		__m512 x0 = _mm512_loadu_ps(x + c);
+		a0 = _mm512_fmadd_ps(ld16(w0 + c * es, dt), x0, a0);
+		a1 = _mm512_fmadd_ps(ld16(w1 + c * es, dt), x0, a1);
+		a2 = _mm512_fmadd_ps(ld16(w2 + c * es, dt), x0, a2);
+		a3 = _mm512_fmadd_ps(ld16(w3 + c * es, dt), x0, a3);
 	}
 	if (c < cols) {
 		__mmask16 k = tailmask(cols - c);
-#pragma GCC unroll 4
-		for (int r = 0; r < RB; r++) {
-			__m512 w0 = ld16m(w + r * rs + c * es, dt, k);
-#pragma GCC unroll 8
-			for (int t = 0; t < TB; t++)
-				b[r][t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, x + t * ldx + c),
-							  b[r][t]);
-		}
+		__m512 x0 = _mm512_maskz_loadu_ps(k, x + c);
+		b0 = _mm512_fmadd_ps(ld16m(w0 + c * es, dt, k), x0, b0);
+		b1 = _mm512_fmadd_ps(ld16m(w1 + c * es, dt, k), x0, b1);
+		b2 = _mm512_fmadd_ps(ld16m(w2 + c * es, dt, k), x0, b2);
+		b3 = _mm512_fmadd_ps(ld16m(w3 + c * es, dt, k), x0, b3);
 	}
-#pragma GCC unroll 4
-	for (int r = 0; r < RB; r++)
-#pragma GCC unroll 8
-		for (int t = 0; t < TB; t++)
-			y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][t], b[r][t]));
+	y[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
+	y[1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
+	y[2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
+	y[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
 }
 
 /* A row left over after the groups of four: four accumulators over 64
@@ -666,7 +651,7 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 #define MM512_TC 64
 
 /* TB (1 to 3) tokens' accumulators acc[u][row][a|b] over the columns
- * [c0, c0 + cn) of four rows, whose f32 weights are wf: mm512_tile's
+ * [c0, c0 + cn) of four rows, whose f32 weights are wf: mv512_4's
  * 32-column steps, and in the last block its 16-column step into a and
  * masked tail into b (a zero weight and a zero input in the masked lanes,
  * as ld16m and maskz give). */
@@ -727,7 +712,7 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 }
 
 /* Rows [0, 4) of w, a group of four, for T >= 2 tokens, each (row, token)
- * with exactly mm512_tile's operations: only the order in which the pairs
+ * with exactly mv512_4's operations: only the order in which the pairs
  * take their turns differs, the accumulators waiting in acc between column
  * blocks. Three tokens a turn: 24 accumulators, 6 inputs and 2 weights
  * fill the 32 registers, 14 loads for 24 FMAs. */
@@ -787,7 +772,7 @@ INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 
 	for (; r < r4; r += 4) {
 		if (T == 1)
-			mm512_tile(y + (r - r0), 1, w + r * rs, rs, dt, cols, x, ldx, 4, 1);
+			mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
 		else
 			mm512_group4(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T);
 	}
