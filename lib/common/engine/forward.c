@@ -429,6 +429,12 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 {
 	size_t vocab = (size_t)m->cfg.vocab_size;
 
+	/* the buffers hold s->batch tokens and the cache s->seq_len positions */
+	if (T < 1 || T > s->batch || pos < 0 || pos > s->seq_len - T) {
+		sf_err_set(&s->err, -EINVAL, "a pass of %d tokens at position %d: the state "
+			   "holds %d tokens a pass and %d positions", T, pos, s->batch, s->seq_len);
+		return NULL;
+	}
 	if (!s->observer && !s->exec)
 		return forward(m, s, tokens, T, pos, all_logits, s->logits);
 	/* the hooks see one token at a time, in the one-token order */
