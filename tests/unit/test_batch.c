@@ -2,6 +2,7 @@
  * for blocks of T in {1, 2, 7, 64, 300} tokens after a prefix, at -t 1, 2
  * and 3, every token's logits and the whole KV cache are the same floats
  * bit for bit, on the embedded mix4-1m and the shared mix4-5m. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,18 @@ static void check_model(const char *dir)
 		sf_state_free(&one);
 		sf_state_free(&bat);
 		sf_pool_destroy(pool);
+	}
+	/* a pass larger than the state's batch, or past its context: refused */
+	struct sf_runstate small;
+	if (sf_state_init_batch(&small, &m.cfg, 8, 2, &e) == 0) {
+		CHECK(!sf_forward_batch(&m, &small, ids, 3, 0, 0) &&
+		      sf_state_error(&small, &e) == -EINVAL, "%s: 3 tokens in a batch of 2", dir);
+		sf_state_free(&small);
+	}
+	if (sf_state_init_batch(&small, &m.cfg, 8, 2, &e) == 0) {
+		CHECK(!sf_forward_batch(&m, &small, ids, 2, 7, 0) &&
+		      sf_state_error(&small, &e) == -EINVAL, "%s: 2 tokens at 7 of 8", dir);
+		sf_state_free(&small);
 	}
 	free(ids);
 	sf_model_close(&m);
