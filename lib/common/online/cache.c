@@ -351,6 +351,14 @@ size_t sf_cache_lookup(struct sf_cache *c, uint32_t layer, enum sf_group g,
 	return hits;
 }
 
+int sf_cache_holds(const struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_t entry)
+{
+	const struct part *p = &c->part[g];
+	uint32_t i = p->node ? p->index[index_find(p, make_key(layer, entry))] : NIL;
+
+	return i != NIL && p->node[i].where != GHOST;
+}
+
 /* Drops cached node i: its key leaves the index, its slot the queues. */
 static void drop(struct part *p, struct queue *q, uint32_t i)
 {

@@ -70,6 +70,10 @@ size_t sf_cache_lookup(struct sf_cache *c, uint32_t layer, enum sf_group g,
 		       const uint32_t *entries, size_t n, const void **slots, uint32_t *miss,
 		       size_t *nmiss);
 
+/* Whether entry's bundle is cached or pinned, without counting an access
+ * (what a read ahead leaves out). */
+int sf_cache_holds(const struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_t entry);
+
 /* Offers a fetched bundle of bytes (at most bundle_bytes[g]: the layers
  * of a group packed with --keep differ) to copy. in_run: it was
  * read inside a run of more than 2 entries, so it is admitted only with

@@ -23,8 +23,26 @@ void sf_sparse_opts_default(struct sf_sparse_opts *o)
 	*o = (struct sf_sparse_opts){
 		.select = SF_SPARSE_BUDGET, .budget = 1.0, .collapse = SF_SPARSE_COLLAPSE_AUTO,
 		.policy = SF_CACHE_S3FIFO, .seg_admit = SF_CACHE_DEFAULT_SEG_ADMIT,
-		.cache_ratio = -1.0,
+		.cache_ratio = -1.0, .prefetch = SF_SPARSE_PREFETCH,
+		.predict = SF_SPARSE_PREDICT_RESIDUAL,
 	};
+}
+
+static const char *const predict_names[] = { "none", "residual", "all" };
+
+const char *sf_sparse_predict_name(enum sf_sparse_predict p)
+{
+	return predict_names[p];
+}
+
+int sf_sparse_predict_parse(const char *name, enum sf_sparse_predict *p)
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(name, predict_names[i])) {
+			*p = (enum sf_sparse_predict)i;
+			return 0;
+		}
+	return -EINVAL;
 }
 
 /* The resident set now (/proc/self/statm), 0 where it cannot be read. */
@@ -276,9 +294,20 @@ static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
 static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens)
 {
 	uint64_t words = (n + 63) / 64;
-	return words * 8 * 3 + n * 4 * 11 + n * sizeof(float) + n * sizeof(void *) +
-	       n * sizeof(struct sf_run) + 2 * n * sizeof(struct req) + n * sizeof(struct seg) +
-	       max_tokens * sizeof(double);
+	return words * 8 * 3 + n * 4 * 9 + n * sizeof(float) + n * sizeof(void *) +
+	       n * sizeof(struct sf_run) + n * sizeof(struct seg) + max_tokens * sizeof(double);
+}
+
+/* --prefetch-predict's state (struct sparse_predict). */
+static uint64_t predict_bytes(const struct sf_sparse *sp)
+{
+	uint64_t n = (uint64_t)sp->img->cfg.hidden_dim, L = (uint64_t)sp->img->cfg.n_layers;
+	uint64_t words = sp->tiers.words;
+
+	if (!sp->o.prefetch || sp->o.predict == SF_SPARSE_PREDICT_NONE || sp->o.simulate)
+		return 0;
+	return (2 * n + L * 2 * n) * sizeof(float) + 2 * words * 8 + 3 * (uint64_t)sp->s.nmax * 4 +
+	       (sp->o.predict == SF_SPARSE_PREDICT_ALL ? L * SF_NGROUPS * 2 * words * 8 : 0);
 }
 
 /* Entries of the pinned set per group kind, those --keep left out not counted. */
@@ -334,7 +363,9 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	sp->mem.process = (rss > img->map_size ? rss - img->map_size : 0) + SF_SPARSE_LATER_BYTES;
 	sp->mem.resident = img->map_size;
 	sp->mem.state = o->state_bytes;
-	sp->mem.buffers = o->simulate ? 0 : fn->iobuf;
+	sp->mem.buffers = sparse_reads_bytes(fn->iobuf, o->simulate ? 1 : 1 + o->prefetch);
+	sp->mem.buffers -= o->simulate ? fn->iobuf : 0;	/* bitmaps only */
+	sp->mem.buffers += predict_bytes(sp) + ng * (sizeof(long) + sizeof(size_t));
 	sp->mem.buffers += scratch_bytes(sp->s.nmax, o->max_tokens) + 2 * ng * 4 +
 			   2 * ng * sizeof(*sp->tiers.allow) + sp->tiers.allow_bytes + sp->comp.bytes +
 			   sp->tiers.page_words * 8 +
@@ -428,21 +459,18 @@ static int alloc_scratch(struct sf_sparse *sp)
 	sp->s.tpos = calloc(n, 4);
 	sp->s.mpos = calloc(n, 4);
 	sp->cache.tent = calloc(n, 4);
-	sp->s.treq = calloc(n, 4);
-	sp->s.mreq = calloc(n, 4);
 	sp->s.runlen = calloc(n, 4);
 	sp->s.idx = calloc(n, 4);
 	sp->s.xv = calloc(n, sizeof(float));
 	sp->cache.slots = calloc(n, sizeof(*sp->cache.slots));
 	sp->s.runs = calloc(n, sizeof(*sp->s.runs));
-	sp->io.reqs = calloc(2 * n, sizeof(*sp->io.reqs));
 	sp->s.segs = calloc(n, sizeof(*sp->s.segs));
 	if (sp->o.max_tokens)
 		sp->st.lat = calloc(sp->o.max_tokens, sizeof(double));
 	const struct sparse_scratch *s = &sp->s;
 	if (!s->bits_top || !s->bits_all || !s->pscratch || !s->sel_scratch || !s->ents ||
-	    !s->tpos || !s->mpos || !sp->cache.tent || !s->treq || !s->mreq || !s->runlen ||
-	    !s->idx || !s->xv || !sp->cache.slots || !s->runs || !sp->io.reqs || !s->segs ||
+	    !s->tpos || !s->mpos || !sp->cache.tent || !s->runlen ||
+	    !s->idx || !s->xv || !sp->cache.slots || !s->runs || !s->segs ||
 	    (sp->o.max_tokens && !sp->st.lat))
 		return -ENOMEM;
 	return 0;
@@ -470,6 +498,70 @@ static int read_flash(struct sf_sparse *sp, struct sf_err *e)
 	return 0;
 }
 
+/* The flash groups in the order a pass runs them, which --prefetch reads
+ * ahead in (cyclic: after the last comes the next pass's first). */
+static int flash_order(struct sf_sparse *sp)
+{
+	size_t ng = (size_t)sp->img->cfg.n_layers * SF_NGROUPS;
+
+	if (!(sp->io.order = calloc(ng, sizeof(*sp->io.order))) ||
+	    !(sp->io.seq = calloc(ng, sizeof(*sp->io.seq))))
+		return -ENOMEM;
+	for (size_t i = 0; i < ng; i++)
+		if (!sp->img->groups[i].resident) {
+			sp->io.seq[i] = sp->io.norder;
+			sp->io.order[sp->io.norder++] = (long)i;
+		}
+	return 0;
+}
+
+/* A norm's gains as f32, for the residual prediction. */
+static void gains(float *out, const struct sf_weight *w, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++) {
+		const uint8_t *p = (const uint8_t *)w->data + (size_t)j * sf_dtype_size(w->dtype);
+		uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+		float f;
+		if (w->dtype == SF_DTYPE_F32)
+			memcpy(&f, p, 4);
+		else
+			f = w->dtype == SF_DTYPE_BF16 ? sf_bf16_to_f32(h) : sf_f16_to_f32(h);
+		out[j] = f;
+	}
+}
+
+/* --prefetch-predict's state. */
+static int open_predict(struct sf_sparse *sp)
+{
+	struct sparse_predict *pr = &sp->pred;
+	const struct sf_image *img = sp->img;
+	uint32_t n = (uint32_t)img->cfg.hidden_dim;
+	size_t L = (size_t)img->cfg.n_layers, words = sp->tiers.words, nmax = sp->s.nmax;
+
+	pr->x_layer = -1;
+	if (!sp->o.prefetch || sp->o.predict == SF_SPARSE_PREDICT_NONE)
+		return 0;
+	pr->n = n;
+	pr->x = calloc(n, sizeof(float));
+	pr->score = calloc(n, sizeof(float));
+	pr->gain = calloc(L * 2 * n, sizeof(float));
+	pr->top = calloc(words, 8);
+	pr->all = calloc(words, 8);
+	pr->ents = calloc(nmax, 4);
+	pr->tpos = calloc(nmax, 4);
+	pr->mpos = calloc(nmax, 4);
+	if (sp->o.predict == SF_SPARSE_PREDICT_ALL)
+		pr->history = calloc(L * SF_NGROUPS * 2 * words, 8);
+	if (!pr->x || !pr->score || !pr->gain || !pr->top || !pr->all || !pr->ents || !pr->tpos ||
+	    !pr->mpos || (sp->o.predict == SF_SPARSE_PREDICT_ALL && !pr->history))
+		return -ENOMEM;
+	for (size_t l = 0; l < L; l++) {
+		gains(pr->gain + l * 2 * n, &sp->m->layers[l].attn_norm, n);
+		gains(pr->gain + (l * 2 + 1) * n, &sp->m->layers[l].ffn_norm, n);
+	}
+	return 0;
+}
+
 /* Where the reads come from: nothing when every group is resident; with
  * --simulate the flash regions read into RAM once; else the read buffer
  * and the ring. */
@@ -481,22 +573,25 @@ static int open_reads(struct sf_sparse *sp, const struct flash_needs *fn, struct
 
 	if (sp->s.nmax == 0)
 		return 0;	/* every group resident: nothing to read */
+	sp->io.read_size = o->read_size ? o->read_size : SF_SPARSE_READ_SIZE;
+	if ((ret = flash_order(sp)))
+		return sf_err_set(e, ret, "%s: read buffers: %s", img->path, strerror(-ret));
 	if (o->simulate) {
 		sp->io.flash_base = fn->lo;
 		sp->io.flash_bytes = fn->hi - fn->lo;
-		if (!(sp->io.flash = malloc(sp->io.flash_bytes)))
+		if (!(sp->io.flash = malloc(sp->io.flash_bytes)) ||
+		    sparse_reads_open(sp, fn->iobuf, 1, 0))
 			return sf_err_set(e, -ENOMEM, "%s: --simulate: %llu bytes: %s", img->path,
 					  (unsigned long long)sp->io.flash_bytes, strerror(ENOMEM));
 		return read_flash(sp, e);
 	}
-	sp->io.iobuf_bytes = fn->iobuf;
-	if ((ret = posix_memalign((void **)&sp->io.iobuf, SF_URING_ALIGN, fn->iobuf))) {
-		sp->io.iobuf = NULL;
-		return sf_err_set(e, -ret, "%s: read buffer of %llu bytes: %s", img->path,
-				  (unsigned long long)fn->iobuf, strerror(ret));
-	}
-	struct sf_uring_opts uo = { .qd = o->qd, .buffered = o->buffered,
-				    .arena = sp->io.iobuf, .arena_bytes = fn->iobuf, .fault = o->fault };
+	if ((ret = sparse_reads_open(sp, fn->iobuf, 1 + o->prefetch, 1)) ||
+	    (ret = open_predict(sp)))
+		return sf_err_set(e, ret, "%s: %d read buffers of %llu bytes: %s", img->path,
+				  1 + o->prefetch, (unsigned long long)fn->iobuf, strerror(-ret));
+	struct sf_uring_opts uo = { .qd = o->qd, .buffered = o->buffered, .arena = sp->io.arena,
+				    .arena_bytes = (size_t)fn->iobuf * (size_t)(1 + o->prefetch),
+				    .fault = o->fault };
 	return sf_uring_open(&sp->io.u, img->path, &uo, e);
 }
 
@@ -544,7 +639,7 @@ static int load_pins(struct sf_sparse *sp, struct sf_err *e)
 				const struct sf_run *run = &sp->s.runs[r];
 				uint64_t off, len;
 				sf_image_top_range(G, run->start, run->start + run->len, &off, &len);
-				if ((ret = pread_all(img, sp->io.iobuf, len, off, e)))
+				if ((ret = pread_all(img, sp->io.arena, len, off, e)))
 					return ret;
 				for (; i < np && sp->s.tpos[i] < run->start + run->len; i++) {
 					void *slot;
@@ -555,7 +650,7 @@ static int load_pins(struct sf_sparse *sp, struct sf_err *e)
 								  "%u: %s", img->path, l,
 								  sf_group_name((enum sf_group)g),
 								  G->perm[p], strerror(-ret));
-					memcpy(slot, sp->io.iobuf + (uint64_t)(p - run->start) * G->top_bytes,
+					memcpy(slot, sp->io.arena + (uint64_t)(p - run->start) * G->top_bytes,
 					       (size_t)G->top_bytes);
 				}
 			}
@@ -614,6 +709,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	sp->pool = pool;
 	sp->o = *o;
 	sp->o.batch_weights = o->batch_weights ? o->batch_weights : SF_SPARSE_BATCH_WEIGHTS;
+	sp->o.prefetch = o->simulate ? 0 : o->prefetch;	/* nothing to read */
 	sp->exec = (struct sf_group_exec){ .fn = sf_sparse_group_exec, .ctx = sp };
 	sp->tiers.k_top = calloc(ng, 4);
 	sp->tiers.k_mid = calloc(ng, 4);
@@ -674,9 +770,19 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->tiers.allow_bits);
 	free(sp->tiers.pages);
 	sf_uring_close(sp->io.u);
-	free(sp->io.iobuf);
+	sparse_reads_close(sp);
+	free(sp->io.order);
+	free(sp->io.seq);
 	free(sp->io.flash);
-	free(sp->io.reqs);
+	free(sp->pred.x);
+	free(sp->pred.gain);
+	free(sp->pred.score);
+	free(sp->pred.history);
+	free(sp->pred.top);
+	free(sp->pred.all);
+	free(sp->pred.ents);
+	free(sp->pred.tpos);
+	free(sp->pred.mpos);
 	sf_cache_close(sp->cache.c);
 	free(sp->cache.slots);
 	free(sp->cache.tent);
@@ -687,8 +793,6 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->s.ents);
 	free(sp->s.tpos);
 	free(sp->s.mpos);
-	free(sp->s.treq);
-	free(sp->s.mreq);
 	free(sp->s.runlen);
 	free(sp->s.idx);
 	free(sp->s.xv);

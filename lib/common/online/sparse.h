@@ -38,6 +38,25 @@
 #define SF_SPARSE_BW_BOUND 0.8
 #define SF_SPARSE_AUTO_WINDOW 4
 
+/* Bytes of one read at most, unless --read-size or the probe says: the
+ * request size --probe-device measures the device's peak with, which
+ * the device serves many at once where one large read is split into a
+ * few large bios served at depth 1. */
+#define SF_SPARSE_READ_SIZE SF_URING_PROBE_LARGE
+#define SF_SPARSE_PREFETCH 1	/* groups read ahead */
+
+/* What --prefetch reads ahead where the selection is not known before
+ * the group's input is: nothing; the entries the residual stream ranks
+ * highest (attn_in, ffn_in); those and the previous pass's selection
+ * (attn_out, ffn_out). */
+enum sf_sparse_predict {
+	SF_SPARSE_PREDICT_NONE,
+	SF_SPARSE_PREDICT_RESIDUAL,
+	SF_SPARSE_PREDICT_ALL,
+};
+const char *sf_sparse_predict_name(enum sf_sparse_predict p);	/* "none", "residual", "all" */
+int sf_sparse_predict_parse(const char *name, enum sf_sparse_predict *p);	/* 0 or -EINVAL */
+
 enum sf_sparse_select {
 	SF_SPARSE_BUDGET,	/* the image's calibrated k_top, k_mid of a budget */
 	SF_SPARSE_DENSITY,	/* TEAL: round(density * n) top tier, no middle */
@@ -53,6 +72,12 @@ struct sf_sparse_opts {
 	double device_peak;		/* bytes/s for auto; 0: unknown (fixed gap) */
 	double device_iops;		/* 4 KiB reads/s at depth; 0: unknown (gap in entries) */
 	unsigned qd;			/* 0: SF_URING_DEFAULT_QD */
+	uint32_t read_size;		/* bytes of one read at most, a multiple of 4096;
+					 * 0: SF_SPARSE_READ_SIZE */
+	/* Groups whose reads are asked for while the one before computes
+	 * (a read buffer each); 0: none. The output does not change. */
+	int prefetch;
+	enum sf_sparse_predict predict;
 	uint64_t batch_weights;		/* 0: SF_SPARSE_BATCH_WEIGHTS */
 	int buffered;			/* no O_DIRECT */
 	int simulate;			/* flash regions read into RAM once; no I/O after */
@@ -86,7 +111,8 @@ struct sf_sparse_opts {
 };
 
 /* Defaults: budget 1, collapse auto, S3-FIFO, SF_CACHE_DEFAULT_SEG_ADMIT,
- * no cache ratio, no RAM limit. */
+ * no cache ratio, no RAM limit, SF_SPARSE_PREFETCH groups ahead with the
+ * residual prediction. */
 void sf_sparse_opts_default(struct sf_sparse_opts *o);
 
 /* Bytes sf-run keeps, for the --ram check and -v. */

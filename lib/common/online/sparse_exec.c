@@ -17,7 +17,6 @@
 #include "online/sparse_impl.h"
 #include "online/uring.h"
 
-#define MAX_READ (1u << 30)	/* bytes of one request: a u32 with room to align */
 /* Weights below which a batch runs on the caller: waking workers that
  * went to sleep during the I/O wait costs more (on mix4-5m, 1 << 16 made
  * compute at -t 2 1.6x that at -t 1). Any split gives the same sums.
@@ -224,104 +223,6 @@ static size_t add_riders(struct sf_sparse *sp, const struct sf_image_group *G,
 }
 
 // ----------------------------------------------------------------------------
-// reads: planned collapsed and aligned, reaped
-
-static int hist_bucket(uint32_t len)
-{
-	int b = 0;
-	for (uint32_t lim = 1; b < SF_RUNS_NHIST - 1 && len > lim; lim *= 2)
-		b++;
-	return b;
-}
-
-/* Plans the reads of positions pos[0..k) (ascending) of a region at
- * file offset base with stride bytes per position: runs joined across at
- * most sp->collapse.gap positions, each rounded out to 4 KiB, requests merged when
- * their blocks overlap, touch, or lie at most sp->collapse.gap_bytes apart. Every
- * request lands in mirror, which holds the region as it lies in the file
- * (cap bytes), so position p is at mirror + p * stride whichever request
- * read it and one kernel call covers them all. req_of[i] gets the request of pos[i];
- * runlen (may be NULL) its run's length. */
-static int plan(struct sf_sparse *sp, const uint32_t *pos, size_t k, uint64_t base,
-		uint64_t stride, uint8_t *mirror, uint64_t cap, uint32_t *req_of, uint32_t *runlen,
-		struct gtally *gt)
-{
-	size_t nruns = sf_runs_plan(pos, k, (uint32_t)sp->collapse.gap, sp->s.runs), i = 0;
-	size_t first = sp->io.nreq;
-
-	for (size_t r = 0; r < nruns; r++) {
-		const struct sf_run *run = &sp->s.runs[r];
-		uint64_t aoff, alen;
-		sf_image_align(base + (uint64_t)run->start * stride, (uint64_t)run->len * stride,
-			       &aoff, &alen);
-		if (alen > MAX_READ)
-			return sf_err_set(&sp->err, -EFBIG, "%s: a run of %u positions: %llu bytes, "
-					  "more than one request reads", sp->img->path, run->len,
-					  (unsigned long long)alen);
-		struct req *q = sp->io.nreq > first ? &sp->io.reqs[sp->io.nreq - 1] : NULL;
-		if (q && aoff <= q->aoff + q->alen + sp->collapse.gap_bytes &&
-		    aoff + alen - q->aoff <= MAX_READ) {
-			uint64_t end = aoff + alen > q->aoff + q->alen ? aoff + alen : q->aoff + q->alen;
-			q->alen = (uint32_t)(end - q->aoff);
-		} else {
-			q = &sp->io.reqs[sp->io.nreq++];
-			*q = (struct req){ .aoff = aoff, .alen = (uint32_t)alen,
-					   .buf = mirror + (aoff - base) };
-		}
-		if (q->aoff + q->alen - base > cap)
-			return sf_err_set(&sp->err, -EOVERFLOW, "%s: a read to %llu bytes into the "
-					  "region overflows its buffer of %llu", sp->img->path,
-					  (unsigned long long)(q->aoff + q->alen - base),
-					  (unsigned long long)cap);
-		for (; i < k && pos[i] < run->start + run->len; i++) {
-			req_of[i] = (uint32_t)(q - sp->io.reqs);
-			if (runlen)
-				runlen[i] = run->len;
-		}
-		sp->st.hist[hist_bucket(run->len)]++;
-		sp->st.runs_total++;
-		sp->st.runs_positions += run->len;
-	}
-	for (size_t r = first; r < sp->io.nreq; r++) {
-		gt->bytes_moved += sp->io.reqs[r].alen;
-		gt->requests++;
-	}
-	gt->bytes_needed += (uint64_t)k * stride;
-	return 0;
-}
-
-/* Waits for one request (wait 1), then takes every other that has
- * completed, which refills the ring from the queued ones; on error
- * records it. */
-static int reap_some(struct sf_sparse *sp, int wait)
-{
-	uint64_t tag;
-	struct sf_err e = { 0 };
-	double t0 = sf_now();
-	int ret = sf_uring_reap(sp->io.u, &tag, wait, &e);
-
-	if (!wait && ret == 0)
-		return 0;
-	sp->io.last_done = sf_now();
-	if (wait)
-		sp->st.wait_s += sp->io.last_done - t0;
-	if (ret == 0)
-		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
-				  sp->img->path);
-	while (ret == 1) {
-		sp->io.reqs[tag].done = 1;
-		ret = sf_uring_reap(sp->io.u, &tag, 0, &e);
-	}
-	if (ret == 0)
-		return 0;
-	if (e.msg[0])	/* names the file, offset and length */
-		return sf_err_set(&sp->err, ret, "%s", e.msg);
-	const struct req *q = &sp->io.reqs[tag < sp->io.nreq ? tag : 0];
-	return sf_err_set(&sp->err, ret, "%s: read of %u bytes at %llu: %s", sp->img->path,
-			  q->alen, (unsigned long long)q->aoff, sf_strerror(ret));
-}
-
-// ----------------------------------------------------------------------------
 // compute: in position order as the reads complete, in batches
 
 struct compute_task {
@@ -411,39 +312,42 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 {
 	if (!sp->s.nseg)
 		return;
-	double t0 = sf_now();
+	double t0 = sf_now(), dt;
 	if (sp->pool && batch_work(sp, t) >= POOL_MIN_WEIGHTS)
 		sf_pool_run(sp->pool, fn, t);
 	else
 		fn(t, 0, 1);
-	sp->st.compute_s += sf_now() - t0;
+	dt = sf_now() - t0;
+	sp->st.compute_s += dt;
+	sp->st.overlap_s += sp->io.inflight ? dt : 0;
 	sp->s.nseg = 0;
 	sp->s.nidx = 0;
 }
 
-/* Computes positions pos[0..k) in order as their requests complete:
- * available ones are gathered into segments, computed once they hold
- * sp->o.batch_weights (and at the end). After each batch the completed
- * reads are taken without waiting, so the ring is refilled from the
- * queued requests while a long run of arrived columns is computed. */
+/* Computes positions pos[0..k) of tier t in order as their pages
+ * arrive in buffer b (NULL: simulate, all there): available ones are
+ * gathered into segments, computed once they hold sp->o.batch_weights
+ * (and at the end). After each batch the completed reads are taken
+ * without waiting, so the ring is refilled from the queued requests
+ * while a long run of arrived columns is computed. */
 static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, const float *in,
-			const uint32_t *pos, size_t k, const uint32_t *req_of,
-			const void *const *slots, const uint8_t *mirror,
-			void (*fn)(void *, int, int), struct compute_task *t)
+			const uint32_t *pos, size_t k, const struct iobuf *b,
+			const struct sparse_tier *tier, const void *const *slots,
+			const uint8_t *mirror, void (*fn)(void *, int, int), struct compute_task *t)
 {
 	size_t i = 0;
 
 	while (i < k) {
 		for (; i < k; i++) {
 			const void *slot = slots ? slots[i] : NULL;
-			uint32_t r = slot ? NO_READ : req_of[i];
-			if (!slot && !sp->io.reqs[r].done)
+			if (!slot && b && !sparse_arrived(b, tier->lay + (uint64_t)pos[i] * tier->stride,
+							  tier->stride))
 				break;
 			struct seg *last = sp->s.nseg ? &sp->s.segs[sp->s.nseg - 1] : NULL;
-			if (!last || slot || last->req == NO_READ) {
+			if (!last || slot || last->slot) {
 				last = &sp->s.segs[sp->s.nseg++];
 				*last = (struct seg){
-					.base = slot ? slot : mirror, .req = r,
+					.base = slot ? slot : mirror, .slot = slot != NULL,
 					.p0 = slot ? pos[i] : 0, .first = (uint32_t)sp->s.nidx,
 				};
 			}
@@ -452,13 +356,13 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			last->n++;
 			if (batch_work(sp, t) >= sp->o.batch_weights) {
 				flush(sp, fn, t);
-				int ret = sp->io.u && sf_uring_outstanding(sp->io.u) ? reap_some(sp, 0) : 0;
+				int ret = sp->io.inflight ? sparse_reap(sp, 0) : 0;
 				if (ret)
 					return ret;
 			}
 		}
 		if (i < k) {
-			int ret = reap_some(sp, 1);
+			int ret = sparse_reap(sp, 1);
 			if (ret)
 				return ret;
 		}
@@ -475,13 +379,7 @@ static void fail_group(struct sf_sparse *sp, int ret, int nout, float *const *ou
 {
 	if (!sp->failed)
 		sp->failed = ret;
-	if (sp->io.u)
-		while (sf_uring_outstanding(sp->io.u)) {
-			uint64_t tag;
-			struct sf_err e;
-			if (sf_uring_reap(sp->io.u, &tag, 1, &e) == 0)
-				break;
-		}
+	sparse_reads_drain(sp);
 	for (int i = 0; i < nout; i++)
 		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
 }
@@ -499,7 +397,9 @@ struct group_pass {
 	size_t riders;			/* of nt, those --free-riders added */
 	size_t hits, nmiss;		/* of nt, in the cache; not, their positions at s.ents */
 	const void *const *slots;	/* (nt) per top entry its cache slot or NULL; NULL: no cache */
-	uint8_t *tmir, *mmir;		/* the mirrors the tiers' regions are read into */
+	struct iobuf *b;		/* the buffer the group is read into */
+	struct sparse_tier top, mid;	/* where its tiers lie */
+	uint8_t *tmir, *mmir;		/* the tiers' regions as in the file */
 };
 
 /* 1. The entries of each tier by the input's magnitude, as positions in
@@ -557,56 +457,31 @@ static void lookup_cache(struct sf_sparse *sp, struct group_pass *gp)
 			sp->s.ents[gp->nmiss++] = sp->s.tpos[i];
 }
 
-/* 3. The requests of both tiers, into the mirrors of the group's regions:
- * the middle tier first, its reads an eighth of the bytes, so that they
- * come in early and its decoding overlaps the top tier's reads. Then per
- * selected top entry its request (s.treq), or NO_READ for a hit. */
+/* 3. The requests of both tiers, into the group's buffer, of the pages
+ * not read ahead: the middle tier first, its reads an eighth of the
+ * bytes, so that they come in early and its decoding overlaps the top
+ * tier's reads. Then all of them submitted in one call (with --simulate
+ * the bytes are there already). */
 static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
 {
 	const struct sf_image_group *G = gp->G;
 	struct gtally *gt = &sp->st.g[gp->g];
-	uint64_t tcap = sparse_round_up((uint64_t)G->entries * G->top_bytes);
-	uint64_t mcap = G->mid ? sparse_round_up((uint64_t)G->entries * G->mid_bytes) : 0;
 	int ret;
 
+	sparse_tiers_of(G, &gp->top, &gp->mid);
 	if (sp->o.simulate) {
 		gp->tmir = sp->io.flash + (G->top->offset - sp->io.flash_base);
 		gp->mmir = G->mid ? sp->io.flash + (G->mid->offset - sp->io.flash_base) : NULL;
 	} else {
-		gp->tmir = sp->io.iobuf;
-		gp->mmir = G->mid ? sp->io.iobuf + tcap : NULL;
+		gp->tmir = gp->b->mem;
+		gp->mmir = G->mid ? gp->b->mem + gp->mid.lay : NULL;
 	}
-	sp->io.nreq = 0;
-	if (gp->nm && (ret = plan(sp, sp->s.mpos, gp->nm, G->mid->offset, G->mid_bytes, gp->mmir,
-				  mcap, sp->s.mreq, NULL, gt)))
+	gt->bytes_needed += (uint64_t)gp->nm * G->mid_bytes + (uint64_t)gp->nmiss * G->top_bytes;
+	if (gp->nm && (ret = sparse_plan(sp, gp->b, &gp->mid, sp->s.mpos, gp->nm, NULL, 0, gt)))
 		return ret;
-	if ((ret = plan(sp, sp->s.ents, gp->nmiss, G->top->offset, G->top_bytes, gp->tmir, tcap,
-			sp->s.sel_scratch, sp->s.runlen, gt)))
+	if ((ret = sparse_plan(sp, gp->b, &gp->top, sp->s.ents, gp->nmiss, sp->s.runlen, 0, gt)))
 		return ret;
-	for (size_t i = 0, j = 0; i < gp->nt; i++)
-		sp->s.treq[i] = gp->slots && gp->slots[i] ? NO_READ : sp->s.sel_scratch[j++];
-	return 0;
-}
-
-/* 4. Every request queued and submitted in one call (with --simulate the
- * bytes are there already). */
-static int submit_reads(struct sf_sparse *sp)
-{
-	int ret;
-
-	if (sp->o.simulate) {
-		for (size_t r = 0; r < sp->io.nreq; r++)
-			sp->io.reqs[r].done = 1;
-		return 0;
-	}
-	if (!sp->io.nreq)
-		return 0;
-	for (size_t r = 0; r < sp->io.nreq; r++)
-		if ((ret = sf_uring_queue(sp->io.u, sp->io.reqs[r].aoff, sp->io.reqs[r].alen,
-					  sp->io.reqs[r].buf, r, &sp->err)))
-			return ret;
-	ret = sf_uring_submit(sp->io.u, &sp->err);
-	return ret < 0 ? ret : 0;
+	return sparse_submit(sp);
 }
 
 /* 5. Both tiers computed in position order as their reads complete,
@@ -635,12 +510,13 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	}
 	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
 								  : MID_COST_SCALAR;
-	if (gp->nm && (ret = compute_tier(sp, G, gp->in, sp->s.mpos, gp->nm, sp->s.mreq, NULL,
+	const struct iobuf *b = sp->o.simulate ? NULL : gp->b;
+	if (gp->nm && (ret = compute_tier(sp, G, gp->in, sp->s.mpos, gp->nm, b, &gp->mid, NULL,
 					  gp->mmir, mid_worker, &t)))
 		return ret;
 	t.weight_cost = 1;
-	if ((ret = compute_tier(sp, G, gp->in, sp->s.tpos, gp->nt, sp->s.treq, gp->slots, gp->tmir,
-				top_worker, &t)))
+	if ((ret = compute_tier(sp, G, gp->in, sp->s.tpos, gp->nt, b, &gp->top, gp->slots,
+				gp->tmir, top_worker, &t)))
 		return ret;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
 	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
@@ -653,21 +529,6 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
 		sp->comp.entries += gp->nt + gp->nm;
 	return 0;
-}
-
-/* The group's reads counted: bytes, requests, and the I/O span from the
- * submit at ts to the last completion. */
-static void count_reads(struct sf_sparse *sp, double ts)
-{
-	uint64_t moved = 0;
-
-	for (size_t r = 0; r < sp->io.nreq; r++)
-		moved += sp->io.reqs[r].alen;
-	sp->st.tok_span += sp->io.last_done - ts;
-	sp->st.span_s += sp->io.last_done - ts;
-	sp->st.tok_bytes += moved;
-	sp->st.requests += sp->io.nreq;
-	sp->st.bytes_moved += moved;
 }
 
 /* 6. What was read offered to the cache (long runs marked as such). */
@@ -709,12 +570,12 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 			  int nout, float *const *out, const struct sf_weight *const *w)
 {
 	struct sf_sparse *sp = ctx;
-	size_t at = (size_t)layer * SF_NGROUPS + (size_t)g;
+	long gid = (long)layer * SF_NGROUPS + (long)g;
 	struct group_pass gp = {
 		.layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .n = n,
-		.kt = sp->tiers.k_top[at], .km = sp->tiers.k_mid[at],
+		.kt = sp->tiers.k_top[gid], .km = sp->tiers.k_mid[gid],
 	};
-	double t0 = sf_now(), ts;
+	double t0 = sf_now();
 	int ret;
 
 	if (layer == 0 && g == SF_GROUP_ATTN_IN)
@@ -724,6 +585,7 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 		return;
 	}
 	if (gp.G->resident) {
+		sparse_observe(sp, layer, g, in, n, NULL, NULL);
 		sf_group_dense(sp->pool, in, nout, out, w);
 		return;
 	}
@@ -731,17 +593,15 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
 
 	select_entries(sp, &gp);
+	if (gp.kt < n)
+		sparse_observe(sp, layer, g, in, n, sp->s.bits_top,
+			       gp.km ? sp->s.bits_all : sp->s.bits_top);
+	else
+		sparse_observe(sp, layer, g, in, n, NULL, NULL);
 	lookup_cache(sp, &gp);
-	if ((ret = plan_group(sp, &gp)))
+	if ((ret = sparse_buffer(sp, gid, &gp.b)) || (ret = plan_group(sp, &gp)) ||
+	    (ret = sparse_prefetch(sp, gid)) || (ret = compute_group(sp, &gp, out)))
 		goto fail;
-	ts = sp->io.last_done = sf_now();
-	if ((ret = submit_reads(sp)) || (ret = compute_group(sp, &gp, out)))
-		goto fail;
-	if (!sp->o.simulate && sp->io.u && sf_uring_outstanding(sp->io.u)) {
-		ret = sf_err_set(&sp->err, -EIO, "%s: reads left outstanding", sp->img->path);
-		goto fail;
-	}
-	count_reads(sp, ts);
 	admit(sp, &gp);
 	tally(sp, &gp);
 	sp->st.exec_s += sf_now() - t0;

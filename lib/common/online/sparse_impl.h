@@ -12,14 +12,33 @@
 #include "online/runs.h"
 #include "online/sparse.h"
 
-#define NO_READ UINT32_MAX	/* a segment or position served from a cache slot */
-
-/* One read request: [aoff, aoff + alen) of the file into buf. */
+/* One read request: [aoff, aoff + alen) of the file into buf (NULL with
+ * --simulate). */
 struct req {
 	uint64_t aoff;
 	uint32_t alen;
-	int done;
 	uint8_t *buf;
+};
+
+/* A read buffer: one flash group's regions as they lie in the file, the
+ * top tier at 0 and the middle tier after it, and which of its 4 KiB
+ * pages are asked for and which have arrived (page x: bytes
+ * [x * 4096, (x + 1) * 4096) of mem). A page is asked for once: by the
+ * group's own plan, or earlier by --prefetch (those also in ahead until
+ * the plan finds it needs them). */
+struct iobuf {
+	uint8_t *mem;			/* (io.buf_bytes); NULL with --simulate */
+	uint64_t *asked, *arrived, *ahead;	/* (io.page_words) page bitmaps */
+	struct req *reqs;		/* (io.buf_pages + 1) */
+	size_t nreq;
+	uint32_t inflight;		/* requests queued and not reaped */
+	long gid;			/* the group held: layer * SF_NGROUPS + g; -1: none */
+};
+
+/* Where a tier's region lies: in the file at base, stride bytes a
+ * position, in a buffer at lay, cap bytes of it. */
+struct sparse_tier {
+	uint64_t base, stride, lay, cap;
 };
 
 /* Consecutive selected entries computed from one memory range: the
@@ -28,7 +47,7 @@ struct req {
  * mirror, p0 0). */
 struct seg {
 	const uint8_t *base;
-	uint32_t req;		/* NO_READ for a cache slot */
+	int slot;		/* a cache slot */
 	uint32_t p0, first, n;
 };
 
@@ -40,6 +59,9 @@ struct gtally {
 	double budget;		/* sum of Equation 5 */
 	uint64_t hits, requests, bytes_moved, bytes_needed;
 	uint64_t riders;	/* entries promoted by --free-riders */
+	/* --prefetch: bytes asked ahead; of them, bytes the selection
+	 * needed; bytes of pages the selection needed that were not */
+	uint64_t ahead_bytes, ahead_used, pages_needed;
 };
 
 /* What each group computes: its tier sizes, and the entries it may
@@ -60,17 +82,38 @@ struct sparse_tiers {
 	size_t page_words;
 };
 
-/* Reading: the ring and the buffer its requests land in, or with
- * --simulate the flash regions in RAM. */
+/* Reading: the ring and the buffers its requests land in (with
+ * --simulate one buffer's bitmaps, the bytes being the flash regions in
+ * RAM). */
 struct sparse_io {
 	struct sf_uring *u;			/* NULL with --simulate */
-	uint8_t *iobuf;				/* (iobuf_bytes) the largest group's mirrors */
-	size_t iobuf_bytes;
+	struct iobuf *bufs;			/* (nbuf) the running group's at cur, */
+	int nbuf, cur;				/* then the groups read ahead */
+	uint8_t *arena;				/* (nbuf * buf_bytes) their memory */
+	uint64_t buf_bytes, buf_pages;		/* the largest group's regions */
+	size_t page_words;
+	uint32_t read_size;			/* bytes of one request at most */
+	long *order;				/* (norder) the flash groups in pass order */
+	size_t *seq;				/* (L * SF_NGROUPS) a group's index in order */
+	size_t norder;
 	uint8_t *flash;				/* simulate: file bytes [flash_base, ...) */
 	uint64_t flash_base, flash_bytes;
-	struct req *reqs;			/* (2 * nmax) the group's requests */
-	size_t nreq;
-	double last_done;			/* time of the group's last completion */
+	uint64_t inflight;			/* requests queued and not reaped */
+	double busy_since;			/* when inflight last left 0 */
+};
+
+/* --prefetch-predict: the last normed input of attn_in or ffn_in, the
+ * norm gains, the previous pass's selections, and scratch. */
+struct sparse_predict {
+	uint32_t n;				/* hidden dim */
+	float *x;				/* (n) */
+	int x_layer;				/* -1: none yet */
+	enum sf_group x_g;
+	float *gain;				/* (L, 2, n) attn_norm, ffn_norm */
+	float *score;				/* (n) */
+	uint64_t *history;			/* (L, SF_NGROUPS, 2, words) top, both tiers */
+	uint64_t *top, *all;			/* (words) */
+	uint32_t *ents, *tpos, *mpos;		/* (nmax) */
 };
 
 /* --collapse: the gap reads are joined across, and auto's window. */
@@ -96,10 +139,9 @@ struct sparse_scratch {
 	uint32_t nmax;
 	uint64_t *bits_top, *bits_all;		/* (words) top tier; both tiers */
 	uint64_t *pscratch;			/* (words) sf_runs_positions */
-	uint32_t *sel_scratch;			/* (2 * nmax) top-k; the misses' requests; riders merged */
+	uint32_t *sel_scratch;			/* (2 * nmax) top-k; riders merged */
 	uint32_t *ents;				/* (nmax) entries; then the misses' positions */
 	uint32_t *tpos, *mpos;			/* (nmax) positions per tier, ascending */
-	uint32_t *treq, *mreq;			/* (nmax) per position its request, or NO_READ */
 	uint32_t *runlen;			/* (nmax) per miss the length of its run */
 	uint32_t *idx;				/* (nmax) per gathered entry p - seg.p0 */
 	float *xv;				/* (nmax) per gathered entry its input */
@@ -140,6 +182,7 @@ struct sparse_stats {
 	uint64_t tok_bytes;			/* this token's bytes read */
 	double tok_span;			/* and I/O span */
 	double compute_s, wait_s, span_s, exec_s;
+	double overlap_s;			/* compute while reads were in flight */
 	uint64_t requests, bytes_moved, bytes_needed, runs_total, runs_positions;
 	uint64_t hist[SF_RUNS_NHIST];		/* runs by read length */
 	struct gtally g[SF_NGROUPS];
@@ -158,6 +201,7 @@ struct sf_sparse {
 
 	struct sparse_tiers tiers;
 	struct sparse_io io;
+	struct sparse_predict pred;
 	struct sparse_collapse collapse;
 	struct sparse_cache cache;
 	struct sparse_scratch s;
@@ -180,6 +224,36 @@ static inline uint64_t sparse_col_bytes(const struct sf_image_group *G, int sour
 		b += (source ? G->mat[k].source_rows : G->mat[k].rows) *
 		     sf_dtype_size(G->mat[k].dtype);
 	return b;
+}
+
+/* sparse_read.c: the ring of read buffers (bytes it takes for --ram),
+ * opened with or without their memory (--simulate); the buffer for
+ * group gid as it runs; its plan (ahead: for --prefetch); submit; reap
+ * (wait 1: at least one); every read waited for after an error; the
+ * next groups read ahead; the inputs and selections the predictions
+ * use. */
+uint64_t sparse_reads_bytes(uint64_t buf_bytes, int nbuf);
+int sparse_reads_open(struct sf_sparse *sp, uint64_t buf_bytes, int nbuf, int with_memory);
+void sparse_reads_close(struct sf_sparse *sp);
+int sparse_buffer(struct sf_sparse *sp, long gid, struct iobuf **b);
+void sparse_tiers_of(const struct sf_image_group *G, struct sparse_tier *top,
+		     struct sparse_tier *mid);
+int sparse_plan(struct sf_sparse *sp, struct iobuf *b, const struct sparse_tier *t,
+		const uint32_t *pos, size_t k, uint32_t *runlen, int ahead, struct gtally *gt);
+int sparse_submit(struct sf_sparse *sp);
+int sparse_reap(struct sf_sparse *sp, int wait);
+void sparse_reads_drain(struct sf_sparse *sp);
+int sparse_prefetch(struct sf_sparse *sp, long gid);
+void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *in, size_t n,
+		    const uint64_t *top, const uint64_t *all);
+
+/* Whether the pages of bytes [off, off + len) of b have all arrived. */
+static inline int sparse_arrived(const struct iobuf *b, uint64_t off, uint64_t len)
+{
+	for (uint64_t x = off / SF_IMAGE_ALIGN; x <= (off + len - 1) / SF_IMAGE_ALIGN; x++)
+		if (!(b->arrived[x / 64] >> (x % 64) & 1))
+			return 0;
+	return 1;
 }
 
 /* sparse_exec.c: the struct sf_group_exec function (ctx: the decoder). */

@@ -105,6 +105,11 @@ int sf_uring_fault_parse(const char *spec, struct sf_uring_fault *f, struct sf_e
 		const char *eq = memchr(p, '=', n);
 		char *end;
 		unsigned long long v;
+		if (n == 10 && !memcmp(p, "mispredict", 10)) {
+			f->mispredict = 1;
+			p += n + (p[n] == ',');
+			continue;
+		}
 		if (!eq)
 			goto bad;
 		errno = 0;
@@ -123,8 +128,8 @@ int sf_uring_fault_parse(const char *spec, struct sf_uring_fault *f, struct sf_e
 	}
 	return 0;
 bad:
-	return sf_err_set(e, -EINVAL, "SF_FAULT: bad fault '%s': expected eio=N or short=BYTES "
-			  "(N, BYTES >= 1), comma separated", spec);
+	return sf_err_set(e, -EINVAL, "SF_FAULT: bad fault '%s': expected eio=N, short=BYTES "
+			  "(N, BYTES >= 1) or mispredict, comma separated", spec);
 }
 
 void sf_uring_set_fault(struct sf_uring *u, const struct sf_uring_fault *f)

@@ -24,12 +24,15 @@ enum sf_uring_backend {
  * completes with -EIO) and "short=BYTES" (no read asks the kernel for more
  * than BYTES, so every larger request completes short and is requeued;
  * under O_DIRECT BYTES must be a multiple of the device's logical block
- * size, SF_URING_ALIGN always works). The commands take the text from
+ * size, SF_URING_ALIGN always works), and "mispredict" (the sparse
+ * decoder's --prefetch-predict reads ahead the entries least likely
+ * instead: the output must not change). The commands take the text from
  * the environment variable SF_FAULT (sf_uring_fault_parse) and pass it in
  * sf_uring_opts.fault; the library never reads the environment. */
 struct sf_uring_fault {
 	uint64_t eio_nth;	/* 0: off */
 	uint32_t short_cap;	/* 0: off */
+	int mispredict;		/* read by the sparse decoder */
 };
 /* Comma-separated items of the text above into *f: 0 or -EINVAL. */
 int sf_uring_fault_parse(const char *spec, struct sf_uring_fault *f, struct sf_err *e);

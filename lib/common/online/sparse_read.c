@@ -1,0 +1,441 @@
+/* The sparse decoder's reads (sparse_impl.h). A ring of read buffers,
+ * each holding one flash group's regions as they lie in the file (top
+ * tier, then the middle tier) with a bitmap of the 4 KiB pages asked for
+ * and one of those arrived. A group's selected positions become requests
+ * of at most --read-size bytes, so that one region keeps the device's
+ * queue full, and no page is asked for twice. --prefetch asks for the
+ * next groups' pages while this one computes: every page where the
+ * selection is known before its input (every entry top tier), the
+ * predicted entries' pages otherwise. What a prediction misses is read
+ * when the group runs, and compute waits for the pages of the entries it
+ * computes whatever asked for them, so the output never depends on the
+ * prefetch. man/sf-run.1. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "engine/select.h"
+#include "online/runs.h"
+#include "online/sparse_impl.h"
+#include "online/uring.h"
+
+#define PAGE SF_IMAGE_ALIGN
+
+static int bit(const uint64_t *b, uint64_t x)
+{
+	return b[x / 64] >> (x % 64) & 1;
+}
+
+static void set_bits(uint64_t *b, uint64_t x0, uint64_t x1)
+{
+	for (uint64_t x = x0; x < x1; x++)
+		b[x / 64] |= 1ull << (x % 64);
+}
+
+// ----------------------------------------------------------------------------
+// the ring of buffers
+
+uint64_t sparse_reads_bytes(uint64_t buf_bytes, int nbuf)
+{
+	uint64_t pages = buf_bytes / PAGE, words = (pages + 63) / 64;
+	return (uint64_t)nbuf * (buf_bytes + 3 * words * 8 + (pages + 1) * sizeof(struct req));
+}
+
+int sparse_reads_open(struct sf_sparse *sp, uint64_t buf_bytes, int nbuf, int with_memory)
+{
+	struct sparse_io *io = &sp->io;
+
+	io->buf_bytes = buf_bytes;
+	io->buf_pages = buf_bytes / PAGE;
+	io->page_words = (size_t)(io->buf_pages + 63) / 64;
+	io->nbuf = nbuf;
+	if (!(io->bufs = calloc((size_t)nbuf, sizeof(*io->bufs))))
+		return -ENOMEM;
+	if (with_memory && posix_memalign((void **)&io->arena, SF_URING_ALIGN,
+					  (size_t)(buf_bytes * (uint64_t)nbuf))) {
+		io->arena = NULL;
+		return -ENOMEM;
+	}
+	for (int i = 0; i < nbuf; i++) {
+		struct iobuf *b = &io->bufs[i];
+		b->gid = -1;
+		b->mem = io->arena ? io->arena + (size_t)i * buf_bytes : NULL;
+		b->asked = calloc(io->page_words ? io->page_words : 1, 8);
+		b->arrived = calloc(io->page_words ? io->page_words : 1, 8);
+		b->ahead = calloc(io->page_words ? io->page_words : 1, 8);
+		b->reqs = calloc(io->buf_pages + 1, sizeof(*b->reqs));
+		if (!b->asked || !b->arrived || !b->ahead || !b->reqs)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void sparse_reads_close(struct sf_sparse *sp)
+{
+	for (int i = 0; sp->io.bufs && i < sp->io.nbuf; i++) {
+		free(sp->io.bufs[i].asked);
+		free(sp->io.bufs[i].arrived);
+		free(sp->io.bufs[i].ahead);
+		free(sp->io.bufs[i].reqs);
+	}
+	free(sp->io.bufs);
+	free(sp->io.arena);
+}
+
+/* Marks the pages of request r of buffer b arrived. */
+static void arrived(struct sf_sparse *sp, struct iobuf *b, const struct req *q)
+{
+	uint64_t x0 = (uint64_t)(q->buf - b->mem) / PAGE;
+	set_bits(b->arrived, x0, x0 + q->alen / PAGE);
+	b->inflight--;
+	if (!--sp->io.inflight) {
+		double busy = sf_now() - sp->io.busy_since;
+		sp->st.span_s += busy;
+		sp->st.tok_span += busy;
+	}
+}
+
+int sparse_reap(struct sf_sparse *sp, int wait)
+{
+	uint64_t tag;
+	struct sf_err e = { 0 };
+	double t0 = sf_now();
+	int ret = sf_uring_reap(sp->io.u, &tag, wait, &e);
+
+	if (!wait && ret == 0)
+		return 0;
+	if (wait)
+		sp->st.wait_s += sf_now() - t0;
+	if (ret == 0)
+		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
+				  sp->img->path);
+	while (ret == 1) {
+		struct iobuf *b = &sp->io.bufs[tag >> 32];
+		arrived(sp, b, &b->reqs[(uint32_t)tag]);
+		ret = sf_uring_reap(sp->io.u, &tag, 0, &e);
+	}
+	if (ret == 0)
+		return 0;
+	if (e.msg[0])	/* names the file, offset and length */
+		return sf_err_set(&sp->err, ret, "%s", e.msg);
+	return sf_err_set(&sp->err, ret, "%s: a read: %s", sp->img->path, sf_strerror(ret));
+}
+
+void sparse_reads_drain(struct sf_sparse *sp)
+{
+	while (sp->io.u && sf_uring_outstanding(sp->io.u)) {
+		uint64_t tag;
+		struct sf_err e;
+		if (sf_uring_reap(sp->io.u, &tag, 1, &e) == 0)
+			break;
+	}
+	for (int i = 0; i < sp->io.nbuf; i++) {
+		sp->io.bufs[i].inflight = 0;
+		sp->io.bufs[i].gid = -1;
+	}
+	sp->io.inflight = 0;
+}
+
+/* Buffer b emptied for group gid: its reads waited for, its pages
+ * forgotten. */
+static int take(struct sf_sparse *sp, struct iobuf *b, long gid)
+{
+	int ret;
+
+	while (b->inflight)
+		if ((ret = sparse_reap(sp, 1)))
+			return ret;
+	memset(b->asked, 0, sp->io.page_words * 8);
+	memset(b->arrived, 0, sp->io.page_words * 8);
+	memset(b->ahead, 0, sp->io.page_words * 8);
+	b->nreq = 0;
+	b->gid = gid;
+	return 0;
+}
+
+int sparse_buffer(struct sf_sparse *sp, long gid, struct iobuf **out)
+{
+	struct sparse_io *io = &sp->io;
+	int next = (io->cur + 1) % io->nbuf;
+
+	*out = &io->bufs[next];
+	if (io->bufs[next].gid == gid && io->nbuf > 1) {
+		io->cur = next;
+		return 0;
+	}
+	io->cur = next;
+	return take(sp, *out, gid);
+}
+
+// ----------------------------------------------------------------------------
+// plans: 4 KiB pages, each asked for once, in requests of at most read_size
+
+static int hist_bucket(uint32_t len)
+{
+	int b = 0;
+	for (uint32_t lim = 1; b < SF_RUNS_NHIST - 1 && len > lim; lim *= 2)
+		b++;
+	return b;
+}
+
+/* Request [x0, x1) of buffer b's pages, of the tier region at file offset
+ * base lying at lay in the buffer: asked now, queued (arrived at once
+ * with --simulate, whose bytes are in RAM). */
+static int ask(struct sf_sparse *sp, struct iobuf *b, uint64_t x0, uint64_t x1,
+	       const struct sparse_tier *t, int ahead, struct gtally *gt)
+{
+	struct req *q = &b->reqs[b->nreq];
+	uint64_t len = (x1 - x0) * PAGE;
+	int ret;
+
+	*q = (struct req){ .aoff = t->base + x0 * PAGE - t->lay, .alen = (uint32_t)len,
+			   .buf = b->mem ? b->mem + x0 * PAGE : NULL };
+	gt->ahead_bytes += ahead ? len : 0;
+	gt->bytes_moved += len;
+	gt->requests++;
+	sp->st.bytes_moved += len;
+	sp->st.tok_bytes += len;
+	sp->st.requests++;
+	if (sp->o.simulate) {
+		set_bits(b->arrived, x0, x1);
+		b->nreq++;
+		return 0;
+	}
+	if ((ret = sf_uring_queue(sp->io.u, q->aoff, q->alen, q->buf,
+				  (uint64_t)(b - sp->io.bufs) << 32 | b->nreq, &sp->err)))
+		return ret;
+	if (!sp->io.inflight++)
+		sp->io.busy_since = sf_now();
+	b->inflight++;
+	b->nreq++;
+	return 0;
+}
+
+/* Whether pages [x0, x1) of b are all not asked for. */
+static int none_asked(const struct iobuf *b, uint64_t x0, uint64_t x1)
+{
+	for (uint64_t x = x0; x < x1; x++)
+		if (bit(b->asked, x))
+			return 0;
+	return 1;
+}
+
+int sparse_plan(struct sf_sparse *sp, struct iobuf *b, const struct sparse_tier *t,
+		const uint32_t *pos, size_t k, uint32_t *runlen, int ahead, struct gtally *gt)
+{
+	size_t nruns = sf_runs_plan(pos, k, (uint32_t)sp->collapse.gap, sp->s.runs), i = 0;
+	uint64_t gap_pages = sp->collapse.gap_bytes / PAGE;
+	uint64_t most = sp->io.read_size / PAGE;
+	uint64_t q0 = 0, q1 = 0;	/* the open request's pages; q1 == q0: none */
+	int ret;
+
+	for (size_t r = 0; r < nruns; r++) {
+		const struct sf_run *run = &sp->s.runs[r];
+		uint64_t aoff, alen;
+		sf_image_align(t->base + (uint64_t)run->start * t->stride,
+			       (uint64_t)run->len * t->stride, &aoff, &alen);
+		if (aoff - t->base + alen > t->cap)
+			return sf_err_set(&sp->err, -EOVERFLOW, "%s: a read to %llu bytes into the "
+					  "region overflows its buffer of %llu", sp->img->path,
+					  (unsigned long long)(aoff - t->base + alen),
+					  (unsigned long long)t->cap);
+		uint64_t x0 = (t->lay + aoff - t->base) / PAGE, x1 = x0 + alen / PAGE;
+		for (uint64_t x = x0; x < x1; x++) {
+			if (bit(b->asked, x)) {
+				if (bit(b->ahead, x)) {	/* read ahead, and needed */
+					b->ahead[x / 64] &= ~(1ull << (x % 64));
+					gt->ahead_used += PAGE;
+				}
+				continue;
+			}
+			gt->pages_needed += !ahead;
+			if (ahead)
+				b->ahead[x / 64] |= 1ull << (x % 64);
+			if (q1 > q0 && x >= q1 && x - q1 <= gap_pages && x + 1 - q0 <= most &&
+			    none_asked(b, q1, x)) {
+				set_bits(b->asked, q1, x + 1);
+				q1 = x + 1;
+				continue;
+			}
+			if (q1 > q0 && (ret = ask(sp, b, q0, q1, t, ahead, gt)))
+				return ret;
+			set_bits(b->asked, x, x + 1);
+			q0 = x;
+			q1 = x + 1;
+		}
+		for (; runlen && i < k && pos[i] < run->start + run->len; i++)
+			runlen[i] = run->len;
+		if (!ahead) {
+			sp->st.hist[hist_bucket(run->len)]++;
+			sp->st.runs_total++;
+			sp->st.runs_positions += run->len;
+		}
+	}
+	if (q1 > q0 && (ret = ask(sp, b, q0, q1, t, ahead, gt)))
+		return ret;
+	return 0;
+}
+
+int sparse_submit(struct sf_sparse *sp)
+{
+	int ret;
+
+	if (sp->o.simulate || !sf_uring_outstanding(sp->io.u))
+		return 0;
+	ret = sf_uring_submit(sp->io.u, &sp->err);
+	return ret < 0 ? ret : 0;
+}
+
+// ----------------------------------------------------------------------------
+// --prefetch: the next groups' pages asked for while this one computes
+
+void sparse_tiers_of(const struct sf_image_group *G, struct sparse_tier *top,
+		     struct sparse_tier *mid)
+{
+	uint64_t tcap = sparse_round_up((uint64_t)G->entries * G->top_bytes);
+
+	*top = (struct sparse_tier){ .base = G->top->offset, .stride = G->top_bytes, .lay = 0,
+				     .cap = tcap };
+	*mid = (struct sparse_tier){ 0 };
+	if (G->mid)
+		*mid = (struct sparse_tier){
+			.base = G->mid->offset, .stride = G->mid_bytes, .lay = tcap,
+			.cap = sparse_round_up((uint64_t)G->entries * G->mid_bytes) };
+}
+
+/* The entries predicted for group G of layer l, as bitmaps over its
+ * source entries: top (k_top of them) and all (both tiers). Returns 0
+ * when nothing can be predicted yet. */
+static int predict(struct sf_sparse *sp, int l, enum sf_group g, uint32_t n, uint32_t kt,
+		   uint32_t km, uint64_t *top, uint64_t *all)
+{
+	struct sparse_predict *pr = &sp->pred;
+	size_t words = sp->tiers.words;
+	int wrong = sp->o.fault.mispredict;
+
+	if (g == SF_GROUP_ATTN_IN || g == SF_GROUP_FFN_IN) {
+		/* both inputs are RMSNorm of the residual stream times the
+		 * norm's gain: the last one, its gain divided out and this
+		 * group's multiplied in, ranks this input's entries */
+		if (pr->x_layer < 0 || n != pr->n)
+			return 0;
+		const float *gs = pr->gain + ((size_t)pr->x_layer * 2 + (pr->x_g == SF_GROUP_FFN_IN)) * n;
+		const float *gt = pr->gain + ((size_t)l * 2 + (g == SF_GROUP_FFN_IN)) * n;
+		float most = 0;
+		for (uint32_t j = 0; j < n; j++) {
+			pr->score[j] = gs[j] != 0 ? fabsf(pr->x[j] * gt[j] / gs[j]) : 0.0f;
+			most = pr->score[j] > most ? pr->score[j] : most;
+		}
+		for (uint32_t j = 0; wrong && j < n; j++)
+			pr->score[j] = most - pr->score[j];	/* test only: the least likely */
+		sf_select_topk(pr->score, n, kt, top, sp->s.sel_scratch);
+		sf_select_topk(pr->score, n, kt + km, all, sp->s.sel_scratch);
+		return 1;
+	}
+	if (sp->o.predict != SF_SPARSE_PREDICT_ALL)
+		return 0;
+	/* attn_out, ffn_out: the previous pass's selection */
+	size_t at = ((size_t)l * SF_NGROUPS + g) * 2 * words;
+	for (size_t w = 0; w < words; w++) {
+		top[w] = wrong ? ~pr->history[at + words + w] : pr->history[at + w];
+		all[w] = wrong ? top[w] : pr->history[at + words + w];
+	}
+	if (n % 64) {
+		top[words - 1] &= (1ull << (n % 64)) - 1;
+		all[words - 1] &= (1ull << (n % 64)) - 1;
+	}
+	return 1;
+}
+
+/* Asks for the pages group gid will read, into buffer b: all of them
+ * when every entry is top tier, the predicted entries' otherwise (those
+ * cached left out). */
+static int read_ahead(struct sf_sparse *sp, struct iobuf *b, long gid)
+{
+	int l = (int)(gid / SF_NGROUPS);
+	enum sf_group g = (enum sf_group)(gid % SF_NGROUPS);
+	const struct sf_image_group *G = sf_image_group(sp->img, l, g);
+	uint32_t n = G->source_entries, kt = sp->tiers.k_top[gid], km = sp->tiers.k_mid[gid];
+	const uint64_t *allow = sp->tiers.allow[gid];
+	struct gtally *gt = &sp->st.g[g];
+	struct sparse_tier top, mid;
+	uint32_t *ents = sp->pred.ents, *tpos = sp->pred.tpos, *mpos = sp->pred.mpos;
+	size_t nt, nm = 0;
+	int ret;
+
+	sparse_tiers_of(G, &top, &mid);
+	if (kt == n && km == 0) {
+		nt = 0;
+		for (uint32_t p = 0; p < G->entries; p++)
+			if (!allow || bit(allow, G->perm[p]))
+				tpos[nt++] = p;
+	} else {
+		if (sp->o.predict == SF_SPARSE_PREDICT_NONE ||
+		    !predict(sp, l, g, n, kt, km, sp->pred.top, sp->pred.all))
+			return 0;
+		nt = 0;
+		for (size_t w = 0; w < sp->tiers.words; w++) {
+			uint64_t t = sp->pred.top[w] & (allow ? allow[w] : ~0ull);
+			for (; t; t &= t - 1)
+				ents[nt++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(t));
+		}
+		sf_runs_positions(G->pos, n, ents, nt, sp->s.pscratch, tpos);
+		for (size_t w = 0; km && w < sp->tiers.words; w++) {
+			uint64_t t = sp->pred.all[w] & ~sp->pred.top[w] & (allow ? allow[w] : ~0ull);
+			for (; t; t &= t - 1)
+				ents[nm++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(t));
+		}
+		if (nm)
+			sf_runs_positions(G->pos, n, ents, nm, sp->s.pscratch, mpos);
+	}
+	if (sp->cache.use) {
+		size_t k = 0;
+		for (size_t i = 0; i < nt; i++)
+			if (!sf_cache_holds(sp->cache.c, (uint32_t)l, g, G->perm[tpos[i]]))
+				tpos[k++] = tpos[i];
+		nt = k;
+	}
+	if ((nm && G->mid && (ret = sparse_plan(sp, b, &mid, mpos, nm, NULL, 1, gt))) ||
+	    (ret = sparse_plan(sp, b, &top, tpos, nt, NULL, 1, gt)))
+		return ret;
+	return 0;
+}
+
+int sparse_prefetch(struct sf_sparse *sp, long gid)
+{
+	struct sparse_io *io = &sp->io;
+	int ret;
+
+	if (io->nbuf < 2 || sp->o.simulate)
+		return 0;
+	for (int k = 1; k < io->nbuf; k++) {
+		long next = io->order[(io->seq[gid] + (size_t)k) % io->norder];
+		struct iobuf *b = &io->bufs[(io->cur + k) % io->nbuf];
+		if (b->gid == next)
+			continue;
+		if ((ret = take(sp, b, next)) || (ret = read_ahead(sp, b, next)))
+			return ret;
+	}
+	return sparse_submit(sp);
+}
+
+void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *in, size_t n,
+		    const uint64_t *top, const uint64_t *all)
+{
+	struct sparse_predict *pr = &sp->pred;
+	size_t words = sp->tiers.words;
+
+	if (sp->io.nbuf < 2 || sp->o.predict == SF_SPARSE_PREDICT_NONE)
+		return;
+	if ((g == SF_GROUP_ATTN_IN || g == SF_GROUP_FFN_IN) && n == pr->n) {
+		memcpy(pr->x, in, n * sizeof(float));
+		pr->x_layer = l;
+		pr->x_g = g;
+	} else if (sp->o.predict == SF_SPARSE_PREDICT_ALL && top) {
+		uint64_t *h = pr->history + ((size_t)l * SF_NGROUPS + g) * 2 * words;
+		memcpy(h, top, words * 8);
+		memcpy(h + words, all, words * 8);
+	}
+}
