@@ -76,7 +76,8 @@ struct options {
 enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENALTY,
        OPT_REPEAT_LAST_N, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
        OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
-       OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_NO_DIRECT,
+       OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_READ_SIZE,
+       OPT_PREFETCH, OPT_PREDICT, OPT_NO_DIRECT,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS };
@@ -134,6 +135,14 @@ static const struct sf_opt options[] = {
 	{ "probe-device", OPT_PROBE, NULL, "measure the device holding DIR (default .) and store\n"
 	  "its figures for --collapse auto, then exit", NULL, 0 },
 	{ "qd", OPT_QD, "N", "reads in flight (default %s)", SF_STR(SF_URING_DEFAULT_QD), SPARSE },
+	{ "read-size", OPT_READ_SIZE, "BYTES", "bytes of one read at most, a multiple of 4096\n"
+	  "(default 262144, the probe's large read)", NULL, SPARSE },
+	{ "prefetch", OPT_PREFETCH, "N", "groups whose reads start while the one before\n"
+	  "computes, a read buffer each; 0: none (default %s)", SF_STR(SF_SPARSE_PREFETCH), SPARSE },
+	{ "prefetch-predict", OPT_PREDICT, "P", "what --prefetch reads of groups whose selection\n"
+	  "is not known yet: none, residual (attn_in and ffn_in\n"
+	  "from the residual stream) or all (also attn_out and\n"
+	  "ffn_out from the previous token) (default residual)", NULL, SPARSE },
 	{ "no-direct", OPT_NO_DIRECT, NULL, "read through the page cache (no O_DIRECT)", NULL,
 	  SPARSE },
 	{ "cache-policy", OPT_CACHE_POLICY, "P", "s3fifo, lru or none (default s3fifo)", NULL,
@@ -315,6 +324,19 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_PROBE: probe = 1; break;
 		case OPT_QD: so->qd = (unsigned)sf_opt_u64("--qd", optarg, 1, SF_URING_MAX_QD); break;
+		case OPT_READ_SIZE:
+			so->read_size = (uint32_t)sf_opt_u64("--read-size", optarg, SF_URING_ALIGN,
+							     1u << 30);
+			if (so->read_size % SF_URING_ALIGN)
+				sf_usage_error("--read-size: %s: not a multiple of %d", optarg,
+					       SF_URING_ALIGN);
+			break;
+		case OPT_PREFETCH: so->prefetch = (int)sf_opt_u64("--prefetch", optarg, 0, 64); break;
+		case OPT_PREDICT:
+			if (sf_sparse_predict_parse(optarg, &so->predict))
+				sf_usage_error("--prefetch-predict: '%s': expected none, residual or all",
+					       optarg);
+			break;
 		case OPT_NO_DIRECT: so->buffered = 1; break;
 		case OPT_CACHE_POLICY:
 			if (sf_cache_policy_parse(optarg, &so->policy))
@@ -540,12 +562,15 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	S->state.exec = sf_sparse_exec(S->sparse);
 	if (o->verbose) {
 		sf_sparse_memory(S->sparse, &mem);
-		fprintf(stderr, "%s: reads: %s%s, qd %u; collapse %s\n"
+		fprintf(stderr, "%s: reads: %s%s, qd %u, at most %u bytes, %d groups ahead "
+			"(predict %s); collapse %s\n"
 			"%s: memory: %llu bytes: process %llu, resident %llu, KV cache and state "
 			"%llu, buffers %llu, pinned %llu, cache %llu, simulate %llu; offloaded %llu\n",
 			sf_progname, sf_sparse_backend(S->sparse),
 			so.buffered ? " (page cache)" : so.simulate ? "" : " (O_DIRECT)",
-			so.qd ? so.qd : SF_URING_DEFAULT_QD, sf_sparse_collapse_desc(S->sparse),
+			so.qd ? so.qd : SF_URING_DEFAULT_QD,
+			so.read_size ? so.read_size : SF_SPARSE_READ_SIZE, so.simulate ? 0 : so.prefetch,
+			sf_sparse_predict_name(so.predict), sf_sparse_collapse_desc(S->sparse),
 			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.process,
 			(unsigned long long)mem.resident, (unsigned long long)mem.state,
 			(unsigned long long)mem.buffers, (unsigned long long)mem.pinned,

@@ -108,6 +108,16 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	[ "$output" = "$(cat "$D/dense5.txt")" ]
 	run gen --cache-ratio 0.2 "$D/coact5.sfimg"
 	[ "$output" = "$(cat "$D/dense5.txt")" ]
+	run gen --prefetch 3 --read-size 8192 "$D/coact5.sfimg"
+	[ "$output" = "$(cat "$D/dense5.txt")" ]
+	SF_FAULT=mispredict run gen --prefetch 2 --prefetch-predict all "$D/coact5.sfimg"
+	[ "$output" = "$(cat "$D/dense5.txt")" ]
+	local want
+	want=$(gen --density 0.4 --simulate "$D/coact5.sfimg")
+	run gen --density 0.4 --prefetch 2 --prefetch-predict all --cache-ratio 0.1 "$D/coact5.sfimg"
+	[ "$output" = "$want" ]
+	SF_FAULT=mispredict run gen --density 0.4 --prefetch 1 --read-size 4096 "$D/coact5.sfimg"
+	[ "$output" = "$want" ]
 	rm -f "$D"/*5.sfimg
 }
 
@@ -136,6 +146,66 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	want=$(gen --k-top 0.2 --k-mid 0.3 --simulate "$D/coact.sfimg")
 	run gen --k-top 0.2 --k-mid 0.3 --collapse 2 "$D/coact.sfimg"
 	[ "$output" = "$want" ]
+}
+
+@test "--prefetch, --prefetch-predict, --read-size: the tokens equal --simulate, predictions forced wrong too" {
+	need_direct
+	local want cfg
+	for cfg in "--budget 1" "--budget 0.5" "--density 0.4" "--k-top 0.2 --k-mid 0.3"; do
+		# shellcheck disable=SC2086
+		want=$(gen $cfg --simulate "$D/coact.sfimg")
+		[ -n "$want" ]
+		for opt in "--prefetch 0" "--prefetch 1 --prefetch-predict none" \
+			"--prefetch 2 --prefetch-predict residual --read-size 4096 --qd 2" \
+			"--prefetch 3 --prefetch-predict all -t 1" \
+			"--prefetch 1 --prefetch-predict all --cache-ratio 0.3 --cache-policy lru -t 2" \
+			"--prefetch 2 --read-size 1048576 --collapse 0 --cache-ratio 0.2"; do
+			# shellcheck disable=SC2086
+			run gen $cfg $opt "$D/coact.sfimg"
+			[ "$status" -eq 0 ]
+			[ "$output" = "$want" ] || { echo "$cfg $opt: $output"; false; }
+			# shellcheck disable=SC2086
+			SF_FAULT=mispredict run gen $cfg $opt "$D/coact.sfimg"
+			[ "$output" = "$want" ] || { echo "mispredict $cfg $opt: $output"; false; }
+		done
+	done
+}
+
+@test "--prefetch reads ahead: every page at budget 1, the predicted ones below it, counted in --stats" {
+	need_direct
+	local s
+	s=$(sf-run -p "$PROMPT" -n 8 --temp 0 --stats - --prefetch 1 "$D/coact.sfimg" 2>/dev/null)
+	# after the first group every page is asked for before its group runs
+	jq -e '[.groups[] | .prefetch_recall] | min > 0.9' <<< "$s"
+	jq -e '.reads.prefetch == 1 and .reads.read_size == 262144' <<< "$s"
+	s=$(sf-run -p "$PROMPT" -n 8 --temp 0 --stats - --budget 0.5 --prefetch-predict all "$D/coact.sfimg" 2>/dev/null)
+	jq -e '.groups.attn_in.prefetch_bytes_per_token > 0 and .groups.ffn_out.prefetch_bytes_per_token > 0' <<< "$s"
+	jq -e '[.groups[] | .prefetch_recall, .prefetch_overfetch] | all(. >= 0 and . <= 1)' <<< "$s"
+	s=$(sf-run -p "$PROMPT" -n 8 --temp 0 --stats - --budget 0.5 --prefetch 0 "$D/coact.sfimg" 2>/dev/null)
+	jq -e '[.groups[] | .prefetch_bytes_per_token] | add == 0' <<< "$s"
+	# one request never exceeds --read-size
+	s=$(sf-run -p "$PROMPT" -n 4 --temp 0 --stats - --read-size 8192 "$D/coact.sfimg" 2>/dev/null)
+	jq -e '.reads.bytes_per_request <= 8192' <<< "$s"
+}
+
+@test "a read error in a read ahead is reported like any other" {
+	need_direct
+	# at budget 1 with --prefetch every group's reads after the first
+	# group's are read ahead: with 4 KiB reads, the 100th is one of them
+	SF_FAULT=eio=100 run --separate-stderr sf-run -p "$PROMPT" -n 4 --temp 0 --read-size 4096 \
+		--prefetch 2 "$D/coact.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ read\ of\ [0-9]+\ bytes\ at\ offset\ [0-9]+:\ Input/output\ error$ ]]
+	[ -z "$output" ]
+}
+
+@test "--read-size and --prefetch-predict refuse bad values" {
+	run sf-run --read-size 6000 -p x "$D/coact.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sf-run: --read-size: 6000: not a multiple of 4096" ]
+	run sf-run --prefetch-predict magic -p x "$D/coact.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sf-run: --prefetch-predict: 'magic': expected none, residual or all" ]
 }
 
 @test "below budget 1 the perplexity equals --simulate" {

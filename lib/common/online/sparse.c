@@ -301,11 +301,13 @@ static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens)
 /* --prefetch-predict's state (struct sparse_predict). */
 static uint64_t predict_bytes(const struct sf_sparse *sp)
 {
-	uint64_t n = (uint64_t)sp->img->cfg.hidden_dim, L = (uint64_t)sp->img->cfg.n_layers;
+	uint64_t n = (uint64_t)sp->img->cfg.dim, L = (uint64_t)sp->img->cfg.n_layers;
 	uint64_t words = sp->tiers.words;
 
-	if (!sp->o.prefetch || sp->o.predict == SF_SPARSE_PREDICT_NONE || sp->o.simulate)
+	if (!sp->o.prefetch)
 		return 0;
+	if (sp->o.predict == SF_SPARSE_PREDICT_NONE)
+		return 3 * (uint64_t)sp->s.nmax * 4;
 	return (2 * n + L * 2 * n) * sizeof(float) + 2 * words * 8 + 3 * (uint64_t)sp->s.nmax * 4 +
 	       (sp->o.predict == SF_SPARSE_PREDICT_ALL ? L * SF_NGROUPS * 2 * words * 8 : 0);
 }
@@ -530,16 +532,23 @@ static void gains(float *out, const struct sf_weight *w, uint32_t n)
 	}
 }
 
-/* --prefetch-predict's state. */
+/* --prefetch's positions, and --prefetch-predict's state. */
 static int open_predict(struct sf_sparse *sp)
 {
 	struct sparse_predict *pr = &sp->pred;
 	const struct sf_image *img = sp->img;
-	uint32_t n = (uint32_t)img->cfg.hidden_dim;
+	uint32_t n = (uint32_t)img->cfg.dim;
 	size_t L = (size_t)img->cfg.n_layers, words = sp->tiers.words, nmax = sp->s.nmax;
 
 	pr->x_layer = -1;
-	if (!sp->o.prefetch || sp->o.predict == SF_SPARSE_PREDICT_NONE)
+	if (!sp->o.prefetch)
+		return 0;
+	pr->ents = calloc(nmax, 4);
+	pr->tpos = calloc(nmax, 4);
+	pr->mpos = calloc(nmax, 4);
+	if (!pr->ents || !pr->tpos || !pr->mpos)
+		return -ENOMEM;
+	if (sp->o.predict == SF_SPARSE_PREDICT_NONE)
 		return 0;
 	pr->n = n;
 	pr->x = calloc(n, sizeof(float));
@@ -547,13 +556,10 @@ static int open_predict(struct sf_sparse *sp)
 	pr->gain = calloc(L * 2 * n, sizeof(float));
 	pr->top = calloc(words, 8);
 	pr->all = calloc(words, 8);
-	pr->ents = calloc(nmax, 4);
-	pr->tpos = calloc(nmax, 4);
-	pr->mpos = calloc(nmax, 4);
 	if (sp->o.predict == SF_SPARSE_PREDICT_ALL)
 		pr->history = calloc(L * SF_NGROUPS * 2 * words, 8);
-	if (!pr->x || !pr->score || !pr->gain || !pr->top || !pr->all || !pr->ents || !pr->tpos ||
-	    !pr->mpos || (sp->o.predict == SF_SPARSE_PREDICT_ALL && !pr->history))
+	if (!pr->x || !pr->score || !pr->gain || !pr->top || !pr->all ||
+	    (sp->o.predict == SF_SPARSE_PREDICT_ALL && !pr->history))
 		return -ENOMEM;
 	for (size_t l = 0; l < L; l++) {
 		gains(pr->gain + l * 2 * n, &sp->m->layers[l].attn_norm, n);

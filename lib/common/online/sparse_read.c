@@ -312,7 +312,7 @@ static int predict(struct sf_sparse *sp, int l, enum sf_group g, uint32_t n, uin
 		   uint32_t km, uint64_t *top, uint64_t *all)
 {
 	struct sparse_predict *pr = &sp->pred;
-	size_t words = sp->tiers.words;
+	size_t words = sp->tiers.words, nw = (n + 63) / 64;
 	int wrong = sp->o.fault.mispredict;
 
 	if (g == SF_GROUP_ATTN_IN || g == SF_GROUP_FFN_IN) {
@@ -338,13 +338,13 @@ static int predict(struct sf_sparse *sp, int l, enum sf_group g, uint32_t n, uin
 		return 0;
 	/* attn_out, ffn_out: the previous pass's selection */
 	size_t at = ((size_t)l * SF_NGROUPS + g) * 2 * words;
-	for (size_t w = 0; w < words; w++) {
+	for (size_t w = 0; w < nw; w++) {
 		top[w] = wrong ? ~pr->history[at + words + w] : pr->history[at + w];
 		all[w] = wrong ? top[w] : pr->history[at + words + w];
 	}
 	if (n % 64) {
-		top[words - 1] &= (1ull << (n % 64)) - 1;
-		all[words - 1] &= (1ull << (n % 64)) - 1;
+		top[nw - 1] &= (1ull << (n % 64)) - 1;
+		all[nw - 1] &= (1ull << (n % 64)) - 1;
 	}
 	return 1;
 }
@@ -362,7 +362,7 @@ static int read_ahead(struct sf_sparse *sp, struct iobuf *b, long gid)
 	struct gtally *gt = &sp->st.g[g];
 	struct sparse_tier top, mid;
 	uint32_t *ents = sp->pred.ents, *tpos = sp->pred.tpos, *mpos = sp->pred.mpos;
-	size_t nt, nm = 0;
+	size_t nt, nm = 0, nw = (n + 63) / 64;
 	int ret;
 
 	sparse_tiers_of(G, &top, &mid);
@@ -376,13 +376,13 @@ static int read_ahead(struct sf_sparse *sp, struct iobuf *b, long gid)
 		    !predict(sp, l, g, n, kt, km, sp->pred.top, sp->pred.all))
 			return 0;
 		nt = 0;
-		for (size_t w = 0; w < sp->tiers.words; w++) {
+		for (size_t w = 0; w < nw; w++) {
 			uint64_t t = sp->pred.top[w] & (allow ? allow[w] : ~0ull);
 			for (; t; t &= t - 1)
 				ents[nt++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(t));
 		}
 		sf_runs_positions(G->pos, n, ents, nt, sp->s.pscratch, tpos);
-		for (size_t w = 0; km && w < sp->tiers.words; w++) {
+		for (size_t w = 0; km && w < nw; w++) {
 			uint64_t t = sp->pred.all[w] & ~sp->pred.top[w] & (allow ? allow[w] : ~0ull);
 			for (; t; t &= t - 1)
 				ents[nm++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(t));
@@ -435,7 +435,7 @@ void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *i
 		pr->x_g = g;
 	} else if (sp->o.predict == SF_SPARSE_PREDICT_ALL && top) {
 		uint64_t *h = pr->history + ((size_t)l * SF_NGROUPS + g) * 2 * words;
-		memcpy(h, top, words * 8);
-		memcpy(h + words, all, words * 8);
+		memcpy(h, top, (n + 63) / 64 * 8);
+		memcpy(h + words, all, (n + 63) / 64 * 8);
 	}
 }

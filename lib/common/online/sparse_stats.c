@@ -88,14 +88,19 @@ static json_t *groups_json(const struct sf_sparse *sp, double per, double *budge
 		budget_sum += t->budget / c * (double)t->entries / c * (double)sp->tiers.col_top[g];
 		budget_den += (double)t->entries / c * (double)sp->tiers.col_top[g];
 		*riders += t->riders;
+		double used = (double)t->ahead_used, need = used + (double)t->pages_needed;
 		json_object_set_new(groups, sf_group_name((enum sf_group)g), json_pack(
-			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
 			"budget", t->budget / c, "free_riders", (double)t->riders / c,
 			"k_top", (double)t->k_top / c, "k_mid", (double)t->k_mid / c,
 			"cache_hits", (double)t->hits / c,
 			"requests_per_token", (double)t->requests * per,
 			"bytes_moved_per_token", (double)t->bytes_moved * per,
-			"bytes_needed_per_token", (double)t->bytes_needed * per));
+			"bytes_needed_per_token", (double)t->bytes_needed * per,
+			"prefetch_bytes_per_token", (double)t->ahead_bytes * per,
+			"prefetch_recall", need > 0 ? used / need : 0.0,
+			"prefetch_overfetch", t->ahead_bytes ?
+				1.0 - used / (double)t->ahead_bytes : 0.0));
 	}
 	*budget = budget_den > 0 ? budget_sum / budget_den : 0.0;
 	return groups;
@@ -133,12 +138,13 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 	json_t *groups = groups_json(sp, per, &budget, &riders);
 
 	json_t *j = json_pack(
-		"{s:s, s:I, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, "
+		"{s:s, s:I, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, "
 		"s:o, s:{s:s, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:f, s:o, s:I, s:o, "
 		"s:I, s:f}",
 		"backend", sf_sparse_backend(sp), "tokens", (json_int_t)tok,
 		"latency_seconds", latency_json(st),
-		"compute_seconds", st->compute_s, "io_wait_seconds", st->wait_s,
+		"compute_seconds", st->compute_s, "overlap_seconds", st->overlap_s,
+		"io_wait_seconds", st->wait_s,
 		"io_span_seconds", st->span_s, "sparse_seconds", st->exec_s,
 		"requests_per_token", (double)st->requests * per,
 		"bytes_moved_per_token", (double)st->bytes_moved * per,
@@ -165,5 +171,11 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 		json_object_set_new(j, "compute", compute_json(&sp->comp));
 	if (j)
 		json_object_set_new(j, "requests", json_integer((json_int_t)st->requests));
+	if (j)
+		json_object_set_new(j, "reads", json_pack("{s:i, s:i, s:s, s:f}",
+			"read_size", (int)sp->io.read_size, "prefetch", sp->o.prefetch,
+			"predict", sf_sparse_predict_name(sp->o.predict),
+			"bytes_per_request", st->requests ?
+				(double)st->bytes_moved / (double)st->requests : 0.0));
 	return j;
 }
