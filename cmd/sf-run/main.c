@@ -49,6 +49,7 @@ struct options {
 	const char *prompt_file;	/* -f */
 	const char *ppl_file;
 	const char *stats_file;
+	const char *read_log;
 	long n_predict;			/* -1: until EOS or the context is full */
 	double temp, top_p, min_p, repeat_penalty;
 	int top_k, repeat_last_n;
@@ -76,7 +77,7 @@ struct options {
 enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENALTY,
        OPT_REPEAT_LAST_N, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
        OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
-       OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_READ_SIZE,
+       OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_READ_SIZE, OPT_READ_LOG,
        OPT_PREFETCH, OPT_PREDICT, OPT_NO_DIRECT,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
@@ -137,6 +138,8 @@ static const struct sf_opt options[] = {
 	{ "qd", OPT_QD, "N", "reads in flight (default %s)", SF_STR(SF_URING_DEFAULT_QD), SPARSE },
 	{ "read-size", OPT_READ_SIZE, "BYTES", "bytes of one read at most, a multiple of 4096\n"
 	  "(default 262144, the probe's large read)", NULL, SPARSE },
+	{ "read-log", OPT_READ_LOG, "FILE", "write every read as a line 'PASS OFFSET LENGTH'\n"
+	  "to FILE, to replay on the device (fio's read_iolog)", NULL, SPARSE },
 	{ "prefetch", OPT_PREFETCH, "N", "groups whose reads start while the one before\n"
 	  "computes, a read buffer each; 0: none (default %s)", SF_STR(SF_SPARSE_PREFETCH), SPARSE },
 	{ "prefetch-predict", OPT_PREDICT, "P", "what --prefetch reads of groups whose selection\n"
@@ -331,6 +334,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 				sf_usage_error("--read-size: %s: not a multiple of %d", optarg,
 					       SF_URING_ALIGN);
 			break;
+		case OPT_READ_LOG: o->read_log = sf_opt_path("--read-log", optarg); break;
 		case OPT_PREFETCH: so->prefetch = (int)sf_opt_u64("--prefetch", optarg, 0, 64); break;
 		case OPT_PREDICT:
 			if (sf_sparse_predict_parse(optarg, &so->predict))
@@ -432,11 +436,19 @@ struct session {
 	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
 	int text_open;		/* text written that does not end with a newline */
 	json_t *ppl;		/* --ppl --bench: the perplexity figures */
+	struct sf_outfile read_log;	/* --read-log; f NULL: none */
 };
+
+static void log_read(void *ctx, uint64_t pass, uint64_t offset, uint32_t len)
+{
+	fprintf(ctx, "%llu %llu %u\n", (unsigned long long)pass, (unsigned long long)offset, len);
+}
 
 static void session_free(struct session *S)
 {
 	sf_sparse_close(S->sparse);
+	if (S->read_log.f)
+		sf_outfile_abort(&S->read_log);
 	sf_sampler_free(&S->sampler);
 	sf_state_free(&S->state);
 	sf_pool_destroy(S->pool);
@@ -557,6 +569,13 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	so.compute = o->rho >= 0 ? &co : NULL;
 	so.compute_static = o->static_file ? &stat : NULL;
 	so.compute_static_name = o->static_file;
+	if (o->read_log) {
+		const char *inputs[] = { o->image, NULL };
+		if ((ret = sf_outfile_open(&S->read_log, o->read_log, 0, inputs, e)))
+			goto out;
+		so.on_read = log_read;
+		so.on_read_ctx = S->read_log.f;
+	}
 	if ((ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, e)))
 		goto out;
 	S->state.exec = sf_sparse_exec(S->sparse);
@@ -1038,6 +1057,10 @@ int main(int argc, char **argv)
 		ret = write_stats(&S, &o, NULL, &e);
 	if (!ret && o.stats_file)
 		ret = write_stats(&S, &o, o.stats_file, &e);
+	sf_sparse_close(S.sparse);	/* its last reads logged */
+	S.sparse = NULL;
+	if (!ret && S.read_log.f)
+		ret = sf_outfile_commit(&S.read_log, &e);
 	session_free(&S);
 out:
 	if (ret)

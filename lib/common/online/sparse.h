@@ -108,6 +108,12 @@ struct sf_sparse_opts {
 	const struct sf_scores *compute_static;	/* static scores, or NULL */
 	const char *compute_static_name;	/* for messages */
 	struct sf_uring_fault fault;	/* test only: the reads' fault injection (uring.h) */
+	/* Called for every request asked for (not with --simulate), in the
+	 * order they are queued: the forward pass it belongs to (0 based),
+	 * file offset and length; NULL: none. For replaying the requests on
+	 * the raw device (sf-run --read-log). */
+	void (*on_read)(void *ctx, uint64_t pass, uint64_t offset, uint32_t len);
+	void *on_read_ctx;
 };
 
 /* Defaults: budget 1, collapse auto, S3-FIFO, SF_CACHE_DEFAULT_SEG_ADMIT,

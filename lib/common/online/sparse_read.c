@@ -203,6 +203,8 @@ static int ask(struct sf_sparse *sp, struct iobuf *b, uint64_t x0, uint64_t x1,
 		b->nreq++;
 		return 0;
 	}
+	if (sp->o.on_read)
+		sp->o.on_read(sp->o.on_read_ctx, sp->st.tokens, q->aoff, q->alen);
 	if ((ret = sf_uring_queue(sp->io.u, q->aoff, q->alen, q->buf,
 				  (uint64_t)(b - sp->io.bufs) << 32 | b->nreq, &sp->err)))
 		return ret;
