@@ -50,6 +50,7 @@ struct options {
 	const char *ppl_file;
 	const char *stats_file;
 	const char *read_log;
+	int head_on_flash;
 	long n_predict;			/* -1: until EOS or the context is full */
 	double temp, top_p, min_p, repeat_penalty;
 	int top_k, repeat_last_n;
@@ -78,7 +79,7 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
        OPT_REPEAT_LAST_N, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
        OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
        OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_READ_SIZE, OPT_READ_LOG,
-       OPT_PREFETCH, OPT_PREDICT, OPT_NO_DIRECT,
+       OPT_PREFETCH, OPT_PREDICT, OPT_HEAD_ON_FLASH, OPT_NO_DIRECT,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS };
@@ -138,6 +139,9 @@ static const struct sf_opt options[] = {
 	{ "qd", OPT_QD, "N", "reads in flight (default %s)", SF_STR(SF_URING_DEFAULT_QD), SPARSE },
 	{ "read-size", OPT_READ_SIZE, "BYTES", "bytes of one read at most, a multiple of 4096\n"
 	  "(default 262144, the probe's large read)", NULL, SPARSE },
+	{ "head-on-flash", OPT_HEAD_ON_FLASH, NULL, "read the output head from flash every token\n"
+	  "instead of holding it in RAM (the embedding rows\n"
+	  "are always read from flash)", NULL, SPARSE },
 	{ "read-log", OPT_READ_LOG, "FILE", "write every read as a line 'PASS OFFSET LENGTH'\n"
 	  "to FILE, to replay on the device (fio's read_iolog)", NULL, SPARSE },
 	{ "prefetch", OPT_PREFETCH, "N", "groups whose reads start while the one before\n"
@@ -334,6 +338,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 				sf_usage_error("--read-size: %s: not a multiple of %d", optarg,
 					       SF_URING_ALIGN);
 			break;
+		case OPT_HEAD_ON_FLASH: o->head_on_flash = 1; break;
 		case OPT_READ_LOG: o->read_log = sf_opt_path("--read-log", optarg); break;
 		case OPT_PREFETCH: so->prefetch = (int)sf_opt_u64("--prefetch", optarg, 0, 64); break;
 		case OPT_PREDICT:
@@ -475,7 +480,9 @@ static int open_model(struct session *S, const struct options *o, struct sf_err 
 	if (o->model_dir)
 		return (ret = sf_model_open(&S->model, o->model_dir, e)) ? ret
 			: sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, e);
-	if ((ret = sf_image_open(&S->image, o->image, e)) ||
+	unsigned flags = o->sparse.simulate ? 0 : SF_IMAGE_OPEN_EMBED_ON_FLASH |
+		(o->head_on_flash ? SF_IMAGE_OPEN_HEAD_ON_FLASH : 0);
+	if ((ret = sf_image_open_flags(&S->image, o->image, flags, e)) ||
 	    (ret = sf_image_model(&S->image, &S->model, e)))
 		return ret;
 	return sf_tokenizer_open_image(&S->tok, &S->image, e);

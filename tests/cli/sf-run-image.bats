@@ -188,6 +188,34 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	jq -e '.reads.bytes_per_request <= 8192' <<< "$s"
 }
 
+@test "--head-on-flash: the embedding rows and the head read from flash give the dense tokens and perplexity, in less RAM" {
+	need_direct
+	run gen --head-on-flash "$D/id.sfimg"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(cat "$D/dense.txt")" ]
+	local want
+	want=$(gen --density 0.4 --simulate "$D/coact.sfimg")
+	run gen --density 0.4 --head-on-flash --read-size 4096 -t 2 "$D/coact.sfimg"
+	[ "$output" = "$want" ]
+	local a b
+	a=$(sf-run --ppl "$CORPUS" --max-tokens 100 --window 50 --simulate "$D/id.sfimg" | jq .ppl)
+	b=$(sf-run --ppl "$CORPUS" --max-tokens 100 --window 50 --head-on-flash "$D/id.sfimg" | jq .ppl)
+	[ "$a" = "$b" ]
+	# mix4-1m ties the head to the embedding: held in RAM unless both are on flash
+	local ram flash
+	ram=$(sf-run -p x -n 1 --stats - "$D/id.sfimg" 2>/dev/null | jq .memory.resident)
+	flash=$(sf-run -p x -n 1 --stats - --head-on-flash "$D/id.sfimg" 2>/dev/null | jq .memory.resident)
+	local vocab dim
+	vocab=$(jq .vocab_size "$MODEL/config.json")
+	dim=$(jq .hidden_size "$MODEL/config.json")
+	(( ram - flash >= vocab * dim * 2 - 8192 ))
+	# a failed read of the head is one line
+	SF_FAULT=eio=1 run --separate-stderr sf-run -p "$PROMPT" -n 2 --temp 0 --head-on-flash "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" =~ Input/output\ error$ ]]
+	[ -z "$output" ]
+}
+
 @test "a read error in a read ahead is reported like any other" {
 	need_direct
 	# at budget 1 with --prefetch every group's reads after the first

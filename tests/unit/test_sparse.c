@@ -168,7 +168,7 @@ static int decode(const char *name, const struct sf_sparse_opts *o, int threads,
 	if (ck) {
 		ck->sp = sp;
 		ck->inner = s.exec;
-		wrap = (struct sf_group_exec){ check_exec, ck };
+		wrap = (struct sf_group_exec){ .fn = check_exec, .ctx = ck };
 		s.exec = &wrap;
 	}
 	for (int p = 0; p < T; p++) {

@@ -124,42 +124,12 @@ void sf_state_free(struct sf_runstate *s)
 // ----------------------------------------------------------------------------
 // helpers
 
-/* Element i of w as float32. memcpy, because safetensors packs tensors
- * without padding: an F32 tensor may start at any byte. */
-static float weight_at(const struct sf_weight *w, uint64_t i)
-{
-	const unsigned char *p = w->data;
-	uint16_t h;
-	float f;
-
-	switch (w->dtype) {
-	case SF_DTYPE_F32:
-		memcpy(&f, p + i * 4, 4);
-		return f;
-	case SF_DTYPE_F16:
-		memcpy(&h, p + i * 2, 2);
-		return sf_f16_to_f32(h);
-	case SF_DTYPE_BF16:
-		memcpy(&h, p + i * 2, 2);
-		return sf_bf16_to_f32(h);
-	}
-	return 0.0f;
-}
-
-/* A row of w as float32: the embedding lookup, and biases (one row). */
-static void weight_row(float *out, const struct sf_weight *w, uint64_t row)
-{
-	uint64_t base = row * w->cols;
-	for (uint64_t c = 0; c < w->cols; c++)
-		out[c] = weight_at(w, base + c);
-}
-
 static void add_bias(float *y, const struct sf_weight *b)
 {
 	if (!b->data)
 		return;
 	for (uint64_t i = 0; i < b->rows; i++)
-		y[i] += weight_at(b, i);
+		y[i] += sf_weight_at(b, i);
 }
 
 static void observe(const struct sf_runstate *s, int layer, enum sf_group g, const float *in,
@@ -332,7 +302,10 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 	if (s->err.code || sf_state_check_tokens(s, c, tokens, (size_t)T, pos))
 		return NULL;
 	for (int t = 0; t < T; t++)
-		weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
+		if (s->exec && s->exec->embed)
+			s->exec->embed(s->exec->ctx, tokens[t], s->x + t * dim);
+		else
+			sf_weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct sf_layer_weights *w = &m->layers[l];
@@ -406,7 +379,11 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 	for (int t = first; t < T; t++)
 		sf_rmsnorm(s->x + t * dim, s->x + t * dim, m->final_norm.data, m->final_norm.dtype,
 			   dim, c->norm_eps);
-	{
+	if (s->exec && s->exec->head) {
+		for (int t = first; t < T; t++)
+			s->exec->head(s->exec->ctx, s->x + (size_t)t * dim,
+				      logits + (size_t)(t - first) * (size_t)c->vocab_size);
+	} else {
 		float *y[] = { logits };
 		const struct sf_weight *mw[] = { &m->lm_head };
 		sf_group_dense_batch(s->pool, s->x + (size_t)first * dim, dim, T - first, 1, y, mw);

@@ -27,6 +27,11 @@ struct sf_observer {
 struct sf_group_exec {
 	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
 		   int nout, float *const *out, const struct sf_weight *const *w);
+	/* NULL, or: the embedding row of token into out (dim), and the
+	 * head's logits (vocab) of the normed x (dim), computed as the dense
+	 * product does, from weights that are not in memory */
+	void (*embed)(void *ctx, int32_t token, float *out);
+	void (*head)(void *ctx, const float *x, float *logits);
 	void *ctx;
 };
 

@@ -1514,7 +1514,63 @@ static int open_tiers(struct sf_image *img, struct sf_err *e)
 	return 0;
 }
 
+/* The resident region read into the map: whole, or with flags the
+ * 4 KiB pages wholly inside the embedding (and output head) left out. */
+static int read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
+{
+	const struct sf_image_region *R = &img->regions[0];
+	const char *names[2] = { "model.embed_tokens.weight", "lm_head.weight" };
+	uint64_t at = R->offset, end = img->regions[1].offset;
+	int n = 0, ret;
+
+	for (int i = 0; i < 2 && (flags & SF_IMAGE_OPEN_EMBED_ON_FLASH); i++) {
+		const struct sf_tensor *T = NULL;
+		for (size_t k = 0; k < img->tensors.ntensors; k++)
+			if (!strcmp(img->tensors.tensors[k].name, names[i]))
+				T = &img->tensors.tensors[k];
+		if (!T || (i == 1 && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH)))
+			continue;
+		if (i == 0 && img->cfg.tie_embeddings && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH))
+			continue;	/* tied: the head in RAM is the embedding */
+		uint64_t off = (uint64_t)((const uint8_t *)T->data - (const uint8_t *)img->map);
+		uint64_t a = align_up(off, SF_IMAGE_ALIGN), b = (off + T->nbytes) & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
+		if (b > a) {
+			img->on_flash[n][0] = a;
+			img->on_flash[n++][1] = b;
+		}
+	}
+	if (n == 2 && img->on_flash[1][0] < img->on_flash[0][0]) {
+		uint64_t t0 = img->on_flash[0][0], t1 = img->on_flash[0][1];
+		img->on_flash[0][0] = img->on_flash[1][0];
+		img->on_flash[0][1] = img->on_flash[1][1];
+		img->on_flash[1][0] = t0;
+		img->on_flash[1][1] = t1;
+	}
+	for (int i = 0; i <= n; i++) {
+		uint64_t stop = i < n ? img->on_flash[i][0] : end;
+		if (stop > at && (ret = read_at(img->fd, (uint8_t *)img->map + at, (size_t)(stop - at),
+						  (off_t)at, img->path, e)))
+			return ret;
+		if (i < n) {
+			img->left_on_flash += img->on_flash[i][1] - img->on_flash[i][0];
+			at = img->on_flash[i][1];
+		}
+	}
+	return 0;
+}
+
+uint64_t sf_image_offset(const struct sf_image *img, const void *p)
+{
+	return (uint64_t)((const uint8_t *)p - (const uint8_t *)img->map);
+}
+
 int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
+{
+	return sf_image_open_flags(img, path, 0, e);
+}
+
+int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_flags,
+			struct sf_err *e)
 {
 	unsigned char pre[SF_IMAGE_PREAMBLE];
 	char *htext = NULL;
@@ -1651,7 +1707,11 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 				 img->map_size, strerror(ENOMEM));
 		goto out;
 	}
-	if ((ret = read_at(img->fd, img->map, img->map_size, 0, path, e)))
+	/* the resident region is read once the tensors in it are known */
+	if ((ret = read_at(img->fd, img->map, (size_t)img->regions[0].offset, 0, path, e)) ||
+	    (ret = read_at(img->fd, (uint8_t *)img->map + img->regions[1].offset,
+			   img->map_size - (size_t)img->regions[1].offset,
+			   (off_t)img->regions[1].offset, path, e)))
 		goto out;
 	/* the index and codebook are decoded now, so their checksums are too
 	 * (they are small); the resident blob's waits for sf_image_verify */
@@ -1720,7 +1780,8 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 					 img->regions[i].name);
 			goto out;
 		}
-	if ((ret = open_tensors(img, nflash, e)) || (ret = open_tiers(img, e)))
+	if ((ret = open_tensors(img, nflash, e)) || (ret = open_tiers(img, e)) ||
+	    (ret = read_resident(img, open_flags, e)))
 		goto out;
 	/* the flash matrices join the tensor table without data, so binding
 	 * the model checks names, shapes and the fingerprint over all */

@@ -111,6 +111,10 @@ struct sf_image {
 	uint64_t kept_neurons;		/* over every layer; = n_layers * hidden_dim without --keep */
 	struct sf_safetensors tensors;	/* resident tensors (data in map) and flash
 					 * matrices (data NULL), sorted by name */
+	/* sf_image_open_flags: the byte ranges of the embedding and head
+	 * left on flash (pages not read, so not resident), sorted; their sum */
+	uint64_t on_flash[2][2];
+	uint64_t left_on_flash;
 	/* private */
 	void *map;			/* [0, end of the last non-flash region): read into
 					 * memory (4 KiB aligned), not mapped */
@@ -130,6 +134,17 @@ struct sf_image {
  * flash regions are not read here (sf_image_verify). On failure *img is
  * zeroed (fd -1). */
 int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e);
+/* sf_image_open, and with SF_IMAGE_OPEN_EMBED_ON_FLASH the 4 KiB pages
+ * wholly inside the embedding matrix are not read (the decoder reads its
+ * rows from the file: sf_image_offset), nor with SF_IMAGE_OPEN_HEAD_ON_FLASH
+ * too those of the output head; a tied head keeps the embedding in
+ * memory unless both are given. Their bytes in memory are then not the
+ * file's: only a caller that reads them from the file may ask. */
+#define SF_IMAGE_OPEN_EMBED_ON_FLASH 1u
+#define SF_IMAGE_OPEN_HEAD_ON_FLASH 2u
+int sf_image_open_flags(struct sf_image *img, const char *path, unsigned flags, struct sf_err *e);
+/* The file offset of p, a pointer into a resident tensor of img. */
+uint64_t sf_image_offset(const struct sf_image *img, const void *p);
 void sf_image_close(struct sf_image *img);	/* accepts a zeroed img */
 /* 0 while the file is the one opened: same size and modification time
  * (a rewrite in place changes them; a new file renamed over the path does

@@ -186,6 +186,35 @@ static int check_unused(struct binder *b, struct sf_err *e)
 	return 0;
 }
 
+/* memcpy, because safetensors packs tensors without padding: an F32
+ * tensor may start at any byte. */
+float sf_weight_at(const struct sf_weight *w, uint64_t i)
+{
+	const unsigned char *p = w->data;
+	uint16_t h;
+	float f;
+
+	switch (w->dtype) {
+	case SF_DTYPE_F32:
+		memcpy(&f, p + i * 4, 4);
+		return f;
+	case SF_DTYPE_F16:
+		memcpy(&h, p + i * 2, 2);
+		return sf_f16_to_f32(h);
+	case SF_DTYPE_BF16:
+		memcpy(&h, p + i * 2, 2);
+		return sf_bf16_to_f32(h);
+	}
+	return 0.0f;
+}
+
+void sf_weight_row(float *out, const struct sf_weight *w, uint64_t row)
+{
+	uint64_t base = row * w->cols;
+	for (uint64_t c = 0; c < w->cols; c++)
+		out[c] = sf_weight_at(w, base + c);
+}
+
 void sf_model_close(struct sf_model *m)
 {
 	if (!m)

@@ -63,4 +63,9 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
 
+/* Element i of w, and row `row` of w (cols elements), as float32: the
+ * embedding lookup, norms' gains, biases. */
+float sf_weight_at(const struct sf_weight *w, uint64_t i);
+void sf_weight_row(float *out, const struct sf_weight *w, uint64_t row);
+
 #endif

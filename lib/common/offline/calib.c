@@ -172,7 +172,7 @@ static int evaluator_init(struct evaluator *E, const struct sf_model *m, const s
 /* Runs every window through the forward pass with the hook. */
 static void run_tokens(struct evaluator *E, const int32_t *tokens, size_t n, int window)
 {
-	struct sf_group_exec ex = { hook, E };
+	struct sf_group_exec ex = { .fn = hook, .ctx = E };
 	E->s.exec = &ex;
 	E->err = E->ref = 0.0;
 	for (size_t w0 = 0; w0 < n; w0 += (size_t)window) {

@@ -362,12 +362,14 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	 * regions (read into memory at open), counted as resident below */
 	uint64_t rss = rss_bytes();
 
-	sp->mem.process = (rss > img->map_size ? rss - img->map_size : 0) + SF_SPARSE_LATER_BYTES;
-	sp->mem.resident = img->map_size;
+	sp->mem.resident = img->map_size - img->left_on_flash;
+	sp->mem.process = (rss > sp->mem.resident ? rss - sp->mem.resident : 0) +
+			  SF_SPARSE_LATER_BYTES;
 	sp->mem.state = o->state_bytes;
 	sp->mem.buffers = sparse_reads_bytes(fn->iobuf, o->simulate ? 1 : 1 + o->prefetch);
 	sp->mem.buffers -= o->simulate ? fn->iobuf : 0;	/* bitmaps only */
-	sp->mem.buffers += predict_bytes(sp) + ng * (sizeof(long) + sizeof(size_t));
+	sp->mem.buffers += predict_bytes(sp) + ng * (sizeof(long) + sizeof(size_t)) +
+			   sparse_head_bytes(sp);
 	sp->mem.buffers += scratch_bytes(sp->s.nmax, o->max_tokens) + 2 * ng * 4 +
 			   2 * ng * sizeof(*sp->tiers.allow) + sp->tiers.allow_bytes + sp->comp.bytes +
 			   sp->tiers.page_words * 8 +
@@ -517,21 +519,6 @@ static int flash_order(struct sf_sparse *sp)
 	return 0;
 }
 
-/* A norm's gains as f32, for the residual prediction. */
-static void gains(float *out, const struct sf_weight *w, uint32_t n)
-{
-	for (uint32_t j = 0; j < n; j++) {
-		const uint8_t *p = (const uint8_t *)w->data + (size_t)j * sf_dtype_size(w->dtype);
-		uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-		float f;
-		if (w->dtype == SF_DTYPE_F32)
-			memcpy(&f, p, 4);
-		else
-			f = w->dtype == SF_DTYPE_BF16 ? sf_bf16_to_f32(h) : sf_f16_to_f32(h);
-		out[j] = f;
-	}
-}
-
 /* --prefetch's positions, and --prefetch-predict's state. */
 static int open_predict(struct sf_sparse *sp)
 {
@@ -562,8 +549,10 @@ static int open_predict(struct sf_sparse *sp)
 	    (sp->o.predict == SF_SPARSE_PREDICT_ALL && !pr->history))
 		return -ENOMEM;
 	for (size_t l = 0; l < L; l++) {
-		gains(pr->gain + l * 2 * n, &sp->m->layers[l].attn_norm, n);
-		gains(pr->gain + (l * 2 + 1) * n, &sp->m->layers[l].ffn_norm, n);
+		for (uint32_t j = 0; j < n; j++) {
+			pr->gain[l * 2 * n + j] = sf_weight_at(&sp->m->layers[l].attn_norm, j);
+			pr->gain[(l * 2 + 1) * n + j] = sf_weight_at(&sp->m->layers[l].ffn_norm, j);
+		}
 	}
 	return 0;
 }
@@ -577,8 +566,11 @@ static int open_reads(struct sf_sparse *sp, const struct flash_needs *fn, struct
 	const struct sf_sparse_opts *o = &sp->o;
 	int ret;
 
-	if (sp->s.nmax == 0)
+	if (sp->s.nmax == 0 && !img->left_on_flash)
 		return 0;	/* every group resident: nothing to read */
+	if (o->simulate && img->left_on_flash)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: --simulate with the embedding left on "
+				  "flash (sf_image_open_flags)", img->path);
 	sp->io.read_size = o->read_size ? o->read_size : SF_SPARSE_READ_SIZE;
 	if ((ret = flash_order(sp)))
 		return sf_err_set(e, ret, "%s: read buffers: %s", img->path, strerror(-ret));
@@ -591,14 +583,19 @@ static int open_reads(struct sf_sparse *sp, const struct flash_needs *fn, struct
 					  (unsigned long long)sp->io.flash_bytes, strerror(ENOMEM));
 		return read_flash(sp, e);
 	}
-	if ((ret = sparse_reads_open(sp, fn->iobuf, 1 + o->prefetch, 1)) ||
-	    (ret = open_predict(sp)))
+	uint64_t buf = fn->iobuf ? fn->iobuf : SF_IMAGE_ALIGN;	/* none: the head's reads only */
+	if ((ret = sparse_reads_open(sp, buf, 1 + o->prefetch, 1)) || (ret = open_predict(sp)))
 		return sf_err_set(e, ret, "%s: %d read buffers of %llu bytes: %s", img->path,
-				  1 + o->prefetch, (unsigned long long)fn->iobuf, strerror(-ret));
+				  1 + o->prefetch, (unsigned long long)buf, strerror(-ret));
 	struct sf_uring_opts uo = { .qd = o->qd, .buffered = o->buffered, .arena = sp->io.arena,
-				    .arena_bytes = (size_t)fn->iobuf * (size_t)(1 + o->prefetch),
+				    .arena_bytes = (size_t)buf * (size_t)(1 + o->prefetch),
 				    .fault = o->fault };
-	return sf_uring_open(&sp->io.u, img->path, &uo, e);
+	if ((ret = sf_uring_open(&sp->io.u, img->path, &uo, e)))
+		return ret;
+	if ((ret = sparse_head_open(sp)))
+		return sf_err_set(e, ret, "%s: embedding and head read buffers: %s", img->path,
+				  strerror(-ret));
+	return 0;
 }
 
 /* pread of [off, off + len) of the image, whole. */
@@ -777,6 +774,7 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->tiers.pages);
 	sf_uring_close(sp->io.u);
 	sparse_reads_close(sp);
+	sparse_head_close(sp);
 	free(sp->io.order);
 	free(sp->io.seq);
 	free(sp->io.flash);

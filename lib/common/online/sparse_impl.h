@@ -102,6 +102,25 @@ struct sparse_io {
 	double busy_since;			/* when inflight last left 0 */
 };
 
+/* The embedding rows and the output head read from flash when the image
+ * was opened without them (sf_image_open_flags): a row per token, and
+ * the head streamed in chunks of rows through slots, each chunk computed
+ * as it arrives. */
+struct sparse_head {
+	int embed, head;			/* read from flash */
+	uint64_t embed_off, head_off;		/* file offsets of the matrices */
+	uint64_t row_bytes;			/* of either: dim elements */
+	uint8_t *row;				/* (row_buf) an embedding row's read */
+	uint64_t row_buf;
+	uint32_t chunk_rows;			/* head rows a read: a multiple of 16 */
+	int slots;
+	uint64_t slot_bytes;
+	uint8_t *mem;				/* (slots * slot_bytes) */
+	uint8_t *done;				/* (slots + 1) the last: the row */
+	uint64_t *chunk_off;			/* (slots) where each slot's read starts */
+	uint64_t bytes;				/* read for the head and embedding */
+};
+
 /* --prefetch-predict: the last normed input of attn_in or ffn_in, the
  * norm gains, the previous pass's selections, and scratch. */
 struct sparse_predict {
@@ -202,6 +221,7 @@ struct sf_sparse {
 	struct sparse_tiers tiers;
 	struct sparse_io io;
 	struct sparse_predict pred;
+	struct sparse_head head;
 	struct sparse_collapse collapse;
 	struct sparse_cache cache;
 	struct sparse_scratch s;
@@ -246,6 +266,13 @@ void sparse_reads_drain(struct sf_sparse *sp);
 int sparse_prefetch(struct sf_sparse *sp, long gid);
 void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *in, size_t n,
 		    const uint64_t *top, const uint64_t *all);
+/* The embedding and head on flash: sizes (bytes for --ram), set-up,
+ * and the struct sf_group_exec hooks. */
+uint64_t sparse_head_bytes(const struct sf_sparse *sp);
+int sparse_head_open(struct sf_sparse *sp);
+void sparse_head_close(struct sf_sparse *sp);
+void sparse_embed_row(void *ctx, int32_t token, float *out);
+void sparse_head_logits(void *ctx, const float *x, float *logits);
 
 /* Whether the pages of bytes [off, off + len) of b have all arrived. */
 static inline int sparse_arrived(const struct iobuf *b, uint64_t off, uint64_t len)

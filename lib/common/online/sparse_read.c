@@ -84,12 +84,19 @@ void sparse_reads_close(struct sf_sparse *sp)
 	free(sp->io.arena);
 }
 
-/* Marks the pages of request r of buffer b arrived. */
-static void arrived(struct sf_sparse *sp, struct iobuf *b, const struct req *q)
+/* Marks what the request tagged tag brought arrived: pages of a buffer,
+ * or a slot of the head and embedding reads. */
+static void arrived(struct sf_sparse *sp, uint64_t tag)
 {
-	uint64_t x0 = (uint64_t)(q->buf - b->mem) / PAGE;
-	set_bits(b->arrived, x0, x0 + q->alen / PAGE);
-	b->inflight--;
+	if ((tag >> 32) == (uint64_t)sp->io.nbuf) {
+		sp->head.done[(uint32_t)tag] = 1;
+	} else {
+		struct iobuf *b = &sp->io.bufs[tag >> 32];
+		const struct req *q = &b->reqs[(uint32_t)tag];
+		uint64_t x0 = (uint64_t)(q->buf - b->mem) / PAGE;
+		set_bits(b->arrived, x0, x0 + q->alen / PAGE);
+		b->inflight--;
+	}
 	if (!--sp->io.inflight) {
 		double busy = sf_now() - sp->io.busy_since;
 		sp->st.span_s += busy;
@@ -112,8 +119,7 @@ int sparse_reap(struct sf_sparse *sp, int wait)
 		return sf_err_set(&sp->err, -EIO, "%s: reads ended before the group's data came",
 				  sp->img->path);
 	while (ret == 1) {
-		struct iobuf *b = &sp->io.bufs[tag >> 32];
-		arrived(sp, b, &b->reqs[(uint32_t)tag]);
+		arrived(sp, tag);
 		ret = sf_uring_reap(sp->io.u, &tag, 0, &e);
 	}
 	if (ret == 0)
@@ -135,6 +141,8 @@ void sparse_reads_drain(struct sf_sparse *sp)
 		sp->io.bufs[i].inflight = 0;
 		sp->io.bufs[i].gid = -1;
 	}
+	if (sp->head.done)
+		memset(sp->head.done, 0, (size_t)sp->head.slots + 1);
 	sp->io.inflight = 0;
 }
 
@@ -440,4 +448,188 @@ void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *i
 		memcpy(h, top, (n + 63) / 64 * 8);
 		memcpy(h + words, all, (n + 63) / 64 * 8);
 	}
+}
+
+// ----------------------------------------------------------------------------
+// the embedding rows and the output head from flash
+
+#define HEAD_SLOTS 8	/* head reads in flight */
+
+uint64_t sparse_head_bytes(const struct sf_sparse *sp)
+{
+	const struct sf_image *img = sp->img;
+	uint64_t rb = (uint64_t)img->cfg.dim * sf_dtype_size(sp->m->embed.dtype);
+	uint64_t rs = sp->o.read_size ? sp->o.read_size : SF_SPARSE_READ_SIZE;
+	uint64_t rows = rs / rb / 16 * 16;
+
+	rows = rows ? rows : 16;
+	if (!img->left_on_flash || sp->o.simulate)
+		return 0;
+	return sparse_round_up(rb) + 2 * PAGE + HEAD_SLOTS * (rows * rb + 2 * PAGE) +
+	       (HEAD_SLOTS + 1) * (1 + sizeof(uint64_t));
+}
+
+/* Whether img left (part of) the matrix w on flash. */
+static int left_out(const struct sf_image *img, const struct sf_weight *w)
+{
+	uint64_t a = sf_image_offset(img, w->data);
+	uint64_t b = a + w->rows * w->cols * sf_dtype_size(w->dtype);
+
+	for (int i = 0; i < 2; i++)
+		if (img->on_flash[i][1] > img->on_flash[i][0] && img->on_flash[i][0] >= a &&
+		    img->on_flash[i][1] <= b)
+			return 1;
+	return 0;
+}
+
+int sparse_head_open(struct sf_sparse *sp)
+{
+	struct sparse_head *h = &sp->head;
+	const struct sf_model *m = sp->m;
+	uint64_t rs = sp->io.read_size;
+
+	if (!sp->img->left_on_flash || sp->o.simulate || !sp->io.u)
+		return 0;
+	h->embed = left_out(sp->img, &m->embed);
+	h->head = left_out(sp->img, &m->lm_head);
+	h->embed_off = sf_image_offset(sp->img, m->embed.data);
+	h->head_off = sf_image_offset(sp->img, m->lm_head.data);
+	h->row_bytes = m->embed.cols * sf_dtype_size(m->embed.dtype);
+	h->row_buf = sparse_round_up(h->row_bytes) + 2 * PAGE;
+	h->chunk_rows = (uint32_t)(rs / h->row_bytes / 16 * 16);
+	h->chunk_rows = h->chunk_rows ? h->chunk_rows : 16;
+	h->slots = HEAD_SLOTS;
+	h->slot_bytes = (uint64_t)h->chunk_rows * h->row_bytes + 2 * PAGE;
+	if (posix_memalign((void **)&h->row, PAGE, (size_t)h->row_buf) ||
+	    posix_memalign((void **)&h->mem, PAGE, (size_t)(h->slot_bytes * (uint64_t)h->slots)))
+		return -ENOMEM;
+	h->done = calloc((size_t)h->slots + 1, 1);
+	h->chunk_off = calloc((size_t)h->slots, sizeof(*h->chunk_off));
+	if (!h->done || !h->chunk_off)
+		return -ENOMEM;
+	if (h->embed)
+		sp->exec.embed = sparse_embed_row;
+	if (h->head)
+		sp->exec.head = sparse_head_logits;
+	return 0;
+}
+
+void sparse_head_close(struct sf_sparse *sp)
+{
+	free(sp->head.row);
+	free(sp->head.mem);
+	free(sp->head.done);
+	free(sp->head.chunk_off);
+}
+
+/* Queues the read of [off, off + len) of the file, 4 KiB aligned, into
+ * slot (slots: the embedding row) at buf; returns where off landed. */
+static int head_read(struct sf_sparse *sp, int slot, uint8_t *buf, uint64_t off, uint64_t len,
+		     uint64_t *skip)
+{
+	uint64_t aoff, alen;
+	int ret;
+
+	sf_image_align(off, len, &aoff, &alen);
+	*skip = off - aoff;
+	sp->head.done[slot] = 0;
+	if (sp->o.on_read)
+		sp->o.on_read(sp->o.on_read_ctx, sp->st.tokens, aoff, (uint32_t)alen);
+	if ((ret = sf_uring_queue(sp->io.u, aoff, (uint32_t)alen, buf,
+				  (uint64_t)sp->io.nbuf << 32 | (uint32_t)slot, &sp->err)))
+		return ret;
+	if (!sp->io.inflight++)
+		sp->io.busy_since = sf_now();
+	sp->head.bytes += alen;
+	sp->st.bytes_moved += alen;
+	sp->st.tok_bytes += alen;
+	sp->st.requests++;
+	return 0;
+}
+
+static int wait_slot(struct sf_sparse *sp, int slot)
+{
+	int ret;
+
+	while (!sp->head.done[slot])
+		if ((ret = sparse_reap(sp, 1)))
+			return ret;
+	return 0;
+}
+
+/* The first failure stops the decoder (sf_sparse_error); out is zeroed. */
+static void head_fail(struct sf_sparse *sp, int ret, float *out, size_t n)
+{
+	if (!sp->failed)
+		sp->failed = ret;
+	sparse_reads_drain(sp);
+	memset(out, 0, n * sizeof(float));
+}
+
+void sparse_embed_row(void *ctx, int32_t token, float *out)
+{
+	struct sf_sparse *sp = ctx;
+	struct sparse_head *h = &sp->head;
+	const struct sf_weight *w = &sp->m->embed;
+	uint64_t skip;
+	int ret;
+
+	if (sp->failed) {
+		memset(out, 0, (size_t)w->cols * sizeof(float));
+		return;
+	}
+	if ((ret = head_read(sp, h->slots, h->row, h->embed_off + (uint64_t)token * h->row_bytes,
+			     h->row_bytes, &skip)) || (ret = sparse_submit(sp)) ||
+	    (ret = wait_slot(sp, h->slots))) {
+		head_fail(sp, ret, out, (size_t)w->cols);
+		return;
+	}
+	const struct sf_weight row = { .data = h->row + skip, .dtype = w->dtype, .rows = 1,
+				       .cols = w->cols };
+	sf_weight_row(out, &row, 0);
+}
+
+void sparse_head_logits(void *ctx, const float *x, float *logits)
+{
+	struct sf_sparse *sp = ctx;
+	struct sparse_head *h = &sp->head;
+	const struct sf_weight *w = &sp->m->lm_head;
+	uint64_t nchunks = (w->rows + h->chunk_rows - 1) / h->chunk_rows, next = 0;
+	int ret;
+
+	if (sp->failed) {
+		memset(logits, 0, (size_t)w->rows * sizeof(float));
+		return;
+	}
+	for (uint64_t c = 0; c < nchunks; c++) {
+		for (; next < nchunks && next - c < (uint64_t)h->slots; next++) {
+			uint64_t r0 = next * h->chunk_rows;
+			uint64_t r1 = r0 + h->chunk_rows < w->rows ? r0 + h->chunk_rows : w->rows;
+			int slot = (int)(next % (uint64_t)h->slots);
+			if ((ret = head_read(sp, slot, h->mem + (uint64_t)slot * h->slot_bytes,
+					     h->head_off + r0 * h->row_bytes, (r1 - r0) * h->row_bytes,
+					     &h->chunk_off[slot])))
+				goto fail;
+		}
+		int slot = (int)(c % (uint64_t)h->slots);
+		if ((ret = sparse_submit(sp)) || (ret = wait_slot(sp, slot)))
+			goto fail;
+		/* rows from a multiple of 16, as the dense product splits them:
+		 * the same floats */
+		uint64_t r0 = c * h->chunk_rows;
+		struct sf_weight sub = {
+			.data = h->mem + (uint64_t)slot * h->slot_bytes + h->chunk_off[slot],
+			.dtype = w->dtype, .cols = w->cols,
+			.rows = r0 + h->chunk_rows < w->rows ? h->chunk_rows : w->rows - r0,
+		};
+		float *y[] = { logits + r0 };
+		const struct sf_weight *mw[] = { &sub };
+		double t0 = sf_now();
+		sf_group_dense(sp->pool, x, 1, y, mw);
+		sp->st.compute_s += sf_now() - t0;
+		h->done[slot] = 0;
+	}
+	return;
+fail:
+	head_fail(sp, ret, logits, (size_t)w->rows);
 }
