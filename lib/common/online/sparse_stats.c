@@ -128,6 +128,10 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 	struct sf_uring_stats us = { 0 };
 	uint64_t riders;
 
+	/* the reads ahead still in flight, counted as asked for: waited for,
+	 * so the ring's figures agree */
+	while (!sp->failed && sp->io.inflight && !sparse_reap(sp, 1))
+		;
 	if (sp->cache.c)
 		sf_cache_stats(sp->cache.c, SF_NGROUPS, &cs);
 	if (sp->io.u)
