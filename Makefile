@@ -135,7 +135,7 @@ help:
 	@echo '  demo            generate text with the embedded model'
 	@echo '  bench           every tests/bench/*.sh, or BENCH=script'
 	@echo '  studies         the paper reproductions of docs/RESULTS.md (STUDY=, QUICK=1)'
-	@echo '  artifacts       every offline artifact of MODEL= from CORPUS= (OUT=, -j)'
+	@echo '  artifacts       every offline artifact of MODEL= from CORPUS= (OUT=, -j, SCHED=slurm)'
 	@echo '  fuzz            libFuzzer harnesses of every parser (FUZZ_SECONDS=)'
 	@echo '  install         commands, man pages, library, headers, pkg-config, completion'
 	@echo '  uninstall       remove what install put there'
@@ -163,7 +163,7 @@ clean:
 # make fuzz FUZZ_SECONDS=N: libFuzzer harnesses of every parser (needs clang)
 include tests/fuzz/fuzz.mk
 
-# make artifacts MODEL=dir CORPUS="files" [OUT=dir]: every offline artifact
+# make artifacts MODEL=dir CORPUS="files" [OUT=dir] [SCHED=slurm]: every offline artifact
 # of a model (trace, co-activation, placements, codes, calibration, images)
 include mk/artifacts.mk
 
