@@ -1,7 +1,8 @@
 # Every offline artifact of one model as make rules (sparseflash(7),
 # ARTIFACTS): per corpus file a trace, per layer its co-activation shard
 # from all traces, merged; one placement per method; per layer the codes of
-# each method, merged, then calibrated; one image per placement and method.
+# each method, merged, then calibrated per layer, merged; one image per
+# placement and method.
 #
 #   make artifacts MODEL=../shared/models/mix4-5m CORPUS="../shared/data/mix4/*.profile.txt" \
 #       [OUT=dir] [CALIB_CORPUS=files] [BUDGETS=0.1,0.2] [METHODS="trellis scalar"] -j2
@@ -11,7 +12,8 @@
 # BUDGETS recalibrates and repacks but keeps the traces and codes. The tools
 # are order-only prerequisites: a rebuilt binary does not redo the
 # artifacts (make artifacts-clean OUT=dir for that). Independent traces,
-# layer shards, per-layer encodes and placements run in parallel under -j.
+# layer shards, per-layer encodes and calibrations and placements run in
+# parallel under -j.
 # Included from the Makefile; usable alone with make -f mk/artifacts.mk
 # SF_BIN=dir.
 #
@@ -77,7 +79,7 @@ $(call art_stamp,profile,$(ART_DENSITY) $(ART_PROFILE_TOKENS))
 $(call art_stamp,calib,$(ART_BUDGETS) $(ART_CALIB_TOKENS) $(ART_CALIB_WINDOW) $(ART_CALIB_CORPUS))
 
 artifacts: $(ART_IMAGES) $(OUT)/scores.json $(ART_PLACEMENTS:%=$(OUT)/place-%.json)
-.PRECIOUS: $(OUT)/place-%.json $(OUT)/codes/%.sfq $(OUT)/coact/L%.sfc
+.PRECIOUS: $(OUT)/place-%.json $(OUT)/codes/%.sfq $(OUT)/coact/L%.sfc $(OUT)/calib/%.json
 
 # trace of one corpus file, tagged with its genre as the task
 define art_trace
@@ -98,17 +100,20 @@ $(OUT)/coact.sfc $(OUT)/scores.json &: $(ART_L:%=$(OUT)/coact/L%.sfc) | $(ART_TO
 $(OUT)/place-%.json: $(OUT)/coact.sfc | $(ART_TOOLS)
 	$(ART_RUN) $(SF_BIN)/sf-place -q -t $(ART_THREADS) --method $* $< -o $@
 
-# codes: one job per layer and method, merged
+# codes: one job per layer and method, merged; calibration the same
 define art_codes
 $(OUT)/codes/$(1)-L%.sfq: $(ART_MODEL_FILES) | $(ART_TOOLS)
 	@mkdir -p $$(@D)
 	$$(ART_RUN) $(SF_BIN)/sf-encode --model $(MODEL) --method $(1) --layers $$* -t $(ART_THREADS) -o $$@
 $(OUT)/codes-$(1).sfq: $(ART_L:%=$(OUT)/codes/$(1)-L%.sfq) | $(ART_TOOLS)
 	$$(ART_RUN) $(SF_BIN)/sf-encode --merge $$^ -o $$@
-$(OUT)/calib-$(1).json: $(OUT)/codes-$(1).sfq $(ART_CALIB_CORPUS) $(OUT)/opts/calib | $(ART_TOOLS)
-	$$(ART_RUN) $(SF_BIN)/sf-encode --model $(MODEL) --calibrate --codes $$< -t $(ART_THREADS) \
-		$(foreach f,$(ART_CALIB_CORPUS),--corpus $(f)) --budgets $(ART_BUDGETS) \
+$(OUT)/calib/$(1)-L%.json: $(OUT)/codes-$(1).sfq $(ART_CALIB_CORPUS) $(OUT)/opts/calib | $(ART_TOOLS)
+	@mkdir -p $$(@D)
+	$$(ART_RUN) $(SF_BIN)/sf-encode --model $(MODEL) --calibrate --codes $$< --layers $$* \
+		-t $(ART_THREADS) $(foreach f,$(ART_CALIB_CORPUS),--corpus $(f)) --budgets $(ART_BUDGETS) \
 		--calib-tokens $(ART_CALIB_TOKENS) --window $(ART_CALIB_WINDOW) -o $$@
+$(OUT)/calib-$(1).json: $(ART_L:%=$(OUT)/calib/$(1)-L%.json) | $(ART_TOOLS)
+	$$(ART_RUN) $(SF_BIN)/sf-encode --merge $$^ -o $$@
 endef
 $(foreach m,$(ART_METHODS),$(eval $(call art_codes,$(m))))
 

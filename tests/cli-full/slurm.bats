@@ -111,7 +111,7 @@ sf_jobs() {
 	[ "$jobs" -eq "$recipes" ]
 	[ "$(sf_jobs | wc -l)" -eq "$recipes" ]
 	for f in sf-kjv.profile.sft sf-L3.sfc sf-coact.sfc sf-place-coact.json sf-scalar-L0.sfq \
-		sf-trellis-L3.sfq sf-codes-trellis.sfq sf-calib-scalar.json sf-coact-trellis.sfimg; do
+		sf-trellis-L3.sfq sf-codes-trellis.sfq sf-trellis-L2.json sf-calib-scalar.json sf-coact-trellis.sfimg; do
 		sf_jobs | grep -q " Name=$f " || { echo "no job $f"; false; }
 	done
 	printf '# %d recipes: make -j2 here %.1f s, through Slurm -j%d on %d slots %.1f s\n' \
