@@ -48,7 +48,9 @@ ifeq ($(SCHED),slurm)
 ifeq ($(shell command -v $(firstword $(SRUN))),)
 $(error artifacts: SCHED=slurm: $(firstword $(SRUN)) not found on PATH (Debian: apt-get install slurm-client; or SRUN=path))
 endif
-ART_RUN = $(SRUN) --quiet --quit-on-interrupt --ntasks=1 --cpus-per-task=$(ART_THREADS) \
+# one task of THREADS CPUs; no job reads make's terminal; one Ctrl-C
+# cancels the jobs (their outputs are renamed only when complete)
+ART_RUN = $(SRUN) --quiet --quit-on-interrupt --input=none --ntasks=1 --cpus-per-task=$(ART_THREADS) \
 	--job-name=sf-$(@F) $(SRUN_OPTS)
 else ifeq ($(SCHED),local)
 ART_RUN =

@@ -110,9 +110,11 @@ sf_jobs() {
 	jobs=$(sf_jobs | grep -c 'JobState=COMPLETED .* NodeList=sfnode ')
 	[ "$jobs" -eq "$recipes" ]
 	[ "$(sf_jobs | wc -l)" -eq "$recipes" ]
-	for f in sf-kjv.profile.sft sf-L3.sfc sf-coact.sfc sf-place-coact.json sf-scalar-L0.sfq \
-		sf-trellis-L3.sfq sf-codes-trellis.sfq sf-trellis-L2.json sf-calib-scalar.json sf-coact-trellis.sfimg; do
-		sf_jobs | grep -q " Name=$f " || { echo "no job $f"; false; }
+	# (the merge of coact.sfc and scores.json is named after either)
+	for f in sf-kjv.profile.sft sf-L3.sfc 'sf-(coact.sfc|scores.json)' sf-place-coact.json \
+		sf-scalar-L0.sfq sf-trellis-L3.sfq sf-codes-trellis.sfq sf-trellis-L2.json \
+		sf-calib-scalar.json sf-coact-trellis.sfimg; do
+		sf_jobs | grep -qE " Name=$f " || { echo "no job $f"; false; }
 	done
 	printf '# %d recipes: make -j2 here %.1f s, through Slurm -j%d on %d slots %.1f s\n' \
 		"$recipes" "$(awk "BEGIN { print $t1 - $t0 }")" "$SLOTS" "$SLOTS" "$(awk "BEGIN { print $t3 - $t2 }")" >&3
