@@ -97,7 +97,8 @@ check: all $(UNITS)
 	@tests/lint/layers.sh
 
 # check, then the long runs: every reference perplexity, the man pages'
-# examples, the artifacts rules and study scripts, longer pool races
+# examples, the artifacts rules and study scripts, the artifacts through a
+# one-node Slurm cluster on localhost, longer pool races
 check-full: check
 	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool,$(UNITS))
 	@$(TEST_ENV) SF_FULL=1 tests/run-cli tests/cli-full
