@@ -97,7 +97,8 @@ check: all $(UNITS)
 	@tests/lint/layers.sh
 
 # check, then the long runs: every reference perplexity, the man pages'
-# examples, the artifacts rules and study scripts, longer pool races
+# examples, the artifacts rules and study scripts, the artifacts through a
+# one-node Slurm cluster on localhost, longer pool races
 check-full: check
 	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool,$(UNITS))
 	@$(TEST_ENV) SF_FULL=1 tests/run-cli tests/cli-full
@@ -135,7 +136,7 @@ help:
 	@echo '  demo            generate text with the embedded model'
 	@echo '  bench           every tests/bench/*.sh, or BENCH=script'
 	@echo '  studies         the paper reproductions of docs/RESULTS.md (STUDY=, QUICK=1)'
-	@echo '  artifacts       every offline artifact of MODEL= from CORPUS= (OUT=, -j)'
+	@echo '  artifacts       every offline artifact of MODEL= from CORPUS= (OUT=, -j, SCHED=slurm)'
 	@echo '  fuzz            libFuzzer harnesses of every parser (FUZZ_SECONDS=)'
 	@echo '  install         commands, man pages, library, headers, pkg-config, completion'
 	@echo '  uninstall       remove what install put there'
@@ -163,7 +164,7 @@ clean:
 # make fuzz FUZZ_SECONDS=N: libFuzzer harnesses of every parser (needs clang)
 include tests/fuzz/fuzz.mk
 
-# make artifacts MODEL=dir CORPUS="files" [OUT=dir]: every offline artifact
+# make artifacts MODEL=dir CORPUS="files" [OUT=dir] [SCHED=slurm]: every offline artifact
 # of a model (trace, co-activation, placements, codes, calibration, images)
 include mk/artifacts.mk
 

@@ -1,7 +1,8 @@
 # Every offline artifact of one model as make rules (sparseflash(7),
 # ARTIFACTS): per corpus file a trace, per layer its co-activation shard
 # from all traces, merged; one placement per method; per layer the codes of
-# each method, merged, then calibrated; one image per placement and method.
+# each method, merged, then calibrated per layer, merged; one image per
+# placement and method.
 #
 #   make artifacts MODEL=../shared/models/mix4-5m CORPUS="../shared/data/mix4/*.profile.txt" \
 #       [OUT=dir] [CALIB_CORPUS=files] [BUDGETS=0.1,0.2] [METHODS="trellis scalar"] -j2
@@ -11,9 +12,15 @@
 # BUDGETS recalibrates and repacks but keeps the traces and codes. The tools
 # are order-only prerequisites: a rebuilt binary does not redo the
 # artifacts (make artifacts-clean OUT=dir for that). Independent traces,
-# layer shards, per-layer encodes and placements run in parallel under -j.
+# layer shards, per-layer encodes and calibrations and placements run in
+# parallel under -j.
 # Included from the Makefile; usable alone with make -f mk/artifacts.mk
 # SF_BIN=dir.
+#
+# SCHED=slurm runs every recipe, merges included, as one Slurm job through
+# srun (SRUN, default srun; SRUN_OPTS, such as --partition=P --mem=4G), so
+# make -jN keeps N jobs in flight on a cluster; MODEL, CORPUS, OUT and
+# SF_BIN must be on a filesystem every node sees at the same path.
 
 .PHONY: artifacts artifacts-clean
 .SECONDEXPANSION:
@@ -32,8 +39,24 @@ ART_PLACEMENTS ?= $(or $(PLACEMENTS),identity frequency coact)
 ART_CALIB_TOKENS ?= $(or $(CALIB_TOKENS),256)
 ART_CALIB_WINDOW ?= $(or $(CALIB_WINDOW),128)
 ART_THREADS   ?= $(or $(THREADS),1)
+SCHED ?= local
+SRUN  ?= srun
 
 ifneq ($(MODEL),)
+# how a recipe's command runs: here, or as a Slurm job named after its target
+ifeq ($(SCHED),slurm)
+ifeq ($(shell command -v $(firstword $(SRUN))),)
+$(error artifacts: SCHED=slurm: $(firstword $(SRUN)) not found on PATH (Debian: apt-get install slurm-client; or SRUN=path))
+endif
+# one task of THREADS CPUs; no job reads make's terminal; one Ctrl-C
+# cancels the jobs (their outputs are renamed only when complete)
+ART_RUN = $(SRUN) --quiet --quit-on-interrupt --input=none --ntasks=1 --cpus-per-task=$(ART_THREADS) \
+	--job-name=sf-$(@F) $(SRUN_OPTS)
+else ifeq ($(SCHED),local)
+ART_RUN =
+else
+$(error artifacts: SCHED=$(SCHED): local or slurm)
+endif
 OUT ?= build/artifacts/$(notdir $(abspath $(MODEL)))
 ART_MODEL_FILES := $(MODEL)/config.json $(wildcard $(MODEL)/*.safetensors) $(MODEL)/tokenizer.json
 ART_CORPUS := $(wildcard $(CORPUS))
@@ -58,13 +81,13 @@ $(call art_stamp,profile,$(ART_DENSITY) $(ART_PROFILE_TOKENS))
 $(call art_stamp,calib,$(ART_BUDGETS) $(ART_CALIB_TOKENS) $(ART_CALIB_WINDOW) $(ART_CALIB_CORPUS))
 
 artifacts: $(ART_IMAGES) $(OUT)/scores.json $(ART_PLACEMENTS:%=$(OUT)/place-%.json)
-.PRECIOUS: $(OUT)/place-%.json $(OUT)/codes/%.sfq $(OUT)/coact/L%.sfc
+.PRECIOUS: $(OUT)/place-%.json $(OUT)/codes/%.sfq $(OUT)/coact/L%.sfc $(OUT)/calib/%.json
 
 # trace of one corpus file, tagged with its genre as the task
 define art_trace
 $(OUT)/trace/$(call ART_SHARD,$(1)).sft: $(1) $(ART_MODEL_FILES) $(OUT)/opts/profile | $(ART_TOOLS)
 	@mkdir -p $$(@D)
-	$(SF_BIN)/sf-profile -q --model $(MODEL) --density $(ART_DENSITY) -t $(ART_THREADS) \
+	$$(ART_RUN) $(SF_BIN)/sf-profile -q --model $(MODEL) --density $(ART_DENSITY) -t $(ART_THREADS) \
 		--max-tokens $(ART_PROFILE_TOKENS) --task $(firstword $(subst ., ,$(notdir $(1)))) $(1) -o $$@
 endef
 $(foreach f,$(ART_CORPUS),$(eval $(call art_trace,$(f))))
@@ -72,31 +95,34 @@ $(foreach f,$(ART_CORPUS),$(eval $(call art_trace,$(f))))
 # co-activation statistics: one job per layer over every trace, merged
 $(OUT)/coact/L%.sfc: $(ART_TRACES) | $(ART_TOOLS)
 	@mkdir -p $(@D)
-	$(SF_BIN)/sf-coact -q -t $(ART_THREADS) --layers $* $(ART_TRACES) -o $@
+	$(ART_RUN) $(SF_BIN)/sf-coact -q -t $(ART_THREADS) --layers $* $(ART_TRACES) -o $@
 $(OUT)/coact.sfc $(OUT)/scores.json &: $(ART_L:%=$(OUT)/coact/L%.sfc) | $(ART_TOOLS)
-	$(SF_BIN)/sf-coact -q --merge --scores $(OUT)/scores.json $^ -o $(OUT)/coact.sfc
+	$(ART_RUN) $(SF_BIN)/sf-coact -q --merge --scores $(OUT)/scores.json $^ -o $(OUT)/coact.sfc
 
 $(OUT)/place-%.json: $(OUT)/coact.sfc | $(ART_TOOLS)
-	$(SF_BIN)/sf-place -q -t $(ART_THREADS) --method $* $< -o $@
+	$(ART_RUN) $(SF_BIN)/sf-place -q -t $(ART_THREADS) --method $* $< -o $@
 
-# codes: one job per layer and method, merged
+# codes: one job per layer and method, merged; calibration the same
 define art_codes
 $(OUT)/codes/$(1)-L%.sfq: $(ART_MODEL_FILES) | $(ART_TOOLS)
 	@mkdir -p $$(@D)
-	$(SF_BIN)/sf-encode --model $(MODEL) --method $(1) --layers $$* -t $(ART_THREADS) -o $$@
+	$$(ART_RUN) $(SF_BIN)/sf-encode --model $(MODEL) --method $(1) --layers $$* -t $(ART_THREADS) -o $$@
 $(OUT)/codes-$(1).sfq: $(ART_L:%=$(OUT)/codes/$(1)-L%.sfq) | $(ART_TOOLS)
-	$(SF_BIN)/sf-encode --merge $$^ -o $$@
-$(OUT)/calib-$(1).json: $(OUT)/codes-$(1).sfq $(ART_CALIB_CORPUS) $(OUT)/opts/calib | $(ART_TOOLS)
-	$(SF_BIN)/sf-encode --model $(MODEL) --calibrate --codes $$< -t $(ART_THREADS) \
-		$(foreach f,$(ART_CALIB_CORPUS),--corpus $(f)) --budgets $(ART_BUDGETS) \
+	$$(ART_RUN) $(SF_BIN)/sf-encode --merge $$^ -o $$@
+$(OUT)/calib/$(1)-L%.json: $(OUT)/codes-$(1).sfq $(ART_CALIB_CORPUS) $(OUT)/opts/calib | $(ART_TOOLS)
+	@mkdir -p $$(@D)
+	$$(ART_RUN) $(SF_BIN)/sf-encode --model $(MODEL) --calibrate --codes $$< --layers $$* \
+		-t $(ART_THREADS) $(foreach f,$(ART_CALIB_CORPUS),--corpus $(f)) --budgets $(ART_BUDGETS) \
 		--calib-tokens $(ART_CALIB_TOKENS) --window $(ART_CALIB_WINDOW) -o $$@
+$(OUT)/calib-$(1).json: $(ART_L:%=$(OUT)/calib/$(1)-L%.json) | $(ART_TOOLS)
+	$$(ART_RUN) $(SF_BIN)/sf-encode --merge $$^ -o $$@
 endef
 $(foreach m,$(ART_METHODS),$(eval $(call art_codes,$(m))))
 
 $(OUT)/%.sfimg: $$(OUT)/place-$$(word 1,$$(subst -, ,$$*)).json \
 		$$(OUT)/codes-$$(word 2,$$(subst -, ,$$*)).sfq $$(OUT)/calib-$$(word 2,$$(subst -, ,$$*)).json \
 		$(ART_MODEL_FILES) | $(ART_TOOLS)
-	$(SF_BIN)/sf-pack --model $(MODEL) --placement $(word 1,$^) --codes $(word 2,$^) \
+	$(ART_RUN) $(SF_BIN)/sf-pack --model $(MODEL) --placement $(word 1,$^) --codes $(word 2,$^) \
 		--calib $(word 3,$^) -o $@
 
 artifacts-clean:

@@ -1,6 +1,7 @@
 /* sf-encode: writes the 2-bit middle-tier codes of a model's weight columns
- * (.sfq), merges .sfq files of separate layer jobs, and with --calibrate
- * chooses SpAx tier sizes per budget (calib.json). See man/sf-encode.1. */
+ * (.sfq), merges .sfq files or calib.json parts of separate layer jobs, and
+ * with --calibrate chooses SpAx tier sizes per budget (calib.json). See
+ * man/sf-encode.1. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -47,12 +48,13 @@ static const struct sf_opt options[] = {
 	{ "method", OPT_METHOD, "M", "trellis or scalar (default %s)", "trellis", 0 },
 	{ "seed", OPT_SEED, "N", "trellis codebook seed (default %s)",
 	  SF_STR(SF_TRELLIS_DEFAULT_SEED), 0 },
-	{ "layers", OPT_LAYERS, "LAYERS", "layers to encode (LAYERS in sparseflash(7),\n"
-	  "e.g. 0-3,6; default all)", NULL, 0 },
+	{ "layers", OPT_LAYERS, "LAYERS", "layers to encode or calibrate (LAYERS in\n"
+	  "sparseflash(7), e.g. 0-3,6; default all)", NULL, 0 },
 	{ "groups", OPT_GROUPS, "LIST", "groups: attn_in,attn_out,ffn_in,ffn_out (default all)", NULL, 0 },
 	SF_OPT_THREADS,
 	{ "stats", OPT_STATS, "FILE", "write the encoding error per layer and group as JSON", NULL, 0 },
-	{ "merge", OPT_MERGE, NULL, "merge the .sfq files given as arguments", NULL, 0 },
+	{ "merge", OPT_MERGE, NULL, "merge the .sfq files, or the calib.json parts,\n"
+	  "given as arguments", NULL, 0 },
 	{ "info", OPT_INFO, "FILE", "print a .sfq file's header and checksums as JSON", NULL, 0 },
 	{ "calibrate", OPT_CALIBRATE, NULL, "choose tier sizes per budget (writes calib.json)", NULL, 0 },
 	{ "corpus", OPT_CORPUS, "FILE", "calibration text (documents separated by a blank\n"
@@ -76,6 +78,7 @@ _Static_assert(SF_CODES_DEFAULT_METHOD == SF_CODES_TRELLIS, "--help names trelli
 static const struct sf_cmd cmd = {
 	"Usage: sf-encode --model DIR [options] -o FILE.sfq\n"
 	"       sf-encode --merge A.sfq B.sfq ... -o FILE.sfq\n"
+	"       sf-encode --merge A.json B.json ... -o calib.json\n"
 	"       sf-encode --info FILE.sfq\n"
 	"       sf-encode --model DIR --calibrate --corpus FILE --budgets LIST -o calib.json\n"
 	"Write the 2-bit middle-tier codes of every weight column, or calibrate\n"
@@ -146,7 +149,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	}
 	if (o->merge) {
 		if (o->ninputs < 1)
-			sf_usage_error("--merge needs at least one .sfq file");
+			sf_usage_error("--merge needs at least one .sfq file or calib.json part");
 	} else if (o->ninputs) {
 		sf_usage_error("unexpected argument '%s'", o->inputs[0]);
 	} else if (!o->model_dir) {
@@ -406,7 +409,7 @@ static void calib_progress(void *arg, int done, int total)
 }
 
 static int calibrate(const struct sf_model *m, const struct options *o, struct sf_pool *pool,
-		     const uint8_t *dense)
+		     const uint8_t *dense, const uint8_t *layers)
 {
 	struct sf_progress pr;
 	struct sf_tokenizer *tok = NULL;
@@ -419,7 +422,8 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 	int ret;
 
 	struct sf_calib_opts co = { .budgets = budgets, .nbudgets = parse_budgets(o->budgets, budgets),
-				    .dense_layers = dense, .window = o->window };
+				    .dense_layers = dense, .window = o->window,
+				    .layers = o->layers ? layers : NULL };
 	if (o->window > m->cfg.max_seq_len)
 		sf_usage_error("--window: %d is more than the model's %d positions", o->window,
 			       m->cfg.max_seq_len);
@@ -437,7 +441,7 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 			goto out;
 		}
 		for (int l = 0; l < m->cfg.n_layers; l++)
-			need[l] = !dense[l];
+			need[l] = !dense[l] && layers[l];
 		ret = encode(m, o, pool, need, (1u << SF_NGROUPS) - 1, &q);
 		free(need);
 		if (ret)
@@ -478,6 +482,48 @@ out:
 	return ret;
 }
 
+// ----------------------------------------------------------------------------
+// merging calibration parts
+
+/* A file whose first byte other than blanks is '{': JSON, not a .sfq. */
+static int is_json(const char *path)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : NULL;
+	int c = EOF;
+	if (!f)
+		return 0;	/* the merge names what is wrong with it */
+	while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r')
+		;
+	fclose(f);
+	return c == '{';
+}
+
+static int merge_calib(const struct options *o)
+{
+	struct sf_calib *parts = calloc((size_t)o->ninputs, sizeof(*parts)), C = { 0 };
+	struct sf_err e = { 0 };
+	int ret = 0, n = 0;
+
+	if (!parts) {
+		sf_error("%s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	for (; n < o->ninputs; n++)
+		if ((ret = sf_calib_load_part(&parts[n], o->inputs[n], &e))) {
+			sf_error("%s", e.msg);
+			goto out;
+		}
+	if ((ret = sf_calib_merge(&C, parts, (size_t)n, (const char *const *)o->inputs, &e)) ||
+	    (ret = sf_calib_write(&C, o->output, (const char *const *)o->inputs, &e)))
+		sf_error("%s", e.msg);
+out:
+	for (int i = 0; i < n; i++)
+		sf_calib_free(&parts[i]);
+	free(parts);
+	sf_calib_free(&C);
+	return ret;
+}
+
 static int info(const char *path)
 {
 	struct sf_sfq q;
@@ -511,6 +557,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	check_outputs(&o);
+	if (o.merge && is_json(o.inputs[0])) {
+		ret = merge_calib(&o);
+		goto out;
+	}
 	if (o.merge) {
 		json_t *p = producer_json(&o);
 		if ((ret = sf_sfq_merge(o.output, (const char *const *)o.inputs, (size_t)o.ninputs,
@@ -537,7 +587,8 @@ int main(int argc, char **argv)
 		sf_error("thread pool of %d: %s", o.threads, sf_strerror(ret));
 		goto out;
 	}
-	ret = o.calibrate ? calibrate(&m, &o, pool, dense) : encode(&m, &o, pool, layers, groups, NULL);
+	ret = o.calibrate ? calibrate(&m, &o, pool, dense, layers)
+			  : encode(&m, &o, pool, layers, groups, NULL);
 out:
 	free(layers);
 	free(dense);

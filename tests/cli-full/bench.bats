@@ -45,7 +45,8 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	run --separate-stderr art -s -j2
 	[ "$status" -eq 0 ]
 	for f in trace/kjv.profile.sft coact/L0.sfc coact/L3.sfc coact.sfc scores.json place-identity.json \
-		place-frequency.json place-coact.json codes/scalar-L0.sfq codes-scalar.sfq calib-scalar.json \
+		place-frequency.json place-coact.json codes/scalar-L0.sfq codes-scalar.sfq calib/scalar-L3.json \
+		calib-scalar.json \
 		identity-scalar.sfimg frequency-scalar.sfimg coact-scalar.sfimg; do
 		[ -s "$ART/$f" ] || { echo "missing $f"; false; }
 	done

@@ -174,6 +174,55 @@ info() { sf-encode --info "$1"; }
 	jq -e '.budgets[0].layers[1].error > .budgets[1].layers[1].error' "$T/c.json" >/dev/null
 }
 
+# calibration of the layers LIST alone (a part) into OUT, or of every layer
+calib_part() {
+	local out=$1
+	shift
+	sf-encode -q --model "$MODEL" --calibrate --codes "$T/codes.sfq" \
+		--corpus "$SF_SHARED/data/mix4/kjv.calib.txt" --budgets 0.6 --calib-tokens 8 \
+		--window 8 --dense-layers 3 -t 1 -o "$out" "$@"
+}
+
+@test "--calibrate --layers: parts merged in any order equal one calibration byte for byte" {
+	need_shared
+	sf-encode --model "$MODEL" --method scalar -o "$T/codes.sfq"
+	calib_part "$T/whole.json"
+	calib_part "$T/p0.json" --layers 0
+	calib_part "$T/p13.json" --layers 1,3
+	calib_part "$T/p2.json" --layers 2
+	[ "$(jq -c .part_layers "$T/p13.json")" = "[1,3]" ]
+	[ "$(jq -c '[.budgets[].layers[].layer]' "$T/p13.json")" = "[1,3]" ]
+	[ "$(jq '.budgets[0] | has("realised")' "$T/p13.json")" = false ]
+	run --separate-stderr sf-encode --merge "$T/p2.json" "$T/p13.json" "$T/p0.json" -o "$T/m.json"
+	[ "$status" -eq 0 ]
+	cmp "$T/whole.json" "$T/m.json"
+}
+
+@test "calibration parts: a part is refused by sf-pack; overlaps, gaps and wholes by --merge" {
+	need_shared
+	sf-encode --model "$MODEL" --method scalar -o "$T/codes.sfq"
+	calib_part "$T/whole.json"
+	calib_part "$T/p01.json" --layers 0-1
+	calib_part "$T/p12.json" --layers 1-2
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$T/codes.sfq" --calib "$T/p01.json" -o "$T/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-pack: $T/p01.json: a part of a calibration (sf-encode --calibrate --layers): merge the parts with sf-encode --merge" ]
+	run --separate-stderr sf-encode --merge "$T/p01.json" "$T/p12.json" -o "$T/m.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: $T/p12.json: layer 1 is in $T/p01.json too" ]
+	run --separate-stderr sf-encode --merge "$T/p01.json" -o "$T/m.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: merge: no part holds layer 2" ]
+	run --separate-stderr sf-encode --merge "$T/p01.json" "$T/whole.json" -o "$T/m.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: $T/whole.json: a whole calibration, not a part (sf-encode --calibrate --layers)" ]
+	calib_part "$T/p2.json" --layers 2-3 --window 4
+	run --separate-stderr sf-encode --merge "$T/p01.json" "$T/p2.json" -o "$T/m.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: $T/p2.json: other budgets, tokens or window than $T/p01.json" ]
+	[ ! -e "$T/m.json" ]
+}
+
 @test "-o /dev/null is written to and stays a character device" {
 	run --separate-stderr sf-encode --model "$MODEL" --method scalar -o /dev/null
 	[ "$status" -eq 0 ]

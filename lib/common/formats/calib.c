@@ -42,8 +42,24 @@ void sf_calib_free(struct sf_calib *c)
 	if (!c)
 		return;
 	free(c->layers);
+	free(c->part);
 	json_decref(c->producer);
 	memset(c, 0, sizeof(*c));
+}
+
+void sf_calib_realise(struct sf_calib *C)
+{
+	for (size_t b = 0; b < C->nbudgets; b++) {
+		double num = 0.0, den = 0.0;
+		for (int l = 0; l < C->n_layers; l++)
+			for (int g = 0; g < SF_NGROUPS; g++) {
+				const struct sf_calib_group *G = &sf_calib_at(C, b, l)->g[g];
+				num += (double)G->k_top * (double)C->sizes[g].top_bytes +
+				       (double)G->k_mid * (double)C->sizes[g].mid_bytes;
+				den += (double)C->sizes[g].entries * (double)C->sizes[g].top_bytes;
+			}
+		C->realised[b] = num / den;
+	}
 }
 
 // ----------------------------------------------------------------------------
@@ -73,10 +89,19 @@ int sf_calib_write(const struct sf_calib *C, const char *path, const char *const
 					      (double)C->sizes[g].mid_bytes /
 						      (double)C->sizes[g].top_bytes));
 	json_object_set_new(root, "groups", groups);
+	if (C->part) {
+		json_t *pl = json_array();
+		for (int l = 0; l < C->n_layers; l++)
+			if (C->part[l])
+				json_array_append_new(pl, json_integer(l));
+		json_object_set_new(root, "part_layers", pl);
+	}
 	for (size_t b = 0; b < C->nbudgets; b++) {
 		json_t *layers = json_array();
 		for (int l = 0; l < C->n_layers; l++) {
 			const struct sf_calib_layer *L = sf_calib_at(C, b, l);
+			if (C->part && !C->part[l])
+				continue;
 			json_t *gs = json_object(), *teal = json_object();
 			for (int g = 0; g < SF_NGROUPS; g++) {
 				json_object_set_new(gs, sf_group_name((enum sf_group)g),
@@ -94,8 +119,13 @@ int sf_calib_write(const struct sf_calib *C, const char *path, const char *const
 							L->step1_error, "groups", gs, "teal", "error",
 							L->teal_error, "k_top", teal));
 		}
-		json_array_append_new(budgets, json_pack("{s:f,s:f,s:o}", "budget", C->budgets[b],
-							 "realised", C->realised[b], "layers", layers));
+		if (C->part)	/* realised needs every layer: the merge's */
+			json_array_append_new(budgets, json_pack("{s:f,s:o}", "budget", C->budgets[b],
+								 "layers", layers));
+		else
+			json_array_append_new(budgets,
+					      json_pack("{s:f,s:f,s:o}", "budget", C->budgets[b],
+							"realised", C->realised[b], "layers", layers));
 	}
 	json_object_set_new(root, "budgets", budgets);
 
@@ -113,9 +143,37 @@ out:
 	return ret;
 }
 
-int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
+/* part_layers of a part: layer numbers rising, below n_layers, into C->part;
+ * *held their count. */
+static int load_part_layers(struct sf_calib *C, json_t *pl, const char *path, size_t *held,
+			    struct sf_err *e)
 {
-	json_t *root, *fp, *me, *groups, *budgets;
+	size_t i;
+	json_t *v;
+	int64_t prev = -1;
+
+	if (!json_is_array(pl) || json_array_size(pl) == 0)
+		return sf_err_set(e, SF_EFORMAT, "%s: \"part_layers\": expected 1..%d layers", path,
+				  C->n_layers);
+	if (!(C->part = calloc((size_t)C->n_layers, 1)))
+		return sf_err_set(e, -ENOMEM, "%s: %s", path, strerror(ENOMEM));
+	json_array_foreach(pl, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) <= prev ||
+		    json_integer_value(v) >= C->n_layers)
+			return sf_err_set(e, SF_EFORMAT, "%s: \"part_layers\": entry %zu is not a "
+					  "layer above %lld and below %d", path, i + 1,
+					  (long long)prev, C->n_layers);
+		prev = json_integer_value(v);
+		C->part[prev] = 1;
+	}
+	*held = json_array_size(pl);
+	return 0;
+}
+
+static int load(struct sf_calib *C, const char *path, int allow_part, struct sf_err *e)
+{
+	json_t *root, *fp, *me, *groups, *budgets, *pl;
+	size_t held;
 	double v;
 	int ret;
 
@@ -154,6 +212,17 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 			goto out;
 		C->sizes[g] = (struct sf_calib_sizes){ (uint64_t)en, (uint64_t)tb, (uint64_t)mb };
 	}
+	held = (size_t)C->n_layers;
+	if ((pl = json_object_get(root, "part_layers"))) {
+		if (!allow_part) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: a part of a calibration (sf-encode "
+					 "--calibrate --layers): merge the parts with sf-encode --merge",
+					 path);
+			goto out;
+		}
+		if ((ret = load_part_layers(C, pl, path, &held, e)))
+			goto out;
+	}
 	if (!json_is_array(budgets) || json_array_size(budgets) == 0 ||
 	    json_array_size(budgets) > SF_CALIB_MAX_BUDGETS) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: \"budgets\": expected 1..%d entries", path,
@@ -164,9 +233,9 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 	/* every budget lists every layer before room for them is taken */
 	for (size_t b = 0; b < C->nbudgets; b++) {
 		json_t *layers = json_object_get(json_array_get(budgets, b), "layers");
-		if (!json_is_array(layers) || json_array_size(layers) != (size_t)C->n_layers) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: budget %zu: expected %d layers", path,
-					 b + 1, C->n_layers);
+		if (!json_is_array(layers) || json_array_size(layers) != held) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: budget %zu: expected %zu layers", path,
+					 b + 1, held);
 			goto out;
 		}
 	}
@@ -178,7 +247,8 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 		json_t *bo = json_array_get(budgets, b), *layers = json_object_get(bo, "layers");
 		char where[SF_ERR_MAX];
 		if ((ret = sf_json_num(bo, "budget", 1e-300, 1.0, &C->budgets[b], path, e)) ||
-		    (ret = sf_json_num(bo, "realised", 0.0, 1.0, &C->realised[b], path, e)))
+		    (!C->part &&
+		     (ret = sf_json_num(bo, "realised", 0.0, 1.0, &C->realised[b], path, e))))
 			goto out;
 		for (size_t d = 0; d < b; d++)
 			if (fabs(C->budgets[d] - C->budgets[b]) < SF_CALIB_SAME_BUDGET) {
@@ -186,8 +256,10 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 						 C->budgets[b]);
 				goto out;
 			}
-		for (int l = 0; l < C->n_layers; l++) {
-			json_t *lo = json_array_get(layers, (size_t)l);
+		for (int l = 0, i = 0; l < C->n_layers; l++) {
+			if (C->part && !C->part[l])
+				continue;
+			json_t *lo = json_array_get(layers, (size_t)i++);
 			json_t *gs = json_object_get(lo, "groups");
 			struct sf_calib_layer *L = sf_calib_at(C, b, l);
 			int64_t at;
@@ -209,6 +281,25 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 			if ((ret = sf_json_num(lo, "budget", 0.0, 1.0, &L->budget, where, e)) ||
 			    (ret = sf_json_num(lo, "error", 0.0, 1e300, &L->error, where, e)))
 				goto out;
+			/* what the calibration measured beside, kept for a merge */
+			json_t *teal = json_object_get(lo, "teal");
+			if ((sf_json_has(lo, "step1_error") &&
+			     (ret = sf_json_num(lo, "step1_error", 0.0, 1e300, &L->step1_error, where,
+						e))) ||
+			    (sf_json_has(teal, "error") &&
+			     (ret = sf_json_num(teal, "error", 0.0, 1e300, &L->teal_error, where, e))))
+				goto out;
+			json_t *tk = json_object_get(teal, "k_top");
+			for (int g = 0; g < SF_NGROUPS; g++) {
+				const char *gn = sf_group_name((enum sf_group)g);
+				double k;
+				if (!sf_json_has(tk, gn))
+					continue;
+				if ((ret = sf_json_count(tk, gn, 0, (double)C->sizes[g].entries, &k,
+							 where, e)))
+					goto out;
+				L->teal_k_top[g] = (uint64_t)k;
+			}
 			for (int g = 0; g < SF_NGROUPS; g++) {
 				json_t *go = json_object_get(gs, sf_group_name((enum sf_group)g));
 				double kt, km, n = (double)C->sizes[g].entries;
@@ -227,6 +318,110 @@ int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
 	C->producer = json_incref(json_object_get(root, "producer"));
 out:
 	json_decref(root);
+	if (ret)
+		sf_calib_free(C);
+	return ret;
+}
+
+int sf_calib_load(struct sf_calib *C, const char *path, struct sf_err *e)
+{
+	return load(C, path, 0, e);
+}
+
+int sf_calib_load_part(struct sf_calib *C, const char *path, struct sf_err *e)
+{
+	return load(C, path, 1, e);
+}
+
+// ----------------------------------------------------------------------------
+// merging parts
+
+/* A producer without options.layers (a new reference), to compare parts. */
+static json_t *producer_sans_layers(const json_t *p)
+{
+	json_t *c = json_deep_copy(p);
+	json_t *opts = json_object_get(c, "options");
+	if (json_is_object(opts))
+		json_object_del(opts, "layers");
+	return c;
+}
+
+int sf_calib_merge(struct sf_calib *C, const struct sf_calib *parts, size_t n,
+		   const char *const *names, struct sf_err *e)
+{
+	const struct sf_calib *P = &parts[0];
+	json_t *ref = NULL, *cmp = NULL;
+	int ret = 0;
+
+	memset(C, 0, sizeof(*C));
+	if (n == 0)
+		return sf_err_set(e, -EINVAL, "merge: no calibration part");
+	ref = producer_sans_layers(P->producer);
+	for (size_t i = 0; i < n; i++) {
+		const struct sf_calib *Q = &parts[i];
+		if (!Q->part) {
+			ret = sf_err_set(e, SF_EMISMATCH, "%s: a whole calibration, not a part "
+					 "(sf-encode --calibrate --layers)", names[i]);
+			goto out;
+		}
+		if (strcmp(Q->fingerprint, P->fingerprint) || Q->method != P->method ||
+		    Q->n_layers != P->n_layers || memcmp(Q->sizes, P->sizes, sizeof(P->sizes))) {
+			ret = sf_err_set(e, SF_EMISMATCH, "%s: another model or code method than %s",
+					 names[i], names[0]);
+			goto out;
+		}
+		if (Q->tokens != P->tokens || Q->window != P->window || Q->nbudgets != P->nbudgets ||
+		    memcmp(Q->budgets, P->budgets, P->nbudgets * sizeof(double))) {
+			ret = sf_err_set(e, SF_EMISMATCH, "%s: other budgets, tokens or window than %s",
+					 names[i], names[0]);
+			goto out;
+		}
+		json_decref(cmp);
+		cmp = producer_sans_layers(Q->producer);
+		if (!json_equal(cmp, ref)) {
+			ret = sf_err_set(e, SF_EMISMATCH, "%s: made with other options than %s "
+					 "(producer)", names[i], names[0]);
+			goto out;
+		}
+		for (int l = 0; l < P->n_layers; l++)
+			for (size_t j = 0; j < i && Q->part[l]; j++)
+				if (parts[j].part[l]) {
+					ret = sf_err_set(e, SF_EMISMATCH, "%s: layer %d is in %s too",
+							 names[i], l, names[j]);
+					goto out;
+				}
+	}
+	memcpy(C->fingerprint, P->fingerprint, sizeof(C->fingerprint));
+	C->method = P->method;
+	C->n_layers = P->n_layers;
+	memcpy(C->sizes, P->sizes, sizeof(C->sizes));
+	C->nbudgets = P->nbudgets;
+	memcpy(C->budgets, P->budgets, sizeof(C->budgets));
+	C->tokens = P->tokens;
+	C->window = P->window;
+	if (!(C->layers = calloc(C->nbudgets * (size_t)C->n_layers, sizeof(*C->layers)))) {
+		ret = sf_err_set(e, -ENOMEM, "merge: %s", strerror(ENOMEM));
+		goto out;
+	}
+	for (int l = 0; l < C->n_layers; l++) {
+		size_t i = 0;
+		while (i < n && !parts[i].part[l])
+			i++;
+		if (i == n) {
+			ret = sf_err_set(e, SF_EMISMATCH, "merge: no part holds layer %d", l);
+			goto out;
+		}
+		for (size_t b = 0; b < C->nbudgets; b++)
+			*sf_calib_at(C, b, l) = *sf_calib_at(&parts[i], b, l);
+	}
+	sf_calib_realise(C);
+	C->producer = json_deep_copy(P->producer);
+	json_t *opts = json_object_get(C->producer, "options");
+	if (json_is_object(opts))
+		json_object_set_new(opts, "layers", json_string("all"));
+out:
+	json_decref(ref);
+	json_decref(cmp);
 	if (ret)
 		sf_calib_free(C);
 	return ret;

@@ -64,6 +64,9 @@ struct sf_calib {
 	uint64_t tokens;		/* calibration tokens */
 	int window;
 	json_t *producer;		/* owned */
+	/* (n_layers) a part (sf-encode --calibrate --layers): 1 for the layers
+	 * it holds, the others left zero and realised unset; NULL: whole */
+	uint8_t *part;
 };
 
 /* Group sizes of a model for codes of the given method. */
@@ -80,6 +83,9 @@ static inline struct sf_calib_layer *sf_calib_at(const struct sf_calib *c, size_
 	return &c->layers[b * (size_t)c->n_layers + (size_t)l];
 }
 
+/* realised[b]: the model budget of budget b's k's, every layer. */
+void sf_calib_realise(struct sf_calib *c);
+
 /* calib.json: PATH ("-": stdout) written with base/outfile.h (a temporary
  * renamed when complete); inputs (NULL-terminated, or NULL) are refused
  * as the output. */
@@ -90,5 +96,15 @@ int sf_calib_write(const struct sf_calib *c, const char *path, const char *const
  * k_mid <= entries, budgets in (0, 1], every layer present in every budget
  * (checked before memory for them is taken). On failure *c is zeroed. */
 int sf_calib_load(struct sf_calib *c, const char *path, struct sf_err *e);
+/* The same, a part accepted too (c->part set); sf_calib_load refuses one. */
+int sf_calib_load_part(struct sf_calib *c, const char *path, struct sf_err *e);
+
+/* One whole calibration from parts[0..n) (names[i] for messages): the same
+ * model, method, sizes, tokens, window and budgets in the same order, and
+ * producers equal but for options.layers, each layer in exactly one part.
+ * The merged producer is the first part's with options.layers "all", so
+ * the result equals one run over every layer byte for byte. */
+int sf_calib_merge(struct sf_calib *out, const struct sf_calib *parts, size_t n,
+		   const char *const *names, struct sf_err *e);
 
 #endif

@@ -379,7 +379,7 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 			goto out;
 		}
 	for (int l = 0; l < L; l++)
-		if (!(o->dense_layers && o->dense_layers[l]))
+		if (!(o->dense_layers && o->dense_layers[l]) && !(o->layers && !o->layers[l]))
 			for (int g = 0; g < SF_NGROUPS; g++)
 				if (!sf_sfq_find(q, l, (enum sf_group)g)) {
 					ret = sf_err_set(e, SF_EMISMATCH, "codes: no layer %d %s "
@@ -396,10 +396,13 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	memcpy(C->budgets, o->budgets, o->nbudgets * sizeof(double));
 	sf_calib_sizes_of(C->sizes, m, q->method);
 	if (!(C->layers = calloc(o->nbudgets * (size_t)L, sizeof(*C->layers))) ||
-	    !(dense = calloc(n * (size_t)L * dim, sizeof(float)))) {
+	    !(dense = calloc(n * (size_t)L * dim, sizeof(float))) ||
+	    (o->layers && !(C->part = malloc((size_t)L)))) {
 		ret = sf_err_set(e, -ENOMEM, "calibration: %s", strerror(ENOMEM));
 		goto out;
 	}
+	if (o->layers)
+		memcpy(C->part, o->layers, (size_t)L);
 	for (; made < nth; made++)
 		if ((ret = evaluator_init(&ev[made], m, q, o->window, dense, e)))
 			goto out;
@@ -418,6 +421,8 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	qsort_r(order, o->nbudgets, sizeof(size_t), by_budget_desc, (void *)o->budgets);
 	struct batch B = { .ev = ev, .tokens = tokens, .ntok = n, .window = o->window };
 	for (int l = 0; l < L; l++) {
+		if (o->layers && !o->layers[l])
+			continue;	/* another part's */
 		if (o->dense_layers && o->dense_layers[l]) {
 			for (size_t b = 0; b < o->nbudgets; b++) {
 				struct sf_calib_layer *Ly = sf_calib_at(C, b, l);
@@ -434,17 +439,8 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 		if (o->progress)
 			o->progress(o->progress_arg, l + 1, L);
 	}
-	for (size_t b = 0; b < o->nbudgets; b++) {
-		double num = 0.0, den = 0.0;
-		for (int l = 0; l < L; l++)
-			for (int g = 0; g < SF_NGROUPS; g++) {
-				const struct sf_calib_group *G = &sf_calib_at(C, b, l)->g[g];
-				num += (double)G->k_top * (double)C->sizes[g].top_bytes +
-				       (double)G->k_mid * (double)C->sizes[g].mid_bytes;
-				den += (double)C->sizes[g].entries * (double)C->sizes[g].top_bytes;
-			}
-		C->realised[b] = num / den;
-	}
+	if (!C->part)
+		sf_calib_realise(C);
 out:
 	for (int i = 0; i < made; i++)
 		evaluator_free(&ev[i]);

@@ -19,6 +19,9 @@ struct sf_calib_opts {
 	const double *budgets;		/* each in (0, 1] */
 	size_t nbudgets;
 	const uint8_t *dense_layers;	/* (n_layers) 1: stays dense; NULL: none */
+	/* (n_layers) 1: calibrate this layer, the result a part holding only
+	 * these (sf_calib.part, merged by sf_calib_merge); NULL: every layer */
+	const uint8_t *layers;
 	int window;			/* tokens per window scored from an empty context */
 	/* called after each layer calibrated (NULL: none), from the caller's
 	 * thread: done of total layers */
@@ -27,7 +30,9 @@ struct sf_calib_opts {
 };
 
 /* Runs the calibration on tokens[0..n) (documents with BOS, concatenated)
- * cut into windows, codes q holding every layer that is not dense. The
+ * cut into windows, codes q holding every layer to calibrate that is not
+ * dense. A layer's result depends on the dense layers before it only, so
+ * parts calibrated apart and merged equal one run. The
  * pool (NULL: the caller) evaluates candidate configurations in parallel.
  * Memory: per thread a run state of one window, plus n * n_layers * dim
  * floats of dense layer outputs. */
