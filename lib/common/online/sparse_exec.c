@@ -599,7 +599,12 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 	else
 		sparse_observe(sp, layer, g, in, n, NULL, NULL);
 	lookup_cache(sp, &gp);
-	if ((ret = sparse_buffer(sp, gid, &gp.b)) || (ret = plan_group(sp, &gp)) ||
+	if ((ret = sparse_buffer(sp, gid, &gp.b)))
+		goto fail;
+	if (gp.kt < n)
+		sparse_score_prediction(gp.b, gp.km ? sp->s.bits_all : sp->s.bits_top, (uint32_t)n,
+					&sp->st.g[g]);
+	if ((ret = plan_group(sp, &gp)) ||
 	    (ret = sparse_prefetch(sp, gid)) || (ret = compute_group(sp, &gp, out)))
 		goto fail;
 	admit(sp, &gp);

@@ -33,6 +33,8 @@ struct iobuf {
 	size_t nreq;
 	uint32_t inflight;		/* requests queued and not reaped */
 	long gid;			/* the group held: layer * SF_NGROUPS + g; -1: none */
+	uint64_t *pred;			/* (words) the entries predicted for it, */
+	int predicted;			/* when it was */
 };
 
 /* Where a tier's region lies: in the file at base, stride bytes a
@@ -62,6 +64,9 @@ struct gtally {
 	/* --prefetch: bytes asked ahead; of them, bytes the selection
 	 * needed; bytes of pages the selection needed that were not */
 	uint64_t ahead_bytes, ahead_used, pages_needed;
+	/* entries predicted; of them selected; entries selected where a
+	 * prediction was made */
+	uint64_t pred_entries, pred_hits, pred_selected;
 };
 
 /* What each group computes: its tier sizes, and the entries it may
@@ -264,6 +269,10 @@ int sparse_submit(struct sf_sparse *sp);
 int sparse_reap(struct sf_sparse *sp, int wait);
 void sparse_reads_drain(struct sf_sparse *sp);
 int sparse_prefetch(struct sf_sparse *sp, long gid);
+/* The prediction made for the group in b, if any, against its selection
+ * (bitmap over n entries). */
+void sparse_score_prediction(const struct iobuf *b, const uint64_t *sel,
+			     uint32_t n, struct gtally *gt);
 void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *in, size_t n,
 		    const uint64_t *top, const uint64_t *all);
 /* The embedding and head on flash: sizes (bytes for --ram), set-up,

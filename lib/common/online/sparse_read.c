@@ -66,7 +66,8 @@ int sparse_reads_open(struct sf_sparse *sp, uint64_t buf_bytes, int nbuf, int wi
 		b->arrived = calloc(io->page_words ? io->page_words : 1, 8);
 		b->ahead = calloc(io->page_words ? io->page_words : 1, 8);
 		b->reqs = calloc(io->buf_pages + 1, sizeof(*b->reqs));
-		if (!b->asked || !b->arrived || !b->ahead || !b->reqs)
+		b->pred = calloc(sp->tiers.words ? sp->tiers.words : 1, 8);
+		if (!b->asked || !b->arrived || !b->ahead || !b->reqs || !b->pred)
 			return -ENOMEM;
 	}
 	return 0;
@@ -79,6 +80,7 @@ void sparse_reads_close(struct sf_sparse *sp)
 		free(sp->io.bufs[i].arrived);
 		free(sp->io.bufs[i].ahead);
 		free(sp->io.bufs[i].reqs);
+		free(sp->io.bufs[i].pred);
 	}
 	free(sp->io.bufs);
 	free(sp->io.arena);
@@ -160,6 +162,7 @@ static int take(struct sf_sparse *sp, struct iobuf *b, long gid)
 	memset(b->ahead, 0, sp->io.page_words * 8);
 	b->nreq = 0;
 	b->gid = gid;
+	b->predicted = 0;
 	return 0;
 }
 
@@ -385,6 +388,8 @@ static int read_ahead(struct sf_sparse *sp, struct iobuf *b, long gid)
 		if (sp->o.predict == SF_SPARSE_PREDICT_NONE ||
 		    !predict(sp, l, g, n, kt, km, sp->pred.top, sp->pred.all))
 			return 0;
+		memcpy(b->pred, km ? sp->pred.all : sp->pred.top, nw * 8);
+		b->predicted = 1;
 		nt = 0;
 		for (size_t w = 0; w < nw; w++) {
 			uint64_t t = sp->pred.top[w] & (allow ? allow[w] : ~0ull);
@@ -429,6 +434,18 @@ int sparse_prefetch(struct sf_sparse *sp, long gid)
 			return ret;
 	}
 	return sparse_submit(sp);
+}
+
+void sparse_score_prediction(const struct iobuf *b, const uint64_t *sel,
+			     uint32_t n, struct gtally *gt)
+{
+	if (!b->predicted || b->gid < 0)
+		return;
+	for (size_t w = 0; w < (n + 63) / 64; w++) {
+		gt->pred_entries += (uint64_t)__builtin_popcountll(b->pred[w]);
+		gt->pred_hits += (uint64_t)__builtin_popcountll(b->pred[w] & sel[w]);
+		gt->pred_selected += (uint64_t)__builtin_popcountll(sel[w]);
+	}
 }
 
 void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *in, size_t n,

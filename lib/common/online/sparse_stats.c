@@ -90,7 +90,7 @@ static json_t *groups_json(const struct sf_sparse *sp, double per, double *budge
 		*riders += t->riders;
 		double used = (double)t->ahead_used, need = used + (double)t->pages_needed;
 		json_object_set_new(groups, sf_group_name((enum sf_group)g), json_pack(
-			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
 			"budget", t->budget / c, "free_riders", (double)t->riders / c,
 			"k_top", (double)t->k_top / c, "k_mid", (double)t->k_mid / c,
 			"cache_hits", (double)t->hits / c,
@@ -100,7 +100,11 @@ static json_t *groups_json(const struct sf_sparse *sp, double per, double *budge
 			"prefetch_bytes_per_token", (double)t->ahead_bytes * per,
 			"prefetch_recall", need > 0 ? used / need : 0.0,
 			"prefetch_overfetch", t->ahead_bytes ?
-				1.0 - used / (double)t->ahead_bytes : 0.0));
+				1.0 - used / (double)t->ahead_bytes : 0.0,
+			"predict_recall", t->pred_selected ?
+				(double)t->pred_hits / (double)t->pred_selected : 0.0,
+			"predict_precision", t->pred_entries ?
+				(double)t->pred_hits / (double)t->pred_entries : 0.0));
 	}
 	*budget = budget_den > 0 ? budget_sum / budget_den : 0.0;
 	return groups;
