@@ -1,7 +1,8 @@
 /* Middle-tier benchmarks: mean squared error per weight on i.i.d.
  * standard normal columns, trellis encode throughput over the pool, and
  * decode-accumulate throughput against the bf16 column-accumulate.
- * Usage: codes mse COLUMNS | codes encode THREADS [COLUMNS] | codes decode.
+ * Usage: codes mse COLUMNS | codes encode THREADS [COLUMNS] | codes decode;
+ * SF_ISA=avx2 (or ref) runs a lower level than the CPU's best.
  * Prints JSON lines; run by tests/bench/encode.sh. */
 #include <math.h>
 #include <stdatomic.h>
@@ -223,6 +224,13 @@ int main(int argc, char **argv)
 	float *cb;
 	if (argc < 2 || posix_memalign((void **)&cb, 64, SF_TRELLIS_CODEBOOK * sizeof(float))) {
 		fprintf(stderr, "usage: codes mse COLUMNS | codes encode THREADS [COLUMNS] | codes decode\n");
+		return 2;
+	}
+	/* SF_ISA=avx2 times a lower level than the CPU's best */
+	const char *isa_name = getenv("SF_ISA");
+	enum sf_isa isa;
+	if (isa_name && (sf_isa_parse(isa_name, &isa) || sf_cpu_use(isa))) {
+		fprintf(stderr, "codes: SF_ISA=%s: not a level this CPU runs\n", isa_name);
 		return 2;
 	}
 	sf_trellis_codebook(cb, SF_TRELLIS_DEFAULT_SEED);
