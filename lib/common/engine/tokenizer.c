@@ -422,6 +422,7 @@ struct sf_tokenizer {
 	size_t nprefix, nsuffix;
 	int32_t bos, eos;
 	bool adds_bos;
+	const char *chat_template;	/* tokenizer_config.json's, or NULL */
 };
 
 // ----------------------------------------------------------------------------
@@ -1098,9 +1099,26 @@ static bool id_in(const int32_t *arr, size_t n, int32_t id)
 	return false;
 }
 
-/* tokenizer_config.json names BOS and EOS, and its add_bos_token /
- * add_eos_token override the template as transformers' Llama tokenizers
- * rebuild it. */
+/* The chat template of tokenizer_config.json: a string, or of a list of
+ * {"name", "template"} the one named "default", as transformers takes
+ * it; any other shape is no template (only --conversation needs one). */
+static int config_chat_template(struct sf_tokenizer *t, json_t *cfg, struct sf_err *e)
+{
+	json_t *v = json_object_get(cfg, "chat_template"), *it;
+	size_t i, n;
+
+	json_array_foreach(v, i, it)
+		if (json_is_string(json_object_get(it, "name")) &&
+		    !strcmp(json_string_value(json_object_get(it, "name")), "default"))
+			v = json_object_get(it, "template");
+	if (!json_is_string(v))
+		return 0;
+	return (t->chat_template = jstr(t, v, &n)) ? 0 : nomem(t, e);
+}
+
+/* tokenizer_config.json names BOS and EOS and the chat template, and its
+ * add_bos_token / add_eos_token override the template as transformers'
+ * Llama tokenizers rebuild it. */
 static int load_config(struct sf_tokenizer *t, const char *cpath, const char *text, size_t len,
 		       struct sf_err *e)
 {
@@ -1116,7 +1134,8 @@ static int load_config(struct sf_tokenizer *t, const char *cpath, const char *te
 	if (cfg) {
 		json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
 		if ((r = config_token(t, cfg, cpath, "bos_token", &t->bos, e)) ||
-		    (r = config_token(t, cfg, cpath, "eos_token", &t->eos, e)))
+		    (r = config_token(t, cfg, cpath, "eos_token", &t->eos, e)) ||
+		    (r = config_chat_template(t, cfg, e)))
 			goto out;
 		if (ab && !json_is_boolean(ab)) {
 			r = FMT("%s: add_bos_token: not true or false", cpath);
@@ -1327,6 +1346,7 @@ int sf_tokenizer_vocab_size(const struct sf_tokenizer *t) { return t->ntok; }
 int sf_tokenizer_bos(const struct sf_tokenizer *t) { return t->bos; }
 int sf_tokenizer_eos(const struct sf_tokenizer *t) { return t->eos; }
 int sf_tokenizer_adds_bos(const struct sf_tokenizer *t) { return t->adds_bos; }
+const char *sf_tokenizer_chat_template(const struct sf_tokenizer *t) { return t->chat_template; }
 
 const char *sf_tokenizer_piece(const struct sf_tokenizer *t, int32_t id, size_t *len)
 {

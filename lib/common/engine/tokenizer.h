@@ -51,6 +51,9 @@ int sf_tokenizer_vocab_size(const struct sf_tokenizer *t);
 int sf_tokenizer_bos(const struct sf_tokenizer *t);	/* -1 when none */
 int sf_tokenizer_eos(const struct sf_tokenizer *t);	/* -1 when none */
 int sf_tokenizer_adds_bos(const struct sf_tokenizer *t);
+/* tokenizer_config.json's chat_template (Jinja; of a list, the "default"
+ * one), or NULL. */
+const char *sf_tokenizer_chat_template(const struct sf_tokenizer *t);
 
 /* The token's string as tokenizer.json spells it (NUL-terminated; *len
  * may be NULL), or NULL for an id that names no token. */
