@@ -1084,6 +1084,8 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 	S->eot = end_of_turn(S, tmpl, e, &ret);
 	if (ret)
 		goto out;
+	if (S->eot >= 0 && is_eos(S, S->eot))	/* </s>: the end of text ends a turn too */
+		S->eot = -1;
 	if (o->verbose) {
 		fprintf(stderr, "%s: chat template %s (%s); answers end at ", sf_progname,
 			sf_chat_name(tmpl), o->chat_template >= 0 ? "--chat-template"
@@ -1145,6 +1147,7 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 		}
 		if (ret || (ret = sf_tokenizer_decode(S->tok, answer.v, answer.n,
 						      SF_DECODE_SKIP_SPECIAL, &said, &len, e)) ||
+		    (!len && (ret = write_out(S, "\n", 1, e))) ||	/* a line even when empty */
 		    (ret = sf_chat_answer(&chat, said, e)))
 			break;
 		free(said);
