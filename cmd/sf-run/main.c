@@ -111,7 +111,7 @@ static const struct sf_opt options[] = {
 	  "system message, -n bounds each answer", NULL, 0 },
 	{ "chat-template", OPT_CHAT_TEMPLATE, "NAME", "--conversation's template when the model has none,\n"
 	  "or instead of its own: chatml, llama2, llama3,\n"
-	  "gemma, ... (sf-run(1), CONVERSATION)", NULL, 0 },
+	  "gemma, ... (sf-run(1), Conversation)", NULL, 0 },
 	{ "verbose-prompt", OPT_VERBOSE_PROMPT, NULL, "print the prompt (each turn of --conversation)\n"
 	  "and its tokens on standard error", NULL, 0 },
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text\n"
