@@ -2119,7 +2119,8 @@ static int dt_clean_up(struct sf_detok *d, bool final)
 
 	if (grow(&d->pend, &d->cappend, d->npend + d->nout + 1))
 		return -ENOMEM;
-	memcpy(d->pend + d->npend, d->out, d->nout);
+	if (d->nout)	/* out is NULL before any output */
+		memcpy(d->pend + d->npend, d->out, d->nout);
 	d->npend += d->nout;
 	for (size_t c = d->npend; !final && c-- > 1;) {
 		const char *p = d->pend;
