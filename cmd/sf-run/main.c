@@ -966,21 +966,24 @@ static int chat_template(const struct session *S, const struct options *o, int *
 }
 
 /* The one token that is the template's end-of-turn marker, or -1 when it
- * has none or the vocabulary spells it in several (the EOS token then
- * ends an answer). */
-static int32_t end_of_turn(const struct session *S, int tmpl, struct sf_err *e, int *ret)
+ * has none, the vocabulary spells it in several, or it is the end of
+ * text (</s>), which ends an answer anyway. */
+static int end_of_turn(const struct session *S, int tmpl, int32_t *id, struct sf_err *e)
 {
 	const char *m = sf_chat_end_of_turn(tmpl);
-	int32_t *ids, id = -1;
+	int32_t *ids;
 	size_t n;
+	int ret;
 
-	*ret = 0;
-	if (!m || (*ret = sf_tokenizer_encode(S->tok, m, strlen(m), 0, &ids, &n, e)))
-		return -1;
-	if (n == 1)
-		id = ids[0];
+	*id = -1;
+	if (!m)
+		return 0;
+	if ((ret = sf_tokenizer_encode(S->tok, m, strlen(m), 0, &ids, &n, e)))
+		return ret;
+	if (n == 1 && !is_eos(S, ids[0]))
+		*id = ids[0];
 	free(ids);
-	return id;
+	return 0;
 }
 
 /* Standard input line by line through poll(2) and read(2): poll is
@@ -1081,11 +1084,8 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 	if ((ret = chat_template(S, o, &tmpl, e)) || (ret = prompt_text(o, &buf, &system, &len, e)) ||
 	    (ret = sf_chat_init(&chat, tmpl, system, e)))
 		goto out;
-	S->eot = end_of_turn(S, tmpl, e, &ret);
-	if (ret)
+	if ((ret = end_of_turn(S, tmpl, &S->eot, e)))
 		goto out;
-	if (S->eot >= 0 && is_eos(S, S->eot))	/* </s>: the end of text ends a turn too */
-		S->eot = -1;
 	if (o->verbose) {
 		fprintf(stderr, "%s: chat template %s (%s); answers end at ", sf_progname,
 			sf_chat_name(tmpl), o->chat_template >= 0 ? "--chat-template"

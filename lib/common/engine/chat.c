@@ -85,7 +85,7 @@ static const struct tmpl tmpls[] = {
 
 int sf_chat_count(void) { return NTMPL; }
 const char *sf_chat_name(int tmpl) { return tmpl >= 0 && tmpl < NTMPL ? tmpls[tmpl].name : NULL; }
-const char *sf_chat_end_of_turn(int tmpl) { return tmpls[tmpl].eot; }
+const char *sf_chat_end_of_turn(int tmpl) { return sf_chat_name(tmpl) ? tmpls[tmpl].eot : NULL; }
 
 int sf_chat_find(const char *name)
 {

@@ -47,7 +47,6 @@ struct sf_chat {
 	char *fed;		/* the rendering of what the model has been given */
 	size_t nfed;
 	char *tail;		/* the end of the last answer's turn, not fed yet */
-	int answer_due;		/* a user turn was given, its answer not yet */
 };
 
 /* system may be NULL (no system message). 0 or -ENOMEM. */
