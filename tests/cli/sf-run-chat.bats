@@ -197,3 +197,11 @@ wait_polling() {
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-run: $img: no chat_template in tokenizer_config.json: give --chat-template NAME" ]
 }
+
+@test "at a terminal: a one-line hint, a '> ' prompt before each turn, Ctrl-D ends" {
+	printf 'Hello\n\004' | timeout 60 script -qec "sf-run --model '$MODEL' -cnv --chat-template llama2 -n 4 --temp 0" /dev/null >"$BATS_TEST_TMPDIR/tty"
+	tr -d '\r' <"$BATS_TEST_TMPDIR/tty" >"$BATS_TEST_TMPDIR/t"
+	grep -qx "sf-run: chatting (llama2): a turn per line, a line ending in \\\\ goes on; Ctrl-C stops an answer; Ctrl-D or Ctrl-C here ends" "$BATS_TEST_TMPDIR/t"
+	[ "$(grep -c '^> ' "$BATS_TEST_TMPDIR/t")" -eq 2 ]
+	grep -q "^sf-run: stopped: end of input; context 1024 positions$" "$BATS_TEST_TMPDIR/t"
+}
