@@ -199,6 +199,7 @@ static const struct sf_cmd cmd = {
 	options,
 	"  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
 	"  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
+	"  sf-run --model models/mix4-1m -cnv --chat-template chatml -p \"Be brief.\" -n 64\n"
 	"  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
 	"  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n"
 	"  sf-run --pin kjv.json --pin model.json --compute-ratio 0.4 --static kjv.json \\\n"
