@@ -1,10 +1,15 @@
 # bash completion of the sparseflash commands (installed by make install
 # under share/bash-completion/completions, one name per command). Options
-# come from the command's own --help, so they never drift from it; other
-# words complete as file names.
+# come from the command's own --help, so they never drift from it, and
+# sf-run's --chat-template names from its own refusal of an unknown one;
+# other words complete as file names.
 _sparseflash() {
-	local cur=${COMP_WORDS[COMP_CWORD]}
-	if [[ $cur == -* ]]; then
+	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
+	if [[ $prev == --chat-template ]]; then
+		local names
+		names=$("$1" --chat-template '' 2>&1 | sed -n "s/.* is not one of //p" | tr -d ',')
+		mapfile -t COMPREPLY < <(compgen -W "$names" -- "$cur")
+	elif [[ $cur == -* ]]; then
 		local opts
 		opts=$("$1" --help 2>/dev/null | grep -oE -- '(^|[ ,])--?[a-zA-Z][a-zA-Z0-9-]*' |
 			tr -d ' ,' | sort -u)

@@ -77,6 +77,11 @@ int sf_cli_interrupted(void)
 	return interrupted;
 }
 
+void sf_cli_interrupt_clear(void)
+{
+	interrupted = 0;
+}
+
 void sf_cli_start(const char *progname)
 {
 	const char *ref = getenv("SF_REF");

@@ -183,6 +183,9 @@ void sf_catch_sigbus(void);
  * stay interruptible). */
 void sf_cli_interruptible(int on);
 int sf_cli_interrupted(void);	/* the signal received, or 0 */
+/* Forgets a signal that has been handled (sf-run --conversation: Ctrl-C
+ * stopped an answer, the chat goes on). */
+void sf_cli_interrupt_clear(void);
 /* Removes the temporaries and ends the process by sig (exit 128 + sig). */
 _Noreturn void sf_cli_reraise(int sig);
 

@@ -7,12 +7,15 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/cli.h"
+#include "engine/chat.h"
 #include "engine/corpus.h"
 #include "engine/cpu.h"
 #include "engine/eval.h"
@@ -61,6 +64,8 @@ struct options {
 	uint64_t max_tokens;		/* --ppl: 0 for all */
 	int window;
 	int ignore_eos, echo, verbose, quiet, progress;
+	int conversation, verbose_prompt;
+	int chat_template;		/* --chat-template; -1: the model's */
 	struct sf_sparse_opts sparse;
 	int sparse_set;			/* an option only the sparse decoder takes */
 	int bench;
@@ -82,7 +87,8 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
        OPT_PREFETCH, OPT_PREDICT, OPT_HEAD_ON_FLASH, OPT_NO_DIRECT,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
-       OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS };
+       OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS, OPT_CONVERSATION,
+       OPT_CHAT_TEMPLATE, OPT_VERBOSE_PROMPT };
 enum { SPARSE = 1 };
 
 static const struct sf_opt options[] = {
@@ -103,6 +109,14 @@ static const struct sf_opt options[] = {
 	  "(default %s)", SF_STR(DEFAULT_REPEAT_LAST_N), 0 },
 	{ "seed", 's', "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
+	{ "conversation", OPT_CONVERSATION, NULL, "chat (also -cnv): a user turn per line of standard\n"
+	  "input, in the model's chat template; -p or -f is the\n"
+	  "system message, -n bounds each answer", NULL, 0 },
+	{ "chat-template", OPT_CHAT_TEMPLATE, "NAME", "--conversation's template when the model has none,\n"
+	  "or instead of its own: chatml, llama2, llama3,\n"
+	  "gemma, ... (sf-run(1), Conversation)", NULL, 0 },
+	{ "verbose-prompt", OPT_VERBOSE_PROMPT, NULL, "print the prompt (each turn of --conversation)\n"
+	  "and its tokens on standard error", NULL, 0 },
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text\n"
 	  "(default: not printed)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
@@ -201,6 +215,7 @@ static const struct sf_cmd cmd = {
 	options,
 	"  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
 	"  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
+	"  sf-run --model models/mix4-1m -cnv --chat-template chatml -p \"Be brief.\" -n 64\n"
 	"  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
 	"  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n"
 	"  sf-run --pin kjv.json --pin model.json --compute-ratio 0.4 --static kjv.json \\\n"
@@ -208,7 +223,8 @@ static const struct sf_cmd cmd = {
 };
 
 /* llama.cpp options sf-run deliberately does not take, refused by name
- * before getopt would read "-ngl" as "-n gl". */
+ * before getopt would read "-ngl" as "-n gl"; llama.cpp's "-cnv" is
+ * --conversation. */
 static const struct {
 	const char *names[3];
 	const char *why;
@@ -220,16 +236,17 @@ static const struct {
 	{ { "--mlock", "--no-mmap" }, "--model maps the weights; an IMAGE reads them from flash" },
 	{ { "-ctk", "--cache-type-k" }, "the KV cache is float32" },
 	{ { "-ctv", "--cache-type-v" }, "the KV cache is float32" },
-	{ { "-i", "--interactive", "-cnv" }, "give the prompt with -p, -f or standard input" },
-	{ { "--conversation", "-if", "--interactive-first" },
-	  "give the prompt with -p, -f or standard input" },
+	{ { "-i", "--interactive", "-if" }, "use -cnv (--conversation) to chat" },
+	{ { "--interactive-first" }, "use -cnv (--conversation) to chat" },
 	{ { "--lora", "--grammar", "-hf" }, "not supported by sf-run" },
 };
 
-static void refuse_unsupported(int argc, char **argv)
+static void llama_cpp_names(int argc, char **argv)
 {
 	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		const char *a = argv[i];
+		if (!strcmp(a, "-cnv"))
+			a = argv[i] = (char *)"--conversation";
 		for (size_t u = 0; u < sizeof(unsupported) / sizeof(unsupported[0]); u++)
 			for (int k = 0; k < 3 && unsupported[u].names[k]; k++)
 				if (!strcmp(a, unsupported[u].names[k]))
@@ -248,6 +265,20 @@ static void refuse_unsupported(int argc, char **argv)
 	}
 }
 
+/* --chat-template NAME: a usage error lists the names. */
+static int chat_template_opt(const char *name)
+{
+	char list[512] = "";
+	int id = sf_chat_find(name);
+
+	if (id >= 0)
+		return id;
+	for (int i = 0; i < sf_chat_count(); i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+			 sf_chat_name(i));
+	sf_usage_error("--chat-template: '%s' is not one of %s", name, list);
+}
+
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	const struct sf_opt *opt;
@@ -263,9 +294,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
 		.rho = -1, .compute_delta = SF_SELECT_DEFAULT_COMPUTE_DELTA,
 		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
+		.chat_template = -1,
 	};
 	sf_sparse_opts_default(so);
-	refuse_unsupported(argc, argv);
+	llama_cpp_names(argc, argv);
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
@@ -290,6 +322,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
 		case OPT_ECHO: o->echo = 1; break;
+		case OPT_CONVERSATION: o->conversation = 1; break;
+		case OPT_CHAT_TEMPLATE: o->chat_template = chat_template_opt(optarg); break;
+		case OPT_VERBOSE_PROMPT: o->verbose_prompt = 1; break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
 		case 'b': o->batch = (int)sf_opt_u64("--batch-size", optarg, 1, SF_BATCH_MAX); break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
@@ -423,6 +458,14 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("--ppl and --%s cannot be combined", o->prompt ? "prompt" : "file");
 	if (o->prompt && o->prompt_file)
 		sf_usage_error("--prompt and --file cannot be combined");
+	if (o->chat_template >= 0 && !o->conversation)
+		sf_usage_error("--chat-template needs --conversation");
+	if (o->conversation && (o->ppl_file || o->bench || o->echo))
+		sf_usage_error("--conversation and --%s cannot be combined",
+			       o->ppl_file ? "ppl" : o->bench ? "bench" : "echo");
+	if (o->conversation && o->prompt_file && !strcmp(o->prompt_file, "-"))
+		sf_usage_error("--conversation reads the turns from standard input: the system "
+			       "message cannot come from it (-f -)");
 }
 
 /* Everything a run holds, freed in one place. */
@@ -437,7 +480,8 @@ struct session {
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
 	size_t decode_steps;	/* forward passes after the prompt */
-	enum { STOP_NONE, STOP_EOS, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT } stop;
+	enum { STOP_NONE, STOP_EOS, STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT, STOP_INPUT } stop;
+	int32_t eot;		/* --conversation: the end-of-turn token, or -1 */
 	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
 	int text_open;		/* text written that does not end with a newline */
 	json_t *ppl;		/* --ppl --bench: the perplexity figures */
@@ -745,28 +789,176 @@ static int is_eos(const struct session *S, int32_t token)
 	return 0;
 }
 
+/* The prompt's text: -p, the file of -f, or standard input (not with
+ * --conversation, whose turns come from there: then NULL when neither
+ * is given). One final newline of a file or standard input is dropped.
+ * *buf is what to free. */
+static int prompt_text(const struct options *o, char **buf, const char **text, size_t *len,
+		       struct sf_err *e)
+{
+	int ret;
+
+	*buf = NULL;
+	*text = o->prompt;
+	*len = o->prompt ? strlen(o->prompt) : 0;
+	if (o->prompt_file && strcmp(o->prompt_file, "-") != 0) {
+		if ((ret = sf_file_read(o->prompt_file, MAX_PROMPT_BYTES, 0, buf, len, e)))
+			return ret;
+		if (*len && (*buf)[*len - 1] == '\n')
+			(*buf)[--*len] = '\0';
+		*text = *buf;
+	}
+	if (!*text && !o->conversation && !(*text = *buf = read_stdin_prompt(len, o->quiet, e)))
+		return e->code;
+	return 0;
+}
+
+/* --verbose-prompt, as llama.cpp's: the text as fed (C escapes), then a
+ * line per token, its id and its piece as tokenizer.json spells it. */
+static void print_prompt(const struct session *S, const char *label, const char *text,
+			 size_t len, const int32_t *ids, size_t n)
+{
+	fprintf(stderr, "%s: %s: %zu tokens: \"", sf_progname, label, n);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)text[i];
+		if (c == '\n')
+			fputs("\\n", stderr);
+		else if (c == '\t')
+			fputs("\\t", stderr);
+		else if (c == '"' || c == '\\')
+			fprintf(stderr, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(stderr, "\\x%02x", c);
+		else
+			fputc(c, stderr);
+	}
+	fputs("\"\n", stderr);
+	for (size_t i = 0; i < n; i++) {
+		const char *p = sf_tokenizer_piece(S->tok, ids[i], NULL);
+		fprintf(stderr, "%6d -> '%s'\n", ids[i], p ? p : "");
+	}
+}
+
+/* Token ids, grown one at a time. */
+struct ids {
+	int32_t *v;
+	size_t n, cap;
+};
+
+static int ids_add(struct ids *a, int32_t id, struct sf_err *e)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? 2 * a->cap : 256;
+		int32_t *v = realloc(a->v, cap * sizeof(*v));
+		if (!v)
+			return sf_err_set(e, -ENOMEM, "generation: %s", strerror(ENOMEM));
+		a->v = v;
+		a->cap = cap;
+	}
+	a->v[a->n++] = id;
+	return 0;
+}
+
+/* Feeds the n tokens at positions *pos on, in passes of up to the
+ * state's batch, the last of which gives the first sample; then samples
+ * up to -n tokens, written through d to the text, each one more decode
+ * step, until the end-of-text (or end-of-turn) token, -n, a full context
+ * or an interrupt; *pos advances past every token fed. A turn of a
+ * conversation (turn set) feeds its whole prompt even when interrupted,
+ * and the answer's last token too, so that the KV cache holds the whole
+ * exchange; answer, when not NULL, receives the tokens sampled (the stop
+ * token not). */
+static int run(struct session *S, const struct options *o, const int32_t *tokens, size_t n,
+	       size_t *pos, int turn, struct sf_detok *d, struct ids *answer, struct sf_err *e)
+{
+	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict, made = 0;
+	int limit_stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT, ret = 0;
+	double t0 = sf_now();
+	float *logits = NULL;
+
+	if (S->sparse)	/* selective computation: the prompt is the prefill */
+		sf_sparse_prefill(S->sparse, n);
+	for (size_t i = 0; i < n; i++)	/* --repeat-penalty looks back on the prompt too */
+		sf_sampler_accept(&S->sampler, tokens[i]);
+	size_t at = 0;
+	while (at < n && (limit > 0 || turn) && !ret && (turn || !sf_cli_interrupted())) {
+		int T = n - at < (size_t)S->state.batch ? (int)(n - at) : S->state.batch;
+		S->state.skip_logits = at + (size_t)T < n;
+		logits = sf_forward_batch(&S->model, &S->state, tokens + at, T, (int)(*pos + at), 0);
+		ret = sparse_failed(S, e);
+		at += (size_t)T;
+	}
+	*pos += at;
+	double t1 = sf_now();
+	S->prompt_tokens += n;
+	S->stop = limit == 0 ? STOP_LIMIT : STOP_NONE;
+	while (logits && !ret && !sf_cli_interrupted()) {
+		if (made == limit) {
+			S->stop = limit_stop;
+			break;
+		}
+		int32_t token = sf_sample(&S->sampler, logits);
+		sf_sampler_accept(&S->sampler, token);
+		if ((is_eos(S, token) || token == S->eot) && !o->ignore_eos) {
+			S->stop = is_eos(S, token) ? STOP_EOS : STOP_EOT;
+			break;
+		}
+		made++;
+		S->decode_tokens++;
+		if ((answer && (ret = ids_add(answer, token, e))) ||
+		    (!o->bench && (ret = emit(S, d, token, e))))
+			break;
+		if (*pos == (size_t)S->state.seq_len) {
+			S->stop = STOP_CONTEXT;
+			break;
+		}
+		if (made == limit && !turn) {	/* no pass for a token nobody reads */
+			S->stop = limit_stop;
+			break;
+		}
+		logits = sf_forward(&S->model, &S->state, token, (int)(*pos)++);
+		if ((ret = sparse_failed(S, e)))
+			break;
+		S->decode_steps++;
+	}
+	S->prompt_s += t1 - t0;
+	S->decode_s += sf_now() - t1;
+	return ret;
+}
+
+/* The end of the text: what the decoder held back, then a newline so
+ * that the shell's prompt or the next line starts on a line of its own
+ * and a file is a text file. */
+static int end_text(struct session *S, struct sf_detok *d, int bench, struct sf_err *e)
+{
+	const char *p;
+	size_t n;
+	int ret = 0;
+
+	if (!bench && (ret = sf_detok_finish(d, &p, &n)))
+		sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
+	else if (!bench)
+		ret = write_out(S, p, n, e);
+	if (!ret && S->text_open)
+		ret = write_out(S, "\n", 1, e);
+	return ret;
+}
+
 static int generate(struct session *S, const struct options *o, struct sf_err *e)
 {
-	char *stdin_text = NULL;
-	const char *text = o->prompt;
-	size_t text_len = text ? strlen(text) : 0;
+	char *buf;
+	const char *text;
+	size_t text_len, np = 0, pos = 0;
 	int32_t *prompt = NULL;
-	size_t np = 0;
 	struct sf_detok detok;
 	int ret;
 
-	if (o->prompt_file && strcmp(o->prompt_file, "-") != 0) {
-		if ((ret = sf_file_read(o->prompt_file, MAX_PROMPT_BYTES, 0, &stdin_text, &text_len,
-					e)))
-			return ret;
-		if (text_len && stdin_text[text_len - 1] == '\n')
-			stdin_text[--text_len] = '\0';
-		text = stdin_text;
-	}
-	if (!text && !(text = stdin_text = read_stdin_prompt(&text_len, o->quiet, e)))
-		return e->code;
+	if ((ret = prompt_text(o, &buf, &text, &text_len, e)))
+		return ret;
 	ret = sf_tokenizer_encode(S->tok, text, text_len, 1, &prompt, &np, e);
-	free(stdin_text);
+	if (!ret && o->verbose_prompt)
+		print_prompt(S, "prompt", text, text_len, prompt, np);
+	free(buf);
 	if (ret)
 		return ret;
 	if (np == 0)
@@ -780,11 +972,6 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		return ret;
 	}
 
-	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict;
-	if (S->sparse)	/* selective computation: the prompt is the prefill */
-		sf_sparse_prefill(S->sparse, np);
-	double t0 = sf_now(), t1 = t0;
-
 	/* The prompt goes through the detokenizer even when not echoed: how
 	 * the first generated piece decodes depends on what precedes it. */
 	sf_detok_init(&detok, S->tok, SF_DECODE_SKIP_SPECIAL);
@@ -796,66 +983,239 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		else if (o->echo && !o->bench)
 			ret = write_out(S, p, n, e);
 	}
-
-	/* The prompt in passes of up to the state's batch, the last of which
-	 * gives the first sample; every later position is one decode step. */
-	S->prompt_tokens = np;
-	for (size_t i = 0; i < np; i++)	/* --repeat-penalty looks back on the prompt too */
-		sf_sampler_accept(&S->sampler, prompt[i]);
-	float *logits = NULL;
 	sf_cli_interruptible(1);	/* Ctrl-C: the text so far, the timings */
-	for (size_t at = 0; at < np && limit > 0 && !ret && !sf_cli_interrupted();) {
-		int T = np - at < (size_t)S->state.batch ? (int)(np - at) : S->state.batch;
-		S->state.skip_logits = at + (size_t)T < np;
-		logits = sf_forward_batch(&S->model, &S->state, prompt + at, T, (int)at, 0);
-		ret = sparse_failed(S, e);
-		at += (size_t)T;
-	}
-	t1 = sf_now();
-	S->stop = limit == 0 ? STOP_LIMIT : STOP_NONE;
-	for (size_t pos = np; logits && !ret;) {
-		if (sf_cli_interrupted())
-			break;
-		int32_t token = sf_sample(&S->sampler, logits);
-		sf_sampler_accept(&S->sampler, token);
-		if (is_eos(S, token) && !o->ignore_eos) {
-			S->stop = STOP_EOS;
-			break;
-		}
-		S->decode_tokens++;
-		if (!o->bench && (ret = emit(S, &detok, token, e)))
-			break;
-		if (pos == (size_t)S->state.seq_len) {
-			S->stop = STOP_CONTEXT;
-			break;
-		}
-		if ((long)S->decode_tokens >= limit) {
-			S->stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT;
-			break;
-		}
-		logits = sf_forward(&S->model, &S->state, token, (int)pos++);
-		if ((ret = sparse_failed(S, e)))
-			break;
-		S->decode_steps++;
-	}
-	if (!ret && !o->bench) {
-		const char *p;
-		size_t n;
-		if ((ret = sf_detok_finish(&detok, &p, &n)))
-			sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
-		else
-			ret = write_out(S, p, n, e);
-	}
-	/* the text ends with a newline: the shell's prompt or the timing
-	 * line starts on a line of its own, a file is a text file */
-	if (!ret && S->text_open)
-		ret = write_out(S, "\n", 1, e);
+	if (!ret)
+		ret = run(S, o, prompt, np, &pos, 0, &detok, NULL, e);
+	if (!ret)
+		ret = end_text(S, &detok, o->bench, e);
 	if (sf_cli_interrupted())
 		S->stop = STOP_INTERRUPT;
 	sf_detok_free(&detok);
-	S->prompt_s = t1 - t0;
-	S->decode_s = sf_now() - t1;
 	free(prompt);
+	return ret;
+}
+
+// --- conversation
+
+/* The chat template: --chat-template's, else the one tokenizer_config.json
+ * names by its markers. */
+static int chat_template(const struct session *S, const struct options *o, int *tmpl,
+			 struct sf_err *e)
+{
+	const char *name = o->model_dir ? o->model_dir : o->image;
+	const char *j = sf_tokenizer_chat_template(S->tok);
+
+	if ((*tmpl = o->chat_template) >= 0)
+		return 0;
+	if (!j)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: no chat_template in tokenizer_config.json: "
+				  "give --chat-template NAME", name);
+	if ((*tmpl = sf_chat_detect(j)) < 0)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: tokenizer_config.json's chat_template is "
+				  "none of the templates sf-run writes: give --chat-template NAME",
+				  name);
+	return 0;
+}
+
+/* The one token that is the template's end-of-turn marker, or -1 when it
+ * has none, the vocabulary spells it in several, or it is the end of
+ * text (</s>), which ends an answer anyway. */
+static int end_of_turn(const struct session *S, int tmpl, int32_t *id, struct sf_err *e)
+{
+	const char *m = sf_chat_end_of_turn(tmpl);
+	int32_t *ids;
+	size_t n;
+	int ret;
+
+	*id = -1;
+	if (!m)
+		return 0;
+	if ((ret = sf_tokenizer_encode(S->tok, m, strlen(m), 0, &ids, &n, e)))
+		return ret;
+	if (n == 1 && !is_eos(S, ids[0]))
+		*id = ids[0];
+	free(ids);
+	return 0;
+}
+
+/* Standard input line by line through poll(2) and read(2): poll is
+ * never restarted after a signal, so Ctrl-C at the prompt is seen at
+ * once. */
+struct input {
+	char *line;		/* the turn read, NUL-terminated */
+	size_t len, cap;
+	char buf[4096];		/* read ahead */
+	size_t have, at;
+	int eof;
+};
+
+static int input_add(struct input *in, char c, struct sf_err *e)
+{
+	if (in->len + 2 > in->cap) {
+		if (in->cap >= MAX_PROMPT_BYTES)
+			return sf_err_set(e, -EFBIG, "standard input: a turn longer than %u bytes",
+					  MAX_PROMPT_BYTES);
+		size_t cap = in->cap ? 2 * in->cap : 256;
+		char *p = realloc(in->line, cap);
+		if (!p)
+			return sf_err_set(e, -ENOMEM, "standard input: %s", strerror(ENOMEM));
+		in->line = p;
+		in->cap = cap;
+	}
+	in->line[in->len++] = c;
+	in->line[in->len] = '\0';
+	return 0;
+}
+
+/* The next turn: a line, joined with the next one (by a newline) while
+ * it ends with a backslash. 1, 0 at the end of the input, -EINTR on a
+ * signal while waiting, or an error. */
+static int read_turn(struct input *in, struct sf_err *e)
+{
+	int ret;
+
+	in->len = 0;
+	if ((ret = input_add(in, '\0', e)))	/* a string even when the line is empty */
+		return ret;
+	in->len = 0;
+	for (;;) {
+		while (in->at < in->have) {
+			char c = in->buf[in->at++];
+			if (c == '\n' && !(in->len && in->line[in->len - 1] == '\\'))
+				return 1;
+			if (c == '\n')
+				in->line[in->len - 1] = '\n';
+			else if ((ret = input_add(in, c, e)))
+				return ret;
+		}
+		if (in->eof)
+			return in->len > 0;
+		if (sf_cli_interrupted())
+			return -EINTR;
+		struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+		ssize_t r = poll(&p, 1, -1);
+		if (r >= 0)
+			r = read(STDIN_FILENO, in->buf, sizeof(in->buf));
+		if (r < 0 && errno != EINTR && errno != EAGAIN)
+			return sf_err_set(e, -errno, "standard input: %s", strerror(errno));
+		in->have = r > 0 ? (size_t)r : 0;
+		in->at = 0;
+		in->eof = r == 0;
+	}
+}
+
+/* Why an answer or the run stopped, after "stopped: ". */
+static void print_stop(const struct session *S, const struct options *o)
+{
+	switch (S->stop) {
+	case STOP_EOS: fputs("end of text (EOS)", stderr); break;
+	case STOP_EOT: fprintf(stderr, "end of turn (%s)", sf_tokenizer_piece(S->tok, S->eot, NULL));
+		break;
+	case STOP_LIMIT: fprintf(stderr, "-n %ld reached", o->n_predict); break;
+	case STOP_CONTEXT: fputs("context full", stderr); break;
+	case STOP_INTERRUPT: fputs("interrupted", stderr); break;
+	case STOP_INPUT: fputs("end of input", stderr); break;
+	case STOP_NONE: fputs("prompt only", stderr); break;
+	}
+}
+
+/* --conversation: a turn per line of standard input, each answered; the
+ * KV cache keeps every turn, so each is fed once. */
+static int conversation(struct session *S, const struct options *o, struct sf_err *e)
+{
+	struct sf_chat chat = { 0 };
+	struct input in = { 0 };
+	struct ids answer = { 0 };
+	struct sf_detok detok;
+	char *buf = NULL, *text = NULL, *said = NULL;
+	const char *system;
+	int32_t *ids = NULL;
+	size_t len, n, pos = 0;
+	int tmpl, ret, tty = isatty(STDIN_FILENO);
+
+	if ((ret = chat_template(S, o, &tmpl, e)) || (ret = prompt_text(o, &buf, &system, &len, e)) ||
+	    (ret = sf_chat_init(&chat, tmpl, system, e)))
+		goto out;
+	if ((ret = end_of_turn(S, tmpl, &S->eot, e)))
+		goto out;
+	if (o->verbose) {
+		fprintf(stderr, "%s: chat template %s (%s); answers end at ", sf_progname,
+			sf_chat_name(tmpl), o->chat_template >= 0 ? "--chat-template"
+			: "tokenizer_config.json");
+		if (S->eot >= 0)
+			fprintf(stderr, "'%s' (token %d) or ", sf_chat_end_of_turn(tmpl), S->eot);
+		fputs("the end-of-text token\n", stderr);
+	}
+	if (tty && !o->quiet)
+		fprintf(stderr, "%s: chatting (%s): a turn per line, a line ending in \\ goes on; "
+			"Ctrl-C stops an answer; Ctrl-D or Ctrl-C here ends\n", sf_progname,
+			sf_chat_name(tmpl));
+	sf_cli_interruptible(1);
+	for (int turn = 1;; turn++) {
+		if (tty)
+			fputs("> ", stderr);
+		if ((ret = read_turn(&in, e)) <= 0) {
+			S->stop = ret == 0 ? STOP_INPUT : STOP_INTERRUPT;
+			if (tty)
+				fputc('\n', stderr);
+			ret = ret == -EINTR ? 0 : ret;
+			break;
+		}
+		if (in.line[strspn(in.line, " \t\r\n")] == '\0') {	/* nothing said */
+			turn--;
+			continue;
+		}
+		if ((ret = sf_chat_user(&chat, in.line, &text, &len, e)) ||
+		    (ret = sf_tokenizer_encode(S->tok, text, len, pos == 0, &ids, &n, e)))
+			break;
+		if (o->verbose_prompt) {
+			char label[32];
+			snprintf(label, sizeof(label), "turn %d", turn);
+			print_prompt(S, label, text, len, ids, n);
+		}
+		if (n > (size_t)S->state.seq_len - pos) {
+			ret = sf_err_set(e, -EINVAL, "turn %d: %zu tokens do not fit the %zu positions "
+					 "left of the context of %d", turn, n,
+					 (size_t)S->state.seq_len - pos, S->state.seq_len);
+			break;
+		}
+		sf_detok_init(&detok, S->tok, SF_DECODE_SKIP_SPECIAL);
+		answer.n = 0;
+		ret = run(S, o, ids, n, &pos, 1, &detok, &answer, e);
+		if (!ret)
+			ret = end_text(S, &detok, 0, e);
+		sf_detok_free(&detok);
+		free(text);
+		free(ids);
+		text = NULL;
+		ids = NULL;
+		if (sf_cli_interrupted())
+			S->stop = STOP_INTERRUPT;
+		if (!ret && o->verbose) {
+			fprintf(stderr, "%s: answer %d: %zu tokens, stopped: ", sf_progname, turn,
+				answer.n);
+			print_stop(S, o);
+			fprintf(stderr, "; %zu of %d positions used\n", pos, S->state.seq_len);
+		}
+		if (ret || (ret = sf_tokenizer_decode(S->tok, answer.v, answer.n,
+						      SF_DECODE_SKIP_SPECIAL, &said, &len, e)) ||
+		    (!len && (ret = write_out(S, "\n", 1, e))) ||	/* a line even when empty */
+		    (ret = sf_chat_answer(&chat, said, e)))
+			break;
+		free(said);
+		said = NULL;
+		if (sf_cli_interrupted() && sf_cli_interrupted() != SIGINT)
+			break;	/* SIGTERM, SIGHUP: the end */
+		sf_cli_interrupt_clear();	/* Ctrl-C stopped the answer only */
+	}
+out:
+	sf_chat_free(&chat);
+	free(in.line);
+	free(answer.v);
+	free(buf);
+	free(text);
+	free(ids);
+	free(said);
 	return ret;
 }
 
@@ -958,7 +1318,7 @@ static int write_stats(const struct session *S, const struct options *o, const c
 	double pr = S->prompt_s > 0 ? (double)S->prompt_tokens / S->prompt_s : 0.0;
 	double dr = S->decode_s > 0 ? (double)S->decode_steps / S->decode_s : 0.0;
 	json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
-			      "mode", o->ppl_file ? "ppl" : "generate",
+			      "mode", o->ppl_file ? "ppl" : o->conversation ? "conversation" : "generate",
 			      "model", o->model_dir ? o->model_dir : o->image,
 			      "threads", o->threads, "kernels", sf_isa_name(sf_cpu_isa()),
 			      "prompt_tokens", (json_int_t)S->prompt_tokens,
@@ -1005,13 +1365,7 @@ static void report(const struct session *S, const struct options *o)
 	const struct sf_config *cfg = &S->model.cfg;
 
 	fprintf(stderr, "%s: stopped: ", sf_progname);
-	switch (S->stop) {
-	case STOP_EOS: fputs("end of text (EOS)", stderr); break;
-	case STOP_LIMIT: fprintf(stderr, "-n %ld reached", o->n_predict); break;
-	case STOP_CONTEXT: fputs("context full", stderr); break;
-	case STOP_INTERRUPT: fputs("interrupted", stderr); break;
-	case STOP_NONE: fputs("prompt only", stderr); break;
-	}
+	print_stop(S, o);
 	fprintf(stderr, "; context %d positions", S->state.seq_len);
 	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window)
 		fputs(" (the model's sliding window)", stderr);
@@ -1038,7 +1392,7 @@ static int probe(const char *dir, struct sf_err *e)
 int main(int argc, char **argv)
 {
 	struct options o;
-	struct session S = { 0 };
+	struct session S = { .eot = -1 };
 	struct sf_err e = { 0 };
 	const char *fault = getenv("SF_FAULT");	/* test only: uring.h */
 	int ret;
@@ -1057,7 +1411,8 @@ int main(int argc, char **argv)
 	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
 	ret = session_open(&S, &o, ctx, &e);
 	if (!ret)
-		ret = o.ppl_file ? perplexity(&S, &o, &e) : generate(&S, &o, &e);
+		ret = o.ppl_file ? perplexity(&S, &o, &e) : o.conversation ? conversation(&S, &o, &e)
+			: generate(&S, &o, &e);
 	if (!ret && !o.quiet && !o.ppl_file && !o.bench)
 		report(&S, &o);
 	if (!ret && o.bench)

@@ -67,6 +67,14 @@ C
 	COMP_WORDS=(sf-pack --ver)
 	_sparseflash sf-pack --ver sf-pack
 	[[ " ${COMPREPLY[*]} " == *" --verify "* && " ${COMPREPLY[*]} " == *" --version "* ]]
+	COMP_WORDS=(sf-run -cn)
+	_sparseflash sf-run -cn sf-run
+	[ "${COMPREPLY[*]}" = "-cnv" ]
+	# --chat-template's names, from sf-run itself
+	COMP_WORDS=(sf-run -cnv --chat-template ch)
+	COMP_CWORD=3
+	_sparseflash sf-run ch --chat-template
+	[ "${COMPREPLY[*]}" = "chatml" ]
 }
 
 @test "make uninstall removes everything install put there" {

@@ -357,3 +357,14 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-run: --stats: an empty name" ]
 }
+
+@test "--verbose-prompt: the prompt and its tokens, those of reference.json, as llama.cpp lists them" {
+	local prompt
+	prompt=$(ref '.encode[0].text')
+	run --separate-stderr sf-run --model "$MODEL" -p "$prompt" -n 0 --verbose-prompt
+	[ "$status" -eq 0 ]
+	[ "${stderr_lines[0]}" = "sf-run: prompt: 12 tokens: \"$prompt\"" ]
+	[ "${stderr_lines[1]}" = "     1 -> '<s>'" ]
+	[ "${stderr_lines[2]}" = "   743 -> '▁In'" ]
+	[ "$(printf '%s\n' "${stderr_lines[@]:1:12}" | awk '{ printf "%s%s", (NR > 1 ? "," : ""), $1 }')" = "$(ref '.encode[0].ids | join(",")')" ]
+}

@@ -392,6 +392,68 @@ static void test_sp_model(const char *dir, bool full)
  * 257 he, 258 Ġthe, 259 's, 260 12, 261 123, 262 ĠĠ, 263 ll, 264 Ġcat
  * (no merge makes it: only ignore_merges reaches it), 265
  * <|begin_of_text|>, 266 <|end_of_text|>, 267 <|eot_id|>. */
+/* transformers' clean_up_tokenization, written as its Python is: each
+ * pattern in turn replaced everywhere, left to right. */
+static void ref_clean_up(char *s)
+{
+	static const char *const pats[][2] = { { " .", "." }, { " ?", "?" }, { " !", "!" },
+		{ " ,", "," }, { " ' ", "'" }, { " n't", "n't" }, { " 'm", "'m" }, { " 's", "'s" },
+		{ " 've", "'ve" }, { " 're", "'re" } };
+	for (size_t k = 0; k < sizeof(pats) / sizeof(pats[0]); k++) {
+		char *q = s;
+		size_t np = strlen(pats[k][0]), nr = strlen(pats[k][1]);
+		while ((q = strstr(q, pats[k][0]))) {
+			memmove(q + nr, q + np, strlen(q + np) + 1);
+			memcpy(q, pats[k][1], nr);
+			q += nr;
+		}
+	}
+}
+
+/* The fixture's tokenizer_config.json sets clean_up_tokenization_spaces:
+ * decode cleans as transformers does, and streaming gives the same bytes
+ * (ids below 256 are bytes, so any text can be spelled token by token). */
+static void test_clean_up(const struct sf_tokenizer *t)
+{
+	static const char *const cases[][2] = {
+		{ "Hello , world .", "Hello, world." },
+		{ "I do n't know ; it 's fine ?", "I don't know ; it's fine?" },
+		{ "they 're here ! we 've gone , I 'm not", "they're here! we've gone, I'm not" },
+		{ "a ' b", "a'b" },
+		{ "x  .", "x ." },	/* one pass: the space left is not removed again */
+		{ "x n ' t", "xn't" },	/* " ' " first makes " n't" */
+		{ "so .. ok", "so.. ok" },
+	};
+	int32_t ids[64];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = strlen(cases[i][0]);
+		for (size_t k = 0; k < n; k++)
+			ids[k] = (unsigned char)cases[i][0][k];
+		char *s = dec(t, ids, n, 0, NULL);
+		CHECK(s && !strcmp(s, cases[i][1]), "clean-up of '%s': '%s', expected '%s'",
+		      cases[i][0], s ? s : "(null)", cases[i][1]);
+		free(s);
+		check_stream(t, ids, n, 0, cases[i][0]);
+	}
+	/* random text of the characters the patterns are made of */
+	static const char alphabet[] = " .?!,'ntmsvrex";
+	for (int k = 0; k < 2000; k++) {
+		char text[64];
+		size_t n = 1 + rnd() % 40;
+		for (size_t i = 0; i < n; i++) {
+			text[i] = alphabet[rnd() % (sizeof(alphabet) - 1)];
+			ids[i] = (unsigned char)text[i];
+		}
+		text[n] = '\0';
+		char *s = dec(t, ids, n, 0, NULL);
+		ref_clean_up(text);
+		CHECK(s && !strcmp(s, text), "clean-up: '%s', expected '%s'", s ? s : "(null)", text);
+		free(s);
+		check_stream(t, ids, n, 0, "clean-up");
+	}
+}
+
 static void test_bytelevel(void)
 {
 	char dir[4096];
@@ -411,6 +473,11 @@ static void test_bytelevel(void)
 		{ "<|eot_id|>hi", { 265, 267, 104, 105 }, 4 },
 		{ "hello  world", { 265, 257 + 0, 0 }, 0 },	/* checked below */
 		{ "hi  ", { 265, 104, 105, 262 }, 4 },
+		/* U+180E is no White_Space for Hugging Face (Oniguruma's \s): the
+		 * second space goes with it (" ?[^\s\p{L}\p{N}]+"), not the first
+		 * ("\s+(?!\S)"), and no "ĠĠ" forms; an em space (U+2003) is one */
+		{ "  \xe1\xa0\x8ex", { 265, 32, 32, 225, 160, 142, 120 }, 7 },
+		{ "  \xe2\x80\x83x", { 265, 262, 226, 128, 131, 120 }, 6 },
 		{ "", { 265 }, 1 },
 	};
 	snprintf(dir, sizeof(dir), "%s/tests/fixtures/bytelevel", root);
@@ -460,8 +527,12 @@ static void test_bytelevel(void)
 	size_t k1, k2;
 	sf_detok_init(&d, t, 0);
 	CHECK(!sf_detok_push(&d, 195, &p, &k1) && k1 == 0, "bytelevel: half a character came out");
-	CHECK(!sf_detok_push(&d, 169, &p, &k2) && k2 == 2 && !memcmp(p, "\xc3\xa9", 2), "bytelevel: é");
+	/* the character is whole, but clean_up_tokenization_spaces holds the
+	 * text from the last space on until a space comes */
+	CHECK(!sf_detok_push(&d, 169, &p, &k2) && k2 == 0, "bytelevel: é came out before a space");
+	CHECK(!sf_detok_push(&d, 32, &p, &k2) && k2 == 2 && !memcmp(p, "\xc3\xa9", 2), "bytelevel: é");
 	sf_detok_free(&d);
+	test_clean_up(t);
 	static const char *more[] = { "Don't stop, it's 2024!\n\n  Indented\tline", "中文 and ελληνικά",
 		"trailing\n", "   ", "x\r\n\r\ny", "😀😀" };
 	for (size_t i = 0; i < sizeof(more) / sizeof(*more); i++)

@@ -422,6 +422,8 @@ struct sf_tokenizer {
 	size_t nprefix, nsuffix;
 	int32_t bos, eos;
 	bool adds_bos;
+	const char *chat_template;	/* tokenizer_config.json's, or NULL */
+	bool clean_up;		/* tokenizer_config.json's clean_up_tokenization_spaces */
 };
 
 // ----------------------------------------------------------------------------
@@ -509,13 +511,74 @@ static int jpattern(struct sf_tokenizer *t, json_t *p, const char *where, const 
 	return FMT("%s: %s.pattern: neither {\"String\": ...} nor {\"Regex\": ...}", t->path, where);
 }
 
+/* Unicode's White_Space, which \s is in Hugging Face's regexes (Oniguruma),
+ * and its complement, as the inside of a character class. PCRE2's \s is
+ * these and U+180E MONGOLIAN VOWEL SEPARATOR, a space before Unicode 6.3. */
+static const char white_space[] =
+	"\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+static const char not_white_space[] =
+	"\\x{0}-\\x{8}\\x{E}-\\x{1F}\\x{21}-\\x{84}\\x{86}-\\x{9F}\\x{A1}-\\x{167F}\\x{1681}-\\x{1FFF}"
+	"\\x{200B}-\\x{2027}\\x{202A}-\\x{202E}\\x{2030}-\\x{205E}\\x{2060}-\\x{2FFF}\\x{3001}-\\x{10FFFF}";
+
+/* The pattern with every \s and \S spelled out as Oniguruma reads them
+ * (a class of its own, or inside the class it stands in). NULL without
+ * memory. */
+static char *re_white_space(const char *pat, size_t n, size_t *on)
+{
+	struct buf o = { 0 };
+	bool in_class = false, ok = true;
+
+	for (size_t i = 0; i < n && ok; i++) {
+		char c = pat[i];
+		if (c == '\\' && i + 1 < n && (pat[i + 1] == 's' || pat[i + 1] == 'S')) {
+			const char *set = pat[++i] == 's' ? white_space : not_white_space;
+			ok = !(!in_class && buf_add(&o, "[", 1)) && !buf_add(&o, set, strlen(set)) &&
+			     !(!in_class && buf_add(&o, "]", 1));
+			continue;
+		}
+		if (c == '\\' && i + 1 < n) {	/* any other escape, as it is */
+			ok = !buf_add(&o, pat + i, 2);
+			i++;
+			continue;
+		}
+		ok = !buf_add(&o, &c, 1);
+		if (!in_class && c == '[') {
+			in_class = true;
+			/* "[^" and a "]" right after the opening are the class's own */
+			if (i + 1 < n && pat[i + 1] == '^')
+				ok = ok && !buf_add(&o, pat + ++i, 1);
+			if (i + 1 < n && pat[i + 1] == ']')
+				ok = ok && !buf_add(&o, pat + ++i, 1);
+		} else if (in_class && c == '[' && i + 1 < n && pat[i + 1] == ':') {
+			const char *end = memmem(pat + i, n - i, ":]", 2);	/* [:alpha:] */
+			size_t len = end ? (size_t)(end - pat - i) + 1 : 0;
+			ok = ok && !buf_add(&o, pat + i + 1, len);
+			i += len;
+		} else if (in_class && c == ']') {
+			in_class = false;
+		}
+	}
+	if (!ok || buf_add(&o, "", 1)) {
+		free(o.p);
+		return NULL;
+	}
+	*on = o.n - 1;
+	return o.p;
+}
+
 static int compile_re(struct sf_tokenizer *t, const char *pat, size_t n, bool literal, pcre2_code **re,
 		      const char *where, struct sf_err *e)
 {
 	int ec;
 	PCRE2_SIZE off;
 	uint32_t opt = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
-	*re = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &off, NULL);
+	char *ws = NULL;
+	size_t nws;
+
+	if (!literal && !(pat = ws = re_white_space(pat, n, &nws)))
+		return nomem(t, e);
+	*re = pcre2_compile((PCRE2_SPTR)pat, literal ? n : nws, opt, &ec, &off, NULL);
+	free(ws);
 	if (!*re) {
 		PCRE2_UCHAR msg[128];
 		pcre2_get_error_message(ec, msg, sizeof(msg));
@@ -1098,9 +1161,26 @@ static bool id_in(const int32_t *arr, size_t n, int32_t id)
 	return false;
 }
 
-/* tokenizer_config.json names BOS and EOS, and its add_bos_token /
- * add_eos_token override the template as transformers' Llama tokenizers
- * rebuild it. */
+/* The chat template of tokenizer_config.json: a string, or of a list of
+ * {"name", "template"} the one named "default", as transformers takes
+ * it; any other shape is no template (only --conversation needs one). */
+static int config_chat_template(struct sf_tokenizer *t, json_t *cfg, struct sf_err *e)
+{
+	json_t *v = json_object_get(cfg, "chat_template"), *it;
+	size_t i, n;
+
+	json_array_foreach(v, i, it)
+		if (json_is_string(json_object_get(it, "name")) &&
+		    !strcmp(json_string_value(json_object_get(it, "name")), "default"))
+			v = json_object_get(it, "template");
+	if (!json_is_string(v))
+		return 0;
+	return (t->chat_template = jstr(t, v, &n)) ? 0 : nomem(t, e);
+}
+
+/* tokenizer_config.json names BOS and EOS and the chat template, and its
+ * add_bos_token / add_eos_token override the template as transformers'
+ * Llama tokenizers rebuild it. */
 static int load_config(struct sf_tokenizer *t, const char *cpath, const char *text, size_t len,
 		       struct sf_err *e)
 {
@@ -1115,8 +1195,10 @@ static int load_config(struct sf_tokenizer *t, const char *cpath, const char *te
 		t->bos = t->prefix[0];
 	if (cfg) {
 		json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
+		json_t *cu = json_object_get(cfg, "clean_up_tokenization_spaces");
 		if ((r = config_token(t, cfg, cpath, "bos_token", &t->bos, e)) ||
-		    (r = config_token(t, cfg, cpath, "eos_token", &t->eos, e)))
+		    (r = config_token(t, cfg, cpath, "eos_token", &t->eos, e)) ||
+		    (r = config_chat_template(t, cfg, e)))
 			goto out;
 		if (ab && !json_is_boolean(ab)) {
 			r = FMT("%s: add_bos_token: not true or false", cpath);
@@ -1126,6 +1208,11 @@ static int load_config(struct sf_tokenizer *t, const char *cpath, const char *te
 			r = FMT("%s: add_eos_token: not true or false", cpath);
 			goto out;
 		}
+		if (cu && !json_is_boolean(cu)) {
+			r = FMT("%s: clean_up_tokenization_spaces: not true or false", cpath);
+			goto out;
+		}
+		t->clean_up = json_is_true(cu);	/* transformers' default: false */
 		if (json_is_true(ab) && t->bos < 0) {
 			r = FMT("%s: add_bos_token is true but there is no bos_token", cpath);
 			goto out;
@@ -1327,6 +1414,7 @@ int sf_tokenizer_vocab_size(const struct sf_tokenizer *t) { return t->ntok; }
 int sf_tokenizer_bos(const struct sf_tokenizer *t) { return t->bos; }
 int sf_tokenizer_eos(const struct sf_tokenizer *t) { return t->eos; }
 int sf_tokenizer_adds_bos(const struct sf_tokenizer *t) { return t->adds_bos; }
+const char *sf_tokenizer_chat_template(const struct sf_tokenizer *t) { return t->chat_template; }
 
 const char *sf_tokenizer_piece(const struct sf_tokenizer *t, int32_t id, size_t *len)
 {
@@ -1871,9 +1959,11 @@ void sf_detok_free(struct sf_detok *d)
 	free(d->out);
 	free(d->tmp);
 	free(d->tmp2);
+	free(d->pend);
 	d->hold = NULL;
-	d->out = d->tmp = d->tmp2 = NULL;
+	d->out = d->tmp = d->tmp2 = d->pend = NULL;
 	d->nhold = d->caphold = d->nout = d->capout = d->captmp = d->captmp2 = 0;
+	d->npend = d->cappend = 0;
 }
 
 /* Output after Strip: the Fuse before it makes the whole text one token,
@@ -1988,6 +2078,67 @@ static int dt_maps(struct sf_detok *d, const char *s, size_t n, size_t index, co
 	return 0;
 }
 
+/* transformers' clean_up_tokenization: each in turn, every " ." made "."
+ * left to right, then " ?" and so on (Python's str.replace), " ' " made
+ * "'". */
+static size_t clean_up(char *s, size_t n)
+{
+	/* each pattern's replacement is itself without its spaces */
+	static const char *const pats[] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's",
+					    " 've", " 're" };
+
+	for (size_t k = 0; k < sizeof(pats) / sizeof(pats[0]); k++) {
+		size_t m = strlen(pats[k]), w = 0;
+		for (size_t i = 0; i < n;) {
+			if (i + m <= n && !memcmp(s + i, pats[k], m)) {
+				for (size_t j = 0; j < m; j++)
+					if (pats[k][j] != ' ')
+						s[w++] = pats[k][j];
+				i += m;
+			} else {
+				s[w++] = s[i++];
+			}
+		}
+		n = w;
+	}
+	return n;
+}
+
+/* clean_up_tokenization_spaces on the output: what this call decoded joins
+ * the text held back; the part before the last space that no later text
+ * can join a pattern with is cleaned and given out, the rest held (all of
+ * it given out when final). The space must follow a character that ends
+ * no pattern's beginning: not a space or "'" (" ' ") and not a lone "n"
+ * (" n't" once " ' " became "'"); "'v" and "'r" could only go on with an
+ * "e", which no cleaned text starts with (each pattern begins with a
+ * space and only loses its spaces). So the text given out is, piece after
+ * piece, the whole text's clean-up. */
+static int dt_clean_up(struct sf_detok *d, bool final)
+{
+	size_t cut = final ? d->npend + d->nout : 0;
+
+	if (grow(&d->pend, &d->cappend, d->npend + d->nout + 1))
+		return -ENOMEM;
+	if (d->nout)	/* out is NULL before any output */
+		memcpy(d->pend + d->npend, d->out, d->nout);
+	d->npend += d->nout;
+	for (size_t c = d->npend; !final && c-- > 1;) {
+		const char *p = d->pend;
+		if (p[c] == ' ' && p[c - 1] != ' ' && p[c - 1] != '\'' &&
+		    !(p[c - 1] == 'n' && (c == 1 || p[c - 2] == ' '))) {
+			cut = c;
+			break;
+		}
+	}
+	if (grow(&d->out, &d->capout, cut + 1))
+		return -ENOMEM;
+	memcpy(d->out, d->pend, cut);
+	d->nout = clean_up(d->out, cut);
+	memmove(d->pend, d->pend + cut, d->npend - cut);
+	d->npend -= cut;
+	return 0;
+}
+
 static bool byte_token(const char *s, size_t n, unsigned char *b)
 {
 	static const char hex[] = "0123456789ABCDEF0123456789abcdef";
@@ -2040,6 +2191,8 @@ int sf_detok_push(struct sf_detok *d, int32_t id, const char **out, size_t *len)
 				return r;
 		}
 	}
+	if (t->clean_up && (r = dt_clean_up(d, false)))
+		return r;
 	*out = d->out ? d->out : "";
 	*len = d->nout;
 	return 0;
@@ -2053,6 +2206,8 @@ int sf_detok_finish(struct sf_detok *d, const char **out, size_t *len)
 	*len = 0;
 	if (d->nhold)
 		r = d->t->dec == D_BYTELEVEL ? dt_drain_lossy(d, true) : dt_flush_run(d);
+	if (!r && d->t->clean_up)
+		r = dt_clean_up(d, true);
 	if (r)
 		return r;
 	*out = d->out ? d->out : "";

@@ -51,6 +51,9 @@ int sf_tokenizer_vocab_size(const struct sf_tokenizer *t);
 int sf_tokenizer_bos(const struct sf_tokenizer *t);	/* -1 when none */
 int sf_tokenizer_eos(const struct sf_tokenizer *t);	/* -1 when none */
 int sf_tokenizer_adds_bos(const struct sf_tokenizer *t);
+/* tokenizer_config.json's chat_template (Jinja; of a list, the "default"
+ * one), or NULL. */
+const char *sf_tokenizer_chat_template(const struct sf_tokenizer *t);
 
 /* The token's string as tokenizer.json spells it (NUL-terminated; *len
  * may be NULL), or NULL for an id that names no token. */
@@ -70,7 +73,11 @@ int sf_tokenizer_encode(const struct sf_tokenizer *t, const char *text, size_t l
 #define SF_DECODE_SKIP_SPECIAL 1	/* leave out special tokens (skip_special_tokens=True) */
 
 /* Decodes a whole sequence as Hugging Face's decode() does; ids that name
- * no token are skipped, as there. *out is malloc'ed and NUL-terminated. */
+ * no token are skipped, as there. With clean_up_tokenization_spaces true
+ * in tokenizer_config.json (transformers' default is false), " ." becomes
+ * ".", and so " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've" and
+ * " 're" lose their space, as transformers' decode() does by default
+ * then. *out is malloc'ed and NUL-terminated. */
 int sf_tokenizer_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t n,
 			int flags, char **out, size_t *len, struct sf_err *e);
 
@@ -79,7 +86,8 @@ int sf_tokenizer_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t
  * finish equals sf_tokenizer_decode of the whole sequence byte for byte.
  * A run of byte-fallback tokens is held until it ends (a later invalid
  * byte turns the whole run into U+FFFD, as Hugging Face does), and in
- * byte-level vocabularies an incomplete UTF-8 character is held. The
+ * byte-level vocabularies an incomplete UTF-8 character is held; with
+ * clean_up_tokenization_spaces, the text from the last space on. The
  * fields are private. */
 struct sf_detok {
 	const struct sf_tokenizer *t;
@@ -92,6 +100,8 @@ struct sf_detok {
 	size_t nout, capout;
 	char *tmp, *tmp2;	/* one token through the per-token decoders */
 	size_t captmp, captmp2;
+	char *pend;		/* clean_up_tokenization_spaces: text not given out yet */
+	size_t npend, cappend;
 };
 void sf_detok_init(struct sf_detok *d, const struct sf_tokenizer *t, int flags);
 /* *out stays valid until the next call on d. Returns 0 or -ENOMEM. */
