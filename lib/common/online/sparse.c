@@ -366,7 +366,8 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	sp->mem.process = (rss > sp->mem.resident ? rss - sp->mem.resident : 0) +
 			  SF_SPARSE_LATER_BYTES;
 	sp->mem.state = o->state_bytes;
-	sp->mem.buffers = sparse_reads_bytes(fn->iobuf, o->simulate ? 1 : 1 + o->prefetch);
+	sp->mem.buffers = sparse_reads_bytes(fn->iobuf, o->simulate ? 1 : 1 + o->prefetch,
+					     sp->tiers.words);
 	sp->mem.buffers -= o->simulate ? fn->iobuf : 0;	/* bitmaps only */
 	sp->mem.buffers += predict_bytes(sp) + ng * (sizeof(long) + sizeof(size_t)) +
 			   sparse_head_bytes(sp);

@@ -137,12 +137,13 @@ struct sf_sparse_memory {
 	uint64_t total;
 };
 
-/* What sf-run allocates after the decoder is set up, so the resident set
- * at that point cannot show it: reading the --ppl corpus or the prompt
- * (64 KiB chunks, line buffers, the tokens) and building the --stats or
- * --bench JSON. About 85 KiB measured on mix4-5m's --ppl; reserved
- * threefold, so the peak resident set stays under --ram. */
-#define SF_SPARSE_LATER_BYTES (256u << 10)
+/* What sf-run's resident set grows by after the decoder is set up, so
+ * the resident set at that point cannot show it: the code first run by
+ * the passes (kernels, sampler, the read ahead), reading the --ppl corpus
+ * or the prompt (64 KiB chunks, line buffers, the tokens) and building
+ * the --stats or --bench JSON. Up to about 480 KiB measured on mix4-5m's
+ * --ppl; reserved twofold, so the peak resident set stays under --ram. */
+#define SF_SPARSE_LATER_BYTES (1024u << 10)
 
 struct sf_sparse;
 

@@ -257,7 +257,7 @@ static inline uint64_t sparse_col_bytes(const struct sf_image_group *G, int sour
  * (wait 1: at least one); every read waited for after an error; the
  * next groups read ahead; the inputs and selections the predictions
  * use. */
-uint64_t sparse_reads_bytes(uint64_t buf_bytes, int nbuf);
+uint64_t sparse_reads_bytes(uint64_t buf_bytes, int nbuf, size_t entry_words);
 int sparse_reads_open(struct sf_sparse *sp, uint64_t buf_bytes, int nbuf, int with_memory);
 void sparse_reads_close(struct sf_sparse *sp);
 int sparse_buffer(struct sf_sparse *sp, long gid, struct iobuf **b);

@@ -37,10 +37,11 @@ static void set_bits(uint64_t *b, uint64_t x0, uint64_t x1)
 // ----------------------------------------------------------------------------
 // the ring of buffers
 
-uint64_t sparse_reads_bytes(uint64_t buf_bytes, int nbuf)
+uint64_t sparse_reads_bytes(uint64_t buf_bytes, int nbuf, size_t entry_words)
 {
 	uint64_t pages = buf_bytes / PAGE, words = (pages + 63) / 64;
-	return (uint64_t)nbuf * (buf_bytes + 3 * words * 8 + (pages + 1) * sizeof(struct req));
+	return (uint64_t)nbuf * (buf_bytes + 3 * words * 8 + (pages + 1) * sizeof(struct req) +
+				 entry_words * 8);
 }
 
 int sparse_reads_open(struct sf_sparse *sp, uint64_t buf_bytes, int nbuf, int with_memory)
