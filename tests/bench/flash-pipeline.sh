@@ -10,8 +10,9 @@
 #     (fio invalidates the file's page cache before each);
 #   - sf-run IMAGE (-c 512, -t 1) at budget 1, density 0.5, density 0.3 and scalar codes
 #     at k-top 0.2 / k-mid 0.3, each with --ram at 30% and 15% of the
-#     model's bytes, as built now and as the decoder was before issue 16
-#     (--prefetch 0 --read-size 1G: one request per run, no read ahead);
+#     model's bytes, as built now (with the head in RAM, and with
+#     --head-on-flash) and as the decoder was before issue 16 (--prefetch 0
+#     --read-size 1G: one request per run, no read ahead);
 #     the image's page cache dropped before each run (posix_fadvise through
 #     dd iflag=nocache), and where the cgroup v1 memory controller is
 #     writable, inside a child memory cgroup of the --ram size, so that any
@@ -92,7 +93,7 @@ fio_mbs() {	# fio options...: MB/s read
 
 configs=("budget1|--budget 1" "density0.5|--density 0.5" "density0.3|--density 0.3"
 	 "scalar0.2+0.3|--k-top 0.2 --k-mid 0.3")
-variants=("new|" "old|--prefetch 0 --read-size 1073741824")
+variants=("new|" "new-head|--head-on-flash" "old|--prefetch 0 --read-size 1073741824")
 : > "$out/runs.jsonl"
 : > "$out/device.jsonl"
 for rep in $(seq "$REPEATS"); do
