@@ -37,7 +37,8 @@ int sf_device_file(const char *path, char *buf, size_t cap, struct sf_err *e)
 	return 0;
 }
 
-int sf_device_load(const char *path, double *peak, double *iops, struct sf_err *e)
+int sf_device_load(const char *path, double *peak, double *iops, double *buffered,
+		   struct sf_err *e)
 {
 	char file[4096];
 	json_error_t je;
@@ -56,6 +57,8 @@ int sf_device_load(const char *path, double *peak, double *iops, struct sf_err *
 		return sf_err_set(e, SF_EFORMAT, "%s: not a device file of sf-run --probe-device "
 				  "(remove it and probe again)", file);
 	}
+	/* absent from files of an earlier probe */
+	*buffered = json_number_value(json_object_get(json_object_get(j, "buffered"), "bytes_per_s"));
 	json_decref(j);
 	*peak = bw;
 	*iops = small;
@@ -105,9 +108,10 @@ int sf_device_probe(const char *dir, json_t **out, struct sf_err *e)
 	if (ret)
 		return ret;
 	snprintf(dev, sizeof(dev), "%u:%u", major(st.st_dev), minor(st.st_dev));
-	json_t *j = json_pack("{s:s, s:i, s:s, s:o, s:o}", "format", DEVICE_FORMAT,
+	json_t *j = json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "format", DEVICE_FORMAT,
 			      "version", DEVICE_VERSION, "device", dev,
-			      "small", bench_json(&p.small), "large", bench_json(&p.large));
+			      "small", bench_json(&p.small), "large", bench_json(&p.large),
+			      "buffered", bench_json(&p.buffered));
 	if (!j)
 		return sf_err_set(e, -ENOMEM, "%s: %s", file, strerror(ENOMEM));
 	if ((ret = make_dirs(file))) {

@@ -601,14 +601,22 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	struct sf_scores stat = { 0 };
 	struct sf_sparse_memory mem;
 	uint8_t *dense = NULL;
-	double peak = 0, iops = 0;
+	double peak = 0, iops = 0, buffered = 0;
 	int ret;
 
 	so.state_bytes = sf_state_bytes(&S->model.cfg, S->state.seq_len);
 	so.max_tokens = tokens;
-	if (so.collapse == SF_SPARSE_COLLAPSE_AUTO && (so.device_peak == 0 || so.device_iops == 0) &&
-	    (ret = sf_device_load(o->image, &peak, &iops, e)) < 0)
+	if ((ret = sf_device_load(o->image, &peak, &iops, &buffered, e)) < 0)
 		return ret;
+	/* the page cache where the probe found it faster than O_DIRECT at the
+	 * decoder's read size; its pages are dropped once used */
+	if (!so.simulate && buffered > peak && peak > 0) {
+		so.buffered = 1;
+		if (o->verbose)
+			fprintf(stderr, "%s: reads through the page cache: %.0f MB/s against %.0f "
+				"with O_DIRECT (--probe-device)\n", sf_progname, buffered / 1e6,
+				peak / 1e6);
+	}
 	/* the options win over the stored figures */
 	so.device_peak = so.device_peak > 0 ? so.device_peak : peak;
 	so.device_iops = so.device_iops > 0 ? so.device_iops : iops;

@@ -122,7 +122,8 @@ struct sparse_head {
 	uint64_t slot_bytes;
 	uint8_t *mem;				/* (slots * slot_bytes) */
 	uint8_t *done;				/* (slots + 1) the last: the row */
-	uint64_t *chunk_off;			/* (slots) where each slot's read starts */
+	uint64_t *chunk_off;			/* (slots) where each slot's rows start */
+	uint64_t *read_off, *read_len;		/* (slots + 1) each slot's read */
 	uint64_t bytes;				/* read for the head and embedding */
 };
 

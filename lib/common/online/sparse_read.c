@@ -158,6 +158,8 @@ static int take(struct sf_sparse *sp, struct iobuf *b, long gid)
 	while (b->inflight)
 		if ((ret = sparse_reap(sp, 1)))
 			return ret;
+	for (size_t r = 0; sp->io.u && r < b->nreq; r++)	/* --no-direct: used, dropped */
+		sf_uring_drop_cache(sp->io.u, b->reqs[r].aoff, b->reqs[r].alen);
 	memset(b->asked, 0, sp->io.page_words * 8);
 	memset(b->arrived, 0, sp->io.page_words * 8);
 	memset(b->ahead, 0, sp->io.page_words * 8);
@@ -484,7 +486,7 @@ uint64_t sparse_head_bytes(const struct sf_sparse *sp)
 	if (!img->left_on_flash || sp->o.simulate)
 		return 0;
 	return sparse_round_up(rb) + 2 * PAGE + HEAD_SLOTS * (rows * rb + 2 * PAGE) +
-	       (HEAD_SLOTS + 1) * (1 + sizeof(uint64_t));
+	       (HEAD_SLOTS + 1) * (1 + 3 * sizeof(uint64_t));
 }
 
 /* Whether img left (part of) the matrix w on flash. */
@@ -523,7 +525,9 @@ int sparse_head_open(struct sf_sparse *sp)
 		return -ENOMEM;
 	h->done = calloc((size_t)h->slots + 1, 1);
 	h->chunk_off = calloc((size_t)h->slots, sizeof(*h->chunk_off));
-	if (!h->done || !h->chunk_off)
+	h->read_off = calloc((size_t)h->slots + 1, sizeof(*h->read_off));
+	h->read_len = calloc((size_t)h->slots + 1, sizeof(*h->read_len));
+	if (!h->done || !h->chunk_off || !h->read_off || !h->read_len)
 		return -ENOMEM;
 	if (h->embed)
 		sp->exec.embed = sparse_embed_row;
@@ -538,6 +542,8 @@ void sparse_head_close(struct sf_sparse *sp)
 	free(sp->head.mem);
 	free(sp->head.done);
 	free(sp->head.chunk_off);
+	free(sp->head.read_off);
+	free(sp->head.read_len);
 }
 
 /* Queues the read of [off, off + len) of the file, 4 KiB aligned, into
@@ -550,6 +556,8 @@ static int head_read(struct sf_sparse *sp, int slot, uint8_t *buf, uint64_t off,
 
 	sf_image_align(off, len, &aoff, &alen);
 	*skip = off - aoff;
+	sp->head.read_off[slot] = aoff;
+	sp->head.read_len[slot] = alen;
 	sp->head.done[slot] = 0;
 	if (sp->o.on_read)
 		sp->o.on_read(sp->o.on_read_ctx, sp->st.tokens, aoff, (uint32_t)alen);
@@ -605,6 +613,7 @@ void sparse_embed_row(void *ctx, int32_t token, float *out)
 	const struct sf_weight row = { .data = h->row + skip, .dtype = w->dtype, .rows = 1,
 				       .cols = w->cols };
 	sf_weight_row(out, &row, 0);
+	sf_uring_drop_cache(sp->io.u, h->read_off[h->slots], h->read_len[h->slots]);
 }
 
 void sparse_head_logits(void *ctx, const float *x, float *logits)
@@ -645,6 +654,7 @@ void sparse_head_logits(void *ctx, const float *x, float *logits)
 		double t0 = sf_now();
 		sf_group_dense(sp->pool, x, 1, y, mw);
 		sp->st.compute_s += sf_now() - t0;
+		sf_uring_drop_cache(sp->io.u, h->read_off[slot], h->read_len[slot]);
 		h->done[slot] = 0;
 	}
 	return;

@@ -631,6 +631,7 @@ int sf_uring_bench_run(const char *path, uint64_t span, uint32_t block,
 				 "least %" PRIu64, path, sf_uring_size(u), span);
 		goto out;
 	}
+	sf_uring_drop_cache(u, 0, 0);	/* buffered: the device, not what the cache holds */
 	limit = (uint64_t)(seconds * 1e9);
 	t0 = sf_now_ns();
 	for (unsigned k = 0; k < qd; k++)
@@ -667,13 +668,19 @@ out:
 	return ret;
 }
 
+void sf_uring_drop_cache(struct sf_uring *u, uint64_t offset, uint64_t len)
+{
+	if (!u->direct)
+		(void)posix_fadvise(u->fd, (off_t)offset, (off_t)len, POSIX_FADV_DONTNEED);
+}
+
 /* The median of SF_URING_PROBE_REPEATS runs: a virtual disk's figures
  * swing by a third from one second to the next. */
 static int probe_median(const char *path, uint64_t span, uint32_t block, unsigned qd,
-			struct sf_uring_bench *out, struct sf_err *e)
+			int buffered, struct sf_uring_bench *out, struct sf_err *e)
 {
 	struct sf_uring_bench r[SF_URING_PROBE_REPEATS];
-	struct sf_uring_opts o = { .qd = qd };
+	struct sf_uring_opts o = { .qd = qd, .buffered = buffered };
 
 	for (int k = 0; k < SF_URING_PROBE_REPEATS; k++) {
 		int ret = sf_uring_bench_run(path, span, block, &o, SF_URING_PROBE_SECONDS,
@@ -699,8 +706,12 @@ int sf_uring_probe(const char *path, struct sf_uring_probe *p, struct sf_err *e)
 	if (stat(path, &sb) < 0)
 		return sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
 	span = (uint64_t)sb.st_size / SF_URING_ALIGN * SF_URING_ALIGN;
-	ret = probe_median(path, span, SF_URING_PROBE_SMALL, SF_URING_PROBE_SMALL_QD, &p->small, e);
-	if (ret < 0)
-		return ret;
-	return probe_median(path, span, SF_URING_PROBE_LARGE, SF_URING_PROBE_LARGE_QD, &p->large, e);
+	ret = probe_median(path, span, SF_URING_PROBE_SMALL, SF_URING_PROBE_SMALL_QD, 0, &p->small, e);
+	if (ret >= 0)
+		ret = probe_median(path, span, SF_URING_PROBE_LARGE, SF_URING_PROBE_LARGE_QD, 0,
+				   &p->large, e);
+	if (ret >= 0)
+		ret = probe_median(path, span, SF_URING_PROBE_LARGE, SF_URING_PROBE_LARGE_QD, 1,
+				   &p->buffered, e);
+	return ret < 0 ? ret : 0;
 }

@@ -115,6 +115,11 @@ struct sf_uring_stats {
 void sf_uring_stats(const struct sf_uring *u, struct sf_uring_stats *s);
 void sf_uring_stats_reset(struct sf_uring *u);
 
+/* Buffered rings: drops [offset, offset + len) of the file from the page
+ * cache (len 0: to the end), so that reads through it hold no memory
+ * past their use; nothing under O_DIRECT. */
+void sf_uring_drop_cache(struct sf_uring *u, uint64_t offset, uint64_t len);
+
 /* Replaces the fault injection of an open ring (test only). */
 void sf_uring_set_fault(struct sf_uring *u, const struct sf_uring_fault *f);
 
@@ -141,10 +146,11 @@ int sf_uring_bench_run(const char *path, uint64_t span, uint32_t block,
 		       struct sf_uring_bench *r, struct sf_err *e);
 
 /* The figures sf-run --probe-device stores per device: random 4 KiB reads
- * (IOPS-bound) and random large reads (bandwidth-bound), O_DIRECT, over an
- * existing file (written by sf_uring_fill; at least 1 GiB so that the
- * device cache does not flatter), each the median of several runs; about
- * 12 s in all. */
+ * (IOPS-bound) and random large reads (bandwidth-bound), O_DIRECT, and the
+ * same large reads through the page cache (emptied of the file first),
+ * over an existing file (written by sf_uring_fill; at least 1 GiB so that
+ * the device cache does not flatter), each the median of several runs;
+ * about 18 s in all. */
 #define SF_URING_PROBE_SMALL 4096u
 #define SF_URING_PROBE_SMALL_QD 64u
 #define SF_URING_PROBE_LARGE (256u * 1024u)
@@ -154,6 +160,7 @@ int sf_uring_bench_run(const char *path, uint64_t span, uint32_t block,
 struct sf_uring_probe {
 	struct sf_uring_bench small;	/* iops: the device's random-read IOPS */
 	struct sf_uring_bench large;	/* bytes_per_s: its peak bandwidth */
+	struct sf_uring_bench buffered;	/* the large reads through the page cache */
 };
 int sf_uring_probe(const char *path, struct sf_uring_probe *p, struct sf_err *e);
 
