@@ -18,8 +18,10 @@
 #     writable, inside a child memory cgroup of the --ram size, so that any
 #     page cache the run uses is charged to it;
 #   - the replay: every configuration's requests (sf-run --read-log) issued
-#     by fio with io_uring at depth 64 as fast as the device serves them:
-#     what pipelining across groups can reach for that request list.
+#     per pass by a plain liburing loop at depth 64 with O_DIRECT
+#     (tests/bench/replay.c) as fast as the device serves them: what
+#     pipelining across groups can reach for that request list (median
+#     pass against sf-run's median token).
 # Random weights have no co-activation: selections are scattered, reads
 # small and IOPS-bound; requests per token and bytes per request are shown
 # beside every figure. llama.cpp is not in Debian 12: its figures (issue
@@ -30,6 +32,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${SF_BIN:-$root/bin}
 fixtures=${SF_FIXTURES:-$root/build/opt/fixtures}
+benchbin=${SF_BENCH:-$root/build/opt/bench}
 scratch=${SCRATCH:-/var/tmp/sf-flash}
 out=${SF_BENCH_OUT:-$root/build/bench/flash-pipeline}
 N=${N:-8}
@@ -132,22 +135,11 @@ for rep in $(seq "$REPEATS"); do
 				fi
 				# the replay: the same requests at depth 64, as fast as served
 				[ "$rep" = 1 ] || continue
-				{
-					echo "fio version 2 iolog"
-					echo "$img add"
-					echo "$img open"
-					awk -v f="$img" '{print f, "read", $2, $3}' "$rlog"
-					echo "$img close"
-				} > "$rlog.iolog"
-				drop
-				fio --name=replay --read_iolog="$rlog.iolog" --replay_no_stall=1 --ioengine=io_uring \
-					--iodepth=64 --direct=1 --readonly --output-format=json |
+				"$benchbin/replay" "$img" "$rlog" 64 |
 					jq -c --arg c "$name" --arg v "$vname" --argjson p "$pct" \
-						--argjson t "$(awk 'END {print $1 + 1}' "$rlog")" \
-						'{replay: $c, variant: $v, ram_pct: $p, passes: $t,
-						  seconds: (.jobs[0].read.runtime / 1000), mb: (.jobs[0].read.io_bytes / 1e6)}' \
-						>> "$out/runs.jsonl"
-				rm -f "$rlog" "$rlog.iolog"
+						'{replay: $c, variant: $v, ram_pct: $p, passes, p50, seconds,
+						  mb: (.bytes / 1e6)}' >> "$out/runs.jsonl"
+				rm -f "$rlog"
 			done
 		done
 	done
@@ -164,7 +156,7 @@ jq -s '
 	      overlap_per_token: (map(.overlap_s / .tokens) | median),
 	      io_busy_per_token: (map(.io_busy_s / .tokens) | median),
 	      peak_rss_mb: (map(.peak_rss / 1e6) | max)})) as $runs |
-	(map(select(.replay)) | map({key: "\(.replay)/\(.variant)/\(.ram_pct)", value: (.seconds / .passes)}) |
+	(map(select(.replay)) | map({key: "\(.replay)/\(.variant)/\(.ram_pct)", value: .p50}) |
 	 from_entries) as $replay |
 	{runs: [$runs[] | . + {replay_per_token: $replay["\(.config)/\(.variant)/\(.ram_pct)"]} |
 		. + {latency_over_replay: (if .replay_per_token then .p50 / .replay_per_token else null end)}],
@@ -177,7 +169,7 @@ jq -s '
 	"$out/device.jsonl" > "$out/device.json"
 
 echo "device (MB/s, medians of $REPEATS): $(jq -c . "$out/device.json")"
-echo "TinyLlama shape, random weights, -t 1, $N tokens, medians of $REPEATS; replay: the run's requests at depth 64"
+echo "TinyLlama shape, random weights, -t 1, $N tokens, medians of $REPEATS; replay: the run's requests at depth 64, median pass"
 {
 	echo "config,variant,ram%,tok/s,p50 s,replay s/token,p50/replay,MB/token,raw MB/s,req/token,KiB/req,compute s/token,overlap s/token,peak RSS MB"
 	jq -r '.runs[] | [.config, .variant, .ram_pct, (.tg * 100 | round / 100), (.p50 * 1000 | round / 1000),

@@ -474,13 +474,14 @@ void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *i
 // the embedding rows and the output head from flash
 
 #define HEAD_SLOTS 8	/* head reads in flight */
+#define HEAD_READ_MAX (1u << 20)	/* bytes of one head read at most, whatever --read-size */
 
 uint64_t sparse_head_bytes(const struct sf_sparse *sp)
 {
 	const struct sf_image *img = sp->img;
 	uint64_t rb = (uint64_t)img->cfg.dim * sf_dtype_size(sp->m->embed.dtype);
 	uint64_t rs = sp->o.read_size ? sp->o.read_size : SF_SPARSE_READ_SIZE;
-	uint64_t rows = rs / rb / 16 * 16;
+	uint64_t rows = (rs < HEAD_READ_MAX ? rs : HEAD_READ_MAX) / rb / 16 * 16;
 
 	rows = rows ? rows : 16;
 	if (!img->left_on_flash || sp->o.simulate)
@@ -506,7 +507,7 @@ int sparse_head_open(struct sf_sparse *sp)
 {
 	struct sparse_head *h = &sp->head;
 	const struct sf_model *m = sp->m;
-	uint64_t rs = sp->io.read_size;
+	uint64_t rs = sp->io.read_size < HEAD_READ_MAX ? sp->io.read_size : HEAD_READ_MAX;
 
 	if (!sp->img->left_on_flash || sp->o.simulate || !sp->io.u)
 		return 0;
