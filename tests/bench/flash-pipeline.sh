@@ -26,6 +26,8 @@
 # small and IOPS-bound; requests per token and bytes per request are shown
 # beside every figure. llama.cpp is not in Debian 12: its figures (issue
 # 16's table) are not remeasured here.
+# Then study 3's dense offload and TEAL rows on mix4-5m (../shared), now
+# and as before, medians of REPEATS runs of 48 tokens at -t 2.
 #   tests/bench/flash-pipeline.sh  [SCRATCH=/var/tmp/sf-flash] [N=8] [REPEATS=3]
 #                                  [KEEP=1: keep the image] [QUICK=1: a small model]
 set -euo pipefail
@@ -181,3 +183,30 @@ echo "TinyLlama shape, random weights, -t 1, $N tokens, medians of $REPEATS; rep
 		"$out/summary.json"
 } | column -s, -t
 jq -r '.refused[] | "refused: \(.config) \(.variant) at \(.ram_pct)%: \(.refused)"' "$out/summary.json"
+
+# study 3's dense offload and TEAL rows on mix4-5m, now and as before
+m5=${SF_SHARED:-$root/../shared}/models/mix4-5m
+if ! [ -d "$m5" ]; then
+	log "no $m5: the mix4-5m rows are skipped"
+	exit 0
+fi
+sf-pack -q --model "$m5" -o "$scratch/mix5.sfimg"
+: > "$out/mix5.jsonl"
+for rep in $(seq "$REPEATS"); do
+	for c in "offload|--budget 1 --collapse 0 --cache-policy none" "teal0.6|--density 0.6 --cache-policy none"; do
+		for v in "${variants[@]}"; do
+			dd if="$scratch/mix5.sfimg" iflag=nocache count=0 status=none
+			# shellcheck disable=SC2086
+			sf-run -p "$PROMPT" -n 48 --temp 0 -t 2 --bench ${c#*|} ${v#*|} "$scratch/mix5.sfimg" |
+				jq -c --arg c "${c%%|*}" --arg v "${v%%|*}" \
+					'{config: $c, variant: $v, p50_ms: (.latency_seconds.p50 * 1000),
+					  mb: (.bytes_moved_per_token / 1e6), req: .requests_per_token}' >> "$out/mix5.jsonl"
+		done
+	done
+done
+[ -n "${KEEP:-}" ] || rm -f "$scratch/mix5.sfimg"
+echo "mix4-5m, -t 2, 48 tokens, medians of $REPEATS"
+jq -rs 'def median: sort | .[(length - 1) / 2 | floor];
+	group_by([.config, .variant]) | .[] |
+	"\(.[0].config) \(.[0].variant): p50 \(map(.p50_ms) | median | . * 100 | round / 100) ms, \(map(.mb) | median | . * 100 | round / 100) MB/token, \(map(.req) | median | round) requests/token"' \
+	"$out/mix5.jsonl"
