@@ -30,6 +30,7 @@
 # and as before, medians of REPEATS runs of 48 tokens at -t 2.
 #   tests/bench/flash-pipeline.sh  [SCRATCH=/var/tmp/sf-flash] [N=8] [REPEATS=3]
 #                                  [KEEP=1: keep the image] [QUICK=1: a small model]
+#                                  [PARTS="tl mix5": which parts run]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${SF_BIN:-$root/bin}
@@ -45,6 +46,11 @@ mkdir -p "$scratch" "$out"
 log() { echo "flash-pipeline: $*" >&2; }
 command -v fio >/dev/null || { log "fio is not installed (apt-get install fio)"; exit 1; }
 
+PARTS=${PARTS:-tl mix5}
+configs=("budget1|--budget 1" "density0.5|--density 0.5" "density0.3|--density 0.3"
+	 "scalar0.2+0.3|--k-top 0.2 --k-mid 0.3")
+variants=("new|" "new-head|--head-on-flash" "old|--prefetch 0 --read-size 1073741824")
+tinyllama() {
 shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
 img=$scratch/tl.sfimg
 if [ -n "${QUICK:-}" ]; then
@@ -96,9 +102,6 @@ fio_mbs() {	# fio options...: MB/s read
 		--size="$model_bytes" "$@" | jq '.jobs[0].read.bw_bytes / 1e6 | round'
 }
 
-configs=("budget1|--budget 1" "density0.5|--density 0.5" "density0.3|--density 0.3"
-	 "scalar0.2+0.3|--k-top 0.2 --k-mid 0.3")
-variants=("new|" "new-head|--head-on-flash" "old|--prefetch 0 --read-size 1073741824")
 : > "$out/runs.jsonl"
 : > "$out/device.jsonl"
 for rep in $(seq "$REPEATS"); do
@@ -184,6 +187,8 @@ echo "TinyLlama shape, random weights, -t 1, $N tokens, medians of $REPEATS; rep
 } | column -s, -t
 jq -r '.refused[] | "refused: \(.config) \(.variant) at \(.ram_pct)%: \(.refused)"' "$out/summary.json"
 
+}
+[[ " $PARTS " != *" tl "* ]] || tinyllama
 # study 3's dense offload and TEAL rows on mix4-5m, now and as before
 m5=${SF_SHARED:-$root/../shared}/models/mix4-5m
 if ! [ -d "$m5" ]; then
