@@ -157,7 +157,7 @@ static const struct sf_opt options[] = {
 	  "instead of holding it in RAM (the embedding rows\n"
 	  "are always read from flash)", NULL, SPARSE },
 	{ "read-log", OPT_READ_LOG, "FILE", "write every read as a line 'PASS OFFSET LENGTH'\n"
-	  "to FILE, to replay on the device (fio's read_iolog)", NULL, SPARSE },
+	  "to FILE, to replay on the device", NULL, SPARSE },
 	{ "prefetch", OPT_PREFETCH, "N", "groups whose reads start while the one before\n"
 	  "computes, a read buffer each; 0: none (default %s)", SF_STR(SF_SPARSE_PREFETCH), SPARSE },
 	{ "prefetch-predict", OPT_PREDICT, "P", "what --prefetch reads of groups whose selection\n"
