@@ -49,7 +49,7 @@ static void fnv_feed(uint64_t *h, const char *fmt, ...)
  * block i at offset i * floor((n - BLOCK) / (BLOCKS - 1)): the first, the
  * last but a few bytes, and evenly between. A fixed 64 KiB per tensor
  * reads about 18 MiB of a 7B model (291 tensors) wherever it lies, so the
- * check costs milliseconds where a full hash would read every byte once
+ * check costs well under 0.1 s where a full hash would read every byte once
  * more; a changed weight outside the blocks goes unseen, a fine-tune
  * (which changes every block) does not. */
 static void sample_tensor(uint64_t *h, const unsigned char *p, uint64_t n)
