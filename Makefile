@@ -1,5 +1,6 @@
 # sparseflash: `make` builds every command into bin/, `make check` runs
-# every test, `make check SANITIZE=1` the same under ASan and UBSan.
+# every test, `make check SANITIZE=1` the same under ASan and UBSan,
+# `make coverage` the same with gcov and prints line coverage per folder.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -12,7 +13,12 @@ ifeq ($(SANITIZE),1)
 BUILD   = build/san
 BINDIR  = build/san/bin
 CFLAGS_OPT = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-LDFLAGS_SAN = -fsanitize=address,undefined
+LDFLAGS_MODE = -fsanitize=address,undefined
+else ifeq ($(COVERAGE),1)
+BUILD   = build/cov
+BINDIR  = build/cov/bin
+CFLAGS_OPT = -O1 --coverage
+LDFLAGS_MODE = --coverage
 else
 BUILD   = build/opt
 BINDIR  = bin
@@ -26,7 +32,7 @@ BINDIR  = $(O)/bin
 endif
 
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS_OPT) $(CFLAGS)
-ALL_LDFLAGS = $(LDFLAGS_SAN) $(LDFLAGS)
+ALL_LDFLAGS = $(LDFLAGS_MODE) $(LDFLAGS)
 
 LIB_SRC  = $(wildcard lib/common/*/*.c)
 LIB_HDR  = $(wildcard lib/common/*/*.h)
@@ -46,7 +52,7 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check check-full lint unit cli install uninstall help demo bench clean
+.PHONY: all check check-full coverage lint unit cli install uninstall help demo bench clean
 all: $(BINS) $(FIXTURES)
 
 $(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
@@ -132,6 +138,7 @@ help:
 	@echo '  all (default)   build the commands into bin/ and the test fixtures'
 	@echo '  check           unit, command and layout tests (a few minutes)'
 	@echo '  check-full      check, then the long runs CI also does'
+	@echo '  coverage        check built with --coverage, then line coverage per folder (lcov)'
 	@echo '  lint            the layout rules of lib/ (tests/lint/layers.sh)'
 	@echo '  demo            generate text with the embedded model'
 	@echo '  bench           every tests/bench/*.sh, or BENCH=script'
@@ -143,10 +150,22 @@ help:
 	@echo '  clean           remove build/ and bin/'
 	@echo 'Variables:'
 	@echo '  SANITIZE=1      build and test under AddressSanitizer and UBSan'
+	@echo '  COVERAGE=1      build with --coverage into build/cov (what make coverage uses)'
 	@echo '  O=DIR           put every build product under DIR'
 	@echo '  SHARED=DIR      the shared models and data (default ../shared)'
 	@echo '  PREFIX=DIR      install prefix (default /usr/local); DESTDIR= staging root'
 	@echo '  CC, CFLAGS      compiler and extra flags'
+
+# make coverage: make check built with gcov instrumentation into
+# build/cov (counters zeroed first), then lcov's line coverage of lib/ and
+# cmd/ summed per folder (tests/coverage.sh) and an HTML report in
+# build/cov/html. Needs lcov (Debian: apt-get install lcov).
+coverage:
+	@command -v lcov >/dev/null || { echo 'make coverage: lcov is not installed (apt-get install lcov)' >&2; exit 1; }
+	@mkdir -p build/cov
+	@find build/cov -name '*.gcda' -delete
+	$(MAKE) check COVERAGE=1
+	@tests/coverage.sh build/cov
 
 demo: all
 	$(BINDIR)/sf-run --model models/mix4-1m -p "In the beginning God created" -n 48 --seed 1

@@ -435,7 +435,7 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 	fprintf(stderr, "%s: %s: %s, %llu parameters, %s, %d layers, dim %d, context %d of %d, "
 		"fingerprint %s; kernels %s, %d threads\n", sf_progname, name, sf_arch_name(c->arch),
 		(unsigned long long)params, sf_dtype_name(m->embed.dtype), c->n_layers, c->dim, ctx,
-		c->max_seq_len, m->fingerprint, sf_isa_name(sf_cpu_isa()), threads);
+		c->max_seq_len, m->fingerprint.weights, sf_isa_name(sf_cpu_isa()), threads);
 }
 
 // --- outputs

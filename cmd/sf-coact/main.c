@@ -372,9 +372,9 @@ static int select_neurons(const struct options *o)
 		sf_error("%s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
-	if (o->task && (ret = sf_scores_read(&task, o->task, NULL, NULL, &e)))
+	if (o->task && (ret = sf_scores_read(&task, o->task, NULL, NULL, NULL, &e)))
 		goto fail;
-	if (model_path && (ret = sf_scores_read(&model, model_path, NULL, NULL, &e)))
+	if (model_path && (ret = sf_scores_read(&model, model_path, NULL, NULL, NULL, &e)))
 		goto fail;
 	if ((ret = sf_select_neurons_json(&doc, o->task ? &task : NULL, o->task,
 					  model_path ? &model : NULL, model_path, o->gamma,

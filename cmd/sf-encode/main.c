@@ -288,7 +288,7 @@ static int describe(struct sf_sfq *d, const struct sf_model *m, const struct opt
 		    const uint8_t *layers, unsigned groups)
 {
 	memset(d, 0, sizeof(*d));
-	memcpy(d->fingerprint, m->fingerprint, sizeof(d->fingerprint));
+	d->fingerprint = m->fingerprint;
 	d->method = o->method;
 	d->seed = o->seed;
 	sf_sfq_shape_of(&d->shape, &m->cfg);

@@ -146,18 +146,14 @@ static void parse_options(int argc, char **argv, struct options *o)
 }
 
 /* The model of --model, its fingerprint compared with a stream's. */
-static int open_model(struct sf_model *m, const struct options *o, const char *fingerprint,
-		      const char *name, const char *what)
+static int open_model(struct sf_model *m, const struct options *o,
+		      const struct sf_fingerprint *fingerprint, const char *name, const char *what)
 {
 	struct sf_err e = { 0 };
 
-	if (sf_model_open(m, o->model_dir, &e)) {
+	if (sf_model_open(m, o->model_dir, &e) ||
+	    sf_fingerprint_check(fingerprint, name, what, &m->fingerprint, m->source, &e)) {
 		sf_error("%s", e.msg);
-		return -1;
-	}
-	if (strcmp(m->fingerprint, fingerprint) != 0) {
-		sf_error("%s: %s of another model: fingerprint %s, %s has %s", name, what,
-			 fingerprint, o->model_dir, m->fingerprint);
 		return -1;
 	}
 	return 0;
@@ -227,13 +223,13 @@ static int run_place(const struct options *o)
 		sf_error("%s", e.msg);
 		goto out;
 	}
-	if (o->model_dir && open_model(&m, o, c.fingerprint, path, "statistics"))
+	if (o->model_dir && open_model(&m, o, &c.fingerprint, path, "statistics"))
 		goto out;
 	if (sf_pool_create(&pool, o->threads)) {
 		sf_error("cannot start %d threads", o->threads);
 		goto out;
 	}
-	if (sf_placement_init(&pl, c.fingerprint, c.nslots, &e)) {
+	if (sf_placement_init(&pl, &c.fingerprint, c.nslots, &e)) {
 		sf_error("%s", e.msg);
 		goto out;
 	}
@@ -404,7 +400,7 @@ static int print_json(const struct options *o, const struct eval *E)
 						     "groups", groups));
 	}
 	root = json_pack("{s:s, s:s, s:I, s:o}", "trace", o->eval_trace, "fingerprint",
-			 info->fingerprint, "tokens",
+			 info->fingerprint.weights, "tokens",
 			 (json_int_t)(info->nslots ? E->tally[0].tokens : 0), "placements", pls);
 	ret = root ? json_dumpf(root, stdout, JSON_INDENT(2)) : -1;
 	if (!ret)
@@ -432,7 +428,7 @@ static int run_eval(const struct options *o)
 	E.info = sf_trace_reader_info(r);
 	tname = sf_trace_reader_name(r);
 	nslots = E.info->nslots;
-	if (o->model_dir && open_model(&m, o, E.info->fingerprint, tname, "a trace"))
+	if (o->model_dir && open_model(&m, o, &E.info->fingerprint, tname, "trace"))
 		goto out;
 	E.grp = calloc((size_t)nslots * o->ninputs, sizeof *E.grp);
 	E.inv = calloc((size_t)nslots * o->ninputs, sizeof *E.inv);
@@ -449,9 +445,9 @@ static int run_eval(const struct options *o)
 			sf_error("%s", e.msg);
 			goto out;
 		}
-		if (strcmp(E.pl[p].fingerprint, E.info->fingerprint) != 0) {
-			sf_error("%s: a placement of another model: fingerprint %s, %s has %s", path,
-				 E.pl[p].fingerprint, tname, E.info->fingerprint);
+		if (sf_fingerprint_check(&E.pl[p].fingerprint, path, "placement",
+					 &E.info->fingerprint, tname, &e)) {
+			sf_error("%s", e.msg);
 			goto out;
 		}
 		for (int s = 0; s < nslots; s++) {

@@ -218,7 +218,7 @@ static int session_open(struct session *S, const struct options *o)
 	}
 	sf_trace_model_entries(cfg, entries);
 	json_t *meta = trace_meta(o);
-	ret = sf_trace_info_init(&S->info, S->model.fingerprint, cfg->n_layers, entries, lo, hi,
+	ret = sf_trace_info_init(&S->info, &S->model.fingerprint, cfg->n_layers, entries, lo, hi,
 				 o->groups, o->select, o->value, meta, &e);
 	json_decref(meta);
 	if (ret) {

@@ -543,7 +543,8 @@ static int read_pin(struct session *S, const struct options *o, struct sf_select
 	int ret = 0;
 
 	for (int i = 0; i < o->npin && !ret; i++) {
-		if ((ret = sf_scores_read(&sc[i], o->pin[i], S->image.fingerprint, &S->image.cfg, e)))
+		if ((ret = sf_scores_read(&sc[i], o->pin[i], &S->image.fingerprint,
+					  S->image.path, &S->image.cfg, e)))
 			break;
 		const char **name = sc[i].is_task ? &tname : &mname;
 		if (*name) {
@@ -585,7 +586,8 @@ static int compute_opts(struct session *S, const struct options *o,
 	}
 	co->dense = *dense;
 	if (o->static_file &&
-	    (ret = sf_scores_read(stat, o->static_file, S->image.fingerprint, &S->image.cfg, e)))
+	    (ret = sf_scores_read(stat, o->static_file, &S->image.fingerprint, S->image.path,
+				  &S->image.cfg, e)))
 		return ret;
 	return 0;
 }

@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 	struct sf_out out;
 	struct sf_err e = { 0 };
 	json_t *meta = json_pack("{s:s, s:s}", "task", "synthetic", "producer", "mktrace");
-	int ret = sf_trace_info_init(&info, "5e5e5e5e5e5e5e5e", 1, entries, 0, 0,
+	int ret = sf_trace_info_init(&info, &(struct sf_fingerprint){ "5e5e5e5e5e5e5e5e", "5e5e5e5e5e5e5e5e" }, 1, entries, 0, 0,
 				     1u << SF_GROUP_FFN_OUT, SF_TRACE_DENSITY, density, meta, &e);
 	json_decref(meta);
 	if (ret || (ret = sf_out_open(&out, output, 1, NULL)) ||

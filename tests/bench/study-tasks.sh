@@ -72,7 +72,7 @@ mk_keep() {	# genre gamma kind -> $w/keep-genre-gamma-kind.sfimg
 	task) sf-coact --select-neurons --gamma "$G" --delta 0.4 --task "$w/$g.p.json" "$w/model.json" -o "$n.json" ;;
 	model) sf-coact --select-neurons --gamma "$G" "$w/model.json" -o "$n.json" ;;
 	random)	# a fixed pseudo-random set of the same size: Knuth's multiplicative hash order
-		jq --argjson G "$G" '{format: "sparseflash-neurons", version: 1, fingerprint,
+		jq --argjson G "$G" '{format: "sparseflash-neurons", version: 2, fingerprint, shape_fingerprint,
 			layers: [.slots[] | select(.group == "ffn_out") | {layer, neurons:
 			([range(.scores | length) | {i: ., h: ((. * 2654435761 + 40503) % 4294967296)}] |
 			 sort_by(.h) | .[0:([((length * $G) | round), 1] | max)] | map(.i) | sort)}]}' \

@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fp: %s\n", e.msg);
 		return 1;
 	}
-	printf("%s %d\n", m.fingerprint, m.cfg.n_layers);
+	printf("%s %d\n", m.fingerprint.weights, m.cfg.n_layers);
 	sf_model_close(&m);
 	return 0;
 }

@@ -19,15 +19,22 @@ setup_file() {
 }
 
 # a copy of the model with one weight of layer 2's down_proj a bf16 NaN
-nan_model() {
+# A copy of the model with weight 100 of layer 2's down_proj (bytes 200
+# and 201, in the first block the weights fingerprint samples) set to the
+# bf16 bytes BYTES (printf escapes).
+changed_model() {
 	local m f hl off
 	m=$(copy_model)
 	f=$m/model.safetensors
 	hl=$(od -An -tu8 -N8 "$f" | tr -d ' ')
 	off=$(dd if="$f" bs=4096 iflag=skip_bytes,count_bytes skip=8 count="$hl" status=none |
 		jq '.["model.layers.2.mlp.down_proj.weight"].data_offsets[0]')
-	printf '\xc0\x7f' | dd of="$f" bs=1 seek=$((8 + hl + off + 200)) conv=notrunc status=none
+	printf "$1" | dd of="$f" bs=1 seek=$((8 + hl + off + 200)) conv=notrunc status=none
 	echo "$m"
+}
+
+nan_model() {
+	changed_model '\xc0\x7f'
 }
 
 # Runs every command that binds the tokenizer of model M to its weights
@@ -129,10 +136,15 @@ fifo_model() {
 @test "NaN weights: generation, --ppl, sf-profile and calibration name the layer, exit 1" {
 	m=$(nan_model)
 	refused_everywhere "$m" "layer 2: non-finite hidden state at position 0"
+	# sf-encode refuses to encode a NaN weight, and the model's codes are
+	# a look-alike's (issue 18 #7), so calibration never reaches the NaN
+	run --separate-stderr sf-encode --model "$m" --method scalar -o "$BATS_TEST_TMPDIR/c.sfq"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-encode: layer 2 ffn_out: down column 100: weight 0 is nan" ]
 	run --separate-stderr sf-encode --model "$m" --calibrate --codes "$D/codes.sfq" -t 2 \
 		--corpus "$CORPUS" --budgets 0.5 --calib-tokens 8 --window 8 -o "$BATS_TEST_TMPDIR/c.json"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-encode: calibration: layer 2: non-finite hidden state at position 0" ]
+	[[ "${stderr_lines[0]}" == "sf-encode: $D/codes.sfq: codes of a look-alike of $m/model.safetensors (same shapes, other weights): fingerprint "* ]]
 	[ ! -e "$BATS_TEST_TMPDIR/c.json" ]
 	# and from an image of it
 	sf-pack --model "$m" -o "$BATS_TEST_TMPDIR/nan.sfimg"
@@ -150,10 +162,10 @@ fifo_model() {
 	run --separate-stderr sf-run --compute-ratio 0.4 --static "$BATS_TEST_TMPDIR/other.json" \
 		-n 1 -p hi "$D/plain.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $BATS_TEST_TMPDIR/other.json: scores of another model: fingerprint 0123456789abcdef, the model's is $fp" ]
+	[ "${stderr_lines[0]}" = "sf-run: $BATS_TEST_TMPDIR/other.json: scores of a look-alike of $D/plain.sfimg (same shapes, other weights): fingerprint 0123456789abcdef, expected $fp" ]
 }
 
-@test ".sfq: a flipped code byte is refused by its section's CRC, and version 1 by name" {
+@test ".sfq: a flipped code byte is refused by its section's CRC, and versions 1 and 2 by name" {
 	q=$D/codes.sfq
 	hl=$(od -An -tu8 -j16 -N8 "$q" | tr -d ' ')
 	data=$(( (24 + hl + 4 + 4095) / 4096 * 4096 ))
@@ -170,9 +182,33 @@ fifo_model() {
 		[[ "${stderr_lines[0]}" == "sf-pack: $BATS_TEST_TMPDIR/bad.sfq: layer $1 $2: CRC-32C "*", expected "*": the codes are damaged" ]]
 		[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
 	done
-	cp "$q" "$BATS_TEST_TMPDIR/v1.sfq"
-	printf '\x01' | dd of="$BATS_TEST_TMPDIR/v1.sfq" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-pack --model "$MODEL" --codes "$BATS_TEST_TMPDIR/v1.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	for v in 1 2; do
+		cp "$q" "$BATS_TEST_TMPDIR/v$v.sfq"
+		printf "\\x0$v" | dd of="$BATS_TEST_TMPDIR/v$v.sfq" bs=1 seek=8 conv=notrunc status=none
+		run --separate-stderr sf-pack --model "$MODEL" --codes "$BATS_TEST_TMPDIR/v$v.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
+		[ "$status" -eq 1 ]
+		[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/v$v.sfq: codes version $v, expected 3: made before fingerprints covered the weights; make it again" ]
+	done
+}
+
+@test "a look-alike (one weight changed) is refused against the original's artifacts, naming both files" {
+	m=$(changed_model '\x3f\x3f')
+	fo=$(sf-encode --info "$D/codes.sfq" | jq -r .fingerprint)
+	fm=$(sf-encode --info <(sf-encode --model "$m" --method scalar --layers 0-0 -o - 2>/dev/null) | jq -r .fingerprint)
+	[ "$fo" != "$fm" ]
+	[ "$(sf-encode --info "$D/codes.sfq" | jq -r .shape_fingerprint)" = "$(jq -r .shape_fingerprint "$D/calib.json")" ]
+	want="(same shapes, other weights): fingerprint $fo, expected $fm"
+	run --separate-stderr sf-pack --model "$m" --codes "$D/codes.sfq" -o "$BATS_TEST_TMPDIR/x.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $BATS_TEST_TMPDIR/v1.sfq: version 1, expected 2: codes without checksums, from before they were added; encode them again" ]
+	[ "$stderr" = "sf-pack: $D/codes.sfq: codes of a look-alike of $m/model.safetensors $want" ]
+	run --separate-stderr sf-pack --model "$m" --calib "$D/calib.json" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-pack: $D/calib.json: tier sizes of a look-alike of $m/model.safetensors $want" ]
+	run --separate-stderr sf-encode --model "$m" --calibrate --codes "$D/codes.sfq" \
+		--corpus "$CORPUS" --budgets 0.5 -o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: $D/codes.sfq: codes of a look-alike of $m/model.safetensors $want" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ] && [ ! -e "$BATS_TEST_TMPDIR/c.json" ]
+	# the original's artifacts still pack with the original
+	sf-pack --model "$MODEL" --codes "$D/codes.sfq" --calib "$D/calib.json" -o "$BATS_TEST_TMPDIR/x.sfimg"
 }

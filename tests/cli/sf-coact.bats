@@ -185,7 +185,7 @@ slots() { sf-coact -q --info "$1" | jq -c '[.slots[] | [.layer, .group, .tokens,
 @test "traces of different models are refused, naming both" {
 	run --separate-stderr sf-coact -q "$(T a.sft)" "$(T other.sft)" -o "$BATS_TEST_TMPDIR/x.sfc"
 	[ "$status" -eq 1 ]
-	[[ "$stderr" =~ ^"sf-coact: $(T other.sft): model fingerprint "[0-9a-f]{16}" differs from $(T a.sft)'s "[0-9a-f]{16}$ ]]
+	[[ "$stderr" =~ ^"sf-coact: $(T other.sft): trace of another model than $(T a.sft): shape fingerprint "[0-9a-f]{16}", expected "[0-9a-f]{16}$ ]]
 	[ ! -e "$BATS_TEST_TMPDIR/x.sfc" ]
 }
 
@@ -195,7 +195,7 @@ slots() { sf-coact -q --info "$1" | jq -c '[.slots[] | [.layer, .group, .tokens,
 	sf-coact -q "$(T other.sft)" -o "$t/o.sfc"
 	run --separate-stderr sf-coact -q --merge "$t/a.sfc" "$t/o.sfc" -o "$t/x.sfc"
 	[ "$status" -eq 1 ]
-	[[ "$stderr" =~ ^"sf-coact: $t/o.sfc: model fingerprint "[0-9a-f]{16}" differs from $t/a.sfc's "[0-9a-f]{16}$ ]]
+	[[ "$stderr" =~ ^"sf-coact: $t/o.sfc: counts of another model than $t/a.sfc: shape fingerprint "[0-9a-f]{16}", expected "[0-9a-f]{16}$ ]]
 	[ ! -e "$t/x.sfc" ]
 }
 
@@ -294,7 +294,7 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 	sf-coact --merge-scores "$(T other.json)" -o "$t/om.json"
 	run --separate-stderr sf-coact --select-neurons --task "$(T kjv.json)" "$t/om.json" -o "$t/n.json"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-coact: $t/om.json: model fingerprint $(jq -r .fingerprint "$t/om.json") differs from $(T kjv.json)'s $(jq -r .fingerprint "$(T kjv.json)")" ]
+	[ "$stderr" = "sf-coact: $t/om.json: scores of another model than $(T kjv.json): shape fingerprint $(jq -r .shape_fingerprint "$t/om.json"), expected $(jq -r .shape_fingerprint "$(T kjv.json)")" ]
 	[ ! -e "$t/n.json" ]
 }
 
@@ -358,7 +358,7 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 	[ "$stderr" = "sf-coact: $t/freq.json: layer 0 ffn_out: frequency[2] is 2: expected 0..1" ]
 	run --separate-stderr sf-coact --merge-scores "$(T kjv.json)" "$(T other.json)" -o "$t/m.json"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-coact: $(T other.json): model fingerprint $(jq -r .fingerprint "$(T other.json)") differs from $(T kjv.json)'s $(jq -r .fingerprint "$(T kjv.json)")" ]
+	[ "$stderr" = "sf-coact: $(T other.json): scores of another model than $(T kjv.json): shape fingerprint $(jq -r .shape_fingerprint "$(T other.json)"), expected $(jq -r .shape_fingerprint "$(T kjv.json)")" ]
 	[ ! -e "$t/m.json" ]
 }
 

@@ -149,11 +149,13 @@ info() { sf-encode --info "$1"; }
 	fm=$(info "$T/a.sfq" | jq -r .fingerprint)
 	run --separate-stderr sf-encode --model "$MODEL" --calibrate --codes "$T/other.sfq" --corpus "$MODEL/config.json" --budgets 0.5 -o "$T/c.json"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-encode: $T/other.sfq: codes of another model: fingerprint $fo, the model's is $fm" ]
+	so=$(info "$T/other.sfq" | jq -r .shape_fingerprint)
+	sm=$(info "$T/a.sfq" | jq -r .shape_fingerprint)
+	[ "${stderr_lines[0]}" = "sf-encode: $T/other.sfq: codes of another model than $MODEL/model.safetensors: shape fingerprint $so, expected $sm" ]
 	[ ! -e "$T/c.json" ]
 	run --separate-stderr sf-encode --merge "$T/a.sfq" "$T/other.sfq" -o "$T/m.sfq"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-encode: $T/other.sfq: codes of another model: fingerprint $fo, $T/a.sfq has $fm" ]
+	[ "${stderr_lines[0]}" = "sf-encode: $T/other.sfq: codes of another model than $T/a.sfq: shape fingerprint $so, expected $sm" ]
 	[ ! -e "$T/m.sfq" ]
 }
 

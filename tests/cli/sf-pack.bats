@@ -123,11 +123,15 @@ bytes() {
 	run --separate-stderr sf-pack --info "$D/codes.sfq"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $D/codes.sfq: not a sparseflash image (bad magic)" ]
-	cp "$D/plain.sfimg" "$D/v2.sfimg"
-	printf '\x02' | dd of="$D/v2.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-pack --verify "$D/v2.sfimg"
+	cp "$D/plain.sfimg" "$D/v3.sfimg"
+	printf '\x03' | dd of="$D/v3.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --verify "$D/v3.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $D/v2.sfimg: image format version 2, expected 1" ]
+	[ "${stderr_lines[0]}" = "sf-pack: $D/v3.sfimg: image format version 3, expected 2" ]
+	printf '\x01' | dd of="$D/v3.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v3.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v3.sfimg: image format version 1, expected 2: made before fingerprints covered the weights; make it again" ]
 }
 
 @test "tier sizes from sf-encode --calibrate are carried in the header" {
@@ -157,8 +161,9 @@ bytes() {
 
 @test "--keep leaves neurons out of ffn_in rows and ffn_out entries" {
 	fp=$(sf-pack --info "$D/plain.sfimg" | jq -r .fingerprint)
+	sfp=$(sf-pack --info "$D/plain.sfimg" | jq -r .shape_fingerprint)
 	cat > "$D/neurons.json" <<-EOF
-	{"format": "sparseflash-neurons", "version": 1, "fingerprint": "$fp",
+	{"format": "sparseflash-neurons", "version": 2, "fingerprint": "$fp", "shape_fingerprint": "$sfp",
 	 "layers": [{"layer": 1, "neurons": [0, 1, 2, 3, 100, 383]}, {"layer": 2, "neurons": [7]}]}
 	EOF
 	sf-pack --model "$MODEL" --placement "$D/coact.json" --keep "$D/neurons.json" -o "$D/keep.sfimg"
@@ -175,18 +180,17 @@ bytes() {
 	jq '.fingerprint = "0123456789abcdef"' "$D/coact.json" > "$D/other.json"
 	run --separate-stderr sf-pack --model "$MODEL" --placement "$D/other.json" -o "$D/out.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $D/other.json: placement of another model: fingerprint 0123456789abcdef, the model's is $(jq -r .fingerprint "$D/coact.json")" ]
+	[ "${stderr_lines[0]}" = "sf-pack: $D/other.json: placement of a look-alike of $MODEL/model.safetensors (same shapes, other weights): fingerprint 0123456789abcdef, expected $(jq -r .fingerprint "$D/coact.json")" ]
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	[ ! -e "$D/out.sfimg" ]
 	"$SF_FIXTURES/mkmodel" -o "$D/other" --intermediate 256 --tokenizer "$MODEL"
 	sf-encode --model "$D/other" --method scalar -o "$D/other.sfq"
 	run --separate-stderr sf-pack --model "$MODEL" --codes "$D/other.sfq" -o "$D/out.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" == "sf-pack: $D/other.sfq: codes of another model: fingerprint "*", the model's is $(jq -r .fingerprint "$D/coact.json")" ]]
+	[[ "${stderr_lines[0]}" == "sf-pack: $D/other.sfq: codes of another model than $MODEL/model.safetensors: shape fingerprint "*", expected $(jq -r .shape_fingerprint "$D/coact.json")" ]]
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	[ ! -e "$D/out.sfimg" ]
-	fp=$(jq -r .fingerprint "$D/coact.json")
-	echo "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": \"$fp\", \"layers\": [{\"layer\": 0, \"neurons\": [384]}]}" > "$D/bad.json"
+	jq '{format: "sparseflash-neurons", version: 2, fingerprint, shape_fingerprint, layers: [{layer: 0, neurons: [384]}]}' "$D/coact.json" > "$D/bad.json"
 	run --separate-stderr sf-pack --model "$MODEL" --keep "$D/bad.json" -o "$D/out.sfimg"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $D/bad.json: layer 0: neuron 384 is out of range: expected 0..383" ]

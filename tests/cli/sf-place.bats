@@ -202,18 +202,18 @@ is_permutation() {
 	need_shared
 	local other=$SF_SHARED/models/mix4-5m fp1 fp5
 	"$SF_FIXTURES/mkplanted" "$other" 20 3 "$BATS_TEST_TMPDIR/o.sft" "$BATS_TEST_TMPDIR/o.sfc"
-	fp1=$(jq -r .fingerprint "$D/coact.json")
-	fp5=$(sf-place -q --method identity "$BATS_TEST_TMPDIR/o.sfc" | jq -r .fingerprint)
+	fp1=$(jq -r .shape_fingerprint "$D/coact.json")
+	fp5=$(sf-place -q --method identity "$BATS_TEST_TMPDIR/o.sfc" | jq -r .shape_fingerprint)
 	run --separate-stderr sf-place --model "$MODEL" "$BATS_TEST_TMPDIR/o.sfc" -o "$BATS_TEST_TMPDIR/p.json"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-place: $BATS_TEST_TMPDIR/o.sfc: statistics of another model: fingerprint $fp5, $MODEL has $fp1" ]
+	[ "$stderr" = "sf-place: $BATS_TEST_TMPDIR/o.sfc: statistics of another model than $MODEL/model.safetensors: shape fingerprint $fp5, expected $fp1" ]
 	[ ! -e "$BATS_TEST_TMPDIR/p.json" ]
 	run --separate-stderr sf-place --eval "$BATS_TEST_TMPDIR/o.sft" "$D/coact.json"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-place: $D/coact.json: a placement of another model: fingerprint $fp1, $BATS_TEST_TMPDIR/o.sft has $fp5" ]
+	[ "$stderr" = "sf-place: $D/coact.json: placement of another model than $BATS_TEST_TMPDIR/o.sft: shape fingerprint $fp1, expected $fp5" ]
 	run --separate-stderr sf-place --eval "$D/test.sft" --model "$other" "$D/coact.json"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-place: $D/test.sft: a trace of another model: fingerprint $fp1, $other has $fp5" ]
+	[ "$stderr" = "sf-place: $D/test.sft: trace of another model than $other/model.safetensors: shape fingerprint $fp1, expected $fp5" ]
 }
 
 @test "real statistics: coact on mix4-1m's own activations beats identity" {

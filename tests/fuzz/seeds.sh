@@ -13,7 +13,7 @@ W=$OUT/work
 
 rm -rf "$OUT"
 mkdir -p "$W"
-for h in safetensors config tokenizer corpus trace coact placement codes calib image; do
+for h in safetensors config tokenizer binding corpus trace coact placement codes calib image; do
 	mkdir -p "$OUT/$h"
 	if [ -d "$ROOT/tests/fuzz/seeds/$h" ]; then cp "$ROOT/tests/fuzz/seeds/$h"/* "$OUT/$h/"; fi
 done
@@ -36,6 +36,11 @@ text="In the beginning God created the heaven and the earth."
 { cat "$ROOT/tests/fixtures/bytelevel/tokenizer.json"; printf '\0';
   cat "$ROOT/tests/fixtures/bytelevel/tokenizer_config.json"; printf '\0%s' "$text"; } \
 	>"$OUT/tokenizer/bytelevel"
+# binding: config.json NUL tokenizer.json NUL tokenizer_config.json NUL text
+for m in "$MODEL" "$W/qwen"; do
+	{ cat "$m/config.json"; printf '\0'; cat "$m/tokenizer.json"; printf '\0';
+	  cat "$m/tokenizer_config.json"; printf '\0%s' "$text"; } >"$OUT/binding/$(basename "$m")"
+done
 
 printf '\0%s\n\nAnd the earth was without form.\nAnd void.\n' "$text" >"$OUT/corpus/text"
 printf '\1{"text": "%s"}\n{"text": "\\u00e9t\\u00e9\\n"}\n' "$text" >"$OUT/corpus/jsonl"

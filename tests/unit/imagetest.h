@@ -39,7 +39,7 @@ static inline void imagetest_shuffled(const struct sf_model *m, uint64_t *rng,
 	json_t *opt = json_object();
 	int nl = m->cfg.n_layers;
 
-	CHECK(!sf_placement_init(pl, m->fingerprint, nl * SF_NGROUPS, &e), "%s", e.msg);
+	CHECK(!sf_placement_init(pl, &m->fingerprint, nl * SF_NGROUPS, &e), "%s", e.msg);
 	for (int l = 0; l < nl; l++)
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			uint32_t n = (uint32_t)sf_group_entries(&m->cfg, (enum sf_group)g);
@@ -76,7 +76,7 @@ static inline void imagetest_codes(const struct sf_model *m, struct sf_sfq *q,
 	uint64_t total = 0;
 
 	memset(q, 0, sizeof(*q));
-	memcpy(q->fingerprint, m->fingerprint, sizeof(q->fingerprint));
+	q->fingerprint = m->fingerprint;
 	q->method = method;
 	q->seed = IMAGETEST_CODES_SEED;
 	sf_sfq_shape_of(&q->shape, &m->cfg);

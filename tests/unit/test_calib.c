@@ -68,7 +68,7 @@ int main(void)
 	/* scalar codes of layers 1 and 2 in memory (layers 0 and 3 stay dense) */
 	struct sf_sfq q = { 0 };
 	struct sf_sfq_section secs[8];
-	memcpy(q.fingerprint, m.fingerprint, sizeof(q.fingerprint));
+	q.fingerprint = m.fingerprint;
 	q.method = SF_CODES_SCALAR;
 	sf_sfq_shape_of(&q.shape, &m.cfg);
 	uint64_t total = 0;

@@ -94,7 +94,10 @@ static void make_trace(struct synth *S, const char *name, const char *fingerprin
 	memset(S, 0, sizeof(*S));
 	snprintf(S->path, sizeof(S->path), "%s/%s", tmp, name);
 	S->ntok = ntok;
-	int ret = sf_trace_info_init(&S->info, fingerprint, NLAYERS, ENTRIES, lo, hi, 0xf,
+	struct sf_fingerprint fp;
+	snprintf(fp.weights, sizeof(fp.weights), "%s", fingerprint);
+	snprintf(fp.shape, sizeof(fp.shape), "%s", fingerprint);
+	int ret = sf_trace_info_init(&S->info, &fp, NLAYERS, ENTRIES, lo, hi, 0xf,
 				     SF_TRACE_THRESHOLD, 0.5, meta, &e);
 	json_decref(meta);
 	CHECK(ret == 0, "%s", e.msg);
@@ -334,8 +337,8 @@ static void test_statistics(struct sf_pool *pool)
 	json_object_set_new(sb_j, "fingerprint", json_string("ffffffffffffffff"));
 	json_decref(merged);
 	CHECK(sf_scores_merge(in, names, 2, &merged, &e) == SF_EMISMATCH &&
-	      strcmp(e.msg, "b.json: model fingerprint ffffffffffffffff differs from a.json's "
-		     "00112233aabbccdd") == 0, "%s", e.msg);
+	      strcmp(e.msg, "b.json: scores of a look-alike of a.json (same shapes, other weights): "
+		     "fingerprint ffffffffffffffff, expected 00112233aabbccdd") == 0, "%s", e.msg);
 	json_decref(sa_j);
 	json_decref(sb_j);
 
@@ -343,7 +346,7 @@ static void test_statistics(struct sf_pool *pool)
 	make_trace(&X, "x.sft", "ffeeddccbbaa9988", "kjv", 10, 0, NLAYERS - 1);
 	struct sf_trace_reader *r = NULL;
 	CHECK(sf_trace_open(&r, X.path, &e) == 0, "%s", e.msg);
-	CHECK(r && sf_coact_add_trace(&ca, r, &e) == SF_EMISMATCH && strstr(e.msg, "differs from"),
+	CHECK(r && sf_coact_add_trace(&ca, r, &e) == SF_EMISMATCH && strstr(e.msg, "trace of another model"),
 	      "other model's trace: %s", e.msg);
 	sf_trace_close(r);
 	struct sf_coact cx = { 0 };
@@ -353,8 +356,8 @@ static void test_statistics(struct sf_pool *pool)
 		write_sfc(&cx, "x.sfc", px);
 		const char *ax[] = { pa, px };
 		char want_msg[8300];
-		snprintf(want_msg, sizeof(want_msg), "%s: model fingerprint ffeeddccbbaa9988 differs "
-			 "from %s's 00112233aabbccdd", px, pa);
+		snprintf(want_msg, sizeof(want_msg), "%s: counts of another model than %s: shape "
+			 "fingerprint ffeeddccbbaa9988, expected 00112233aabbccdd", px, pa);
 		CHECK(merge(&m, ax, 2, 0, 99, &e) == SF_EMISMATCH && strcmp(e.msg, want_msg) == 0,
 		      "other model's .sfc: %s", e.msg);
 	}

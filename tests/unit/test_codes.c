@@ -218,7 +218,7 @@ static void test_files(const char *root, const char *tmp)
 
 	/* layer 1 attn_out, trellis, through the group encoder with two workers */
 	struct sf_sfq d = { 0 };
-	memcpy(d.fingerprint, m.fingerprint, sizeof(d.fingerprint));
+	d.fingerprint = m.fingerprint;
 	d.method = SF_CODES_TRELLIS;
 	d.seed = 1;
 	sf_sfq_shape_of(&d.shape, &m.cfg);
@@ -286,12 +286,12 @@ static void test_files(const char *root, const char *tmp)
 	sf_sfq_close(&mq);
 	/* another model's codes: refused, and every input opened closed (LeakSanitizer) */
 	char other[64];
-	memcpy(d.fingerprint, "0123456789abcdef", 17);
+	memcpy(d.fingerprint.weights, "0123456789abcdef", 17);
 	CHECK(sf_sfq_writer_open(&w, path2, &d, NULL, &e) == 0, "writer: %s", e.msg);
 	CHECK(sf_codes_encode_sections(&m, &d, NULL, sink, w, &e) == 0, "encode: %s", e.msg);
 	CHECK(sf_sfq_writer_close(w, &e) == 0, "close: %s", e.msg);
 	CHECK(sf_sfq_merge(merged, in, 2, NULL, &e) == SF_EMISMATCH, "another model's codes merged");
-	snprintf(other, sizeof(other), ": codes of another model: fingerprint 0123456789abcdef,");
+	snprintf(other, sizeof(other), "(same shapes, other weights): fingerprint 0123456789abcdef,");
 	CHECK(strncmp(e.msg, path2, strlen(path2)) == 0 && strstr(e.msg, other), "message: %s",
 	      e.msg);
 
@@ -310,11 +310,11 @@ static void test_files(const char *root, const char *tmp)
 	buf[8] = 9;
 	CHECK(write_file(bad, buf, n) == 0, "write");
 	CHECK(sf_sfq_open(&q, bad, &e) == SF_EUNSUPPORTED, "version 9 accepted");
-	buf[8] = 1;	/* before checksums: refused by name */
+	buf[8] = 2;	/* before the weights fingerprint: refused by version */
 	CHECK(write_file(bad, buf, n) == 0, "write");
-	CHECK(sf_sfq_open(&q, bad, &e) == SF_EUNSUPPORTED && strstr(e.msg, ": version 1, expected 2: "
-	      "codes without checksums, from before they were added; encode them again"),
-	      "version 1: %s", e.msg);
+	CHECK(sf_sfq_open(&q, bad, &e) == SF_EUNSUPPORTED && strstr(e.msg, ": codes version 2, "
+	      "expected 3: made before fingerprints covered the weights; make it again"),
+	      "version 2: %s", e.msg);
 	buf[8] = SF_SFQ_VERSION;
 	/* a flipped byte in the codebook, a section, or the header's CRC */
 	const char *damaged[3] = { "codebook", "layer 1 attn_out", "header" };
@@ -339,7 +339,7 @@ static void test_files(const char *root, const char *tmp)
 	free(buf);
 
 	/* another model's fingerprint */
-	memcpy(q.fingerprint, "0123456789abcdef", 17);
+	memcpy(q.fingerprint.weights, "0123456789abcdef", 17);
 	CHECK(sf_sfq_check_model(&q, path, &m, &e) == SF_EMISMATCH, "foreign codes accepted");
 	sf_sfq_close(&q);
 	sf_sfq_close(NULL);

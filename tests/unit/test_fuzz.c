@@ -9,6 +9,9 @@
 
 #include "unit.h"
 
+#define LLVMFuzzerTestOneInput fuzz_binding
+#include "../fuzz/fuzz_binding.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_calib
 #include "../fuzz/fuzz_calib.c"
 #undef LLVMFuzzerTestOneInput
@@ -44,7 +47,7 @@ static const struct {
 	const char *name;
 	int (*run)(const uint8_t *data, size_t size);
 } harnesses[] = {
-	{ "calib", fuzz_calib }, { "coact", fuzz_coact }, { "codes", fuzz_codes },
+	{ "binding", fuzz_binding }, { "calib", fuzz_calib }, { "coact", fuzz_coact }, { "codes", fuzz_codes },
 	{ "config", fuzz_config }, { "corpus", fuzz_corpus }, { "image", fuzz_image },
 	{ "placement", fuzz_placement }, { "safetensors", fuzz_safetensors },
 	{ "tokenizer", fuzz_tokenizer }, { "trace", fuzz_trace },

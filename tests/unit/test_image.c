@@ -104,7 +104,8 @@ static uint64_t check_image(const char *name, const struct sf_placement *pl,
 		CHECK(0, "%s: %s", name, e.msg);
 		return 0;
 	}
-	CHECK(!strcmp(img.fingerprint, M.fingerprint), "%s: fingerprint %s", name, img.fingerprint);
+	CHECK(!memcmp(&img.fingerprint, &M.fingerprint, sizeof(M.fingerprint)), "%s: fingerprint %s",
+	      name, img.fingerprint.weights);
 	CHECK(!sf_image_verify(&img, &e), "%s: %s", name, e.msg);
 	CHECK(img.has_codes == !!q, "%s: codes", name);
 	if (q && q->method == SF_CODES_TRELLIS)
@@ -217,7 +218,8 @@ static void check_model(const char *name, unsigned resident)
 		return;
 	}
 	CHECK(!sf_image_model(&img, &m, &e), "%s", e.msg);
-	CHECK(!strcmp(m.fingerprint, M.fingerprint), "fingerprint %s", m.fingerprint);
+	CHECK(!memcmp(&m.fingerprint, &M.fingerprint, sizeof(M.fingerprint)), "fingerprint %s",
+	      m.fingerprint.weights);
 	CHECK(!memcmp(m.embed.data, M.embed.data, M.embed.rows * M.embed.cols * 2), "embed");
 	for (int l = 0; l < M.cfg.n_layers; l++) {
 		CHECK(!memcmp(m.layers[l].attn_norm.data, M.layers[l].attn_norm.data, M.cfg.dim * 2),
@@ -409,8 +411,9 @@ static void check_damage(const char *name)
 	CHECK(!truncate(dst, 100), "truncate");
 	open_fails(dst, "truncated?", __LINE__);
 	CHECK(!copy_file(src, dst), "copy");
-	flip(dst, 8);	/* version 1 -> 17 */
-	open_fails(dst, "image format version 17, expected 1", __LINE__);
+	flip(dst, 8);	/* version 2 -> 18 */
+	open_fails(dst, "image format version 18, expected 2", __LINE__);
+
 	CHECK(!copy_file(src, dst), "copy");
 	flip(dst, 0);
 	open_fails(dst, "not a sparseflash image (bad magic)", __LINE__);
@@ -436,10 +439,10 @@ static void check_mismatch(void)
 	struct stat st;
 
 	imagetest_shuffled(&M, &rng, &pl);
-	pl.fingerprint[0] = pl.fingerprint[0] == '0' ? '1' : '0';
+	pl.fingerprint.weights[0] = pl.fingerprint.weights[0] == '0' ? '1' : '0';
 	CHECK_ERR(pack("bad.sfimg", &pl, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e),
-		  &e, "pl.json: placement of another model: fingerprint");
-	memcpy(pl.fingerprint, M.fingerprint, sizeof(pl.fingerprint));
+		  &e, "pl.json: placement of a look-alike of ");
+	pl.fingerprint = M.fingerprint;
 	pl.groups[2].n = 5;	/* a group of another shape */
 	CHECK_ERR(pack("bad.sfimg", &pl, NULL, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e),
 		  &e, "pl.json: layer 0 ffn_in: 5 entries, the model has 128");
@@ -447,9 +450,9 @@ static void check_mismatch(void)
 	imagetest_codes(&M, &q, SF_CODES_SCALAR, 1u << SF_GROUP_ATTN_OUT);
 	CHECK_ERR(pack("bad.sfimg", NULL, &q, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), &e,
 		  "codes.sfq: no codes for layer 0 attn_in");
-	q.fingerprint[3] ^= 1;
+	q.fingerprint.shape[3] ^= 1;
 	CHECK_ERR(pack("bad.sfimg", NULL, &q, NULL, 0, SF_IMAGE_DTYPE_KEEP, &e), &e,
-		  "codes.sfq: codes of another model");
+		  "codes.sfq: codes of another model than ");
 	sf_sfq_close(&q);
 	image_path(path, sizeof(path), "bad.sfimg");
 	CHECK(stat(path, &st) && errno == ENOENT, "a refused pack left %s", path);
@@ -471,23 +474,31 @@ static void check_keep_file(void)
 
 	image_path(path, sizeof(path), "neurons.json");
 	f = fopen(path, "w");
-	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": \"%s\", "
-		"\"layers\": [{\"layer\": 1, \"neurons\": [0, 5, 383]}]}", M.fingerprint);
+	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 2, \"fingerprint\": \"%s\", "
+		"\"shape_fingerprint\": \"%s\", \"layers\": [{\"layer\": 1, \"neurons\": [0, 5, 383]}]}",
+		M.fingerprint.weights, M.fingerprint.shape);
 	fclose(f);
 	CHECK(!sf_image_keep_read(&k, path, &M, &e), "%s", e.msg);
 	CHECK(k.count[0] == 384 && k.count[1] == 3 && k.kept[384 + 5] && !k.kept[384 + 6], "keep");
 	sf_image_keep_free(&k);
 	f = fopen(path, "w");
-	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": \"%s\", "
-		"\"layers\": [{\"layer\": 2, \"neurons\": [0, 384]}]}", M.fingerprint);
+	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 2, \"fingerprint\": \"%s\", "
+		"\"shape_fingerprint\": \"%s\", \"layers\": [{\"layer\": 2, \"neurons\": [0, 384]}]}",
+		M.fingerprint.weights, M.fingerprint.shape);
 	fclose(f);
 	CHECK_ERR(sf_image_keep_read(&k, path, &M, &e), &e,
 		  "layer 2: neuron 384 is out of range: expected 0..383");
 	f = fopen(path, "w");
+	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 2, \"fingerprint\": "
+		"\"0123456789abcdef\", \"shape_fingerprint\": \"0123456789abcdef\", \"layers\": []}");
+	fclose(f);
+	CHECK_ERR(sf_image_keep_read(&k, path, &M, &e), &e, "neurons of another model than ");
+	f = fopen(path, "w");
 	fprintf(f, "{\"format\": \"sparseflash-neurons\", \"version\": 1, \"fingerprint\": "
 		"\"0123456789abcdef\", \"layers\": []}");
 	fclose(f);
-	CHECK_ERR(sf_image_keep_read(&k, path, &M, &e), &e, "neurons of another model");
+	CHECK_ERR(sf_image_keep_read(&k, path, &M, &e), &e, "neurons version 1, expected 2: made "
+		  "before fingerprints covered the weights; make it again");
 }
 
 int main(void)

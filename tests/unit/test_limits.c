@@ -15,6 +15,8 @@
 #include "formats/trace.h"
 #include "unit.h"
 
+static const struct sf_fingerprint FP = { "0123456789abcdef", "0123456789abcdef" };
+
 static char tmp[4096];
 
 /* A header describing 64 layers of 2^24 entries per group: 32 GiB of sums. */
@@ -28,7 +30,7 @@ static void trace_buffers(void)
 
 	for (int g = 0; g < SF_NGROUPS; g++)
 		entries[g] = SF_TRACE_MAX_ENTRIES;
-	int ret = sf_trace_info_init(&info, "0123456789abcdef", 64, entries, 0, 63,
+	int ret = sf_trace_info_init(&info, &FP, 64, entries, 0, 63,
 				     (1u << SF_NGROUPS) - 1, SF_TRACE_THRESHOLD, 0.5, NULL, &e);
 	CHECK(ret == 0, "info_init: %s", e.msg);
 	char *text = json_dumps(info.header, JSON_COMPACT);
@@ -82,7 +84,8 @@ static int calib_with(const char *n_layers, int listed, const char *k_top, struc
 		 "\"mid_bytes\": 4}, \"attn_out\": {\"entries\": 8, \"top_bytes\": 16, \"mid_bytes\": "
 		 "4}, \"ffn_in\": {\"entries\": 8, \"top_bytes\": 16, \"mid_bytes\": 4}, \"ffn_out\": "
 		 "{\"entries\": 8, \"top_bytes\": 16, \"mid_bytes\": 4}}");
-	at += (size_t)snprintf(doc + at, sizeof(doc) - at, "{\"fingerprint\": \"0123456789abcdef\", "
+	at += (size_t)snprintf(doc + at, sizeof(doc) - at, "{\"version\": 2, \"fingerprint\": \"0123456789abcdef\", "
+			       "\"shape_fingerprint\": \"0123456789abcdef\", "
 			       "\"method\": \"scalar\", \"n_layers\": %s, \"tokens\": 8, \"window\": "
 			       "8, \"groups\": %s, \"budgets\": [{\"budget\": 0.5, \"realised\": 0.5, "
 			       "\"layers\": [", n_layers, groups);

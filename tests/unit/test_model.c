@@ -13,10 +13,11 @@
 #include "formats/model.h"
 #include "unit.h"
 
-/* The fingerprint of models/mix4-1m. Pinned: a change to the fingerprint
- * text silently invalidates every stream made so far, so it must be
- * deliberate. */
-#define MIX4_1M_FINGERPRINT "330c4fda0ed5bf30"
+/* The fingerprints of models/mix4-1m. Pinned: a change to the fingerprint
+ * text or the sampled blocks silently invalidates every stream made so
+ * far, so it must be deliberate. */
+#define MIX4_1M_FINGERPRINT "330c4fda0ed5bf30"	/* shape */
+#define MIX4_1M_WEIGHTS "f99f1c420ae7a8cd"	/* weights */
 
 static char tmpdir[4096];
 static char model1[4096];	/* $SF_ROOT/models/mix4-1m */
@@ -76,9 +77,11 @@ static void check_bound(const struct sf_model *m, const char *what)
 		else
 			CHECK(!w->bq.data && !w->bk.data && !w->bv.data, "%s: layer %d biases bound", what, l);
 	}
-	CHECK(strlen(m->fingerprint) == SF_FINGERPRINT_LEN &&
-	      strspn(m->fingerprint, "0123456789abcdef") == SF_FINGERPRINT_LEN,
-	      "%s: fingerprint '%s'", what, m->fingerprint);
+	CHECK(strlen(m->fingerprint.shape) == SF_FINGERPRINT_LEN &&
+	      strspn(m->fingerprint.shape, "0123456789abcdef") == SF_FINGERPRINT_LEN &&
+	      strlen(m->fingerprint.weights) == SF_FINGERPRINT_LEN &&
+	      strspn(m->fingerprint.weights, "0123456789abcdef") == SF_FINGERPRINT_LEN,
+	      "%s: fingerprint '%s' '%s'", what, m->fingerprint.shape, m->fingerprint.weights);
 }
 
 // --- the real models
@@ -110,12 +113,15 @@ static void test_mix4(void)
 	CHECK(m.embed.dtype == SF_DTYPE_BF16 && m.layers[3].w_down.dtype == SF_DTYPE_BF16,
 	      "mix4-1m dtype");
 	CHECK(m.st.ntensors == 38, "mix4-1m: %zu tensors", m.st.ntensors);
-	CHECK(!strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "mix4-1m fingerprint %s, pinned %s",
-	      m.fingerprint, MIX4_1M_FINGERPRINT);
+	CHECK(!strcmp(m.fingerprint.shape, MIX4_1M_FINGERPRINT), "mix4-1m fingerprint %s, pinned %s",
+	      m.fingerprint.shape, MIX4_1M_FINGERPRINT);
+	CHECK(!strcmp(m.fingerprint.weights, MIX4_1M_WEIGHTS), "mix4-1m weights %s, pinned %s",
+	      m.fingerprint.weights, MIX4_1M_WEIGHTS);
 
 	/* Stable: a second open gives the same. */
 	ret = sf_model_open(&m2, model1, &e);
-	CHECK(ret == 0 && !strcmp(m.fingerprint, m2.fingerprint), "second open: %s", e.msg);
+	CHECK(ret == 0 && !memcmp(&m.fingerprint, &m2.fingerprint, sizeof(m.fingerprint)),
+	      "second open: %s", e.msg);
 	sf_model_close(&m2);
 
 	if (!shared) {
@@ -129,8 +135,9 @@ static void test_mix4(void)
 		ret = sf_model_open(&m2, p1, &e);
 		CHECK(ret == 0, "%s: %s", p1, e.msg);
 		if (!ret)
-			CHECK(!strcmp(m2.fingerprint, m.fingerprint), "shared mix4-1m fingerprint %s vs %s",
-			      m2.fingerprint, m.fingerprint);
+			CHECK(!memcmp(&m2.fingerprint, &m.fingerprint, sizeof(m.fingerprint)),
+			      "shared mix4-1m fingerprint %s vs %s", m2.fingerprint.weights,
+			      m.fingerprint.weights);
 		sf_model_close(&m2);
 	}
 	if (is_dir(p5)) {
@@ -143,8 +150,8 @@ static void test_mix4(void)
 			      c->n_heads == 8 && c->n_kv_heads == 4 && c->head_dim == 32 &&
 			      c->vocab_size == 1024 && c->tie_embeddings, "mix4-5m config");
 			check_bound(&m2, "mix4-5m");
-			CHECK(strcmp(m2.fingerprint, m.fingerprint), "mix4-5m and mix4-1m share %s",
-			      m.fingerprint);
+			CHECK(strcmp(m2.fingerprint.shape, m.fingerprint.shape), "mix4-5m and mix4-1m "
+			      "share %s", m.fingerprint.shape);
 		}
 		sf_model_close(&m2);
 	}
@@ -365,6 +372,54 @@ static const char *make_model(const char *name, json_t *cfg, const struct sf_ten
 	return dir;
 }
 
+/* One byte of a copy's tensor NAME changed at offset at: the shape
+ * fingerprint stays, the weights fingerprint changes when the byte is in a
+ * sampled block (sf-formats(5), FINGERPRINTS), and only then. */
+static void changed_byte(struct tensors *ts, const char *name, uint64_t at, int sampled)
+{
+	struct sf_tensor_out *o = find_out(ts, name), saved;
+	struct sf_model m;
+	struct sf_err e = { 0 };
+	char label[64];
+
+	if (!o)
+		return;
+	uint64_t n = o->shape[0] * (o->ndim > 1 ? o->shape[1] : 1) * sf_dtype_size(o->dtype);
+	unsigned char *b = malloc(n);
+	CHECK(b && at < n, "%s: %llu bytes", name, (unsigned long long)n);
+	if (!b || at >= n) {
+		free(b);
+		return;
+	}
+	memcpy(b, o->data, n);
+	b[at] ^= 0x01;
+	saved = *o;
+	o->data = b;
+	snprintf(label, sizeof(label), "changed-%llu", (unsigned long long)at);
+	const char *dir = make_model(label, base_config(), ts->t, ts->n);
+	int ret = sf_model_open(&m, dir, &e);
+	CHECK(ret == 0 && !strcmp(m.fingerprint.shape, MIX4_1M_FINGERPRINT), "%s byte %llu: %s",
+	      name, (unsigned long long)at, e.msg);
+	CHECK(ret || !strcmp(m.fingerprint.weights, MIX4_1M_WEIGHTS) == !sampled,
+	      "%s byte %llu: weights fingerprint %s, sampled %d", name, (unsigned long long)at,
+	      m.fingerprint.weights, sampled);
+	sf_model_close(&m);
+	*o = saved;
+	free(b);
+}
+
+static void test_changed_weight(struct tensors *ts)
+{
+	/* 32 KiB, whole; 96 KiB and 256 KiB, 16 blocks of 4 KiB at
+	 * i * floor((n - 4096) / 15): 6280 and 17203 bytes apart */
+	changed_byte(ts, "model.layers.2.self_attn.q_proj.weight", 20000, 1);
+	changed_byte(ts, "model.layers.3.mlp.down_proj.weight", 0, 1);
+	changed_byte(ts, "model.layers.3.mlp.down_proj.weight", 98303, 0);
+	changed_byte(ts, "model.embed_tokens.weight", 17203 + 4095, 1);
+	changed_byte(ts, "model.embed_tokens.weight", 17203 + 4096, 0);
+	changed_byte(ts, "model.norm.weight", 255, 1);
+}
+
 static void test_bad_models(void)
 {
 	struct tensors ts = { 0 };
@@ -381,8 +436,10 @@ static void test_bad_models(void)
 	/* An unchanged copy opens with the same fingerprint. */
 	dir = make_model("copy", base_config(), ts.t, ts.n);
 	ret = sf_model_open(&m, dir, &e);
-	CHECK(ret == 0 && !strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "copy: %d %s", ret, e.msg);
+	CHECK(ret == 0 && !strcmp(m.fingerprint.shape, MIX4_1M_FINGERPRINT) &&
+	      !strcmp(m.fingerprint.weights, MIX4_1M_WEIGHTS), "copy: %d %s", ret, e.msg);
 	sf_model_close(&m);
+	test_changed_weight(&ts);
 
 	dir = make_model("noconfig", NULL, ts.t, ts.n);
 	ret = sf_model_open(&m, dir, &e);
@@ -481,13 +538,13 @@ static void test_bad_models(void)
 	if (!ret) {
 		check_bound(&m, "untied");
 		CHECK(m.lm_head.data != m.embed.data && !m.cfg.tie_embeddings, "lm_head is embed");
-		CHECK(strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "untied fingerprint equals tied");
+		CHECK(strcmp(m.fingerprint.shape, MIX4_1M_FINGERPRINT), "untied fingerprint equals tied");
 	}
 	sf_model_close(&m);
 	dir = make_model("tiedhead", base_config(), ts.t, ts.n + 1);
 	ret = sf_model_open(&m, dir, &e);
 	CHECK(ret == 0 && m.lm_head.data == m.embed.data, "tied with lm_head: %s", e.msg);
-	snprintf(fp_tied, sizeof(fp_tied), "%s", m.fingerprint);
+	snprintf(fp_tied, sizeof(fp_tied), "%s", m.fingerprint.shape);
 	CHECK(!strcmp(fp_tied, MIX4_1M_FINGERPRINT), "tied + lm_head fingerprint %s", fp_tied);
 	sf_model_close(&m);
 
@@ -510,7 +567,7 @@ static void test_bad_models(void)
 		ret = sf_model_open(&m, dir, &e);
 		CHECK(ret == 0 && m.embed.dtype == SF_DTYPE_F32 && m.lm_head.dtype == SF_DTYPE_F32 &&
 		      m.layers[0].wq.dtype == SF_DTYPE_BF16, "mixed dtypes: %s", e.msg);
-		CHECK(ret || strcmp(m.fingerprint, MIX4_1M_FINGERPRINT), "dtype not in fingerprint");
+		CHECK(ret || strcmp(m.fingerprint.shape, MIX4_1M_FINGERPRINT), "dtype not in fingerprint");
 		sf_model_close(&m);
 		*o = saved;
 		free(f);

@@ -16,6 +16,7 @@
 static uint64_t seed = 42;
 static const char *tmp;
 static const char *FP = "0123456789abcdef";
+static const struct sf_fingerprint FPS = { "0123456789abcdef", "0123456789abcdef" };
 
 static uint32_t urand(uint32_t n)
 {
@@ -115,7 +116,7 @@ static void make_scores(struct sf_scores *s, int is_task, int n_layers, const ui
 			unsigned groups)
 {
 	memset(s, 0, sizeof(*s));
-	memcpy(s->fingerprint, FP, SF_FINGERPRINT_LEN + 1);
+	s->fingerprint = FPS;
 	s->is_task = is_task;
 	s->task = is_task ? strdup("kjv") : NULL;
 	s->slots = calloc((size_t)n_layers * SF_NGROUPS, sizeof(*s->slots));
@@ -170,10 +171,11 @@ static void test_load_plan(void)
 	      "no scores");
 	CHECK(sf_select_load_plan(&l, &cfg, &task, "t.json", NULL, NULL, 1.5, 0.3, &e) == -EINVAL,
 	      "gamma 1.5");
-	memcpy(model.fingerprint, "fedcba9876543210", SF_FINGERPRINT_LEN + 1);
+	memcpy(model.fingerprint.weights, "fedcba9876543210", SF_FINGERPRINT_LEN + 1);
 	CHECK(sf_select_load_plan(&l, &cfg, &task, "t.json", &model, "m.json", 0.7, 0.3, &e) ==
-	      SF_EMISMATCH && !strcmp(e.msg, "m.json: model fingerprint fedcba9876543210 differs "
-				      "from t.json's 0123456789abcdef"), "fingerprints: %s", e.msg);
+	      SF_EMISMATCH && !strcmp(e.msg, "m.json: scores of a look-alike of t.json (same shapes, "
+				      "other weights): fingerprint fedcba9876543210, expected "
+				      "0123456789abcdef"), "fingerprints: %s", e.msg);
 	cfg.hidden_dim = 95;
 	CHECK(sf_select_load_plan(&l, &cfg, &task, "t.json", NULL, NULL, 0.7, 0.3, &e) ==
 	      SF_EMISMATCH && !strcmp(e.msg, "t.json: layer 0 ffn_out: 96 entries, the model's 95"),
@@ -182,7 +184,7 @@ static void test_load_plan(void)
 
 	/* neurons file: ffn_out layers, the gamma prefix ascending */
 	json_t *doc = NULL;
-	memcpy(model.fingerprint, FP, SF_FINGERPRINT_LEN + 1);
+	model.fingerprint = FPS;
 	CHECK(sf_select_neurons_json(&doc, &task, "t.json", &model, "m.json", 0.5, 0.25, NULL, &e)
 	      == 0, "%s", e.msg);
 	json_t *layers = json_object_get(doc, "layers");
@@ -494,8 +496,8 @@ static char *valid_text(const char *fp, const char *ffn_scores, const char *extr
 {
 	static char buf[4096];
 	snprintf(buf, sizeof(buf),
-		 "{\"format\": \"sparseflash-scores\", \"version\": 1, \"fingerprint\": \"%s\", "
-		 "\"kind\": \"task\", \"task\": \"kjv\", \"selection\": {\"density\": 0.5}, "
+		 "{\"format\": \"sparseflash-scores\", \"version\": 2, \"fingerprint\": \"%s\", "
+		 "\"shape_fingerprint\": \"%s\", \"kind\": \"task\", \"task\": \"kjv\", \"selection\": {\"density\": 0.5}, "
 		 "\"slots\": ["
 		 "{\"layer\": 0, \"group\": \"attn_in\", \"entries\": 2, \"tokens\": 4, "
 		 "\"tasks\": {\"kjv\": 4}, \"scores\": [0.5, 1], \"frequency\": [0.25, 1]},"
@@ -503,7 +505,7 @@ static char *valid_text(const char *fp, const char *ffn_scores, const char *extr
 		 "\"tasks\": {\"kjv\": 4}, \"scores\": %s, \"frequency\": [0, 0.5, 1]},"
 		 "{\"layer\": 0, \"group\": \"ffn_out\", \"entries\": 3, \"tokens\": 4, "
 		 "\"tasks\": {\"kjv\": 4}, \"scores\": [3, 2, 1], \"frequency\": [0, 0.5, 1]}%s]}",
-		 fp, ffn_scores, extra);
+		 fp, fp, ffn_scores, extra);
 	return buf;
 }
 
@@ -514,7 +516,7 @@ static void expect_error(const char *name, const char *text, const struct sf_con
 	struct sf_err e = { 0 };
 	const char *path = write_file(name, text);
 	char want[SF_ERR_MAX + 4200];
-	int ret = sf_scores_read(&s, path, FP, cfg, &e);
+	int ret = sf_scores_read(&s, path, &FPS, "m.sfimg", cfg, &e);
 
 	snprintf(want, sizeof(want), "%s: %s", path, msg_tail);
 	CHECK(ret == code, "%s: returned %d, expected %d (%s)", name, ret, code, e.msg);
@@ -531,7 +533,7 @@ static void test_reader(void)
 	struct sf_err e = { 0 };
 	const char *path = write_file("ok.json", valid_text(FP, "[0, 0.25, 7]", ""));
 
-	CHECK(sf_scores_read(&s, path, FP, &cfg, &e) == 0, "valid: %s", e.msg);
+	CHECK(sf_scores_read(&s, path, &FPS, "m.sfimg", &cfg, &e) == 0, "valid: %s", e.msg);
 	CHECK(s.is_task && s.task && !strcmp(s.task, "kjv") && s.nslots == 3, "valid: header");
 	const struct sf_scores_slot *sl = sf_scores_find(&s, 1, SF_GROUP_FFN_OUT);
 	CHECK(sl && sl->entries == 3 && sl->tokens == 4 && sl->score[2] == 7 && sl->freq[1] == 0.5,
@@ -541,12 +543,12 @@ static void test_reader(void)
 	CHECK(!sf_scores_find(&s, 1, SF_GROUP_ATTN_OUT), "absent slot");
 	sf_scores_free(&s);
 	sf_scores_free(&s);
-	CHECK(sf_scores_read(&s, path, NULL, NULL, &e) == 0, "no model to check: %s", e.msg);
+	CHECK(sf_scores_read(&s, path, NULL, NULL, NULL, &e) == 0, "no model to check: %s", e.msg);
 	sf_scores_free(&s);
 
 	expect_error("fp.json", valid_text("fedcba9876543210", "[0, 0, 0]", ""), &cfg,
-		     SF_EMISMATCH, "scores of another model: fingerprint fedcba9876543210, the "
-		     "model's is 0123456789abcdef");
+		     SF_EMISMATCH, "scores of another model than m.sfimg: shape fingerprint "
+		     "fedcba9876543210, expected 0123456789abcdef");
 	char *t = valid_text(FP, "[0, 0, 0]", "");
 	t[strlen(t) / 2] = '\0';
 	expect_error("truncated.json", t, &cfg, SF_EFORMAT, "");
@@ -576,19 +578,24 @@ static void test_reader(void)
 	expect_error("format.json", "{\"format\": \"sparseflash-neurons\"}", &cfg, SF_EFORMAT,
 		     "\"format\" is not \"sparseflash-scores\"");
 	expect_error("array.json", "[1, 2]", &cfg, SF_EFORMAT, "not a JSON object");
-	expect_error("version.json", "{\"format\": \"sparseflash-scores\", \"version\": 2}", &cfg,
-		     SF_EUNSUPPORTED, "\"version\" is not 1");
-	expect_error("noslots.json", "{\"format\": \"sparseflash-scores\", \"version\": 1, "
-		     "\"fingerprint\": \"0123456789abcdef\", \"kind\": \"model\", \"slots\": []}",
+	expect_error("version.json", "{\"format\": \"sparseflash-scores\", \"version\": 3}", &cfg,
+		     SF_EUNSUPPORTED, "scores version 3, expected 2");
+	expect_error("version1.json", "{\"format\": \"sparseflash-scores\", \"version\": 1}", &cfg,
+		     SF_EUNSUPPORTED, "scores version 1, expected 2: made before fingerprints covered "
+		     "the weights; make it again");
+	expect_error("noslots.json", "{\"format\": \"sparseflash-scores\", \"version\": 2, "
+		     "\"fingerprint\": \"0123456789abcdef\", \"shape_fingerprint\": "
+		     "\"0123456789abcdef\", \"kind\": \"model\", \"slots\": []}",
 		     &cfg, SF_EFORMAT, "\"slots\" is not a non-empty array");
-	expect_error("kind.json", "{\"format\": \"sparseflash-scores\", \"version\": 1, "
-		     "\"fingerprint\": \"0123456789abcdef\", \"kind\": \"mix\", \"slots\": []}",
+	expect_error("kind.json", "{\"format\": \"sparseflash-scores\", \"version\": 2, "
+		     "\"fingerprint\": \"0123456789abcdef\", \"shape_fingerprint\": "
+		     "\"0123456789abcdef\", \"kind\": \"mix\", \"slots\": []}",
 		     &cfg, SF_EFORMAT, "\"kind\" is not \"task\" or \"model\"");
 	expect_error("group.json", valid_text(FP, "[0, 0, 0]", ", {\"layer\": 1, \"group\": "
 		     "\"mlp\", \"entries\": 2}"), &cfg, SF_EFORMAT,
 		     "slots[3]: \"group\" is not attn_in, attn_out, ffn_in or ffn_out");
 
-	CHECK(sf_scores_read(&s, "/nonexistent/x.json", FP, &cfg, &e) == -ENOENT,
+	CHECK(sf_scores_read(&s, "/nonexistent/x.json", &FPS, "m.sfimg", &cfg, &e) == -ENOENT,
 	      "missing file: %s", e.msg);
 }
 

@@ -18,6 +18,9 @@
 #include "offline/profile.h"
 #include "unit.h"
 
+static const struct sf_fingerprint FP1 = { "0123456789abcdef", "0123456789abcdef" },
+				   FP2 = { "00112233aabbccdd", "00112233aabbccdd" };
+
 static uint64_t rng = 88172645463325252ull;
 
 static uint64_t next_rand(void)
@@ -131,14 +134,14 @@ static void test_info_errors(void)
 	struct sf_trace_info info;
 	struct sf_err e = { 0 };
 
-	CHECK(sf_trace_info_init(&info, "0123456789abcdef", 4, entries, 0, 3, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 3, 15,
 				 SF_TRACE_DENSITY, 1.5, NULL, &e) == -EINVAL,
 	      "density 1.5 accepted");
 	CHECK(strcmp(e.msg, "trace: density 1.5: expected a value in (0, 1]") == 0, "%s", e.msg);
-	CHECK(sf_trace_info_init(&info, "0123456789abcdef", 4, entries, 0, 3, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 3, 15,
 				 SF_TRACE_DENSITY, 0.001, NULL, &e) == -EINVAL,
 	      "density selecting nothing accepted");
-	CHECK(sf_trace_info_init(&info, "0123456789abcdef", 4, entries, 2, 4, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 2, 4, 15,
 				 SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL, "layer 4 of 4 accepted");
 }
 
@@ -151,7 +154,7 @@ static int write_random(const char *path, double density, int ntok, uint64_t **r
 	struct sf_err e = { 0 };
 	struct sf_trace_writer *w = NULL;
 	FILE *f = fopen(path, "wb");
-	int ret = sf_trace_info_init(info, "00112233aabbccdd", 3, entries, 1, 2, 0xb,
+	int ret = sf_trace_info_init(info, &FP2, 3, entries, 1, 2, 0xb,
 				     SF_TRACE_DENSITY, density, NULL, &e);
 	CHECK(ret == 0, "info: %s", e.msg);
 	if (ret || !f || (ret = sf_trace_writer_open(&w, f, path, info, &e))) {
@@ -263,7 +266,7 @@ static void test_record(const char *tmp)
 		size_t stride = 0, nent = 0;
 		snprintf(path, sizeof(path), "%s/record-%s.sft", tmp, isa);
 		FILE *f = fopen(path, "wb");
-		int ret = sf_trace_info_init(&info, "00112233aabbccdd", 3, entries, 0, 2, 0xf,
+		int ret = sf_trace_info_init(&info, &FP2, 3, entries, 0, 2, 0xf,
 					     SF_TRACE_DENSITY, 0.3, NULL, &e);
 		ret = ret ? ret : sf_trace_writer_open(&w, f, path, &info, &e);
 		ret = ret ? ret : sf_profile_open(&p, w, NULL, &e);
@@ -437,7 +440,7 @@ static void test_model(const char *root, const char *path, int nthreads)
 	}
 	sf_trace_model_entries(&m.cfg, entries);
 	/* layers 1-3, three groups: the observer must skip what is not recorded */
-	int ret = sf_trace_info_init(&info, m.fingerprint, m.cfg.n_layers, entries, 1, 3, 0xd,
+	int ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, 1, 3, 0xd,
 				     SF_TRACE_DENSITY, 0.25, NULL, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	ret = ret ? ret : sf_state_init(&st, &m.cfg, CTX, &e);

@@ -9,6 +9,20 @@
 #include <stdint.h>
 #include <string.h>
 
+#define SF_FNV64_BASIS 0xcbf29ce484222325ull	/* FNV-1a's offset basis */
+
+/* 64-bit FNV-1a (prime 0x100000001b3) continued from h over n bytes; start
+ * from SF_FNV64_BASIS. The fingerprints (formats/model.h) and the .sfq
+ * checksums of sf-encode --info. */
+static inline uint64_t sf_fnv64(uint64_t h, const void *p, uint64_t n)
+{
+	const unsigned char *b = p;
+
+	for (uint64_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 static inline void sf_put_le16(unsigned char *p, uint16_t v)
 {
 	p[0] = (unsigned char)v;

@@ -72,8 +72,8 @@ int sf_calib_write(const struct sf_calib *C, const char *path, const char *const
 	int ret = 0;
 
 	json_object_set_new(root, "format", json_string("sparseflash calib"));
-	json_object_set_new(root, "version", json_integer(1));
-	json_object_set_new(root, "fingerprint", json_string(C->fingerprint));
+	json_object_set_new(root, "version", json_integer(SF_CALIB_VERSION));
+	sf_fingerprint_put(root, &C->fingerprint);
 	json_object_set_new(root, "method", json_string(sf_codes_method_name(C->method)));
 	json_object_set(root, "producer", C->producer ? C->producer : json_null());
 	json_object_set_new(root, "tokens", json_integer((json_int_t)C->tokens));
@@ -172,7 +172,7 @@ static int load_part_layers(struct sf_calib *C, json_t *pl, const char *path, si
 
 static int load(struct sf_calib *C, const char *path, int allow_part, struct sf_err *e)
 {
-	json_t *root, *fp, *me, *groups, *budgets, *pl;
+	json_t *root, *ver, *me, *groups, *budgets, *pl;
 	size_t held;
 	double v;
 	int ret;
@@ -180,16 +180,17 @@ static int load(struct sf_calib *C, const char *path, int allow_part, struct sf_
 	memset(C, 0, sizeof(*C));
 	if ((ret = sf_json_load(&root, path, SF_CALIB_MAX_FILE, e)))
 		return ret;
-	fp = json_object_get(root, "fingerprint");
 	me = json_object_get(root, "method");
 	groups = json_object_get(root, "groups");
 	budgets = json_object_get(root, "budgets");
-	if (!json_is_string(fp) || strlen(json_string_value(fp)) != SF_FINGERPRINT_LEN) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: \"fingerprint\" is not %d hex digits", path,
-				 SF_FINGERPRINT_LEN);
+	ver = json_object_get(root, "version");
+	if (!json_is_integer(ver) || json_integer_value(ver) != SF_CALIB_VERSION) {
+		ret = sf_fingerprint_version(path, "calib.json", json_integer_value(ver),
+					     SF_CALIB_VERSION, e);
 		goto out;
 	}
-	memcpy(C->fingerprint, json_string_value(fp), SF_FINGERPRINT_LEN + 1);
+	if ((ret = sf_fingerprint_parse(&C->fingerprint, root, path, e)))
+		goto out;
 	if (!json_is_string(me) || sf_codes_method_parse(json_string_value(me), &C->method)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: unknown method", path);
 		goto out;
@@ -364,7 +365,8 @@ int sf_calib_merge(struct sf_calib *C, const struct sf_calib *parts, size_t n,
 					 "(sf-encode --calibrate --layers)", names[i]);
 			goto out;
 		}
-		if (strcmp(Q->fingerprint, P->fingerprint) || Q->method != P->method ||
+		if (memcmp(&Q->fingerprint, &P->fingerprint, sizeof(P->fingerprint)) ||
+		    Q->method != P->method ||
 		    Q->n_layers != P->n_layers || memcmp(Q->sizes, P->sizes, sizeof(P->sizes))) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: another model or code method than %s",
 					 names[i], names[0]);
@@ -391,7 +393,7 @@ int sf_calib_merge(struct sf_calib *C, const struct sf_calib *parts, size_t n,
 					goto out;
 				}
 	}
-	memcpy(C->fingerprint, P->fingerprint, sizeof(C->fingerprint));
+	C->fingerprint = P->fingerprint;
 	C->method = P->method;
 	C->n_layers = P->n_layers;
 	memcpy(C->sizes, P->sizes, sizeof(C->sizes));

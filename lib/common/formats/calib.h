@@ -52,8 +52,10 @@ struct sf_calib_layer {
 	struct sf_calib_group g[SF_NGROUPS];
 };
 
+#define SF_CALIB_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
+
 struct sf_calib {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	enum sf_code_method method;
 	int n_layers;
 	struct sf_calib_sizes sizes[SF_NGROUPS];	/* the same in every layer */

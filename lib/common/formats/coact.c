@@ -222,8 +222,9 @@ int sf_coact_write(const struct sf_coact *c, FILE *f, const char *name, json_t *
 	}
 	if (!slots)
 		goto nomem;
-	h = json_pack("{s:s, s:i, s:s, s:i, s:o, s:o, s:O, s:O}", "format", "sparseflash-coact",
-		      "version", SF_COACT_VERSION, "fingerprint", c->fingerprint, "n_layers",
+	h = json_pack("{s:s, s:i, s:s, s:s, s:i, s:o, s:o, s:O, s:O}", "format",
+		      "sparseflash-coact", "version", SF_COACT_VERSION, "fingerprint",
+		      c->fingerprint.weights, "shape_fingerprint", c->fingerprint.shape, "n_layers",
 		      c->n_layers, "entries", entries_json(c->entries), "selection",
 		      sf_trace_selection_json(c->select, c->value), "slots", slots, "sources",
 		      c->sources ? c->sources : json_null());
@@ -280,7 +281,7 @@ struct file_slot {
 struct sf_coact_file {
 	struct sf_stream in;
 	json_t *header;
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	int n_layers;
 	uint32_t entries[SF_NGROUPS];
 	enum sf_trace_select select;
@@ -305,12 +306,9 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 	if (!json_is_string(v) || strcmp(json_string_value(v), "sparseflash-coact") != 0)
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not "
 				  "\"sparseflash-coact\"", name);
-	v = json_object_get(h, "fingerprint");
-	if (!json_is_string(v) || strlen(json_string_value(v)) != SF_FINGERPRINT_LEN)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" missing or not %d "
-				  "hex digits", name, SF_FINGERPRINT_LEN);
-	memcpy(f->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
 	snprintf(where, sizeof(where), "%s: header", name);
+	if ((ret = sf_fingerprint_parse(&f->fingerprint, h, where, e)))
+		return ret;
 	if ((ret = sf_json_int(h, "n_layers", 1, SF_TRACE_MAX_LAYERS, &x, where, e)))
 		return ret;
 	f->n_layers = (int)x;
@@ -417,9 +415,11 @@ void sf_coact_file_close(struct sf_coact_file *f)
 static int check_file(const struct sf_coact *c, const struct sf_coact_file *f,
 		      struct sf_err *e)
 {
-	if (strcmp(f->fingerprint, c->fingerprint) != 0)
-		return sf_err_set(e, SF_EMISMATCH, "%s: model fingerprint %s differs from %s's %s",
-				  f->in.name, f->fingerprint, c->first, c->fingerprint);
+	int ret = sf_fingerprint_check(&f->fingerprint, f->in.name, "counts", &c->fingerprint,
+				       c->first, e);
+
+	if (ret)
+		return ret;
 	if (f->n_layers != c->n_layers || memcmp(f->entries, c->entries, sizeof(c->entries)))
 		return sf_err_set(e, SF_EMISMATCH, "%s: model shape differs from %s's", f->in.name,
 				  c->first);
@@ -437,7 +437,7 @@ int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int 
 	int ret;
 
 	memset(c, 0, sizeof(*c));
-	memcpy(c->fingerprint, f[0]->fingerprint, sizeof(c->fingerprint));
+	c->fingerprint = f[0]->fingerprint;
 	c->n_layers = f[0]->n_layers;
 	memcpy(c->entries, f[0]->entries, sizeof(c->entries));
 	c->select = f[0]->select;
@@ -645,6 +645,7 @@ json_t *sf_coact_info_json(const struct sf_coact *c)
 			sl->tasks, "mean_density", denom > 0 ? (double)active / denom : 0.0,
 			"over_half", (double)over / sl->entries, "crc", crc));
 	}
-	return json_pack("{s:s, s:o, s:o}", "fingerprint", c->fingerprint, "selection",
+	return json_pack("{s:s, s:s, s:o, s:o}", "fingerprint", c->fingerprint.weights,
+			 "shape_fingerprint", c->fingerprint.shape, "selection",
 			 sf_trace_selection_json(c->select, c->value), "slots", slots);
 }

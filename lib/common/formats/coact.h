@@ -16,7 +16,7 @@
 #include "formats/trace.h"
 
 #define SF_COACT_MAGIC "SFCOACT"	/* 8 bytes with its NUL */
-#define SF_COACT_VERSION 1
+#define SF_COACT_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
 #define SF_COACT_MAX_HEADER (64u << 20)
 /* Tokens transposed into per-entry bit vectors before one pair pass. */
 #define SF_COACT_BLOCK_TOKENS 4096
@@ -38,7 +38,7 @@ struct sf_coact_slot {
 };
 
 struct sf_coact {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	int n_layers;
 	uint32_t entries[SF_NGROUPS];
 	enum sf_trace_select select;

@@ -162,20 +162,7 @@ const struct sf_sfq_section *sf_sfq_find(const struct sf_sfq *q, int layer, enum
 int sf_sfq_check_model(const struct sf_sfq *q, const char *path, const struct sf_model *m,
 		       struct sf_err *e)
 {
-	if (strcmp(q->fingerprint, m->fingerprint) != 0)
-		return sf_err_set(e, SF_EMISMATCH,
-				  "%s: codes of another model: fingerprint %s, the model's is %s",
-				  path, q->fingerprint, m->fingerprint);
-	return 0;
-}
-
-uint64_t sf_sfq_fnv64(const void *p, uint64_t n)
-{
-	const uint8_t *b = p;
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (uint64_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 0x100000001b3ull;
-	return h;
+	return sf_fingerprint_check(&q->fingerprint, path, "codes", &m->fingerprint, m->source, e);
 }
 
 static uint64_t align_up(uint64_t v)
@@ -392,15 +379,8 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 	}
 	uint32_t version = sf_get_le32(d + 8), flags = sf_get_le32(d + 12);
 	uint64_t hlen = sf_get_le64(d + 16);
-	if (version == 1) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: version 1, expected %d: codes without "
-				 "checksums, from before they were added; encode them again", path,
-				 SF_SFQ_VERSION);
-		goto out;
-	}
 	if (version != SF_SFQ_VERSION) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: version %u, expected %d", path, version,
-				 SF_SFQ_VERSION);
+		ret = sf_fingerprint_version(path, "codes", version, SF_SFQ_VERSION, e);
 		goto out;
 	}
 	if (flags != 0) {
@@ -421,14 +401,9 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e)
 	uint64_t data_start = align_up(PREFIX_BYTES + hlen + CRC_BYTES);
 	uint64_t data_size = size > data_start ? size - data_start : 0;
 
-	json_t *fp = json_object_get(h, "fingerprint"), *me = json_object_get(h, "method");
-	if (!json_is_string(fp) || strlen(json_string_value(fp)) != SF_FINGERPRINT_LEN ||
-	    strspn(json_string_value(fp), "0123456789abcdef") != SF_FINGERPRINT_LEN) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" is not %d hex digits",
-				 path, SF_FINGERPRINT_LEN);
+	json_t *me = json_object_get(h, "method");
+	if ((ret = sf_fingerprint_parse(&q->fingerprint, h, where, e)))
 		goto out;
-	}
-	memcpy(q->fingerprint, json_string_value(fp), SF_FINGERPRINT_LEN + 1);
 	if (!json_is_string(me) || sf_codes_method_parse(json_string_value(me), &q->method)) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: header: unknown method %s", path,
 				 json_is_string(me) ? json_string_value(me) : "(missing)");
@@ -544,7 +519,7 @@ static json_t *header_json(const struct sf_sfq *d, const uint64_t *offsets)
 			       (json_int_t)CODEBOOK_BYTES, "dtype", "F32", "entries",
 			       (json_int_t)SF_TRELLIS_CODEBOOK);
 	json_object_set_new(h, "format", json_string("sparseflash codes"));
-	json_object_set_new(h, "fingerprint", json_string(d->fingerprint));
+	sf_fingerprint_put(h, &d->fingerprint);
 	json_object_set_new(h, "method", json_string(sf_codes_method_name(d->method)));
 	json_object_set_new(h, "seed", json_integer((json_int_t)d->seed));
 	json_object_set_new(h, "scale_dtype", json_string("F16"));
@@ -743,12 +718,9 @@ int sf_sfq_merge(const char *path, const char *const *inputs, size_t n, json_t *
 		if ((ret = sf_sfq_open(a, inputs[i], e)))
 			goto out;
 		opened++;	/* closed at out, whatever is refused below */
-		if (i && strcmp(a->fingerprint, f->fingerprint) != 0) {
-			ret = sf_err_set(e, SF_EMISMATCH, "%s: codes of another model: fingerprint %s,"
-					 " %s has %s", inputs[i], a->fingerprint, inputs[0],
-					 f->fingerprint);
+		if (i && (ret = sf_fingerprint_check(&a->fingerprint, inputs[i], "codes",
+						     &f->fingerprint, inputs[0], e)))
 			goto out;
-		}
 		if (i && (a->method != f->method || a->seed != f->seed ||
 			  (a->codebook && memcmp(a->codebook, f->codebook, CODEBOOK_BYTES) != 0))) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: %s codes with seed %" PRIu64 ", %s has "
@@ -777,7 +749,7 @@ int sf_sfq_merge(const char *path, const char *const *inputs, size_t n, json_t *
 		}
 		out.sections[i] = *src[i].sec;
 	}
-	memcpy(out.fingerprint, in[0].fingerprint, sizeof(out.fingerprint));
+	out.fingerprint = in[0].fingerprint;
 	out.method = in[0].method;
 	out.seed = in[0].seed;
 	out.shape = in[0].shape;
@@ -806,20 +778,20 @@ out:
 json_t *sf_sfq_info_json(const struct sf_sfq *q)
 {
 	json_t *o = json_object(), *secs = json_array();
-	json_object_set_new(o, "fingerprint", json_string(q->fingerprint));
+	sf_fingerprint_put(o, &q->fingerprint);
 	json_object_set_new(o, "method", json_string(sf_codes_method_name(q->method)));
 	json_object_set_new(o, "seed", json_integer((json_int_t)q->seed));
 	json_object_set(o, "producer", q->producer ? q->producer : json_null());
 	if (q->codebook) {
 		char hex[17];
 		snprintf(hex, sizeof(hex), "%016" PRIx64,
-			 sf_sfq_fnv64(q->codebook, CODEBOOK_BYTES));
+			 sf_fnv64(SF_FNV64_BASIS, q->codebook, CODEBOOK_BYTES));
 		json_object_set_new(o, "codebook_fnv64", json_string(hex));
 	}
 	for (size_t i = 0; i < q->nsections; i++) {
 		const struct sf_sfq_section *s = &q->sections[i];
 		char hex[17];
-		snprintf(hex, sizeof(hex), "%016" PRIx64, sf_sfq_fnv64(s->data, s->bytes));
+		snprintf(hex, sizeof(hex), "%016" PRIx64, sf_fnv64(SF_FNV64_BASIS, s->data, s->bytes));
 		json_array_append_new(secs, json_pack("{s:i,s:s,s:I,s:I,s:s}", "layer", s->layer,
 						      "group", sf_group_name(s->group), "entries",
 						      (json_int_t)s->entries, "bytes",

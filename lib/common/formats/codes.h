@@ -86,7 +86,8 @@ struct sf_codes_view {
 // .sfq files
 
 #define SF_SFQ_MAGIC "SFQCODES"
-#define SF_SFQ_VERSION 2	/* 2: a CRC-32C after the header, the codebook and each section */
+#define SF_SFQ_VERSION 3	/* 2: a CRC-32C after the header, the codebook and each section;
+				 * 3: fingerprint of the weights, shape_fingerprint */
 #define SF_SFQ_ALIGN 4096
 #define SF_SFQ_MAX_HEADER ((uint64_t)64 << 20)
 
@@ -114,7 +115,7 @@ struct sf_sfq_shape {
 };
 
 struct sf_sfq {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	enum sf_code_method method;
 	uint64_t seed;			/* of the trellis codebook */
 	struct sf_sfq_shape shape;
@@ -146,7 +147,8 @@ int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e);
 void sf_sfq_close(struct sf_sfq *q);	/* accepts a zeroed q */
 /* NULL when the file holds no codes for (layer, g). */
 const struct sf_sfq_section *sf_sfq_find(const struct sf_sfq *q, int layer, enum sf_group g);
-/* SF_EMISMATCH (naming path) when q's fingerprint is not the model's. */
+/* SF_EMISMATCH (naming path and the model's file) when q's fingerprint is
+ * not the model's. */
 int sf_sfq_check_model(const struct sf_sfq *q, const char *path, const struct sf_model *m,
 		       struct sf_err *e);
 /* The view of matrix i of a section. */
@@ -178,8 +180,5 @@ int sf_sfq_merge(const char *path, const char *const *inputs, size_t n, json_t *
 /* A summary for sf-encode --info: fingerprint, method, seed, producer, and
  * per section layer, group, entries, bytes and the FNV-1a checksum. */
 json_t *sf_sfq_info_json(const struct sf_sfq *q);
-
-/* 64-bit FNV-1a of a byte range: the section checksums --info prints. */
-uint64_t sf_sfq_fnv64(const void *p, uint64_t n);
 
 #endif

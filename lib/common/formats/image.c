@@ -20,8 +20,6 @@
 #include "base/vocab.h"
 
 #define FORMAT_NAME "sparseflash-image"
-#define KEEP_FORMAT "sparseflash-neurons"
-#define KEEP_VERSION 1
 #define TEXT_MAX ((uint64_t)256 << 20)	/* config and tokenizer files copied */
 #define WBUF (4u << 20)			/* write buffer */
 #define MAX_REGIONS (3 + 2 * SF_NGROUPS * 4096)
@@ -89,22 +87,21 @@ int sf_image_keep_read(struct sf_image_keep *k, const char *path, const struct s
 		goto out;
 	}
 	v = json_object_get(root, "format");
-	if (!json_is_string(v) || strcmp(json_string_value(v), KEEP_FORMAT)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: \"format\" is not \"%s\"", path, KEEP_FORMAT);
+	if (!json_is_string(v) || strcmp(json_string_value(v), SF_IMAGE_KEEP_FORMAT)) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: \"format\" is not \"%s\"", path,
+				 SF_IMAGE_KEEP_FORMAT);
 		goto out;
 	}
 	v = json_object_get(root, "version");
-	if (!json_is_integer(v) || json_integer_value(v) != KEEP_VERSION) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: \"version\" is not %d", path, KEEP_VERSION);
+	if (!json_is_integer(v) || json_integer_value(v) != SF_IMAGE_KEEP_VERSION) {
+		ret = sf_fingerprint_version(path, "neurons", json_integer_value(v),
+					     SF_IMAGE_KEEP_VERSION, e);
 		goto out;
 	}
-	v = json_object_get(root, "fingerprint");
-	if (!json_is_string(v) || strcmp(json_string_value(v), m->fingerprint)) {
-		ret = sf_err_set(e, SF_EMISMATCH, "%s: neurons of another model: fingerprint %s, the model's is %s",
-				 path, json_is_string(v) ? json_string_value(v) : "(missing)",
-				 m->fingerprint);
+	struct sf_fingerprint fp;
+	if ((ret = sf_fingerprint_parse(&fp, root, path, e)) ||
+	    (ret = sf_fingerprint_check(&fp, path, "neurons", &m->fingerprint, m->source, e)))
 		goto out;
-	}
 	layers = json_object_get(root, "layers");
 	if (!json_is_array(layers)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: \"layers\" is not an array", path);
@@ -418,27 +415,25 @@ static int check_inputs(const struct sf_image_pack_opts *o, struct sf_err *e)
 {
 	const struct sf_model *m = o->model;
 
-	if (o->placement && strcmp(o->placement->fingerprint, m->fingerprint))
-		return sf_err_set(e, SF_EMISMATCH,
-				  "%s: placement of another model: fingerprint %s, the model's is %s",
-				  o->placement_path, o->placement->fingerprint, m->fingerprint);
+	int ret;
+
+	if (o->placement && (ret = sf_fingerprint_check(&o->placement->fingerprint,
+							o->placement_path, "placement",
+							&m->fingerprint, m->source, e)))
+		return ret;
 	if (o->placement)
 		for (int i = 0; i < o->placement->ngroups; i++)
 			if (o->placement->groups[i].layer >= m->cfg.n_layers)
 				return sf_err_set(e, SF_EMISMATCH, "%s: layer %d: the model has %d layers",
 						  o->placement_path, o->placement->groups[i].layer,
 						  m->cfg.n_layers);
-	if (o->codes) {
-		int ret = sf_sfq_check_model(o->codes, o->codes_path, m, e);
-		if (ret)
-			return ret;
-	}
+	if (o->codes && (ret = sf_sfq_check_model(o->codes, o->codes_path, m, e)))
+		return ret;
 	if (o->calib) {
 		const struct sf_calib *c = o->calib;
-		if (strcmp(c->fingerprint, m->fingerprint))
-			return sf_err_set(e, SF_EMISMATCH,
-					  "%s: tier sizes of another model: fingerprint %s, the model's is %s",
-					  o->calib_path, c->fingerprint, m->fingerprint);
+		if ((ret = sf_fingerprint_check(&c->fingerprint, o->calib_path, "tier sizes",
+						&m->fingerprint, m->source, e)))
+			return ret;
 		if (c->n_layers != m->cfg.n_layers)
 			return sf_err_set(e, SF_EMISMATCH, "%s: %d layers, the model has %d",
 					  o->calib_path, c->n_layers, m->cfg.n_layers);
@@ -538,7 +533,7 @@ static json_t *header_json(const struct plan *p)
 
 	json_object_set_new(h, "format", json_string(FORMAT_NAME));
 	json_object_set_new(h, "version", json_integer(SF_IMAGE_VERSION));
-	json_object_set_new(h, "fingerprint", json_string(o->model->fingerprint));
+	sf_fingerprint_put(h, &o->model->fingerprint);
 	json_object_set(h, "producer", o->producer ? o->producer : json_null());
 	json_object_set_new(h, "config", json_stringn(p->texts[0], p->text_len[0]));
 	json_object_set_new(h, "tokenizer", json_stringn(p->texts[1], p->text_len[1]));
@@ -1607,8 +1602,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	uint32_t version = sf_get_le32(pre + 8), flags = sf_get_le32(pre + 12);
 	uint64_t hlen = sf_get_le64(pre + 16);
 	if (version != SF_IMAGE_VERSION) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: image format version %u, expected %d", path,
-				 version, SF_IMAGE_VERSION);
+		ret = sf_fingerprint_version(path, "image format", version, SF_IMAGE_VERSION, e);
 		goto out;
 	}
 	if (flags || sf_get_le32(pre + 28)) {
@@ -1640,20 +1634,16 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	}
 	free(htext);
 	htext = NULL;
-	const char *fmt, *fp;
+	const char *fmt;
 	if (sf_json_str(img->header, "format", &fmt, path, e) || strcmp(fmt, FORMAT_NAME)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not \"%s\"", path,
 				 FORMAT_NAME);
 		goto out;
 	}
-	if (sf_json_str(img->header, "fingerprint", &fp, path, e) ||
-	    strlen(fp) != SF_FINGERPRINT_LEN ||
-	    strspn(fp, "0123456789abcdef") != SF_FINGERPRINT_LEN) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" is not %d hex digits",
-				 path, SF_FINGERPRINT_LEN);
+	char where[SF_ERR_MAX];
+	snprintf(where, sizeof(where), "%s: header", path);
+	if ((ret = sf_fingerprint_parse(&img->fingerprint, img->header, where, e)))
 		goto out;
-	}
-	strcpy(img->fingerprint, fp);
 	v = json_object_get(img->header, "config");
 	json_t *tk = json_object_get(img->header, "tokenizer"),
 	       *tc = json_object_get(img->header, "tokenizer_config");
@@ -1784,7 +1774,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	    (ret = read_resident(img, open_flags, e)))
 		goto out;
 	/* the flash matrices join the tensor table without data, so binding
-	 * the model checks names, shapes and the fingerprint over all */
+	 * the model checks names, shapes and the shape fingerprint over all */
 	struct sf_tensor *T = img->tensors.tensors + img->tensors.ntensors;
 	for (size_t i = 0; i < ng; i++) {
 		const struct sf_image_group *G = &img->groups[i];
@@ -1842,11 +1832,15 @@ int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err
 					goto out;
 				}
 		}
-	if (strcmp(m->fingerprint, img->fingerprint)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: fingerprint %s in the header, the tensors give %s",
-				 img->path, img->fingerprint, m->fingerprint);
+	/* the weights are on flash, in placement order and perhaps another
+	 * dtype: the header's weights fingerprint stands for them (the
+	 * header's CRC, and --verify the regions') */
+	if (strcmp(m->fingerprint.shape, img->fingerprint.shape)) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: shape fingerprint %s in the header, the tensors "
+				 "give %s", img->path, img->fingerprint.shape, m->fingerprint.shape);
 		goto out;
 	}
+	memcpy(m->fingerprint.weights, img->fingerprint.weights, sizeof(m->fingerprint.weights));
 	return 0;
 out:
 	sf_model_close(m);
@@ -1984,7 +1978,7 @@ json_t *sf_image_info_json(const struct sf_image *img)
 	json_object_set_new(o, "file", json_string(img->path));
 	json_object_set_new(o, "format", json_string(FORMAT_NAME));
 	json_object_set_new(o, "version", json_integer(SF_IMAGE_VERSION));
-	json_object_set_new(o, "fingerprint", json_string(img->fingerprint));
+	sf_fingerprint_put(o, &img->fingerprint);
 	json_object_set(o, "producer", json_object_get(img->header, "producer"));
 	json_object_set_new(o, "model", json_pack("{s:s, s:i, s:i, s:i, s:i}", "arch",
 			    sf_arch_name(img->cfg.arch), "layers", img->cfg.n_layers, "dim",

@@ -21,7 +21,7 @@
 #include "formats/safetensors.h"
 
 #define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
-#define SF_IMAGE_VERSION 1
+#define SF_IMAGE_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
 #define SF_IMAGE_PREAMBLE 32		/* bytes before the JSON header */
 #define SF_IMAGE_ALIGN 4096		/* every region starts on this */
 #define SF_IMAGE_TENSOR_ALIGN 64	/* resident tensors inside the blob */
@@ -92,7 +92,8 @@ struct sf_image {
 	int fd;				/* read-only, buffered: verify reads through it */
 	uint64_t file_size;
 	int64_t mtime_ns;		/* when opened: a rewrite in place changes it */
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;	/* weights: the header's, trusted (CRC);
+						 * shape: checked against the tensors */
 	json_t *header;			/* the whole JSON header */
 	struct sf_config cfg;
 	const char *config_text, *tokenizer_text, *tokenizer_config_text;	/* in header;
@@ -221,7 +222,10 @@ json_t *sf_image_info_json(const struct sf_image *img);
 // writing
 
 /* neurons.json for --keep: per layer the FFN neurons selective loading
- * loads; layers not listed keep every neuron (man/sf-pack.1). */
+ * loads; layers not listed keep every neuron (man/sf-pack.1). Written by
+ * sf_selectinfer (online/selectinfer.h). */
+#define SF_IMAGE_KEEP_FORMAT "sparseflash-neurons"
+#define SF_IMAGE_KEEP_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
 struct sf_image_keep {
 	int n_layers;
 	uint32_t hidden;	/* neurons per layer */

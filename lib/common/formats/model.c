@@ -1,6 +1,7 @@
 /* Binds a Hugging Face model directory to struct sf_model: config.json,
  * then every tensor by its Hugging Face name, checked for presence and
- * exact shape; then the fingerprint. See model.h. */
+ * exact shape; then the fingerprints (man/sf-formats.5, FINGERPRINTS).
+ * See model.h. */
 #include "formats/model.h"
 
 #include <errno.h>
@@ -10,16 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
+
 // --- fingerprint
 
-/* 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3)
- * over a canonical text: "sparseflash-fingerprint-1\n", one "key=value\n"
- * line per config field (floats as the hex of their IEEE bits, so no
- * locale or printf rounding enters), then per bound tensor, in binding
- * order, "name dtype d0xd1\n" ("tied" for a tied lm_head). Changing this
- * text changes every fingerprint and so invalidates every stream. */
-#define FNV_BASIS 0xcbf29ce484222325ull
-#define FNV_PRIME 0x100000001b3ull
+/* The shape fingerprint: 64-bit FNV-1a (offset basis 0xcbf29ce484222325,
+ * prime 0x100000001b3) over a canonical text: "sparseflash-fingerprint-1\n",
+ * one "key=value\n" line per config field (floats as the hex of their IEEE
+ * bits, so no locale or printf rounding enters), then per bound tensor, in
+ * binding order, "name dtype d0xd1\n" ("tied" for a tied lm_head).
+ * Changing this text changes every fingerprint and so invalidates every
+ * stream.
+ * The weights fingerprint: FNV-1a over the sampled bytes of every bound
+ * tensor in binding order (sample_tensor), then the 16 characters of the
+ * shape fingerprint. */
 
 static void fnv_feed(uint64_t *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -36,10 +41,26 @@ static void fnv_feed(uint64_t *h, const char *fmt, ...)
 		return;
 	if ((size_t)n >= sizeof(buf))
 		n = (int)sizeof(buf) - 1;	/* names are shorter than this */
-	for (int i = 0; i < n; i++) {
-		*h ^= (unsigned char)buf[i];
-		*h *= FNV_PRIME;
+	*h = sf_fnv64(*h, buf, (uint64_t)n);
+}
+
+/* A tensor of n bytes enters the weights fingerprint whole when n is at
+ * most BLOCKS * BLOCK (64 KiB), else as BLOCKS blocks of BLOCK bytes,
+ * block i at offset i * floor((n - BLOCK) / (BLOCKS - 1)): the first, the
+ * last but a few bytes, and evenly between. A fixed 64 KiB per tensor
+ * reads about 18 MiB of a 7B model (291 tensors) wherever it lies, so the
+ * check costs well under 0.1 s where a full hash would read every byte once
+ * more; a changed weight outside the blocks goes unseen, a fine-tune
+ * (which changes every block) does not. */
+static void sample_tensor(uint64_t *h, const unsigned char *p, uint64_t n)
+{
+	if (n <= (uint64_t)SF_FINGERPRINT_BLOCKS * SF_FINGERPRINT_BLOCK) {
+		*h = sf_fnv64(*h, p, n);
+		return;
 	}
+	uint64_t step = (n - SF_FINGERPRINT_BLOCK) / (SF_FINGERPRINT_BLOCKS - 1);
+	for (uint64_t i = 0; i < SF_FINGERPRINT_BLOCKS; i++)
+		*h = sf_fnv64(*h, p + i * step, SF_FINGERPRINT_BLOCK);
 }
 
 static uint32_t float_bits(float f)
@@ -78,7 +99,9 @@ struct binder {
 	const struct sf_safetensors *st;	/* the tensors bound */
 	const char *source;	/* file to name when a tensor is missing */
 	unsigned char *used;	/* (st.ntensors) 1 when bound */
-	uint64_t hash;
+	uint64_t hash;		/* shape fingerprint */
+	uint64_t weights;	/* weights fingerprint, before the shape's digits */
+	int sample;		/* 1: every tensor has its bytes, hash them */
 };
 
 /* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
@@ -120,6 +143,8 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 	w->rows = rows;
 	w->cols = cols ? cols : 1;
 	b->used[t - st->tensors] = 1;
+	if (b->sample)
+		sample_tensor(&b->weights, t->data, t->nbytes);
 	fnv_feed(&b->hash, "%s %s %llux%llu\n", name, sf_dtype_name(t->dtype),
 		 (unsigned long long)rows, (unsigned long long)w->cols);
 	return 0;
@@ -224,14 +249,18 @@ void sf_model_close(struct sf_model *m)
 	memset(m, 0, sizeof(*m));
 }
 
-/* Binds every weight of m->cfg from st, then the fingerprint. */
-static int bind_all(struct sf_model *m, const struct sf_safetensors *st, struct sf_err *e)
+/* Binds every weight of m->cfg from st, then the shape fingerprint, and
+ * with sample the weights fingerprint. */
+static int bind_all(struct sf_model *m, const struct sf_safetensors *st, int sample,
+		    struct sf_err *e)
 {
-	struct binder b = { .m = m, .st = st, .hash = FNV_BASIS };
+	struct binder b = { .m = m, .st = st, .hash = SF_FNV64_BASIS, .weights = SF_FNV64_BASIS,
+			    .sample = sample };
 	uint64_t vocab, dim;
 	int ret;
 
 	b.source = sf_safetensors_source(st);
+	m->source = b.source;
 	b.used = calloc(st->ntensors ? st->ntensors : 1, 1);
 	m->layers = calloc((size_t)m->cfg.n_layers, sizeof(*m->layers));
 	if (!b.used || !m->layers) {
@@ -256,7 +285,12 @@ static int bind_all(struct sf_model *m, const struct sf_safetensors *st, struct 
 	}
 	if ((ret = check_unused(&b, e)))
 		goto out;
-	snprintf(m->fingerprint, sizeof(m->fingerprint), "%016" PRIx64, b.hash);
+	snprintf(m->fingerprint.shape, sizeof(m->fingerprint.shape), "%016" PRIx64, b.hash);
+	if (sample) {
+		b.weights = sf_fnv64(b.weights, m->fingerprint.shape, SF_FINGERPRINT_LEN);
+		snprintf(m->fingerprint.weights, sizeof(m->fingerprint.weights), "%016" PRIx64,
+			 b.weights);
+	}
 	ret = 0;
 out:
 	free(b.used);
@@ -280,7 +314,7 @@ int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e)
 		goto out;
 	if ((ret = sf_safetensors_open(&m->st, dir, e)))
 		goto out;
-	ret = bind_all(m, &m->st, e);
+	ret = bind_all(m, &m->st, 1, e);
 out:
 	free(path);
 	if (ret)
@@ -295,7 +329,62 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 
 	memset(m, 0, sizeof(*m));
 	m->cfg = *cfg;
-	if ((ret = bind_all(m, st, e)))
+	if ((ret = bind_all(m, st, 0, e)))
 		sf_model_close(m);
 	return ret;
+}
+
+// --- fingerprints in artifacts
+
+static int is_fingerprint(const char *s)
+{
+	return s && strlen(s) == SF_FINGERPRINT_LEN &&
+	       strspn(s, "0123456789abcdef") == SF_FINGERPRINT_LEN;
+}
+
+int sf_fingerprint_parse(struct sf_fingerprint *f, const json_t *obj, const char *where,
+			 struct sf_err *e)
+{
+	static const char *const keys[2] = { "fingerprint", "shape_fingerprint" };
+	char *dst[2] = { f->weights, f->shape };
+
+	for (int i = 0; i < 2; i++) {
+		const char *s = json_string_value(json_object_get(obj, keys[i]));
+		if (!is_fingerprint(s))
+			return sf_err_set(e, SF_EFORMAT, "%s: \"%s\" missing or not %d lowercase hex "
+					  "digits", where, keys[i], SF_FINGERPRINT_LEN);
+		memcpy(dst[i], s, SF_FINGERPRINT_LEN + 1);
+	}
+	return 0;
+}
+
+int sf_fingerprint_put(json_t *obj, const struct sf_fingerprint *f)
+{
+	if (json_object_set_new(obj, "fingerprint", json_string(f->weights)) ||
+	    json_object_set_new(obj, "shape_fingerprint", json_string(f->shape)))
+		return -ENOMEM;
+	return 0;
+}
+
+int sf_fingerprint_check(const struct sf_fingerprint *got, const char *path, const char *what,
+			 const struct sf_fingerprint *want, const char *want_path,
+			 struct sf_err *e)
+{
+	if (strcmp(got->shape, want->shape))
+		return sf_err_set(e, SF_EMISMATCH, "%s: %s of another model than %s: shape "
+				  "fingerprint %s, expected %s", path, what, want_path, got->shape,
+				  want->shape);
+	if (strcmp(got->weights, want->weights))
+		return sf_err_set(e, SF_EMISMATCH, "%s: %s of a look-alike of %s (same shapes, other "
+				  "weights): fingerprint %s, expected %s", path, what, want_path,
+				  got->weights, want->weights);
+	return 0;
+}
+
+int sf_fingerprint_version(const char *where, const char *what, long long found, int expected,
+			   struct sf_err *e)
+{
+	return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s version %lld, expected %d%s", where, what,
+			  found, expected, found < expected ? ": made before fingerprints covered "
+			  "the weights; make it again" : "");
 }

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "formats/config.h"
 #include "formats/safetensors.h"
 
@@ -31,6 +33,21 @@ struct sf_layer_weights {
 };
 
 #define SF_FINGERPRINT_LEN 16	/* hex digits */
+#define SF_FINGERPRINT_BLOCK 4096	/* bytes of a sampled block */
+#define SF_FINGERPRINT_BLOCKS 16	/* blocks sampled per tensor */
+
+/* What binds an artifact to the model it was made from (man/sf-formats.5,
+ * FINGERPRINTS): each 64-bit FNV-1a as 16 lowercase hex digits.
+ * shape: the config and every tensor's name, dtype and shape; two models
+ * of the same shape (a base and its fine-tune) share it.
+ * weights: SF_FINGERPRINT_BLOCKS fixed blocks of SF_FINGERPRINT_BLOCK
+ * bytes of every tensor (all of a smaller tensor), then the shape
+ * fingerprint; it tells such look-alikes apart while reading at most
+ * 64 KiB per tensor, whatever the model's size. */
+struct sf_fingerprint {
+	char weights[SF_FINGERPRINT_LEN + 1];	/* "fingerprint" in every format */
+	char shape[SF_FINGERPRINT_LEN + 1];	/* "shape_fingerprint" */
+};
 
 struct sf_model {
 	struct sf_config cfg;
@@ -39,11 +56,11 @@ struct sf_model {
 	struct sf_weight final_norm;	/* (dim) */
 	struct sf_weight lm_head;	/* (vocab_size, dim): embed when tied */
 	struct sf_layer_weights *layers;	/* (n_layers) */
-	/* Hash of the config and every tensor's name, shape and dtype: stages
-	 * refuse streams whose fingerprint differs. 64-bit FNV-1a of a
-	 * canonical text (see model.c), 16 lowercase hex digits. Weight
-	 * values do not enter it: two models of the same shape share it. */
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	/* Stages refuse artifacts whose fingerprint differs (see model.c).
+	 * sf_model_bind leaves weights empty: its caller supplies it. */
+	struct sf_fingerprint fingerprint;
+	const char *source;	/* the weights' file, for messages: the safetensors
+				 * (index) of a directory, st's source when bound */
 };
 
 /* Loads DIR/config.json and DIR's safetensors and binds every weight.
@@ -58,7 +75,9 @@ int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e);
  * sf_group_exec). st's tensors must be sorted by name, as the safetensors
  * reader sorts them; st is neither copied nor closed (m->st stays
  * zeroed), so it and the data it points to must outlive m. The checks
- * and the fingerprint are sf_model_open's. */
+ * and the shape fingerprint are sf_model_open's; the weights fingerprint
+ * is left empty (the bytes may be on flash, or converted), for the caller
+ * to fill from what it trusts (an image's header). */
 int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
 		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
@@ -67,5 +86,23 @@ void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
  * embedding lookup, norms' gains, biases. */
 float sf_weight_at(const struct sf_weight *w, uint64_t i);
 void sf_weight_row(float *out, const struct sf_weight *w, uint64_t row);
+
+/* Reads "fingerprint" and "shape_fingerprint" of obj, each 16 lowercase
+ * hex digits, else SF_EFORMAT naming WHERE ("PATH" or "PATH: header"). */
+int sf_fingerprint_parse(struct sf_fingerprint *f, const json_t *obj, const char *where,
+			 struct sf_err *e);
+/* Sets both keys of obj; -ENOMEM when jansson cannot. */
+int sf_fingerprint_put(json_t *obj, const struct sf_fingerprint *f);
+/* 0 when got (of PATH, a WHAT: "codes", "placement") is want (of
+ * WANT_PATH), else SF_EMISMATCH in one line naming both files and saying
+ * whether the shapes differ or only the weights (a look-alike model). */
+int sf_fingerprint_check(const struct sf_fingerprint *got, const char *path, const char *what,
+			 const struct sf_fingerprint *want, const char *want_path,
+			 struct sf_err *e);
+/* SF_EUNSUPPORTED "WHERE: WHAT version FOUND, expected EXPECTED", saying
+ * for an older version that it predates the weights fingerprint (every
+ * format that stores one took a new version with it). */
+int sf_fingerprint_version(const char *where, const char *what, long long found, int expected,
+			   struct sf_err *e);
 
 #endif

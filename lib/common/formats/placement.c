@@ -26,11 +26,11 @@ int sf_place_method_parse(const char *name, enum sf_place_method *m)
 	return -1;
 }
 
-int sf_placement_init(struct sf_placement *pl, const char *fingerprint, int ngroups,
+int sf_placement_init(struct sf_placement *pl, const struct sf_fingerprint *fingerprint, int ngroups,
 		      struct sf_err *e)
 {
 	*pl = (struct sf_placement){ .ngroups = ngroups };
-	snprintf(pl->fingerprint, sizeof pl->fingerprint, "%s", fingerprint);
+	pl->fingerprint = *fingerprint;
 	pl->groups = calloc(ngroups > 0 ? (size_t)ngroups : 1, sizeof *pl->groups);
 	if (!pl->groups)
 		return sf_err_set(e, -ENOMEM, "placement of %d groups: out of memory", ngroups);
@@ -92,8 +92,9 @@ int sf_placement_write(const struct sf_placement *pl, const char *path, json_t *
 	char *text = NULL;
 	int ret = 0;
 
-	root = json_pack("{s:s, s:i, s:s}", "format", SF_PLACEMENT_FORMAT, "version",
-			 SF_PLACEMENT_VERSION, "fingerprint", pl->fingerprint);
+	root = json_pack("{s:s, s:i, s:s, s:s}", "format", SF_PLACEMENT_FORMAT, "version",
+			 SF_PLACEMENT_VERSION, "fingerprint", pl->fingerprint.weights,
+			 "shape_fingerprint", pl->fingerprint.shape);
 	if (!root || !groups || (meta && json_object_update_missing(root, meta)))
 		goto nomem;
 	for (int i = 0; i < pl->ngroups; i++)
@@ -163,16 +164,6 @@ int sf_placement_check_perm(const uint32_t *perm, size_t len, uint32_t n, const 
 		return sf_err_set(e, SF_EFORMAT, "%s: index %llu missing%s", where,
 				  (unsigned long long)missing, extra);
 	return 0;
-}
-
-static int is_hex16(const char *s)
-{
-	if (!s || strlen(s) != SF_FINGERPRINT_LEN)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-			return 0;
-	return 1;
 }
 
 static int read_group(struct sf_placement *pl, int i, json_t *o, const char *path,
@@ -250,16 +241,13 @@ int sf_placement_read(struct sf_placement *pl, const char *path, struct sf_err *
 	}
 	v = json_object_get(root, "version");
 	if (!json_is_integer(v) || json_integer_value(v) != SF_PLACEMENT_VERSION) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: version %lld: expected %d", path,
-				 (long long)json_integer_value(v), SF_PLACEMENT_VERSION);
+		ret = sf_fingerprint_version(path, "placement", json_integer_value(v),
+					     SF_PLACEMENT_VERSION, e);
 		goto out;
 	}
-	s = json_string_value(json_object_get(root, "fingerprint"));
-	if (!is_hex16(s)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: \"fingerprint\" missing or not %d lowercase hex digits",
-				 path, SF_FINGERPRINT_LEN);
+	struct sf_fingerprint fp;
+	if ((ret = sf_fingerprint_parse(&fp, root, path, e)))
 		goto out;
-	}
 	groups = json_object_get(root, "groups");
 	if (!json_is_array(groups) || json_array_size(groups) == 0 ||
 	    json_array_size(groups) > (size_t)SF_PLACEMENT_MAX_LAYERS * SF_NGROUPS) {
@@ -267,13 +255,13 @@ int sf_placement_read(struct sf_placement *pl, const char *path, struct sf_err *
 				 SF_PLACEMENT_MAX_LAYERS * SF_NGROUPS);
 		goto out;
 	}
-	if ((ret = sf_placement_init(pl, s, (int)json_array_size(groups), e)))
+	if ((ret = sf_placement_init(pl, &fp, (int)json_array_size(groups), e)))
 		goto out;
 	for (int i = 0; i < pl->ngroups && !ret; i++)
 		ret = read_group(pl, i, json_array_get(groups, (size_t)i), path, e);
 	if (!ret && (pl->meta = json_deep_copy(root)))
 		for (const char *const *k = (const char *const[]){ "format", "version", "fingerprint",
-								   "groups", NULL }; *k; k++)
+								   "shape_fingerprint", "groups", NULL }; *k; k++)
 			json_object_del(pl->meta, *k);
 out:
 	if (ret)

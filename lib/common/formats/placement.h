@@ -13,7 +13,7 @@
 #include "formats/model.h"
 
 #define SF_PLACEMENT_FORMAT "sparseflash-placement"
-#define SF_PLACEMENT_VERSION 1
+#define SF_PLACEMENT_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
 #define SF_PLACEMENT_MAX_ENTRIES (1u << 24)
 #define SF_PLACEMENT_MAX_LAYERS 4096
 #define SF_PLACEMENT_MAX_FILE ((uint64_t)256 << 20)	/* bytes of placement.json */
@@ -37,7 +37,7 @@ struct sf_placement_group {
 };
 
 struct sf_placement {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	int ngroups;
 	struct sf_placement_group *groups;	/* (ngroups) in file order */
 	json_t *meta;			/* the rest of the top level (producer, source) */
@@ -45,7 +45,7 @@ struct sf_placement {
 
 /* Room for ngroups groups of a model; each group's perm is allocated by
  * the caller's sf_placement_set. */
-int sf_placement_init(struct sf_placement *pl, const char *fingerprint, int ngroups,
+int sf_placement_init(struct sf_placement *pl, const struct sf_fingerprint *fingerprint, int ngroups,
 		      struct sf_err *e);
 /* Group i: copies perm (n), takes a reference to options. */
 int sf_placement_set(struct sf_placement *pl, int i, int layer, enum sf_group g, uint32_t n,

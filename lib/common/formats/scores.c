@@ -38,15 +38,6 @@ static int slot_cmp(const void *pa, const void *pb)
 	return (a->group > b->group) - (a->group < b->group);
 }
 
-static int is_fingerprint(const char *s)
-{
-	size_t i;
-	for (i = 0; s[i]; i++)
-		if (!strchr("0123456789abcdef", s[i]))
-			return 0;
-	return i == SF_FINGERPRINT_LEN;
-}
-
 /* values[] of a slot: n finite numbers in [0, max]. */
 static int read_values(const char *name, const struct sf_scores_slot *sl, json_t *o,
 		       const char *key, double max, double *out, struct sf_err *e)
@@ -124,7 +115,8 @@ static int parse_slot(struct sf_scores_slot *sl, json_t *o, size_t i, const char
 }
 
 int sf_scores_parse(struct sf_scores *s, json_t *doc, const char *name,
-		    const char *fingerprint, const struct sf_config *cfg, struct sf_err *e)
+		    const struct sf_fingerprint *fingerprint, const char *model,
+		    const struct sf_config *cfg, struct sf_err *e)
 {
 	json_t *v, *slots;
 	int ret;
@@ -138,16 +130,12 @@ int sf_scores_parse(struct sf_scores *s, json_t *doc, const char *name,
 				  SF_SCORES_FORMAT);
 	v = json_object_get(doc, "version");
 	if (!json_is_integer(v) || json_integer_value(v) != SF_SCORES_VERSION)
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: \"version\" is not %d", name,
-				  SF_SCORES_VERSION);
-	v = json_object_get(doc, "fingerprint");
-	if (!json_is_string(v) || !is_fingerprint(json_string_value(v)))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"fingerprint\" is not %d hex digits", name,
-				  SF_FINGERPRINT_LEN);
-	if (fingerprint && strcmp(json_string_value(v), fingerprint))
-		return sf_err_set(e, SF_EMISMATCH, "%s: scores of another model: fingerprint %s, the "
-				  "model's is %s", name, json_string_value(v), fingerprint);
-	memcpy(s->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
+		return sf_fingerprint_version(name, "scores", json_integer_value(v),
+					      SF_SCORES_VERSION, e);
+	if ((ret = sf_fingerprint_parse(&s->fingerprint, doc, name, e)) ||
+	    (fingerprint && (ret = sf_fingerprint_check(&s->fingerprint, name, "scores",
+							fingerprint, model, e))))
+		return ret;
 	v = json_object_get(doc, "kind");
 	if (!json_is_string(v) || (strcmp(json_string_value(v), "task") &&
 				   strcmp(json_string_value(v), "model")))
@@ -191,8 +179,8 @@ fail:
 	return ret;
 }
 
-int sf_scores_read(struct sf_scores *s, const char *path, const char *fingerprint,
-		   const struct sf_config *cfg, struct sf_err *e)
+int sf_scores_read(struct sf_scores *s, const char *path, const struct sf_fingerprint *fingerprint,
+		   const char *model, const struct sf_config *cfg, struct sf_err *e)
 {
 	json_t *doc;
 	int ret;
@@ -200,7 +188,7 @@ int sf_scores_read(struct sf_scores *s, const char *path, const char *fingerprin
 	memset(s, 0, sizeof(*s));
 	if ((ret = sf_json_load(&doc, path, SF_SCORES_MAX_BYTES, e)))
 		return ret;
-	ret = sf_scores_parse(s, doc, path, fingerprint, cfg, e);
+	ret = sf_scores_parse(s, doc, path, fingerprint, model, cfg, e);
 	json_decref(doc);
 	return ret;
 }
@@ -248,11 +236,12 @@ static json_t *real_array(const double *v, uint32_t n)
 	return a;
 }
 
-static json_t *scores_doc(const char *fingerprint, json_t *selection, const char *task,
-			  json_t *slots)
+static json_t *scores_doc(const struct sf_fingerprint *fingerprint, json_t *selection,
+			  const char *task, json_t *slots)
 {
-	return json_pack("{s:s, s:i, s:s, s:s, s:s?, s:o, s:o}", "format", SF_SCORES_FORMAT,
-			 "version", SF_SCORES_VERSION, "fingerprint", fingerprint, "kind",
+	return json_pack("{s:s, s:i, s:s, s:s, s:s, s:s?, s:o, s:o}", "format", SF_SCORES_FORMAT,
+			 "version", SF_SCORES_VERSION, "fingerprint", fingerprint->weights,
+			 "shape_fingerprint", fingerprint->shape, "kind",
 			 task ? "task" : "model", "task", task, "selection", selection, "slots",
 			 slots);
 }
@@ -282,7 +271,7 @@ json_t *sf_scores_from_coact(const struct sf_coact *c, struct sf_err *e)
 			goto nomem;
 	}
 	free(tmp);
-	json_t *doc = scores_doc(c->fingerprint, sf_trace_selection_json(c->select, c->value),
+	json_t *doc = scores_doc(&c->fingerprint, sf_trace_selection_json(c->select, c->value),
 				 single_task(c), slots);
 	if (!doc)
 		sf_err_set(e, -ENOMEM, "scores: %s", sf_strerror(-ENOMEM));
@@ -316,13 +305,9 @@ int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t *
 	for (int k = 0; k < n && !ret; k++) {
 		struct sf_scores *s = k ? &cur : &first;
 		sf_scores_free(&cur);
-		if ((ret = sf_scores_parse(s, in[k], names[k], k ? first.fingerprint : NULL, NULL, e))) {
-			if (ret == SF_EMISMATCH)
-				sf_err_set(e, ret, "%s: model fingerprint %s differs from %s's %s",
-					   names[k], json_string_value(json_object_get(in[k],
-					   "fingerprint")), names[0], first.fingerprint);
+		if ((ret = sf_scores_parse(s, in[k], names[k], k ? &first.fingerprint : NULL,
+					   names[0], NULL, e)))
 			break;
-		}
 		if (k && (first.selection || s->selection) &&
 		    !json_equal(first.selection, s->selection)) {
 			ret = sf_err_set(e, SF_EMISMATCH, "%s: selection differs from %s's", names[k],
@@ -398,7 +383,7 @@ int sf_scores_merge(json_t *const *in, const char *const *names, int n, json_t *
 				"frequency", real_array(m[a].freq, m[a].entries))))
 			goto nomem;
 	}
-	*out = scores_doc(first.fingerprint, json_deep_copy(first.selection), NULL, slots);
+	*out = scores_doc(&first.fingerprint, json_deep_copy(first.selection), NULL, slots);
 	slots = NULL;
 	if (!*out)
 		goto nomem;

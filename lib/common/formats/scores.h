@@ -19,7 +19,7 @@
 /* Score files are read whole: a 70B model's is about 200 MB. */
 #define SF_SCORES_MAX_BYTES ((uint64_t)1 << 30)
 #define SF_SCORES_FORMAT "sparseflash-scores"
-#define SF_SCORES_VERSION 1
+#define SF_SCORES_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
 
 /* One layer and group of a score file. */
 struct sf_scores_slot {
@@ -33,7 +33,7 @@ struct sf_scores_slot {
 };
 
 struct sf_scores {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	int is_task;		/* "kind": "task" (1) or "model" (0) */
 	char *task;		/* the task of a "task" file, else NULL */
 	json_t *selection;	/* the profile's selection (a reference), or NULL */
@@ -45,14 +45,16 @@ struct sf_scores {
  * Validated: format, version, kind, every slot's layer, group, entries,
  * tokens, tasks, scores and frequency (arrays of n finite non-negative
  * numbers, frequency at most 1), no (layer, group) twice. fingerprint
- * (NULL: any) must equal the file's (SF_EMISMATCH); cfg (NULL: any) bounds
+ * (NULL: any) must equal the file's (SF_EMISMATCH naming model, the file
+ * it comes from: sf_fingerprint_check); cfg (NULL: any) bounds
  * the layers and fixes each group's entries (SF_EMISMATCH). Errors are one
  * line "PATH: what: why". On failure *s is zeroed. */
-int sf_scores_read(struct sf_scores *s, const char *path, const char *fingerprint,
-		   const struct sf_config *cfg, struct sf_err *e);
+int sf_scores_read(struct sf_scores *s, const char *path, const struct sf_fingerprint *fingerprint,
+		   const char *model, const struct sf_config *cfg, struct sf_err *e);
 /* The same on a parsed document; name is for messages. */
 int sf_scores_parse(struct sf_scores *s, json_t *doc, const char *name,
-		    const char *fingerprint, const struct sf_config *cfg, struct sf_err *e);
+		    const struct sf_fingerprint *fingerprint, const char *model,
+		    const struct sf_config *cfg, struct sf_err *e);
 void sf_scores_free(struct sf_scores *s);	/* accepts a zeroed s */
 /* The slot of (layer, g), or NULL when the file has none. */
 const struct sf_scores_slot *sf_scores_find(const struct sf_scores *s, int layer, enum sf_group g);

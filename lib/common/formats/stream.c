@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/bytes.h"
+#include "formats/model.h"
 
 int sf_stream_read(struct sf_stream *s, void *buf, size_t n, const char *what, struct sf_err *e)
 {
@@ -48,8 +49,7 @@ int sf_stream_open(struct sf_stream *s, const char *path, const struct sf_stream
 		goto fail;
 	}
 	if (sf_get_le32(pre + 8) != k->version) {
-		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: %s version %u: expected %u", s->name,
-				 k->what, sf_get_le32(pre + 8), k->version);
+		ret = sf_fingerprint_version(s->name, k->what, sf_get_le32(pre + 8), (int)k->version, e);
 		goto fail;
 	}
 	uint32_t hlen = sf_get_le32(pre + 12);

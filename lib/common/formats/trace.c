@@ -157,9 +157,10 @@ static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 	sel = sf_trace_selection_json(info->select, info->select == SF_TRACE_DENSITY
 							    ? info->density : info->threshold);
 	if (entries && groups && sel)
-		h = json_pack("{s:s, s:i, s:s, s:i, s:o, s:[i, i], s:o, s:o, s:i, s:o*}", "format",
-			      "sparseflash-trace", "version", SF_TRACE_VERSION, "fingerprint",
-			      info->fingerprint, "n_layers", info->n_layers, "entries", entries,
+		h = json_pack("{s:s, s:i, s:s, s:s, s:i, s:o, s:[i, i], s:o, s:o, s:i, s:o*}",
+			      "format", "sparseflash-trace", "version", SF_TRACE_VERSION,
+			      "fingerprint", info->fingerprint.weights, "shape_fingerprint",
+			      info->fingerprint.shape, "n_layers", info->n_layers, "entries", entries,
 			      "layers", info->layer_lo, info->layer_hi, "groups", groups,
 			      "selection", sel, "block_tokens", (int)info->block_tokens, "slots",
 			      slots_json(info));
@@ -181,15 +182,15 @@ static void info_set_task(struct sf_trace_info *info)
 	info->task = json_is_string(t) ? json_string_value(t) : NULL;
 }
 
-int sf_trace_info_init(struct sf_trace_info *info, const char *fingerprint, int n_layers,
-		       const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
+int sf_trace_info_init(struct sf_trace_info *info, const struct sf_fingerprint *fingerprint,
+		       int n_layers, const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
 		       unsigned groups, enum sf_trace_select select, double value,
 		       json_t *meta, struct sf_err *e)
 {
 	int ret;
 
 	memset(info, 0, sizeof(*info));
-	snprintf(info->fingerprint, sizeof(info->fingerprint), "%s", fingerprint);
+	info->fingerprint = *fingerprint;
 	info->n_layers = n_layers;
 	memcpy(info->entries, entries, sizeof(info->entries));
 	info->layer_lo = layer_lo;
@@ -510,11 +511,8 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 	if (!json_is_string(v) || strcmp(json_string_value(v), "sparseflash-trace") != 0)
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not "
 				  "\"sparseflash-trace\"", name);
-	v = json_object_get(h, "fingerprint");
-	if (!json_is_string(v) || strlen(json_string_value(v)) != SF_FINGERPRINT_LEN)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: \"fingerprint\" missing or not %d "
-				  "hex digits", name, SF_FINGERPRINT_LEN);
-	memcpy(info->fingerprint, json_string_value(v), SF_FINGERPRINT_LEN + 1);
+	if ((ret = sf_fingerprint_parse(&info->fingerprint, h, where, e)))
+		return ret;
 	if ((ret = sf_json_int(h, "n_layers", 1, SF_TRACE_MAX_LAYERS, &x, where, e)))
 		return ret;
 	info->n_layers = (int)x;

@@ -15,7 +15,7 @@
 #include "formats/model.h"
 
 #define SF_TRACE_MAGIC "SFTRACE"	/* 8 bytes with its NUL */
-#define SF_TRACE_VERSION 1
+#define SF_TRACE_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
 #define SF_TRACE_BLOCK_TOKENS 64	/* tokens per block the writer emits */
 #define SF_TRACE_MAX_BLOCK_TOKENS 65536
 #define SF_TRACE_MAX_HEADER (16u << 20)	/* bytes of JSON header */
@@ -47,7 +47,7 @@ struct sf_trace_slot {
 
 /* What a trace holds, as its header states it. */
 struct sf_trace_info {
-	char fingerprint[SF_FINGERPRINT_LEN + 1];
+	struct sf_fingerprint fingerprint;
 	int n_layers;			/* the model's */
 	uint32_t entries[SF_NGROUPS];	/* the model's entries per group */
 	int layer_lo, layer_hi;		/* recorded layers, inclusive */
@@ -77,8 +77,8 @@ uint32_t sf_trace_density_k(double density, uint32_t n);
  * that selects no entry of a group, a negative or non-finite threshold,
  * layers outside the model, no group. meta (task, corpora, producer,
  * options; may be NULL) is copied into the header. */
-int sf_trace_info_init(struct sf_trace_info *info, const char *fingerprint, int n_layers,
-		       const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
+int sf_trace_info_init(struct sf_trace_info *info, const struct sf_fingerprint *fingerprint,
+		       int n_layers, const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
 		       unsigned groups, enum sf_trace_select select, double value,
 		       json_t *meta, struct sf_err *e);
 /* entries[] of a model's config. */

@@ -387,7 +387,7 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 							 l, sf_group_name((enum sf_group)g));
 					goto out;
 				}
-	memcpy(C->fingerprint, m->fingerprint, sizeof(C->fingerprint));
+	C->fingerprint = m->fingerprint;
 	C->method = q->method;
 	C->n_layers = L;
 	C->nbudgets = o->nbudgets;

@@ -147,10 +147,11 @@ static int check_trace(const struct sf_coact *c, const struct sf_trace_info *inf
 		       const char *name, struct sf_err *e)
 {
 	double v = info->select == SF_TRACE_DENSITY ? info->density : info->threshold;
+	int ret = sf_fingerprint_check(&info->fingerprint, name, "trace", &c->fingerprint,
+				       c->first, e);
 
-	if (strcmp(info->fingerprint, c->fingerprint) != 0)
-		return sf_err_set(e, SF_EMISMATCH, "%s: model fingerprint %s differs from %s's %s",
-				  name, info->fingerprint, c->first, c->fingerprint);
+	if (ret)
+		return ret;
 	if (info->n_layers != c->n_layers ||
 	    memcmp(info->entries, c->entries, sizeof(c->entries)) != 0)
 		return sf_err_set(e, SF_EMISMATCH, "%s: model shape differs from %s's", name,
@@ -174,7 +175,7 @@ int sf_coact_plan_trace(struct sf_coact *c, const struct sf_trace_info *info,
 	int ret;
 
 	memset(c, 0, sizeof(*c));
-	memcpy(c->fingerprint, info->fingerprint, sizeof(c->fingerprint));
+	c->fingerprint = info->fingerprint;
 	c->n_layers = info->n_layers;
 	memcpy(c->entries, info->entries, sizeof(c->entries));
 	c->select = info->select;

@@ -10,6 +10,7 @@
 
 #include "base/parse.h"
 #include "online/selectinfer.h"
+#include "formats/image.h"
 #include "formats/trace.h"
 #include "engine/select.h"
 
@@ -109,9 +110,9 @@ static int check_pair(const struct sf_scores *task, const char *task_name,
 	if (model && model->is_task)
 		return sf_err_set(e, SF_EMISMATCH, "%s: kind is \"task\": expected model-specific "
 				  "scores (sf-coact --merge-scores)", model_name);
-	if (task && model && strcmp(task->fingerprint, model->fingerprint))
-		return sf_err_set(e, SF_EMISMATCH, "%s: model fingerprint %s differs from %s's %s",
-				  model_name, model->fingerprint, task_name, task->fingerprint);
+	if (task && model)
+		return sf_fingerprint_check(&model->fingerprint, model_name, "scores",
+					    &task->fingerprint, task_name, e);
 	return 0;
 }
 
@@ -281,8 +282,10 @@ int sf_select_neurons_json(json_t **out, const struct sf_scores *task, const cha
 				 task ? task_name : model_name);
 		goto out;
 	}
-	*out = json_pack("{s:s, s:i, s:s, s:O?, s:o}", "format", "sparseflash-neurons", "version",
-			 1, "fingerprint", any->fingerprint, "source", meta, "layers", layers);
+	*out = json_pack("{s:s, s:i, s:s, s:s, s:O?, s:o}", "format", SF_IMAGE_KEEP_FORMAT,
+			 "version", SF_IMAGE_KEEP_VERSION, "fingerprint", any->fingerprint.weights,
+			 "shape_fingerprint", any->fingerprint.shape, "source", meta, "layers",
+			 layers);
 	layers = NULL;
 	if (!*out)
 		goto nomem;
