@@ -21,7 +21,10 @@
 #     per pass by a plain liburing loop at depth 64 with O_DIRECT
 #     (tests/bench/replay.c) as fast as the device serves them: what
 #     pipelining across groups can reach for that request list (median
-#     pass against sf-run's median token).
+#     pass against sf-run's median token). The device slows under
+#     sustained load (a virtual disk's burst), so the replay alternates:
+#     after the run in odd repeats, before it (on the previous run's
+#     requests) in even ones.
 # Random weights have no co-activation: selections are scattered, reads
 # small and IOPS-bound; requests per token and bytes per request are shown
 # beside every figure. llama.cpp is not in Debian 12: its figures (issue
@@ -102,6 +105,12 @@ fio_mbs() {	# fio options...: MB/s read
 		--size="$model_bytes" "$@" | jq '.jobs[0].read.bw_bytes / 1e6 | round'
 }
 
+replay() {	# LOG CONFIG VARIANT PCT REPEAT: the requests at depth 64, as fast as served
+	"$benchbin/replay" "$img" "$1" 64 |
+		jq -c --arg c "$2" --arg v "$3" --argjson p "$4" --argjson r "$5" \
+			'{replay: $c, variant: $v, ram_pct: $p, repeat: $r, passes, p50, seconds,
+			  mb: (.bytes / 1e6)}' >> "$out/runs.jsonl"
+}
 : > "$out/runs.jsonl"
 : > "$out/device.jsonl"
 for rep in $(seq "$REPEATS"); do
@@ -119,11 +128,18 @@ for rep in $(seq "$REPEATS"); do
 			vname=${v%%|*}
 			for ram in "${rams[@]}"; do
 				pct=$(((ram * 100 + model_bytes - 1) / model_bytes))
-				drop
 				rlog=$out/reads-$name-$vname-$pct.txt
+				# the replay alternates before and after the run (the device
+				# slows under sustained load): odd repeats after, on this
+				# run's requests; even ones before, on the last run's
+				if [ $((rep % 2)) = 0 ] && [ -f "$rlog" ]; then
+					replay "$rlog" "$name" "$vname" "$pct" "$rep"
+				fi
+				drop
 				# shellcheck disable=SC2086
 				if s=$(capped "$ram" sf-run -p "$PROMPT" -n "$N" -c 512 --temp 0 -t 1 --bench \
-					--ram "$ram" --read-log "$rlog" ${c#*|} ${v#*|} "$img" 2>"$out/err.txt"); then
+					--ram "$ram" --read-log "$rlog.new" ${c#*|} ${v#*|} "$img" 2>"$out/err.txt"); then
+					mv "$rlog.new" "$rlog"
 					jq -c --arg c "$name" --arg v "$vname" --argjson p "$pct" --argjson r "$rep" \
 						'{config: $c, variant: $v, ram_pct: $p, repeat: $r, tg, p50: .latency_seconds.p50,
 						  mb_per_token: (.bytes_moved_per_token / 1e6), requests_per_token,
@@ -135,21 +151,16 @@ for rep in $(seq "$REPEATS"); do
 					jq -nc --arg c "$name" --arg v "$vname" --argjson p "$pct" --argjson r "$rep" \
 						--arg e "$(head -1 "$out/err.txt")" \
 						'{config: $c, variant: $v, ram_pct: $p, repeat: $r, refused: $e}' >> "$out/runs.jsonl"
-					rm -f "$rlog"
+					rm -f "$rlog.new"
 					continue
 				fi
-				# the replay: the same requests at depth 64, as fast as served
-				[ "$rep" = 1 ] || continue
-				"$benchbin/replay" "$img" "$rlog" 64 |
-					jq -c --arg c "$name" --arg v "$vname" --argjson p "$pct" \
-						'{replay: $c, variant: $v, ram_pct: $p, passes, p50, seconds,
-						  mb: (.bytes / 1e6)}' >> "$out/runs.jsonl"
-				rm -f "$rlog"
+				[ $((rep % 2)) = 0 ] || replay "$rlog" "$name" "$vname" "$pct" "$rep"
 			done
 		done
 	done
 done
 
+rm -f "$out"/reads-*.txt
 jq -s '
 	def median: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
 	(map(select(.repeat and (.refused | not))) | group_by([.config, .variant, .ram_pct]) |
@@ -161,7 +172,8 @@ jq -s '
 	      overlap_per_token: (map(.overlap_s / .tokens) | median),
 	      io_busy_per_token: (map(.io_busy_s / .tokens) | median),
 	      peak_rss_mb: (map(.peak_rss / 1e6) | max)})) as $runs |
-	(map(select(.replay)) | map({key: "\(.replay)/\(.variant)/\(.ram_pct)", value: .p50}) |
+	(map(select(.replay)) | group_by([.replay, .variant, .ram_pct]) |
+	 map({key: "\(.[0].replay)/\(.[0].variant)/\(.[0].ram_pct)", value: (map(.p50) | median)}) |
 	 from_entries) as $replay |
 	{runs: [$runs[] | . + {replay_per_token: $replay["\(.config)/\(.variant)/\(.ram_pct)"]} |
 		. + {latency_over_replay: (if .replay_per_token then .p50 / .replay_per_token else null end)}],

@@ -1,7 +1,8 @@
 /* Replays sf-run --read-log on the raw device: per pass, every request of
  * the log read with O_DIRECT through a plain liburing loop that keeps
- * QD in flight into registered buffers (READ_FIXED, as sf-run reads), as
- * fast as the device serves them; what pipelining across
+ * QD in flight into one registered buffer (READ_FIXED, as sf-run reads;
+ * the requests land on each other, their bytes unused), as fast as the
+ * device serves them; what pipelining across
  * groups can reach for that request list. The page cache plays no part
  * (O_DIRECT). Prints one JSON object: passes, their seconds (median and
  * sum), bytes and requests.
@@ -69,9 +70,9 @@ int main(int argc, char **argv)
 	struct io_uring ring;
 	uint8_t *buf;
 	if (io_uring_queue_init(qd, &ring, 0) < 0 ||
-	    posix_memalign((void **)&buf, 4096, (size_t)qd * most))
-		die("io_uring_queue_init or the buffers failed");
-	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)qd * most };
+	    posix_memalign((void **)&buf, 4096, most))
+		die("io_uring_queue_init or the buffer failed");
+	struct iovec iov = { .iov_base = buf, .iov_len = most };
 	memset(buf, 0, iov.iov_len);
 	if (io_uring_register_buffers(&ring, &iov, 1) < 0)
 		die("io_uring_register_buffers failed");
@@ -90,8 +91,7 @@ int main(int argc, char **argv)
 			while (next < end && nfree) {
 				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 				size_t s = free_slot[--nfree];
-				io_uring_prep_read_fixed(sqe, fd, buf + s * most, r[next].len, r[next].off,
-							 0);
+				io_uring_prep_read_fixed(sqe, fd, buf, r[next].len, r[next].off, 0);
 				io_uring_sqe_set_data64(sqe, s);
 				next++;
 			}
