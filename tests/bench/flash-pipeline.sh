@@ -163,7 +163,7 @@ done
 rm -f "$out"/reads-*.txt
 jq -s '
 	def median: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
-	(map(select(.repeat and (.refused | not))) | group_by([.config, .variant, .ram_pct]) |
+	(map(select(.config and (.refused | not))) | group_by([.config, .variant, .ram_pct]) |
 	 map({config: .[0].config, variant: .[0].variant, ram_pct: .[0].ram_pct,
 	      tg: (map(.tg) | median), p50: (map(.p50) | median),
 	      mb_per_token: (map(.mb_per_token) | median), requests_per_token: (map(.requests_per_token) | median),
