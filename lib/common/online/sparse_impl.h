@@ -63,7 +63,7 @@ struct gtally {
 	uint64_t riders;	/* entries promoted by --free-riders */
 	/* --prefetch: bytes asked ahead; of them, bytes the selection
 	 * needed; bytes of pages the selection needed that were not */
-	uint64_t ahead_bytes, ahead_used, pages_needed;
+	uint64_t ahead_bytes, ahead_used, unread_needed;
 	/* entries predicted; of them selected; entries selected where a
 	 * prediction was made */
 	uint64_t pred_entries, pred_hits, pred_selected;

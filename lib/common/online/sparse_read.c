@@ -266,7 +266,7 @@ int sparse_plan(struct sf_sparse *sp, struct iobuf *b, const struct sparse_tier 
 				}
 				continue;
 			}
-			gt->pages_needed += !ahead;
+			gt->unread_needed += ahead ? 0 : PAGE;
 			if (ahead)
 				b->ahead[x / 64] |= 1ull << (x % 64);
 			if (q1 > q0 && x >= q1 && x - q1 <= gap_pages && x + 1 - q0 <= most &&

@@ -88,7 +88,7 @@ static json_t *groups_json(const struct sf_sparse *sp, double per, double *budge
 		budget_sum += t->budget / c * (double)t->entries / c * (double)sp->tiers.col_top[g];
 		budget_den += (double)t->entries / c * (double)sp->tiers.col_top[g];
 		*riders += t->riders;
-		double used = (double)t->ahead_used, need = used + (double)t->pages_needed;
+		double used = (double)t->ahead_used, need = used + (double)t->unread_needed;
 		json_object_set_new(groups, sf_group_name((enum sf_group)g), json_pack(
 			"{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
 			"budget", t->budget / c, "free_riders", (double)t->riders / c,
