@@ -136,7 +136,9 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	[ "$(wc -l < "$D/e2e/e2e.csv")" -eq 9 ]
 	has_png "$D/e2e/e2e.png"
 	jq -e '(map({(.name): .}) | add) as $c |
-		$c["dense-offload"].moved_over_needed == 1 and
+		# reads ahead of the pass after the last one are read and not
+		# needed: under 1% of a short run's bytes
+		($c["dense-offload"].moved_over_needed | . >= 1 and . < 1.01) and
 		$c.spax.bytes_needed_per_token < $c["dense-offload"].bytes_needed_per_token and
 		all(.[] | select(.name != "dense-ram"); .bytes_needed_per_token <= .bytes_moved_per_token)' \
 		"$D/e2e/e2e.json"
@@ -170,7 +172,8 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	run --separate-stderr study flash7b
 	[ "$status" -eq 0 ]
 	[ "$(wc -l < "$D/flash7b/flash7b.csv")" -eq 5 ]
-	jq -e -s '.[0] as $d | $d.name == "dense-offload" and $d.moved_over_needed == 1 and
+	jq -e -s '.[0] as $d | $d.name == "dense-offload" and
+		($d.moved_over_needed | . >= 1 and . < 1.01) and
 		.[2].bytes_needed_per_token < $d.bytes_needed_per_token and
 		all(.[1:][]; .bytes_needed_per_token <= $d.bytes_needed_per_token and
 		.bytes_needed_per_token <= .bytes_moved_per_token)' "$D/flash7b/flash7b.jsonl"
