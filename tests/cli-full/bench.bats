@@ -137,8 +137,8 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	has_png "$D/e2e/e2e.png"
 	jq -e '(map({(.name): .}) | add) as $c |
 		# reads ahead of the pass after the last one are read and not
-		# needed: under 1% of a short run's bytes
-		($c["dense-offload"].moved_over_needed | . >= 1 and . < 1.01) and
+		# needed: a few percent of a short run's bytes
+		($c["dense-offload"].moved_over_needed | . >= 1 and . < 1.05) and
 		$c.spax.bytes_needed_per_token < $c["dense-offload"].bytes_needed_per_token and
 		all(.[] | select(.name != "dense-ram"); .bytes_needed_per_token <= .bytes_moved_per_token)' \
 		"$D/e2e/e2e.json"
@@ -173,7 +173,7 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	[ "$status" -eq 0 ]
 	[ "$(wc -l < "$D/flash7b/flash7b.csv")" -eq 5 ]
 	jq -e -s '.[0] as $d | $d.name == "dense-offload" and
-		($d.moved_over_needed | . >= 1 and . < 1.01) and
+		($d.moved_over_needed | . >= 1 and . < 1.05) and
 		.[2].bytes_needed_per_token < $d.bytes_needed_per_token and
 		all(.[1:][]; .bytes_needed_per_token <= $d.bytes_needed_per_token and
 		.bytes_needed_per_token <= .bytes_moved_per_token)' "$D/flash7b/flash7b.jsonl"
