@@ -137,7 +137,7 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	has_png "$D/e2e/e2e.png"
 	jq -e '(map({(.name): .}) | add) as $c |
 		# reads ahead of the pass after the last one are read and not
-		# needed: a few percent of a short run's bytes
+		# needed: a few percent of the bytes of a short run
 		($c["dense-offload"].moved_over_needed | . >= 1 and . < 1.05) and
 		$c.spax.bytes_needed_per_token < $c["dense-offload"].bytes_needed_per_token and
 		all(.[] | select(.name != "dense-ram"); .bytes_needed_per_token <= .bytes_moved_per_token)' \
