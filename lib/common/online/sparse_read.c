@@ -194,6 +194,31 @@ static int hist_bucket(uint32_t len)
 	return b;
 }
 
+/* A read's bytes in the token's and the run's figures. */
+static void count_read(struct sf_sparse *sp, uint64_t len)
+{
+	sp->st.bytes_moved += len;
+	sp->st.tok_bytes += len;
+	sp->st.requests++;
+}
+
+/* Logs and queues one read, tagged buffer << 32 | index (buffer nbuf:
+ * the head's and embedding's slots); the I/O busy span starts with the
+ * first one in flight. */
+static int queue_read(struct sf_sparse *sp, uint64_t off, uint32_t len, uint8_t *buf,
+		      uint64_t tag)
+{
+	int ret;
+
+	if (sp->o.on_read)
+		sp->o.on_read(sp->o.on_read_ctx, sp->st.tokens, off, len);
+	if ((ret = sf_uring_queue(sp->io.u, off, len, buf, tag, &sp->err)))
+		return ret;
+	if (!sp->io.inflight++)
+		sp->io.busy_since = sf_now();
+	return 0;
+}
+
 /* Request [x0, x1) of buffer b's pages, of the tier region at file offset
  * base lying at lay in the buffer: asked now, queued (arrived at once
  * with --simulate, whose bytes are in RAM). */
@@ -209,21 +234,15 @@ static int ask(struct sf_sparse *sp, struct iobuf *b, uint64_t x0, uint64_t x1,
 	gt->ahead_bytes += ahead ? len : 0;
 	gt->bytes_moved += len;
 	gt->requests++;
-	sp->st.bytes_moved += len;
-	sp->st.tok_bytes += len;
-	sp->st.requests++;
+	count_read(sp, len);
 	if (sp->o.simulate) {
 		set_bits(b->arrived, x0, x1);
 		b->nreq++;
 		return 0;
 	}
-	if (sp->o.on_read)
-		sp->o.on_read(sp->o.on_read_ctx, sp->st.tokens, q->aoff, q->alen);
-	if ((ret = sf_uring_queue(sp->io.u, q->aoff, q->alen, q->buf,
-				  (uint64_t)(b - sp->io.bufs) << 32 | b->nreq, &sp->err)))
+	if ((ret = queue_read(sp, q->aoff, q->alen, q->buf,
+			      (uint64_t)(b - sp->io.bufs) << 32 | b->nreq)))
 		return ret;
-	if (!sp->io.inflight++)
-		sp->io.busy_since = sf_now();
 	b->inflight++;
 	b->nreq++;
 	return 0;
@@ -560,17 +579,11 @@ static int head_read(struct sf_sparse *sp, int slot, uint8_t *buf, uint64_t off,
 	sp->head.read_off[slot] = aoff;
 	sp->head.read_len[slot] = alen;
 	sp->head.done[slot] = 0;
-	if (sp->o.on_read)
-		sp->o.on_read(sp->o.on_read_ctx, sp->st.tokens, aoff, (uint32_t)alen);
-	if ((ret = sf_uring_queue(sp->io.u, aoff, (uint32_t)alen, buf,
-				  (uint64_t)sp->io.nbuf << 32 | (uint32_t)slot, &sp->err)))
+	if ((ret = queue_read(sp, aoff, (uint32_t)alen, buf,
+			      (uint64_t)sp->io.nbuf << 32 | (uint32_t)slot)))
 		return ret;
-	if (!sp->io.inflight++)
-		sp->io.busy_since = sf_now();
 	sp->head.bytes += alen;
-	sp->st.bytes_moved += alen;
-	sp->st.tok_bytes += alen;
-	sp->st.requests++;
+	count_read(sp, alen);
 	return 0;
 }
 
