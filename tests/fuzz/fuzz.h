@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine/tokenizer.h"
+
 /* The input as a file: returns its descriptor (close it after) and fills
  * path. Aborts when the kernel refuses: a harness without input is broken. */
 static inline int fuzz_file(const uint8_t *data, size_t size, char path[64])
@@ -41,6 +43,26 @@ static inline void fuzz_touch(const void *p, uint64_t n)
 	if (n)
 		x ^= b[n - 1];
 	(void)x;
+}
+
+/* ids decoded whole and streamed piece by piece (the two decoders a
+ * sampler's ids go through); the text itself is not checked. */
+static inline void fuzz_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t n)
+{
+	struct sf_err e;
+	struct sf_detok d;
+	const char *piece;
+	char *out = NULL;
+	size_t len;
+
+	if (sf_tokenizer_decode(t, ids, n, 0, &out, &len, &e) == 0)
+		free(out);
+	sf_detok_init(&d, t, SF_DECODE_SKIP_SPECIAL);
+	for (size_t i = 0; i < n; i++)
+		if (sf_detok_push(&d, ids[i], &piece, &len))
+			break;
+	sf_detok_finish(&d, &piece, &len);
+	sf_detok_free(&d);
 }
 
 #endif

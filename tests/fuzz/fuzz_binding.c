@@ -10,6 +10,7 @@
 
 #include "engine/tokenizer.h"
 #include "formats/config.h"
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,24 +25,6 @@ static size_t binding_part(const char **p, const char *end, const char **start)
 	*start = *p;
 	*p += n + (nul != NULL);
 	return n;
-}
-
-static void binding_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t n)
-{
-	struct sf_err e;
-	struct sf_detok d;
-	const char *piece;
-	char *out = NULL;
-	size_t len;
-
-	if (sf_tokenizer_decode(t, ids, n, 0, &out, &len, &e) == 0)
-		free(out);
-	sf_detok_init(&d, t, SF_DECODE_SKIP_SPECIAL);
-	for (size_t i = 0; i < n; i++)
-		if (sf_detok_push(&d, ids[i], &piece, &len))
-			break;
-	sf_detok_finish(&d, &piece, &len);
-	sf_detok_free(&d);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -75,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < n; i++)
 			if (ids[i] < 0 || ids[i] >= v)
 				abort();
-		binding_decode(t, ids, n);
+		fuzz_decode(t, ids, n);
 		free(ids);
 	}
 	/* what a sampler may draw: spread over every row of the embedding,
@@ -89,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		drawn[k++] = cfg.bos_id;
 	for (int i = 0; i < cfg.n_eos && k < sizeof(drawn) / sizeof(drawn[0]); i++)
 		drawn[k++] = cfg.eos_ids[i];
-	binding_decode(t, drawn, k);
+	fuzz_decode(t, drawn, k);
 	sf_tokenizer_close(t);
 	return 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/tokenizer.h"
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,18 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int32_t *ids = NULL;
 	size_t n = 0;
 	if (sf_tokenizer_encode(t, text, xlen, 1, &ids, &n, &e) == 0) {
-		char *out = NULL;
-		size_t len;
-		if (sf_tokenizer_decode(t, ids, n, 0, &out, &len, &e) == 0)
-			free(out);
-		struct sf_detok d;
-		const char *piece;
-		sf_detok_init(&d, t, SF_DECODE_SKIP_SPECIAL);
-		for (size_t i = 0; i < n; i++)
-			if (sf_detok_push(&d, ids[i], &piece, &len))
-				break;
-		sf_detok_finish(&d, &piece, &len);
-		sf_detok_free(&d);
+		fuzz_decode(t, ids, n);
 		free(ids);
 	}
 	int v = sf_tokenizer_vocab_size(t);
