@@ -606,8 +606,9 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	double peak = 0, iops = 0, buffered = 0;
 	int ret;
 
-	so.state_bytes = sf_state_bytes(&S->model.cfg, S->state.seq_len);
+	so.state_bytes = sf_state_bytes_batch(&S->model.cfg, S->state.seq_len, S->state.batch);
 	so.max_tokens = tokens;
+	so.tokens = S->state.batch;
 	if ((ret = sf_device_load(o->image, &peak, &iops, &buffered, e)) < 0)
 		return ret;
 	/* the page cache where the probe found it faster than O_DIRECT at the
@@ -685,9 +686,7 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 				  "positions", ctx, S->model.cfg.max_seq_len);
 	if ((ret = sf_pool_create(&S->pool, o->threads)))
 		return sf_err_set(e, ret, "thread pool of %d: %s", o->threads, sf_strerror(ret));
-	/* an image's groups go through the sparse decoder one token at a time
-	 * (sf_forward_batch): buffers for one */
-	int batch = o->image ? 1 : o->batch < ctx ? o->batch : ctx;
+	int batch = o->batch < ctx ? o->batch : ctx;
 	if ((ret = sf_state_init_batch(&S->state, &S->model.cfg, ctx, batch, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed, e)) ||

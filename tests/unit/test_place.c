@@ -381,9 +381,11 @@ static int by_magnitude(const void *pa, const void *pb)
 	return fa != fb ? (fa > fb ? -1 : 1) : (a < b ? -1 : a > b);
 }
 
-static void record_fn(void *ctx, int layer, enum sf_group g, const float *in, size_t n)
+static void record_fn(void *ctx, int layer, enum sf_group g, const float *in, int T,
+			size_t n)
 {
 	struct record *R = ctx;
+	(void)T;	/* one token a call: the observer's tokens is 0 */
 	if (g != SF_GROUP_FFN_OUT)
 		return;
 	sf_place_identity(R->n, R->order);

@@ -53,6 +53,7 @@ static void pack(const char *name, const struct sf_placement *pl, const struct s
 
 struct checker {
 	const struct sf_group_exec *inner;
+	struct sf_group_exec *wrap;	/* this one's, taking as many tokens as inner */
 	double top, mid;	/* fractions, as the decoder was given them */
 	const struct sf_image_keep *keep;	/* the image's --keep, or NULL */
 	uint64_t leaks;		/* outputs of rows left out that are not exactly 0 */
@@ -70,10 +71,9 @@ static float weight(const struct sf_weight *w, uint64_t r, uint64_t c)
 	}
 }
 
-static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
-		       int nout, float *const *out, const struct sf_weight *const *w)
+static void check_token(struct checker *ck, int layer, enum sf_group g, const float *in,
+			size_t n, int nout, float *const *out)
 {
-	struct checker *ck = ctx;
 	const struct sf_weight *mw[SF_GROUP_MAX_MATRICES];
 	const char *names[SF_GROUP_MAX_MATRICES];
 	uint32_t kt = (uint32_t)llround(ck->top * (double)n);
@@ -87,9 +87,6 @@ static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 	const struct sf_select_compute *sc = sf_sparse_compute(ck->sp);
 	const uint8_t *set = sc ? sf_select_compute_mask(sc, layer) : NULL;
 
-	ck->inner->fn(ck->inner->ctx, layer, g, in, n, nout, out, w);
-	if (w[0]->data)		/* resident: dense, nothing to compare */
-		goto out;
 	if (km > n - kt)
 		km = (uint32_t)n - kt;
 	sf_select_topk(in, (uint32_t)n, kt, bt, scratch);
@@ -128,10 +125,27 @@ static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, s
 		free(ref);
 		free(dec);
 	}
-out:
 	free(bt);
 	free(ba);
 	free(scratch);
+}
+
+/* The decoder's pass, then each of its tokens against the reference. */
+static void check_exec(void *ctx, int layer, enum sf_group g, const float *in, int ntok,
+		       size_t n, int nout, float *const *out, const struct sf_weight *const *w)
+{
+	struct checker *ck = ctx;
+
+	ck->inner->fn(ck->inner->ctx, layer, g, in, ntok, n, nout, out, w);
+	ck->wrap->tokens = ck->inner->tokens;
+	if (w[0]->data)		/* resident: dense, nothing to compare */
+		return;
+	for (int k = 0; k < ntok; k++) {
+		float *o[SF_GROUP_MAX_MATRICES];
+		for (int i = 0; i < nout; i++)
+			o[i] = out[i] + (size_t)k * w[i]->rows;
+		check_token(ck, layer, g, in + (size_t)k * n, n, nout, o);
+	}
 }
 
 // --- one decoding run over tokens[]
@@ -143,9 +157,13 @@ struct result {
 	double budget;
 };
 
+/* Tokens a forward pass gives the decoder (sf_forward_batch). */
+static int pass = 1;
+
 static int decode(const char *name, const struct sf_sparse_opts *o, int threads,
 		  struct checker *ck, struct result *r, struct sf_err *e)
 {
+	struct sf_sparse_opts ob = *o;
 	char path[4200];
 	struct sf_image img = { 0 };
 	struct sf_model m = { 0 };
@@ -158,24 +176,29 @@ static int decode(const char *name, const struct sf_sparse_opts *o, int threads,
 	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
 	memset(r, 0, sizeof(*r));
 	if ((ret = sf_image_open(&img, path, e)) || (ret = sf_image_model(&img, &m, e)) ||
-	    (ret = sf_pool_create(&pool, threads)) || (ret = sf_state_init(&s, &m.cfg, T, e)))
+	    (ret = sf_pool_create(&pool, threads)) ||
+	    (ret = sf_state_init_batch(&s, &m.cfg, T, pass, e)))
 		goto out;
 	s.pool = pool;
-	if ((ret = sf_sparse_open(&sp, &img, &m, pool, o, e)))
+	ob.tokens = pass;
+	if ((ret = sf_sparse_open(&sp, &img, &m, pool, &ob, e)))
 		goto out;
 	s.exec = sf_sparse_exec(sp);
 	sf_sparse_prefill(sp, prefill);
 	if (ck) {
 		ck->sp = sp;
 		ck->inner = s.exec;
-		wrap = (struct sf_group_exec){ .fn = check_exec, .ctx = ck };
+		wrap = (struct sf_group_exec){ .fn = check_exec, .ctx = ck,
+					       .tokens = ck->inner->tokens };
+		ck->wrap = &wrap;
 		s.exec = &wrap;
 	}
-	for (int p = 0; p < T; p++) {
-		const float *l = sf_forward(&m, &s, tokens[p], p);
+	for (int p = 0; p < T; p += pass) {
+		int np = T - p < pass ? T - p : pass;
+		const float *l = sf_forward_batch(&m, &s, tokens + p, np, p, 1);
 		if ((ret = sf_sparse_error(sp, e)))
 			goto out;
-		memcpy(r->logits[p], l, sizeof(r->logits[p]));
+		memcpy(r->logits[p], l, (size_t)np * sizeof(r->logits[p]));
 	}
 	json_t *j = sf_sparse_stats_json(sp);
 	CHECK(j != NULL, "stats");
@@ -505,6 +528,72 @@ int main(void)
 		CHECK(a.out_entries < 2 * 154, "compute + keep: %g entries per pass", a.out_entries);
 		sf_image_keep_free(&k);
 		sf_scores_free(&st);
+	}
+
+	/* passes of several tokens (sf_forward_batch): each token's logits
+	 * bit-identical to the one-token run, whatever the settings; budget 1
+	 * reads the flash regions once a pass */
+	{
+		static struct result one, sc_one, keep_one, comp_one;
+		struct sf_image_keep k = { 0 };
+		imagetest_keep_random(&M, &rng, 5, &k);
+		pack("keepb.sfimg", &pl, NULL, &k, 0);
+		struct sf_select_compute_opts co;
+		uint8_t dflt[64];
+		sf_select_dense_default(M.cfg.n_layers, dflt);
+		sf_select_compute_defaults(&co, 0.4);
+		co.dense = dflt;
+		struct sf_sparse_opts ocomp = fractions(0.5, 0.25);
+		ocomp.compute = &co;
+		ocomp.simulate = 1;
+		struct sf_sparse_opts okeep = fractions(0.4, 0);
+		okeep.free_riders = 1;
+		okeep.simulate = 1;
+		pass = 1;
+		sf_sparse_opts_default(&o);
+		o.prefetch = 0;
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &one, &e), "%s", e.msg);
+		o = fractions(0.3, 0.25);
+		o.simulate = 1;
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &sc_one, &e), "%s", e.msg);
+		CHECK(!decode("keepb.sfimg", &okeep, 2, NULL, &keep_one, &e), "%s", e.msg);
+		CHECK(!decode("sh.sfimg", &ocomp, 2, NULL, &comp_one, &e), "%s", e.msg);
+		static const int passes[] = { 2, 7, 10 };
+		for (int q = 0; q < 3; q++) {
+			pass = passes[q];
+			for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+				o = fractions(0.3, 0.25);
+				apply_setting(&o, &v[i]);
+				o.free_riders = i & 1;
+				CHECK(!decode("sh.sfimg", &o, v[i].th, NULL, &a, &e), "pass %d case %zu: "
+				      "%s", pass, i, e.msg);
+				CHECK(same(&a, (i & 1) ? &ref : &sc_one), "pass %d case %zu: logits "
+				      "differ from one token a pass", pass, i);
+			}
+			struct checker ck = { .top = 0.3, .mid = 0.25 };
+			o = fractions(0.3, 0.25);
+			o.cache_ratio = 0.2;
+			CHECK(!decode("shr.sfimg", &o, 2, &ck, &a, &e), "%s", e.msg);
+			CHECK(ck.worst < 1e-4, "pass %d: sparse against reference: relative error %g",
+			      pass, ck.worst);
+			okeep.simulate = q & 1;
+			CHECK(!decode("keepb.sfimg", &okeep, 2, NULL, &a, &e), "%s", e.msg);
+			CHECK(same(&a, &keep_one), "pass %d: keep, riders: logits differ", pass);
+			ocomp.simulate = q & 1;
+			CHECK(!decode("sh.sfimg", &ocomp, 2, NULL, &a, &e), "%s", e.msg);
+			CHECK(same(&a, &comp_one), "pass %d: selective computation: logits differ",
+			      pass);
+			sf_sparse_opts_default(&o);
+			o.prefetch = 0;
+			CHECK(!decode("sh.sfimg", &o, 1, NULL, &a, &e), "%s", e.msg);
+			CHECK(same(&a, &one), "pass %d: budget 1: logits differ", pass);
+			uint64_t passes_run = (uint64_t)(T + pass - 1) / (uint64_t)pass;
+			CHECK(a.bytes_moved * T == one.bytes_moved * passes_run,
+			      "pass %d: budget 1 read %llu bytes, one token a pass %llu", pass,
+			      (unsigned long long)a.bytes_moved, (unsigned long long)one.bytes_moved);
+		}
+		pass = 1;
+		sf_image_keep_free(&k);
 	}
 
 	/* refused settings */

@@ -90,8 +90,23 @@ void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, s
 		accum_scalar_rows(y, v, v->base + (size_t)idx[k] * v->stride, xv[k], r0, r1);
 }
 
+void sf_codes_colaccum_batch_ref(float *Y, size_t ldy, const struct sf_codes_view *v,
+				 size_t r0, size_t r1, const uint32_t *idx, const uint32_t *start,
+				 const uint16_t *tok, const float *xv, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		for (uint32_t p = start[k]; p < start[k + 1]; p++)
+			accum_scalar_rows(Y + (size_t)tok[p] * ldy, v,
+					  v->base + (size_t)idx[k] * v->stride, xv[p], r0, r1);
+}
+
 typedef void accum_fn(float *y, const struct sf_codes_view *v, const uint8_t *rec, float x,
 		      size_t t0, size_t t1);
+/* The same for the np tokens tok[0..np) of one column, xv their inputs:
+ * each step's weights decoded once for all of them. */
+typedef void accum_batch_fn(float *Y, size_t ldy, const struct sf_codes_view *v,
+			    const uint8_t *rec, const uint16_t *tok, const float *xv, size_t np,
+			    size_t t0, size_t t1);
 
 #if defined(__x86_64__)
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
@@ -124,6 +139,33 @@ static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
 	}
 }
 
+static T512 void accum_trellis_batch_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
+					    const uint8_t *rec, const uint16_t *tok,
+					    const float *xv, size_t np, size_t t0, size_t t1)
+{
+	const uint8_t *codes = rec + 2;
+	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
+	const __m512i sh_hi = _mm512_setr_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m512i low16 = _mm512_set1_epi32(0xffff);
+	float scale = sf_f16_to_f32(sf_get_le16(rec));
+	for (size_t t = t0; t < t1; t += 16) {
+		uint64_t word = t ? (uint64_t)get_be32(codes + t / 4 - 2) << 16 |
+					    (uint64_t)codes[t / 4 + 2] << 8 | codes[t / 4 + 3]
+				  : get_be32(codes);
+		__m512i wv = _mm512_set1_epi64((long long)word);
+		__m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_lo));
+		__m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_hi));
+		__m512i ix = _mm512_and_si512(
+			_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), low16);
+		__m512 cb = _mm512_i32gather_ps(ix, v->codebook, 4);
+		for (size_t p = 0; p < np; p++) {
+			float *y = Y + (size_t)tok[p] * ldy + t;
+			__m512 xs = _mm512_set1_ps(xv[p] * scale);
+			_mm512_storeu_ps(y, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y)));
+		}
+	}
+}
+
 /* Weights [t0, t1) in steps of 16, t0 a multiple of 16: 16 codes are one
  * 32-bit word; the level comes from a 4-entry table held in a register. */
 static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
@@ -147,6 +189,31 @@ static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
 	}
 }
 
+static T512 void accum_scalar_batch_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
+					   const uint8_t *rec, const uint16_t *tok,
+					   const float *xv, size_t np, size_t t0, size_t t1)
+{
+	(void)v;	/* the trellis kernel's signature */
+	const uint8_t *codes = rec + 4;
+	const __m512i sh = _mm512_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+					     4, 2, 0);
+	const __m512i three = _mm512_set1_epi32(3);
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	__m512 lut = _mm512_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
+				    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+	for (size_t t = t0; t < t1; t += 16) {
+		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
+		__m512i c = _mm512_and_si512(_mm512_srlv_epi32(cw, sh), three);
+		__m512 l = _mm512_permutexvar_ps(c, lut);
+		for (size_t p = 0; p < np; p++) {
+			float *y = Y + (size_t)tok[p] * ldy + t;
+			_mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_set1_ps(xv[p]), l,
+							    _mm512_loadu_ps(y)));
+		}
+	}
+}
+
 #define T256 __attribute__((target("avx2,fma,f16c")))
 
 /* Weights [t0, t1) in steps of 8, t0 a multiple of 8: the indices of
@@ -167,6 +234,27 @@ static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
 					      low16);
 		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
 		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y + t)));
+	}
+}
+
+static T256 void accum_trellis_batch_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
+					  const uint8_t *rec, const uint16_t *tok,
+					  const float *xv, size_t np, size_t t0, size_t t1)
+{
+	const uint8_t *codes = rec + 2;
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m256i low16 = _mm256_set1_epi32(0xffff);
+	float scale = sf_f16_to_f32(sf_get_le16(rec));
+	for (size_t t = t0; t < t1; t += 8) {
+		uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
+		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
+					      low16);
+		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
+		for (size_t p = 0; p < np; p++) {
+			float *y = Y + (size_t)tok[p] * ldy + t;
+			__m256 xs = _mm256_set1_ps(xv[p] * scale);
+			_mm256_storeu_ps(y, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y)));
+		}
 	}
 }
 
@@ -194,24 +282,61 @@ static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
 	}
 }
 
+static T256 void accum_scalar_batch_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
+					 const uint8_t *rec, const uint16_t *tok,
+					 const float *xv, size_t np, size_t t0, size_t t1)
+{
+	(void)v;	/* the trellis kernel's signature */
+	const uint8_t *codes = rec + 4;
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	const __m256i three = _mm256_set1_epi32(3);
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	__m256 lut = _mm256_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
+				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
+	for (size_t t = t0; t < t1; t += 8) {
+		int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
+		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
+		__m256 l = _mm256_permutevar_ps(lut, c);
+		for (size_t p = 0; p < np; p++) {
+			float *y = Y + (size_t)tok[p] * ldy + t;
+			_mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_set1_ps(xv[p]), l,
+							    _mm256_loadu_ps(y)));
+		}
+	}
+}
+
 #endif
 
 /* The dispatch table (engine/cpu.h): per level the kernels of a whole
- * SIMD step and its width; width 0 is the _ref. A level without its own
- * paths repeats the one below. */
+ * SIMD step, one column and a column's tokens, and its width; width 0 is
+ * the _ref. A level without its own paths repeats the one below. */
 static const struct accum_path {
 	accum_fn *trellis, *scalar;
+	accum_batch_fn *trellis_batch, *scalar_batch;
 	size_t step;	/* weights a SIMD step takes */
 } accum_paths[SF_NISA] = {
-	[SF_ISA_REF] = { NULL, NULL, 0 },
+	[SF_ISA_REF] = { NULL, NULL, NULL, NULL, 0 },
 #if defined(__x86_64__)
-	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, 8 },
-	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, 16 },
+	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, accum_trellis_batch_avx2,
+			  accum_scalar_batch_avx2, 8 },
+	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, accum_trellis_batch_avx512,
+			    accum_scalar_batch_avx512, 16 },
 #else
-	[SF_ISA_AVX2] = { NULL, NULL, 0 },
-	[SF_ISA_AVX512] = { NULL, NULL, 0 },
+	[SF_ISA_AVX2] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_AVX512] = { NULL, NULL, NULL, NULL, 0 },
 #endif
 };
+
+/* The SIMD paths' rows: a scalar head [r0, *a) up to a whole step, whole
+ * steps [*a, *b), a scalar tail [*b, r1). */
+static void simd_rows(size_t w, size_t r0, size_t r1, size_t *a, size_t *b)
+{
+	*a = (r0 + w - 1) / w * w;
+	*a = *a < r1 ? *a : r1;
+	*b = *a + (r1 - *a) / w * w;
+}
 
 void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
 		       const uint32_t *idx, const float *xv, size_t n)
@@ -224,14 +349,44 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 		sf_codes_colaccum_ref(y, v, r0, r1, idx, xv, n);
 		return;
 	}
-	/* a scalar head up to a whole step, whole steps, a scalar tail */
-	size_t a = (r0 + w - 1) / w * w;
-	a = a < r1 ? a : r1;
-	size_t b = a + (r1 - a) / w * w;
+	size_t a, b;
+	simd_rows(w, r0, r1, &a, &b);
 	for (size_t k = 0; k < n; k++) {
 		const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
 		accum_scalar_rows(y, v, rec, xv[k], r0, a);
 		fn(y, v, rec, xv[k], a, b);
 		accum_scalar_rows(y, v, rec, xv[k], b, r1);
+	}
+}
+
+/* Rows a block of the batched decode-accumulate: the block's outputs of
+ * every token stay in L2 while each step is decoded once for them all. */
+#define BATCH_ROWS 256
+
+void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v, size_t r0,
+			     size_t r1, const uint32_t *idx, const uint32_t *start,
+			     const uint16_t *tok, const float *xv, size_t n)
+{
+	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
+	accum_batch_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis_batch : P->scalar_batch;
+	size_t a, b;
+
+	if (!fn) {
+		sf_codes_colaccum_batch_ref(Y, ldy, v, r0, r1, idx, start, tok, xv, n);
+		return;
+	}
+	simd_rows(P->step, r0, r1, &a, &b);
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
+		for (uint32_t p = start[k]; p < start[k + 1]; p++) {
+			accum_scalar_rows(Y + (size_t)tok[p] * ldy, v, rec, xv[p], r0, a);
+			accum_scalar_rows(Y + (size_t)tok[p] * ldy, v, rec, xv[p], b, r1);
+		}
+	}
+	for (size_t t0 = a; t0 < b; t0 += BATCH_ROWS) {
+		size_t t1 = b - t0 < BATCH_ROWS ? b : t0 + BATCH_ROWS;
+		for (size_t k = 0; k < n; k++)
+			fn(Y, ldy, v, v->base + (size_t)idx[k] * v->stride, tok + start[k],
+			   xv + start[k], start[k + 1] - start[k], t0, t1);
 	}
 }

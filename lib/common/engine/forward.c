@@ -133,10 +133,10 @@ static void add_bias(float *y, const struct sf_weight *b)
 }
 
 static void observe(const struct sf_runstate *s, int layer, enum sf_group g, const float *in,
-		    size_t n)
+		    int T, size_t n)
 {
 	if (s->observer && s->observer->fn)
-		s->observer->fn(s->observer->ctx, layer, g, in, n);
+		s->observer->fn(s->observer->ctx, layer, g, in, T, n);
 }
 
 static void run(struct sf_pool *pool, void (*fn)(void *, int, int), void *arg)
@@ -200,15 +200,14 @@ void sf_group_dense_batch(struct sf_pool *pool, const float *x, size_t ldx, int 
 }
 
 /* A group's products for T tokens, in (T, n) and y[i] (T, rows): observed
- * first, then dense or through s->exec (hooks see one token: T is 1 when
- * they are set, see sf_forward_batch). */
+ * first, then dense or through s->exec (T within what the hooks take:
+ * see sf_forward_batch). */
 static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const float *in,
 			size_t n, int T, int nout, float *const *y, const struct sf_weight *const *w)
 {
-	if (T == 1)
-		observe(s, layer, g, in, n);
-	if (T == 1 && s->exec && s->exec->fn)
-		s->exec->fn(s->exec->ctx, layer, g, in, n, nout, y, w);
+	observe(s, layer, g, in, T, n);
+	if (s->exec && s->exec->fn)
+		s->exec->fn(s->exec->ctx, layer, g, in, T, n, nout, y, w);
 	else
 		sf_group_dense_batch(s->pool, in, n, T, nout, y, w);
 }
@@ -288,8 +287,10 @@ static int nonfinite_row(const float *x, int T, size_t n)
  * the order the one-token pass runs it, and the products run over all T
  * tokens with each (row, token) computed as for one token, so every token
  * gets the floats it would get alone. */
-static float *forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
-		      int T, int pos, int all_logits, float *logits)
+enum head { HEAD_NONE, HEAD_LAST, HEAD_ALL };
+
+static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+		   int T, int pos, enum head head, float *logits)
 {
 	const struct sf_config *c = &m->cfg;
 	size_t dim = (size_t)c->dim;
@@ -300,7 +301,7 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 	int bad;
 
 	if (s->err.code || sf_state_check_tokens(s, c, tokens, (size_t)T, pos))
-		return NULL;
+		return -1;
 	for (int t = 0; t < T; t++)
 		if (s->exec && s->exec->embed)
 			s->exec->embed(s->exec->ctx, tokens[t], s->x + t * dim);
@@ -368,14 +369,14 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 		if ((bad = nonfinite_row(s->x, T, dim)) >= 0) {
 			sf_err_set(&s->err, SF_EFORMAT, "layer %d: non-finite hidden state at position %d",
 				   l, pos + bad);
-			return NULL;
+			return -1;
 		}
 	}
 
-	if (s->skip_logits)
-		return NULL;
+	if (head == HEAD_NONE)
+		return 0;
 	/* the head: on every token, or on the last one only */
-	int first = all_logits ? 0 : T - 1;
+	int first = head == HEAD_ALL ? 0 : T - 1;
 	for (int t = first; t < T; t++)
 		sf_rmsnorm(s->x + t * dim, s->x + t * dim, m->final_norm.data, m->final_norm.dtype,
 			   dim, c->norm_eps);
@@ -391,14 +392,20 @@ static float *forward(const struct sf_model *m, struct sf_runstate *s, const int
 	if ((bad = nonfinite_row(logits, T - first, (size_t)c->vocab_size)) >= 0) {
 		sf_err_set(&s->err, SF_EFORMAT, "output head: non-finite logits at position %d",
 			   pos + first + bad);
-		return NULL;
+		return -1;
 	}
-	return logits;
+	return 0;
 }
 
 float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token, int pos)
 {
-	return forward(m, s, &token, 1, pos, 0, s->logits);
+	return sf_forward_batch(m, s, &token, 1, pos, 0);
+}
+
+/* Tokens a hook takes in one call: its tokens field, 0 counting as 1. */
+static int hook_tokens(int tokens)
+{
+	return tokens > 1 ? tokens : 1;
 }
 
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
@@ -412,11 +419,20 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 			   "holds %d tokens a pass and %d positions", T, pos, s->batch, s->seq_len);
 		return NULL;
 	}
-	if (!s->observer && !s->exec)
-		return forward(m, s, tokens, T, pos, all_logits, s->logits);
-	/* the hooks see one token at a time, in the one-token order */
-	for (int t = 0; t < T; t++)
-		if (!forward(m, s, tokens + t, 1, pos + t, 0, s->logits + (all_logits ? t * vocab : 0)))
+	/* passes of as many tokens as the hooks take now (a pass may change
+	 * that): a token's floats do not depend on the tokens it shares a
+	 * pass with */
+	for (int t = 0, n; t < T; t += n) {
+		n = T - t;
+		if (s->observer && hook_tokens(s->observer->tokens) < n)
+			n = hook_tokens(s->observer->tokens);
+		if (s->exec && hook_tokens(s->exec->tokens) < n)
+			n = hook_tokens(s->exec->tokens);
+		enum head head = s->skip_logits ? HEAD_NONE : all_logits ? HEAD_ALL
+				 : t + n == T ? HEAD_LAST : HEAD_NONE;
+		if (forward(m, s, tokens + t, n, pos + t, head,
+			    s->logits + (all_logits ? (size_t)t * vocab : 0)))
 			return NULL;
-	return s->logits;
+	}
+	return s->skip_logits ? NULL : s->logits;
 }

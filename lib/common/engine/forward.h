@@ -13,19 +13,22 @@
 #include "formats/model.h"
 #include "base/pool.h"
 
-/* Sees the input vector of every group as the forward pass computes it:
- * sf-profile records activations here. */
+/* Sees the input vectors of every group as the forward pass computes
+ * them, in (T, n): the T tokens of a pass, T at most tokens (0 counts as
+ * 1). sf-profile records activations here. */
 struct sf_observer {
-	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, size_t n);
+	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n);
 	void *ctx;
+	int tokens;
 };
 
 /* Computes a group's outputs in place of the dense product: the sparse
  * decoder, tier calibration and --simulate apply their column selections
- * here. w[i] is the dense weight of output i (q, k, v; o; gate, up; down),
- * out[i] its output vector (w[i]->rows floats). */
+ * here. in is (T, n): the T tokens of a pass, T at most tokens (0 counts
+ * as 1). w[i] is the dense weight of output i (q, k, v; o; gate, up;
+ * down), out[i] its outputs (T, w[i]->rows). */
 struct sf_group_exec {
-	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
+	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n,
 		   int nout, float *const *out, const struct sf_weight *const *w);
 	/* NULL, or: the embedding row of token into out (dim), and the
 	 * head's logits (vocab) of the normed x (dim), computed as the dense
@@ -33,6 +36,7 @@ struct sf_group_exec {
 	void (*embed)(void *ctx, int32_t token, float *out);
 	void (*head)(void *ctx, const float *x, float *logits);
 	void *ctx;
+	int tokens;
 };
 
 /* The dense products y[i] = w[i] x of a group's n matrices, rows split
@@ -90,8 +94,8 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
  * inside the block, and returns the logits: (T, vocab_size) when
  * all_logits, else the last token's (vocab_size); NULL when skip_logits.
  * Every token gets the floats T calls of sf_forward would give it (the
- * KV cache too). With an observer or an exec set, the tokens run one at a
- * time so the hooks see each token as sf_forward shows it. */
+ * KV cache too). With an observer or an exec set, the pass is split into
+ * passes of as many tokens as the hooks take (their tokens field). */
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 			int T, int pos, int all_logits);
 

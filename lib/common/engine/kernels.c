@@ -53,8 +53,17 @@ void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t
 	for (size_t k = 0; k < n; k++) {
 		size_t base = (size_t)idx[k] * stride;
 		for (size_t j = 0; j < m; j++)
-			y[j] += xv[k] * ld_w(C, dt, base + j);
+			y[j] = fmaf(xv[k], ld_w(C, dt, base + j), y[j]);
 	}
+}
+
+void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+			   size_t stride, const uint32_t *idx, const uint32_t *start,
+			   const uint16_t *tok, const float *xv, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		for (uint32_t p = start[k]; p < start[k + 1]; p++)
+			sf_colaccum_ref(Y + (size_t)tok[p] * ldy, m, C, dt, stride, idx + k, xv + p, 1);
 }
 
 static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype dt,
@@ -161,6 +170,9 @@ struct kern {
 		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 			 const uint32_t *idx, const float *xv, size_t n);
+	void (*colaccum_batch)(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+			       size_t stride, const uint32_t *idx, const uint32_t *start,
+			       const uint16_t *tok, const float *xv, size_t n);
 	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
 			size_t n, float eps);
 	void (*softmax)(float *x, size_t n);
@@ -170,7 +182,7 @@ struct kern {
 };
 
 static const struct kern kern_ref = {
-	sf_matmul_rows_ref, sf_colaccum_ref, rmsnorm_ref, softmax_ref,
+	sf_matmul_rows_ref, sf_colaccum_ref, sf_colaccum_batch_ref, rmsnorm_ref, softmax_ref,
 	swiglu_ref, dot_ref, axpy_ref,
 };
 
@@ -369,10 +381,10 @@ INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 		}
 		for (; j < m; j++) {
 			float t = y[j];
-			t += xv[k] * ld_w(c0, dt, j);
-			t += xv[k + 1] * ld_w(c1, dt, j);
-			t += xv[k + 2] * ld_w(c2, dt, j);
-			t += xv[k + 3] * ld_w(c3, dt, j);
+			t = fmaf(xv[k], ld_w(c0, dt, j), t);
+			t = fmaf(xv[k + 1], ld_w(c1, dt, j), t);
+			t = fmaf(xv[k + 2], ld_w(c2, dt, j), t);
+			t = fmaf(xv[k + 3], ld_w(c3, dt, j), t);
 			y[j] = t;
 		}
 	}
@@ -384,7 +396,51 @@ INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 			_mm256_storeu_ps(y + j, _mm256_fmadd_ps(ld8(c0 + j * es, dt), v0,
 								_mm256_loadu_ps(y + j)));
 		for (; j < m; j++)
-			y[j] += xv[k] * ld_w(c0, dt, j);
+			y[j] = fmaf(xv[k], ld_w(c0, dt, j), y[j]);
+	}
+}
+
+/* The batched column-accumulate in blocks of CAB256_ROWS rows, so the
+ * block's outputs of every token stay in L1 while each column's weights
+ * are loaded once for all the tokens that selected it. */
+#define CAB256_ROWS 32
+INL T256 void cab256(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+		     size_t stride, const uint32_t *idx, const uint32_t *start,
+		     const uint16_t *tok, const float *xv, size_t n)
+{
+	size_t es = dt_size(dt);
+	const char *base = C;
+
+	for (size_t j0 = 0; j0 + CAB256_ROWS <= m; j0 += CAB256_ROWS)
+		for (size_t k = 0; k < n; k++) {
+			const char *c = base + ((size_t)idx[k] * stride + j0) * es;
+			__m256 w0 = ld8(c, dt), w1 = ld8(c + 8 * es, dt);
+			__m256 w2 = ld8(c + 16 * es, dt), w3 = ld8(c + 24 * es, dt);
+			for (uint32_t p = start[k]; p < start[k + 1]; p++) {
+				float *y = Y + (size_t)tok[p] * ldy + j0;
+				__m256 v = _mm256_set1_ps(xv[p]);
+				_mm256_storeu_ps(y, _mm256_fmadd_ps(w0, v, _mm256_loadu_ps(y)));
+				_mm256_storeu_ps(y + 8, _mm256_fmadd_ps(w1, v, _mm256_loadu_ps(y + 8)));
+				_mm256_storeu_ps(y + 16, _mm256_fmadd_ps(w2, v, _mm256_loadu_ps(y + 16)));
+				_mm256_storeu_ps(y + 24, _mm256_fmadd_ps(w3, v, _mm256_loadu_ps(y + 24)));
+			}
+		}
+	size_t jt = m / CAB256_ROWS * CAB256_ROWS;
+	for (size_t k = 0; jt < m && k < n; k++)
+		for (uint32_t p = start[k]; p < start[k + 1]; p++)
+			ca256(Y + (size_t)tok[p] * ldy + jt, m - jt, base + jt * es, dt, stride,
+			      idx + k, xv + p, 1);
+}
+
+static T256 void colaccum_batch_avx2(float *Y, size_t ldy, size_t m, const void *C,
+				     enum sf_dtype dt, size_t stride, const uint32_t *idx,
+				     const uint32_t *start, const uint16_t *tok, const float *xv,
+				     size_t n)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16: cab256(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, start, tok, xv, n); break;
+	case SF_DTYPE_F16: cab256(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, start, tok, xv, n); break;
+	default: cab256(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, start, tok, xv, n); break;
 	}
 }
 
@@ -534,7 +590,7 @@ static T256 void axpy_avx2(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx2 = {
-	matmul_avx2, colaccum_avx2, rmsnorm_avx2, softmax_avx2,
+	matmul_avx2, colaccum_avx2, colaccum_batch_avx2, rmsnorm_avx2, softmax_avx2,
 	swiglu_avx2, dot_avx2, axpy_avx2,
 };
 
@@ -838,6 +894,62 @@ INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 	}
 }
 
+/* As cab256: blocks of CAB512_ROWS rows, a column's weights loaded once
+ * for every token that selected it; the last block masked. */
+#define CAB512_ROWS 64
+INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+		     size_t stride, const uint32_t *idx, const uint32_t *start,
+		     const uint16_t *tok, const float *xv, size_t n)
+{
+	size_t es = dt_size(dt);
+	const char *base = C;
+
+	for (size_t j0 = 0; j0 < m; j0 += CAB512_ROWS) {
+		size_t nr = m - j0 < CAB512_ROWS ? m - j0 : CAB512_ROWS;
+		__mmask16 km[4];
+		for (int q = 0; q < 4; q++)
+			km[q] = nr >= 16 * (size_t)(q + 1) ? (__mmask16)0xffff
+				: nr > 16 * (size_t)q ? tailmask(nr - 16 * (size_t)q) : 0;
+		for (size_t k = 0; k < n; k++) {
+			const char *c = base + ((size_t)idx[k] * stride + j0) * es;
+			if (nr == CAB512_ROWS) {
+				__m512 w0 = ld16(c, dt), w1 = ld16(c + 16 * es, dt);
+				__m512 w2 = ld16(c + 32 * es, dt), w3 = ld16(c + 48 * es, dt);
+				for (uint32_t p = start[k]; p < start[k + 1]; p++) {
+					float *y = Y + (size_t)tok[p] * ldy + j0;
+					__m512 v = _mm512_set1_ps(xv[p]);
+					_mm512_storeu_ps(y, _mm512_fmadd_ps(w0, v, _mm512_loadu_ps(y)));
+					_mm512_storeu_ps(y + 16, _mm512_fmadd_ps(w1, v, _mm512_loadu_ps(y + 16)));
+					_mm512_storeu_ps(y + 32, _mm512_fmadd_ps(w2, v, _mm512_loadu_ps(y + 32)));
+					_mm512_storeu_ps(y + 48, _mm512_fmadd_ps(w3, v, _mm512_loadu_ps(y + 48)));
+				}
+				continue;
+			}
+			for (int q = 0; q < 4 && km[q]; q++) {
+				__m512 w = ld16m(c + 16 * (size_t)q * es, dt, km[q]);
+				for (uint32_t p = start[k]; p < start[k + 1]; p++) {
+					float *y = Y + (size_t)tok[p] * ldy + j0 + 16 * (size_t)q;
+					__m512 v = _mm512_set1_ps(xv[p]);
+					_mm512_mask_storeu_ps(y, km[q], _mm512_fmadd_ps(w, v,
+							      _mm512_maskz_loadu_ps(km[q], y)));
+				}
+			}
+		}
+	}
+}
+
+static T512 void colaccum_batch_avx512(float *Y, size_t ldy, size_t m, const void *C,
+				       enum sf_dtype dt, size_t stride, const uint32_t *idx,
+				       const uint32_t *start, const uint16_t *tok, const float *xv,
+				       size_t n)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16: cab512(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, start, tok, xv, n); break;
+	case SF_DTYPE_F16: cab512(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, start, tok, xv, n); break;
+	default: cab512(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, start, tok, xv, n); break;
+	}
+}
+
 static T512 void colaccum_avx512(float *y, size_t m, const void *C, enum sf_dtype dt,
 				 size_t stride, const uint32_t *idx, const float *xv, size_t n)
 {
@@ -957,7 +1069,7 @@ static T512 void axpy_avx512(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx512 = {
-	matmul_avx512, colaccum_avx512, rmsnorm_avx512, softmax_avx512,
+	matmul_avx512, colaccum_avx512, colaccum_batch_avx512, rmsnorm_avx512, softmax_avx512,
 	swiglu_avx512, dot_avx512, axpy_avx512,
 };
 
@@ -1001,6 +1113,13 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
 		 const uint32_t *idx, const float *xv, size_t n)
 {
 	K()->colaccum(y, m, C, dt, stride, idx, xv, n);
+}
+
+void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+		       size_t stride, const uint32_t *idx, const uint32_t *start,
+		       const uint16_t *tok, const float *xv, size_t n)
+{
+	K()->colaccum_batch(Y, ldy, m, C, dt, stride, idx, start, tok, xv, n);
 }
 
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)

@@ -37,6 +37,19 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
 void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 		     const uint32_t *idx, const float *xv, size_t n);
 
+/* The column-accumulate for tokens sharing the columns: for each k and
+ * each p in [start[k], start[k + 1]), Y[tok[p] * ldy + j] += xv[p] *
+ * C[idx[k]][j] for j in [0, m). Each column's weights are loaded once for
+ * all its tokens, and every token's row gets the floats sf_colaccum gives
+ * it over its own columns in the same order (one fused multiply-add per
+ * weight in every path, so any split of the rows gives the same sums). */
+void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+		       size_t stride, const uint32_t *idx, const uint32_t *start,
+		       const uint16_t *tok, const float *xv, size_t n);
+void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
+			   size_t stride, const uint32_t *idx, const uint32_t *start,
+			   const uint16_t *tok, const float *xv, size_t n);
+
 /* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
  * (float32 throughout); w in dtype dt. out may alias x. */
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);

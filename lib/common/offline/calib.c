@@ -96,10 +96,11 @@ static void tiered_product(struct evaluator *E, int layer, enum sf_group g, cons
 	}
 }
 
-static void hook(void *ctx, int layer, enum sf_group g, const float *in, size_t n, int nout,
-		 float *const *out, const struct sf_weight *const *w)
+static void hook(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n,
+		 int nout, float *const *out, const struct sf_weight *const *w)
 {
 	struct evaluator *E = ctx;
+	(void)T;	/* one token a call: the exec's tokens is 0 */
 	size_t dim = (size_t)E->m->cfg.dim;
 	int is_out = g == SF_GROUP_ATTN_OUT || g == SF_GROUP_FFN_OUT;
 

@@ -31,8 +31,10 @@ struct sf_profile {
 	char error_msg[SF_ERR_MAX];
 };
 
-static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, size_t n)
+static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, int T,
+			size_t n)
 {
+	(void)T;	/* one token a call: the observer's tokens is 0 */
 	sf_profile_record(ctx, layer, g, in, n);
 }
 

@@ -215,7 +215,8 @@ static int setup_allow(struct sf_sparse *sp)
 	    !(sp->tiers.keep_allow = calloc(ng, sizeof(*sp->tiers.keep_allow))))
 		return -ENOMEM;
 	if (sp->s.rows_max &&
-	    !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * sp->s.rows_max * sizeof(float))))
+	    !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * (size_t)sp->s.tokens * sp->s.rows_max *
+				   sizeof(float))))
 		return -ENOMEM;
 	if (!nr)
 		return 0;
@@ -291,11 +292,12 @@ static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
 // ----------------------------------------------------------------------------
 // the memory budget and the cache sized to it
 
-static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens)
+static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens, uint64_t tokens)
 {
 	uint64_t words = (n + 63) / 64;
-	return words * 8 * 3 + n * 4 * 9 + n * sizeof(float) + n * sizeof(void *) +
-	       n * sizeof(struct sf_run) + n * sizeof(struct seg) + max_tokens * sizeof(double);
+	return words * 8 * (5 + 2 * tokens) + n * 4 * 10 + 4 + tokens * n * (2 + sizeof(float)) +
+	       n * sizeof(void *) + n * sizeof(struct sf_run) + n * sizeof(struct seg) +
+	       max_tokens * sizeof(double);
 }
 
 /* --prefetch-predict's state (struct sparse_predict). */
@@ -371,10 +373,12 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	sp->mem.buffers -= o->simulate ? fn->iobuf : 0;	/* bitmaps only */
 	sp->mem.buffers += predict_bytes(sp) + ng * (sizeof(long) + sizeof(size_t)) +
 			   sparse_head_bytes(sp);
-	sp->mem.buffers += scratch_bytes(sp->s.nmax, o->max_tokens) + 2 * ng * 4 +
+	sp->mem.buffers += scratch_bytes(sp->s.nmax, o->max_tokens, (uint64_t)sp->s.tokens) +
+			   2 * ng * 4 +
 			   2 * ng * sizeof(*sp->tiers.allow) + sp->tiers.allow_bytes + sp->comp.bytes +
 			   sp->tiers.page_words * 8 +
-			   SF_GROUP_MAX_MATRICES * sp->s.rows_max * sizeof(float);
+			   SF_GROUP_MAX_MATRICES * (uint64_t)sp->s.tokens * sp->s.rows_max *
+			   sizeof(float);
 	sp->mem.simulate = o->simulate && sp->s.nmax ? fn->hi - fn->lo : 0;
 	return sp->mem.process + sp->mem.resident + sp->mem.state + sp->mem.buffers +
 	       sp->mem.simulate;
@@ -466,7 +470,13 @@ static int alloc_scratch(struct sf_sparse *sp)
 	sp->cache.tent = calloc(n, 4);
 	sp->s.runlen = calloc(n, 4);
 	sp->s.idx = calloc(n, 4);
-	sp->s.xv = calloc(n, sizeof(float));
+	sp->s.start = calloc(n + 1, 4);
+	sp->s.tok = calloc((size_t)sp->s.tokens * n, sizeof(*sp->s.tok));
+	sp->s.xv = calloc((size_t)sp->s.tokens * n, sizeof(float));
+	sp->s.tok_top = calloc((size_t)sp->s.tokens * words, 8);
+	sp->s.tok_mid = calloc((size_t)sp->s.tokens * words, 8);
+	sp->s.any_top = calloc(words, 8);
+	sp->s.any_mid = calloc(words, 8);
 	sp->cache.slots = calloc(n, sizeof(*sp->cache.slots));
 	sp->s.runs = calloc(n, sizeof(*sp->s.runs));
 	sp->s.segs = calloc(n, sizeof(*sp->s.segs));
@@ -475,7 +485,8 @@ static int alloc_scratch(struct sf_sparse *sp)
 	const struct sparse_scratch *s = &sp->s;
 	if (!s->bits_top || !s->bits_all || !s->pscratch || !s->sel_scratch || !s->ents ||
 	    !s->tpos || !s->mpos || !sp->cache.tent || !s->runlen ||
-	    !s->idx || !s->xv || !sp->cache.slots || !s->runs || !s->segs ||
+	    !s->idx || !s->start || !s->tok || !s->xv || !s->tok_top || !s->tok_mid ||
+	    !s->any_top || !s->any_mid || !sp->cache.slots || !s->runs || !s->segs ||
 	    (sp->o.max_tokens && !sp->st.lat))
 		return -ENOMEM;
 	return 0;
@@ -714,7 +725,9 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	sp->o = *o;
 	sp->o.batch_weights = o->batch_weights ? o->batch_weights : SF_SPARSE_BATCH_WEIGHTS;
 	sp->o.prefetch = o->simulate ? 0 : o->prefetch;	/* nothing to read */
-	sp->exec = (struct sf_group_exec){ .fn = sf_sparse_group_exec, .ctx = sp };
+	sp->s.tokens = o->tokens > 1 ? o->tokens : 1;
+	sp->exec = (struct sf_group_exec){ .fn = sf_sparse_group_exec, .ctx = sp,
+					   .tokens = sp->s.tokens };
 	sp->tiers.k_top = calloc(ng, 4);
 	sp->tiers.k_mid = calloc(ng, 4);
 	if (!sp->tiers.k_top || !sp->tiers.k_mid) {
@@ -800,7 +813,13 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->s.mpos);
 	free(sp->s.runlen);
 	free(sp->s.idx);
+	free(sp->s.start);
+	free(sp->s.tok);
 	free(sp->s.xv);
+	free(sp->s.tok_top);
+	free(sp->s.tok_mid);
+	free(sp->s.any_top);
+	free(sp->s.any_mid);
 	free(sp->s.runs);
 	free(sp->s.segs);
 	free(sp->s.yrows);

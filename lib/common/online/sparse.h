@@ -79,6 +79,10 @@ struct sf_sparse_opts {
 	int prefetch;
 	enum sf_sparse_predict predict;
 	uint64_t batch_weights;		/* 0: SF_SPARSE_BATCH_WEIGHTS */
+	/* Tokens one forward pass may give the decoder (sf_forward_batch;
+	 * 0 counts as 1): per group the union of their selections is read
+	 * once, and each token computed with exactly its own. */
+	int tokens;
 	int buffered;			/* no O_DIRECT */
 	int simulate;			/* flash regions read into RAM once; no I/O after */
 	enum sf_cache_policy policy;

@@ -92,6 +92,13 @@ void sf_sparse_prefill(struct sf_sparse *sp, uint64_t tokens)
 	}
 	sp->comp.fixed = 0;
 	sp->comp.prefill_left = tokens;
+	sparse_pass_tokens(sp);
+}
+
+void sparse_pass_tokens(struct sf_sparse *sp)
+{
+	uint64_t left = sp->comp.sc && !sp->comp.fixed ? sp->comp.prefill_left : 0;
+	sp->exec.tokens = left && left < (uint64_t)sp->s.tokens ? (int)left : sp->s.tokens;
 }
 
 const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp)
@@ -102,26 +109,32 @@ const struct sf_select_compute *sf_sparse_compute(const struct sf_sparse *sp)
 // ----------------------------------------------------------------------------
 // the token: its figures closed, its collapse gap chosen
 
-/* Closes the previous token's figures and chooses this token's gap. */
-static void token_begin(struct sf_sparse *sp)
+/* Closes the previous pass's figures (each of its tokens taking an equal
+ * share of its time) and chooses this pass's gap; the pass holds T
+ * tokens. */
+static void token_begin(struct sf_sparse *sp, int T)
 {
 	double t = sf_now();
+	int prev = sp->st.pass_tokens;
 
-	if (sp->st.t_token > 0) {
-		if (sp->st.nlat < sp->o.max_tokens)
-			sp->st.lat[sp->st.nlat++] = t - sp->st.t_token;
+	if (prev) {
+		for (int i = 0; i < prev && sp->st.nlat < sp->o.max_tokens; i++)
+			sp->st.lat[sp->st.nlat++] = (t - sp->st.t_token) / prev;
 		size_t w = (size_t)(sp->st.tokens % SF_SPARSE_AUTO_WINDOW);
 		sp->collapse.win_bytes[w] = sp->st.tok_bytes;
 		sp->collapse.win_span[w] = sp->st.tok_span;
-		sp->st.tokens++;
+		sp->st.tokens += (uint64_t)prev;
 	}
+	/* sparse_pass_tokens keeps a pass from running past the prefill */
 	if (sp->comp.sc && !sp->comp.fixed) {
 		if (sp->comp.prefill_left)
-			sp->comp.prefill_left--;
+			sp->comp.prefill_left -= (uint64_t)T;
 		else
 			fix_set(sp);
 	}
-	sp->comp.passes += sp->comp.fixed;
+	sparse_pass_tokens(sp);
+	sp->comp.passes += sp->comp.fixed ? (uint64_t)T : 0;
+	sp->st.pass_tokens = T;
 	sp->st.t_token = t;
 	sp->st.tok_bytes = 0;
 	sp->st.tok_span = 0;
@@ -139,9 +152,9 @@ static void token_begin(struct sf_sparse *sp)
 			sp->collapse.gap = bound ? 0 : SF_SPARSE_AUTO_GAP;
 	}
 	if (sp->collapse.gap || sp->collapse.gap_bytes)
-		sp->collapse.tokens_on++;
+		sp->collapse.tokens_on += (uint64_t)T;
 	else
-		sp->collapse.tokens_off++;
+		sp->collapse.tokens_off += (uint64_t)T;
 }
 
 // ----------------------------------------------------------------------------
@@ -228,7 +241,9 @@ static size_t add_riders(struct sf_sparse *sp, const struct sf_image_group *G,
 struct compute_task {
 	const struct sf_sparse *sp;
 	const struct sf_image_group *G;
-	float *const *y;
+	int T;				/* tokens of the pass */
+	float *y[SF_GROUP_MAX_MATRICES];	/* (T, ld[i]) */
+	size_t ld[SF_GROUP_MAX_MATRICES];
 	uint64_t total_rows;
 	const struct sf_run *spans;	/* rows computed (bundle rows); NULL: all */
 	uint32_t nspans;
@@ -276,9 +291,17 @@ static void top_worker(void *arg, int ith, int nth)
 				size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
 				if (r0 >= r1)
 					continue;
-				sf_colaccum(t->y[i] + r0, r1 - r0, sg->base + G->mat[i].offset + r0 * es,
-					    G->mat[i].dtype, (size_t)(G->top_bytes / es),
-					    sp->s.idx + sg->first, sp->s.xv + sg->first, sg->n);
+				const uint8_t *c = sg->base + G->mat[i].offset + r0 * es;
+				size_t stride = (size_t)(G->top_bytes / es);
+				if (t->T == 1)	/* a pair per entry */
+					sf_colaccum(t->y[i] + r0, r1 - r0, c, G->mat[i].dtype, stride,
+						    sp->s.idx + sg->first, sp->s.xv + sg->first, sg->n);
+				else
+					sf_colaccum_batch(t->y[i] + r0, t->ld[i], r1 - r0, c,
+							  G->mat[i].dtype, stride,
+							  sp->s.idx + sg->first,
+							  sp->s.start + sg->first, sp->s.tok,
+							  sp->s.xv, sg->n);
 			}
 		}
 	}
@@ -297,15 +320,21 @@ static void mid_worker(void *arg, int ith, int nth)
 		for (size_t s = 0; a[i] < b[i] && s < sp->s.nseg; s++) {
 			const struct seg *sg = &sp->s.segs[s];
 			struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sg->base);
-			sf_codes_colaccum(t->y[i], &v, a[i], b[i], sp->s.idx + sg->first,
-					  sp->s.xv + sg->first, sg->n);
+			if (t->T == 1)
+				sf_codes_colaccum(t->y[i], &v, a[i], b[i], sp->s.idx + sg->first,
+						  sp->s.xv + sg->first, sg->n);
+			else
+				sf_codes_colaccum_batch(t->y[i], t->ld[i], &v, a[i], b[i],
+							sp->s.idx + sg->first,
+							sp->s.start + sg->first, sp->s.tok,
+							sp->s.xv, sg->n);
 		}
 }
 
 /* The work gathered for the next batch, in top-tier weights. */
 static uint64_t batch_work(const struct sf_sparse *sp, const struct compute_task *t)
 {
-	return (uint64_t)sp->s.nidx * t->total_rows * t->weight_cost;
+	return (uint64_t)sp->s.npair * t->total_rows * t->weight_cost;
 }
 
 static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct compute_task *t)
@@ -322,6 +351,28 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	sp->st.overlap_s += sp->io.inflight ? dt : 0;
 	sp->s.nseg = 0;
 	sp->s.nidx = 0;
+	sp->s.npair = 0;
+}
+
+/* The (token, input) pairs of position p, whose entry is j: the one
+ * token's, or those of the tokens whose selection of the tier (tbits:
+ * (T, words) positions) holds it. */
+static void add_pairs(struct sf_sparse *sp, const struct compute_task *t, const float *in,
+		      size_t n, const uint64_t *tbits, uint32_t p, uint32_t j)
+{
+	struct sparse_scratch *s = &sp->s;
+
+	if (t->T == 1) {
+		s->tok[s->npair] = 0;
+		s->xv[s->npair++] = in[j];
+	} else {
+		for (int k = 0; k < t->T; k++)
+			if (tbits[(size_t)k * sp->tiers.words + p / 64] >> (p % 64) & 1) {
+				s->tok[s->npair] = (uint16_t)k;
+				s->xv[s->npair++] = in[(size_t)k * n + j];
+			}
+	}
+	s->start[s->nidx + 1] = (uint32_t)s->npair;
 }
 
 /* Computes positions pos[0..k) of tier t in order as their pages
@@ -329,11 +380,13 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
  * gathered into segments, computed once they hold sp->o.batch_weights
  * (and at the end). After each batch the completed reads are taken
  * without waiting, so the ring is refilled from the queued requests
- * while a long run of arrived columns is computed. */
+ * while a long run of arrived columns is computed. in is (T, n); with
+ * several tokens pos is the union of their selections, tbits each one's. */
 static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, const float *in,
-			const uint32_t *pos, size_t k, const struct iobuf *b,
-			const struct sparse_tier *tier, const void *const *slots,
-			const uint8_t *mirror, void (*fn)(void *, int, int), struct compute_task *t)
+			size_t n, const uint64_t *tbits, const uint32_t *pos, size_t k,
+			const struct iobuf *b, const struct sparse_tier *tier,
+			const void *const *slots, const uint8_t *mirror,
+			void (*fn)(void *, int, int), struct compute_task *t)
 {
 	size_t i = 0;
 
@@ -352,7 +405,8 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 				};
 			}
 			sp->s.idx[sp->s.nidx] = pos[i] - last->p0;
-			sp->s.xv[sp->s.nidx++] = in[G->perm[pos[i]]];
+			add_pairs(sp, t, in, n, tbits, pos[i], G->perm[pos[i]]);
+			sp->s.nidx++;
 			last->n++;
 			if (batch_work(sp, t) >= sp->o.batch_weights) {
 				flush(sp, fn, t);
@@ -374,14 +428,14 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 // ----------------------------------------------------------------------------
 // one group, step by step
 
-static void fail_group(struct sf_sparse *sp, int ret, int nout, float *const *out,
+static void fail_group(struct sf_sparse *sp, int ret, int T, int nout, float *const *out,
 		       const struct sf_weight *const *w)
 {
 	if (!sp->failed)
 		sp->failed = ret;
 	sparse_reads_drain(sp);
 	for (int i = 0; i < nout; i++)
-		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
+		memset(out[i], 0, (size_t)T * w[i]->rows * sizeof(float));
 }
 
 /* One group's pass through the steps: what each leaves for the next. */
@@ -389,12 +443,18 @@ struct group_pass {
 	int layer;
 	enum sf_group g;
 	const struct sf_image_group *G;
-	const float *in;		/* (n) the group's input */
+	const float *in;		/* (T, n) the group's inputs */
+	int T;				/* tokens of the pass */
 	size_t n;			/* source entries */
 	uint32_t kt, km;		/* tier sizes, in source entries */
 	const uint64_t *allow;		/* (words) the entries that may be computed; NULL: all */
-	size_t nt, nm;			/* selected: top tier at s.tpos, middle at s.mpos */
+	/* selected: top tier at s.tpos, middle at s.mpos (with several
+	 * tokens: their unions, each one's in s.tok_top and s.tok_mid) */
+	size_t nt, nm;
 	size_t riders;			/* of nt, those --free-riders added */
+	/* over the tokens: entries per tier, riders, Equation 5's budget */
+	uint64_t sum_nt, sum_nm, sum_riders;
+	double sum_budget;
 	size_t hits, nmiss;		/* of nt, in the cache; not, their positions at s.ents */
 	const void *const *slots;	/* (nt) per top entry its cache slot or NULL; NULL: no cache */
 	struct iobuf *b;		/* the buffer the group is read into */
@@ -486,48 +546,59 @@ static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
 
 /* 5. Both tiers computed in position order as their reads complete,
  * middle then top, into out (kept rows first into s.yrows). */
-static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, float *const *out)
+static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, float *const *out,
+			 const struct sf_weight *const *w)
 {
 	const struct sf_image_group *G = gp->G;
-	float *yr[SF_GROUP_MAX_MATRICES];
 	const uint8_t *cm = gp->g == SF_GROUP_FFN_IN && sp->comp.sc ? sp->comp.set_mask[gp->layer]
 								      : NULL;
-	struct compute_task t = { .sp = sp, .G = G, .y = G->rows ? yr : out };
+	struct compute_task t = { .sp = sp, .G = G, .T = gp->T };
+	const uint64_t *ttop = gp->T > 1 ? sp->s.tok_top : NULL;
+	const uint64_t *tmid = gp->T > 1 ? sp->s.tok_mid : NULL;
+	size_t rmax = (size_t)sp->s.rows_max;
 	int ret;
 
 	if (cm) {
 		t.spans = sp->comp.spans + (size_t)gp->layer * sp->comp.rows_all;
 		t.nspans = sp->comp.nspans[gp->layer];
 		for (uint32_t k = 0; k < t.nspans; k++)
-			sp->comp.rows += t.spans[k].len;
+			sp->comp.rows += (uint64_t)gp->T * t.spans[k].len;
 	}
 	for (int i = 0; i < G->nmat; i++) {
 		t.total_rows += G->mat[i].rows;
 		if (G->rows) {
-			yr[i] = sp->s.yrows + (size_t)i * sp->s.rows_max;
-			memset(yr[i], 0, (size_t)G->mat[i].rows * sizeof(float));
+			t.y[i] = sp->s.yrows + (size_t)i * (size_t)gp->T * rmax;
+			t.ld[i] = rmax;
+			memset(t.y[i], 0, (size_t)gp->T * rmax * sizeof(float));
+		} else {
+			t.y[i] = out[i];
+			t.ld[i] = (size_t)w[i]->rows;
 		}
 	}
 	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
 								  : MID_COST_SCALAR;
 	const struct iobuf *b = sp->o.simulate ? NULL : gp->b;
-	if (gp->nm && (ret = compute_tier(sp, G, gp->in, sp->s.mpos, gp->nm, b, &gp->mid, NULL,
-					  gp->mmir, mid_worker, &t)))
+	if (gp->nm && (ret = compute_tier(sp, G, gp->in, gp->n, tmid, sp->s.mpos, gp->nm, b,
+					  &gp->mid, NULL, gp->mmir, mid_worker, &t)))
 		return ret;
 	t.weight_cost = 1;
-	if ((ret = compute_tier(sp, G, gp->in, sp->s.tpos, gp->nt, b, &gp->top, gp->slots,
-				gp->tmir, top_worker, &t)))
+	if ((ret = compute_tier(sp, G, gp->in, gp->n, ttop, sp->s.tpos, gp->nt, b, &gp->top,
+				gp->slots, gp->tmir, top_worker, &t)))
 		return ret;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
 	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
 	 * * 0 makes their ffn_out entry 0 */
 	for (int i = 0; (G->rows || cm) && i < G->nmat; i++)
-		for (uint64_t r = 0; r < G->mat[i].rows; r++) {
-			uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
-			out[i][nr] = cm && !cm[nr] ? 0.0f : G->rows ? yr[i][r] : out[i][nr];
+		for (int k = 0; k < gp->T; k++) {
+			float *o = out[i] + (size_t)k * w[i]->rows;
+			const float *yr = G->rows ? t.y[i] + (size_t)k * rmax : NULL;
+			for (uint64_t r = 0; r < G->mat[i].rows; r++) {
+				uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
+				o[nr] = cm && !cm[nr] ? 0.0f : G->rows ? yr[r] : o[nr];
+			}
 		}
 	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
-		sp->comp.entries += gp->nt + gp->nm;
+		sp->comp.entries += gp->sum_nt + gp->sum_nm;
 	return 0;
 }
 
@@ -548,69 +619,119 @@ static void admit(struct sf_sparse *sp, const struct group_pass *gp)
 	}
 }
 
-/* The group kind's figures: tiers, hits, riders, Equation 5's budget. */
+/* The group kind's figures per (layer, token): tiers, riders, Equation
+ * 5's budget; hits and bytes of the pass. */
 static void tally(struct sf_sparse *sp, const struct group_pass *gp)
 {
 	const struct sf_image_group *G = gp->G;
 	struct gtally *gt = &sp->st.g[gp->g];
 
-	gt->computed++;
-	gt->entries += gp->n;
-	gt->k_top += gp->nt;
-	gt->k_mid += gp->nm;
+	gt->computed += (uint64_t)gp->T;
+	gt->entries += (uint64_t)gp->T * gp->n;
+	gt->k_top += gp->sum_nt;
+	gt->k_mid += gp->sum_nm;
 	gt->hits += gp->hits;
-	gt->riders += gp->riders;
-	gt->budget += ((double)gp->nt * (double)sparse_col_bytes(G, 0) +
-		       (double)gp->nm * (double)sp->tiers.col_mid[gp->g]) /
-		      ((double)gp->n * (double)sp->tiers.col_top[gp->g]);
+	gt->riders += gp->sum_riders;
+	gt->budget += gp->sum_budget;
 	sp->st.bytes_needed += (uint64_t)gp->nmiss * G->top_bytes + (uint64_t)gp->nm * G->mid_bytes;
 }
 
-void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
-			  int nout, float *const *out, const struct sf_weight *const *w)
+/* A position list into a bitmap over positions. */
+static void set_bits(uint64_t *bits, const uint32_t *pos, size_t k)
+{
+	for (size_t i = 0; i < k; i++)
+		bits[pos[i] / 64] |= 1ull << (pos[i] % 64);
+}
+
+/* 1, for every token of the pass: its selection, observed (--prefetch's
+ * prediction, selective computation) and scored against the prediction
+ * made for buffer b; with several tokens each one's positions kept in
+ * s.tok_top and s.tok_mid, and their unions left as the selection. */
+static void select_tokens(struct sf_sparse *sp, struct group_pass *gp, const struct iobuf *b)
+{
+	const struct sf_image_group *G = gp->G;
+	const float *in = gp->in;
+	size_t words = sp->tiers.words;
+	double per = (double)sparse_col_bytes(G, 0), mid = (double)sp->tiers.col_mid[gp->g];
+	double dense = (double)gp->n * (double)sp->tiers.col_top[gp->g];
+
+	gp->sum_nt = gp->sum_nm = gp->sum_riders = 0;
+	gp->sum_budget = 0;
+	if (gp->T > 1) {
+		memset(sp->s.any_top, 0, words * 8);
+		memset(sp->s.any_mid, 0, words * 8);
+	}
+	for (int k = 0; k < gp->T; k++) {
+		gp->in = in + (size_t)k * gp->n;
+		select_entries(sp, gp);
+		if (gp->kt < gp->n) {
+			const uint64_t *sel = gp->km ? sp->s.bits_all : sp->s.bits_top;
+			sparse_observe(sp, gp->layer, gp->g, gp->in, gp->n, sp->s.bits_top, sel);
+			sparse_score_prediction(b, sel, (uint32_t)gp->n, &sp->st.g[gp->g]);
+		} else
+			sparse_observe(sp, gp->layer, gp->g, gp->in, gp->n, NULL, NULL);
+		gp->sum_nt += gp->nt;
+		gp->sum_nm += gp->nm;
+		gp->sum_riders += gp->riders;
+		gp->sum_budget += ((double)gp->nt * per + (double)gp->nm * mid) / dense;
+		if (gp->T > 1) {
+			uint64_t *top = sp->s.tok_top + (size_t)k * words;
+			uint64_t *md = sp->s.tok_mid + (size_t)k * words;
+			memset(top, 0, words * 8);
+			memset(md, 0, words * 8);
+			set_bits(top, sp->s.tpos, gp->nt);
+			set_bits(md, sp->s.mpos, gp->nm);
+			for (size_t x = 0; x < words; x++) {
+				sp->s.any_top[x] |= top[x];
+				sp->s.any_mid[x] |= md[x];
+			}
+		}
+	}
+	gp->in = in;
+	if (gp->T > 1) {
+		gp->nt = bits_entries(sp->s.any_top, NULL, NULL, G->entries, sp->s.tpos);
+		gp->nm = bits_entries(sp->s.any_mid, NULL, NULL, G->entries, sp->s.mpos);
+	}
+}
+
+void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, int T,
+			  size_t n, int nout, float *const *out, const struct sf_weight *const *w)
 {
 	struct sf_sparse *sp = ctx;
 	long gid = (long)layer * SF_NGROUPS + (long)g;
 	struct group_pass gp = {
-		.layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .n = n,
-		.kt = sp->tiers.k_top[gid], .km = sp->tiers.k_mid[gid],
+		.layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .T = T,
+		.n = n, .kt = sp->tiers.k_top[gid], .km = sp->tiers.k_mid[gid],
 	};
 	double t0 = sf_now();
 	int ret;
 
 	if (layer == 0 && g == SF_GROUP_ATTN_IN)
-		token_begin(sp);
+		token_begin(sp, T);
 	if (sp->failed) {
-		fail_group(sp, sp->failed, nout, out, w);
+		fail_group(sp, sp->failed, T, nout, out, w);
 		return;
 	}
 	if (gp.G->resident) {
-		sparse_observe(sp, layer, g, in, n, NULL, NULL);
-		sf_group_dense(sp->pool, in, nout, out, w);
+		for (int k = 0; k < T; k++)
+			sparse_observe(sp, layer, g, in + (size_t)k * n, n, NULL, NULL);
+		sf_group_dense_batch(sp->pool, in, n, T, nout, out, w);
 		return;
 	}
 	for (int i = 0; i < nout; i++)
-		memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
+		memset(out[i], 0, (size_t)T * w[i]->rows * sizeof(float));
 
-	select_entries(sp, &gp);
-	if (gp.kt < n)
-		sparse_observe(sp, layer, g, in, n, sp->s.bits_top,
-			       gp.km ? sp->s.bits_all : sp->s.bits_top);
-	else
-		sparse_observe(sp, layer, g, in, n, NULL, NULL);
-	lookup_cache(sp, &gp);
 	if ((ret = sparse_buffer(sp, gid, &gp.b)))
 		goto fail;
-	if (gp.kt < n)
-		sparse_score_prediction(gp.b, gp.km ? sp->s.bits_all : sp->s.bits_top, (uint32_t)n,
-					&sp->st.g[g]);
+	select_tokens(sp, &gp, gp.b);
+	lookup_cache(sp, &gp);
 	if ((ret = plan_group(sp, &gp)) ||
-	    (ret = sparse_prefetch(sp, gid)) || (ret = compute_group(sp, &gp, out)))
+	    (ret = sparse_prefetch(sp, gid)) || (ret = compute_group(sp, &gp, out, w)))
 		goto fail;
 	admit(sp, &gp);
 	tally(sp, &gp);
 	sp->st.exec_s += sf_now() - t0;
 	return;
 fail:
-	fail_group(sp, ret, nout, out, w);
+	fail_group(sp, ret, T, nout, out, w);
 }

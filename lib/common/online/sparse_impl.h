@@ -168,14 +168,25 @@ struct sparse_scratch {
 	uint32_t *ents;				/* (nmax) entries; then the misses' positions */
 	uint32_t *tpos, *mpos;			/* (nmax) positions per tier, ascending */
 	uint32_t *runlen;			/* (nmax) per miss the length of its run */
-	uint32_t *idx;				/* (nmax) per gathered entry p - seg.p0 */
-	float *xv;				/* (nmax) per gathered entry its input */
+	/* The batch being gathered: per entry p - seg.p0 and its first
+	 * (token, input) pair; the pairs, in entry order. One token: a
+	 * pair per entry. */
+	uint32_t *idx;				/* (nmax) */
+	uint32_t *start;			/* (nmax + 1) */
+	uint16_t *tok;				/* (tokens * nmax) */
+	float *xv;				/* (tokens * nmax) */
+	size_t npair;
+	/* a pass of several tokens: each one's selected positions per
+	 * tier, and their unions */
+	int tokens;				/* o.tokens, at least 1 */
+	uint64_t *tok_top, *tok_mid;		/* (tokens, words) */
+	uint64_t *any_top, *any_mid;		/* (words) */
 	struct sf_run *runs;			/* (nmax) */
 	struct seg *segs;			/* (nmax) the batch being gathered */
 	size_t nseg, nidx;
 	/* ffn_in with kept rows (--keep): the bundle's rows computed here,
 	 * then scattered to the neurons they are; (SF_GROUP_MAX_MATRICES,
-	 * rows_max) */
+	 * tokens, rows_max) */
 	float *yrows;
 	uint64_t rows_max;
 };
@@ -201,7 +212,8 @@ struct sparse_compute {
 /* Timing and the --stats figures. */
 struct sparse_stats {
 	uint64_t tokens;			/* tokens finished */
-	double t_token;				/* start of the current token, 0: none yet */
+	int pass_tokens;			/* tokens of the current pass, 0: none yet */
+	double t_token;				/* start of the current pass */
 	double *lat;				/* (o.max_tokens) seconds */
 	uint64_t nlat;
 	uint64_t tok_bytes;			/* this token's bytes read */
@@ -294,7 +306,10 @@ static inline int sparse_arrived(const struct iobuf *b, uint64_t off, uint64_t l
 }
 
 /* sparse_exec.c: the struct sf_group_exec function (ctx: the decoder). */
-void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, size_t n,
-			  int nout, float *const *out, const struct sf_weight *const *w);
+void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, int T,
+			  size_t n, int nout, float *const *out, const struct sf_weight *const *w);
+/* The tokens the next pass may hold: o.tokens, fewer while selective
+ * computation's prefill ends within them. */
+void sparse_pass_tokens(struct sf_sparse *sp);
 
 #endif

@@ -126,7 +126,7 @@ static json_t *compute_json(const struct sparse_compute *c)
 json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 {
 	const struct sparse_stats *st = &sp->st;
-	uint64_t tok = st->tokens + (st->t_token > 0);	/* the current one counts */
+	uint64_t tok = st->tokens + (uint64_t)st->pass_tokens;	/* the current pass counts */
 	double per = tok ? 1.0 / (double)tok : 0.0, budget;
 	struct sf_cache_stats cs = { 0 };
 	struct sf_uring_stats us = { 0 };
