@@ -8,7 +8,12 @@
  *       passes of BATCH (sf_forward_batch, last logits only).
  *   batch --fma THREADS
  *       {"threads":..,"fma_gflops":..}: independent FMA chains on
- *       registers at the best level this CPU has (AVX-512 or AVX2). */
+ *       registers at the best level this CPU has (AVX-512 or AVX2).
+ *   batch --colaccum ROWS COLS TOKENS DENSITY
+ *       {"tokens":..,"one_gflops":..,"batch_gflops":..}: the sparse
+ *       decoder's top-tier product on one thread (CPU time), bf16 columns
+ *       of ROWS, each token selecting DENSITY of the COLS at random: a
+ *       token at a time (sf_colaccum) against the pass (sf_colaccum_batch). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +23,7 @@
 #include "base/pool.h"
 #include "engine/cpu.h"
 #include "engine/forward.h"
+#include "engine/kernels.h"
 
 #include <time.h>
 
@@ -101,12 +107,61 @@ static int fma_peak(int threads)
 	return 0;
 }
 
+static int colaccum_rate(size_t rows, size_t cols, size_t T, double density)
+{
+	size_t ldx = (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD, pairs = 0;
+	uint16_t *C = malloc(rows * cols * sizeof(uint16_t));
+	float *Y = calloc(T * rows, sizeof(float)), *X = calloc(cols * ldx, sizeof(float));
+	float *xv = malloc(cols * sizeof(float));
+	uint32_t *sel = calloc(cols * ldx, 4), *idx = malloc(cols * 4), *tidx = malloc(cols * 4);
+	uint64_t r = 88172645463325252ull;
+
+	for (size_t i = 0; i < rows * cols; i++) {
+		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+		C[i] = (uint16_t)(0x3c00 | (r & 0x3ff));	/* bf16 in [1, 2) */
+	}
+	for (size_t k = 0; k < cols; k++) {
+		idx[k] = (uint32_t)k;
+		for (size_t t = 0; t < T; t++) {
+			r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+			if ((double)(r % 1000000) < density * 1e6) {
+				sel[k * ldx + t] = ~0u;
+				X[k * ldx + t] = 0.001f;
+				pairs++;
+			}
+		}
+	}
+	double c0 = cpu_now();
+	for (size_t t = 0; t < T; t++) {
+		size_t n = 0;
+		for (size_t k = 0; k < cols; k++)
+			if (sel[k * ldx + t]) {
+				tidx[n] = (uint32_t)k;
+				xv[n++] = X[k * ldx + t];
+			}
+		sf_colaccum(Y + t * rows, rows, C, SF_DTYPE_BF16, rows, tidx, xv, n);
+	}
+	double one = cpu_now() - c0;
+	c0 = cpu_now();
+	sf_colaccum_batch(Y, rows, rows, C, SF_DTYPE_BF16, rows, idx, X, sel, ldx, T, cols);
+	double batch = cpu_now() - c0, flops = 2.0 * (double)pairs * (double)rows;
+	printf("{\"rows\":%zu,\"cols\":%zu,\"tokens\":%zu,\"density\":%g,\"isa\":\"%s\","
+	       "\"one_gflops\":%.2f,\"batch_gflops\":%.2f}\n", rows, cols, T, density,
+	       sf_isa_name(sf_cpu_isa()), flops / one / 1e9, flops / batch / 1e9);
+	free(C), free(Y), free(X), free(xv), free(sel), free(idx), free(tidx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--fma"))
 		return fma_peak(atoi(argv[2]));
+	if (argc == 6 && !strcmp(argv[1], "--colaccum"))
+		return colaccum_rate((size_t)atol(argv[2]), (size_t)atol(argv[3]),
+				     (size_t)atol(argv[4]), atof(argv[5]));
 	if (argc != 5) {
-		fprintf(stderr, "usage: batch MODEL_DIR THREADS TOKENS BATCH | batch --fma THREADS\n");
+		fprintf(stderr, "usage: batch MODEL_DIR THREADS TOKENS BATCH | batch --fma THREADS | "
+			"batch --colaccum ROWS COLS TOKENS DENSITY\n");
 		return 2;
 	}
 	int threads = atoi(argv[2]), n = atoi(argv[3]), batch = atoi(argv[4]);

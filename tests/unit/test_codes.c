@@ -160,18 +160,25 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 			/* three tokens sharing the columns, rows in two pieces: each
 			 * token's rows those of its own columns alone */
 			{
-				static const uint32_t start[5] = { 0, 2, 3, 6, 7 };
-				static const uint16_t tok[7] = { 0, 2, 1, 0, 1, 2, 2 };
-				static const float bx[7] = { 0.5f, -2.0f, 1.5f, -0.75f, 0.25f, 3.0f, 1.0f };
+				/* (4 columns, 8 padded tokens): which of the 3 chose each */
+				static const uint32_t on[4][3] = { { 1, 0, 1 }, { 0, 1, 0 },
+								   { 1, 1, 1 }, { 0, 0, 1 } };
+				float X[4 * 8] = { 0 };
+				uint32_t sel[4 * 8] = { 0 };
+				for (int k = 0; k < 4; k++)
+					for (int t = 0; t < 3; t++)
+						if (on[k][t]) {
+							sel[k * 8 + t] = ~0u;
+							X[k * 8 + t] = 0.5f * (float)(k + 1) - (float)t;
+						}
 				float *Y = calloc(3 * m, sizeof(float)), *Y1 = calloc(3 * m, sizeof(float));
-				sf_codes_colaccum_batch(Y, m, &v, c1, m, idx, start, tok, bx, 4);
-				sf_codes_colaccum_batch(Y, m, &v, 0, c1, idx, start, tok, bx, 4);
-				for (uint16_t t = 0; t < 3; t++)
+				sf_codes_colaccum_batch(Y, m, &v, c1, m, idx, X, sel, 8, 3, 4);
+				sf_codes_colaccum_batch(Y, m, &v, 0, c1, idx, X, sel, 8, 3, 4);
+				for (int t = 0; t < 3; t++)
 					for (int k = 0; k < 4; k++)
-						for (uint32_t p = start[k]; p < start[k + 1]; p++)
-							if (tok[p] == t)
-								sf_codes_colaccum_ref(Y1 + t * m, &v, 0, m,
-										      idx + k, bx + p, 1);
+						if (on[k][t])
+							sf_codes_colaccum_ref(Y1 + t * m, &v, 0, m, idx + k,
+									      X + k * 8 + t, 1);
 				CHECK(memcmp(Y, Y1, 3 * m * sizeof(float)) == 0,
 				      "%s, %s length %zu: batched differs from a token at a time",
 				      sf_isa_name(a), sf_codes_method_name(method), m);

@@ -91,21 +91,22 @@ void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, s
 }
 
 void sf_codes_colaccum_batch_ref(float *Y, size_t ldy, const struct sf_codes_view *v,
-				 size_t r0, size_t r1, const uint32_t *idx, const uint32_t *start,
-				 const uint16_t *tok, const float *xv, size_t n)
+				 size_t r0, size_t r1, const uint32_t *idx, const float *X,
+				 const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	for (size_t k = 0; k < n; k++)
-		for (uint32_t p = start[k]; p < start[k + 1]; p++)
-			accum_scalar_rows(Y + (size_t)tok[p] * ldy, v,
-					  v->base + (size_t)idx[k] * v->stride, xv[p], r0, r1);
+		for (size_t t = 0; t < T; t++)
+			if (sel[k * ldx + t])
+				accum_scalar_rows(Y + t * ldy, v, v->base + (size_t)idx[k] * v->stride,
+						  X[k * ldx + t], r0, r1);
 }
 
 typedef void accum_fn(float *y, const struct sf_codes_view *v, const uint8_t *rec, float x,
 		      size_t t0, size_t t1);
-/* The same for the np tokens tok[0..np) of one column, xv their inputs:
- * each step's weights decoded once for all of them. */
+/* The same for the T tokens of one column, x their inputs and sel which
+ * selected it: each step's weights decoded once for all of them. */
 typedef void accum_batch_fn(float *Y, size_t ldy, const struct sf_codes_view *v,
-			    const uint8_t *rec, const uint16_t *tok, const float *xv, size_t np,
+			    const uint8_t *rec, const float *x, const uint32_t *sel, size_t T,
 			    size_t t0, size_t t1);
 
 #if defined(__x86_64__)
@@ -140,8 +141,8 @@ static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
 }
 
 static T512 void accum_trellis_batch_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
-					    const uint8_t *rec, const uint16_t *tok,
-					    const float *xv, size_t np, size_t t0, size_t t1)
+					    const uint8_t *rec, const float *x,
+					    const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
 	const uint8_t *codes = rec + 2;
 	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
@@ -158,9 +159,11 @@ static T512 void accum_trellis_batch_avx512(float *Y, size_t ldy, const struct s
 		__m512i ix = _mm512_and_si512(
 			_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), low16);
 		__m512 cb = _mm512_i32gather_ps(ix, v->codebook, 4);
-		for (size_t p = 0; p < np; p++) {
-			float *y = Y + (size_t)tok[p] * ldy + t;
-			__m512 xs = _mm512_set1_ps(xv[p] * scale);
+		for (size_t p = 0; p < T; p++) {
+			if (!sel[p])
+				continue;
+			float *y = Y + p * ldy + t;
+			__m512 xs = _mm512_set1_ps(x[p] * scale);
 			_mm512_storeu_ps(y, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y)));
 		}
 	}
@@ -190,8 +193,8 @@ static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
 }
 
 static T512 void accum_scalar_batch_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
-					   const uint8_t *rec, const uint16_t *tok,
-					   const float *xv, size_t np, size_t t0, size_t t1)
+					   const uint8_t *rec, const float *x,
+					   const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
 	(void)v;	/* the trellis kernel's signature */
 	const uint8_t *codes = rec + 4;
@@ -206,9 +209,11 @@ static T512 void accum_scalar_batch_avx512(float *Y, size_t ldy, const struct sf
 		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
 		__m512i c = _mm512_and_si512(_mm512_srlv_epi32(cw, sh), three);
 		__m512 l = _mm512_permutexvar_ps(c, lut);
-		for (size_t p = 0; p < np; p++) {
-			float *y = Y + (size_t)tok[p] * ldy + t;
-			_mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_set1_ps(xv[p]), l,
+		for (size_t p = 0; p < T; p++) {
+			if (!sel[p])
+				continue;
+			float *y = Y + p * ldy + t;
+			_mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_set1_ps(x[p]), l,
 							    _mm512_loadu_ps(y)));
 		}
 	}
@@ -238,8 +243,8 @@ static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
 }
 
 static T256 void accum_trellis_batch_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
-					  const uint8_t *rec, const uint16_t *tok,
-					  const float *xv, size_t np, size_t t0, size_t t1)
+					  const uint8_t *rec, const float *x,
+					  const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
 	const uint8_t *codes = rec + 2;
 	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
@@ -250,9 +255,11 @@ static T256 void accum_trellis_batch_avx2(float *Y, size_t ldy, const struct sf_
 		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
 					      low16);
 		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
-		for (size_t p = 0; p < np; p++) {
-			float *y = Y + (size_t)tok[p] * ldy + t;
-			__m256 xs = _mm256_set1_ps(xv[p] * scale);
+		for (size_t p = 0; p < T; p++) {
+			if (!sel[p])
+				continue;
+			float *y = Y + p * ldy + t;
+			__m256 xs = _mm256_set1_ps(x[p] * scale);
 			_mm256_storeu_ps(y, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y)));
 		}
 	}
@@ -283,8 +290,8 @@ static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
 }
 
 static T256 void accum_scalar_batch_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
-					 const uint8_t *rec, const uint16_t *tok,
-					 const float *xv, size_t np, size_t t0, size_t t1)
+					 const uint8_t *rec, const float *x,
+					 const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
 	(void)v;	/* the trellis kernel's signature */
 	const uint8_t *codes = rec + 4;
@@ -299,9 +306,11 @@ static T256 void accum_scalar_batch_avx2(float *Y, size_t ldy, const struct sf_c
 		int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
 		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
 		__m256 l = _mm256_permutevar_ps(lut, c);
-		for (size_t p = 0; p < np; p++) {
-			float *y = Y + (size_t)tok[p] * ldy + t;
-			_mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_set1_ps(xv[p]), l,
+		for (size_t p = 0; p < T; p++) {
+			if (!sel[p])
+				continue;
+			float *y = Y + p * ldy + t;
+			_mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_set1_ps(x[p]), l,
 							    _mm256_loadu_ps(y)));
 		}
 	}
@@ -364,29 +373,24 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 #define BATCH_ROWS 256
 
 void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v, size_t r0,
-			     size_t r1, const uint32_t *idx, const uint32_t *start,
-			     const uint16_t *tok, const float *xv, size_t n)
+			     size_t r1, const uint32_t *idx, const float *X, const uint32_t *sel,
+			     size_t ldx, size_t T, size_t n)
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
 	accum_batch_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis_batch : P->scalar_batch;
 	size_t a, b;
 
 	if (!fn) {
-		sf_codes_colaccum_batch_ref(Y, ldy, v, r0, r1, idx, start, tok, xv, n);
+		sf_codes_colaccum_batch_ref(Y, ldy, v, r0, r1, idx, X, sel, ldx, T, n);
 		return;
 	}
 	simd_rows(P->step, r0, r1, &a, &b);
-	for (size_t k = 0; k < n; k++) {
-		const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
-		for (uint32_t p = start[k]; p < start[k + 1]; p++) {
-			accum_scalar_rows(Y + (size_t)tok[p] * ldy, v, rec, xv[p], r0, a);
-			accum_scalar_rows(Y + (size_t)tok[p] * ldy, v, rec, xv[p], b, r1);
-		}
-	}
+	sf_codes_colaccum_batch_ref(Y, ldy, v, r0, a, idx, X, sel, ldx, T, n);
+	sf_codes_colaccum_batch_ref(Y, ldy, v, b, r1, idx, X, sel, ldx, T, n);
 	for (size_t t0 = a; t0 < b; t0 += BATCH_ROWS) {
 		size_t t1 = b - t0 < BATCH_ROWS ? b : t0 + BATCH_ROWS;
 		for (size_t k = 0; k < n; k++)
-			fn(Y, ldy, v, v->base + (size_t)idx[k] * v->stride, tok + start[k],
-			   xv + start[k], start[k + 1] - start[k], t0, t1);
+			fn(Y, ldy, v, v->base + (size_t)idx[k] * v->stride, X + k * ldx, sel + k * ldx,
+			   T, t0, t1);
 	}
 }

@@ -27,16 +27,15 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 void sf_codes_colaccum_ref(float *y, const struct sf_codes_view *v, size_t r0, size_t r1,
 			   const uint32_t *idx, const float *xv, size_t n);
 
-/* The same for tokens sharing the columns: for each k, the tokens
- * tok[start[k] .. start[k + 1]) with inputs xv[...] accumulate column
- * idx[k] into their rows Y + tok * ldy. Each step of a column is decoded
- * once for all its tokens, and every token gets the floats
- * sf_codes_colaccum gives it over its own columns. */
+/* The same for T tokens sharing the columns (X, sel, ldx as
+ * sf_colaccum_batch in engine/kernels.h): each step of a column is
+ * decoded once for all the tokens that selected it, and every token gets
+ * the floats sf_codes_colaccum gives it over its own columns. */
 void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v, size_t r0,
-			     size_t r1, const uint32_t *idx, const uint32_t *start,
-			     const uint16_t *tok, const float *xv, size_t n);
+			     size_t r1, const uint32_t *idx, const float *X, const uint32_t *sel,
+			     size_t ldx, size_t T, size_t n);
 void sf_codes_colaccum_batch_ref(float *Y, size_t ldy, const struct sf_codes_view *v,
-				 size_t r0, size_t r1, const uint32_t *idx, const uint32_t *start,
-				 const uint16_t *tok, const float *xv, size_t n);
+				 size_t r0, size_t r1, const uint32_t *idx, const float *X,
+				 const uint32_t *sel, size_t ldx, size_t T, size_t n);
 
 #endif

@@ -58,12 +58,13 @@ void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t
 }
 
 void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-			   size_t stride, const uint32_t *idx, const uint32_t *start,
-			   const uint16_t *tok, const float *xv, size_t n)
+			   size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
+			   size_t ldx, size_t T, size_t n)
 {
 	for (size_t k = 0; k < n; k++)
-		for (uint32_t p = start[k]; p < start[k + 1]; p++)
-			sf_colaccum_ref(Y + (size_t)tok[p] * ldy, m, C, dt, stride, idx + k, xv + p, 1);
+		for (size_t t = 0; t < T; t++)
+			if (sel[k * ldx + t])
+				sf_colaccum_ref(Y + t * ldy, m, C, dt, stride, idx + k, X + k * ldx + t, 1);
 }
 
 static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype dt,
@@ -171,8 +172,8 @@ struct kern {
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 			 const uint32_t *idx, const float *xv, size_t n);
 	void (*colaccum_batch)(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-			       size_t stride, const uint32_t *idx, const uint32_t *start,
-			       const uint16_t *tok, const float *xv, size_t n);
+			       size_t stride, const uint32_t *idx, const float *X,
+			       const uint32_t *sel, size_t ldx, size_t T, size_t n);
 	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
 			size_t n, float eps);
 	void (*softmax)(float *x, size_t n);
@@ -400,47 +401,67 @@ INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 	}
 }
 
-/* The batched column-accumulate in blocks of CAB256_ROWS rows, so the
- * block's outputs of every token stay in L1 while each column's weights
- * are loaded once for all the tokens that selected it. */
-#define CAB256_ROWS 32
+/* The batched column-accumulate: strips of 16 rows, tokens four at a
+ * time with their rows' sums in registers across a block of CAB_COLUMNS
+ * columns (whose strips stay in L1 for all the tokens), each column's
+ * strip loaded once for the four; a token that did not select a column
+ * keeps its sum (the multiply-add blended away), so its floats are those
+ * of its own columns, in their order. The rows after the last whole strip
+ * as the _ref. */
+#define CAB_COLUMNS 128
+#define CAB256_TOKENS 4
 INL T256 void cab256(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		     size_t stride, const uint32_t *idx, const uint32_t *start,
-		     const uint16_t *tok, const float *xv, size_t n)
+		     size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
+		     size_t ldx, size_t T, size_t n)
 {
-	size_t es = dt_size(dt);
+	size_t es = dt_size(dt), mt = m / 16 * 16;
 	const char *base = C;
 
-	for (size_t j0 = 0; j0 + CAB256_ROWS <= m; j0 += CAB256_ROWS)
-		for (size_t k = 0; k < n; k++) {
-			const char *c = base + ((size_t)idx[k] * stride + j0) * es;
-			__m256 w0 = ld8(c, dt), w1 = ld8(c + 8 * es, dt);
-			__m256 w2 = ld8(c + 16 * es, dt), w3 = ld8(c + 24 * es, dt);
-			for (uint32_t p = start[k]; p < start[k + 1]; p++) {
-				float *y = Y + (size_t)tok[p] * ldy + j0;
-				__m256 v = _mm256_set1_ps(xv[p]);
-				_mm256_storeu_ps(y, _mm256_fmadd_ps(w0, v, _mm256_loadu_ps(y)));
-				_mm256_storeu_ps(y + 8, _mm256_fmadd_ps(w1, v, _mm256_loadu_ps(y + 8)));
-				_mm256_storeu_ps(y + 16, _mm256_fmadd_ps(w2, v, _mm256_loadu_ps(y + 16)));
-				_mm256_storeu_ps(y + 24, _mm256_fmadd_ps(w3, v, _mm256_loadu_ps(y + 24)));
+	for (size_t j0 = 0; j0 < mt; j0 += 16)
+		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS)
+		for (size_t t0 = 0; t0 < T; t0 += CAB256_TOKENS) {
+			size_t ke = n - kb < CAB_COLUMNS ? n : kb + CAB_COLUMNS;
+			__m256 a[CAB256_TOKENS][2];
+#pragma GCC unroll 4
+			for (size_t t = 0; t < CAB256_TOKENS; t++) {
+				const float *y = Y + (t0 + t) * ldy + j0;
+				a[t][0] = t0 + t < T ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
+				a[t][1] = t0 + t < T ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
+			}
+			for (size_t k = kb; k < ke; k++) {
+				const char *c = base + ((size_t)idx[k] * stride + j0) * es;
+				__m256 c0 = ld8(c, dt), c1 = ld8(c + 8 * es, dt);
+				const float *x = X + k * ldx + t0;
+				const uint32_t *s = sel + k * ldx + t0;
+	#pragma GCC unroll 4
+			for (size_t t = 0; t < CAB256_TOKENS; t++) {
+					__m256 xb = _mm256_set1_ps(x[t]);
+					__m256 mk = _mm256_castsi256_ps(_mm256_set1_epi32((int)s[t]));
+					a[t][0] = _mm256_blendv_ps(a[t][0], _mm256_fmadd_ps(c0, xb, a[t][0]), mk);
+					a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
+				}
+			}
+#pragma GCC unroll 4
+			for (size_t t = 0; t < CAB256_TOKENS && t0 + t < T; t++) {
+				float *y = Y + (t0 + t) * ldy + j0;
+				_mm256_storeu_ps(y, a[t][0]);
+				_mm256_storeu_ps(y + 8, a[t][1]);
 			}
 		}
-	size_t jt = m / CAB256_ROWS * CAB256_ROWS;
-	for (size_t k = 0; jt < m && k < n; k++)
-		for (uint32_t p = start[k]; p < start[k + 1]; p++)
-			ca256(Y + (size_t)tok[p] * ldy + jt, m - jt, base + jt * es, dt, stride,
-			      idx + k, xv + p, 1);
+	if (mt < m)
+		sf_colaccum_batch_ref(Y + mt, ldy, m - mt, base + mt * es, dt, stride, idx, X, sel,
+				      ldx, T, n);
 }
 
 static T256 void colaccum_batch_avx2(float *Y, size_t ldy, size_t m, const void *C,
 				     enum sf_dtype dt, size_t stride, const uint32_t *idx,
-				     const uint32_t *start, const uint16_t *tok, const float *xv,
+				     const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				     size_t n)
 {
 	switch (dt) {
-	case SF_DTYPE_BF16: cab256(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, start, tok, xv, n); break;
-	case SF_DTYPE_F16: cab256(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, start, tok, xv, n); break;
-	default: cab256(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, start, tok, xv, n); break;
+	case SF_DTYPE_BF16: cab256(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, X, sel, ldx, T, n); break;
+	case SF_DTYPE_F16: cab256(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, X, sel, ldx, T, n); break;
+	default: cab256(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, X, sel, ldx, T, n); break;
 	}
 }
 
@@ -894,45 +915,50 @@ INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 	}
 }
 
-/* As cab256: blocks of CAB512_ROWS rows, a column's weights loaded once
- * for every token that selected it; the last block masked. */
-#define CAB512_ROWS 64
+/* As cab256: strips of 32 rows (the last masked), tokens eight at a
+ * time, the multiply-add of a token that did not select the column
+ * masked off. */
+#define CAB512_TOKENS 8
 INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		     size_t stride, const uint32_t *idx, const uint32_t *start,
-		     const uint16_t *tok, const float *xv, size_t n)
+		     size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
+		     size_t ldx, size_t T, size_t n)
 {
 	size_t es = dt_size(dt);
 	const char *base = C;
 
-	for (size_t j0 = 0; j0 < m; j0 += CAB512_ROWS) {
-		size_t nr = m - j0 < CAB512_ROWS ? m - j0 : CAB512_ROWS;
-		__mmask16 km[4];
-		for (int q = 0; q < 4; q++)
-			km[q] = nr >= 16 * (size_t)(q + 1) ? (__mmask16)0xffff
-				: nr > 16 * (size_t)q ? tailmask(nr - 16 * (size_t)q) : 0;
-		for (size_t k = 0; k < n; k++) {
-			const char *c = base + ((size_t)idx[k] * stride + j0) * es;
-			if (nr == CAB512_ROWS) {
-				__m512 w0 = ld16(c, dt), w1 = ld16(c + 16 * es, dt);
-				__m512 w2 = ld16(c + 32 * es, dt), w3 = ld16(c + 48 * es, dt);
-				for (uint32_t p = start[k]; p < start[k + 1]; p++) {
-					float *y = Y + (size_t)tok[p] * ldy + j0;
-					__m512 v = _mm512_set1_ps(xv[p]);
-					_mm512_storeu_ps(y, _mm512_fmadd_ps(w0, v, _mm512_loadu_ps(y)));
-					_mm512_storeu_ps(y + 16, _mm512_fmadd_ps(w1, v, _mm512_loadu_ps(y + 16)));
-					_mm512_storeu_ps(y + 32, _mm512_fmadd_ps(w2, v, _mm512_loadu_ps(y + 32)));
-					_mm512_storeu_ps(y + 48, _mm512_fmadd_ps(w3, v, _mm512_loadu_ps(y + 48)));
-				}
-				continue;
+	for (size_t j0 = 0; j0 < m; j0 += 32) {
+		size_t nr = m - j0;
+		__mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : tailmask(nr);
+		__mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? tailmask(nr - 16) : 0;
+		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS)
+		for (size_t t0 = 0; t0 < T; t0 += CAB512_TOKENS) {
+			size_t ke = n - kb < CAB_COLUMNS ? n : kb + CAB_COLUMNS;
+			__m512 a[CAB512_TOKENS][2];
+#pragma GCC unroll 8
+			for (size_t t = 0; t < CAB512_TOKENS; t++) {
+				const float *y = Y + (t0 + t) * ldy + j0;
+				int in = t0 + t < T;
+				a[t][0] = _mm512_maskz_loadu_ps(in ? k0 : 0, y);
+				a[t][1] = _mm512_maskz_loadu_ps(in ? k1 : 0, y + 16);
 			}
-			for (int q = 0; q < 4 && km[q]; q++) {
-				__m512 w = ld16m(c + 16 * (size_t)q * es, dt, km[q]);
-				for (uint32_t p = start[k]; p < start[k + 1]; p++) {
-					float *y = Y + (size_t)tok[p] * ldy + j0 + 16 * (size_t)q;
-					__m512 v = _mm512_set1_ps(xv[p]);
-					_mm512_mask_storeu_ps(y, km[q], _mm512_fmadd_ps(w, v,
-							      _mm512_maskz_loadu_ps(km[q], y)));
+			for (size_t k = kb; k < ke; k++) {
+				const char *c = base + ((size_t)idx[k] * stride + j0) * es;
+				__m512 c0 = ld16m(c, dt, k0), c1 = ld16m(c + 16 * es, dt, k1);
+				const float *x = X + k * ldx + t0;
+				const uint32_t *s = sel + k * ldx + t0;
+	#pragma GCC unroll 8
+			for (size_t t = 0; t < CAB512_TOKENS; t++) {
+					__m512 xb = _mm512_set1_ps(x[t]);
+					__mmask16 mk = (__mmask16)s[t];
+					a[t][0] = _mm512_mask3_fmadd_ps(c0, xb, a[t][0], mk);
+					a[t][1] = _mm512_mask3_fmadd_ps(c1, xb, a[t][1], mk);
 				}
+			}
+#pragma GCC unroll 8
+			for (size_t t = 0; t < CAB512_TOKENS && t0 + t < T; t++) {
+				float *y = Y + (t0 + t) * ldy + j0;
+				_mm512_mask_storeu_ps(y, k0, a[t][0]);
+				_mm512_mask_storeu_ps(y + 16, k1, a[t][1]);
 			}
 		}
 	}
@@ -940,13 +966,13 @@ INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtyp
 
 static T512 void colaccum_batch_avx512(float *Y, size_t ldy, size_t m, const void *C,
 				       enum sf_dtype dt, size_t stride, const uint32_t *idx,
-				       const uint32_t *start, const uint16_t *tok, const float *xv,
+				       const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				       size_t n)
 {
 	switch (dt) {
-	case SF_DTYPE_BF16: cab512(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, start, tok, xv, n); break;
-	case SF_DTYPE_F16: cab512(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, start, tok, xv, n); break;
-	default: cab512(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, start, tok, xv, n); break;
+	case SF_DTYPE_BF16: cab512(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, X, sel, ldx, T, n); break;
+	case SF_DTYPE_F16: cab512(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, X, sel, ldx, T, n); break;
+	default: cab512(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, X, sel, ldx, T, n); break;
 	}
 }
 
@@ -1116,10 +1142,10 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
 }
 
 void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		       size_t stride, const uint32_t *idx, const uint32_t *start,
-		       const uint16_t *tok, const float *xv, size_t n)
+		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
+		       size_t ldx, size_t T, size_t n)
 {
-	K()->colaccum_batch(Y, ldy, m, C, dt, stride, idx, start, tok, xv, n);
+	K()->colaccum_batch(Y, ldy, m, C, dt, stride, idx, X, sel, ldx, T, n);
 }
 
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)

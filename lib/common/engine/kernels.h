@@ -37,18 +37,21 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
 void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 		     const uint32_t *idx, const float *xv, size_t n);
 
-/* The column-accumulate for tokens sharing the columns: for each k and
- * each p in [start[k], start[k + 1]), Y[tok[p] * ldy + j] += xv[p] *
- * C[idx[k]][j] for j in [0, m). Each column's weights are loaded once for
- * all its tokens, and every token's row gets the floats sf_colaccum gives
- * it over its own columns in the same order (one fused multiply-add per
- * weight in every path, so any split of the rows gives the same sums). */
+/* The column-accumulate for T tokens sharing the columns: for each k
+ * and each token t whose sel[k * ldx + t] is ~0 (not 0), Y[t * ldy + j]
+ * += X[k * ldx + t] * C[idx[k]][j] for j in [0, m). ldx is a multiple of
+ * SF_BATCH_PAD at least T, the entries of t >= T 0. Each column's weights
+ * are loaded once for all the tokens, and every token's row gets the
+ * floats sf_colaccum gives it over its own columns in the same order (one
+ * fused multiply-add per weight in every path, so any split of the rows
+ * gives the same sums, equal to the _ref's). */
+#define SF_BATCH_PAD 8
 void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		       size_t stride, const uint32_t *idx, const uint32_t *start,
-		       const uint16_t *tok, const float *xv, size_t n);
+		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
+		       size_t ldx, size_t T, size_t n);
 void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-			   size_t stride, const uint32_t *idx, const uint32_t *start,
-			   const uint16_t *tok, const float *xv, size_t n);
+			   size_t stride, const uint32_t *idx, const float *X,
+			   const uint32_t *sel, size_t ldx, size_t T, size_t n);
 
 /* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
  * (float32 throughout); w in dtype dt. out may alias x. */

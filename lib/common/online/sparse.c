@@ -295,7 +295,8 @@ static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
 static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens, uint64_t tokens)
 {
 	uint64_t words = (n + 63) / 64;
-	return words * 8 * (5 + 2 * tokens) + n * 4 * 10 + 4 + tokens * n * (2 + sizeof(float)) +
+	uint64_t ldx = sparse_ldx((int)tokens);
+	return words * 8 * (5 + 2 * tokens) + n * 4 * 10 + ldx * n * (4 + sizeof(float)) +
 	       n * sizeof(void *) + n * sizeof(struct sf_run) + n * sizeof(struct seg) +
 	       max_tokens * sizeof(double);
 }
@@ -470,9 +471,9 @@ static int alloc_scratch(struct sf_sparse *sp)
 	sp->cache.tent = calloc(n, 4);
 	sp->s.runlen = calloc(n, 4);
 	sp->s.idx = calloc(n, 4);
-	sp->s.start = calloc(n + 1, 4);
-	sp->s.tok = calloc((size_t)sp->s.tokens * n, sizeof(*sp->s.tok));
-	sp->s.xv = calloc((size_t)sp->s.tokens * n, sizeof(float));
+	size_t ldx = sparse_ldx(sp->s.tokens);
+	sp->s.xv = calloc(ldx * n, sizeof(float));
+	sp->s.sel = calloc(ldx * n, 4);
 	sp->s.tok_top = calloc((size_t)sp->s.tokens * words, 8);
 	sp->s.tok_mid = calloc((size_t)sp->s.tokens * words, 8);
 	sp->s.any_top = calloc(words, 8);
@@ -485,7 +486,7 @@ static int alloc_scratch(struct sf_sparse *sp)
 	const struct sparse_scratch *s = &sp->s;
 	if (!s->bits_top || !s->bits_all || !s->pscratch || !s->sel_scratch || !s->ents ||
 	    !s->tpos || !s->mpos || !sp->cache.tent || !s->runlen ||
-	    !s->idx || !s->start || !s->tok || !s->xv || !s->tok_top || !s->tok_mid ||
+	    !s->idx || !s->xv || !s->sel || !s->tok_top || !s->tok_mid ||
 	    !s->any_top || !s->any_mid || !sp->cache.slots || !s->runs || !s->segs ||
 	    (sp->o.max_tokens && !sp->st.lat))
 		return -ENOMEM;
@@ -813,9 +814,8 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->s.mpos);
 	free(sp->s.runlen);
 	free(sp->s.idx);
-	free(sp->s.start);
-	free(sp->s.tok);
 	free(sp->s.xv);
+	free(sp->s.sel);
 	free(sp->s.tok_top);
 	free(sp->s.tok_mid);
 	free(sp->s.any_top);

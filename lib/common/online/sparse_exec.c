@@ -293,15 +293,16 @@ static void top_worker(void *arg, int ith, int nth)
 					continue;
 				const uint8_t *c = sg->base + G->mat[i].offset + r0 * es;
 				size_t stride = (size_t)(G->top_bytes / es);
-				if (t->T == 1)	/* a pair per entry */
+				if (t->T == 1)
 					sf_colaccum(t->y[i] + r0, r1 - r0, c, G->mat[i].dtype, stride,
 						    sp->s.idx + sg->first, sp->s.xv + sg->first, sg->n);
 				else
 					sf_colaccum_batch(t->y[i] + r0, t->ld[i], r1 - r0, c,
 							  G->mat[i].dtype, stride,
 							  sp->s.idx + sg->first,
-							  sp->s.start + sg->first, sp->s.tok,
-							  sp->s.xv, sg->n);
+							  sp->s.xv + sg->first * sp->s.ldx,
+							  sp->s.sel + sg->first * sp->s.ldx,
+							  sp->s.ldx, (size_t)t->T, sg->n);
 			}
 		}
 	}
@@ -326,15 +327,23 @@ static void mid_worker(void *arg, int ith, int nth)
 			else
 				sf_codes_colaccum_batch(t->y[i], t->ld[i], &v, a[i], b[i],
 							sp->s.idx + sg->first,
-							sp->s.start + sg->first, sp->s.tok,
-							sp->s.xv, sg->n);
+							sp->s.xv + sg->first * sp->s.ldx,
+							sp->s.sel + sg->first * sp->s.ldx,
+							sp->s.ldx, (size_t)t->T, sg->n);
 		}
 }
 
-/* The work gathered for the next batch, in top-tier weights. */
+/* The work gathered for the next batch, in top-tier weights of one
+ * token (when to compute it) or of them all (whether to wake the
+ * workers for it). */
 static uint64_t batch_work(const struct sf_sparse *sp, const struct compute_task *t)
 {
-	return (uint64_t)sp->s.npair * t->total_rows * t->weight_cost;
+	return (uint64_t)sp->s.nidx * t->total_rows * t->weight_cost;
+}
+
+static uint64_t batch_work_all(const struct sf_sparse *sp, const struct compute_task *t)
+{
+	return batch_work(sp, t) * (uint64_t)t->T;
 }
 
 static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct compute_task *t)
@@ -342,7 +351,7 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	if (!sp->s.nseg)
 		return;
 	double t0 = sf_now(), dt;
-	if (sp->pool && batch_work(sp, t) >= POOL_MIN_WEIGHTS)
+	if (sp->pool && batch_work_all(sp, t) >= POOL_MIN_WEIGHTS)
 		sf_pool_run(sp->pool, fn, t);
 	else
 		fn(t, 0, 1);
@@ -351,28 +360,29 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	sp->st.overlap_s += sp->io.inflight ? dt : 0;
 	sp->s.nseg = 0;
 	sp->s.nidx = 0;
-	sp->s.npair = 0;
 }
 
-/* The (token, input) pairs of position p, whose entry is j: the one
- * token's, or those of the tokens whose selection of the tier (tbits:
- * (T, words) positions) holds it. */
-static void add_pairs(struct sf_sparse *sp, const struct compute_task *t, const float *in,
-		      size_t n, const uint64_t *tbits, uint32_t p, uint32_t j)
+/* The inputs of position p, whose entry is j, into the batch's next
+ * row: the one token's, or per token its input where its selection of
+ * the tier (tbits: (T, words) positions) holds p, else 0 and not
+ * selected (the padding too). */
+static void gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *in,
+			  size_t n, const uint64_t *tbits, uint32_t p, uint32_t j)
 {
 	struct sparse_scratch *s = &sp->s;
+	float *x = s->xv + s->nidx * s->ldx;
+	uint32_t *sel = s->sel + s->nidx * s->ldx;
 
 	if (t->T == 1) {
-		s->tok[s->npair] = 0;
-		s->xv[s->npair++] = in[j];
-	} else {
-		for (int k = 0; k < t->T; k++)
-			if (tbits[(size_t)k * sp->tiers.words + p / 64] >> (p % 64) & 1) {
-				s->tok[s->npair] = (uint16_t)k;
-				s->xv[s->npair++] = in[(size_t)k * n + j];
-			}
+		x[0] = in[j];
+		return;
 	}
-	s->start[s->nidx + 1] = (uint32_t)s->npair;
+	for (size_t k = 0; k < s->ldx; k++) {
+		int on = k < (size_t)t->T &&
+			 tbits[k * sp->tiers.words + p / 64] >> (p % 64) & 1;
+		x[k] = on ? in[k * n + j] : 0.0f;
+		sel[k] = on ? ~0u : 0;
+	}
 }
 
 /* Computes positions pos[0..k) of tier t in order as their pages
@@ -405,7 +415,7 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 				};
 			}
 			sp->s.idx[sp->s.nidx] = pos[i] - last->p0;
-			add_pairs(sp, t, in, n, tbits, pos[i], G->perm[pos[i]]);
+			gather_inputs(sp, t, in, n, tbits, pos[i], G->perm[pos[i]]);
 			sp->s.nidx++;
 			last->n++;
 			if (batch_work(sp, t) >= sp->o.batch_weights) {
@@ -553,6 +563,7 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	const uint8_t *cm = gp->g == SF_GROUP_FFN_IN && sp->comp.sc ? sp->comp.set_mask[gp->layer]
 								      : NULL;
 	struct compute_task t = { .sp = sp, .G = G, .T = gp->T };
+	sp->s.ldx = sparse_ldx(gp->T);
 	const uint64_t *ttop = gp->T > 1 ? sp->s.tok_top : NULL;
 	const uint64_t *tmid = gp->T > 1 ? sp->s.tok_mid : NULL;
 	size_t rmax = (size_t)sp->s.rows_max;

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "engine/kernels.h"
 #include "online/runs.h"
 #include "online/sparse.h"
 
@@ -168,14 +169,14 @@ struct sparse_scratch {
 	uint32_t *ents;				/* (nmax) entries; then the misses' positions */
 	uint32_t *tpos, *mpos;			/* (nmax) positions per tier, ascending */
 	uint32_t *runlen;			/* (nmax) per miss the length of its run */
-	/* The batch being gathered: per entry p - seg.p0 and its first
-	 * (token, input) pair; the pairs, in entry order. One token: a
-	 * pair per entry. */
+	/* The batch being gathered: per entry p - seg.p0, and per entry
+	 * and token its input and whether the token selected it (~0 or 0),
+	 * ldx a pass (1 for one token, else the tokens padded to
+	 * SF_BATCH_PAD, the padding 0) */
 	uint32_t *idx;				/* (nmax) */
-	uint32_t *start;			/* (nmax + 1) */
-	uint16_t *tok;				/* (tokens * nmax) */
-	float *xv;				/* (tokens * nmax) */
-	size_t npair;
+	float *xv;				/* (nmax, ldx) */
+	uint32_t *sel;				/* (nmax, ldx) */
+	size_t ldx;
 	/* a pass of several tokens: each one's selected positions per
 	 * tier, and their unions */
 	int tokens;				/* o.tokens, at least 1 */
@@ -251,6 +252,12 @@ struct sf_sparse {
 static inline uint64_t sparse_round_up(uint64_t v)
 {
 	return (v + SF_IMAGE_ALIGN - 1) & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
+}
+
+/* The batch's floats per entry for a pass of T tokens (s.ldx). */
+static inline size_t sparse_ldx(int T)
+{
+	return T > 1 ? ((size_t)T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD : 1;
 }
 
 /* Bytes of one entry's columns: the rows the image holds, or (source) the
