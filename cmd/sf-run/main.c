@@ -121,7 +121,7 @@ static const struct sf_opt options[] = {
 	  "(default: not printed)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
 	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
-	  "--ppl with --model (default %s); the output is the same", SF_STR(DEFAULT_BATCH), 0 },
+	  "--ppl (default %s); the output is the same", SF_STR(DEFAULT_BATCH), 0 },
 	SF_OPT_THREADS,
 	{ "ppl", OPT_PPL, "FILE", "perplexity of FILE (documents separated by a\n"
 	  "blank line, \"-\" for stdin), printed as JSON", NULL, 0 },

@@ -540,3 +540,72 @@ PINNED_07=2156
 	[ "$output" = "$want" ]
 	jq -e '.free_riders > 0 and .compute.ffn_out_entries_per_pass <= 308' "$D/fr.json"
 }
+
+# --- passes of several tokens (-b): the union read once, each token its own
+
+@test "-b: the same text at any batch size, from reads and --simulate, both tiers, cache on and off" {
+	need_direct
+	local long
+	long=$(head -c 1500 "$SF_ROOT/README.md" | tr '\n' ' ')
+	gen --budget 0.5 -b 1 -p "$long" --simulate "$D/coact.sfimg" > "$D/b1.txt"
+	[ -s "$D/b1.txt" ]
+	for b in 2 7 64 300; do
+		run gen --budget 0.5 -b "$b" -p "$long" "$D/coact.sfimg"
+		[ "$output" = "$(cat "$D/b1.txt")" ]
+		run gen --budget 0.5 -b "$b" -p "$long" --cache-ratio 0.3 --cache-policy lru "$D/coact.sfimg"
+		[ "$output" = "$(cat "$D/b1.txt")" ]
+	done
+	run gen --budget 0.5 -b 64 -p "$long" --simulate -t 1 "$D/coact.sfimg"
+	[ "$output" = "$(cat "$D/b1.txt")" ]
+	# TEAL and --free-riders
+	gen --density 0.3 --free-riders -b 1 -p "$long" "$D/coact.sfimg" > "$D/d1.txt"
+	run gen --density 0.3 --free-riders -b 64 -p "$long" "$D/coact.sfimg"
+	[ "$output" = "$(cat "$D/d1.txt")" ]
+	! cmp -s "$D/d1.txt" "$D/b1.txt"
+}
+
+@test "-b: trellis codes give the same text at any batch size" {
+	need_direct
+	sf-encode --model "$MODEL" --method trellis -t 2 -q -o "$D/trellis.sfq"
+	sf-pack --model "$MODEL" --placement "$D/coact.json" --codes "$D/trellis.sfq" -q \
+		-o "$D/trellis.sfimg"
+	local long
+	long=$(head -c 1200 "$SF_ROOT/README.md" | tr '\n' ' ')
+	gen --k-top 0.3 --k-mid 0.3 -b 1 -p "$long" "$D/trellis.sfimg" > "$D/t1.txt"
+	for b in 7 64; do
+		run gen --k-top 0.3 --k-mid 0.3 -b "$b" -p "$long" "$D/trellis.sfimg"
+		[ "$output" = "$(cat "$D/t1.txt")" ]
+	done
+	run gen --k-top 0.3 --k-mid 0.3 -b 64 -p "$long" --simulate "$D/trellis.sfimg"
+	[ "$output" = "$(cat "$D/t1.txt")" ]
+}
+
+@test "-b: at budget 1 a prompt reads each region once a pass" {
+	need_direct
+	local p n b1 b64
+	p=$(head -c 1100 "$SF_ROOT/README.md" | tr '\n' ' ')
+	# the prompt's passes, one sampled token and no pass after it
+	sf-run -p "$p" -n 1 --temp 0 -q -b 1 --stats "$D/s1.json" "$D/id.sfimg" > /dev/null
+	sf-run -p "$p" -n 1 --temp 0 -q -b 64 --stats "$D/s64.json" "$D/id.sfimg" > /dev/null
+	n=$(jq .tokens "$D/s1.json")
+	[ "$n" -gt 200 ]
+	[ "$n" -eq "$(jq .tokens "$D/s64.json")" ]
+	b1=$(jq .bytes_moved "$D/s1.json")
+	b64=$(jq .bytes_moved "$D/s64.json")
+	# ceil(n / 64) passes of one token's bytes, and the read ahead of the
+	# pass after the last (one group) at most another token's
+	[ "$b64" -gt 0 ]
+	[ "$b64" -le $(( b1 / n * ((n + 63) / 64 + 1) )) ]
+}
+
+@test "-b: --ppl from an image gives the same perplexity at any batch size" {
+	need_direct
+	run sf-run --ppl "$CORPUS" --max-tokens 300 --window 128 --budget 0.5 -b 1 "$D/coact.sfimg"
+	[ "$status" -eq 0 ]
+	local ref=$output
+	run sf-run --ppl "$CORPUS" --max-tokens 300 --window 128 --budget 0.5 -b 64 "$D/coact.sfimg"
+	[ "$output" = "$ref" ]
+	run sf-run --ppl "$CORPUS" --max-tokens 300 --window 128 --budget 0.5 -b 64 --simulate \
+		"$D/coact.sfimg"
+	[ "$output" = "$ref" ]
+}
