@@ -46,21 +46,21 @@ if ! [ -f "$img" ]; then
 fi
 [ -n "${KEEP:-}" ] || trap 'rm -f "$img"' EXIT
 
-# a prompt of exactly n tokens: words of the man pages, cut by the
-# tokenizer's count (sf-run --verbose-prompt lists the prompt's tokens)
+# a prompt of about n tokens (at most n): words of the man pages, the
+# count shrunk in proportion to the tokenizer's count (sf-run --bench
+# reports prompt_tokens)
 prompt_of() {
-	local n=$1 f=$scratch/prompt.$1
+	local n=$1 f=$scratch/prompt.$1 w got
 	if ! [ -f "$f" ]; then
-		cat "$root"/man/*.[1-9] | tr -s ' \n' ' ' | head -c $((n * 8)) > "$f.words"
-		local w
-		w=$(wc -w < "$f.words")
+		grep -hv '^[.\x27]' "$root"/man/*.[1-9] | tr -s ' \n\t' '   ' | tr ' ' '\n' |
+			grep . | head -n $((n * 2)) > "$f.words"
+		w=$(wc -l < "$f.words")
 		while :; do
-			tr ' ' '\n' < "$f.words" | head -n "$w" | tr '\n' ' ' > "$f"
-			local got
+			head -n "$w" "$f.words" | tr '\n' ' ' > "$f"
 			got=$(sf-run "$img" -p "$(cat "$f")" -n 0 -q --bench -b 256 -t "$THREADS" |
 			      jq .prompt_tokens)
 			[ "$got" -le "$n" ] && break
-			w=$((w - (got - n + 1) / 2 - 1))
+			w=$((w * n / got))
 		done
 		rm -f "$f.words"
 	fi
