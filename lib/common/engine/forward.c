@@ -218,9 +218,9 @@ static void apply_group(struct sf_runstate *s, int layer, enum sf_group g, const
 struct attn_task {
 	const struct sf_config *c;
 	struct sf_runstate *s;
-	const float *q;		/* (n_heads * head_dim) this token's queries */
-	float *z;		/* (n_heads * head_dim) its attention output */
-	int layer, pos;
+	const float *q;		/* (T, n_heads * head_dim) the tokens' queries */
+	float *z;		/* (T, n_heads * head_dim) their attention outputs */
+	int layer, pos, T;	/* token t is at position pos + t */
 };
 
 static void attn_worker(void *arg, int ith, int nth)
@@ -235,20 +235,24 @@ static void attn_worker(void *arg, int ith, int nth)
 	size_t layer_off = (size_t)t->layer * s->seq_len * kv_dim;
 	size_t lo, hi;
 
+	/* by heads, so that each head's scores row serves its tokens in turn */
 	sf_pool_split((size_t)c->n_heads, 1, ith, nth, &lo, &hi);
-	for (size_t h = lo; h < hi; h++) {
-		const float *q = t->q + h * hd;
-		float *att = s->att + h * s->seq_len;
-		float *z = t->z + h * hd;
-		size_t kv_off = layer_off + (h / group) * hd;
+	for (size_t h = lo; h < hi; h++)
+		for (int k = 0; k < t->T; k++) {
+			size_t qd = (size_t)c->n_heads * hd;
+			const float *q = t->q + k * qd + h * hd;
+			float *att = s->att + h * s->seq_len;
+			float *z = t->z + k * qd + h * hd;
+			size_t kv_off = layer_off + (h / group) * hd;
+			int last = t->pos + k;
 
-		for (int p = 0; p <= t->pos; p++)
-			att[p] = sf_dot_f32(q, s->key_cache + kv_off + p * kv_dim, hd) * scale;
-		sf_softmax(att, (size_t)t->pos + 1);
-		memset(z, 0, hd * sizeof(float));
-		for (int p = 0; p <= t->pos; p++)
-			sf_axpy_f32(z, att[p], s->value_cache + kv_off + p * kv_dim, hd);
-	}
+			for (int p = 0; p <= last; p++)
+				att[p] = sf_dot_f32(q, s->key_cache + kv_off + p * kv_dim, hd) * scale;
+			sf_softmax(att, (size_t)last + 1);
+			memset(z, 0, hd * sizeof(float));
+			for (int p = 0; p <= last; p++)
+				sf_axpy_f32(z, att[p], s->value_cache + kv_off + p * kv_dim, hd);
+		}
 }
 
 // ----------------------------------------------------------------------------
@@ -334,9 +338,9 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 			memcpy(s->value_cache + cache_off, v, kv_dim * sizeof(float));
 		}
 		/* every key of the block is cached first; token t reads up to pos + t */
-		for (int t = 0; t < T; t++) {
-			struct attn_task at = { .c = c, .s = s, .q = s->q + t * q_dim,
-						.z = s->z + t * q_dim, .layer = l, .pos = pos + t };
+		{
+			struct attn_task at = { .c = c, .s = s, .q = s->q, .z = s->z, .layer = l,
+						.pos = pos, .T = T };
 			run(s->pool, attn_worker, &at);
 		}
 		{
