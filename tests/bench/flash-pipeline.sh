@@ -47,6 +47,7 @@ PROMPT="In the beginning God created"
 export PATH=$bin:$PATH
 mkdir -p "$scratch" "$out"
 log() { echo "flash-pipeline: $*" >&2; }
+. "$root/tests/bench/flash-lib.bash"
 command -v fio >/dev/null || { log "fio is not installed (apt-get install fio)"; exit 1; }
 
 PARTS=${PARTS:-tl mix5}
@@ -77,28 +78,8 @@ for p in $PCTS; do rams+=($((model_bytes * p / 100))); done
 log "model $model_bytes bytes; --ram ${rams[*]} ($PCTS %)"
 
 # a child of our own memory cgroup, when the v1 controller is writable
-cg=
-self=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup 2>/dev/null || true)
-base=/sys/fs/cgroup/memory${self%/}
-if [ -n "$self" ] && [ -w "$base" ] && mkdir "$base/sf-flash-$$" 2>/dev/null; then
-	cg=$base/sf-flash-$$
-	trap 'rmdir "$cg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -f "$img"' EXIT
-	log "runs capped by the memory cgroup $cg"
-else
-	log "no writable cgroup v1 memory controller: runs capped by --ram only"
-fi
-
-drop() { dd if="$img" iflag=nocache count=0 status=none; }
-capped() {	# RAM CMD...: CMD in the cgroup limited to RAM (page cache charged)
-	local ram=$1
-	shift
-	if [ -n "$cg" ]; then
-		echo "$ram" > "$cg/memory.limit_in_bytes"
-		bash -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$cg" "$@"
-	else
-		"$@"
-	fi
-}
+flash_cgroup sf-flash
+[ -z "$cg" ] || trap 'rmdir "$cg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -f "$img"' EXIT
 
 fio_mbs() {	# fio options...: MB/s read
 	fio --name=f --filename="$img" --readonly --output-format=json --runtime=4 --time_based=0 \

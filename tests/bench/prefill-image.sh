@@ -31,6 +31,7 @@ BATCHES=${BATCHES:-64 256}
 THREADS=${THREADS:-2}
 export PATH=$bin:$PATH
 log() { echo "prefill-image: $*" >&2; }
+. "$root/tests/bench/flash-lib.bash"
 command -v fio >/dev/null || { log "fio is not installed (apt-get install fio)"; exit 1; }
 mkdir -p "$scratch"
 
@@ -46,35 +47,9 @@ if ! [ -f "$img" ]; then
 fi
 [ -n "${KEEP:-}" ] || trap 'rm -f "$img"' EXIT
 
-# a prompt of about n tokens (at most n): words of the man pages, the
-# count shrunk in proportion to the tokenizer's count (sf-run --bench
-# reports prompt_tokens)
-prompt_of() {
-	local n=$1 f=$scratch/prompt.$1 w got
-	if ! [ -f "$f" ]; then
-		grep -hv '^[.\x27]' "$root"/man/*.[1-9] | tr -s ' \n\t' '   ' | tr ' ' '\n' |
-			grep . | head -n $((n * 2)) > "$f.words"
-		w=$(wc -l < "$f.words")
-		while :; do
-			head -n "$w" "$f.words" | tr '\n' ' ' > "$f"
-			got=$(sf-run "$img" -p "$(cat "$f")" -n 0 -q --bench -b 256 -t "$THREADS" |
-			      jq .prompt_tokens)
-			[ "$got" -le "$n" ] && break
-			w=$((w * n / got))
-		done
-		rm -f "$f.words"
-	fi
-	echo "$f"
-}
-full=$(prompt_of "$TOKENS")
-short=$(prompt_of "$ONE_TOKENS")
-
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-device() {	# $1: rw, prints GB/s
-	fio --name=dev --filename="$img" --rw="$1" --bs=256k --iodepth=32 --direct=1 \
-	    --ioengine=io_uring --runtime=5 --time_based --output-format=json 2>/dev/null |
-		jq '.jobs[0].read.bw_bytes / 1e9'
-}
+full=$(prompt_of "$TOKENS" "$scratch")
+short=$(prompt_of "$ONE_TOKENS" "$scratch")
+device() { device_gbs "$1" 256k 32; }
 
 configs=("budget1|--budget 1" "density0.3|--density 0.3" "tiers0.2+0.3|--k-top 0.2 --k-mid 0.3")
 res=$scratch/results.txt
