@@ -101,11 +101,10 @@ void sf_codes_colaccum_batch_ref(float *Y, size_t ldy, const struct sf_codes_vie
 						  X[k * ldx + t], r0, r1);
 }
 
-typedef void accum_fn(float *y, const struct sf_codes_view *v, const uint8_t *rec, float x,
-		      size_t t0, size_t t1);
-/* The same for the T tokens of one column, x their inputs and sel which
- * selected it: each step's weights decoded once for all of them. */
-typedef void accum_batch_fn(float *Y, size_t ldy, const struct sf_codes_view *v,
+/* A SIMD path: weights [t0, t1) of one column, t0 a multiple of its
+ * step, for the T tokens whose sel is ~0 (x their inputs; token p's rows
+ * at Y + p * ldy): each step's weights decoded once for all of them. */
+typedef void accum_fn(float *Y, size_t ldy, const struct sf_codes_view *v,
 			    const uint8_t *rec, const float *x, const uint32_t *sel, size_t T,
 			    size_t t0, size_t t1);
 
@@ -116,31 +115,7 @@ typedef void accum_batch_fn(float *Y, size_t ldy, const struct sf_codes_view *v,
  * weights t..t+15 are 16-bit windows of the 24 codes t-8..t+15, cut by
  * two variable shifts of one 48-bit word; the codebook values come by one
  * gather. */
-static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
-				      const uint8_t *rec, float x, size_t t0, size_t t1)
-{
-	const uint8_t *codes = rec + 2;
-	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
-	const __m512i sh_hi = _mm512_setr_epi64(14, 12, 10, 8, 6, 4, 2, 0);
-	const __m512i low16 = _mm512_set1_epi32(0xffff);
-	__m512 xs = _mm512_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
-	for (size_t t = t0; t < t1; t += 16) {
-		/* codes before the column are zeros: for t == 0 the two bytes
-		 * ahead of the window are not read */
-		uint64_t word = t ? (uint64_t)get_be32(codes + t / 4 - 2) << 16 |
-					    (uint64_t)codes[t / 4 + 2] << 8 | codes[t / 4 + 3]
-				  : get_be32(codes);
-		__m512i wv = _mm512_set1_epi64((long long)word);
-		__m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_lo));
-		__m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_hi));
-		__m512i ix = _mm512_and_si512(
-			_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), low16);
-		__m512 cb = _mm512_i32gather_ps(ix, v->codebook, 4);
-		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y + t)));
-	}
-}
-
-static T512 void accum_trellis_batch_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
+static T512 void accum_trellis_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
 					    const uint8_t *rec, const float *x,
 					    const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
@@ -171,28 +146,7 @@ static T512 void accum_trellis_batch_avx512(float *Y, size_t ldy, const struct s
 
 /* Weights [t0, t1) in steps of 16, t0 a multiple of 16: 16 codes are one
  * 32-bit word; the level comes from a 4-entry table held in a register. */
-static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
-				     const uint8_t *rec, float x, size_t t0, size_t t1)
-{
-	(void)v;	/* the trellis kernel's signature */
-	const uint8_t *codes = rec + 4;
-	const __m512i sh = _mm512_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
-					     4, 2, 0);
-	const __m512i three = _mm512_set1_epi32(3);
-	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
-	__m512 lut = _mm512_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
-				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
-				    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-	__m512 xv = _mm512_set1_ps(x);
-	for (size_t t = t0; t < t1; t += 16) {
-		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
-		__m512i c = _mm512_and_si512(_mm512_srlv_epi32(cw, sh), three);
-		__m512 l = _mm512_permutexvar_ps(c, lut);
-		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xv, l, _mm512_loadu_ps(y + t)));
-	}
-}
-
-static T512 void accum_scalar_batch_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
+static T512 void accum_scalar_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
 					   const uint8_t *rec, const float *x,
 					   const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
@@ -224,25 +178,7 @@ static T512 void accum_scalar_batch_avx512(float *Y, size_t ldy, const struct sf
 /* Weights [t0, t1) in steps of 8, t0 a multiple of 8: the indices of
  * weights t..t+7 are 16-bit windows of the 16 codes t-8..t+7, one 32-bit
  * word cut by one variable shift; the codebook values come by one gather. */
-static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
-				    const uint8_t *rec, float x, size_t t0, size_t t1)
-{
-	const uint8_t *codes = rec + 2;
-	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
-	const __m256i low16 = _mm256_set1_epi32(0xffff);
-	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
-	for (size_t t = t0; t < t1; t += 8) {
-		/* codes before the column are zeros: for t == 0 the two bytes
-		 * ahead of the window are not read */
-		uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
-		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
-					      low16);
-		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
-		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y + t)));
-	}
-}
-
-static T256 void accum_trellis_batch_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
+static T256 void accum_trellis_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
 					  const uint8_t *rec, const float *x,
 					  const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
@@ -268,28 +204,7 @@ static T256 void accum_trellis_batch_avx2(float *Y, size_t ldy, const struct sf_
 /* Weights [t0, t1) in steps of 8, t0 a multiple of 8: 8 codes are one
  * 16-bit word; the level comes from a 4-entry table held in both halves
  * of a register. */
-static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
-				   const uint8_t *rec, float x, size_t t0, size_t t1)
-{
-	(void)v;	/* the trellis kernel's signature */
-	const uint8_t *codes = rec + 4;
-	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
-	const __m256i three = _mm256_set1_epi32(3);
-	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
-	__m256 lut = _mm256_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
-				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
-				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
-				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
-	__m256 xv = _mm256_set1_ps(x);
-	for (size_t t = t0; t < t1; t += 8) {
-		int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
-		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
-		__m256 l = _mm256_permutevar_ps(lut, c);
-		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xv, l, _mm256_loadu_ps(y + t)));
-	}
-}
-
-static T256 void accum_scalar_batch_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
+static T256 void accum_scalar_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
 					 const uint8_t *rec, const float *x,
 					 const uint32_t *sel, size_t T, size_t t0, size_t t1)
 {
@@ -323,18 +238,15 @@ static T256 void accum_scalar_batch_avx2(float *Y, size_t ldy, const struct sf_c
  * the _ref. A level without its own paths repeats the one below. */
 static const struct accum_path {
 	accum_fn *trellis, *scalar;
-	accum_batch_fn *trellis_batch, *scalar_batch;
 	size_t step;	/* weights a SIMD step takes */
 } accum_paths[SF_NISA] = {
-	[SF_ISA_REF] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_REF] = { NULL, NULL, 0 },
 #if defined(__x86_64__)
-	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, accum_trellis_batch_avx2,
-			  accum_scalar_batch_avx2, 8 },
-	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, accum_trellis_batch_avx512,
-			    accum_scalar_batch_avx512, 16 },
+	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, 8 },
+	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, 16 },
 #else
-	[SF_ISA_AVX2] = { NULL, NULL, NULL, NULL, 0 },
-	[SF_ISA_AVX512] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_AVX2] = { NULL, NULL, 0 },
+	[SF_ISA_AVX512] = { NULL, NULL, 0 },
 #endif
 };
 
@@ -352,18 +264,18 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
 	accum_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis : P->scalar;
-	size_t w = P->step;
+	const uint32_t on = ~0u;	/* the one token selected every column */
+	size_t a, b;
 
 	if (!fn) {
 		sf_codes_colaccum_ref(y, v, r0, r1, idx, xv, n);
 		return;
 	}
-	size_t a, b;
-	simd_rows(w, r0, r1, &a, &b);
+	simd_rows(P->step, r0, r1, &a, &b);
 	for (size_t k = 0; k < n; k++) {
 		const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
 		accum_scalar_rows(y, v, rec, xv[k], r0, a);
-		fn(y, v, rec, xv[k], a, b);
+		fn(y, 0, v, rec, xv + k, &on, 1, a, b);
 		accum_scalar_rows(y, v, rec, xv[k], b, r1);
 	}
 }
@@ -377,7 +289,7 @@ void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v
 			     size_t ldx, size_t T, size_t n)
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
-	accum_batch_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis_batch : P->scalar_batch;
+	accum_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis : P->scalar;
 	size_t a, b;
 
 	if (!fn) {
