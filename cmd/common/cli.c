@@ -186,6 +186,100 @@ static void help(const struct sf_cmd *cmd)
 		printf("\nExamples:\n%s", cmd->examples);
 }
 
+// --- llama.cpp's options that no command takes
+
+/* Refused by name with the reason (sparseflash(7), COMMON OPTIONS), before
+ * getopt would read "-ngl" as "-n gl" or call "--mlock" unrecognized. A
+ * command that takes one of these names itself keeps its own meaning. */
+#define CPU_ONLY "sparseflash runs on the CPU only"
+#define KV_F32 "the KV cache is float32"
+#define TO_CHAT "use sf-run -cnv (--conversation) to chat"
+#define SAMPLERS "sf-run samples with --temp, --top-k, --top-p, --min-p and --repeat-penalty"
+#define ROPE "RoPE is the model's config.json's"
+#define LOCAL "models are local Hugging Face directories or sf-pack images"
+static const struct {
+	const char *name, *why;
+} llama_refused[] = {
+	{ "-ngl", CPU_ONLY }, { "--n-gpu-layers", CPU_ONLY }, { "--gpu-layers", CPU_ONLY },
+	{ "-fa", CPU_ONLY }, { "--flash-attn", CPU_ONLY }, { "-mg", CPU_ONLY },
+	{ "--main-gpu", CPU_ONLY }, { "-ts", CPU_ONLY }, { "--tensor-split", CPU_ONLY },
+	{ "-sm", CPU_ONLY }, { "--split-mode", CPU_ONLY }, { "-nkvo", CPU_ONLY },
+	{ "--no-kv-offload", CPU_ONLY }, { "-dev", CPU_ONLY }, { "--device", CPU_ONLY },
+	{ "--mlock", "--model maps the weights; an IMAGE reads them from flash" },
+	{ "--no-mmap", "--model maps the weights; an IMAGE reads them from flash" },
+	{ "--numa", "no NUMA placement" },
+	{ "-ctk", KV_F32 }, { "--cache-type-k", KV_F32 }, { "-ctv", KV_F32 },
+	{ "--cache-type-v", KV_F32 },
+	{ "-ub", "one batch size: -b" }, { "--ubatch-size", "one batch size: -b" },
+	{ "-tb", "one thread count: -t" }, { "--threads-batch", "one thread count: -t" },
+	{ "-np", "one sequence at a time" }, { "--parallel", "one sequence at a time" },
+	{ "-cb", "one sequence at a time" }, { "--cont-batching", "one sequence at a time" },
+	{ "-i", TO_CHAT }, { "--interactive", TO_CHAT }, { "-if", TO_CHAT },
+	{ "--interactive-first", TO_CHAT }, { "-r", TO_CHAT }, { "--reverse-prompt", TO_CHAT },
+	{ "--in-prefix", TO_CHAT }, { "--in-suffix", TO_CHAT }, { "--multiline-input", TO_CHAT },
+	{ "-sys", "sf-run -cnv takes the system message with -p or -f" },
+	{ "--system-prompt", "sf-run -cnv takes the system message with -p or -f" },
+	{ "--jinja", "the chat templates are built in (sf-run --chat-template)" },
+	{ "--typical", SAMPLERS }, { "--mirostat", SAMPLERS }, { "--mirostat-lr", SAMPLERS },
+	{ "--mirostat-ent", SAMPLERS }, { "--presence-penalty", SAMPLERS },
+	{ "--frequency-penalty", SAMPLERS }, { "--dynatemp-range", SAMPLERS },
+	{ "--samplers", SAMPLERS }, { "--xtc-probability", SAMPLERS },
+	{ "--dry-multiplier", SAMPLERS },
+	{ "--rope-scaling", ROPE }, { "--rope-freq-base", ROPE }, { "--rope-freq-scale", ROPE },
+	{ "--yarn-orig-ctx", ROPE },
+	{ "--lora", LOCAL }, { "--lora-scaled", LOCAL }, { "--control-vector", LOCAL },
+	{ "-hf", LOCAL }, { "-hfr", LOCAL }, { "-mu", LOCAL }, { "--model-url", LOCAL },
+	{ "-md", LOCAL }, { "--model-draft", LOCAL },
+	{ "--grammar", "no constrained sampling" }, { "--grammar-file", "no constrained sampling" },
+	{ "-j", "no constrained sampling" }, { "--json-schema", "no constrained sampling" },
+	{ "--prompt-cache", "no prompt cache" }, { "--keep", "the context is never shifted" },
+	{ "-e", "the prompt is taken as written" }, { "--escape", "the prompt is taken as written" },
+	{ "--log-file", "messages go to standard error (-q, -v)" },
+	{ "--log-disable", "messages go to standard error (-q, -v)" },
+	{ "--color", "no coloured output" }, { "-co", "no coloured output" },
+	{ "--no-display-prompt", "the prompt is printed only with sf-run --echo" },
+	{ "-sp", "special tokens are never printed" }, { "--special", "special tokens are never printed" },
+	{ "--no-warmup", "there is no warm-up run" },
+	{ "--no-context-shift", "the context is never shifted" },
+	{ "--context-shift", "the context is never shifted" },
+	{ "-l", SAMPLERS }, { "--logit-bias", SAMPLERS },
+	{ "-dt", "the KV cache is never defragmented" },
+	{ "--defrag-thold", "the KV cache is never defragmented" },
+	{ "--override-kv", "the model's config.json is read as it is" },
+	{ "-C", "threads are placed by the kernel" }, { "--cpu-mask", "threads are placed by the kernel" },
+	{ "-Cr", "threads are placed by the kernel" }, { "--cpu-range", "threads are placed by the kernel" },
+	{ "--prio", "threads are placed by the kernel" }, { "--poll", "threads are placed by the kernel" },
+};
+
+/* The command's own option spelled as arg ("-x" or "--name"), or NULL. */
+static const struct sf_opt *own_option(const struct sf_cmd *cmd, const char *arg)
+{
+	if (arg[0] == '-' && arg[1] && arg[1] != '-' && !arg[2])
+		return sf_cli_opt(cmd, (unsigned char)arg[1]);
+	if (!strncmp(arg, "--", 2) && !strchr(arg, '='))
+		for (const struct sf_opt *p = cmd->opts; p->name; p++)
+			if (*p->name && !strcmp(p->name, arg + 2))
+				return p;
+	return NULL;
+}
+
+static void refuse_llama_options(int argc, char **argv, const struct sf_cmd *cmd)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		const char *a = argv[i];
+		const struct sf_opt *own = own_option(cmd, a);
+		if (own) {
+			if (own->arg)	/* its value is text, whatever it looks like */
+				i++;
+			continue;
+		}
+		for (size_t u = 0; u < sizeof(llama_refused) / sizeof(llama_refused[0]); u++)
+			if (!strcmp(a, llama_refused[u].name))
+				sf_usage_error("%s: llama.cpp's option is not supported: %s", a,
+					       llama_refused[u].why);
+	}
+}
+
 int sf_cli_getopt(int argc, char **argv, const struct sf_cmd *cmd)
 {
 	static const struct sf_cmd *built;
@@ -213,6 +307,7 @@ int sf_cli_getopt(int argc, char **argv, const struct sf_cmd *cmd)
 		longopts[n] = (struct option){ 0 };
 		shorts[k] = '\0';
 		built = cmd;
+		refuse_llama_options(argc, argv, cmd);
 	}
 	opterr = 0;	/* the messages are ours: "sf-run: ...", not argv[0] */
 	c = getopt_long(argc, argv, shorts, longopts, NULL);
@@ -323,6 +418,25 @@ unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
 		p++;
 	}
 	return mask;
+}
+
+int sf_opt_top_dtype(const char *opt, const char *s, int blocks_only)
+{
+	char up[8];
+	size_t n = strlen(s);
+	int lower = n < sizeof(up);	/* "BF16" is no more a --dtype than "Keep" */
+	enum sf_dtype dt;
+
+	if (!strcmp(s, "keep"))
+		return SF_OPT_DTYPE_KEEP;
+	for (size_t i = 0; lower && i <= n; i++) {
+		lower = !(s[i] >= 'A' && s[i] <= 'Z');
+		up[i] = s[i] >= 'a' && s[i] <= 'z' ? (char)(s[i] - 'a' + 'A') : s[i];
+	}
+	if (lower && !sf_dtype_parse_any(up, &dt) && (!blocks_only || sf_dtype_is_block(dt)))
+		return (int)dt;
+	sf_usage_error("%s: '%s' is not %s", opt, s, blocks_only ? "keep, q8 or q4" :
+		       "keep, bf16, f16, f32, q8 or q4");
 }
 
 const char *sf_opt_path(const char *opt, const char *s)

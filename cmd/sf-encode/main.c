@@ -25,22 +25,25 @@
 #define DEFAULT_CALIB_TOKENS 1024
 #define DEFAULT_WINDOW 128
 #define MAX_CORPORA 16
+#define DEFAULT_QUANT "search"	/* sf-pack's */
 
 struct options {
 	const char *model_dir, *output, *stats, *info, *codes;
-	const char *layers, *groups, *dense_layers, *budgets;
+	const char *layers, *groups, *dense_layers, *budgets, *dtype_name, *quant_name;
 	const char *corpora[MAX_CORPORA];
 	int ncorpora;
 	enum sf_code_method method;
 	uint64_t seed, calib_tokens;
 	int threads, window, merge, calibrate, progress, quiet, verbose;
+	int dtype;			/* --dtype: SF_OPT_DTYPE_KEEP, SF_DTYPE_Q8, SF_DTYPE_Q4 */
+	enum sf_quant_method quant;
 	char **inputs;		/* --merge */
 	int ninputs;
 };
 
 enum { OPT_METHOD = SF_OPT_FIRST, OPT_SEED, OPT_LAYERS, OPT_GROUPS, OPT_STATS, OPT_MERGE,
        OPT_INFO, OPT_CALIBRATE, OPT_CORPUS, OPT_BUDGETS, OPT_CODES, OPT_CALIB_TOKENS,
-       OPT_WINDOW, OPT_DENSE_LAYERS };
+       OPT_WINDOW, OPT_DENSE_LAYERS, OPT_DTYPE, OPT_QUANT };
 
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
@@ -67,6 +70,10 @@ static const struct sf_opt options[] = {
 	  SF_STR(DEFAULT_WINDOW), 0 },
 	{ "dense-layers", OPT_DENSE_LAYERS, "LAYERS", "--calibrate: layers that stay dense\n"
 	  "(LAYERS in sparseflash(7), e.g. 0,3 or 1:1)", NULL, 0 },
+	{ "dtype", OPT_DTYPE, "T", "--calibrate: the image's top tier, as sf-pack --dtype:\n"
+	  "keep (the model's), q8 or q4 (default keep)", NULL, 0 },
+	{ "quant", OPT_QUANT, "M", "--calibrate --dtype q8|q4: as sf-pack --quant, rtn or\n"
+	  "search (default %s)", DEFAULT_QUANT, 0 },
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
 	SF_OPT_VERBOSE,
@@ -89,7 +96,9 @@ static const struct sf_cmd cmd = {
 	"  sf-encode --model models/mix4-1m --layers 2-3 -o b.sfq\n"
 	"  sf-encode --merge a.sfq b.sfq -o all.sfq\n"
 	"  sf-encode --model models/mix4-1m --calibrate --codes all.sfq \\\n"
-	"    --corpus kjv.calib.txt --budgets 0.3,0.5 -o calib.json\n",
+	"    --corpus kjv.calib.txt --budgets 0.3,0.5 -o calib.json\n"
+	"  sf-encode --model models/mix4-1m --calibrate --codes all.sfq --dtype q4 \\\n"
+	"    --corpus kjv.calib.txt --budgets 0.3,0.5 -o calib-q4.json\n",
 };
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -133,6 +142,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 20); break;
 		case OPT_DENSE_LAYERS: o->dense_layers = optarg; break;
+		case OPT_DTYPE: o->dtype_name = optarg; break;
+		case OPT_QUANT: o->quant_name = optarg; break;
 		case SF_OPT_PROGRESS: o->progress = 1; break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
@@ -159,8 +170,15 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("-o FILE is required");
 	if (o->calibrate && (!o->ncorpora || !o->budgets))
 		sf_usage_error("--calibrate needs --corpus FILE and --budgets LIST");
-	if (!o->calibrate && (o->ncorpora || o->budgets || o->codes || o->dense_layers))
-		sf_usage_error("--corpus, --budgets, --codes and --dense-layers need --calibrate");
+	if (!o->calibrate && (o->ncorpora || o->budgets || o->codes || o->dense_layers ||
+			      o->dtype_name || o->quant_name))
+		sf_usage_error("--corpus, --budgets, --codes, --dense-layers, --dtype and --quant "
+			       "need --calibrate");
+	o->dtype = o->dtype_name ? sf_opt_top_dtype("--dtype", o->dtype_name, 1) : SF_OPT_DTYPE_KEEP;
+	if (sf_quant_method_parse(o->quant_name ? o->quant_name : DEFAULT_QUANT, &o->quant))
+		sf_usage_error("--quant: '%s' is not rtn or search", o->quant_name);
+	if (o->quant_name && o->dtype == SF_OPT_DTYPE_KEEP)
+		sf_usage_error("--quant applies to --dtype q8 or q4");
 }
 
 static size_t parse_budgets(const char *s, double *out)
@@ -235,6 +253,10 @@ static json_t *producer_json(const struct options *o)
 		json_object_set_new(opts, "codes", o->codes ? json_string(o->codes) : json_null());
 		json_object_set_new(opts, "dense_layers",
 				    json_string(o->dense_layers ? o->dense_layers : ""));
+		json_object_set_new(opts, "dtype", json_string(o->dtype_name ? o->dtype_name : "keep"));
+		if (o->dtype != SF_OPT_DTYPE_KEEP)
+			json_object_set_new(opts, "quant",
+					    json_string(sf_quant_method_name(o->quant)));
 	}
 	return json_pack("{s:s,s:s,s:o}", "program", "sf-encode", "version", SF_VERSION,
 			 "options", opts);
@@ -403,15 +425,27 @@ static int read_tokens(const struct options *o, const struct sf_tokenizer *tok, 
 	return 0;
 }
 
-static void calib_progress(void *arg, int done, int total)
+/* Per step of the calibration: configurations scored, rate, ETA and the
+ * layer (at most every half second at a terminal, SF_PROGRESS_LOG_SECONDS
+ * in a log). */
+struct calib_progress {
+	struct sf_progress pr;
+	struct sf_calib_progress last;
+};
+
+static void calib_progress(void *arg, const struct sf_calib_progress *p)
 {
-	sf_progress_update(arg, (uint64_t)done, (double)done / total);
+	struct calib_progress *cp = arg;
+	cp->last = *p;
+	snprintf(cp->pr.note, sizeof(cp->pr.note), "layer %d of %d",
+		 p->layers_done < p->layers ? p->layers_done + 1 : p->layers, p->layers);
+	sf_progress_update(&cp->pr, p->configs, p->fraction);
 }
 
 static int calibrate(const struct sf_model *m, const struct options *o, struct sf_pool *pool,
 		     const uint8_t *dense, const uint8_t *layers)
 {
-	struct sf_progress pr;
+	struct calib_progress cp = { 0 };
 	struct sf_tokenizer *tok = NULL;
 	struct sf_sfq q = { 0 };
 	struct sf_calib C = { 0 };
@@ -423,7 +457,9 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 
 	struct sf_calib_opts co = { .budgets = budgets, .nbudgets = parse_budgets(o->budgets, budgets),
 				    .dense_layers = dense, .window = o->window,
-				    .layers = o->layers ? layers : NULL };
+				    .layers = o->layers ? layers : NULL,
+				    .top_dtype = o->dtype == SF_OPT_DTYPE_KEEP ? SF_DTYPE_F32 :
+						 (enum sf_dtype)o->dtype, .quant = o->quant };
 	if (o->window > m->cfg.max_seq_len)
 		sf_usage_error("--window: %d is more than the model's %d positions", o->window,
 			       m->cfg.max_seq_len);
@@ -456,14 +492,15 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 	if (o->verbose)
 		fprintf(stderr, "%s: calibrating on %zu tokens, %zu budgets\n", sf_progname, ntok,
 			co.nbudgets);
-	sf_progress_init(&pr, o->progress, o->quiet, "layers");
+	sf_progress_init(&cp.pr, o->progress, o->quiet, "configurations");
 	co.progress = calib_progress;
-	co.progress_arg = &pr;
+	co.progress_arg = &cp;
 	if ((ret = sf_calib_run(&C, m, &q, tokens, ntok, &co, pool, &e))) {
 		sf_error("%s", e.msg);
 		goto out;
 	}
-	sf_progress_end(&pr, (uint64_t)m->cfg.n_layers);
+	snprintf(cp.pr.note, sizeof(cp.pr.note), "%d layers", cp.last.layers);
+	sf_progress_end(&cp.pr, cp.last.configs);
 	C.producer = producer_json(o);
 	const char *inputs[MAX_CORPORA + 2];	/* what this run read, NULL-terminated */
 	int ni = 0;

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "formats/calib.h"
 #include "common/cli.h"
@@ -16,18 +19,22 @@
 #include "engine/forward.h"
 #include "formats/placement.h"
 #include "engine/tokenizer.h"
+#include "common/ram.h"
 
 #define DEFAULT_DTYPE "keep"
+#define DEFAULT_QUANT "search"	/* pays for q4: sf-pack(1) */
 
 struct options {
-	const char *model_dir, *placement, *codes, *calib, *keep, *resident, *dtype_name;
+	const char *model_dir, *placement, *codes, *calib, *keep, *resident, *dtype_name,
+		   *quant_name;
 	const char *output, *verify, *info;
 	unsigned resident_mask;
-	int dtype, progress, quiet, verbose, dry_run;
+	int dtype, progress, quiet, verbose, dry_run, quant_set;
+	enum sf_quant_method quant;
 };
 
-enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_VERIFY,
-       O_INFO, O_DRY_RUN };
+enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_QUANT,
+       O_VERIFY, O_INFO, O_DRY_RUN };
 
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
@@ -38,12 +45,15 @@ static const struct sf_opt options[] = {
 	{ "keep", O_KEEP, "FILE", "neurons.json: FFN neurons to keep, the rest left out", NULL, 0 },
 	{ "resident", O_RESIDENT, "LIST", "groups kept in RAM instead of flash: attn_in,\n"
 	  "attn_out, ffn_in, ffn_out, attention, ffn, none\n(default none)", NULL, 0 },
-	{ "dtype", O_DTYPE, "T", "top tier: keep (the model's), bf16, f16 or f32\n(default %s)",
-	  DEFAULT_DTYPE, 0 },
+	{ "dtype", O_DTYPE, "T", "top tier: keep (the model's), bf16, f16, f32, or\n"
+	  "q8, q4 (blocks of 32 rows with an f16 scale)\n(default %s)", DEFAULT_DTYPE, 0 },
+	{ "quant", O_QUANT, "M", "q8/q4 block scales: rtn (round to nearest) or\n"
+	  "search (least squared error)\n(default %s)", DEFAULT_QUANT, 0 },
 	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
-	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image", NULL, 0 },
-	{ "dry-run", O_DRY_RUN, NULL, "write nothing: print the image's size, its resident\n"
-	  "bytes and the least --ram of sf-run as JSON", NULL, 0 },
+	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image, with the least\n"
+	  "--ram of sf-run", NULL, 0 },
+	{ "dry-run", O_DRY_RUN, NULL, "write no image: print its size, its resident bytes\n"
+	  "and the least --ram of sf-run as JSON", NULL, 0 },
 	SF_OPT_PROGRESS_ENTRY,
 	SF_OPT_QUIET,
 	SF_OPT_VERBOSE,
@@ -62,6 +72,7 @@ static const struct sf_cmd cmd = {
 	"  sf-pack --model models/mix4-1m --placement coact.json --codes codes.sfq \\\n"
 	"    --calib calib.json -o mix4-1m.sfimg\n"
 	"  sf-pack --model models/mix4-1m --resident attention --dtype f32 -o a.sfimg\n"
+	"  sf-pack --model models/mix4-1m --dtype q4 --quant search -o q4.sfimg\n"
 	"  sf-pack --verify mix4-1m.sfimg && sf-pack --info mix4-1m.sfimg | jq .sizes\n"
 	"  sf-pack --model models/mix4-1m --dry-run | jq .ram_at_least\n",
 };
@@ -71,6 +82,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 	int c;
 
 	o->dtype_name = DEFAULT_DTYPE;
+	o->quant_name = DEFAULT_QUANT;
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
@@ -81,6 +93,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_KEEP: o->keep = optarg; break;
 		case O_RESIDENT: o->resident = optarg; break;
 		case O_DTYPE: o->dtype_name = optarg; break;
+		case O_QUANT: o->quant_name = optarg; o->quant_set = 1; break;
 		case O_VERIFY: o->verify = optarg; break;
 		case O_INFO: o->info = optarg; break;
 		case O_DRY_RUN: o->dry_run = 1; break;
@@ -107,16 +120,12 @@ static void parse_args(int argc, char **argv, struct options *o)
 		sf_usage_error("-o FILE is required");
 	if (o->output && !strcmp(o->output, "-"))
 		sf_usage_error("-o: an image is written to a file, not to standard output");
-	if (!strcmp(o->dtype_name, "keep"))
-		o->dtype = SF_IMAGE_DTYPE_KEEP;
-	else if (!strcmp(o->dtype_name, "bf16"))
-		o->dtype = SF_DTYPE_BF16;
-	else if (!strcmp(o->dtype_name, "f16"))
-		o->dtype = SF_DTYPE_F16;
-	else if (!strcmp(o->dtype_name, "f32"))
-		o->dtype = SF_DTYPE_F32;
-	else
-		sf_usage_error("--dtype: '%s' is not keep, bf16, f16 or f32", o->dtype_name);
+	_Static_assert(SF_OPT_DTYPE_KEEP == SF_IMAGE_DTYPE_KEEP, "one keep");
+	o->dtype = sf_opt_top_dtype("--dtype", o->dtype_name, 0);
+	if (sf_quant_method_parse(o->quant_name, &o->quant))
+		sf_usage_error("--quant: '%s' is not rtn or search", o->quant_name);
+	if (o->quant_set && o->dtype != SF_DTYPE_Q8 && o->dtype != SF_DTYPE_Q4)
+		sf_usage_error("--quant applies to --dtype q8 or q4");
 	o->resident_mask = o->resident ? sf_opt_groups("--resident", o->resident,
 						       SF_GROUPS_ALIASES) : 0;
 	if (o->keep && o->codes)
@@ -138,33 +147,94 @@ static json_t *producer(const struct options *o)
 				"placement", o->placement, "codes", o->codes, "calib", o->calib,
 				"keep", o->keep, "resident", o->resident ? o->resident : "none",
 				"dtype", o->dtype_name);
+	if (o->dtype == SF_DTYPE_Q8 || o->dtype == SF_DTYPE_Q4)
+		json_object_set_new(opt, "quant", json_string(o->quant_name));
 	return json_pack("{s:s, s:s, s:o}", "program", "sf-pack", "version", SF_VERSION, "options",
 			 opt);
 }
 
-/* --dry-run: the image's figures, and the least --ram of sf-run: what
- * it reads into memory (header, resident, index, codebook) and its KV
- * cache and run state at the model's context; the process itself and the
- * read buffers come on top (sf-run's refusal gives the exact figure). */
-static int estimate(const struct sf_image_pack_opts *po, struct sf_err *e)
+/* The least --ram of sf-run and its parts (common/ram.h), as JSON. */
+static json_t *ram_json(const struct sf_sparse_memory *mem)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "process", (json_int_t)mem->process,
+			 "resident", (json_int_t)mem->resident, "state", (json_int_t)mem->state,
+			 "buffers", (json_int_t)mem->buffers, "cache", (json_int_t)mem->cache);
+}
+
+/* `sf-pack --info path` run as a child, a fresh process whose resident
+ * set stands for a fresh sf-run's: its "ram_at_least" and "ram" into *ram. */
+static int info_child(const char *path, json_t **ram, struct sf_err *e)
+{
+	char *argv[] = { (char *)"sf-pack", (char *)"--info", (char *)path, NULL };
+	posix_spawn_file_actions_t fa;
+	int fd[2], status = 0, ret;
+	pid_t pid;
+
+	if (pipe(fd))
+		return sf_err_set(e, -errno, "pipe: %s", strerror(errno));
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+	posix_spawn_file_actions_addclose(&fa, fd[0]);
+	ret = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(fd[1]);
+	if (ret) {
+		close(fd[0]);
+		return sf_err_set(e, -ret, "/proc/self/exe --info: %s", strerror(ret));
+	}
+	FILE *f = fdopen(fd[0], "r");
+	json_error_t je;
+	json_t *j = f ? json_loadf(f, 0, &je) : NULL;
+	if (f)
+		fclose(f);
+	else
+		close(fd[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	json_t *total = json_object_get(j, "ram_at_least"), *parts = json_object_get(j, "ram");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) || !json_is_integer(total) || !parts) {
+		json_decref(j);
+		return sf_err_set(e, -EIO, "%s: sf-pack --info gave no memory figures", path);
+	}
+	*ram = json_pack("{s:O, s:O}", "ram_at_least", total, "ram", parts);
+	json_decref(j);
+	return *ram ? 0 : sf_err_set(e, -ENOMEM, "%s", strerror(ENOMEM));
+}
+
+/* --dry-run: the image's figures, and the least --ram of sf-run taken by
+ * sf-run's own accounting (the figure its refusal names, common/ram.h)
+ * from a skeleton of the image: its header and resident regions in a file
+ * under $TMPDIR, the flash regions holes, measured by sf-pack --info in a
+ * fresh process and removed after. */
+static int estimate(struct sf_image_pack_opts *po, const struct sf_model *m, struct sf_err *e)
 {
 	struct sf_image_estimate est;
-	const struct sf_config *c = &po->model->cfg;
+	const char *tmp = getenv("TMPDIR");
+	char path[4096];
+	json_t *ram = NULL;
 	int ret = sf_image_pack_estimate(po, &est, e);
 
 	if (ret)
 		return ret;
-	uint64_t state = sf_state_bytes(c, c->max_seq_len);
-	json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I}",
+	snprintf(path, sizeof(path), "%s/sf-pack-dry-run.%ld.sfimg", tmp && *tmp ? tmp : "/tmp",
+		 (long)getpid());
+	po->skeleton = 1;
+	po->progress = NULL;
+	if (!(ret = sf_image_pack(path, po, NULL, e)))
+		ret = info_child(path, &ram, e);
+	unlink(path);
+	if (ret)
+		return ret;
+	json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:i}",
 			      "image_bytes", (json_int_t)est.bytes,
 			      "header_bytes", (json_int_t)est.header,
 			      "resident_bytes", (json_int_t)est.resident,
-			      "flash_bytes", (json_int_t)est.flash,
-			      "context", c->max_seq_len, "state_bytes", (json_int_t)state,
-			      "ram_at_least", (json_int_t)(est.header + est.resident + state));
-	if (!j || json_dumpf(j, stdout, JSON_INDENT(1)) || fputc('\n', stdout) == EOF)
+			      "flash_bytes", (json_int_t)est.flash, "context", m->cfg.max_seq_len);
+	if (!j || json_object_update(j, ram) || json_dumpf(j, stdout, JSON_INDENT(1)) ||
+	    fputc('\n', stdout) == EOF)
 		ret = sf_err_set(e, -EIO, "(stdout): cannot write the estimate");
 	json_decref(j);
+	json_decref(ram);
 	return ret;
 }
 
@@ -206,11 +276,12 @@ static int pack(const struct options *o)
 		.codes = o->codes ? &q : NULL, .codes_path = o->codes,
 		.calib = o->calib ? &cal : NULL, .calib_path = o->calib,
 		.keep = o->keep ? &keep : NULL, .keep_path = o->keep,
-		.resident = o->resident_mask, .dtype = o->dtype, .producer = prod,
+		.resident = o->resident_mask, .dtype = o->dtype, .quant = o->quant,
+		.producer = prod,
 		.progress = progress, .progress_arg = &pr,
 	};
 	if (o->dry_run) {
-		ret = estimate(&po, &e);
+		ret = estimate(&po, &m, &e);
 		goto out;
 	}
 	if ((ret = sf_image_pack(o->output, &po, &written, &e)))
@@ -233,11 +304,15 @@ out:
 
 static int inspect(const struct options *o)
 {
-	struct sf_image img;
+	struct sf_image img = { .fd = -1 };	/* closed at out: even when never opened */
 	struct sf_err e = { 0 };
 	json_t *j = NULL;
 	int ret;
 
+	/* the least --ram first, before this process holds the image too */
+	struct sf_sparse_memory mem;
+	if (o->info && (ret = sf_cli_ram_least(o->info, sf_cli_threads_default(), &mem, &e)))
+		goto out;
 	if ((ret = sf_image_open(&img, o->verify ? o->verify : o->info, &e)))
 		goto out;
 	if (o->verify) {
@@ -248,7 +323,13 @@ static int inspect(const struct options *o)
 		sf_tokenizer_close(t);
 		goto out;
 	}
-	if (!(j = sf_image_info_json(&img)) || json_dumpf(j, stdout, JSON_INDENT(1)) ||
+	if ((j = sf_image_info_json(&img)) &&
+	    (json_object_set_new(j, "ram_at_least", json_integer((json_int_t)mem.total)) ||
+	     json_object_set_new(j, "ram", ram_json(&mem)))) {
+		json_decref(j);
+		j = NULL;
+	}
+	if (!j || json_dumpf(j, stdout, JSON_INDENT(1)) ||
 	    fputc('\n', stdout) == EOF) {
 		ret = -1;
 		snprintf(e.msg, sizeof(e.msg), "(stdout): cannot write the summary");

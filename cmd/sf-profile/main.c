@@ -19,7 +19,8 @@
 #include "offline/profile.h"
 
 #define DEFAULT_DENSITY 0.3
-#define DEFAULT_CONTEXT 256
+#define DEFAULT_WINDOW 256
+#define DEFAULT_BATCH 64	/* tokens per weight pass */
 
 struct options {
 	const char *model_dir;
@@ -34,14 +35,16 @@ struct options {
 	const char *value_text;		/* as given, for the range message */
 	int layer_lo, layer_hi;		/* -1: every layer */
 	unsigned groups;
-	int context;
+	int ctx;			/* -c: 0 for the model's max_position_embeddings */
+	int window;			/* 0: DEFAULT_WINDOW, at most the context */
+	int batch;			/* tokens per weight pass */
 	uint64_t max_tokens, max_docs;	/* 0: no limit */
 	int threads;
 	int dry_run, progress, quiet, verbose;
 };
 
 enum { OPT_FORMAT = SF_OPT_FIRST, OPT_FIELD, OPT_COLUMN, OPT_TASK, OPT_DENSITY, OPT_THRESHOLD,
-       OPT_LAYERS, OPT_GROUPS, OPT_MAX_TOKENS, OPT_MAX_DOCS, OPT_DRY_RUN };
+       OPT_LAYERS, OPT_GROUPS, OPT_WINDOW, OPT_MAX_TOKENS, OPT_MAX_DOCS, OPT_DRY_RUN };
 
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
@@ -61,8 +64,14 @@ static const struct sf_opt options[] = {
 	  "one range; default: all)", NULL, 0 },
 	{ "groups", OPT_GROUPS, "LIST", "record only these groups, comma separated: attn_in,\n"
 	  "attn_out, ffn_in, ffn_out (default: all)", NULL, 0 },
-	{ "context", 'c', "N", "tokens per window; longer documents are split into\n"
-	  "windows, each run from an empty cache (default %s)", SF_STR(DEFAULT_CONTEXT), 0 },
+	{ "ctx-size", 'c', "N", "context length, as sf-run's: no window is longer\n"
+	  "(default: the model's)", NULL, 0 },
+	{ "window", OPT_WINDOW, "N", "tokens per window (what -c set before it meant\n"
+	  "--ctx-size); longer documents are split into\n"
+	  "windows, each run from an empty cache (default %s,\n"
+	  "at most -c)", SF_STR(DEFAULT_WINDOW), 0 },
+	{ "batch-size", 'b', "N", "tokens per pass over the weights (default %s); the\n"
+	  "trace is the same", SF_STR(DEFAULT_BATCH), 0 },
 	{ "max-tokens", OPT_MAX_TOKENS, "N", "stop after N tokens", NULL, 0 },
 	{ "max-docs", OPT_MAX_DOCS, "N", "stop after N documents", NULL, 0 },
 	SF_OPT_THREADS,
@@ -90,8 +99,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 	*o = (struct options){
 		.select = SF_TRACE_DENSITY, .value = DEFAULT_DENSITY, .layer_lo = -1,
-		.layer_hi = -1, .groups = (1u << SF_NGROUPS) - 1, .context = DEFAULT_CONTEXT,
-		.threads = sf_cli_threads_default(),
+		.layer_hi = -1, .groups = (1u << SF_NGROUPS) - 1,
+		.batch = DEFAULT_BATCH, .threads = sf_cli_threads_default(),
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
@@ -122,7 +131,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 					   &o->layer_hi);
 			break;
 		case OPT_GROUPS: o->groups = sf_opt_groups("--groups", optarg, 0); break;
-		case 'c': o->context = (int)sf_opt_u64("--context", optarg, 1, 1u << 24); break;
+		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
+		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
+		case 'b': o->batch = (int)sf_opt_u64("--batch-size", optarg, 1, SF_BATCH_MAX); break;
 		case OPT_MAX_TOKENS: o->max_tokens = sf_opt_u64("--max-tokens", optarg, 1, UINT64_MAX); break;
 		case OPT_MAX_DOCS: o->max_docs = sf_opt_u64("--max-docs", optarg, 1, UINT64_MAX); break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
@@ -191,11 +202,13 @@ static json_t *trace_meta(const struct options *o)
 	}
 	return json_pack("{s:s?, s:o, s:s, s:{s:s, s:i, s:I, s:I}}", "task", o->task, "corpora",
 			 corpora, "producer", "sf-profile " SF_VERSION, "options", "model",
-			 o->model_dir, "context", o->context, "max_tokens",
+			 o->model_dir, "context", o->window, "max_tokens",
 			 (json_int_t)o->max_tokens, "max_docs", (json_int_t)o->max_docs);
 }
 
-static int session_open(struct session *S, const struct options *o)
+/* Opens the model and everything a run holds; resolves the window against
+ * the context (-c) and the model's positions. */
+static int session_open(struct session *S, struct options *o)
 {
 	struct sf_err e = { 0 };
 	uint32_t entries[SF_NGROUPS];
@@ -205,11 +218,21 @@ static int session_open(struct session *S, const struct options *o)
 	    (ret = sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, &e)))
 		goto fail;
 	const struct sf_config *cfg = &S->model.cfg;
-	if (o->context > cfg->max_seq_len) {
-		sf_error("--context %d: the model supports at most %d positions", o->context,
+	if (o->ctx > cfg->max_seq_len) {
+		sf_error("--ctx-size %d: the model supports at most %d positions", o->ctx,
 			 cfg->max_seq_len);
 		return -EINVAL;
 	}
+	int ctx = o->ctx ? o->ctx : cfg->max_seq_len;
+	if (o->window > ctx) {
+		if (o->ctx)
+			sf_error("--window %d: longer than the context (--ctx-size %d)", o->window, ctx);
+		else
+			sf_error("--window %d: the model supports at most %d positions", o->window, ctx);
+		return -EINVAL;
+	}
+	if (!o->window)
+		o->window = DEFAULT_WINDOW < ctx ? DEFAULT_WINDOW : ctx;
 	int lo = o->layer_lo < 0 ? 0 : o->layer_lo;
 	int hi = o->layer_hi < 0 ? cfg->n_layers - 1 : o->layer_hi;
 	if (hi >= cfg->n_layers) {
@@ -230,10 +253,11 @@ static int session_open(struct session *S, const struct options *o)
 		sf_error("thread pool of %d: %s", o->threads, sf_strerror(ret));
 		return ret;
 	}
-	if ((ret = sf_state_init(&S->state, cfg, o->context, &e)))
+	int batch = o->batch < o->window ? o->batch : o->window;
+	if ((ret = sf_state_init_batch(&S->state, cfg, o->window, batch, &e)))
 		goto fail;
 	if (o->verbose)
-		sf_cli_model_summary(o->model_dir, &S->model, o->context, o->threads);
+		sf_cli_model_summary(o->model_dir, &S->model, o->window, o->threads);
 	S->state.pool = S->pool;
 	S->state.skip_logits = 1;	/* teacher forcing: the activations are what counts */
 	return 0;
@@ -249,23 +273,27 @@ static int done(const struct session *S, const struct options *o)
 }
 
 /* One document: BOS first (as encode with special tokens adds it), then
- * windows of --context tokens, each from an empty cache. */
+ * windows of --window tokens, each from an empty cache. */
 static int run_document(struct session *S, const struct options *o, const int32_t *ids,
 			size_t n, double fraction)
 {
 	struct sf_err e = { 0 };
 	int ret;
 
-	for (size_t start = 0; start < n && !done(S, o); start += (size_t)o->context) {
-		size_t len = n - start < (size_t)o->context ? n - start : (size_t)o->context;
-		for (size_t pos = 0; pos < len && !done(S, o); pos++) {
-			sf_forward(&S->model, &S->state, ids[start + pos], (int)pos);
+	for (size_t start = 0; start < n && !done(S, o); start += (size_t)o->window) {
+		size_t len = n - start < (size_t)o->window ? n - start : (size_t)o->window;
+		for (size_t pos = 0; pos < len && !done(S, o);) {
+			size_t T = len - pos < (size_t)S->state.batch ? len - pos : (size_t)S->state.batch;
+			if (o->max_tokens && T > o->max_tokens - S->tokens)
+				T = o->max_tokens - S->tokens;
+			sf_forward_batch(&S->model, &S->state, ids + start + pos, (int)T, (int)pos, 0);
 			if ((ret = sf_state_error(&S->state, &e)) ||
-			    (S->profile && (ret = sf_profile_token(S->profile, &e)))) {
+			    (S->profile && (ret = sf_profile_tokens(S->profile, (int)T, &e)))) {
 				sf_error("%s", e.msg);
 				return ret;
 			}
-			S->tokens++;
+			S->tokens += T;
+			pos += T;
 		}
 		sf_progress_update(&S->progress, S->tokens,
 				   o->max_tokens ? (double)S->tokens / o->max_tokens : fraction);
@@ -330,7 +358,7 @@ int main(int argc, char **argv)
 		if ((ret = sf_out_open(&S.out, o.output, 1, (const char *const *)o.corpora)))
 			goto out;
 		if ((ret = sf_trace_writer_open(&S.writer, S.out.f, S.out.path, &S.info, &e)) ||
-		    (ret = sf_profile_open(&S.profile, S.writer, S.pool, &e))) {
+		    (ret = sf_profile_open(&S.profile, S.writer, S.pool, S.state.batch, &e))) {
 			sf_error("%s", e.msg);
 			goto out;
 		}

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/cli.h"
@@ -26,11 +27,13 @@
 #include "base/file.h"
 #include "base/pool.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "online/selectinfer.h"
 #include "online/sparse.h"
 #include "engine/tokenizer.h"
 #include "online/uring.h"
 #include "common/device.h"
+#include "common/ram.h"
 
 #define DEFAULT_N_PREDICT 256
 #define DEFAULT_TEMP 0.8
@@ -41,9 +44,12 @@
 #define DEFAULT_REPEAT_PENALTY 1.0
 #define DEFAULT_REPEAT_LAST_N 64
 #define DEFAULT_WINDOW 256
-#define DEFAULT_BATCH 64	/* prompt tokens per weight pass */
 #define MAX_PROMPT_BYTES (64u << 20)
 #define DEFAULT_LATENCIES 65536	/* --ppl tokens whose latency --bench ranks */
+/* --threads-draft: a draft is small by design, and a pool's wake per
+ * product costs more than it saves there: mix4-1m decoded 11,860 tok/s
+ * on one thread, 354 on two of a loaded 2-core machine */
+#define DEFAULT_THREADS_DRAFT 1
 
 struct options {
 	const char *model_dir;
@@ -76,6 +82,10 @@ struct options {
 	double rho;			/* --compute-ratio; < 0: no selective computation */
 	const char *static_file, *dense_layers;
 	double compute_delta, alpha, beta;
+	const char *draft;		/* --draft: a model directory or an image; NULL: none */
+	int draft_max, draft_min, draft_fixed, draft_threads;
+	double draft_p_min, draft_budget;
+	int draft_set;			/* an option that needs --draft */
 };
 
 /* Keys of the long options; SPARSE in an entry's flags: the option only
@@ -88,7 +98,8 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS, OPT_CONVERSATION,
-       OPT_CHAT_TEMPLATE, OPT_VERBOSE_PROMPT };
+       OPT_CHAT_TEMPLATE, OPT_VERBOSE_PROMPT, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN,
+       OPT_DRAFT_P_MIN, OPT_DRAFT_FIXED, OPT_DRAFT_BUDGET, OPT_THREADS_DRAFT };
 enum { SPARSE = 1 };
 
 static const struct sf_opt options[] = {
@@ -121,7 +132,7 @@ static const struct sf_opt options[] = {
 	  "(default: not printed)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
 	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
-	  "--ppl (default %s); the output is the same", SF_STR(DEFAULT_BATCH), 0 },
+	  "--ppl (default %s); the output is the same", SF_STR(SF_RUN_DEFAULT_BATCH), 0 },
 	SF_OPT_THREADS,
 	{ "ppl", OPT_PPL, "FILE", "perplexity of FILE (documents separated by a\n"
 	  "blank line, \"-\" for stdin), printed as JSON", NULL, 0 },
@@ -134,6 +145,22 @@ static const struct sf_opt options[] = {
 	{ "bench", OPT_BENCH, NULL, "print the figures as JSON instead of text: \"pp\"\n"
 	  "and \"tg\" (prompt and decode tokens/s, as llama-bench),\n"
 	  "with IMAGE the sparse decoder's", NULL, 0 },
+	SF_OPT_HEADING("Speculative decoding:"),
+	{ "draft", OPT_DRAFT, "PATH", "draft model: a model directory (in RAM) or an image;\n"
+	  "it proposes tokens, the model verifies them in one\n"
+	  "pass (greedy: the same text as without)", NULL, 0 },
+	{ "draft-max", OPT_DRAFT_MAX, "N", "tokens proposed per pass at most (default %s)",
+	  SF_STR(SF_SPEC_DEFAULT_MAX), 0 },
+	{ "draft-min", OPT_DRAFT_MIN, "N", "tokens proposed per pass that --draft-p-min\n"
+	  "cannot stop (default %s)", SF_STR(SF_SPEC_DEFAULT_MIN), 0 },
+	{ "draft-p-min", OPT_DRAFT_P_MIN, "P", "stop proposing after a token the draft gives\n"
+	  "less than P (default %s)", SF_STR(SF_SPEC_DEFAULT_P_MIN), 0 },
+	{ "draft-fixed", OPT_DRAFT_FIXED, NULL, "propose up to --draft-max every pass (default:\n"
+	  "2 more after a pass that kept all, 1 fewer after\n"
+	  "one that kept none)", NULL, 0 },
+	{ "draft-budget", OPT_DRAFT_BUDGET, "B", "a draft image's --budget (default 1)", NULL, 0 },
+	{ "threads-draft", OPT_THREADS_DRAFT, "N", "the draft's worker threads (default %s)",
+	  SF_STR(DEFAULT_THREADS_DRAFT), 0 },
 	SF_OPT_HEADING("Sparse decoding from IMAGE:"),
 	{ "budget", OPT_BUDGET, "B", "the image's calibrated tier sizes for budget B;\n"
 	  "1: every column top tier (default)", NULL, SPARSE },
@@ -222,38 +249,18 @@ static const struct sf_cmd cmd = {
 	"         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
 };
 
-/* llama.cpp options sf-run deliberately does not take, refused by name
- * before getopt would read "-ngl" as "-n gl"; llama.cpp's "-cnv" is
- * --conversation. */
-static const struct {
-	const char *names[3];
-	const char *why;
-} unsupported[] = {
-	{ { "-ngl", "--n-gpu-layers", "--gpu-layers" }, "sf-run runs on the CPU only" },
-	{ { "-fa", "--flash-attn" }, "sf-run runs on the CPU only" },
-	{ { "-mg", "--main-gpu" }, "sf-run runs on the CPU only" },
-	{ { "-ts", "--tensor-split" }, "sf-run runs on the CPU only" },
-	{ { "--mlock", "--no-mmap" }, "--model maps the weights; an IMAGE reads them from flash" },
-	{ { "-ctk", "--cache-type-k" }, "the KV cache is float32" },
-	{ { "-ctv", "--cache-type-v" }, "the KV cache is float32" },
-	{ { "-i", "--interactive", "-if" }, "use -cnv (--conversation) to chat" },
-	{ { "--interactive-first" }, "use -cnv (--conversation) to chat" },
-	{ { "--lora", "--grammar", "-hf" }, "not supported by sf-run" },
-};
-
+/* llama.cpp's "-cnv" is --conversation (before getopt reads it as "-c nv");
+ * the llama.cpp options no command takes are refused by sf_cli_getopt. */
 static void llama_cpp_names(int argc, char **argv)
 {
 	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		const char *a = argv[i];
-		if (!strcmp(a, "-cnv"))
-			a = argv[i] = (char *)"--conversation";
-		for (size_t u = 0; u < sizeof(unsupported) / sizeof(unsupported[0]); u++)
-			for (int k = 0; k < 3 && unsupported[u].names[k]; k++)
-				if (!strcmp(a, unsupported[u].names[k]))
-					sf_usage_error("%s: llama.cpp's option is not supported: %s", a,
-						       unsupported[u].why);
-		/* skip the value of an option that takes one */
 		const struct sf_opt *p = NULL;
+		if (!strcmp(a, "-cnv")) {
+			argv[i] = (char *)"--conversation";
+			continue;
+		}
+		/* skip the value of an option that takes one */
 		if (a[0] == '-' && a[1] && !a[2])
 			p = sf_cli_opt(&cmd, (unsigned char)a[1]);
 		else if (!strncmp(a, "--", 2) && !strchr(a, '='))
@@ -289,12 +296,15 @@ static void parse_options(int argc, char **argv, struct options *o)
 		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
 		.top_k = DEFAULT_TOP_K, .min_p = DEFAULT_MIN_P,
 		.repeat_penalty = DEFAULT_REPEAT_PENALTY, .repeat_last_n = DEFAULT_REPEAT_LAST_N,
-		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = DEFAULT_BATCH,
+		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = SF_RUN_DEFAULT_BATCH,
 		.threads = sf_cli_threads_default(),
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
 		.rho = -1, .compute_delta = SF_SELECT_DEFAULT_COMPUTE_DELTA,
 		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
 		.chat_template = -1,
+		.draft_max = SF_SPEC_DEFAULT_MAX, .draft_min = SF_SPEC_DEFAULT_MIN,
+		.draft_p_min = SF_SPEC_DEFAULT_P_MIN, .draft_budget = 1.0,
+		.draft_threads = DEFAULT_THREADS_DRAFT,
 	};
 	sf_sparse_opts_default(so);
 	llama_cpp_names(argc, argv);
@@ -419,6 +429,28 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_BETA: o->beta = sf_opt_f64("--beta", optarg, 0.0, 1.0); compute_opt = 1; break;
 		case OPT_DENSE_LAYERS: o->dense_layers = optarg; compute_opt = 1; break;
 		case OPT_FREE_RIDERS: so->free_riders = 1; break;
+		case OPT_DRAFT: o->draft = sf_opt_path("--draft", optarg); break;
+		case OPT_DRAFT_MAX:
+			o->draft_max = (int)sf_opt_u64("--draft-max", optarg, 1, SF_SPEC_MAX);
+			o->draft_set = 1;
+			break;
+		case OPT_DRAFT_MIN:
+			o->draft_min = (int)sf_opt_u64("--draft-min", optarg, 0, SF_SPEC_MAX);
+			o->draft_set = 1;
+			break;
+		case OPT_DRAFT_P_MIN:
+			o->draft_p_min = sf_opt_f64("--draft-p-min", optarg, 0.0, 1.0);
+			o->draft_set = 1;
+			break;
+		case OPT_DRAFT_FIXED: o->draft_fixed = 1; o->draft_set = 1; break;
+		case OPT_THREADS_DRAFT:
+			o->draft_threads = (int)sf_opt_u64("--threads-draft", optarg, 1, SF_MAX_THREADS);
+			o->draft_set = 1;
+			break;
+		case OPT_DRAFT_BUDGET:
+			o->draft_budget = sf_opt_f64("--draft-budget", optarg, 1e-6, 1.0);
+			o->draft_set = 1;
+			break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
 		}
@@ -463,10 +495,35 @@ static void parse_options(int argc, char **argv, struct options *o)
 	if (o->conversation && (o->ppl_file || o->bench || o->echo))
 		sf_usage_error("--conversation and --%s cannot be combined",
 			       o->ppl_file ? "ppl" : o->bench ? "bench" : "echo");
+	if (o->draft_set && !o->draft)
+		sf_usage_error("--draft-max, --draft-min, --draft-p-min, --draft-fixed, "
+			       "--draft-budget and --threads-draft need --draft");
+	if (o->draft && (o->ppl_file || o->conversation))
+		sf_usage_error("--draft and --%s cannot be combined",
+			       o->ppl_file ? "ppl" : "conversation");
+	if (o->draft_min > o->draft_max)
+		sf_usage_error("--draft-min %d: more than --draft-max %d", o->draft_min,
+			       o->draft_max);
+	struct stat st;
+	if (o->draft && o->draft_budget < 1.0 && stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode))
+		sf_usage_error("--draft-budget needs a draft image, not a model directory");
 	if (o->conversation && o->prompt_file && !strcmp(o->prompt_file, "-"))
 		sf_usage_error("--conversation reads the turns from standard input: the system "
 			       "message cannot come from it (-f -)");
 }
+
+/* --draft: the draft model, its KV cache and sampler, and the pass's state. */
+struct draft {
+	struct sf_image image;		/* a draft image */
+	struct sf_sparse *sparse;
+	struct sf_model model;
+	struct sf_tokenizer *tok;
+	struct sf_runstate state;
+	struct sf_sampler sampler;	/* the run's settings, no repetition penalty */
+	struct sf_spec spec;
+	struct sf_pool *pool;		/* --threads-draft above 1; else NULL: the caller */
+	int32_t *out;			/* (draft-max + 1) the tokens of a pass */
+};
 
 /* Everything a run holds, freed in one place. */
 struct session {
@@ -480,6 +537,9 @@ struct session {
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
 	size_t decode_steps;	/* forward passes after the prompt */
+	size_t step_tokens;	/* tokens those passes gave (more than one a pass with --draft) */
+	uint64_t bytes0;	/* IMAGE: bytes read when decoding began */
+	struct draft *draft;	/* --draft; NULL: none */
 	enum { STOP_NONE, STOP_EOS, STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT, STOP_INPUT } stop;
 	int32_t eot;		/* --conversation: the end-of-turn token, or -1 */
 	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
@@ -493,8 +553,25 @@ static void log_read(void *ctx, uint64_t pass, uint64_t offset, uint32_t len)
 	fprintf(ctx, "%llu %llu %u\n", (unsigned long long)pass, (unsigned long long)offset, len);
 }
 
+static void draft_free(struct draft *D)
+{
+	if (!D)
+		return;
+	sf_sparse_close(D->sparse);
+	sf_spec_free(&D->spec);
+	sf_sampler_free(&D->sampler);
+	sf_state_free(&D->state);
+	sf_pool_destroy(D->pool);
+	sf_tokenizer_close(D->tok);
+	sf_model_close(&D->model);
+	sf_image_close(&D->image);
+	free(D->out);
+	free(D);
+}
+
 static void session_free(struct session *S)
 {
+	draft_free(S->draft);
 	sf_sparse_close(S->sparse);
 	if (S->read_log.f)
 		sf_outfile_abort(&S->read_log);
@@ -562,6 +639,17 @@ static int read_pin(struct session *S, const struct options *o, struct sf_select
 	sf_scores_free(&sc[0]);
 	sf_scores_free(&sc[1]);
 	return ret;
+}
+
+/* -v: the top tier's dtype (sf-pack --dtype), which budgets count bytes of. */
+static void top_dtype_line(const struct sf_image *img)
+{
+	int dt = sf_image_top_dtype(img);
+
+	if (dt >= 0)
+		fprintf(stderr, "%s: top tier %s%s; budgets in its bytes\n", sf_progname,
+			sf_dtype_name((enum sf_dtype)dt), sf_dtype_is_block((enum sf_dtype)dt) ?
+			" (blocks of 32 rows, an f16 scale each)" : "");
 }
 
 /* Selective computation's options: the dense layers of --dense-layers (or
@@ -657,6 +745,7 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			(unsigned long long)mem.buffers, (unsigned long long)mem.pinned,
 			(unsigned long long)mem.cache, (unsigned long long)mem.simulate,
 			(unsigned long long)mem.offloaded);
+		top_dtype_line(&S->image);
 	}
 out:
 	sf_select_load_free(&pin);
@@ -673,6 +762,103 @@ static int sparse_failed(const struct session *S, struct sf_err *e)
 	return ret ? ret : sf_state_error(&S->state, e);
 }
 
+/* The draft's tokenizer against the model's: the same vocabulary, the
+ * same special tokens, every piece spelled alike; and as many logits. */
+static int same_tokenizer(const struct session *S, const struct options *o, struct sf_err *e)
+{
+	const struct sf_tokenizer *a = S->tok, *b = S->draft->tok;
+	const char *name = o->model_dir ? o->model_dir : o->image;
+	int n = sf_tokenizer_vocab_size(a);
+
+	if (sf_tokenizer_vocab_size(b) != n)
+		return sf_err_set(e, SF_EMISMATCH, "%s: the draft's tokenizer differs from %s's: "
+				  "%d tokens against %d", o->draft, name, sf_tokenizer_vocab_size(b), n);
+	if (sf_tokenizer_bos(a) != sf_tokenizer_bos(b) || sf_tokenizer_eos(a) != sf_tokenizer_eos(b))
+		return sf_err_set(e, SF_EMISMATCH, "%s: the draft's tokenizer differs from %s's: "
+				  "BOS %d, EOS %d against %d, %d", o->draft, name,
+				  sf_tokenizer_bos(b), sf_tokenizer_eos(b), sf_tokenizer_bos(a),
+				  sf_tokenizer_eos(a));
+	for (int32_t id = 0; id < n; id++) {
+		size_t la, lb;
+		const char *pa = sf_tokenizer_piece(a, id, &la), *pb = sf_tokenizer_piece(b, id, &lb);
+		if (!pa != !pb || (pa && (la != lb || memcmp(pa, pb, la))))
+			return sf_err_set(e, SF_EMISMATCH, "%s: the draft's tokenizer differs from "
+					  "%s's: token %d is '%s' against '%s'", o->draft, name, id,
+					  pb ? pb : "", pa ? pa : "");
+	}
+	if (S->draft->model.cfg.vocab_size != S->model.cfg.vocab_size)
+		return sf_err_set(e, SF_EMISMATCH, "%s: the draft has %d logits, %s %d", o->draft,
+				  S->draft->model.cfg.vocab_size, name, S->model.cfg.vocab_size);
+	return 0;
+}
+
+/* --draft PATH: a model directory in RAM, or an image decoded at
+ * --draft-budget (no cache, no RAM limit), with ctx positions; refused
+ * when its tokenizer is not the model's. */
+static int open_draft(struct session *S, const struct options *o, int ctx, struct sf_err *e)
+{
+	struct draft *D = calloc(1, sizeof(*D));
+	struct stat st;
+	int ret;
+
+	if (!(S->draft = D))
+		return sf_err_set(e, -ENOMEM, "--draft: %s", strerror(ENOMEM));
+	if (stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if ((ret = sf_model_open(&D->model, o->draft, e)) ||
+		    (ret = sf_tokenizer_open_model(&D->tok, o->draft, D->model.cfg.vocab_size, e)))
+			return ret;
+	} else if ((ret = sf_image_open_flags(&D->image, o->draft, o->sparse.simulate ? 0 :
+					      SF_IMAGE_OPEN_EMBED_ON_FLASH, e)) ||
+		   (ret = sf_image_model(&D->image, &D->model, e)) ||
+		   (ret = sf_tokenizer_open_image(&D->tok, &D->image, e))) {
+		return ret;
+	}
+	if ((ret = same_tokenizer(S, o, e)))
+		return ret;
+	if (ctx > D->model.cfg.max_seq_len)
+		return sf_err_set(e, -EINVAL, "%s: the draft supports at most %d positions, the "
+				  "context is %d: give --ctx-size", o->draft,
+				  D->model.cfg.max_seq_len, ctx);
+	int batch = o->batch < ctx ? o->batch : ctx;
+	if ((ret = sf_state_init_batch(&D->state, &D->model.cfg, ctx, batch, e)) ||
+	    (ret = sf_sampler_init(&D->sampler, D->model.cfg.vocab_size, (float)o->temp,
+				   (float)o->top_p, o->seed ^ 0x5eed5eedu, e)) ||
+	    (ret = sf_spec_init(&D->spec, S->model.cfg.vocab_size, o->draft_max, o->draft_min,
+				o->draft_p_min, !o->draft_fixed, e)))
+		return ret;
+	D->sampler.top_k = o->top_k;
+	D->sampler.min_p = (float)o->min_p;
+	if (o->draft_threads > 1 && (ret = sf_pool_create(&D->pool, o->draft_threads)))
+		return sf_err_set(e, ret, "--threads-draft %d: %s", o->draft_threads,
+				  sf_strerror(ret));
+	D->state.pool = D->pool;
+	if (!(D->out = malloc(((size_t)o->draft_max + 1) * sizeof(*D->out))))
+		return sf_err_set(e, -ENOMEM, "--draft: %s", strerror(ENOMEM));
+	if (D->image.path) {
+		struct sf_sparse_opts so;
+		sf_sparse_opts_default(&so);
+		so.budget = o->draft_budget;
+		so.simulate = o->sparse.simulate;
+		so.buffered = o->sparse.buffered;
+		so.device_peak = o->sparse.device_peak;
+		so.device_iops = o->sparse.device_iops;
+		so.tokens = D->state.batch;
+		so.state_bytes = sf_state_bytes_batch(&D->model.cfg, ctx, D->state.batch);
+		so.max_tokens = (uint64_t)ctx;
+		if ((ret = sf_sparse_open(&D->sparse, &D->image, &D->model, D->pool, &so, e)))
+			return ret;
+		D->state.exec = sf_sparse_exec(D->sparse);
+	}
+	if (o->verbose && D->image.path)
+		fprintf(stderr, "%s: draft %s: image at budget %g\n", sf_progname, o->draft,
+			o->draft_budget);
+	if (o->verbose)
+		fprintf(stderr, "%s: draft %s: up to %d tokens a pass (%s), at least %d, p-min %g\n",
+			sf_progname, o->draft, o->draft_max, o->draft_fixed ? "fixed" : "adaptive",
+			o->draft_min, o->draft_p_min);
+	return 0;
+}
+
 static int session_open(struct session *S, const struct options *o, int ctx, struct sf_err *e)
 {
 	int ret;
@@ -686,7 +872,9 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 				  "positions", ctx, S->model.cfg.max_seq_len);
 	if ((ret = sf_pool_create(&S->pool, o->threads)))
 		return sf_err_set(e, ret, "thread pool of %d: %s", o->threads, sf_strerror(ret));
-	int batch = o->batch < ctx ? o->batch : ctx;
+	/* --draft: a pass verifies a token and up to --draft-max proposals */
+	int batch = o->draft && o->draft_max + 1 > o->batch ? o->draft_max + 1 : o->batch;
+	batch = batch < ctx ? batch : ctx;
 	if ((ret = sf_state_init_batch(&S->state, &S->model.cfg, ctx, batch, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed, e)) ||
@@ -699,6 +887,8 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
 			 : (uint64_t)ctx, e)))
+		return ret;
+	if (o->draft && (ret = open_draft(S, o, ctx, e)))
 		return ret;
 	if (o->verbose) {
 		sf_cli_model_summary(o->model_dir ? o->model_dir : o->image, &S->model, ctx,
@@ -822,12 +1012,18 @@ static int prompt_text(const struct options *o, char **buf, const char **text, s
 	return 0;
 }
 
+/* "token" or "tokens" after a count of n. */
+static const char *tokens_word(size_t n)
+{
+	return n == 1 ? "token" : "tokens";
+}
+
 /* --verbose-prompt, as llama.cpp's: the text as fed (C escapes), then a
  * line per token, its id and its piece as tokenizer.json spells it. */
 static void print_prompt(const struct session *S, const char *label, const char *text,
 			 size_t len, const int32_t *ids, size_t n)
 {
-	fprintf(stderr, "%s: %s: %zu tokens: \"", sf_progname, label, n);
+	fprintf(stderr, "%s: %s: %zu %s: \"", sf_progname, label, n, tokens_word(n));
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];
 		if (c == '\n')
@@ -868,6 +1064,61 @@ static int ids_add(struct ids *a, int32_t id, struct sf_err *e)
 	return 0;
 }
 
+/* --draft, after the prompt's logits: each pass feeds the last token and
+ * the draft's proposals, and emits the tokens the target accepts and its
+ * own after them, stopping as run() does. text holds the prompt (n
+ * tokens) and grows with the generated ones. */
+static int speculate(struct session *S, const struct options *o, float *logits, size_t *pos,
+		     struct ids *text, struct sf_detok *d, struct sf_err *e)
+{
+	struct draft *D = S->draft;
+	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict, made = 0;
+	int limit_stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT, ret = 0, m = 1;
+	const struct sf_spec_model target = { &S->model, &S->state, &S->sampler },
+		draft = { &D->model, &D->state, &D->sampler };
+	int32_t *out = D->out;
+
+	if (limit == 0)
+		return 0;	/* run() said STOP_LIMIT */
+	out[0] = sf_sample(&S->sampler, logits);
+	sf_sampler_accept(&S->sampler, out[0]);
+	while (!ret && !sf_cli_interrupted()) {
+		/* the tokens of the last pass */
+		for (int i = 0; i < m; i++) {
+			int32_t t = out[i];
+			if ((is_eos(S, t) || t == S->eot) && !o->ignore_eos) {
+				S->stop = is_eos(S, t) ? STOP_EOS : STOP_EOT;
+				return 0;
+			}
+			made++;
+			S->decode_tokens++;
+			if ((ret = ids_add(text, t, e)) || (!o->bench && (ret = emit(S, d, t, e))))
+				return ret;
+		}
+		if (*pos == (size_t)S->state.seq_len) {
+			S->stop = STOP_CONTEXT;
+			break;
+		}
+		if (made == limit) {
+			S->stop = limit_stop;
+			break;
+		}
+		/* text[*pos] is the token to feed: proposals after it, as many as
+		 * the tokens wanted and the context leave room for */
+		long k = limit - made - 1;
+		if (k > (long)S->state.seq_len - 1 - (long)*pos)
+			k = (long)S->state.seq_len - 1 - (long)*pos;
+		m = sf_spec_step(&D->spec, &target, &draft, text->v, (int)*pos, (int)k, out, e);
+		if (m < 0 || (D->sparse && (ret = sf_sparse_error(D->sparse, e))) ||
+		    (ret = sparse_failed(S, e)))
+			return m < 0 ? m : ret;
+		*pos += (size_t)m;
+		S->decode_steps++;
+		S->step_tokens += (size_t)m;
+	}
+	return ret;
+}
+
 /* Feeds the n tokens at positions *pos on, in passes of up to the
  * state's batch, the last of which gives the first sample; then samples
  * up to -n tokens, written through d to the text, each one more decode
@@ -890,17 +1141,30 @@ static int run(struct session *S, const struct options *o, const int32_t *tokens
 	for (size_t i = 0; i < n; i++)	/* --repeat-penalty looks back on the prompt too */
 		sf_sampler_accept(&S->sampler, tokens[i]);
 	size_t at = 0;
-	while (at < n && (limit > 0 || turn) && !ret && (turn || !sf_cli_interrupted())) {
-		int T = n - at < (size_t)S->state.batch ? (int)(n - at) : S->state.batch;
-		S->state.skip_logits = at + (size_t)T < n;
+	/* -n 0 still runs the prompt, as llama.cpp's does (its timings are
+	 * the prompt's), but not the head */
+	int batch = o->batch < S->state.batch ? o->batch : S->state.batch;	/* not --draft's */
+	while (at < n && !ret && (turn || !sf_cli_interrupted())) {
+		int T = n - at < (size_t)batch ? (int)(n - at) : batch;
+		S->state.skip_logits = at + (size_t)T < n || (limit == 0 && !turn);
 		logits = sf_forward_batch(&S->model, &S->state, tokens + at, T, (int)(*pos + at), 0);
 		ret = sparse_failed(S, e);
 		at += (size_t)T;
 	}
 	*pos += at;
 	double t1 = sf_now();
-	S->prompt_tokens += n;
+	S->prompt_tokens += at;
 	S->stop = limit == 0 ? STOP_LIMIT : STOP_NONE;
+	S->bytes0 = S->sparse ? sf_sparse_bytes_moved(S->sparse) : 0;
+	if (S->draft && logits && !ret) {
+		struct ids text = { 0 };
+		for (size_t i = 0; i < n && !ret; i++)
+			ret = ids_add(&text, tokens[i], e);
+		if (!ret)
+			ret = speculate(S, o, logits, pos, &text, d, e);
+		free(text.v);
+		logits = NULL;
+	}
 	while (logits && !ret && !sf_cli_interrupted()) {
 		if (made == limit) {
 			S->stop = limit_stop;
@@ -929,6 +1193,7 @@ static int run(struct session *S, const struct options *o, const int32_t *tokens
 		if ((ret = sparse_failed(S, e)))
 			break;
 		S->decode_steps++;
+		S->step_tokens++;
 	}
 	S->prompt_s += t1 - t0;
 	S->decode_s += sf_now() - t1;
@@ -1201,8 +1466,8 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 		if (sf_cli_interrupted())
 			S->stop = STOP_INTERRUPT;
 		if (!ret && o->verbose) {
-			fprintf(stderr, "%s: answer %d: %zu tokens, stopped: ", sf_progname, turn,
-				answer.n);
+			fprintf(stderr, "%s: answer %d: %zu %s, stopped: ", sf_progname, turn,
+				answer.n, tokens_word(answer.n));
 			print_stop(S, o);
 			fprintf(stderr, "; %zu of %d positions used\n", pos, S->state.seq_len);
 		}
@@ -1318,6 +1583,30 @@ static int write_json_file(json_t *j, const char *path, struct sf_err *e)
 	return sf_outfile_commit(&of, e);
 }
 
+/* --draft's figures: proposals, acceptance, tokens per pass of the
+ * model, the draft's time and bytes read (the model's bytes per token
+ * are decode_bytes_per_token). */
+static json_t *speculative_json(const struct session *S, const struct options *o)
+{
+	const struct draft *D = S->draft;
+	const struct sf_spec *sp = &D->spec;
+	uint64_t made = sp->accepted + sp->passes;	/* each pass adds its own token */
+	json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:b, s:I, s:I, s:I, s:f, s:f, s:f}",
+			      "draft", o->draft, "draft_max", sp->max, "draft_min", sp->min,
+			      "draft_p_min", (double)sp->p_min, "adaptive", sp->adaptive,
+			      "passes", (json_int_t)sp->passes, "proposed", (json_int_t)sp->proposed,
+			      "accepted", (json_int_t)sp->accepted,
+			      "acceptance_rate", sp->proposed ?
+				(double)sp->accepted / (double)sp->proposed : 0.0,
+			      "tokens_per_pass", sp->passes ? (double)made / (double)sp->passes : 0.0,
+			      "draft_seconds", sp->draft_seconds);
+
+	if (j && D->sparse)
+		json_object_set_new(j, "draft_bytes", json_integer(
+			(json_int_t)sf_sparse_bytes_moved(D->sparse)));
+	return j;
+}
+
 /* Timings (and with IMAGE the sparse decoder's figures) as JSON to path
  * (--stats: written whole or not at all, base/outfile.h), "-" or NULL
  * (--bench) for one line on standard output. */
@@ -1325,7 +1614,7 @@ static int write_stats(const struct session *S, const struct options *o, const c
 		       struct sf_err *e)
 {
 	double pr = S->prompt_s > 0 ? (double)S->prompt_tokens / S->prompt_s : 0.0;
-	double dr = S->decode_s > 0 ? (double)S->decode_steps / S->decode_s : 0.0;
+	double dr = S->decode_s > 0 ? (double)S->step_tokens / S->decode_s : 0.0;
 	json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
 			      "mode", o->ppl_file ? "ppl" : o->conversation ? "conversation" : "generate",
 			      "model", o->model_dir ? o->model_dir : o->image,
@@ -1339,7 +1628,14 @@ static int write_stats(const struct session *S, const struct options *o, const c
 
 	if (!ret && o->bench && (json_object_set_new(j, "pp", json_real(pr)) ||
 				 json_object_set_new(j, "tg", json_real(dr)) ||
-				 json_object_set_new(j, "batch", json_integer(S->state.batch))))
+				 json_object_set_new(j, "batch", json_integer(o->batch < S->state.batch ?
+							     o->batch : S->state.batch))))
+		ret = -ENOMEM;
+	if (!ret && S->sparse && json_object_set_new(j, "decode_bytes_per_token", json_real(
+			S->step_tokens ? (double)(sf_sparse_bytes_moved(S->sparse) - S->bytes0) /
+			(double)S->step_tokens : 0.0)))
+		ret = -ENOMEM;
+	if (!ret && S->draft && json_object_set_new(j, "speculative", speculative_json(S, o)))
 		ret = -ENOMEM;
 	if (!ret && S->sparse) {
 		json_t *sp = sf_sparse_stats_json(S->sparse);
@@ -1363,7 +1659,7 @@ static int write_stats(const struct session *S, const struct options *o, const c
  * one token, which needs no forward pass). */
 static void print_count(const char *what, size_t tokens, size_t steps, double seconds)
 {
-	fprintf(stderr, " %s %zu tokens", what, tokens);
+	fprintf(stderr, " %s %zu %s", what, tokens, tokens_word(tokens));
 	if (steps && seconds > 0)
 		fprintf(stderr, ", %.1f tok/s", (double)steps / seconds);
 }
@@ -1381,7 +1677,7 @@ static void report(const struct session *S, const struct options *o)
 	fprintf(stderr, "\n%s:", sf_progname);
 	print_count("prompt", S->prompt_tokens, S->prompt_tokens, S->prompt_s);
 	fputc(';', stderr);
-	print_count("decode", S->decode_tokens, S->decode_steps, S->decode_s);
+	print_count("decode", S->decode_tokens, S->step_tokens, S->decode_s);
 	fputc('\n', stderr);
 }
 

@@ -1,6 +1,7 @@
 /* Middle-tier benchmarks: mean squared error per weight on i.i.d.
  * standard normal columns, trellis encode throughput over the pool, and
- * decode-accumulate throughput against the bf16 column-accumulate.
+ * decode-accumulate throughput against the bf16 column-accumulate, beside
+ * the q8 and q4 top tier's.
  * Usage: codes mse COLUMNS | codes encode THREADS [COLUMNS] | codes decode;
  * SF_ISA=avx2 (or ref) runs a lower level than the CPU's best.
  * Prints JSON lines; run by tests/bench/encode.sh. */
@@ -15,6 +16,8 @@
 #include "engine/codes.h"
 #include "engine/cpu.h"
 #include "engine/kernels.h"
+#include "engine/kernels_q.h"
+#include "base/quant.h"
 #include "formats/codes.h"
 #include "offline/encode.h"
 
@@ -182,6 +185,28 @@ static void decode_bench(const float *cb)
 	double tb = now() - t0;
 	printf("{\"bench\":\"decode\",\"kernel\":\"colaccum_bf16\",\"weights_per_s\":%.3e,\"isa\":\"%s\"}\n",
 	       (double)M * NSEL * REPS / tb, sf_isa_name(sf_cpu_isa()));
+	/* the quantized top tier's blocks: the same columns in q8 and q4 */
+	for (int q = 0; q < 2; q++) {
+		enum sf_dtype dt = q ? SF_DTYPE_Q4 : SF_DTYPE_Q8;
+		size_t cb_bytes = (size_t)sf_dtype_col_bytes(dt, M);
+		uint8_t *qc = malloc(NC * cb_bytes);
+		for (size_t j = 0; j < NC; j++) {
+			for (size_t t = 0; t < M; t++)
+				x[t] = sf_bf16_to_f32(bf[j * M + t]);
+			sf_quant_column(qc + j * cb_bytes, dt, x, M, SF_QUANT_RTN);
+		}
+		for (int ref = 0; ref < 2; ref++) {
+			t0 = now();
+			for (int r = 0; r < REPS; r++)
+				(ref ? sf_qcolaccum_ref : sf_qcolaccum)(y, M, 0, M, qc, dt, cb_bytes, idx,
+									xv, NULL, 1, 1, NSEL);
+			double tq = now() - t0;
+			printf("{\"bench\":\"decode\",\"kernel\":\"colaccum_%s%s\",\"weights_per_s\":"
+			       "%.3e,\"vs_bf16\":%.3f}\n", q ? "q4" : "q8", ref ? "_ref" : "",
+			       (double)M * NSEL * REPS / tq, tb / tq);
+		}
+		free(qc);
+	}
 	for (int mth = 0; mth < 2; mth++) {
 		enum sf_code_method method = (enum sf_code_method)mth;
 		size_t rb = sf_codes_col_bytes(method, M);

@@ -36,7 +36,7 @@ drop() { dd if="$img" iflag=nocache count=0 status=none; }
 
 # The path of a prompt of about n tokens (at most n) in dir: words of the
 # man pages, their count shrunk in proportion to the tokenizer's count
-# (sf-run --bench reports prompt_tokens).
+# (a context of one position refuses it with the count).
 prompt_of() {	# N DIR
 	local n=$1 f=$2/prompt.$1 w got
 	if ! [ -f "$f" ]; then
@@ -45,10 +45,11 @@ prompt_of() {	# N DIR
 		w=$(wc -l < "$f.words")
 		while :; do
 			head -n "$w" "$f.words" | tr '\n' ' ' > "$f"
-			# -n 0: the prompt is counted, no pass runs
-			got=$(sf-run "$img" -p "$(cat "$f")" -n 0 -q --bench -t "$THREADS" |
-			      jq .prompt_tokens)
-			[ "$got" -le "$n" ] && break
+			# the count from the refusal of a context of one position:
+			# no pass runs
+			got=$(sf-run "$img" -p "$(cat "$f")" -n 0 -c 1 -t "$THREADS" 2>&1 |
+			      sed -n 's/.*prompt: \([0-9]*\) tokens do not fit.*/\1/p')
+			[ -n "$got" ] && [ "$got" -gt "$n" ] || break
 			w=$((w * n / got))
 		done
 		rm -f "$f.words"

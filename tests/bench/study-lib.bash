@@ -46,6 +46,11 @@ else
 fi
 [ -d "$model" ] || { echo "study-$study: $model absent" >&2; exit 77; }
 [ -d "$data" ] || { echo "study-$study: $data absent" >&2; exit 77; }
+# the model and the machine, which the plots name in their titles
+# (tests/bench/plot/setup.gp): CPU, count, load average at the start, date
+basename "$model" > "$out/model.txt"
+echo "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | tr -s ' '), $(nproc) CPUs," \
+	"load $(cut -d' ' -f1 /proc/loadavg), $(date -u +%Y-%m-%d)" > "$out/machine.txt"
 # device figures for --collapse auto are read from here (sf-run --probe-device)
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$HOME/.cache}
 
@@ -131,13 +136,13 @@ bench_ram() {
 		  bytes_needed_per_token: 0, requests_per_token: 0 }'
 }
 
-# gnuplot SCRIPT (tests/bench/plot/NAME.gp) with dir=$out; skipped without gnuplot.
+# NAME.png from the data in $out (tests/bench/plot/plot.sh NAME.gp);
+# skipped without gnuplot. make plots redraws it later from the same data.
 plot() {
-	if ! command -v gnuplot >/dev/null; then
-		log "gnuplot absent: $1 not plotted (apt-get install gnuplot-nox)"
-		return 0
-	fi
-	gnuplot -e "dir='$out'" "$root/tests/bench/plot/$1.gp"
+	local rc=0
+	"$root/tests/bench/plot/plot.sh" "$1" "$out" || rc=$?
+	[ "$rc" -eq 77 ] && return 0
+	return "$rc"
 }
 
 # Print a CSV file as an aligned table.

@@ -9,7 +9,7 @@
 # sf-encode take --layers, mk/artifacts.mk runs them as separate jobs).
 # Trellis on the 7B shape (every model under QUICK) is timed on its attn_out group only (16.8M
 # weights; TRELLIS_GROUPS=all for the whole layer) and scaled by weights.
-# Writes scale.csv, scale.json, scale.png. docs/RESULTS.md.
+# Writes scale.csv, scale.json, scale.dat, scale.png. docs/RESULTS.md.
 #   tests/bench/study-scale.sh   [QUICK=1] [LAYERS=1] [TOKENS=256] [MACHINES=8]
 . "$(dirname "$0")/study-lib.bash"
 
@@ -97,12 +97,15 @@ jq -R -s --slurpfile M "$out/models.jsonl" --argjson T "$T" --argjson N "$MACHIN
 	 estimate_7b_32_layers: [.[] | select(.model == "llama2-7b-shape") |
 		{stage, seconds_one_machine: (.seconds_per_layer * 32), seconds_n_machines: (.seconds_per_layer * 32 / $N),
 		 peak_rss_mib_per_job: .peak_rss_mib}]}' "$out/scale.csv" > "$out/scale.json"
-# one row per stage, one column per model in the order measured (NaN: not run)
+# one row per stage, one column per model in the order measured (NaN: not
+# run), then one per model saying how: m measured, e estimated, - not run
 jq -r '.stages | reduce .[].model as $m ([]; if index([$m]) then . else . + [$m] end) | .[]' \
 	"$out/scale.json" > "$out/models.txt"
+paste -sd' ' "$out/models.txt" > "$out/model.txt"
 jq -r --rawfile ms "$out/models.txt" '($ms | split("\n") | map(select(length > 0))) as $ms |
-	.stages | group_by(.stage)[] | . as $g | "\(.[0].stage) " + ([$ms[] as $m |
-	($g | map(select(.model == $m))[0].seconds_per_layer // "NaN") | tostring] | join(" "))' \
+	.stages | group_by(.stage)[] | . as $g | [$ms[] as $m | $g | map(select(.model == $m))[0]] as $r |
+	"\(.[0].stage) " + ($r | map(.seconds_per_layer // "NaN" | tostring) | join(" ")) + " " +
+	($r | map(if . == null then "-" elif .estimated_from then "e" else "m" end) | join(" "))' \
 	"$out/scale.json" > "$out/scale.dat"
 plot scale
 

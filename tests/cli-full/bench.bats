@@ -7,11 +7,7 @@
 load ../cli/helpers
 
 setup_file() {
-	local base=${SF_TMP:-$BATS_FILE_TMPDIR}
-	mkdir -p "$base"
-	export D
-	D=$(mktemp -d "$base/bench.XXXXXX")
-	export XDG_CACHE_HOME=$D/xdg
+	file_scratch bench
 	export ART=$D/art QUICK=1 SF_ROOT SF_BIN SF_SHARED SF_FIXTURES
 	export SF_BENCH=${SF_BENCH:-$(dirname "$SF_FIXTURES")/bench}
 }
@@ -177,4 +173,30 @@ has_png() {	# the plot, when gnuplot is there to draw it
 		.[2].bytes_needed_per_token < $d.bytes_needed_per_token and
 		all(.[1:][]; .bytes_needed_per_token <= $d.bytes_needed_per_token and
 		.bytes_needed_per_token <= .bytes_moved_per_token)' "$D/flash7b/flash7b.jsonl"
+}
+
+@test "study speculative: plain, mix4-1m and self-drafted rows per genre and budget, fewer bytes per token" {
+	need_shared
+	run --separate-stderr study speculative
+	[ "$status" -eq 0 ]
+	[ -s "$D/speculative/speculative.csv" ]
+	# 2 genres x 2 budgets x 3 configurations, the speed-ups of 2 x 3
+	jq -e '(.rows | length == 12) and (.geomean | length == 6) and
+		all(.rows[] | select(.config != "plain"); .tokens_per_pass >= 1) and
+		all(.rows[] | select(.config == "mix4-1m"); .acceptance == 1) and
+		all(.rows | group_by([.genre, .budget])[];
+		    (map(select(.config == "plain"))[0].bytes_per_token) >
+		    (map(select(.config == "mix4-1m"))[0].bytes_per_token))' "$D/speculative/summary.json"
+}
+
+@test "quant: every genre scored for each top tier; q4 at budget 1 moves about 18/64 of BF16's bytes" {
+	need_shared
+	run --separate-stderr env STUDY_OUT="$D/quant" SCRATCH="$D/quant-scratch" REPEATS=1 N=4 \
+		"$SF_ROOT/tests/bench/quant.sh"
+	[ "$status" -eq 0 ]
+	# kjv and man, 10 configurations each, and the header
+	[ "$(wc -l < "$D/quant/quality.csv")" -eq 21 ]
+	jq -e '.budget_at_10pct | has("q4-spax") and has("q4-teal")' "$D/quant/summary.json"
+	jq -e 'map(select(.config == "budget1")) | map({key: .dtype, value: .mb_per_token}) |
+		from_entries | .q4 / .bf16 > 0.26 and .q4 / .bf16 < 0.32' "$D/quant/speed.json"
 }

@@ -47,3 +47,33 @@ stdout_full_once() {
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "$want" ]
 }
+
+# Whether sf-run reads IMAGE with O_DIRECT (tmpfs refuses it): in
+# setup_file, sets DIRECT to 1 or 0, the reason in $D/direct.err; a
+# test that needs it starts with need_direct.
+probe_direct() {
+	export DIRECT=1
+	"$SF_BIN/sf-run" -p x -n 1 --temp 0 -q "$1" > /dev/null 2> "$D/direct.err" || DIRECT=0
+}
+
+need_direct() {
+	[ "$DIRECT" = 1 ] || skip "O_DIRECT refused where the images are ($D): $(cat "$D/direct.err")"
+}
+
+# Resident-set figures are the program's own only without the sanitizers,
+# whose shadow memory is part of the resident set.
+need_plain_build() {
+	if ldd "$SF_BIN/sf-run" | grep -q libasan; then
+		skip "built with the sanitizers: their shadow memory is part of the resident set"
+	fi
+}
+
+# setup_file's directory D for NAME's files, under $SF_TMP (a disk, where
+# O_DIRECT works), with an XDG cache of its own: no device file unless a
+# test stores one.
+file_scratch() {
+	local base=${SF_TMP:-$BATS_FILE_TMPDIR}
+	mkdir -p "$base"
+	D=$(mktemp -d "$base/$1.XXXXXX")
+	export D XDG_CACHE_HOME=$D/xdg
+}

@@ -33,3 +33,15 @@ load helpers
 		[ -z "$output" ] || { echo "$m: $output"; false; }
 	done
 }
+
+@test "make help and the README give the same times for make demo, check and check-full" {
+	local t help
+	help=$(make -s -C "$SF_ROOT" help)
+	for t in demo check check-full; do
+		local readme mk
+		readme=$(sed -n "s/^make $t  *#.*: \(about [0-9.]* [a-z]*\)$/\1/p" "$SF_ROOT/README.md")
+		mk=$(echo "$help" | sed -n "s/^  $t  .*: \(about [0-9.]* [a-z]*\).*/\1/p")
+		echo "$t: README '$readme', make help '$mk'"
+		[ -n "$readme" ] && [ "$readme" = "$mk" ]
+	done
+}

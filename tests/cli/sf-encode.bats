@@ -176,6 +176,39 @@ info() { sf-encode --info "$1"; }
 	jq -e '.budgets[0].layers[1].error > .budgets[1].layers[1].error' "$T/c.json" >/dev/null
 }
 
+@test "--calibrate --dtype q4: sizes in q4 bytes, Equation 5 of them; sf-pack takes them for q4 only" {
+	need_shared
+	sf-encode -q --model "$MODEL" --method scalar -o "$T/codes.sfq"
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --codes "$T/codes.sfq" \
+		--corpus "$SF_SHARED/data/mix4/kjv.calib.txt" --budgets 0.5 --calib-tokens 16 \
+		--window 16 --dense-layers 0,3 --dtype q4 --quant search -o "$T/q4.json"
+	[ "$status" -eq 0 ]
+	# mix4-1m: ffn_out columns of 128 rows, 4 blocks of 18 bytes
+	[ "$(jq .groups.ffn_out.top_bytes "$T/q4.json")" = 72 ]
+	[ "$(jq -r .producer.options.dtype,.producer.options.quant "$T/q4.json" | tr '\n' ' ')" = "q4 search " ]
+	jq -e '.groups as $s | .budgets[].layers[1].groups | to_entries | all(.value.budget - ((.value.k_top * $s[.key].top_bytes + .value.k_mid * $s[.key].mid_bytes) / ($s[.key].entries * $s[.key].top_bytes)) | fabs < 1e-9)' "$T/q4.json" >/dev/null
+	sf-pack --model "$MODEL" --codes "$T/codes.sfq" --calib "$T/q4.json" --dtype q4 -o "$T/q4.sfimg"
+	run --separate-stderr sf-pack --model "$MODEL" --codes "$T/codes.sfq" --calib "$T/q4.json" -o "$T/bf.sfimg"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-pack: $T/q4.json: attn_in: budgets of 144 top-tier bytes an entry, the image's BF16 top tier has 512 (sf-encode --calibrate --dtype as sf-pack's)" ]
+	[ ! -e "$T/bf.sfimg" ]
+}
+
+@test "--dtype and --quant: bad values and misuse are usage errors" {
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus x --budgets 0.5 --dtype bf16 -o c.json
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --dtype: 'bf16' is not keep, q8 or q4" ]
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus x --budgets 0.5 --quant search -o c.json
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --quant applies to --dtype q8 or q4" ]
+	run --separate-stderr sf-encode --model "$MODEL" --calibrate --corpus x --budgets 0.5 --dtype q8 --quant best -o c.json
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --quant: 'best' is not rtn or search" ]
+	run --separate-stderr sf-encode --model "$MODEL" --dtype q4 -o c.sfq
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-encode: --corpus, --budgets, --codes, --dense-layers, --dtype and --quant need --calibrate" ]
+}
+
 # calibration of the layers LIST alone (a part) into OUT, or of every layer
 calib_part() {
 	local out=$1
@@ -239,7 +272,25 @@ calib_part() {
 	run --separate-stderr sf-encode -q --model "$MODEL" --method scalar --calibrate \
 		--corpus "$MODEL/README.md" --budgets 0.5 --calib-tokens 16 --window 8 --progress -o "$T/c.json"
 	[ "$status" -eq 0 ]
-	[[ "${stderr_lines[-1]}" =~ ^sf-encode:\ 4\ layers\ in\ [0-9.]+\ s,\ [0-9.e+]+\ layers/s$ ]]
+	[[ "${stderr_lines[-1]}" =~ ^sf-encode:\ [0-9]+\ configurations\ in\ [0-9.]+\ s,\ [0-9.e+]+\ configurations/s\;\ 4\ layers$ ]]
+}
+
+@test "--calibrate at a terminal: progress per step with rate, ETA and layer, a final line without ETA" {
+	sf-encode -q --model "$MODEL" --method scalar -o "$T/s.sfq"
+	script -qec "sf-encode --model '$MODEL' --codes '$T/s.sfq' --calibrate --corpus '$MODEL/README.md' \
+		--budgets 0.5 --calib-tokens 128 --window 32 -o '$T/c.json'" /dev/null >"$T/tty"
+	# one line rewritten in place: every update starts with \r and ends by erasing the rest
+	local lines re=$'^sf-encode: [0-9]+ configurations, [0-9.e+]+ configurations/s, ETA [0-9]+ s; layer [1-4] of 4\e\\[K$'
+	mapfile -t lines < <(tr '\r' '\n' <"$T/tty" | grep .)
+	# at least two updates (0.5 s apart) and the final line: 128 tokens
+	# take a second or two
+	[ "${#lines[@]}" -ge 3 ]
+	for l in "${lines[@]:0:${#lines[@]}-1}"; do
+		[[ "$l" =~ $re ]]
+	done
+	re=$'^sf-encode: [0-9]+ configurations in [0-9.]+ s, [0-9.e+]+ configurations/s; 4 layers\e\\[K$'
+	[[ "${lines[-1]}" =~ $re ]]
+	[ "$(tail -c 2 "$T/tty" | od -An -c | tr -d ' ')" = '\r\n' ]
 }
 
 @test "progress at a terminal: rewritten in place, ended by a newline; -q silences it" {

@@ -43,7 +43,13 @@ bytes() {
 	[ "${stderr_lines[0]}" = "sf-pack: -o: an image is written to a file, not to standard output" ]
 	run --separate-stderr sf-pack --model "$MODEL" --dtype f8 -o x.sfimg
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-pack: --dtype: 'f8' is not keep, bf16, f16 or f32" ]
+	[ "${stderr_lines[0]}" = "sf-pack: --dtype: 'f8' is not keep, bf16, f16, f32, q8 or q4" ]
+	run --separate-stderr sf-pack --model "$MODEL" --dtype q4 --quant mse -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --quant: 'mse' is not rtn or search" ]
+	run --separate-stderr sf-pack --model "$MODEL" --quant search -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --quant applies to --dtype q8 or q4" ]
 	run --separate-stderr sf-pack --model "$MODEL" --resident mlp -o x.sfimg
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-pack: --resident: 'mlp' is not attn_in, attn_out, ffn_in, ffn_out, attention, ffn or none" ]
@@ -54,6 +60,26 @@ bytes() {
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[1]}" = "Try 'sf-pack --help'." ]
 	[ ! -e x.sfimg ]
+}
+
+@test "q8 and q4 images verify; --info gives their top-tier bytes per dtype" {
+	sf-pack --model "$MODEL" --codes "$D/codes.sfq" --dtype q8 -o "$D/q8.sfimg"
+	sf-pack --model "$MODEL" --dtype q4 --quant rtn --resident attn_in -o "$D/q4.sfimg"
+	sf-pack --verify "$D/q8.sfimg"
+	sf-pack --verify "$D/q4.sfimg"
+	run sf-pack --info "$D/plain.sfimg"
+	[ "$status" -eq 0 ]
+	bf=$(jq '.sizes.top_by_dtype.BF16' <<< "$output")
+	run sf-pack --info "$D/q8.sfimg"
+	[ "$(jq -c .top_dtypes <<< "$output")" = '["Q8"]' ]
+	[ "$(jq '.sizes.top_by_dtype.Q8 == .sizes.top' <<< "$output")" = true ]
+	q8=$(jq '.sizes.top_by_dtype.Q8' <<< "$output")
+	[ "$(jq .producer.options.quant <<< "$output")" = '"search"' ]
+	# a column of 32 rows: 34 bytes against BF16's 64
+	[ $((q8 * 64)) -eq $((bf * 34)) ]
+	run sf-pack --info "$D/q4.sfimg"
+	[ "$(jq -c '[.groups[0].dtypes, .groups[1].dtypes]' <<< "$output")" = '[["BF16","BF16","BF16"],["Q4"]]' ]
+	[ "$(jq .producer.options.quant <<< "$output")" = '"rtn"' ]
 }
 
 @test "a packed image verifies, and --info summarises it" {
@@ -213,7 +239,10 @@ bytes() {
 	[ "$(echo "$output" | jq .image_bytes)" = "$(echo "$sizes" | jq .file)" ]
 	[ "$(echo "$output" | jq .flash_bytes)" = "$(echo "$sizes" | jq '.top + .mid')" ]
 	[ "$(echo "$output" | jq .resident_bytes)" = "$(echo "$sizes" | jq '.resident + .index + .codebook')" ]
-	echo "$output" | jq -e '.ram_at_least == .header_bytes + .resident_bytes + .state_bytes and .context == 1024'
+	echo "$output" | jq -e '.context == 1024 and .ram.resident >= .resident_bytes and
+		.ram_at_least == .ram.process + .ram.resident + .ram.state + .ram.buffers + .ram.cache'
+	# no skeleton left in $TMPDIR
+	[ -z "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'sf-pack-dry-run.*' -user "$(id -u)" 2>/dev/null)" ]
 	run --separate-stderr sf-pack --model "$MODEL" --dry-run -o "$BATS_TEST_TMPDIR/x.sfimg"
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-pack: --dry-run writes nothing: no -o" ]
@@ -225,4 +254,22 @@ bytes() {
 	[[ "${stderr_lines[-1]}" =~ ^sf-pack:\ [0-9]+\ MiB\ in\ [0-9.]+\ s,\ [0-9.e+]+\ MiB/s$ ]]
 	script -qec "sf-pack -q --model '$MODEL' -o '$BATS_TEST_TMPDIR/q.sfimg'" /dev/null >"$BATS_TEST_TMPDIR/tty"
 	[ ! -s "$BATS_TEST_TMPDIR/tty" ]
+}
+
+@test "--dry-run and --info: the least --ram is what sf-run needs: it runs there, and not 10% below" {
+	need_plain_build
+	local img=$BATS_TEST_TMPDIR/ram.sfimg ram info
+	ram=$(sf-pack --model "$MODEL" --dry-run | jq .ram_at_least)
+	sf-pack -q --model "$MODEL" -o "$img"
+	info=$(sf-pack --info "$img" | jq .ram_at_least)
+	for r in "$ram" "$info"; do
+		run --separate-stderr sf-run -q -p "In the beginning" -n 4 --temp 0 --ram "$r" "$img"
+		[ "$status" -eq 0 ]
+		[ -n "$output" ]
+		run --separate-stderr sf-run -q -p "In the beginning" -n 4 --temp 0 --ram $((r * 9 / 10)) "$img"
+		[ "$status" -eq 1 ]
+		[[ "${stderr_lines[0]}" == "sf-run: $img: --ram $((r * 9 / 10)): "*" bytes needed: "*"; give --ram "*" or more" ]]
+	done
+	# the two agree within the few pages a process's resident set varies by
+	[ $((ram > info ? ram - info : info - ram)) -lt 1048576 ]
 }

@@ -88,8 +88,8 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	[ "$(echo "$output" | jq -c '[.slots[] | "\(.layer) \(.group)"]')" = '["1 attn_in","1 ffn_out","2 attn_in","2 ffn_out"]' ]
 }
 
-@test "--max-tokens and --context: windows from an empty cache, stopped at N" {
-	sf-profile -q -m "$MODEL" --context 8 --max-tokens 30 "$KJV" -o "$BATS_TEST_TMPDIR/c.sft"
+@test "--max-tokens and --window: windows from an empty cache, stopped at N" {
+	sf-profile -q -m "$MODEL" --window 8 --max-tokens 30 "$KJV" -o "$BATS_TEST_TMPDIR/c.sft"
 	run info "$BATS_TEST_TMPDIR/c.sft"
 	[ "$(echo "$output" | jq '.slots[0].tokens')" = 30 ]
 }
@@ -142,7 +142,7 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	# bitmaps, index lists (ffn_out at 0.02) and thresholds; windows of 16
 	for sel in "--density 0.3" "--density 0.02" "--threshold 0.2"; do
 		for n in 1 2 3; do
-			sf-profile -q -m "$MODEL" $sel --context 16 --max-tokens 200 -t "$n" "$t/long.txt" -o "$t/t$n.sft"
+			sf-profile -q -m "$MODEL" $sel --window 16 --max-tokens 200 -t "$n" "$t/long.txt" -o "$t/t$n.sft"
 		done
 		cmp "$t/t1.sft" "$t/t2.sft"
 		cmp "$t/t1.sft" "$t/t3.sft"
@@ -187,9 +187,26 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 }
 
 @test "a context beyond the model's is refused" {
-	run --separate-stderr sf-profile -m "$MODEL" --context 4096 "$KJV" -o "$BATS_TEST_TMPDIR/x.sft"
+	run --separate-stderr sf-profile -m "$MODEL" -c 4096 "$KJV" -o "$BATS_TEST_TMPDIR/x.sft"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-profile: --context 4096: the model supports at most 1024 positions" ]
+	[ "$stderr" = "sf-profile: --ctx-size 4096: the model supports at most 1024 positions" ]
+	run --separate-stderr sf-profile -m "$MODEL" --window 4096 "$KJV" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: --window 4096: the model supports at most 1024 positions" ]
+	run --separate-stderr sf-profile -m "$MODEL" -c 16 --window 32 "$KJV" -o "$BATS_TEST_TMPDIR/x.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: --window 32: longer than the context (--ctx-size 16)" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sft" ]
+}
+
+@test "-c is the context length as in sf-run: windows no longer, --window the old -c" {
+	sf-profile -q -m "$MODEL" -c 8 --max-tokens 30 "$KJV" -o "$BATS_TEST_TMPDIR/c.sft"
+	sf-profile -q -m "$MODEL" --window 8 --max-tokens 30 "$KJV" -o "$BATS_TEST_TMPDIR/w.sft"
+	cmp "$BATS_TEST_TMPDIR/c.sft" "$BATS_TEST_TMPDIR/w.sft"
+	sf-profile -q -m "$MODEL" -c 64 --window 8 --max-tokens 30 "$KJV" -o "$BATS_TEST_TMPDIR/cw.sft"
+	cmp "$BATS_TEST_TMPDIR/c.sft" "$BATS_TEST_TMPDIR/cw.sft"
+	sf-profile --help | grep -q -- '^  -c, --ctx-size N'
+	sf-run --help | grep -q -- '^  -c, --ctx-size N'
 }
 
 @test "--density and --threshold cannot be combined" {
@@ -215,4 +232,29 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	[ "$status" -eq 0 ]
 	[[ "$stderr" != *$'\r'* ]]
 	[[ "${stderr_lines[0]}" =~ ^sf-profile:\ [0-9]+\ tokens\ in\ [0-9.]+\ s,\ [0-9.e+]+\ tokens/s$ ]]
+}
+
+@test "-b: the trace is the same bytes at every pass size and thread count" {
+	local corpus=$BATS_TEST_TMPDIR/c.txt
+	# documents longer than a window and than a pass, a short one between
+	for i in $(seq 1 40); do printf 'And God said, Let there be light: and there was light. '; done >"$corpus"
+	printf '\n\nIn the beginning.\n\n' >>"$corpus"
+	for i in $(seq 1 30); do printf 'And the earth was without form, and void. '; done >>"$corpus"
+	sf-profile -q -m "$MODEL" --window 160 -b 1 -t 1 --task t "$corpus" -o "$BATS_TEST_TMPDIR/ref.sft"
+	for bt in 2:1 7:2 64:3 300:2 160:1; do
+		sf-profile -q -m "$MODEL" --window 160 -b "${bt%:*}" -t "${bt#*:}" --task t "$corpus" \
+			-o "$BATS_TEST_TMPDIR/b.sft"
+		cmp "$BATS_TEST_TMPDIR/ref.sft" "$BATS_TEST_TMPDIR/b.sft"
+	done
+	# --max-tokens ends inside a pass
+	sf-profile -q -m "$MODEL" --window 160 -b 1 --max-tokens 100 "$corpus" -o "$BATS_TEST_TMPDIR/ref.sft"
+	sf-profile -q -m "$MODEL" --window 160 -b 64 --max-tokens 100 "$corpus" -o "$BATS_TEST_TMPDIR/b.sft"
+	cmp "$BATS_TEST_TMPDIR/ref.sft" "$BATS_TEST_TMPDIR/b.sft"
+}
+
+@test "-b 0 and -b beyond 4096 are usage errors" {
+	run sf-profile -m "$MODEL" -b 0 "$KJV"
+	[ "$status" -eq 2 ]
+	run sf-profile -m "$MODEL" -b 4097 "$KJV"
+	[ "$status" -eq 2 ]
 }

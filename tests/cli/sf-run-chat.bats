@@ -48,7 +48,7 @@ ids_of() {
 	[ "$status" -eq 2 ]
 	run --separate-stderr sf-run --model "$MODEL" -i
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-run: -i: llama.cpp's option is not supported: use -cnv (--conversation) to chat" ]
+	[ "${stderr_lines[0]}" = "sf-run: -i: llama.cpp's option is not supported: use sf-run -cnv (--conversation) to chat" ]
 }
 
 @test "the model's template, found by its markers: each turn's text and tokens, -p the system message" {
@@ -162,8 +162,10 @@ wait_polling() {
 
 @test "Ctrl-C during an answer stops it and the chat goes on; at the prompt it ends the run (130)" {
 	local st=$BATS_TEST_TMPDIR/st.json err=$BATS_TEST_TMPDIR/err status=0 pid run w
-	start_chat --model "$MODEL" -cnv --chat-template llama2 -n -1 --ignore-eos -c 256 -t 1 \
+	start_chat --model "$MODEL" -cnv --chat-template llama2 -n -1 --ignore-eos -c 1024 -t 1 \
 		--temp 0 -v --stats "$st"
+	# a context of 1024: the first answer lasts long enough for the
+	# interrupt to land inside it on a loaded machine
 	echo "Hello" >&"$w"
 	until [ -s "$BATS_TEST_TMPDIR/out" ]; do sleep 0.02; done
 	kill -INT "$run"
@@ -176,8 +178,8 @@ wait_polling() {
 	exec {w}>&-
 	[ "$status" -eq 130 ]
 	grep -q '^sf-run: answer 1: [0-9]* tokens, stopped: interrupted; ' "$err"
-	grep -q '^sf-run: answer 2: [0-9]* tokens, stopped: context full; 256 of 256 positions used$' "$err"
-	grep -qx 'sf-run: stopped: interrupted; context 256 positions' "$err"
+	grep -q '^sf-run: answer 2: [0-9]* tokens, stopped: context full; 1024 of 1024 positions used$' "$err"
+	grep -qx 'sf-run: stopped: interrupted; context 1024 positions' "$err"
 	[ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -ge 2 ]
 	jq -e '.mode == "conversation" and .decode_tokens > 0' "$st"
 }

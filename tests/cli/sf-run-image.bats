@@ -10,11 +10,7 @@
 load helpers
 
 setup_file() {
-	local base=${SF_TMP:-$BATS_FILE_TMPDIR}
-	mkdir -p "$base"
-	export D
-	D=$(mktemp -d "$base/sf-run-image.XXXXXX")
-	export XDG_CACHE_HOME=$D/xdg	# no device peak unless a test stores one
+	file_scratch sf-run-image
 	export CORPUS=$SF_ROOT/man/sf-run.1
 	"$SF_BIN/sf-profile" --model "$MODEL" --task man --max-tokens 150 -q "$CORPUS" -o "$D/p.sft"
 	"$SF_BIN/sf-coact" -q "$D/p.sft" --scores "$D/task.json" -o "$D/p.sfc"
@@ -31,17 +27,11 @@ setup_file() {
 		--calib "$D/calib.json" -o "$D/coact.sfimg"
 	export PROMPT="In the beginning"
 	"$SF_BIN/sf-run" --model "$MODEL" -p "$PROMPT" -n 24 --temp 0 -q > "$D/dense.txt"
-	export DIRECT=1
-	"$SF_BIN/sf-run" -p "$PROMPT" -n 1 --temp 0 -q "$D/id.sfimg" > /dev/null 2> "$D/direct.err" ||
-		DIRECT=0
+	probe_direct "$D/id.sfimg"
 }
 
 teardown_file() {
 	rm -rf "$D"
-}
-
-need_direct() {
-	[ "$DIRECT" = 1 ] || skip "O_DIRECT refused where the images are ($D): $(cat "$D/direct.err")"
 }
 
 gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
@@ -234,6 +224,48 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	run sf-run --prefetch-predict magic -p x "$D/coact.sfimg"
 	[ "$status" -eq 2 ]
 	[ "${lines[0]}" = "sf-run: --prefetch-predict: 'magic': expected none, residual or all" ]
+}
+
+@test "q8 and q4 images: -v names the dtype; budget 1, two tiers, TEAL, -b and q4-calibrated tiers equal --simulate; budget 1 reads 18/64 of BF16's bytes" {
+	need_direct
+	sf-pack --model "$MODEL" --placement "$D/coact.json" --codes "$D/codes.sfq" --dtype q8 -o "$D/q8.sfimg"
+	sf-pack --model "$MODEL" --placement "$D/coact.json" --codes "$D/codes.sfq" --dtype q4 -o "$D/q4.sfimg"
+	run --separate-stderr sf-run -p "$PROMPT" -n 1 --temp 0 -v "$D/q4.sfimg"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *"sf-run: top tier Q4 (blocks of 32 rows, an f16 scale each); budgets in its bytes"* ]]
+	local q long want
+	long=$(head -c 600 "$SF_ROOT/README.md" | tr '\n' ' ')
+	for q in q8 q4; do
+		want=$(gen --simulate "$D/$q.sfimg")
+		[ -n "$want" ]
+		run gen --cache-ratio 0.3 "$D/$q.sfimg"
+		[ "$output" = "$want" ]
+		want=$(gen --k-top 0.3 --k-mid 0.3 --simulate "$D/$q.sfimg")
+		run gen --k-top 0.3 --k-mid 0.3 --cache-ratio 0.2 -t 1 "$D/$q.sfimg"
+		[ "$output" = "$want" ]
+		want=$(gen --density 0.4 -b 1 -p "$long" --simulate "$D/$q.sfimg")
+		run gen --density 0.4 -b 7 -p "$long" "$D/$q.sfimg"
+		[ "$output" = "$want" ]
+	done
+	local bf q4
+	bf=$(gen --bench -n 8 "$D/coact.sfimg" | jq .bytes_needed_per_token)
+	q4=$(gen --bench -n 8 "$D/q4.sfimg" | jq .bytes_needed_per_token)
+	[ "$(gen --bench -n 1 "$D/q4.sfimg" | jq -r .top_dtype)" = Q4 ]
+	jq -ne "$q4 / $bf > 0.26 and $q4 / $bf < 0.3"
+	# tiers calibrated against the q4 top tier: sf-run's budget in q4
+	# bytes is the realised one; equal to --simulate
+	sf-encode --model "$MODEL" --calibrate --codes "$D/codes.sfq" --dtype q4 -t 2 -q \
+		--corpus "$CORPUS" --budgets 0.5 --calib-tokens 8 --window 8 -o "$D/calq4.json"
+	sf-pack --model "$MODEL" --placement "$D/coact.json" --codes "$D/codes.sfq" \
+		--calib "$D/calq4.json" --dtype q4 -o "$D/q4c.sfimg"
+	want=$(gen --budget 0.5 --simulate "$D/q4c.sfimg")
+	run gen --budget 0.5 --cache-ratio 0.2 "$D/q4c.sfimg"
+	[ "$output" = "$want" ]
+	local realised budget
+	realised=$(sf-pack --info "$D/q4c.sfimg" | jq '.tiers.realised[0]')
+	budget=$(gen --budget 0.5 --bench "$D/q4c.sfimg" | jq .budget)
+	jq -ne "($budget - $realised) | fabs < 1e-9"
+	rm -f "$D/q8.sfimg" "$D/q4.sfimg" "$D/q4c.sfimg"
 }
 
 @test "below budget 1 the perplexity equals --simulate" {
@@ -433,9 +465,7 @@ PINNED_07=2156
 @test "mix4-5m with a cache: the peak resident set stays under --ram" {
 	need_shared
 	need_direct
-	if ldd "$SF_BIN/sf-run" | grep -q libasan; then
-		skip "built with the sanitizers: their shadow memory is part of the resident set"
-	fi
+	need_plain_build
 	local m=$SF_SHARED/models/mix4-5m need ram
 	local run=(sf-run --ppl "$CORPUS" --max-tokens 600 --window 128 --density 0.5)
 	sf-pack --model "$m" -o "$D/rss5.sfimg"

@@ -240,10 +240,22 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "$stderr" = "" ]
 }
 
-@test "-c 4 with a 3-token prompt: one decode step, no nonsense rate" {
+@test "-n 0 runs the prompt, as llama.cpp's does: its time and the KV cache's tokens are real" {
+	local prompt="In the beginning God created the heaven and the earth. And the earth was without form"
+	run --separate-stderr sf-run --model "$MODEL" -p "$prompt" -n 0 --bench
+	[ "$status" -eq 0 ]
+	[ "$(echo "$output" | jq '.prompt_tokens > 10 and .prompt_seconds > 1e-4 and .pp < 1e6')" = true ]
+	# a prompt that does not fit is refused whatever -n is
+	run --separate-stderr sf-run --model "$MODEL" -p "$prompt" -n 0 -c 4
+	[ "$status" -ne 0 ]
+}
+
+@test "-c 4 with a 3-token prompt: one decode step, no nonsense rate, \"1 token\"" {
 	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n 1 --temp 0 -c 4
 	[ "$status" -eq 0 ]
-	[[ "${stderr_lines[1]}" =~ \;\ decode\ 1\ tokens$ ]]
+	[[ "${stderr_lines[1]}" =~ \;\ decode\ 1\ token$ ]]
+	run --separate-stderr sf-run --model "$MODEL" -p "In the" -n 2 --temp 0
+	[[ "${stderr_lines[1]}" =~ \;\ decode\ 2\ tokens,\ [0-9.]+\ tok/s$ ]]
 }
 
 @test "Ctrl-C: the text so far, the timings and --stats, then exit 130; no temporary left" {
@@ -330,10 +342,36 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 @test "llama.cpp options not supported are refused by name" {
 	run --separate-stderr sf-run -ngl 99 --model "$MODEL" -p hi
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-run: -ngl: llama.cpp's option is not supported: sf-run runs on the CPU only" ]
+	[ "${stderr_lines[0]}" = "sf-run: -ngl: llama.cpp's option is not supported: sparseflash runs on the CPU only" ]
+	[ "${stderr_lines[1]}" = "Try 'sf-run --help'." ]
 	# as an option's value it is just text
 	run --separate-stderr sf-run -q --model "$MODEL" -p -ngl -n 2
 	[ "$status" -eq 0 ]
+	# the common llama.cpp options, each refused with its reason
+	for o in -fa -sm -ub -tb -np --mlock --no-mmap --numa -ctk -ctv --mirostat --typical \
+		--presence-penalty --frequency-penalty --rope-freq-base --lora -hf -md --grammar -j \
+		--prompt-cache --keep -e -r --in-prefix -sys --jinja --log-file --color \
+		--no-display-prompt -sp --no-warmup --no-context-shift -l -dt --override-kv -C --prio; do
+		run --separate-stderr sf-run --model "$MODEL" "$o"
+		[ "$status" -eq 2 ]
+		[[ "${stderr_lines[0]}" == "sf-run: $o: llama.cpp's option is not supported: "?* ]]
+	done
+}
+
+@test "every command refuses llama.cpp's options by name, keeping its own" {
+	for c in sf-profile sf-coact sf-place sf-encode sf-pack; do
+		run --separate-stderr "$c" -ngl 99
+		[ "$status" -eq 2 ]
+		[ "${stderr_lines[0]}" = "$c: -ngl: llama.cpp's option is not supported: sparseflash runs on the CPU only" ]
+		run --separate-stderr "$c" --no-mmap
+		[ "${stderr_lines[0]}" = "$c: --no-mmap: llama.cpp's option is not supported: --model maps the weights; an IMAGE reads them from flash" ]
+	done
+	# a command's own option of a refused name keeps its meaning: sf-place's -l (--layers)
+	run --separate-stderr sf-place -l 0 --method identity --model "$MODEL" -o /dev/null
+	[[ "$stderr" != *"llama.cpp"* ]]
+	# sf-profile's -c is its own (the context length), not llama.cpp's refusal
+	run --separate-stderr sf-profile -m "$MODEL" -c 4096 -
+	[ "$stderr" = "sf-profile: --ctx-size 4096: the model supports at most 1024 positions" ]
 }
 
 @test "-v: a model summary with parameters, dtype, context, memory and threads" {

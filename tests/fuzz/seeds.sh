@@ -76,5 +76,6 @@ cp "$W/calib.json" "$OUT/calib/"
 "$BIN/sf-pack" --model "$W/tiny" --placement "$W/coact.json" --codes "$W/scalar.sfq" \
 	--calib "$W/calib.json" --resident attention --dtype f16 -o "$W/full.sfimg"
 "$BIN/sf-pack" --model "$W/qwen" -o "$W/qwen.sfimg"
+"$BIN/sf-pack" --model "$W/tiny" --codes "$W/scalar.sfq" --dtype q4 -o "$W/q4.sfimg"
 cp "$W"/*.sfimg "$OUT/image/"
 rm -rf "$W"

@@ -1,7 +1,9 @@
 /* The batched forward pass (sf_forward_batch) against the one-token one:
  * for blocks of T in {1, 2, 7, 64, 300} tokens after a prefix, at -t 1, 2
  * and 3, every token's logits and the whole KV cache are the same floats
- * bit for bit, on the embedded mix4-1m and the shared mix4-5m. */
+ * bit for bit, on the embedded mix4-1m and the shared mix4-5m. And one
+ * layer run alone (sf_forward_layer) on the residual stream the whole
+ * pass gave it: the same output and KV cache. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +15,62 @@
 #include "unit.h"
 
 #define PREFIX 5
+
+/* The residual stream into every layer of a pass, (n_layers, T, dim),
+ * taken where attn_in's input is observed. */
+struct streams {
+	const struct sf_runstate *s;
+	float *x;
+	size_t per_layer;	/* T * dim */
+};
+
+static void take_stream(void *ctx, int layer, enum sf_group g, const float *in, int T,
+			size_t n)
+{
+	struct streams *S = ctx;
+	(void)in;
+	(void)n;
+	(void)T;
+	if (g == SF_GROUP_ATTN_IN)
+		memcpy(S->x + (size_t)layer * S->per_layer, S->s->x, S->per_layer * sizeof(float));
+}
+
+/* Each layer alone on the stream the whole pass of T tokens gave it
+ * gives the stream the pass gave the next layer (the last: the pass's
+ * output), and the same KV cache. */
+static void check_layers(const struct sf_model *m, const int32_t *ids, int T)
+{
+	struct sf_err e = { 0 };
+	struct sf_runstate whole, alone;
+	int L = m->cfg.n_layers, bad = -1;
+	size_t per = (size_t)T * (size_t)m->cfg.dim;
+	struct streams S = { .s = &whole, .x = malloc((size_t)L * per * sizeof(float)),
+			     .per_layer = per };
+	struct sf_observer obs = { .fn = take_stream, .ctx = &S, .tokens = T };
+
+	CHECK(sf_state_init_batch(&whole, &m->cfg, T, T, &e) == 0, "%s", e.msg);
+	CHECK(sf_state_init_batch(&alone, &m->cfg, T, T, &e) == 0, "%s", e.msg);
+	whole.observer = &obs;
+	whole.skip_logits = 1;
+	sf_forward_batch(m, &whole, ids, T, 0, 0);
+	for (int l = 0; l < L; l++) {
+		memcpy(alone.x, S.x + (size_t)l * per, per * sizeof(float));
+		CHECK(sf_forward_layer(m, &alone, l, T, 0) == 0, "layer %d alone failed", l);
+		const float *want = l + 1 < L ? S.x + (size_t)(l + 1) * per : whole.x;
+		if (bad < 0 && memcmp(alone.x, want, per * sizeof(float)))
+			bad = l;
+	}
+	CHECK(bad < 0, "%d tokens: layer %d alone gives another output", T, bad);
+	size_t kv = (size_t)L * T * m->cfg.n_kv_heads * m->cfg.head_dim;
+	CHECK(!memcmp(whole.key_cache, alone.key_cache, kv * sizeof(float)) &&
+	      !memcmp(whole.value_cache, alone.value_cache, kv * sizeof(float)),
+	      "%d tokens: the layers alone leave other KV caches", T);
+	CHECK(sf_forward_layer(m, &alone, L, 1, 0) == -1 && sf_state_error(&alone, &e) == -EINVAL,
+	      "layer %d of %d: not refused", L, L);
+	sf_state_free(&whole);
+	sf_state_free(&alone);
+	free(S.x);
+}
 
 static void check_model(const char *dir)
 {
@@ -67,6 +125,8 @@ static void check_model(const char *dir)
 		sf_state_free(&bat);
 		sf_pool_destroy(pool);
 	}
+	check_layers(&m, ids, 1);
+	check_layers(&m, ids, 37);
 	/* a pass larger than the state's batch, or past its context: refused */
 	struct sf_runstate small;
 	if (sf_state_init_batch(&small, &m.cfg, 8, 2, &e) == 0) {

@@ -12,6 +12,7 @@
 
 #include "base/pool.h"
 #include "engine/codes.h"
+#include "engine/kernels.h"
 #include "engine/cpu.h"
 #include "formats/codes.h"
 #include "offline/encode.h"
@@ -187,6 +188,24 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 			}
 		}
 		sf_cpu_use_best();
+		/* the columns' factors, decoded once (calibration's way): the
+		 * f32 column-accumulate over them gives the same floats */
+		{
+			float *vals = malloc(ncol * m * sizeof(float)), fac[9], xf[4];
+			float *yf = malloc(m * sizeof(float));
+			for (size_t j = 0; j < ncol; j++)
+				fac[j] = sf_codes_factors(method, cb, recs + j * (rb + 3), m, vals + j * m);
+			for (int k = 0; k < 4; k++)
+				xf[k] = xv[k] * fac[idx[k]];
+			for (size_t t = 0; t < m; t++)
+				yf[t] = (float)t * 0.01f;
+			sf_colaccum(yf, m, vals, SF_DTYPE_F32, m, idx, xf, 4);
+			CHECK(memcmp(yf, yr, m * sizeof(float)) == 0,
+			      "%s length %zu: the decoded factors' column-accumulate differs",
+			      sf_codes_method_name(method), m);
+			free(vals);
+			free(yf);
+		}
 		for (int k = 0; k < 4; k++) {
 			sf_codes_decode(method, cb, recs + idx[k] * (rb + 3), m, dec);
 			for (size_t t = 0; t < m; t++)

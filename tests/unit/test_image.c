@@ -1,6 +1,7 @@
 /* Unit test of lib/common/formats/image.c: images of the embedded mix4-1m packed
  * with identity and shuffled placements, every dtype, codes (scalar and
- * trellis), resident groups and --keep read back weight by weight against
+ * trellis), resident groups and --keep read back weight by weight (q8 and
+ * q4: column by column, quantized as the packer does) against
  * the model; the model and tokenizer rebuilt from an image; every region
  * damaged in turn, truncation, another version, header offsets past the
  * end and overlapping regions refused; mismatched inputs refused. */
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/quant.h"
 #include "formats/codes.h"
 #include "engine/forward.h"
 #include "formats/image.h"
@@ -202,6 +204,68 @@ static uint64_t check_image(const char *name, const struct sf_placement *pl,
 	return compared;
 }
 
+/* A q8 or q4 image (packed with rtn): every column of every bundle is
+ * sf_quant_column of the model's column (its kept rows with --keep) at
+ * its offset, offsets 2-aligned and the stride their sum. */
+static void check_quant_image(const char *name, const struct sf_image_keep *k,
+			      unsigned resident, enum sf_dtype dt)
+{
+	char path[4200];
+	struct sf_image img;
+	struct sf_err e = { 0 };
+	uint64_t bad = 0, cols = 0;
+
+	image_path(path, sizeof(path), name);
+	if (sf_image_open(&img, path, &e) || sf_image_verify(&img, &e)) {
+		CHECK(0, "%s: %s", name, e.msg);
+		sf_image_close(&img);
+		return;
+	}
+	for (int l = 0; l < M.cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_image_group *G = sf_image_group(&img, l, (enum sf_group)g);
+			const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
+			const char *names[SF_GROUP_MAX_MATRICES];
+			sf_codes_group_matrices(&M, l, (enum sf_group)g, w, names);
+			const uint8_t *kept = k && k->count[l] < k->hidden ?
+					      k->kept + (size_t)l * k->hidden : NULL;
+			CHECK(G->resident == (int)(resident >> g & 1), "%s: resident", name);
+			for (int i = 0; G->resident && i < G->nmat; i++)
+				CHECK(!sf_dtype_is_block(G->mat[i].dtype), "%s: resident in %s", name,
+				      sf_dtype_name(G->mat[i].dtype));
+			if (G->resident)
+				continue;
+			uint8_t *top = read_region(&img, G->top);
+			uint64_t end = 0;
+			for (int i = 0; i < G->nmat; i++) {
+				const struct sf_image_matrix *X = &G->mat[i];
+				uint64_t cb = sf_dtype_col_bytes(dt, X->rows);
+				float *col = malloc((size_t)X->rows * sizeof(float));
+				uint8_t *q = malloc((size_t)cb);
+				CHECK(X->dtype == dt && X->offset == end + end % 2, "%s: layout", name);
+				end = X->offset + cb;
+				for (uint32_t p = 0; p < G->entries; p++, cols++) {
+					uint64_t r = 0;
+					for (uint64_t row = 0; row < w[i]->rows; row++)
+						if (!(g == SF_GROUP_FFN_IN && kept && !kept[row]))
+							col[r++] = sf_weight_at(w[i], row * w[i]->cols +
+										G->perm[p]);
+					CHECK(r == X->rows, "%s: rows", name);
+					sf_quant_column(q, dt, col, (size_t)r, SF_QUANT_RTN);
+					bad += memcmp(top + (uint64_t)p * G->top_bytes + X->offset, q,
+						      (size_t)cb) != 0;
+				}
+				free(col);
+				free(q);
+			}
+			CHECK(G->top_bytes == end + end % 2, "%s: top_bytes %" PRIu64 ", columns end "
+			      "at %" PRIu64, name, G->top_bytes, end);
+			free(top);
+		}
+	CHECK(!bad && cols > 1000, "%s: %" PRIu64 " of %" PRIu64 " columns differ", name, bad, cols);
+	sf_image_close(&img);
+}
+
 /* The model rebuilt from an image: fingerprint, resident weights byte for
  * byte, flash matrices without data; with everything resident the forward
  * pass gives the dense model's logits exactly. */
@@ -343,6 +407,21 @@ static void past_end(json_t *h)
 static void overlap(json_t *h)
 {
 	json_object_set(region(h, 3), "offset", json_object_get(region(h, 2), "offset"));
+}
+
+/* Layer 0 attn_in (a q4 image's) a byte shorter, or resident in Q4. */
+static void q4_stride(json_t *h)
+{
+	json_t *g = json_array_get(json_object_get(h, "groups"), 0);
+	json_object_set_new(g, "top_bytes",
+			    json_integer(json_integer_value(json_object_get(g, "top_bytes")) - 2));
+}
+
+static void q4_resident(json_t *h)
+{
+	json_t *g = json_array_get(json_object_get(h, "groups"), 1);
+	json_object_set_new(json_array_get(json_object_get(g, "matrices"), 0), "dtype",
+			    json_string("Q4"));
 }
 
 static void bad_perm(json_t *h)
@@ -543,6 +622,25 @@ int main(void)
 	CHECK(!pack("d.sfimg", &pl, NULL, &k, ATTN, SF_DTYPE_BF16, &e), "%s", e.msg);
 	n += check_image("d.sfimg", &pl, NULL, &k, ATTN, SF_DTYPE_BF16);
 	check_model("d.sfimg", ATTN);
+	/* q8, q4 with --keep (partial last blocks) and attn_out resident: the
+	 * packer's columns; a wrong stride or a resident Q4 matrix refused */
+	CHECK(!pack("q8.sfimg", &pl, &qs, NULL, 0, SF_DTYPE_Q8, &e), "%s", e.msg);
+	check_quant_image("q8.sfimg", NULL, 0, SF_DTYPE_Q8);
+	unsigned ao = 1u << SF_GROUP_ATTN_OUT;
+	CHECK(!pack("q4.sfimg", &pl, NULL, &k, ao, SF_DTYPE_Q4, &e), "%s", e.msg);
+	check_quant_image("q4.sfimg", &k, ao, SF_DTYPE_Q4);
+	{
+		char src[4200], dst[4200];
+		image_path(src, sizeof(src), "q4.sfimg");
+		image_path(dst, sizeof(dst), "damaged.sfimg");
+		CHECK(!copy_file(src, dst), "copy");
+		patch_header(dst, q4_stride);
+		open_fails(dst, "layer 0 attn_in: top_bytes", __LINE__);
+		CHECK(!copy_file(src, dst), "copy");
+		patch_header(dst, q4_resident);
+		open_fails(dst, "resident in block dtype Q4", __LINE__);
+		unlink(dst);
+	}
 	/* everything resident: the forward pass is the dense one */
 	CHECK(!pack("e.sfimg", NULL, NULL, NULL, ALL, SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);
 	check_model("e.sfimg", ALL);
@@ -563,7 +661,7 @@ int main(void)
 	sf_placement_free(&pl);
 	sf_model_close(&M);
 	if (!unit_failures) {
-		const char *names[] = { "a", "b", "c", "d", "e" };
+		const char *names[] = { "a", "b", "c", "d", "e", "q8", "q4" };
 		char p[4200];
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 			snprintf(p, sizeof(p), "%s/%s.sfimg", tmpdir, names[i]);

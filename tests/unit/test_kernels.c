@@ -66,6 +66,9 @@ static void fill_w(void *p, float *wf, enum sf_dtype dt, size_t n)
 			wf[i] = sf_bf16_to_f32(h);
 			break;
 		}
+		case SF_DTYPE_Q8:
+		case SF_DTYPE_Q4:
+			break;	/* block dtypes: test_quant */
 		}
 	}
 }

@@ -445,7 +445,7 @@ static void test_real(struct sf_pool *pool)
 	nids = nids < want ? nids : want;
 	CHECK(nids == want, "%s: only %zu tokens", text, nids);
 	for (double density = 0.1; density < 0.35; density += 0.2) {
-		struct sf_observer obs = { record_fn, &R };
+		struct sf_observer obs = { .fn = record_fn, .ctx = &R };
 		R.k = (uint32_t)lround(density * R.n);
 		for (int l = 0; l < R.layers; l++)
 			R.t[l].tokens = R.t[l].len = 0;

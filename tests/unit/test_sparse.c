@@ -5,7 +5,9 @@
  * middle tier from the decoded codes); budget 1 against the dense
  * decoder; logits bit-identical between --simulate and reads, whatever
  * the cache, collapse, queue depth and threads; bytes counted against the
- * ring's; injected read errors and short reads; refused settings. */
+ * ring's; injected read errors and short reads; q8 and q4 top tiers
+ * (budget 1 the dense decoder over the dequantized weights, their bytes,
+ * passes); refused settings. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -28,6 +30,8 @@
 #include "formats/trace.h"
 #include "unit.h"
 #include "online/uring.h"
+#include "base/quant.h"
+#include "offline/encode.h"
 
 #define T 10		/* positions run */
 static uint64_t prefill = 4;	/* of them, the prefill of selective computation */
@@ -596,6 +600,110 @@ int main(void)
 		sf_image_keep_free(&k);
 	}
 
+	/* q8 and q4 top tiers (with scalar codes beneath): budget 1 is the
+	 * dense decoder over the dequantized weights and reads 34/64, 18/64
+	 * of the BF16 image's bytes; two tiers are the selection's product
+	 * (top tier dequantized); reads, cache, threads and passes of 2, 7
+	 * and 10 tokens give --simulate's logits, one token a pass; a budget
+	 * counts the image's own top-tier bytes */
+	{
+		static const enum sf_dtype qd[2] = { SF_DTYPE_Q8, SF_DTYPE_Q4 };
+		static const char *const qn[2] = { "q8.sfimg", "q4.sfimg" };
+		static struct result bf1, bfs, qref, q1, qs;
+		struct sf_layer_weights *saved = M.layers;
+		struct sf_top_model tm;
+		pass = 1;
+		sf_sparse_opts_default(&o);
+		o.prefetch = 0;
+		CHECK(!decode("sh.sfimg", &o, 2, NULL, &bf1, &e), "%s", e.msg);
+		o = fractions(0.3, 0.25);
+		o.simulate = 1;
+		CHECK(!decode("sh.sfimg", &o, 1, NULL, &bfs, &e), "%s", e.msg);
+		for (int d = 0; d < 2; d++) {
+			const char *nm = qn[d];
+			CHECK(!imagetest_pack(tmpdir, nm, &M, model_dir, &pl, &Q, NULL, 0, qd[d], &e),
+			      "%s: %s", nm, e.msg);
+			/* the checker and dense() then use the image's weights */
+			CHECK(!sf_top_model_init(&tm, &M, qd[d], SF_QUANT_RTN, &e), "%s", e.msg);
+			M.layers = tm.m.layers;
+			dense(&qref);
+			pass = 1;
+			sf_sparse_opts_default(&o);
+			o.prefetch = 0;
+			CHECK(!decode(nm, &o, 2, NULL, &q1, &e), "%s: %s", nm, e.msg);
+			for (int p = 0; p < T; p++) {
+				CHECK(argmax(q1.logits[p], 1024) == argmax(qref.logits[p], 1024),
+				      "%s: position %d: token %d, dense %d", nm, p,
+				      argmax(q1.logits[p], 1024), argmax(qref.logits[p], 1024));
+				for (int t = 0; t < 1024; t++)
+					if (fabsf(q1.logits[p][t] - qref.logits[p][t]) > 1e-3f) {
+						CHECK(0, "%s: position %d logit %d: %g, dense over the "
+						      "dequantized weights %g", nm, p, t, q1.logits[p][t],
+						      qref.logits[p][t]);
+						break;
+					}
+			}
+			double share = (double)q1.bytes_moved / (double)bf1.bytes_moved,
+			       want = (d ? SF_Q4_BLOCK_BYTES : SF_Q8_BLOCK_BYTES) / 64.0;
+			CHECK(fabs(q1.budget - 1.0) < 1e-12 && share > want - 0.02 && share < want + 0.03,
+			      "%s: budget %g reads %.4f of BF16's bytes, expected about %.4f", nm,
+			      q1.budget, share, want);
+			struct checker ck = { .top = 0.3, .mid = 0.25 };
+			o = fractions(0.3, 0.25);
+			o.cache_ratio = 0.2;
+			CHECK(!decode(nm, &o, 2, &ck, &a, &e), "%s: %s", nm, e.msg);
+			CHECK(ck.worst < 1e-4, "%s: sparse against reference: relative error %g", nm,
+			      ck.worst);
+			o = fractions(0.3, 0.25);
+			o.simulate = 1;
+			CHECK(!decode(nm, &o, 1, NULL, &qs, &e), "%s: %s", nm, e.msg);
+			/* Equation 5 in the image's bytes: the top share the same, the
+			 * codes' share grown by BF16's column bytes over these */
+			double mid_q = (bfs.budget - 0.3) / want;
+			CHECK(fabs(qs.budget - 0.3 - mid_q) < 0.1 * mid_q, "%s: budget %g, expected "
+			      "0.3 + %g (BF16's %g)", nm, qs.budget, mid_q, bfs.budget);
+			for (size_t i = 2; i < 4; i++) {
+				o = fractions(0.3, 0.25);
+				apply_setting(&o, &v[i]);
+				CHECK(!decode(nm, &o, v[i].th, NULL, &a, &e), "%s: %s", nm, e.msg);
+				CHECK(same(&a, &qs), "%s case %zu: logits differ from --simulate", nm, i);
+			}
+			static const int passes[] = { 2, 7, 10 };
+			for (int q = 0; q < 3; q++) {
+				pass = passes[q];
+				o = fractions(0.3, 0.25);
+				o.cache_ratio = 0.2;
+				CHECK(!decode(nm, &o, 2, NULL, &a, &e), "%s: %s", nm, e.msg);
+				CHECK(same(&a, &qs), "%s pass %d: logits differ from one token a pass",
+				      nm, pass);
+				sf_sparse_opts_default(&o);
+				o.prefetch = 0;
+				CHECK(!decode(nm, &o, 1, NULL, &a, &e), "%s: %s", nm, e.msg);
+				CHECK(same(&a, &q1), "%s pass %d: budget 1: logits differ", nm, pass);
+			}
+			pass = 1;
+			M.layers = saved;
+			sf_top_model_free(&tm);
+		}
+		/* --keep: ffn_in columns of the kept rows only, their last block
+		 * partly empty; reads equal --simulate, in passes too */
+		struct sf_image_keep k = { 0 };
+		imagetest_keep_random(&M, &rng, 6, &k);
+		CHECK(!imagetest_pack(tmpdir, "q4keep.sfimg", &M, model_dir, &pl, NULL, &k, 0,
+				      SF_DTYPE_Q4, &e), "q4keep: %s", e.msg);
+		o = fractions(0.5, 0);
+		o.simulate = 1;
+		CHECK(!decode("q4keep.sfimg", &o, 1, NULL, &qs, &e), "q4keep: %s", e.msg);
+		for (pass = 1; pass <= 7; pass += 6) {
+			o = fractions(0.5, 0);
+			o.cache_ratio = 0.3;
+			CHECK(!decode("q4keep.sfimg", &o, 2, NULL, &a, &e), "q4keep: %s", e.msg);
+			CHECK(same(&a, &qs), "q4keep pass %d: logits differ from --simulate", pass);
+		}
+		pass = 1;
+		sf_image_keep_free(&k);
+	}
+
 	/* refused settings */
 	sf_sparse_opts_default(&o);
 	o.budget = 0.5;
@@ -617,9 +725,10 @@ int main(void)
 	sf_model_close(&M);
 	if (!unit_failures) {
 		const char *names[] = { "id.sfimg", "sh.sfimg", "shr.sfimg", "plain.sfimg",
-					"keep.sfimg", "keepall.sfimg", "keepc.sfimg" };
+					"keep.sfimg", "keepall.sfimg", "keepc.sfimg", "keepb.sfimg",
+					"q8.sfimg", "q4.sfimg", "q4keep.sfimg" };
 		char path[4300];
-		for (int i = 0; i < 7; i++) {
+		for (int i = 0; i < 11; i++) {
 			snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
 			unlink(path);
 		}

@@ -104,6 +104,44 @@ static void test_topk_level(enum sf_isa level)
 	}
 }
 
+static int rank_cmp(const void *a, const void *b, void *arg)
+{
+	const float *x = arg;
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+	float u = fabsf(x[i]), v = fabsf(x[j]);
+	if (u != v)
+		return u > v ? -1 : 1;
+	return i < j ? -1 : i > j;
+}
+
+/* sf_select_rank against a comparison sort, over the same kinds of
+ * vectors as the top-k (ties, all equal, many exponents with zeros) and
+ * -0 against +0 */
+static void test_rank(void)
+{
+	static const uint32_t sizes[] = { 1, 2, 17, 256, 1000 };
+	float x[1000];
+	uint32_t got[1000], want[1000];
+	uint64_t scratch[2000];
+
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(*sizes); si++)
+		for (int rep = 0; rep < 8; rep++) {
+			uint32_t n = sizes[si];
+			for (uint32_t i = 0; i < n; i++) {
+				double u = (double)(next_rand() >> 11) / 9007199254740992.0;
+				x[i] = rep % 4 == 1   ? (float)((int)(u * 5) - 2) * 0.1f
+				       : rep % 4 == 2 ? (i % 2 ? -0.0f : 0.0f)
+				       : rep % 4 == 3 ? (float)(u < 0.1 ? 0.0 : ldexp(u - 0.5, (int)(u * 80) - 40))
+						      : (float)(u * 2 - 1);
+				want[i] = i;
+			}
+			qsort_r(want, n, sizeof(uint32_t), rank_cmp, x);
+			sf_select_rank(x, n, got, scratch);
+			CHECK(memcmp(got, want, n * sizeof(uint32_t)) == 0,
+			      "the ranking of %u entries (rep %d) differs from the sort", n, rep);
+		}
+}
+
 static void test_topk(void)
 {
 	for (int i = 0; i < SF_NISA; i++) {
@@ -269,7 +307,7 @@ static void test_record(const char *tmp)
 		int ret = sf_trace_info_init(&info, &FP2, 3, entries, 0, 2, 0xf,
 					     SF_TRACE_DENSITY, 0.3, NULL, &e);
 		ret = ret ? ret : sf_trace_writer_open(&w, f, path, &info, &e);
-		ret = ret ? ret : sf_profile_open(&p, w, NULL, &e);
+		ret = ret ? ret : sf_profile_open(&p, w, NULL, 1, &e);
 		CHECK(ret == 0 && f, "%s: %s", isa, e.msg);
 		if (ret || !f)
 			break;
@@ -289,12 +327,12 @@ static void test_record(const char *tmp)
 					x[i] = (float)ldexp(u - 0.5, (int)(next_rand() % 30) - 15);
 					sum[i] += fabs((double)x[i]);
 				}
-				sf_profile_record(p, sl->layer, sl->group, x, sl->entries);
+				sf_profile_record(p, sl->layer, sl->group, x, 1, sl->entries);
 				brute_topk(x, sl->entries, sl->k, tr);
 				tr += sl->words;
 				sum += sl->entries;
 			}
-			ret = sf_profile_token(p, &e);
+			ret = sf_profile_tokens(p, 1, &e);
 			CHECK(ret == 0, "%s: %s", isa, e.msg);
 		}
 		ret = ret ? ret : sf_trace_writer_finish(w, &e);
@@ -409,22 +447,25 @@ static void witness_fn(void *ctx, int layer, enum sf_group g, const float *in, i
 			size_t n)
 {
 	struct witness *W = ctx;
-	(void)T;	/* one token a call: the observer's tokens is 0 */
 	int s = sf_trace_slot_index(W->info, layer, g);
 
-	sf_profile_record(W->p, layer, g, in, n);
-	W->calls++;
+	sf_profile_record(W->p, layer, g, in, T, n);
+	W->calls += (uint32_t)T;
 	if (s < 0)
 		return;
 	const struct sf_trace_slot *sl = &W->info->slots[s];
-	for (size_t i = 0; i < n; i++)
-		W->sums[s][i] += fabs((double)in[i]);
-	brute_topk(in, (uint32_t)n, sl->k, W->rows[s] + (size_t)W->tokens * sl->words);
+	for (int t = 0; t < T; t++, in += n) {
+		for (size_t i = 0; i < n; i++)
+			W->sums[s][i] += fabs((double)in[i]);
+		brute_topk(in, (uint32_t)n, sl->k,
+			   W->rows[s] + (size_t)(W->tokens + t) * sl->words);
+	}
 }
 
 /* The trace of NTOK tokens written to path by a writer on a pool of
- * nthreads (the forward pass on it too), checked against the witness. */
-static void test_model(const char *root, const char *path, int nthreads)
+ * nthreads (the forward pass on it too), in passes of batch tokens,
+ * checked against the witness. */
+static void test_model(const char *root, const char *path, int nthreads, int batch)
 {
 	char dir[4096];
 	struct sf_pool *pool = NULL;
@@ -445,7 +486,7 @@ static void test_model(const char *root, const char *path, int nthreads)
 	int ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, 1, 3, 0xd,
 				     SF_TRACE_DENSITY, 0.25, NULL, &e);
 	CHECK(ret == 0, "%s", e.msg);
-	ret = ret ? ret : sf_state_init(&st, &m.cfg, CTX, &e);
+	ret = ret ? ret : sf_state_init_batch(&st, &m.cfg, CTX, batch < CTX ? batch : CTX, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	FILE *f = fopen(path, "wb");
 	struct witness W = { .info = &info };
@@ -454,7 +495,7 @@ static void test_model(const char *root, const char *path, int nthreads)
 	CHECK(ret == 0, "%s", e.msg);
 	if (!ret && (ret = sf_pool_create(&pool, nthreads)))
 		CHECK(0, "pool of %d: %d", nthreads, ret);
-	if (!ret && (ret = sf_profile_open(&W.p, W.w, pool, &e)))
+	if (!ret && (ret = sf_profile_open(&W.p, W.w, pool, batch, &e)))
 		CHECK(0, "%s", e.msg);
 	if (ret)
 		goto out;
@@ -464,18 +505,24 @@ static void test_model(const char *root, const char *path, int nthreads)
 		W.sums[s] = calloc(info.slots[s].entries, sizeof(double));
 		W.rows[s] = calloc((size_t)NTOK * info.slots[s].words, 8);
 	}
-	struct sf_observer obs = { .fn = witness_fn, .ctx = &W };
+	struct sf_observer obs = { .fn = witness_fn, .ctx = &W, .tokens = batch };
 	st.observer = &obs;
 	st.pool = pool;
 	st.skip_logits = 1;
 	/* token ids from a fixed pseudo-random stream, the same every call;
 	 * windows of CTX */
+	int32_t toks[NTOK];
 	rng = 88172645463325252ull;
-	for (W.tokens = 0; W.tokens < NTOK; W.tokens++) {
-		int32_t tok = W.tokens % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
-		sf_forward(&m, &st, tok, W.tokens % CTX);
-		if ((ret = sf_profile_token(W.p, &e)))
+	for (int i = 0; i < NTOK; i++)
+		toks[i] = i % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
+	for (W.tokens = 0; W.tokens < NTOK;) {
+		int pos = W.tokens % CTX, T = batch;
+		T = T < CTX - pos ? T : CTX - pos;
+		T = T < NTOK - W.tokens ? T : NTOK - W.tokens;
+		sf_forward_batch(&m, &st, toks + W.tokens, T, pos, 0);
+		if ((ret = sf_profile_tokens(W.p, T, &e)))
 			break;
+		W.tokens += T;
 	}
 	CHECK(ret == 0, "%s", e.msg);
 	CHECK(W.calls == (uint32_t)NTOK * m.cfg.n_layers * SF_NGROUPS, "observer saw %u groups",
@@ -553,25 +600,34 @@ static unsigned char *slurp(const char *path, size_t *n)
 }
 
 /* At every level this CPU has (each checked by the witness), the trace
- * bytes do not depend on how many threads selected them. */
+ * bytes depend neither on how many threads selected them nor on the
+ * tokens of a forward pass. */
 static void test_model_threads(const char *root, const char *tmp)
 {
-	char one[4096], two[4096];
+	static const struct { int threads, batch; } runs[] = {
+		{ 1, 1 }, { 2, 1 }, { 2, 2 }, { 3, 7 }, { 1, 64 }, { 2, 300 },
+	};
+	char one[4096], other[4096];
 
 	for (int i = 0; i < SF_NISA; i++) {
 		const char *isa = sf_isa_name((enum sf_isa)i);
 		if (sf_cpu_use((enum sf_isa)i))
 			continue;	/* said in test_topk */
 		snprintf(one, sizeof(one), "%s/model-%s-1.sft", tmp, isa);
-		snprintf(two, sizeof(two), "%s/model-%s-2.sft", tmp, isa);
-		test_model(root, one, 1);
-		test_model(root, two, 2);
+		snprintf(other, sizeof(other), "%s/model-%s-n.sft", tmp, isa);
+		test_model(root, one, runs[0].threads, runs[0].batch);
 		size_t n1, n2;
-		unsigned char *a = slurp(one, &n1), *b = slurp(two, &n2);
-		CHECK(a && b && n1 == n2 && memcmp(a, b, n1) == 0,
-		      "%s: the traces of 1 and 2 threads differ (%zu and %zu bytes)", isa, n1, n2);
+		unsigned char *a = slurp(one, &n1);
+		for (size_t r = 1; r < sizeof(runs) / sizeof(runs[0]); r++) {
+			test_model(root, other, runs[r].threads, runs[r].batch);
+			unsigned char *b = slurp(other, &n2);
+			CHECK(a && b && n1 == n2 && memcmp(a, b, n1) == 0,
+			      "%s: the trace of %d threads in passes of %d differs from one thread's "
+			      "a token at a time (%zu and %zu bytes)", isa, runs[r].threads,
+			      runs[r].batch, n2, n1);
+			free(b);
+		}
 		free(a);
-		free(b);
 	}
 	sf_cpu_use_best();
 }
@@ -582,6 +638,7 @@ int main(void)
 	const char *tmp = unit_env("SF_TMP", "/tmp");
 
 	test_topk();
+	test_rank();
 	test_info_errors();
 	test_roundtrip(tmp);
 	test_damage(tmp);

@@ -1,6 +1,8 @@
 /* The vocabulary: see vocab.h. */
 #include "base/vocab.h"
 
+#include "base/quant.h"
+
 #include <string.h>
 
 // --- weight dtypes
@@ -12,6 +14,8 @@ size_t sf_dtype_size(enum sf_dtype dt)
 	case SF_DTYPE_F32: return 4;
 	case SF_DTYPE_F16: return 2;
 	case SF_DTYPE_BF16: return 2;
+	case SF_DTYPE_Q8:
+	case SF_DTYPE_Q4: break;
 	}
 	return 0;
 }
@@ -22,13 +26,16 @@ const char *sf_dtype_name(enum sf_dtype dt)
 	case SF_DTYPE_F32: return "F32";
 	case SF_DTYPE_F16: return "F16";
 	case SF_DTYPE_BF16: return "BF16";
+	case SF_DTYPE_Q8: return "Q8";
+	case SF_DTYPE_Q4: return "Q4";
 	}
 	return "?";
 }
 
-int sf_dtype_parse(const char *name, enum sf_dtype *dt)
+int sf_dtype_parse_any(const char *name, enum sf_dtype *dt)
 {
-	static const enum sf_dtype all[] = { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16 };
+	static const enum sf_dtype all[] = { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16,
+					     SF_DTYPE_Q8, SF_DTYPE_Q4 };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (!strcmp(name, sf_dtype_name(all[i]))) {
@@ -36,6 +43,37 @@ int sf_dtype_parse(const char *name, enum sf_dtype *dt)
 			return 0;
 		}
 	return -1;
+}
+
+int sf_dtype_parse(const char *name, enum sf_dtype *dt)
+{
+	enum sf_dtype d;
+
+	if (sf_dtype_parse_any(name, &d) || sf_dtype_is_block(d))
+		return -1;
+	*dt = d;
+	return 0;
+}
+
+int sf_dtype_is_block(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4;
+}
+
+uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
+{
+	uint64_t blocks = (rows + SF_QBLOCK - 1) / SF_QBLOCK;
+
+	switch (dt) {
+	case SF_DTYPE_Q8: return blocks * SF_Q8_BLOCK_BYTES;
+	case SF_DTYPE_Q4: return blocks * SF_Q4_BLOCK_BYTES;
+	default: return rows * sf_dtype_size(dt);
+	}
+}
+
+size_t sf_dtype_align(enum sf_dtype dt)
+{
+	return sf_dtype_is_block(dt) ? 2 : sf_dtype_size(dt);
 }
 
 float sf_bf16_to_f32(uint16_t h)

@@ -9,13 +9,30 @@
 
 // --- weight dtypes
 
-enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16 };
+/* F32, F16 and BF16 are element dtypes (a model's tensors, the resident
+ * blob, a top tier). Q8 and Q4 are block dtypes of the top tier only:
+ * a column stored as blocks of SF_QBLOCK consecutive rows, each an f16
+ * scale and the rows' 8- or 4-bit codes (base/quant.h, sf-formats(5)). */
+enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4 };
 
-/* Bytes of one element; names as safetensors spells them ("BF16"). */
+/* Bytes of one element; 0 for a block dtype. Names as safetensors spells
+ * them ("BF16"), and "Q8", "Q4". */
 size_t sf_dtype_size(enum sf_dtype dt);
 const char *sf_dtype_name(enum sf_dtype dt);
-/* 0 and *dt set, or -1 for a name we do not know. */
+/* 0 and *dt set for an element dtype's name, or -1 (a block dtype's name
+ * included: no model tensor is one). */
 int sf_dtype_parse(const char *name, enum sf_dtype *dt);
+/* The same over every dtype, block dtypes included (an image's top tier). */
+int sf_dtype_parse_any(const char *name, enum sf_dtype *dt);
+/* 1 for Q8 and Q4. */
+int sf_dtype_is_block(enum sf_dtype dt);
+/* Bytes of one column of `rows` rows: rows elements, or whole blocks (the
+ * last one's unused rows zero codes); 64 bits since rows * size can pass
+ * size_t on 32-bit hosts. */
+uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows);
+/* The alignment a column of dt needs: its element size, 2 (the f16
+ * scale) for a block dtype. */
+size_t sf_dtype_align(enum sf_dtype dt);
 
 /* bf16/f16 <-> f32 scalar conversions (round to nearest even on the way down). */
 float sf_bf16_to_f32(uint16_t h);

@@ -46,6 +46,24 @@ void sf_codes_decode(enum sf_code_method method, const float *cb, const uint8_t 
 	}
 }
 
+float sf_codes_factors(enum sf_code_method method, const float *cb, const uint8_t *rec,
+		       size_t m, float *out)
+{
+	const uint8_t *codes = rec + sf_codes_scale_bytes(method);
+	if (method == SF_CODES_TRELLIS) {
+		uint32_t idx = 0;
+		for (size_t t = 0; t < m; t++) {
+			idx = ((idx << 2) | code_at(codes, t)) & 0xffffu;
+			out[t] = cb[idx];
+		}
+		return sf_f16_to_f32(sf_get_le16(rec));
+	}
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	for (size_t t = 0; t < m; t++)
+		out[t] = sf_twoscale_level(code_at(codes, t), s0, s1);
+	return 1.0f;
+}
+
 // ----------------------------------------------------------------------------
 // decode-accumulate
 

@@ -17,6 +17,15 @@
 void sf_codes_decode(enum sf_code_method method, const float *cb, const uint8_t *rec, size_t m,
 		     float *out);
 
+/* The two factors of each weight's multiply-add in decode-accumulate:
+ * out[0..m) the values (trellis cb[idx_t], scalar the levels) and the
+ * return value what an input is multiplied by first (trellis the scale,
+ * scalar 1), so that y[t] = fmaf(x * factor, out[t], y[t]) is exactly
+ * the step sf_codes_colaccum takes for this column: a column decoded
+ * once can serve many products with the same floats. */
+float sf_codes_factors(enum sf_code_method method, const float *cb, const uint8_t *rec,
+		       size_t m, float *out);
+
 /* y[t] += sum_k xv[k] * decode(column idx[k])[t] for the rows t in
  * [r0, r1) (r1 <= m), columns in order, so any split of the rows gives
  * the same sums: one table lookup and one multiply-add per weight

@@ -287,14 +287,12 @@ static int nonfinite_row(const float *x, int T, size_t n)
 	return -1;
 }
 
-/* Tokens [0, T) at positions pos + t: each step below runs per token in
- * the order the one-token pass runs it, and the products run over all T
- * tokens with each (row, token) computed as for one token, so every token
- * gets the floats it would get alone. */
-enum head { HEAD_NONE, HEAD_LAST, HEAD_ALL };
-
-static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
-		   int T, int pos, enum head head, float *logits)
+/* Layer l on the residual stream s->x of tokens [0, T) at positions
+ * pos + t: each step below runs per token in the order the one-token pass
+ * runs it, and the products run over all T tokens with each (row, token)
+ * computed as for one token, so every token gets the floats it would get
+ * alone. */
+static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos)
 {
 	const struct sf_config *c = &m->cfg;
 	size_t dim = (size_t)c->dim;
@@ -302,6 +300,80 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 	size_t q_dim = (size_t)c->n_heads * hd;
 	size_t kv_dim = (size_t)c->n_kv_heads * hd;
 	size_t hidden = (size_t)c->hidden_dim;
+	int bad;
+
+	const struct sf_layer_weights *w = &m->layers[l];
+
+	// attention: q, k, v from the normed residual
+	for (int t = 0; t < T; t++)
+		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->attn_norm.data,
+			   w->attn_norm.dtype, dim, c->norm_eps);
+	{
+		float *y[] = { s->q, s->k, s->v };
+		const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
+		apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, T, 3, y, mw);
+	}
+	for (int t = 0; t < T; t++) {
+		float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
+		size_t cache_off = ((size_t)l * s->seq_len + pos + t) * kv_dim;
+		add_bias(q, &w->bq);
+		add_bias(k, &w->bk);
+		add_bias(v, &w->bv);
+		for (int h = 0; h < c->n_heads; h++)
+			sf_rope(q + h * hd, hd, s->inv_freq, pos + t);
+		for (int h = 0; h < c->n_kv_heads; h++)
+			sf_rope(k + h * hd, hd, s->inv_freq, pos + t);
+		memcpy(s->key_cache + cache_off, k, kv_dim * sizeof(float));
+		memcpy(s->value_cache + cache_off, v, kv_dim * sizeof(float));
+	}
+	/* every key of the block is cached first; token t reads up to pos + t */
+	{
+		struct attn_task at = { .c = c, .s = s, .q = s->q, .z = s->z, .layer = l,
+					.pos = pos, .T = T };
+		run(s->pool, attn_worker, &at);
+	}
+	{
+		float *y[] = { s->proj };
+		const struct sf_weight *mw[] = { &w->wo };
+		apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, q_dim, T, 1, y, mw);
+	}
+	for (int t = 0; t < T; t++)
+		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
+
+	// FFN: down(silu(gate(x)) * up(x)) on the normed residual
+	for (int t = 0; t < T; t++)
+		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
+			   w->ffn_norm.dtype, dim, c->norm_eps);
+	{
+		float *y[] = { s->gate, s->up };
+		const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
+		apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
+	}
+	for (int t = 0; t < T; t++)
+		sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
+			  hidden);
+	{
+		float *y[] = { s->proj };
+		const struct sf_weight *mw[] = { &w->w_down };
+		apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
+	}
+	for (int t = 0; t < T; t++)
+		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
+	if ((bad = nonfinite_row(s->x, T, dim)) >= 0)
+		return sf_err_set(&s->err, SF_EFORMAT, "layer %d: non-finite hidden state at "
+				  "position %d", l, pos + bad);
+	return 0;
+}
+
+/* Tokens [0, T) at positions pos + t through every layer, then the head
+ * on none, the last or all of them. */
+enum head { HEAD_NONE, HEAD_LAST, HEAD_ALL };
+
+static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+		   int T, int pos, enum head head, float *logits)
+{
+	const struct sf_config *c = &m->cfg;
+	size_t dim = (size_t)c->dim;
 	int bad;
 
 	if (s->err.code || sf_state_check_tokens(s, c, tokens, (size_t)T, pos))
@@ -312,70 +384,9 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 		else
 			sf_weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
-	for (int l = 0; l < c->n_layers; l++) {
-		const struct sf_layer_weights *w = &m->layers[l];
-
-		// attention: q, k, v from the normed residual
-		for (int t = 0; t < T; t++)
-			sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->attn_norm.data,
-				   w->attn_norm.dtype, dim, c->norm_eps);
-		{
-			float *y[] = { s->q, s->k, s->v };
-			const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
-			apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, T, 3, y, mw);
-		}
-		for (int t = 0; t < T; t++) {
-			float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
-			size_t cache_off = ((size_t)l * s->seq_len + pos + t) * kv_dim;
-			add_bias(q, &w->bq);
-			add_bias(k, &w->bk);
-			add_bias(v, &w->bv);
-			for (int h = 0; h < c->n_heads; h++)
-				sf_rope(q + h * hd, hd, s->inv_freq, pos + t);
-			for (int h = 0; h < c->n_kv_heads; h++)
-				sf_rope(k + h * hd, hd, s->inv_freq, pos + t);
-			memcpy(s->key_cache + cache_off, k, kv_dim * sizeof(float));
-			memcpy(s->value_cache + cache_off, v, kv_dim * sizeof(float));
-		}
-		/* every key of the block is cached first; token t reads up to pos + t */
-		{
-			struct attn_task at = { .c = c, .s = s, .q = s->q, .z = s->z, .layer = l,
-						.pos = pos, .T = T };
-			run(s->pool, attn_worker, &at);
-		}
-		{
-			float *y[] = { s->proj };
-			const struct sf_weight *mw[] = { &w->wo };
-			apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, q_dim, T, 1, y, mw);
-		}
-		for (int t = 0; t < T; t++)
-			sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
-
-		// FFN: down(silu(gate(x)) * up(x)) on the normed residual
-		for (int t = 0; t < T; t++)
-			sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
-				   w->ffn_norm.dtype, dim, c->norm_eps);
-		{
-			float *y[] = { s->gate, s->up };
-			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
-			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
-		}
-		for (int t = 0; t < T; t++)
-			sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
-				  hidden);
-		{
-			float *y[] = { s->proj };
-			const struct sf_weight *mw[] = { &w->w_down };
-			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
-		}
-		for (int t = 0; t < T; t++)
-			sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
-		if ((bad = nonfinite_row(s->x, T, dim)) >= 0) {
-			sf_err_set(&s->err, SF_EFORMAT, "layer %d: non-finite hidden state at position %d",
-				   l, pos + bad);
+	for (int l = 0; l < c->n_layers; l++)
+		if (layer(m, s, l, T, pos))
 			return -1;
-		}
-	}
 
 	if (head == HEAD_NONE)
 		return 0;
@@ -439,4 +450,21 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 			return NULL;
 	}
 	return s->skip_logits ? NULL : s->logits;
+}
+
+int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos)
+{
+	if (s->err.code)
+		return -1;
+	if (l < 0 || l >= m->cfg.n_layers || T < 1 || T > s->batch || pos < 0 ||
+	    pos > s->seq_len - T || (s->observer && T > hook_tokens(s->observer->tokens)) ||
+	    (s->exec && T > hook_tokens(s->exec->tokens))) {
+		sf_err_set(&s->err, -EINVAL, "layer %d of %d: a pass of %d tokens at position %d: "
+			   "the state holds %d tokens a pass and %d positions, the hooks take %d",
+			   l, m->cfg.n_layers, T, pos, s->batch, s->seq_len,
+			   s->exec ? hook_tokens(s->exec->tokens)
+				   : s->observer ? hook_tokens(s->observer->tokens) : s->batch);
+		return -1;
+	}
+	return layer(m, s, l, T, pos) ? -1 : 0;
 }

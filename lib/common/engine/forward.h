@@ -99,6 +99,15 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 			int T, int pos, int all_logits);
 
+/* Runs layer l alone on the residual stream the caller put in s->x
+ * (T, dim), for tokens at positions pos .. pos + T - 1 (T within s->batch
+ * and what the hooks take; layer l's KV cache must hold the positions
+ * before pos), and leaves the layer's output in s->x: the floats
+ * sf_forward_batch computes in that layer from that input. For measuring
+ * one layer without running the others (tier calibration). 0, or -1 with
+ * the failure kept for sf_state_error. */
+int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos);
+
 /* The first failure of a pass since sf_state_init, its message in e:
  * SF_ELIMIT "token id N at position P: beyond the model's M embedding
  * rows (vocab_size)", or SF_EFORMAT "layer L: non-finite hidden state at

@@ -441,7 +441,6 @@ INL T256 void cab256(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtyp
 					a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
 				}
 			}
-#pragma GCC unroll 4
 			for (size_t t = 0; t < CAB256_TOKENS && t0 + t < T; t++) {
 				float *y = Y + (t0 + t) * ldy + j0;
 				_mm256_storeu_ps(y, a[t][0]);
@@ -954,7 +953,6 @@ INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtyp
 					a[t][1] = _mm512_mask3_fmadd_ps(c1, xb, a[t][1], mk);
 				}
 			}
-#pragma GCC unroll 8
 			for (size_t t = 0; t < CAB512_TOKENS && t0 + t < T; t++) {
 				float *y = Y + (t0 + t) * ldy + j0;
 				_mm512_mask_storeu_ps(y, k0, a[t][0]);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/kernels.h"
 #include "base/rng.h"
@@ -112,9 +113,10 @@ static int draw(const struct sf_prob_index *c, int last, float r)
 }
 
 /* Nucleus sampling: the smallest set of most likely tokens whose
- * probability reaches top_p. Tokens below (1 - top_p) / (n - 1) cannot be
- * in that set, so they are dropped before sorting. */
-static int sample_top_p(struct sf_sampler *s, const float *p, float coin)
+ * probability reaches top_p, as s->candidates[0, *last] of mass *mass.
+ * Tokens below (1 - top_p) / (n - 1) cannot be in that set, so they are
+ * dropped before sorting. */
+static void keep_top_p(struct sf_sampler *s, const float *p, int *last, float *mass)
 {
 	int n = s->vocab_size, m = 0;
 	float cutoff = (1.0f - s->top_p) / (float)(n > 1 ? n - 1 : 1);
@@ -128,16 +130,15 @@ static int sample_top_p(struct sf_sampler *s, const float *p, float coin)
 	}
 	qsort(s->candidates, (size_t)m, sizeof(*s->candidates), by_prob_desc);
 
-	float mass = 0.0f;
-	int last = m - 1;
+	*mass = 0.0f;
+	*last = m - 1;
 	for (int i = 0; i < m; i++) {
-		mass += s->candidates[i].prob;
-		if (mass > s->top_p) {
-			last = i;
+		*mass += s->candidates[i].prob;
+		if (*mass > s->top_p) {
+			*last = i;
 			break;
 		}
 	}
-	return draw(s->candidates, last, coin * mass);
 }
 
 /* llama.cpp's repetition penalty: once per distinct token of the window
@@ -157,8 +158,9 @@ static void penalise(struct sf_sampler *s, float *logits)
 }
 
 /* top-k, then min-p, then top-p over the candidates left, as llama.cpp
- * chains them; the candidates sorted by probability, ties by index. */
-static int sample_truncated(struct sf_sampler *s, const float *p, float coin)
+ * chains them; the candidates sorted by probability, ties by index: kept
+ * are s->candidates[0, *last], of mass *mass. */
+static void keep_truncated(struct sf_sampler *s, const float *p, int *last, float *mass)
 {
 	int n = s->vocab_size, m = 0;
 	float pmax = p[sf_argmax(p, (size_t)n)];
@@ -175,35 +177,86 @@ static int sample_truncated(struct sf_sampler *s, const float *p, float coin)
 	float total = 0.0f;
 	for (int i = 0; i < m; i++)
 		total += s->candidates[i].prob;
-	int last = m - 1;
-	float mass = 0.0f;
+	*last = m - 1;
+	*mass = 0.0f;
 	if (s->top_p > 0.0f && s->top_p < 1.0f)
 		for (int i = 0; i < m; i++) {
-			mass += s->candidates[i].prob / total;
-			if (mass > s->top_p) {
-				last = i;
+			*mass += s->candidates[i].prob / total;
+			if (*mass > s->top_p) {
+				*last = i;
 				break;
 			}
 		}
-	mass = 0.0f;
-	for (int i = 0; i <= last; i++)
-		mass += s->candidates[i].prob;
-	return draw(s->candidates, last, coin * mass);
+	*mass = 0.0f;
+	for (int i = 0; i <= *last; i++)
+		*mass += s->candidates[i].prob;
 }
 
-int sf_sample(struct sf_sampler *s, float *logits)
+/* The penalty, then the softmax at the temperature, in place; 0 when
+ * greedy (the logits penalised only). Then which truncation applies: 1
+ * none, 2 top-p alone, 3 top-k or min-p (with top-p). */
+static int scale(struct sf_sampler *s, float *logits)
 {
 	if (s->penalty != 1.0f)
 		penalise(s, logits);
 	if (s->temperature == 0.0f)
-		return sf_argmax(logits, (size_t)s->vocab_size);
+		return 0;
 	for (int i = 0; i < s->vocab_size; i++)
 		logits[i] /= s->temperature;
 	sf_softmax(logits, (size_t)s->vocab_size);
-	float coin = random_f32(&s->rng);
 	if (s->top_k > 0 || s->min_p > 0.0f)
-		return sample_truncated(s, logits, coin);
-	if (s->top_p <= 0.0f || s->top_p >= 1.0f)
+		return 3;
+	return s->top_p <= 0.0f || s->top_p >= 1.0f ? 1 : 2;
+}
+
+/* The kept candidates of a truncation (scale's 2 or 3). */
+static void keep(struct sf_sampler *s, int how, const float *p, int *last, float *mass)
+{
+	if (how == 3)
+		keep_truncated(s, p, last, mass);
+	else
+		keep_top_p(s, p, last, mass);
+}
+
+int sf_sample(struct sf_sampler *s, float *logits)
+{
+	int how = scale(s, logits), last;
+	float mass;
+
+	if (how == 0)
+		return sf_argmax(logits, (size_t)s->vocab_size);
+	float coin = random_f32(&s->rng);
+	if (how == 1)
 		return sample_all(logits, s->vocab_size, coin);
-	return sample_top_p(s, logits, coin);
+	keep(s, how, logits, &last, &mass);
+	return draw(s->candidates, last, coin * mass);
+}
+
+void sf_sampler_probs(struct sf_sampler *s, float *logits, float *probs)
+{
+	int n = s->vocab_size, how = scale(s, logits), last;
+	float mass;
+
+	if (how == 1) {
+		memcpy(probs, logits, (size_t)n * sizeof(*probs));
+		return;
+	}
+	memset(probs, 0, (size_t)n * sizeof(*probs));
+	if (how == 0) {
+		probs[sf_argmax(logits, (size_t)n)] = 1.0f;
+		return;
+	}
+	keep(s, how, logits, &last, &mass);
+	for (int i = 0; i <= last; i++)
+		probs[s->candidates[i].index] = s->candidates[i].prob / mass;
+}
+
+int sf_sampler_draw(struct sf_sampler *s, const float *probs)
+{
+	return sample_all(probs, s->vocab_size, random_f32(&s->rng));
+}
+
+float sf_sampler_coin(struct sf_sampler *s)
+{
+	return random_f32(&s->rng);
 }

@@ -45,4 +45,16 @@ int sf_argmax(const float *x, size_t n);
 /* Samples from logits (modified in place when sampling). */
 int sf_sample(struct sf_sampler *s, float *logits);
 
+/* The distribution sf_sample draws from, over the whole vocabulary, into
+ * probs (vocab_size): after the penalty, the temperature, top-k, min-p
+ * and top-p, the tokens cut off at 0; greedy: 1 at the argmax. logits
+ * are modified in place. Speculative sampling compares the draft's and
+ * the target's (speculative.h). */
+void sf_sampler_probs(struct sf_sampler *s, float *logits, float *probs);
+/* A token drawn from probs (vocab_size, summing to 1) by the sampler's
+ * generator. */
+int sf_sampler_draw(struct sf_sampler *s, const float *probs);
+/* Uniform in [0, 1) from the sampler's generator. */
+float sf_sampler_coin(struct sf_sampler *s);
+
 #endif

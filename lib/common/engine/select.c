@@ -88,6 +88,40 @@ void sf_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
 		bits[cand[c] / 64] |= 1ull << (cand[c] % 64);
 }
 
+/* |x|'s bits inverted: ascending keys are falling magnitudes */
+static uint32_t falling_key(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof(u));
+	return ~(u & 0x7fffffffu);
+}
+
+void sf_select_rank(const float *x, uint32_t n, uint32_t *order, uint64_t *scratch)
+{
+	uint64_t *src = scratch, *dst = scratch + n;
+
+	/* (key, index) pairs sorted a stable byte of the key at a time from
+	 * the lowest, starting in index order: equal magnitudes keep it */
+	for (uint32_t i = 0; i < n; i++)
+		src[i] = (uint64_t)falling_key(x[i]) << 32 | i;
+	for (int shift = 32; shift < 64; shift += 8) {
+		uint32_t count[257] = { 0 };
+		for (uint32_t i = 0; i < n; i++)
+			count[((src[i] >> shift) & 0xff) + 1]++;
+		if (count[((src[0] >> shift) & 0xff) + 1] == n)
+			continue;	/* one value of this byte: the order stands */
+		for (int b = 0; b < 256; b++)
+			count[b + 1] += count[b];
+		for (uint32_t i = 0; i < n; i++)
+			dst[count[(src[i] >> shift) & 0xff]++] = src[i];
+		uint64_t *t = src;
+		src = dst;
+		dst = t;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = (uint32_t)src[i];
+}
+
 void sf_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits)
 {
 	memset(bits, 0, (size_t)((n + 63) / 64) * 8);

@@ -16,6 +16,10 @@ void sf_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
 		    uint32_t *scratch);
 void sf_select_topk_ref(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
 			uint32_t *scratch);
+/* The entries of x[0..n) by falling |x|, ties to the lower index, into
+ * order[0..n) (its first k are the set sf_select_topk selects): a stable
+ * radix sort of |x|'s bits, NaN first. scratch: 2 * n. */
+void sf_select_rank(const float *x, uint32_t n, uint32_t *order, uint64_t *scratch);
 /* Entries with |x| > threshold. */
 void sf_select_threshold(const float *x, uint32_t n, float threshold, uint64_t *bits);
 

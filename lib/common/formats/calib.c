@@ -17,7 +17,7 @@
 // group sizes and budgets
 
 void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_model *m,
-		       enum sf_code_method method)
+		       enum sf_code_method method, int top_dtype)
 {
 	for (int g = 0; g < SF_NGROUPS; g++) {
 		const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
@@ -25,7 +25,9 @@ void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_mode
 		int n = sf_codes_group_matrices(m, 0, (enum sf_group)g, w, names);
 		s[g] = (struct sf_calib_sizes){ .entries = w[0]->cols };
 		for (int i = 0; i < n; i++) {
-			s[g].top_bytes += w[i]->rows * sf_dtype_size(w[i]->dtype);
+			enum sf_dtype dt = top_dtype == SF_CALIB_DTYPE_MODEL ? w[i]->dtype :
+					   (enum sf_dtype)top_dtype;
+			s[g].top_bytes += sf_dtype_col_bytes(dt, w[i]->rows);
 			s[g].mid_bytes += sf_codes_col_bytes(method, (size_t)w[i]->rows);
 		}
 	}

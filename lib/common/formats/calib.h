@@ -32,7 +32,8 @@
  * weigh by their size; the model budget adds every layer the same way. */
 struct sf_calib_sizes {
 	uint64_t entries;
-	uint64_t top_bytes;	/* the bundle in the model's dtype */
+	uint64_t top_bytes;	/* the bundle in the top tier's dtype (the model's, or
+				 * sf-encode --dtype's: a q4 image's budgets count q4) */
 	uint64_t mid_bytes;	/* codes and scales of the bundle */
 };
 
@@ -71,9 +72,11 @@ struct sf_calib {
 	uint8_t *part;
 };
 
-/* Group sizes of a model for codes of the given method. */
+/* Group sizes of a model for codes of the given method, the top tier in
+ * top_dtype (an enum sf_dtype, or SF_CALIB_DTYPE_MODEL: each matrix's). */
+#define SF_CALIB_DTYPE_MODEL (-1)
 void sf_calib_sizes_of(struct sf_calib_sizes s[SF_NGROUPS], const struct sf_model *m,
-		       enum sf_code_method method);
+		       enum sf_code_method method, int top_dtype);
 /* Equation 5 for one group. */
 double sf_calib_group_budget(const struct sf_calib_sizes *s, uint64_t k_top, uint64_t k_mid);
 

@@ -17,6 +17,7 @@
 #include "base/file.h"
 #include "base/jsonfile.h"
 #include "base/outfile.h"
+#include "base/quant.h"
 #include "base/vocab.h"
 
 #define FORMAT_NAME "sparseflash-image"
@@ -326,6 +327,8 @@ static int plan_group(struct plan *p, int l, enum sf_group g, struct sf_err *e)
 		G->mat[i].w = w[i];
 		G->mat[i].rows = w[i]->rows;
 		G->mat[i].dt = o->dtype == SF_IMAGE_DTYPE_KEEP ? w[i]->dtype : (enum sf_dtype)o->dtype;
+		if (G->resident && sf_dtype_is_block(G->mat[i].dt))
+			G->mat[i].dt = w[i]->dtype;	/* resident tensors stay the model's */
 		tensor_name(G->mat[i].tensor, sizeof(G->mat[i].tensor), l, g, i);
 	}
 	if (G->resident)
@@ -362,17 +365,18 @@ static int plan_group(struct plan *p, int l, enum sf_group g, struct sf_err *e)
 		for (int i = 0; i < G->nmat; i++)
 			G->mat[i].rows = K;
 	}
-	/* Each column starts on a multiple of its element size and the stride
-	 * is a multiple of the largest, so every column of every bundle is
-	 * aligned for its dtype; nothing else pads. */
+	/* Each column starts on a multiple of its dtype's alignment (the
+	 * element size; a block dtype's 2, its f16 scale) and the stride is a
+	 * multiple of the largest, so every column of every bundle is aligned
+	 * for its dtype; nothing else pads. */
 	uint64_t off = 0, amax = 1;
 	for (int i = 0; i < G->nmat; i++) {
-		uint64_t es = sf_dtype_size(G->mat[i].dt);
-		off = align_up(off, es);
+		uint64_t a = sf_dtype_align(G->mat[i].dt);
+		off = align_up(off, a);
 		G->mat[i].off = off;
-		off += G->mat[i].rows * es;
-		if (es > amax)
-			amax = es;
+		off += sf_dtype_col_bytes(G->mat[i].dt, G->mat[i].rows);
+		if (a > amax)
+			amax = a;
 	}
 	G->top_bytes = align_up(off, amax);
 	if (o->codes) {
@@ -441,6 +445,21 @@ static int check_inputs(const struct sf_image_pack_opts *o, struct sf_err *e)
 			return sf_err_set(e, SF_EMISMATCH, "%s: calibrated for %s codes, %s holds %s",
 					  o->calib_path, sf_codes_method_name(c->method), o->codes_path,
 					  sf_codes_method_name(o->codes->method));
+		/* budgets count the image's own top-tier bytes (a q4 image's, q4) */
+		struct sf_calib_sizes sz[SF_NGROUPS];
+		_Static_assert(SF_IMAGE_DTYPE_KEEP == SF_CALIB_DTYPE_MODEL, "one keep");
+		sf_calib_sizes_of(sz, m, c->method, o->dtype);
+		for (int g = 0; g < SF_NGROUPS; g++)
+			if (!((o->resident >> g) & 1) && sz[g].top_bytes != c->sizes[g].top_bytes)
+				return sf_err_set(e, SF_EMISMATCH, "%s: %s: budgets of %" PRIu64 " top-tier "
+						  "bytes an entry, the image's %s top tier has %" PRIu64
+						  " (sf-encode --calibrate --dtype as sf-pack's)",
+						  o->calib_path, sf_group_name((enum sf_group)g),
+						  c->sizes[g].top_bytes,
+						  sf_dtype_name(o->dtype == SF_IMAGE_DTYPE_KEEP ?
+								m->layers[0].wq.dtype :
+								(enum sf_dtype)o->dtype),
+						  sz[g].top_bytes);
 		for (size_t b = 0; b < c->nbudgets; b++)
 			for (int l = 0; l < c->n_layers; l++)
 				for (int g = 0; g < SF_NGROUPS; g++) {
@@ -804,18 +823,51 @@ static int transpose(const struct pgroup *G, const struct pmat *M, uint8_t *t, s
 	return 0;
 }
 
-static int write_top(struct wr *w, const struct pgroup *G, struct sf_err *e)
+/* Matrix M's columns in its block dtype: transposed to f32 in f (cols *
+ * rows floats), each column quantized into t. */
+static int quantize(const struct pgroup *G, const struct pmat *M, float *f, uint8_t *t,
+		    enum sf_quant_method qm, struct sf_err *e)
+{
+	struct pmat F = *M;
+	uint64_t cb = sf_dtype_col_bytes(M->dt, M->rows);
+	int ret;
+
+	F.dt = SF_DTYPE_F32;
+	if ((ret = transpose(G, &F, (uint8_t *)f, e)))
+		return ret;
+	for (uint64_t j = 0; j < M->w->cols; j++)
+		if (sf_quant_column(t + j * cb, M->dt, f + j * M->rows, (size_t)M->rows, qm))
+			return sf_err_set(e, SF_ELIMIT, "%s: column %" PRIu64 ": a weight not "
+					  "finite or a block's scale beyond the F16 range",
+					  M->tensor, j);
+	return 0;
+}
+
+static int write_top(struct wr *w, const struct pgroup *G, enum sf_quant_method qm,
+		     struct sf_err *e)
 {
 	uint8_t *t[SF_GROUP_MAX_MATRICES] = { 0 }, *bundle = NULL;
+	float *f = NULL;
 	int ret = 0;
 
 	for (int i = 0; i < G->nmat; i++) {
-		size_t sz = (size_t)(G->mat[i].w->cols * G->mat[i].rows * sf_dtype_size(G->mat[i].dt));
+		const struct pmat *M = &G->mat[i];
+		size_t sz = (size_t)(M->w->cols * sf_dtype_col_bytes(M->dt, M->rows));
 		if (!(t[i] = malloc(sz ? sz : 1))) {
-			ret = sf_err_set(e, -ENOMEM, "%s: out of memory", G->mat[i].tensor);
+			ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
 			goto out;
 		}
-		if ((ret = transpose(G, &G->mat[i], t[i], e)))
+		if (!sf_dtype_is_block(M->dt)) {
+			if ((ret = transpose(G, M, t[i], e)))
+				goto out;
+			continue;
+		}
+		free(f);
+		if (!(f = malloc((size_t)(M->w->cols * M->rows * sizeof(float)) + 1))) {
+			ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
+			goto out;
+		}
+		if ((ret = quantize(G, M, f, t[i], qm, e)))
 			goto out;
 	}
 	if (!(bundle = calloc(1, (size_t)G->top_bytes))) {
@@ -824,7 +876,7 @@ static int write_top(struct wr *w, const struct pgroup *G, struct sf_err *e)
 	}
 	for (uint32_t p = 0; p < G->entries; p++) {
 		for (int i = 0; i < G->nmat; i++) {
-			size_t col = (size_t)(G->mat[i].rows * sf_dtype_size(G->mat[i].dt));
+			size_t col = (size_t)sf_dtype_col_bytes(G->mat[i].dt, G->mat[i].rows);
 			memcpy(bundle + G->mat[i].off, t[i] + (size_t)G->perm[p] * col, col);
 		}
 		if ((ret = wr_put(w, bundle, (size_t)G->top_bytes, 1, e)))
@@ -834,6 +886,7 @@ out:
 	for (int i = 0; i < G->nmat; i++)
 		free(t[i]);
 	free(bundle);
+	free(f);
 	return ret;
 }
 
@@ -846,6 +899,13 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 		return sf_err_set(e, -EIO, "%s: region '%s' at %" PRIu64 ", planned at %" PRIu64,
 				  w->name, r->name, w->pos, r->offset);
 	w->crc = 0;
+	if (o->skeleton && (r->kind == SF_REGION_TOP || r->kind == SF_REGION_MID)) {
+		if ((ret = wr_flush(w, e)))	/* a hole: nothing written */
+			return ret;
+		w->pos = align_up(r->offset + r->length, SF_IMAGE_ALIGN);
+		r->crc = 0;
+		return 0;
+	}
 	switch (r->kind) {
 	case SF_REGION_RESIDENT:
 		for (size_t i = 0; i < p->nt && !ret; i++) {
@@ -873,7 +933,7 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 		}
 		break;
 	case SF_REGION_TOP:
-		ret = write_top(w, &p->g[r->layer * SF_NGROUPS + (int)r->g], e);
+		ret = write_top(w, &p->g[r->layer * SF_NGROUPS + (int)r->g], o->quant, e);
 		break;
 	case SF_REGION_MID: {
 		const struct pgroup *G = &p->g[r->layer * SF_NGROUPS + (int)r->g];
@@ -979,6 +1039,10 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 	if ((ret = wr_flush(&w, e)))
 		goto out;
 	uint64_t end = w.pos;
+	if (o->skeleton && ftruncate(w.fd, (off_t)end)) {	/* a hole at the end too */
+		ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
 	/* the CRCs are in: the header keeps its length (fixed-width hex) */
 	free(text);
 	json_t *h = header_json(&p);
@@ -1298,7 +1362,7 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 		tensor_name(want_tensor, sizeof(want_tensor), l, g, (int)i);
 		if (sf_json_str(m, "name", &name, mw, e) || strcmp(name, names[i]) ||
 		    sf_json_str(m, "tensor", &tensor, mw, e) || strcmp(tensor, want_tensor) ||
-		    sf_json_str(m, "dtype", &dt, mw, e) || sf_dtype_parse(dt, &M->dtype) ||
+		    sf_json_str(m, "dtype", &dt, mw, e) || sf_dtype_parse_any(dt, &M->dtype) ||
 		    sf_json_str(m, "source_dtype", &sdt, mw, e) ||
 		    sf_dtype_parse(sdt, &M->source_dtype))
 			return sf_err_set(e, SF_EFORMAT, "%s: %s: matrix %zu: expected %s (%s) with "
@@ -1322,16 +1386,19 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: %" PRIu64 " rows of %" PRIu64
 					  ": only ffn_in on flash drops rows", path, what, M->name,
 					  M->rows, M->source_rows);
+		if (G->resident && sf_dtype_is_block(M->dtype))
+			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: resident in block dtype %s",
+					  path, what, M->name, sf_dtype_name(M->dtype));
 		if (G->resident)
 			continue;	/* not in bundles: no layout to check */
-		uint64_t es = sf_dtype_size(M->dtype);
-		top_end = align_up(top_end, es);
+		uint64_t a = sf_dtype_align(M->dtype);
+		top_end = align_up(top_end, a);
 		if (M->offset != top_end)
 			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: bundle offset %" PRIu64
 					  ", expected %" PRIu64, path, what, M->name, M->offset, top_end);
-		top_end += M->rows * es;
-		if (es > amax)
-			amax = es;
+		top_end += sf_dtype_col_bytes(M->dtype, M->rows);
+		if (a > amax)
+			amax = a;
 		if (M->mid_offset != mid)
 			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: middle offset %" PRIu64
 					  ", expected %" PRIu64, path, what, M->name, M->mid_offset, mid);
@@ -1923,11 +1990,20 @@ out:
 	return ret;
 }
 
+int sf_image_top_dtype(const struct sf_image *img)
+{
+	for (int i = 0; i < img->cfg.n_layers * SF_NGROUPS; i++)
+		if (!img->groups[i].resident)
+			return (int)img->groups[i].mat[0].dtype;
+	return -1;
+}
+
 json_t *sf_image_info_json(const struct sf_image *img)
 {
 	uint64_t by_kind[SF_REGION_NKINDS] = { 0 }, in_regions = 0;
 	json_t *o = json_object(), *sizes = json_object(), *regions = json_array(),
-	       *groups = json_array(), *methods = json_object(), *dtypes = json_array();
+	       *groups = json_array(), *methods = json_object(), *dtypes = json_array(),
+	       *top_by_dtype = json_object();
 
 	for (size_t i = 0; i < img->nregions; i++) {
 		const struct sf_image_region *R = &img->regions[i];
@@ -1966,6 +2042,12 @@ json_t *sf_image_info_json(const struct sf_image *img)
 			}
 			json_object_set_new(x, "dtypes", md);
 			if (!G->resident) {
+				/* a group's matrices share one dtype (sf-pack --dtype) */
+				const char *dn = sf_dtype_name(G->mat[0].dtype);
+				json_t *tb = json_object_get(top_by_dtype, dn);
+				json_object_set_new(top_by_dtype, dn, ju((tb ? (uint64_t)json_integer_value(tb)
+								  : 0) + (uint64_t)G->entries *
+								 G->top_bytes));
 				json_object_set_new(x, "method", json_string(G->method));
 				json_object_set_new(x, "top_bytes", ju(G->top_bytes));
 				json_object_set_new(x, "mid_bytes", ju(G->mid_bytes));
@@ -1984,6 +2066,7 @@ json_t *sf_image_info_json(const struct sf_image *img)
 			    sf_arch_name(img->cfg.arch), "layers", img->cfg.n_layers, "dim",
 			    img->cfg.dim, "hidden_dim", img->cfg.hidden_dim, "vocab_size",
 			    img->cfg.vocab_size));
+	json_object_set_new(sizes, "top_by_dtype", top_by_dtype);
 	json_object_set_new(o, "sizes", sizes);
 	json_object_set_new(o, "top_dtypes", dtypes);
 	json_object_set_new(o, "placement_methods", methods);

@@ -15,6 +15,7 @@
 #include "formats/calib.h"
 #include "formats/codes.h"
 #include "base/err.h"
+#include "base/quant.h"
 #include "base/vocab.h"
 #include "formats/model.h"
 #include "formats/placement.h"
@@ -50,16 +51,17 @@ struct sf_image_region {
 
 /* One matrix of a group as the image holds it. Within a top-tier bundle
  * its column is rows elements of dtype at byte offset; within a
- * middle-tier entry its sf_codes record of mid_bytes at mid_offset. */
+ * middle-tier entry its sf_codes record of mid_bytes at mid_offset.
+ * A column is sf_dtype_col_bytes(dtype, rows) bytes. */
 struct sf_image_matrix {
 	char name[8];			/* "q", "gate", ... */
 	char tensor[64];		/* its Hugging Face tensor name */
 	uint64_t rows;			/* rows in a bundle: the kept neurons with --keep */
 	uint64_t source_rows;		/* rows of the model's matrix */
 	uint64_t cols;			/* = the group's source entries */
-	enum sf_dtype dtype;		/* of the top tier */
+	enum sf_dtype dtype;		/* of the top tier: an element or block dtype */
 	enum sf_dtype source_dtype;	/* of the model (enters the fingerprint) */
-	uint64_t offset;		/* in a top bundle; a multiple of the element size */
+	uint64_t offset;		/* in a top bundle; a multiple of sf_dtype_align */
 	uint64_t mid_offset, mid_bytes;	/* in a middle entry; mid_bytes 0 without codes */
 };
 
@@ -215,6 +217,10 @@ int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err
  * open). sf-pack --verify then builds the tokenizer too. */
 int sf_image_verify(const struct sf_image *img, struct sf_err *e);
 
+/* The top tier's dtype (sf-pack --dtype gives every group on flash the
+ * same): the first group on flash's, or -1 when every group is resident. */
+int sf_image_top_dtype(const struct sf_image *img);
+
 /* The sf-pack --info summary (see man/sf-pack.1). */
 json_t *sf_image_info_json(const struct sf_image *img);
 
@@ -253,8 +259,15 @@ struct sf_image_pack_opts {
 	const struct sf_image_keep *keep;	/* NULL: every neuron */
 	const char *keep_path;
 	unsigned resident;		/* bit g set: group g kept in the resident blob */
-	int dtype;			/* top tier: SF_IMAGE_DTYPE_KEEP or an enum sf_dtype */
+	int dtype;			/* top tier: SF_IMAGE_DTYPE_KEEP or an enum sf_dtype
+					 * (a block dtype quantizes the groups on flash;
+					 * resident ones keep the model's) */
+	enum sf_quant_method quant;	/* a block dtype's scales (base/quant.h) */
 	json_t *producer;		/* {"program", "version", "options"}: borrowed */
+	/* 1: the top- and middle-tier regions are left as holes (CRC 0): an
+	 * image to take sf-run's memory figures from before packing (sf-pack
+	 * --dry-run), which only --verify or decoding would tell apart */
+	int skeleton;
 	/* Called after each region with the bytes written so far (may be NULL). */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
@@ -267,7 +280,8 @@ struct sf_image_pack_opts {
  * the placement, codes, calib and keep files) is refused. Checks the
  * inputs belong to the model (fingerprints, groups, sizes) before
  * anything is written. Memory: per group its matrices in the top-tier
- * dtype (ffn_in: 2 * hidden_dim * dim elements) plus a 4 MiB buffer.
+ * dtype (ffn_in: 2 * hidden_dim * dim elements) plus a 4 MiB buffer, and
+ * for a block dtype one matrix in f32 (hidden_dim * dim * 4 bytes).
  * *written gets the file's size (may be NULL). */
 int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t *written,
 		  struct sf_err *e);

@@ -229,6 +229,9 @@ float sf_weight_at(const struct sf_weight *w, uint64_t i)
 	case SF_DTYPE_BF16:
 		memcpy(&h, p + i * 2, 2);
 		return sf_bf16_to_f32(h);
+	case SF_DTYPE_Q8:
+	case SF_DTYPE_Q4:
+		break;	/* no model tensor is one (sf_dtype_parse) */
 	}
 	return 0.0f;
 }

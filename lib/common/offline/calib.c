@@ -12,6 +12,7 @@
 #include "engine/codes.h"
 #include "engine/forward.h"
 #include "engine/kernels.h"
+#include "engine/select.h"
 #include "offline/calib.h"
 
 /* The realised budget of a layer: its groups' bytes over their dense bytes. */
@@ -35,100 +36,135 @@ struct config {
 
 enum { MODE_RECORD, MODE_EVAL };
 
+/* Tokens a forward pass of the calibration takes (at most the window):
+ * each weight of a product serves that many tokens. */
+#define CALIB_BATCH 64
+
+/* The middle tier of the layer under test, decoded once for all its
+ * candidates and tokens: per group and matrix, each column's values and
+ * the factor its input is multiplied by first (sf_codes_factors), so a
+ * column-accumulate over them takes decode-accumulate's steps. */
+struct mid_layer {
+	float *values[SF_NGROUPS][SF_GROUP_MAX_MATRICES];	/* (entries, rows) */
+	float *factor[SF_NGROUPS][SF_GROUP_MAX_MATRICES];	/* (entries) */
+};
+
 /* One worker's evaluator: a run state and the scratch of the hook. */
 struct evaluator {
 	const struct sf_model *m;
 	const struct sf_sfq *q;
+	const struct mid_layer *mid;	/* shared */
 	struct sf_runstate s;
 	int mode, layer;
 	struct config cfg;
-	size_t tok;		/* token being run */
+	size_t tok;		/* the pass's first token */
 	float *dense;		/* (ntok, n_layers, dim) dense layer outputs: shared */
-	float *delta;		/* (dim) this token's sparse layer output */
-	float *xm;		/* (max entries) input with only top-tier entries */
-	uint32_t *order;	/* (max entries) entries by falling magnitude */
-	float *mxv;		/* (max entries) middle-tier inputs */
-	const float *cur_in;	/* for the sort comparator */
+	float *xin;		/* (ntok, n_layers, dim) dense residual stream into each layer: shared */
+	float *delta;		/* (batch, dim) the pass's attention outputs */
+	float *xm;		/* (batch, n) inputs with only their top-tier entries */
+	uint32_t *order;	/* (batch, n) each token's entries by falling magnitude */
+	float *mxv;		/* (max entries) one token's middle-tier inputs */
+	uint64_t *rank_scratch;	/* (2, max entries) */
 	double err, ref;
 };
 
-static void dense_product(const float *in, int nout, float *const *out,
-			  const struct sf_weight *const *w)
-{
-	for (int i = 0; i < nout; i++)
-		sf_matvec_rows(out[i], w[i]->data, w[i]->dtype, (size_t)w[i]->cols, in, 0,
-			       (size_t)w[i]->rows);
-}
-
-static int by_magnitude(const void *a, const void *b, void *arg)
-{
-	const float *x = arg;
-	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
-	float u = fabsf(x[i]), v = fabsf(x[j]);
-	if (u != v)
-		return u > v ? -1 : 1;
-	return i < j ? -1 : i > j;	/* ties by index: one ranking, reproducible */
-}
-
-/* The three tiers of one group: the entries ranked by |x| (one ranking
- * for the whole group), the first k_top through the dense weights, the
- * next k_mid through the codes, the rest omitted. */
+/* The three tiers of one group for the T tokens of a pass, in (T, n):
+ * each token's entries ranked by |x| (one ranking for the whole group),
+ * the first k_top through the dense weights (one product for the pass),
+ * the next k_mid through the codes, the rest omitted. */
 static void tiered_product(struct evaluator *E, int layer, enum sf_group g, const float *in,
-			   size_t n, int nout, float *const *out, const struct sf_weight *const *w)
+			   int T, size_t n, int nout, float *const *out,
+			   const struct sf_weight *const *w)
 {
 	uint64_t kt = E->cfg.k_top[g], km = E->cfg.k_mid[g];
 	const struct sf_sfq_section *sec = sf_sfq_find(E->q, layer, g);
 
-	for (uint32_t j = 0; j < n; j++)
-		E->order[j] = j;
-	qsort_r(E->order, n, sizeof(uint32_t), by_magnitude, (void *)in);
-	memset(E->xm, 0, n * sizeof(float));
-	for (uint64_t r = 0; r < kt; r++)
-		E->xm[E->order[r]] = in[E->order[r]];
-	dense_product(E->xm, nout, out, w);
+	for (int t = 0; t < T; t++) {
+		const float *x = in + (size_t)t * n;
+		uint32_t *order = E->order + (size_t)t * n;
+		float *xm = E->xm + (size_t)t * n;
+		sf_select_rank(x, (uint32_t)n, order, E->rank_scratch);
+		memset(xm, 0, n * sizeof(float));
+		for (uint64_t r = 0; r < kt; r++)
+			xm[order[r]] = x[order[r]];
+	}
+	sf_group_dense_batch(NULL, E->xm, n, T, nout, out, w);
 	if (km == 0 || !sec)
 		return;
-	for (uint64_t r = 0; r < km; r++)
-		E->mxv[r] = in[E->order[kt + r]];
-	for (int i = 0; i < nout; i++) {
-		struct sf_codes_view v = sf_sfq_view(E->q, sec, i);
-		sf_codes_colaccum(out[i], &v, 0, v.m, E->order + kt, E->mxv, (size_t)km);
+	for (int t = 0; t < T; t++) {
+		const float *x = in + (size_t)t * n;
+		const uint32_t *order = E->order + (size_t)t * n + kt;
+		for (int i = 0; i < nout; i++) {
+			const float *f = E->mid->factor[g][i];
+			size_t rows = (size_t)w[i]->rows;
+			for (uint64_t r = 0; r < km; r++)
+				E->mxv[r] = x[order[r]] * f[order[r]];
+			sf_colaccum(out[i] + (size_t)t * rows, rows, E->mid->values[g][i],
+				    SF_DTYPE_F32, rows, order, E->mxv, (size_t)km);
+		}
 	}
+}
+
+/* Decodes layer l's middle tier into M, allocated at its first use (every
+ * layer has the same shapes). */
+static int decode_mid(struct mid_layer *M, const struct sf_sfq *q, int l, struct sf_err *e)
+{
+	for (int g = 0; g < SF_NGROUPS; g++) {
+		const struct sf_sfq_section *sec = sf_sfq_find(q, l, (enum sf_group)g);
+		for (int i = 0; sec && i < sec->nmat; i++) {
+			struct sf_codes_view v = sf_sfq_view(q, sec, i);
+			if (!M->values[g][i] &&
+			    (!(M->values[g][i] = malloc(sec->entries * v.m * sizeof(float))) ||
+			     !(M->factor[g][i] = malloc(sec->entries * sizeof(float)))))
+				return sf_err_set(e, -ENOMEM, "calibration: the middle tier of a "
+						  "layer as floats: %s", strerror(ENOMEM));
+			for (uint64_t c = 0; c < sec->entries; c++)
+				M->factor[g][i][c] = sf_codes_factors(v.method, v.codebook,
+								      v.base + c * v.stride, v.m,
+								      M->values[g][i] + c * v.m);
+		}
+	}
+	return 0;
+}
+
+static void mid_free(struct mid_layer *M)
+{
+	for (int g = 0; g < SF_NGROUPS; g++)
+		for (int i = 0; i < SF_GROUP_MAX_MATRICES; i++) {
+			free(M->values[g][i]);
+			free(M->factor[g][i]);
+		}
 }
 
 static void hook(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n,
 		 int nout, float *const *out, const struct sf_weight *const *w)
 {
 	struct evaluator *E = ctx;
-	(void)T;	/* one token a call: the exec's tokens is 0 */
-	size_t dim = (size_t)E->m->cfg.dim;
+	size_t dim = (size_t)E->m->cfg.dim, L = (size_t)E->m->cfg.n_layers;
 	int is_out = g == SF_GROUP_ATTN_OUT || g == SF_GROUP_FFN_OUT;
 
 	if (E->mode == MODE_RECORD) {
-		dense_product(in, nout, out, w);
-		if (is_out) {
-			float *d = E->dense + (E->tok * (size_t)E->m->cfg.n_layers + (size_t)layer) * dim;
-			sf_axpy_f32(d, 1.0f, out[0], dim);
-		}
+		/* the residual stream into the layer is the forward pass's own */
+		for (int t = 0; g == SF_GROUP_ATTN_IN && t < T; t++)
+			memcpy(E->xin + ((E->tok + (size_t)t) * L + (size_t)layer) * dim,
+			       E->s.x + (size_t)t * dim, dim * sizeof(float));
+		sf_group_dense_batch(NULL, in, n, T, nout, out, w);
+		for (int t = 0; is_out && t < T; t++)
+			sf_axpy_f32(E->dense + ((E->tok + (size_t)t) * L + (size_t)layer) * dim, 1.0f,
+				    out[0] + (size_t)t * dim, dim);
 		return;
 	}
-	if (layer < E->layer) {
-		dense_product(in, nout, out, w);
-		return;
-	}
-	if (layer > E->layer) {
-		/* nothing after the layer under test matters */
-		for (int i = 0; i < nout; i++)
-			memset(out[i], 0, (size_t)w[i]->rows * sizeof(float));
-		return;
-	}
-	tiered_product(E, layer, g, in, n, nout, out, w);
+	/* MODE_EVAL: only the layer under test runs (sf_forward_layer) */
+	tiered_product(E, layer, g, in, T, n, nout, out, w);
 	if (g == SF_GROUP_ATTN_OUT)
-		memcpy(E->delta, out[0], dim * sizeof(float));
-	if (g == SF_GROUP_FFN_OUT) {
-		const float *d = E->dense + (E->tok * (size_t)E->m->cfg.n_layers + (size_t)layer) * dim;
+		memcpy(E->delta, out[0], (size_t)T * dim * sizeof(float));
+	if (g != SF_GROUP_FFN_OUT)
+		return;
+	for (int t = 0; t < T; t++) {
+		const float *d = E->dense + ((E->tok + (size_t)t) * L + (size_t)layer) * dim;
+		const float *delta = E->delta + (size_t)t * dim, *o = out[0] + (size_t)t * dim;
 		for (size_t i = 0; i < dim; i++) {
-			double diff = (double)E->delta[i] + out[0][i] - d[i];
+			double diff = (double)delta[i] + o[i] - d[i];
 			E->err += diff * diff;
 			E->ref += (double)d[i] * d[i];
 		}
@@ -142,13 +178,16 @@ static void evaluator_free(struct evaluator *E)
 	free(E->xm);
 	free(E->order);
 	free(E->mxv);
+	free(E->rank_scratch);
 }
 
 static int evaluator_init(struct evaluator *E, const struct sf_model *m, const struct sf_sfq *q,
-			  int window, float *dense, struct sf_err *e)
+			  const struct mid_layer *mid, int window, float *dense, float *xin,
+			  struct sf_err *e)
 {
 	size_t mx = (size_t)m->cfg.hidden_dim;
 	size_t qd = (size_t)m->cfg.n_heads * (size_t)m->cfg.head_dim;
+	int batch = window < CALIB_BATCH ? window : CALIB_BATCH;
 	if ((size_t)m->cfg.dim > mx)
 		mx = (size_t)m->cfg.dim;
 	if (qd > mx)
@@ -156,31 +195,49 @@ static int evaluator_init(struct evaluator *E, const struct sf_model *m, const s
 	memset(E, 0, sizeof(*E));
 	E->m = m;
 	E->q = q;
+	E->mid = mid;
 	E->dense = dense;
-	int ret = sf_state_init(&E->s, &m->cfg, window, e);
+	E->xin = xin;
+	int ret = sf_state_init_batch(&E->s, &m->cfg, window, batch, e);
 	if (ret)
 		return ret;
 	E->s.skip_logits = 1;
-	if (!(E->delta = malloc((size_t)m->cfg.dim * sizeof(float))) ||
-	    !(E->xm = malloc(mx * sizeof(float))) || !(E->order = malloc(mx * sizeof(uint32_t))) ||
-	    !(E->mxv = malloc(mx * sizeof(float)))) {
+	if (!(E->delta = malloc((size_t)batch * (size_t)m->cfg.dim * sizeof(float))) ||
+	    !(E->xm = malloc((size_t)batch * mx * sizeof(float))) ||
+	    !(E->order = malloc((size_t)batch * mx * sizeof(uint32_t))) ||
+	    !(E->mxv = malloc(mx * sizeof(float))) ||
+	    !(E->rank_scratch = malloc(2 * mx * sizeof(uint64_t)))) {
 		evaluator_free(E);
 		return sf_err_set(e, -ENOMEM, "calibration: %s", strerror(ENOMEM));
 	}
 	return 0;
 }
 
-/* Runs every window through the forward pass with the hook. */
+/* Runs every window in passes of the state's batch: the whole model
+ * (MODE_RECORD, from the tokens) or only the layer under test (MODE_EVAL,
+ * from the residual stream recorded into it, which the layers before it
+ * would compute again). */
 static void run_tokens(struct evaluator *E, const int32_t *tokens, size_t n, int window)
 {
-	struct sf_group_exec ex = { .fn = hook, .ctx = E };
+	struct sf_group_exec ex = { .fn = hook, .ctx = E, .tokens = E->s.batch };
+	size_t dim = (size_t)E->m->cfg.dim, L = (size_t)E->m->cfg.n_layers;
+
 	E->s.exec = &ex;
 	E->err = E->ref = 0.0;
 	for (size_t w0 = 0; w0 < n; w0 += (size_t)window) {
 		size_t len = n - w0 < (size_t)window ? n - w0 : (size_t)window;
-		for (size_t p = 0; p < len; p++) {
+		for (size_t p = 0, T; p < len; p += T) {
+			T = len - p < (size_t)E->s.batch ? len - p : (size_t)E->s.batch;
 			E->tok = w0 + p;
-			sf_forward(E->m, &E->s, tokens[w0 + p], (int)p);
+			if (E->mode == MODE_RECORD) {
+				sf_forward_batch(E->m, &E->s, tokens + E->tok, (int)T, (int)p, 0);
+				continue;
+			}
+			for (size_t t = 0; t < T; t++)
+				memcpy(E->s.x + t * dim,
+				       E->xin + ((E->tok + t) * L + (size_t)E->layer) * dim,
+				       dim * sizeof(float));
+			sf_forward_layer(E->m, &E->s, E->layer, (int)T, (int)p);
 		}
 	}
 	E->s.exec = NULL;
@@ -197,7 +254,26 @@ struct batch {
 	const struct config *cand;
 	double *err;
 	size_t n;
+	/* progress: configurations scored in all and in this layer, the
+	 * estimate of this layer's count */
+	const struct sf_calib_opts *o;
+	struct sf_calib_progress p;
+	uint64_t layer_configs;
+	double layer_estimate;
 };
+
+static void report(struct batch *B)
+{
+	double f = B->layer_estimate > 0 ? (double)B->layer_configs / B->layer_estimate : 0.0;
+	if (!B->o->progress)
+		return;
+	if (f > 0.99)	/* more than estimated: not done before the layer ends */
+		f = 0.99;
+	B->p.fraction = B->p.layers ? (B->p.layers_done + f) / B->p.layers : 1.0;
+	if (B->p.fraction > 1.0)
+		B->p.fraction = 1.0;
+	B->o->progress(B->o->progress_arg, &B->p);
+}
 
 static void batch_worker(void *arg, int ith, int nth)
 {
@@ -222,6 +298,9 @@ static void evaluate(struct sf_pool *pool, struct batch *B, const struct config 
 		sf_pool_run(pool, batch_worker, B);
 	else
 		batch_worker(B, 0, 1);
+	B->p.configs += n;
+	B->layer_configs += n;
+	report(B);
 }
 
 static void config_of(struct config *c, const struct sf_calib_sizes *sz, const double *b)
@@ -363,7 +442,9 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	int L = m->cfg.n_layers, nth = pool ? sf_pool_size(pool) : 1, ret = 0, made = 0;
 	size_t dim = (size_t)m->cfg.dim, order[SF_CALIB_MAX_BUDGETS];
 	struct evaluator *ev = calloc((size_t)nth, sizeof(*ev));
-	float *dense = NULL;
+	struct sf_top_model tm = { 0 };
+	struct mid_layer mid = { 0 };
+	float *dense = NULL, *xin = NULL;
 
 	memset(C, 0, sizeof(*C));
 	if (!ev || o->nbudgets == 0 || o->nbudgets > SF_CALIB_MAX_BUDGETS || n == 0 ||
@@ -379,6 +460,12 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 					 o->budgets[i]);
 			goto out;
 		}
+	/* a quantized top tier: every evaluation computes with its weights */
+	if (sf_dtype_is_block(o->top_dtype)) {
+		if ((ret = sf_top_model_init(&tm, m, o->top_dtype, o->quant, e)))
+			goto out;
+		m = &tm.m;
+	}
 	for (int l = 0; l < L; l++)
 		if (!(o->dense_layers && o->dense_layers[l]) && !(o->layers && !o->layers[l]))
 			for (int g = 0; g < SF_NGROUPS; g++)
@@ -395,9 +482,11 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	C->tokens = n;
 	C->window = o->window;
 	memcpy(C->budgets, o->budgets, o->nbudgets * sizeof(double));
-	sf_calib_sizes_of(C->sizes, m, q->method);
+	sf_calib_sizes_of(C->sizes, m, q->method, sf_dtype_is_block(o->top_dtype) ?
+			  (int)o->top_dtype : SF_CALIB_DTYPE_MODEL);
 	if (!(C->layers = calloc(o->nbudgets * (size_t)L, sizeof(*C->layers))) ||
 	    !(dense = calloc(n * (size_t)L * dim, sizeof(float))) ||
+	    !(xin = malloc(n * (size_t)L * dim * sizeof(float))) ||
 	    (o->layers && !(C->part = malloc((size_t)L)))) {
 		ret = sf_err_set(e, -ENOMEM, "calibration: %s", strerror(ENOMEM));
 		goto out;
@@ -405,7 +494,7 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	if (o->layers)
 		memcpy(C->part, o->layers, (size_t)L);
 	for (; made < nth; made++)
-		if ((ret = evaluator_init(&ev[made], m, q, o->window, dense, e)))
+		if ((ret = evaluator_init(&ev[made], m, q, &mid, o->window, dense, xin, e)))
 			goto out;
 
 	/* the dense layer outputs every configuration is measured against */
@@ -420,7 +509,18 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 	for (size_t i = 0; i < o->nbudgets; i++)
 		order[i] = i;
 	qsort_r(order, o->nbudgets, sizeof(size_t), by_budget_desc, (void *)o->budgets);
-	struct batch B = { .ev = ev, .tokens = tokens, .ntok = n, .window = o->window };
+	struct batch B = { .ev = ev, .tokens = tokens, .ntok = n, .window = o->window, .o = o };
+	/* the first layer's configurations, estimated: step 1 lowers the
+	 * layer from 1 to the lowest target by steps of SF_CALIB_STEP of one
+	 * group (a quarter of the layer on average), each scoring every group;
+	 * at each target step 2's grid per group, step 1's rounding and TEAL */
+	double lowest = 1.0;
+	for (size_t i = 0; i < o->nbudgets; i++)
+		lowest = o->budgets[i] < lowest ? o->budgets[i] : lowest;
+	B.layer_estimate = (1.0 - lowest) / (SF_CALIB_STEP / SF_NGROUPS) * SF_NGROUPS +
+			   (double)o->nbudgets * (2 + SF_NGROUPS * SF_CALIB_GRID);
+	for (int l = 0; l < L; l++)
+		B.p.layers += !(o->layers && !o->layers[l]) && !(o->dense_layers && o->dense_layers[l]);
 	for (int l = 0; l < L; l++) {
 		if (o->layers && !o->layers[l])
 			continue;	/* another part's */
@@ -435,10 +535,15 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 				}
 			}
 		} else {
+			if ((ret = decode_mid(&mid, q, l, e)))
+				goto out;
+			B.layer_configs = 0;
 			calibrate_layer(C, l, order, pool, &B);
+			B.p.layers_done++;
+			B.layer_estimate = (double)B.layer_configs;	/* the next is alike */
+			B.layer_configs = 0;
+			report(&B);
 		}
-		if (o->progress)
-			o->progress(o->progress_arg, l + 1, L);
 	}
 	if (!C->part)
 		sf_calib_realise(C);
@@ -447,6 +552,9 @@ out:
 		evaluator_free(&ev[i]);
 	free(ev);
 	free(dense);
+	free(xin);
+	mid_free(&mid);
+	sf_top_model_free(&tm);
 	if (ret)
 		sf_calib_free(C);
 	return ret;

@@ -14,6 +14,17 @@
 #include "formats/calib.h"
 #include "formats/codes.h"
 #include "formats/model.h"
+#include "offline/encode.h"
+
+/* How far a calibration is: configurations scored (each one pass of the
+ * calibration tokens through one layer), the estimated share of the whole
+ * done (a layer's count of configurations is estimated from the layer
+ * before, the first from the step sizes), and the layers. */
+struct sf_calib_progress {
+	uint64_t configs;
+	double fraction;	/* 0..1 */
+	int layers_done, layers;	/* of those calibrated (not dense, in the part) */
+};
 
 struct sf_calib_opts {
 	const double *budgets;		/* each in (0, 1] */
@@ -23,9 +34,16 @@ struct sf_calib_opts {
 	 * these (sf_calib.part, merged by sf_calib_merge); NULL: every layer */
 	const uint8_t *layers;
 	int window;			/* tokens per window scored from an empty context */
-	/* called after each layer calibrated (NULL: none), from the caller's
-	 * thread: done of total layers */
-	void (*progress)(void *arg, int done, int total);
+	/* SF_DTYPE_Q8 or SF_DTYPE_Q4: the top tier of the image to be, its
+	 * columns quantized with quant (sf_top_model): the top tier computes
+	 * with them, the dense outputs measured against are theirs, and
+	 * budgets count their bytes (SpAx on Q4_K_M); any other value: the
+	 * model's own weights and dtype */
+	enum sf_dtype top_dtype;
+	enum sf_quant_method quant;
+	/* called after every step (a batch of configurations scored) and
+	 * every layer calibrated (NULL: none), from the caller's thread */
+	void (*progress)(void *arg, const struct sf_calib_progress *p);
 	void *progress_arg;
 };
 
@@ -35,7 +53,8 @@ struct sf_calib_opts {
  * parts calibrated apart and merged equal one run. The
  * pool (NULL: the caller) evaluates candidate configurations in parallel.
  * Memory: per thread a run state of one window, plus n * n_layers * dim
- * floats of dense layer outputs. */
+ * floats of dense layer outputs, and with a quantized top_dtype the flash
+ * matrices in f32 (sf_top_model). */
 int sf_calib_run(struct sf_calib *c, const struct sf_model *m, const struct sf_sfq *q,
 		 const int32_t *tokens, size_t n, const struct sf_calib_opts *o,
 		 struct sf_pool *pool, struct sf_err *e);

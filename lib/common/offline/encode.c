@@ -316,3 +316,84 @@ out:
 	return ret;
 }
 
+
+// ----------------------------------------------------------------------------
+// the model as a quantized top tier holds it
+
+/* The flash matrices of layer L, in the image's order. */
+static void flash_matrices(struct sf_layer_weights *L, struct sf_weight *w[7])
+{
+	w[0] = &L->wq, w[1] = &L->wk, w[2] = &L->wv, w[3] = &L->wo;
+	w[4] = &L->w_gate, w[5] = &L->w_up, w[6] = &L->w_down;
+}
+
+int sf_top_model_init(struct sf_top_model *t, const struct sf_model *m, enum sf_dtype dt,
+		      enum sf_quant_method qm, struct sf_err *e)
+{
+	uint64_t total = 0, maxrows = 0;
+	float *col = NULL;
+	uint8_t *q = NULL;
+	struct sf_weight *w[7];
+	int ret = 0;
+
+	memset(t, 0, sizeof(*t));
+	t->m = *m;
+	t->m.layers = malloc((size_t)m->cfg.n_layers * sizeof(*t->m.layers));
+	if (!t->m.layers)
+		return sf_err_set(e, -ENOMEM, "quantized top tier: %s", strerror(ENOMEM));
+	memcpy(t->m.layers, m->layers, (size_t)m->cfg.n_layers * sizeof(*t->m.layers));
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		flash_matrices(&t->m.layers[l], w);
+		for (int i = 0; i < 7; i++) {
+			total += w[i]->rows * w[i]->cols;	/* 64 bits: 7B layers pass 2^32 */
+			maxrows = w[i]->rows > maxrows ? w[i]->rows : maxrows;
+		}
+	}
+	if (total > SIZE_MAX / sizeof(float) || !(t->buf = malloc((size_t)total * sizeof(float) + 1)) ||
+	    !(col = malloc((size_t)maxrows * sizeof(float) + 1)) ||
+	    !(q = malloc((size_t)sf_dtype_col_bytes(dt, maxrows) + 1))) {
+		ret = sf_err_set(e, -ENOMEM, "quantized top tier: %llu weights in f32: %s",
+				 (unsigned long long)total, strerror(ENOMEM));
+		goto out;
+	}
+	float *W = t->buf;
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		flash_matrices(&t->m.layers[l], w);
+		for (int i = 0; i < 7; i++) {
+			size_t R = (size_t)w[i]->rows, C = (size_t)w[i]->cols;
+			for (size_t c = 0; c < C; c++) {
+				for (size_t r = 0; r < R; r++)
+					col[r] = weight_at(w[i], (uint64_t)r * C + c);
+				if (sf_quant_column(q, dt, col, R, qm)) {
+					static const char *const nm[7] = { "q", "k", "v", "o", "gate",
+									   "up", "down" };
+					ret = sf_err_set(e, -ERANGE, "layer %d %s column %zu: a weight "
+							 "not finite or a block's scale beyond the "
+							 "F16 range", l, nm[i], c);
+					goto out;
+				}
+				sf_dequant_column(col, q, dt, R);
+				for (size_t r = 0; r < R; r++)
+					W[r * C + c] = col[r];
+			}
+			*w[i] = (struct sf_weight){ .data = W, .dtype = SF_DTYPE_F32, .rows = R,
+						    .cols = C };
+			W += R * C;
+		}
+	}
+out:
+	free(col);
+	free(q);
+	if (ret)
+		sf_top_model_free(t);
+	return ret;
+}
+
+void sf_top_model_free(struct sf_top_model *t)
+{
+	if (!t)
+		return;
+	free(t->m.layers);
+	free(t->buf);
+	memset(t, 0, sizeof(*t));
+}

@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "base/pool.h"
+#include "base/quant.h"
 #include "base/vocab.h"
 #include "formats/codes.h"
 #include "formats/model.h"
@@ -54,5 +55,20 @@ int sf_codes_encode_sections(const struct sf_model *m, const struct sf_sfq *d,
 			     int (*sink)(void *arg, size_t i, const uint8_t *data,
 					 const struct sf_codes_stats *st, struct sf_err *e),
 			     void *arg, struct sf_err *e);
+
+/* m with its flash matrices (q, k, v, o, gate, up, down of every layer)
+ * as a q8 or q4 top tier holds them: each column quantized with qm as
+ * sf-pack --dtype does and dequantized to f32 (row-major, like the
+ * model's), the weights a sparse decoder computes with from such an
+ * image. t->m shares m's other tensors and fingerprint (m must outlive
+ * it); free with sf_top_model_free, never sf_model_close. Memory: 4 bytes
+ * a flash weight. -ERANGE as sf_quant_column, naming the tensor. */
+struct sf_top_model {
+	struct sf_model m;
+	float *buf;	/* every flash matrix, in layer and matrix order */
+};
+int sf_top_model_init(struct sf_top_model *t, const struct sf_model *m, enum sf_dtype dt,
+		      enum sf_quant_method qm, struct sf_err *e);
+void sf_top_model_free(struct sf_top_model *t);	/* accepts a zeroed t */
 
 #endif

@@ -16,11 +16,14 @@ struct sf_profile {
 	const struct sf_trace_info *info;	/* the writer's */
 	struct sf_pool *pool;	/* not owned; NULL: the caller */
 	struct sf_observer observer;
-	/* The forward pass reuses its buffers within a token, so recorded
-	 * inputs are copied and selected together at the token's end, when
+	int tokens;		/* most tokens a pass records */
+	/* The forward pass reuses its buffers within a pass, so recorded
+	 * inputs are copied and selected together at the pass's end, when
 	 * the pool's workers would otherwise wait. */
-	float **staged;		/* (nslots) -> (entries) the recorded input */
-	unsigned char *seen;	/* (nslots) staged in the current token */
+	float **staged;		/* (nslots) -> (tokens, entries) the recorded inputs */
+	int T;			/* tokens of the current pass */
+	int at;			/* the token of the pass being selected */
+	unsigned char *seen;	/* (nslots) staged in the current pass */
 	int *pending;		/* (npending) slots staged and not yet selected */
 	uint64_t **rows;	/* (npending) the writer's rows they select into */
 	int npending;
@@ -34,12 +37,11 @@ struct sf_profile {
 static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, int T,
 			size_t n)
 {
-	(void)T;	/* one token a call: the observer's tokens is 0 */
-	sf_profile_record(ctx, layer, g, in, n);
+	sf_profile_record(ctx, layer, g, in, T, n);
 }
 
 int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct sf_pool *pool,
-		    struct sf_err *e)
+		    int tokens, struct sf_err *e)
 {
 	struct sf_profile *p = calloc(1, sizeof(*p));
 	const struct sf_trace_info *info = sf_trace_writer_info(w);
@@ -52,7 +54,8 @@ int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct s
 	p->w = w;
 	p->info = info;
 	p->pool = pool;
-	p->observer = (struct sf_observer){ .fn = observe_fn, .ctx = p };
+	p->tokens = tokens > 1 ? tokens : 1;
+	p->observer = (struct sf_observer){ .fn = observe_fn, .ctx = p, .tokens = p->tokens };
 	p->staged = calloc((size_t)ns, sizeof(*p->staged));
 	p->seen = calloc((size_t)ns, 1);
 	p->pending = calloc((size_t)ns, sizeof(*p->pending));
@@ -62,7 +65,7 @@ int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct s
 		goto nomem;
 	for (int s = 0; s < ns; s++) {
 		uint32_t n = info->slots[s].entries;
-		if (!(p->staged[s] = malloc(n * sizeof(float))))
+		if (!(p->staged[s] = malloc((size_t)p->tokens * n * sizeof(float))))
 			goto nomem;
 		p->most = n > p->most ? n : p->most;
 	}
@@ -103,13 +106,21 @@ const struct sf_observer *sf_profile_observer(struct sf_profile *p)
 }
 
 void sf_profile_record(struct sf_profile *p, int layer, enum sf_group g, const float *in,
-		       size_t n)
+		       int T, size_t n)
 {
 	int s = sf_trace_slot_index(p->info, layer, g);
 	if (s < 0 || p->error)
 		return;
 	const struct sf_trace_slot *sl = &p->info->slots[s];
 
+	T = T > 1 ? T : 1;
+	if (T > p->tokens || (p->npending && T != p->T)) {
+		p->error = SF_ELIMIT;
+		snprintf(p->error_msg, sizeof(p->error_msg),
+			 "layer %d %s: a pass of %d tokens, the recorder takes %d", layer,
+			 sf_group_name(g), T, p->npending ? p->T : p->tokens);
+		return;
+	}
 	if (n != sl->entries) {
 		p->error = SF_EMISMATCH;
 		snprintf(p->error_msg, sizeof(p->error_msg),
@@ -117,21 +128,23 @@ void sf_profile_record(struct sf_profile *p, int layer, enum sf_group g, const f
 			 sl->entries);
 		return;
 	}
-	memcpy(p->staged[s], in, n * sizeof(float));
+	memcpy(p->staged[s], in, (size_t)T * n * sizeof(float));
+	p->T = T;
 	if (!p->seen[s])
 		p->pending[p->npending++] = s;
 	p->seen[s] = 1;
 }
 
-/* Pending input i's |value| sums and active set; a non-finite value is
- * left in p->bad[s] for the caller to report. Touches slot s only, so
- * slots run on any workers in any order give the same trace. */
+/* Pending input i's |value| sums and active set for token p->at of the
+ * pass; a non-finite value is left in p->bad[s] for the caller to report.
+ * Touches slot s only, so slots run on any workers in any order give the
+ * same trace. */
 static void select_slot(struct sf_profile *p, int i, uint32_t *scratch)
 {
 	int s = p->pending[i];
 	const struct sf_trace_slot *sl = &p->info->slots[s];
-	const float *in = p->staged[s];
 	uint32_t n = sl->entries;
+	const float *in = p->staged[s] + (size_t)p->at * n;
 
 	/* the rare non-finite value is looked for only when the largest
 	 * magnitude says so */
@@ -167,9 +180,10 @@ static void select_worker(void *arg, int ith, int nth)
 		select_slot(p, i, scratch);
 }
 
-/* Selects the pending slots (one: on the caller) and reports the first
- * non-finite input in slot order, as the forward pass met them. */
-static void select_pending(struct sf_profile *p, uint64_t tokens)
+/* Selects the pending slots of token p->at (one slot: on the caller) and
+ * reports the first non-finite input in slot order, as the forward pass
+ * met them. */
+static void select_token(struct sf_profile *p, uint64_t token)
 {
 	struct select_task t = { .p = p };
 
@@ -187,17 +201,32 @@ static void select_pending(struct sf_profile *p, uint64_t tokens)
 		p->error = SF_EFORMAT;
 		snprintf(p->error_msg, sizeof(p->error_msg),
 			 "layer %d %s entry %u: non-finite activation at token %llu", sl->layer,
-			 sf_group_name(sl->group), p->bad[s] - 1, (unsigned long long)tokens);
+			 sf_group_name(sl->group), p->bad[s] - 1, (unsigned long long)token);
+	}
+}
+
+int sf_profile_tokens(struct sf_profile *p, int T, struct sf_err *e)
+{
+	int ret = 0;
+
+	T = T > 1 ? T : 1;
+	if (!p->error && p->npending && T != p->T) {
+		p->error = -EINVAL;
+		snprintf(p->error_msg, sizeof(p->error_msg),
+			 "a pass of %d tokens ended as %d tokens", p->T, T);
+	}
+	/* token by token, in order: each slot's sums add up as a token at a
+	 * time would, so the trace does not depend on the pass's size */
+	for (p->at = 0; p->at < T && !ret; p->at++) {
+		if (!p->error)
+			select_token(p, sf_trace_writer_tokens(p->w));
+		if (p->error)
+			ret = sf_err_set(e, p->error, "%s: %s", sf_trace_writer_name(p->w),
+					 p->error_msg);
+		else
+			ret = sf_trace_writer_token(p->w, e);
 	}
 	p->npending = 0;
 	memset(p->seen, 0, (size_t)p->info->nslots);
-}
-
-int sf_profile_token(struct sf_profile *p, struct sf_err *e)
-{
-	if (!p->error)
-		select_pending(p, sf_trace_writer_tokens(p->w));
-	if (p->error)
-		return sf_err_set(e, p->error, "%s: %s", sf_trace_writer_name(p->w), p->error_msg);
-	return sf_trace_writer_token(p->w, e);
+	return ret;
 }

@@ -131,8 +131,8 @@ static int check_layout(const struct sf_sparse *sp, const struct sf_image_group 
 				  "middle-tier codes together", img->path, G->layer,
 				  sf_group_name(G->group));
 	for (int i = 0; i < G->nmat; i++) {
-		size_t es = sf_dtype_size(G->mat[i].dtype);
-		if (G->top_bytes % es || G->mat[i].offset % es || G->mat[i].dtype != G->mat[0].dtype)
+		size_t a = sf_dtype_align(G->mat[i].dtype);
+		if (G->top_bytes % a || G->mat[i].offset % a || G->mat[i].dtype != G->mat[0].dtype)
 			return sf_err_set(e, SF_EUNSUPPORTED, "%s: layer %d %s: bundle stride %llu "
 					  "is not a whole number of %s elements", img->path, G->layer,
 					  sf_group_name(G->group), (unsigned long long)G->top_bytes,

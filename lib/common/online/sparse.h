@@ -187,6 +187,10 @@ void sf_sparse_memory(const struct sf_sparse *sp, struct sf_sparse_memory *mem);
 const char *sf_sparse_collapse_desc(const struct sf_sparse *sp);
 const char *sf_sparse_backend(const struct sf_sparse *sp);	/* "io_uring", "pread", "simulate" */
 
+/* Bytes read from flash so far (the figures' bytes_moved): a run's
+ * bytes over a span of passes, e.g. speculative decoding's per token. */
+uint64_t sf_sparse_bytes_moved(const struct sf_sparse *sp);
+
 /* The --bench / --stats figures so far (see man/sf-run.1): a new object. */
 json_t *sf_sparse_stats_json(struct sf_sparse *sp);
 

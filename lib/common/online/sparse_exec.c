@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/quant.h"
 #include "engine/codes.h"
-#include "engine/kernels.h"
+#include "engine/kernels_q.h"
 #include "engine/select.h"
 #include "formats/trace.h"
 #include "online/runs.h"
@@ -258,7 +259,8 @@ static void worker_rows(const struct compute_task *t, int ith, int nth, size_t *
 {
 	size_t lo, hi, base = 0;
 
-	sf_pool_split(t->total_rows, 16, ith, nth, &lo, &hi);
+	/* whole blocks of a q8/q4 column where the matrices' rows allow */
+	sf_pool_split(t->total_rows, SF_QBLOCK, ith, nth, &lo, &hi);
 	for (int i = 0; i < t->G->nmat; i++) {
 		size_t rows = (size_t)t->G->mat[i].rows;
 		a[i] = lo > base ? lo - base : 0;
@@ -280,7 +282,6 @@ static void top_worker(void *arg, int ith, int nth)
 	for (int i = 0; i < G->nmat; i++) {
 		if (a[i] >= b[i])
 			continue;
-		size_t es = sf_dtype_size(G->mat[i].dtype);
 		const struct sf_run all = { (uint32_t)a[i], (uint32_t)(b[i] - a[i]) };
 		const struct sf_run *sv = t->spans ? t->spans : &all;
 		uint32_t ns = t->spans ? t->nspans : 1;
@@ -291,18 +292,12 @@ static void top_worker(void *arg, int ith, int nth)
 				size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
 				if (r0 >= r1)
 					continue;
-				const uint8_t *c = sg->base + G->mat[i].offset + r0 * es;
-				size_t stride = (size_t)(G->top_bytes / es);
-				if (t->T == 1)
-					sf_colaccum(t->y[i] + r0, r1 - r0, c, G->mat[i].dtype, stride,
-						    sp->s.idx + sg->first, sp->s.xv + sg->first, sg->n);
-				else
-					sf_colaccum_batch(t->y[i] + r0, t->ld[i], r1 - r0, c,
-							  G->mat[i].dtype, stride,
-							  sp->s.idx + sg->first,
-							  sp->s.xv + sg->first * sp->s.ldx,
-							  sp->s.sel + sg->first * sp->s.ldx,
-							  sp->s.ldx, (size_t)t->T, sg->n);
+				sf_colaccum_span(t->y[i] + r0, t->ld[i], r0, r1,
+						 sg->base + G->mat[i].offset, G->mat[i].dtype,
+						 (size_t)G->top_bytes, sp->s.idx + sg->first,
+						 sp->s.xv + sg->first * sp->s.ldx,
+						 t->T == 1 ? NULL : sp->s.sel + sg->first * sp->s.ldx,
+						 sp->s.ldx, (size_t)t->T, sg->n);
 			}
 		}
 	}

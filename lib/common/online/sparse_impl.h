@@ -260,14 +260,15 @@ static inline size_t sparse_ldx(int T)
 	return T > 1 ? ((size_t)T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD : 1;
 }
 
-/* Bytes of one entry's columns: the rows the image holds, or (source) the
- * model's, which the budget is a share of. */
+/* Bytes of one entry's columns in the image's top-tier dtype: the rows
+ * the image holds, or (source) the model's, which the budget is a share
+ * of (so a q4 image's budget counts q4 bytes, as SpAx's). */
 static inline uint64_t sparse_col_bytes(const struct sf_image_group *G, int source)
 {
 	uint64_t b = 0;
 	for (int k = 0; k < G->nmat; k++)
-		b += (source ? G->mat[k].source_rows : G->mat[k].rows) *
-		     sf_dtype_size(G->mat[k].dtype);
+		b += sf_dtype_col_bytes(G->mat[k].dtype,
+					source ? G->mat[k].source_rows : G->mat[k].rows);
 	return b;
 }
 

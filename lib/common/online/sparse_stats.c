@@ -123,6 +123,11 @@ static json_t *compute_json(const struct sparse_compute *c)
 			 "ffn_in_rows_per_pass", (double)c->rows * pp);
 }
 
+uint64_t sf_sparse_bytes_moved(const struct sf_sparse *sp)
+{
+	return sp->st.bytes_moved;
+}
+
 json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 {
 	const struct sparse_stats *st = &sp->st;
@@ -179,6 +184,10 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 		json_object_set_new(j, "compute", compute_json(&sp->comp));
 	if (j)
 		json_object_set_new(j, "requests", json_integer((json_int_t)st->requests));
+	int dt = sf_image_top_dtype(sp->img);
+	if (j)
+		json_object_set_new(j, "top_dtype", dt < 0 ? json_null() :
+				    json_string(sf_dtype_name((enum sf_dtype)dt)));
 	if (j)
 		json_object_set_new(j, "reads", json_pack("{s:i, s:i, s:s, s:f}",
 			"read_size", (int)sp->io.read_size, "prefetch", sp->o.prefetch,

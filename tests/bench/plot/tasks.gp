@@ -1,11 +1,12 @@
 # Study 5 (tests/bench/study-tasks.sh): top-40% neuron overlap and read
 # length, profile genre by test genre; selective loading against gamma.
-# gnuplot -e "dir='...'"
+# tests/bench/plot/plot.sh tasks DIR
 set terminal pngcairo noenhanced size 1250,420 font ",10"
 set output dir."/tasks.png"
+load lib."/setup.gp"
 genres = system("cat ".dir."/genres.txt")
 n = words(genres)
-set multiplot layout 1,3 title "Profiles and tasks (SelectInfer Fig. 2-4, Neuralink Table 8)"
+set multiplot layout 1,3 title "Profiles and tasks (SelectInfer Fig. 2-4, Neuralink Table 8)".": ".setup
 set xtics () ; set ytics ()
 do for [i=1:n] { set xtics add (word(genres, i) i-1); set ytics add (word(genres, i) i-1) }
 set xlabel "test genre"

@@ -1,0 +1,66 @@
+/* The least --ram of sf-run for an image (ram.h): the decoder set up as
+ * sf-run sets it up by default, its memory figures read back. */
+#include "common/ram.h"
+
+#include "base/pool.h"
+#include "common/device.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "formats/image.h"
+#include "formats/model.h"
+
+int sf_cli_ram_least(const char *path, int threads, struct sf_sparse_memory *mem,
+		     struct sf_err *e)
+{
+	struct sf_image img = { 0 };
+	struct sf_model m = { 0 };
+	struct sf_tokenizer *tok = NULL;
+	struct sf_pool *pool = NULL;
+	struct sf_sparse *sp = NULL;
+	struct sf_runstate st = { 0 };
+	struct sf_sampler smp = { 0 };
+	struct sf_sparse_opts so;
+	double peak = 0, iops = 0, buffered = 0;
+	int ret;
+
+	if ((ret = sf_image_open_flags(&img, path, SF_IMAGE_OPEN_EMBED_ON_FLASH, e)) ||
+	    (ret = sf_image_model(&img, &m, e)) || (ret = sf_tokenizer_open_image(&tok, &img, e)))
+		goto out;
+	if ((ret = sf_pool_create(&pool, threads))) {
+		ret = sf_err_set(e, ret, "thread pool of %d: %s", threads, sf_strerror(ret));
+		goto out;
+	}
+	int ctx = m.cfg.max_seq_len;
+	int batch = SF_RUN_DEFAULT_BATCH < ctx ? SF_RUN_DEFAULT_BATCH : ctx;
+	/* the state and sampler sf-run holds when it sets up the decoder: the
+	 * pages they touch are in the resident set it measures */
+	if ((ret = sf_state_init_batch(&st, &m.cfg, ctx, batch, e)) ||
+	    (ret = sf_sampler_init(&smp, m.cfg.vocab_size, 0.8f, 0.95f, 42, e)))
+		goto out;
+	sf_sparse_opts_default(&so);
+	/* what sf-run's open_sparse sets for a generation at the defaults */
+	so.state_bytes = sf_state_bytes_batch(&m.cfg, ctx, batch);
+	so.max_tokens = (uint64_t)ctx;
+	so.tokens = batch;
+	if ((ret = sf_device_load(path, &peak, &iops, &buffered, e)) < 0)
+		goto out;
+	ret = 0;
+	so.buffered = buffered > peak && peak > 0;
+	so.device_peak = peak;
+	so.device_iops = iops;
+	if ((ret = sf_sparse_open(&sp, &img, &m, pool, &so, e)))
+		goto out;
+	sf_sparse_memory(sp, mem);
+	mem->process += SF_CLI_RAM_SLACK;
+	mem->total += SF_CLI_RAM_SLACK;
+out:
+	sf_sparse_close(sp);
+	sf_sampler_free(&smp);
+	sf_state_free(&st);
+	sf_pool_destroy(pool);
+	sf_tokenizer_close(tok);
+	sf_model_close(&m);
+	sf_image_close(&img);
+	return ret;
+}

@@ -1,0 +1,122 @@
+/* The quantized top tier's blocks: see quant.h and sf-formats(5). */
+#include "base/quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/bytes.h"
+
+const char *sf_quant_method_name(enum sf_quant_method m)
+{
+	return m == SF_QUANT_SEARCH ? "search" : "rtn";
+}
+
+int sf_quant_method_parse(const char *name, enum sf_quant_method *m)
+{
+	if (!strcmp(name, "rtn"))
+		*m = SF_QUANT_RTN;
+	else if (!strcmp(name, "search"))
+		*m = SF_QUANT_SEARCH;
+	else
+		return -1;
+	return 0;
+}
+
+float sf_quant_scale(const uint8_t *block)
+{
+	return sf_f16_to_f32(sf_get_le16(block));
+}
+
+/* The smallest f16 at least s (s >= 0 finite), or 0x7c00 (inf) past the
+ * range: every |w| <= s * qmax then codes within qmax. */
+static uint16_t f16_at_least(float s)
+{
+	uint16_t h = sf_f32_to_f16(s);
+	while (h < 0x7c00 && sf_f16_to_f32(h) < s)
+		h++;
+	return h;
+}
+
+static int clampi(int v, int lo, int hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The codes of n (<= SF_QBLOCK) weights at scale s, 0 for s 0; their
+ * squared error. */
+static double codes_at(const float *w, size_t n, float s, int qmax, int *q)
+{
+	double err = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		q[i] = s > 0.0f ? clampi((int)nearbyintf(w[i] / s), -qmax - 1, qmax) : 0;
+		double d = (double)w[i] - (double)((float)q[i] * s);
+		err += d * d;
+	}
+	return err;
+}
+
+static int quant_block(uint8_t *b, enum sf_dtype dt, const float *w, size_t n,
+		       enum sf_quant_method m)
+{
+	const int qmax = dt == SF_DTYPE_Q8 ? SF_Q8_MAX : SF_Q4_MAX;
+	float amax = 0.0f;
+	int q[SF_QBLOCK] = { 0 }, t[SF_QBLOCK] = { 0 };	/* rows past n: code 0 */
+
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(w[i]))
+			return -ERANGE;
+		if (fabsf(w[i]) > amax)
+			amax = fabsf(w[i]);
+	}
+	uint16_t h = f16_at_least(amax / (float)qmax);
+	if (h >= 0x7c00)
+		return -ERANGE;
+	if (amax > 0.0f && h == 0)
+		h = 1;	/* below the least subnormal: codes of 0 and +-1 */
+	double best = codes_at(w, n, sf_f16_to_f32(h), qmax, q);
+	for (int k = -10; m == SF_QUANT_SEARCH && amax > 0.0f && k <= 10; k++) {
+		uint16_t c = sf_f32_to_f16(amax / ((float)qmax + 0.1f * (float)k));
+		if (!c || c >= 0x7c00 || c == h)
+			continue;
+		double err = codes_at(w, n, sf_f16_to_f32(c), qmax, t);
+		if (err < best) {
+			best = err;
+			h = c;
+			memcpy(q, t, sizeof(q));
+		}
+	}
+	sf_put_le16(b, h);
+	if (dt == SF_DTYPE_Q8) {
+		for (size_t i = 0; i < SF_QBLOCK; i++)
+			b[2 + i] = (uint8_t)(int8_t)q[i];
+		return 0;
+	}
+	for (size_t i = 0; i < SF_QBLOCK / 2; i++)
+		b[2 + i] = (uint8_t)((q[i] + 8) | (q[i + 16] + 8) << 4);
+	return 0;
+}
+
+int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
+		    enum sf_quant_method m)
+{
+	size_t bb = (size_t)sf_dtype_col_bytes(dt, SF_QBLOCK);
+
+	for (size_t r = 0; r < rows; r += SF_QBLOCK, dst += bb) {
+		int ret = quant_block(dst, dt, w + r, rows - r < SF_QBLOCK ? rows - r : SF_QBLOCK, m);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t rows)
+{
+	size_t bb = (size_t)sf_dtype_col_bytes(dt, SF_QBLOCK);
+
+	for (size_t r = 0; r < rows; r++) {
+		const uint8_t *b = src + r / SF_QBLOCK * bb;
+		int c = dt == SF_DTYPE_Q8 ? sf_q8_code(b, r % SF_QBLOCK) : sf_q4_code(b, r % SF_QBLOCK);
+		w[r] = (float)c * sf_quant_scale(b);
+	}
+}

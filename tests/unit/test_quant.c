@@ -1,0 +1,189 @@
+/* The quantized top tier: q8 and q4 round trips within the format's bound
+ * (rtn: every weight within scale / 2 of its source; search: no block's
+ * squared error above rtn's), degenerate blocks, and the column-accumulate
+ * kernels of every level the machine has equal to the _ref bit for bit,
+ * a pass equal to one token at a time. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/quant.h"
+#include "base/rng.h"
+#include "engine/cpu.h"
+#include "engine/kernels.h"
+#include "engine/kernels_q.h"
+#include "unit.h"
+
+static uint64_t rng = 7;
+static double uniform(void)
+{
+	return 1.0 - sf_rng_unit(&rng);	/* (0, 1]: log() below stays finite */
+}
+static float gauss(void)
+{
+	return (float)(sqrt(-2.0 * log(uniform())) * cos(2.0 * M_PI * uniform()));
+}
+
+static const enum sf_dtype qdt[2] = { SF_DTYPE_Q8, SF_DTYPE_Q4 };
+
+// --- round trips
+
+static double block_sse(const float *w, const float *d, size_t n)
+{
+	double e = 0.0;
+	for (size_t i = 0; i < n; i++)
+		e += ((double)w[i] - d[i]) * ((double)w[i] - d[i]);
+	return e;
+}
+
+static void test_round_trip(enum sf_dtype dt, size_t rows)
+{
+	const char *dn = sf_dtype_name(dt);
+	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), bb = (size_t)sf_dtype_col_bytes(dt, 1);
+	float *w = malloc(rows * sizeof(float)), *d = malloc(rows * sizeof(float)),
+	      *d2 = malloc(rows * sizeof(float));
+	uint8_t *q = malloc(cb), *q2 = malloc(cb);
+
+	for (size_t i = 0; i < rows; i++)
+		w[i] = gauss() * (i % 97 == 3 ? 8.0f : 0.02f);	/* an outlier now and then */
+	CHECK(sf_quant_column(q, dt, w, rows, SF_QUANT_RTN) == 0, "%s quantize", dn);
+	CHECK(sf_quant_column(q2, dt, w, rows, SF_QUANT_SEARCH) == 0, "%s search", dn);
+	sf_dequant_column(d, q, dt, rows);
+	sf_dequant_column(d2, q2, dt, rows);
+	double sse = 0.0, sse2 = 0.0;
+	for (size_t r = 0; r < rows; r += SF_QBLOCK) {
+		const uint8_t *b = q + r / SF_QBLOCK * bb;
+		size_t n = rows - r < SF_QBLOCK ? rows - r : SF_QBLOCK;
+		float s = sf_quant_scale(b);
+		for (size_t i = r; i < r + n; i++)
+			CHECK(fabsf(w[i] - d[i]) <= s * 0.5f * (1.0f + 1e-6f),
+			      "%s row %zu: %.9g from %.9g, scale %.9g", dn, i, d[i], w[i], s);
+		const uint8_t *b2 = q2 + r / SF_QBLOCK * bb;
+		for (size_t i = n; i < SF_QBLOCK; i++)
+			CHECK(dt == SF_DTYPE_Q8 ? !sf_q8_code(b, i) && !sf_q8_code(b2, i) :
+			      !sf_q4_code(b, i) && !sf_q4_code(b2, i),
+			      "%s rows past the column not zero codes", dn);
+		double e = block_sse(w + r, d + r, n), e2 = block_sse(w + r, d2 + r, n);
+		CHECK(e2 <= e, "%s block at %zu: search %.9g worse than rtn %.9g", dn, r, e2, e);
+		sse += e;
+		sse2 += e2;
+	}
+	printf("%s %zu rows: squared error rtn %.4g, search %.4g\n", dn, rows, sse, sse2);
+	free(w), free(d), free(d2), free(q), free(q2);
+}
+
+static void test_degenerate(enum sf_dtype dt)
+{
+	float w[SF_QBLOCK] = { 0 }, d[SF_QBLOCK];
+	uint8_t q[SF_Q8_BLOCK_BYTES];
+
+	CHECK(sf_quant_column(q, dt, w, SF_QBLOCK, SF_QUANT_SEARCH) == 0, "zeros");
+	sf_dequant_column(d, q, dt, SF_QBLOCK);
+	CHECK(!memcmp(w, d, sizeof(w)), "zeros not exact");
+	w[5] = 1e-30f;	/* below f16's least scale: rounds to 0 or the least */
+	CHECK(sf_quant_column(q, dt, w, SF_QBLOCK, SF_QUANT_RTN) == 0, "tiny");
+	sf_dequant_column(d, q, dt, SF_QBLOCK);
+	CHECK(fabsf(d[5] - w[5]) <= sf_quant_scale(q) * 0.5f, "tiny off by %g", d[5] - w[5]);
+	w[5] = 1e9f;	/* scale beyond f16 */
+	CHECK(sf_quant_column(q, dt, w, SF_QBLOCK, SF_QUANT_RTN) == -ERANGE, "huge accepted");
+	w[5] = NAN;
+	CHECK(sf_quant_column(q, dt, w, SF_QBLOCK, SF_QUANT_RTN) == -ERANGE, "NaN accepted");
+	enum sf_quant_method m;
+	CHECK(sf_quant_method_parse("search", &m) == 0 && m == SF_QUANT_SEARCH, "parse");
+	CHECK(sf_quant_method_parse("RTN", &m) == -1, "parse is exact");
+	enum sf_dtype x;
+	CHECK(sf_dtype_parse("Q8", &x) == -1, "a model tensor of Q8");
+	CHECK(sf_dtype_parse_any("Q4", &x) == 0 && x == SF_DTYPE_Q4, "Q4 by name");
+	CHECK(sf_dtype_col_bytes(SF_DTYPE_Q4, 33) == 36 && sf_dtype_col_bytes(SF_DTYPE_Q8, 64) == 68,
+	      "column bytes");
+}
+
+// --- kernels
+
+/* ROWS-row columns of random codes, COLS of them at a stride of a few
+ * spare bytes (as a bundle's other matrices leave). */
+static void check_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t r0, size_t r1,
+			 size_t T, size_t n)
+{
+	const char *dn = sf_dtype_name(dt);
+	size_t stride = (size_t)sf_dtype_col_bytes(dt, rows) + 6, cols = 40;
+	size_t ldx = T > 1 ? (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD : 1,
+	       ldy = r1 - r0 + 3;
+	uint8_t *C = calloc(cols, stride);
+	float *col = malloc(rows * sizeof(float)), *X = calloc(n * ldx, sizeof(float));
+	float *Y = malloc(T * ldy * sizeof(float)), *Yr = malloc(T * ldy * sizeof(float)),
+	      *Y1 = malloc(T * ldy * sizeof(float));
+	uint32_t *idx = malloc(n * sizeof(uint32_t)), *sel = calloc(n * ldx, sizeof(uint32_t));
+	uint32_t *tidx = malloc(n * sizeof(uint32_t));
+	float *txv = malloc(n * sizeof(float));
+
+	for (size_t c = 0; c < cols; c++) {
+		for (size_t i = 0; i < rows; i++)
+			col[i] = gauss() * 0.05f;
+		CHECK(sf_quant_column(C + c * stride, dt, col, rows, SF_QUANT_RTN) == 0, "quant");
+	}
+	for (size_t k = 0; k < n; k++) {
+		idx[k] = (uint32_t)(uniform() * cols);
+		for (size_t t = 0; t < T; t++) {
+			X[k * ldx + t] = gauss();
+			sel[k * ldx + t] = T == 1 || uniform() < 0.6 ? ~0u : 0;
+		}
+	}
+	for (size_t i = 0; i < T * ldy; i++)
+		Y[i] = Yr[i] = Y1[i] = gauss();
+	const uint32_t *s = T > 1 ? sel : NULL;
+	sf_qcolaccum(Y, ldy, r0, r1, C, dt, stride, idx, X, s, ldx, T, n);
+	sf_qcolaccum_ref(Yr, ldy, r0, r1, C, dt, stride, idx, X, s, ldx, T, n);
+	CHECK(!memcmp(Y, Yr, T * ldy * sizeof(float)),
+	      "%s %s rows [%zu, %zu) of %zu, %zu tokens: differs from the _ref", isa, dn, r0, r1,
+	      rows, T);
+	for (size_t t = 0; t < T; t++) {
+		size_t k1 = 0;
+		for (size_t k = 0; k < n; k++)
+			if (sel[k * ldx + t]) {
+				tidx[k1] = idx[k];
+				txv[k1++] = X[k * ldx + t];
+			}
+		sf_colaccum_span(Y1 + t * ldy, 1, r0, r1, C, dt, stride, tidx, txv, NULL, 1, 1, k1);
+	}
+	CHECK(!memcmp(Y, Y1, T * ldy * sizeof(float)),
+	      "%s %s rows [%zu, %zu), %zu tokens: differs from a token at a time", isa, dn, r0, r1,
+	      T);
+	free(C), free(col), free(X), free(Y), free(Yr), free(Y1), free(idx), free(sel);
+	free(tidx), free(txv);
+}
+
+static void test_kernels(enum sf_isa level)
+{
+	const char *isa = sf_isa_name(level);
+	static const size_t sizes[][3] = {	/* rows, r0, r1 */
+		{ 64, 0, 64 }, { 256, 32, 224 }, { 100, 0, 100 }, { 96, 7, 90 }, { 33, 16, 33 },
+		{ 128, 16, 48 }, { 64, 3, 5 },
+	};
+	static const size_t tokens[] = { 1, 2, 7, 10 };
+
+	if (!sf_cpu_has(level)) {
+		printf("%s: not supported here, not tested\n", isa);
+		return;
+	}
+	CHECK(sf_cpu_use(level) == 0, "select %s", isa);
+	for (int d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+			for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); t++)
+				check_kernel(isa, qdt[d], sizes[i][0], sizes[i][1], sizes[i][2],
+					     tokens[t], 150);
+	printf("%s: compared against ref\n", isa);
+}
+
+int main(void)
+{
+	for (int d = 0; d < 2; d++) {
+		test_round_trip(qdt[d], 4096 + 17);
+		test_degenerate(qdt[d]);
+	}
+	for (int i = 0; i < SF_NISA; i++)
+		test_kernels((enum sf_isa)i);
+	sf_cpu_use_best();
+	return unit_exit();
+}
