@@ -369,8 +369,8 @@ static void check_colaccum_batch(const char *isa, enum sf_dtype dt, const char *
 
 static void test_colaccum_batch(const char *isa)
 {
-	static const size_t mv[] = { 1, 7, 16, 31, 33, 64, 65, 100, 257 };
-	static const size_t tv[] = { 1, 2, 5, 17 };
+	static const size_t mv[] = { 1, 7, 16, 31, 33, 47, 48, 49, 64, 65, 97, 100, 257 };
+	static const size_t tv[] = { 1, 2, 5, 9, 17 };
 	for (int d = 0; d < 3; d++)
 		for (size_t i = 0; i < sizeof(mv) / sizeof(mv[0]); i++)
 			for (size_t t = 0; t < sizeof(tv) / sizeof(tv[0]); t++)

@@ -403,11 +403,13 @@ INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 
 /* The batched column-accumulate: strips of 16 rows, tokens four at a
  * time with their rows' sums in registers across a block of CAB_COLUMNS
- * columns (whose strips stay in L1 for all the tokens), each column's
- * strip loaded once for the four; a token that did not select a column
- * keeps its sum (the multiply-add blended away), so its floats are those
- * of its own columns, in their order. The rows after the last whole strip
- * as the _ref. */
+ * columns, each column's strip loaded once for the four; a token that did
+ * not select a column keeps its sum (the multiply-add blended away), so
+ * its floats are those of its own columns, in their order. The block's
+ * strips are first copied side by side as f32 into wf: in the image the
+ * columns lie a power of two apart, so read in place they share a few L1
+ * sets and would come from L2 for every group of tokens (half the speed).
+ * The rows after the last whole strip as the _ref. */
 #define CAB_COLUMNS 128
 #define CAB256_TOKENS 4
 INL T256 void cab256(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
@@ -416,35 +418,41 @@ INL T256 void cab256(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtyp
 {
 	size_t es = dt_size(dt), mt = m / 16 * 16;
 	const char *base = C;
+	float wf[CAB_COLUMNS][16] __attribute__((aligned(32)));
 
 	for (size_t j0 = 0; j0 < mt; j0 += 16)
-		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS)
-		for (size_t t0 = 0; t0 < T; t0 += CAB256_TOKENS) {
-			size_t ke = n - kb < CAB_COLUMNS ? n : kb + CAB_COLUMNS;
-			__m256 a[CAB256_TOKENS][2];
+		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS) {
+			size_t kn = n - kb < CAB_COLUMNS ? n - kb : CAB_COLUMNS;
+			for (size_t k = 0; k < kn; k++) {
+				const char *c = base + ((size_t)idx[kb + k] * stride + j0) * es;
+				_mm256_store_ps(wf[k], ld8(c, dt));
+				_mm256_store_ps(wf[k] + 8, ld8(c + 8 * es, dt));
+			}
+			for (size_t t0 = 0; t0 < T; t0 += CAB256_TOKENS) {
+				__m256 a[CAB256_TOKENS][2];
 #pragma GCC unroll 4
-			for (size_t t = 0; t < CAB256_TOKENS; t++) {
-				const float *y = Y + (t0 + t) * ldy + j0;
-				a[t][0] = t0 + t < T ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
-				a[t][1] = t0 + t < T ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
-			}
-			for (size_t k = kb; k < ke; k++) {
-				const char *c = base + ((size_t)idx[k] * stride + j0) * es;
-				__m256 c0 = ld8(c, dt), c1 = ld8(c + 8 * es, dt);
-				const float *x = X + k * ldx + t0;
-				const uint32_t *s = sel + k * ldx + t0;
-	#pragma GCC unroll 4
-			for (size_t t = 0; t < CAB256_TOKENS; t++) {
-					__m256 xb = _mm256_set1_ps(x[t]);
-					__m256 mk = _mm256_castsi256_ps(_mm256_set1_epi32((int)s[t]));
-					a[t][0] = _mm256_blendv_ps(a[t][0], _mm256_fmadd_ps(c0, xb, a[t][0]), mk);
-					a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
+				for (size_t t = 0; t < CAB256_TOKENS; t++) {
+					const float *y = Y + (t0 + t) * ldy + j0;
+					a[t][0] = t0 + t < T ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
+					a[t][1] = t0 + t < T ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
 				}
-			}
-			for (size_t t = 0; t < CAB256_TOKENS && t0 + t < T; t++) {
-				float *y = Y + (t0 + t) * ldy + j0;
-				_mm256_storeu_ps(y, a[t][0]);
-				_mm256_storeu_ps(y + 8, a[t][1]);
+				for (size_t k = 0; k < kn; k++) {
+					__m256 c0 = _mm256_load_ps(wf[k]), c1 = _mm256_load_ps(wf[k] + 8);
+					const float *x = X + (kb + k) * ldx + t0;
+					const uint32_t *s = sel + (kb + k) * ldx + t0;
+#pragma GCC unroll 4
+					for (size_t t = 0; t < CAB256_TOKENS; t++) {
+						__m256 xb = _mm256_set1_ps(x[t]);
+						__m256 mk = _mm256_castsi256_ps(_mm256_set1_epi32((int)s[t]));
+						a[t][0] = _mm256_blendv_ps(a[t][0], _mm256_fmadd_ps(c0, xb, a[t][0]), mk);
+						a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
+					}
+				}
+				for (size_t t = 0; t < CAB256_TOKENS && t0 + t < T; t++) {
+					float *y = Y + (t0 + t) * ldy + j0;
+					_mm256_storeu_ps(y, a[t][0]);
+					_mm256_storeu_ps(y + 8, a[t][1]);
+				}
 			}
 		}
 	if (mt < m)
@@ -914,9 +922,11 @@ INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 	}
 }
 
-/* As cab256: strips of 32 rows (the last masked), tokens eight at a
- * time, the multiply-add of a token that did not select the column
- * masked off. */
+/* As cab256, the block's strips copied as f32 into wf first: strips of 48
+ * rows (three vectors, the last strip masked), tokens eight at a time, 24
+ * sums in registers, so each column's three vectors serve 24 multiply-adds;
+ * the multiply-add of a token that did not select the column masked off. */
+#define CAB512_VECS 3
 #define CAB512_TOKENS 8
 INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
 		     size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
@@ -924,39 +934,52 @@ INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtyp
 {
 	size_t es = dt_size(dt);
 	const char *base = C;
+	float wf[CAB_COLUMNS][CAB512_VECS][16] __attribute__((aligned(64)));
 
-	for (size_t j0 = 0; j0 < m; j0 += 32) {
-		size_t nr = m - j0;
-		__mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : tailmask(nr);
-		__mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? tailmask(nr - 16) : 0;
-		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS)
-		for (size_t t0 = 0; t0 < T; t0 += CAB512_TOKENS) {
-			size_t ke = n - kb < CAB_COLUMNS ? n : kb + CAB_COLUMNS;
-			__m512 a[CAB512_TOKENS][2];
+	for (size_t j0 = 0; j0 < m; j0 += 16 * CAB512_VECS) {
+		__mmask16 km[CAB512_VECS];
+#pragma GCC unroll 4
+		for (size_t v = 0; v < CAB512_VECS; v++) {
+			size_t lo = j0 + 16 * v;
+			km[v] = lo + 16 <= m ? (__mmask16)0xffff : lo < m ? tailmask(m - lo) : 0;
+		}
+		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS) {
+			size_t kn = n - kb < CAB_COLUMNS ? n - kb : CAB_COLUMNS;
+			for (size_t k = 0; k < kn; k++) {
+				const char *c = base + ((size_t)idx[kb + k] * stride + j0) * es;
+#pragma GCC unroll 4
+				for (size_t v = 0; v < CAB512_VECS; v++)
+					_mm512_store_ps(wf[k][v], ld16m(c + 16 * v * es, dt, km[v]));
+			}
+			for (size_t t0 = 0; t0 < T; t0 += CAB512_TOKENS) {
+				__m512 a[CAB512_TOKENS][CAB512_VECS];
 #pragma GCC unroll 8
-			for (size_t t = 0; t < CAB512_TOKENS; t++) {
-				const float *y = Y + (t0 + t) * ldy + j0;
-				int in = t0 + t < T;
-				a[t][0] = _mm512_maskz_loadu_ps(in ? k0 : 0, y);
-				a[t][1] = _mm512_maskz_loadu_ps(in ? k1 : 0, y + 16);
-			}
-			for (size_t k = kb; k < ke; k++) {
-				const char *c = base + ((size_t)idx[k] * stride + j0) * es;
-				__m512 c0 = ld16m(c, dt, k0), c1 = ld16m(c + 16 * es, dt, k1);
-				const float *x = X + k * ldx + t0;
-				const uint32_t *s = sel + k * ldx + t0;
-	#pragma GCC unroll 8
-			for (size_t t = 0; t < CAB512_TOKENS; t++) {
-					__m512 xb = _mm512_set1_ps(x[t]);
-					__mmask16 mk = (__mmask16)s[t];
-					a[t][0] = _mm512_mask3_fmadd_ps(c0, xb, a[t][0], mk);
-					a[t][1] = _mm512_mask3_fmadd_ps(c1, xb, a[t][1], mk);
+				for (size_t t = 0; t < CAB512_TOKENS; t++)
+#pragma GCC unroll 4
+					for (size_t v = 0; v < CAB512_VECS; v++)
+						a[t][v] = _mm512_maskz_loadu_ps(t0 + t < T ? km[v] : 0,
+										Y + (t0 + t) * ldy + j0 + 16 * v);
+				for (size_t k = 0; k < kn; k++) {
+					__m512 w[CAB512_VECS];
+#pragma GCC unroll 4
+					for (size_t v = 0; v < CAB512_VECS; v++)
+						w[v] = _mm512_load_ps(wf[k][v]);
+					const float *x = X + (kb + k) * ldx + t0;
+					const uint32_t *s = sel + (kb + k) * ldx + t0;
+#pragma GCC unroll 8
+					for (size_t t = 0; t < CAB512_TOKENS; t++) {
+						__m512 xb = _mm512_set1_ps(x[t]);
+						__mmask16 mk = (__mmask16)s[t];
+#pragma GCC unroll 4
+						for (size_t v = 0; v < CAB512_VECS; v++)
+							a[t][v] = _mm512_mask3_fmadd_ps(w[v], xb, a[t][v], mk);
+					}
 				}
-			}
-			for (size_t t = 0; t < CAB512_TOKENS && t0 + t < T; t++) {
-				float *y = Y + (t0 + t) * ldy + j0;
-				_mm512_mask_storeu_ps(y, k0, a[t][0]);
-				_mm512_mask_storeu_ps(y + 16, k1, a[t][1]);
+				for (size_t t = 0; t < CAB512_TOKENS && t0 + t < T; t++)
+#pragma GCC unroll 4
+					for (size_t v = 0; v < CAB512_VECS; v++)
+						_mm512_mask_storeu_ps(Y + (t0 + t) * ldy + j0 + 16 * v,
+								      km[v], a[t][v]);
 			}
 		}
 	}
