@@ -111,24 +111,35 @@ static void test_records(const float *cb, enum sf_code_method method)
 	sf_encoder_free(enc);
 }
 
+/* ncol columns of m N(0,1) weights encoded, one record every
+ * sf_codes_col_bytes + 3 bytes (unaligned on purpose). */
+static uint8_t *encode_gauss(const float *cb, enum sf_code_method method, size_t m, size_t ncol)
+{
+	size_t rb = sf_codes_col_bytes(method, m);
+	struct sf_encoder *enc;
+	struct sf_err e;
+	uint8_t *recs = malloc(ncol * (rb + 3));
+	float *w = malloc(m * sizeof(float));
+	CHECK(sf_encoder_init(&enc, method, cb, m) == 0, "encoder");
+	for (size_t j = 0; j < ncol; j++) {
+		uint8_t *r[1] = { recs + j * (rb + 3) };
+		const float *wp[1] = { w };
+		for (size_t t = 0; t < m; t++)
+			w[t] = gauss();
+		CHECK(sf_encoder_run(enc, wp, 1, m, r, NULL, j, &e) == 0, "encode");
+	}
+	sf_encoder_free(enc);
+	free(w);
+	return recs;
+}
+
 /* decode-accumulate: SIMD equals _ref bit for bit, and equals the sum of
  * x * decode(column) within float rounding */
 static void test_colaccum(const float *cb, enum sf_code_method method)
 {
 	for (size_t i = 0; i < NLEN; i++) {
 		size_t m = lengths[i], rb = sf_codes_col_bytes(method, m), ncol = 9;
-		struct sf_encoder *enc;
-		struct sf_err e;
-		uint8_t *recs = malloc(ncol * (rb + 3));
-		float *w = malloc(m * sizeof(float));
-		CHECK(sf_encoder_init(&enc, method, cb, m) == 0, "encoder");
-		for (size_t j = 0; j < ncol; j++) {
-			uint8_t *r[1] = { recs + j * (rb + 3) };
-			const float *wp[1] = { w };
-			for (size_t t = 0; t < m; t++)
-				w[t] = gauss();
-			CHECK(sf_encoder_run(enc, wp, 1, m, r, NULL, j, &e) == 0, "encode");
-		}
+		uint8_t *recs = encode_gauss(cb, method, m, ncol);
 		struct sf_codes_view v = { method, cb, m, recs, rb + 3 };
 		uint32_t idx[4] = { 8, 0, 5, 3 };
 		float xv[4] = { 0.5f, -1.25f, 2.0f, 0.125f };
@@ -214,14 +225,51 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 		for (size_t t = 0; t < m; t++)
 			CHECK(fabs(y[t] - ((double)t * 0.01f + yd[t])) < 1e-5, "%s length %zu: y[%zu] %g",
 			      sf_codes_method_name(method), m, t, y[t]);
-		sf_encoder_free(enc);
 		free(recs);
-		free(w);
 		free(y);
 		free(yr);
 		free(yd);
 		free(dec);
 	}
+}
+
+/* The batched decode-accumulate at a pass's sizes: more columns than a
+ * block of them (SF_STRIP_COLUMNS), more tokens than a register tile,
+ * rows over several strips and a part one, cut in two pieces: every SIMD
+ * path equals the _ref bit for bit. */
+static void test_colaccum_blocks(const float *cb, enum sf_code_method method)
+{
+	size_t m = 133, rb = sf_codes_col_bytes(method, m), ncol = 9, n = 300, T = 19, ldx = 24;
+	size_t cut = 37;
+	uint8_t *recs = encode_gauss(cb, method, m, ncol);
+	float *X = calloc(n * ldx, sizeof(float));
+	float *Y = malloc(T * m * sizeof(float)), *Yr = malloc(T * m * sizeof(float));
+	uint32_t *idx = malloc(n * 4), *sel = calloc(n * ldx, 4);
+	for (size_t k = 0; k < n; k++) {
+		idx[k] = (uint32_t)(uniform() * (double)ncol) % ncol;
+		for (size_t t = 0; t < T; t++)
+			if (uniform() < 0.6) {
+				sel[k * ldx + t] = ~0u;
+				X[k * ldx + t] = (float)gauss();
+			}
+	}
+	struct sf_codes_view v = { method, cb, m, recs, rb + 3 };
+	for (size_t i = 0; i < T * m; i++)
+		Yr[i] = (float)i * 1e-3f;
+	sf_codes_colaccum_batch_ref(Yr, m, &v, 0, m, idx, X, sel, ldx, T, n);
+	for (enum sf_isa a = SF_ISA_REF; a < SF_NISA; a++) {
+		if (!sf_cpu_has(a) || sf_cpu_use(a) != 0)
+			continue;	/* not on this machine */
+		for (size_t i = 0; i < T * m; i++)
+			Y[i] = (float)i * 1e-3f;
+		sf_codes_colaccum_batch(Y, m, &v, cut, m, idx, X, sel, ldx, T, n);
+		sf_codes_colaccum_batch(Y, m, &v, 0, cut, idx, X, sel, ldx, T, n);
+		CHECK(memcmp(Y, Yr, T * m * sizeof(float)) == 0,
+		      "%s, %s: %zu columns of %zu tokens differ from _ref", sf_isa_name(a),
+		      sf_codes_method_name(method), n, T);
+	}
+	sf_cpu_use_best();
+	free(recs), free(X), free(Y), free(Yr), free(idx), free(sel);
 }
 
 static int write_file(const char *path, const void *p, size_t n)
@@ -408,6 +456,7 @@ int main(void)
 	for (int k = 0; k < 2; k++) {
 		test_records(cb, (enum sf_code_method)k);
 		test_colaccum(cb, (enum sf_code_method)k);
+		test_colaccum_blocks(cb, (enum sf_code_method)k);
 	}
 	test_files(unit_env("SF_ROOT", "."), unit_env("SF_TMP", "/tmp"));
 	free(cb);

@@ -10,6 +10,7 @@
 #include "base/vocab.h"
 #include "engine/codes.h"
 #include "engine/cpu.h"
+#include "engine/kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -119,152 +120,176 @@ void sf_codes_colaccum_batch_ref(float *Y, size_t ldy, const struct sf_codes_vie
 						  X[k * ldx + t], r0, r1);
 }
 
-/* A SIMD path: weights [t0, t1) of one column, t0 a multiple of its
- * step, for the T tokens whose sel is ~0 (x their inputs; token p's rows
- * at Y + p * ldy): each step's weights decoded once for all of them. */
-typedef void accum_fn(float *Y, size_t ldy, const struct sf_codes_view *v,
-			    const uint8_t *rec, const float *x, const uint32_t *sel, size_t T,
-			    size_t t0, size_t t1);
+/* A SIMD path of one column's weights [t0, t1), t0 and t1 multiples of its
+ * step: accumulated into y for input x (one token), or decoded into out
+ * (trellis: the codebook values, before the record's scale). */
+typedef void accum_fn(float *y, const struct sf_codes_view *v, const uint8_t *rec, float x,
+		      size_t t0, size_t t1);
+typedef void decode_fn(const struct sf_codes_view *v, const uint8_t *rec, size_t t0, size_t t1,
+		       float *out);
 
 #if defined(__x86_64__)
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define T256 __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline))
 
-/* Weights [t0, t1) in steps of 16, t0 a multiple of 16: the indices of
- * weights t..t+15 are 16-bit windows of the 24 codes t-8..t+15, cut by
- * two variable shifts of one 48-bit word; the codebook values come by one
- * gather. */
-static T512 void accum_trellis_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
-					    const uint8_t *rec, const float *x,
-					    const uint32_t *sel, size_t T, size_t t0, size_t t1)
+/* Trellis weights t..t+15, t a multiple of 16: their indices are 16-bit
+ * windows of the 24 codes t-8..t+15, cut by two variable shifts of one
+ * 48-bit word; the codebook values come by one gather. */
+INL T512 __m512 trellis16(const struct sf_codes_view *v, const uint8_t *codes, size_t t)
 {
-	const uint8_t *codes = rec + 2;
 	const __m512i sh_lo = _mm512_setr_epi64(30, 28, 26, 24, 22, 20, 18, 16);
 	const __m512i sh_hi = _mm512_setr_epi64(14, 12, 10, 8, 6, 4, 2, 0);
-	const __m512i low16 = _mm512_set1_epi32(0xffff);
-	float scale = sf_f16_to_f32(sf_get_le16(rec));
-	for (size_t t = t0; t < t1; t += 16) {
-		uint64_t word = t ? (uint64_t)get_be32(codes + t / 4 - 2) << 16 |
-					    (uint64_t)codes[t / 4 + 2] << 8 | codes[t / 4 + 3]
-				  : get_be32(codes);
-		__m512i wv = _mm512_set1_epi64((long long)word);
-		__m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_lo));
-		__m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_hi));
-		__m512i ix = _mm512_and_si512(
-			_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), low16);
-		__m512 cb = _mm512_i32gather_ps(ix, v->codebook, 4);
-		for (size_t p = 0; p < T; p++) {
-			if (!sel[p])
-				continue;
-			float *y = Y + p * ldy + t;
-			__m512 xs = _mm512_set1_ps(x[p] * scale);
-			_mm512_storeu_ps(y, _mm512_fmadd_ps(xs, cb, _mm512_loadu_ps(y)));
-		}
-	}
+	uint64_t word = t ? (uint64_t)get_be32(codes + t / 4 - 2) << 16 |
+				    (uint64_t)codes[t / 4 + 2] << 8 | codes[t / 4 + 3]
+			  : get_be32(codes);
+	__m512i wv = _mm512_set1_epi64((long long)word);
+	__m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_lo));
+	__m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, sh_hi));
+	__m512i ix = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+				      _mm512_set1_epi32(0xffff));
+	return _mm512_i32gather_ps(ix, v->codebook, 4);
 }
 
-/* Weights [t0, t1) in steps of 16, t0 a multiple of 16: 16 codes are one
- * 32-bit word; the level comes from a 4-entry table held in a register. */
-static T512 void accum_scalar_avx512(float *Y, size_t ldy, const struct sf_codes_view *v,
-					   const uint8_t *rec, const float *x,
-					   const uint32_t *sel, size_t T, size_t t0, size_t t1)
+/* Scalar weights t..t+15, t a multiple of 16: 16 codes are one 32-bit
+ * word; the level comes from the 4-entry table lut. */
+INL T512 __m512 scalar16(const uint8_t *codes, size_t t, __m512 lut)
 {
-	(void)v;	/* the trellis kernel's signature */
-	const uint8_t *codes = rec + 4;
 	const __m512i sh = _mm512_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
 					     4, 2, 0);
-	const __m512i three = _mm512_set1_epi32(3);
-	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
-	__m512 lut = _mm512_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
-				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
-				    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-	for (size_t t = t0; t < t1; t += 16) {
-		__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
-		__m512i c = _mm512_and_si512(_mm512_srlv_epi32(cw, sh), three);
-		__m512 l = _mm512_permutexvar_ps(c, lut);
-		for (size_t p = 0; p < T; p++) {
-			if (!sel[p])
-				continue;
-			float *y = Y + p * ldy + t;
-			_mm512_storeu_ps(y, _mm512_fmadd_ps(_mm512_set1_ps(x[p]), l,
-							    _mm512_loadu_ps(y)));
-		}
-	}
+	__m512i cw = _mm512_set1_epi32((int)get_be32(codes + t / 4));
+	return _mm512_permutexvar_ps(_mm512_and_si512(_mm512_srlv_epi32(cw, sh),
+						      _mm512_set1_epi32(3)), lut);
 }
 
-#define T256 __attribute__((target("avx2,fma,f16c")))
-
-/* Weights [t0, t1) in steps of 8, t0 a multiple of 8: the indices of
- * weights t..t+7 are 16-bit windows of the 16 codes t-8..t+7, one 32-bit
- * word cut by one variable shift; the codebook values come by one gather. */
-static T256 void accum_trellis_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
-					  const uint8_t *rec, const float *x,
-					  const uint32_t *sel, size_t T, size_t t0, size_t t1)
+INL T512 __m512 levels512(const uint8_t *rec)
 {
-	const uint8_t *codes = rec + 2;
-	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
-	const __m256i low16 = _mm256_set1_epi32(0xffff);
-	float scale = sf_f16_to_f32(sf_get_le16(rec));
-	for (size_t t = t0; t < t1; t += 8) {
-		uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
-		__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
-					      low16);
-		__m256 cb = _mm256_i32gather_ps(v->codebook, ix, 4);
-		for (size_t p = 0; p < T; p++) {
-			if (!sel[p])
-				continue;
-			float *y = Y + p * ldy + t;
-			__m256 xs = _mm256_set1_ps(x[p] * scale);
-			_mm256_storeu_ps(y, _mm256_fmadd_ps(xs, cb, _mm256_loadu_ps(y)));
-		}
-	}
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	return _mm512_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+			      sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
+			      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 
-/* Weights [t0, t1) in steps of 8, t0 a multiple of 8: 8 codes are one
- * 16-bit word; the level comes from a 4-entry table held in both halves
- * of a register. */
-static T256 void accum_scalar_avx2(float *Y, size_t ldy, const struct sf_codes_view *v,
-					 const uint8_t *rec, const float *x,
-					 const uint32_t *sel, size_t T, size_t t0, size_t t1)
+static T512 void accum_trellis_avx512(float *y, const struct sf_codes_view *v,
+				      const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	__m512 xs = _mm512_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
+	for (size_t t = t0; t < t1; t += 16)
+		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xs, trellis16(v, rec + 2, t),
+							_mm512_loadu_ps(y + t)));
+}
+
+static T512 void accum_scalar_avx512(float *y, const struct sf_codes_view *v,
+				     const uint8_t *rec, float x, size_t t0, size_t t1)
 {
 	(void)v;	/* the trellis kernel's signature */
-	const uint8_t *codes = rec + 4;
+	__m512 lut = levels512(rec), xb = _mm512_set1_ps(x);
+	for (size_t t = t0; t < t1; t += 16)
+		_mm512_storeu_ps(y + t, _mm512_fmadd_ps(xb, scalar16(rec + 4, t, lut),
+							_mm512_loadu_ps(y + t)));
+}
+
+static T512 void decode_trellis_avx512(const struct sf_codes_view *v, const uint8_t *rec,
+				       size_t t0, size_t t1, float *out)
+{
+	for (size_t t = t0; t < t1; t += 16)
+		_mm512_store_ps(out + (t - t0), trellis16(v, rec + 2, t));
+}
+
+static T512 void decode_scalar_avx512(const struct sf_codes_view *v, const uint8_t *rec,
+				      size_t t0, size_t t1, float *out)
+{
+	(void)v;
+	__m512 lut = levels512(rec);
+	for (size_t t = t0; t < t1; t += 16)
+		_mm512_store_ps(out + (t - t0), scalar16(rec + 4, t, lut));
+}
+
+/* Trellis weights t..t+7, t a multiple of 8: their indices are 16-bit
+ * windows of the 16 codes t-8..t+7, one 32-bit word cut by one variable
+ * shift; the codebook values come by one gather. */
+INL T256 __m256 trellis8(const struct sf_codes_view *v, const uint8_t *codes, size_t t)
+{
 	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
-	const __m256i three = _mm256_set1_epi32(3);
+	uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
+	__m256i ix = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), sh),
+				      _mm256_set1_epi32(0xffff));
+	return _mm256_i32gather_ps(v->codebook, ix, 4);
+}
+
+/* Scalar weights t..t+7, t a multiple of 8: 8 codes are one 16-bit word;
+ * the level comes from the 4-entry table held in both halves of lut. */
+INL T256 __m256 scalar8(const uint8_t *codes, size_t t, __m256 lut)
+{
+	const __m256i sh = _mm256_setr_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+	int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
+	return _mm256_permutevar_ps(lut, _mm256_and_si256(_mm256_srlv_epi32(
+							     _mm256_set1_epi32(word), sh),
+						     _mm256_set1_epi32(3)));
+}
+
+INL T256 __m256 levels256(const uint8_t *rec)
+{
 	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
-	__m256 lut = _mm256_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
-				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1),
-				    sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
-				    sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
-	for (size_t t = t0; t < t1; t += 8) {
-		int word = (int)((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
-		__m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), sh), three);
-		__m256 l = _mm256_permutevar_ps(lut, c);
-		for (size_t p = 0; p < T; p++) {
-			if (!sel[p])
-				continue;
-			float *y = Y + p * ldy + t;
-			_mm256_storeu_ps(y, _mm256_fmadd_ps(_mm256_set1_ps(x[p]), l,
-							    _mm256_loadu_ps(y)));
-		}
-	}
+	__m128 l = _mm_setr_ps(sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+			       sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1));
+	return _mm256_set_m128(l, l);
+}
+
+static T256 void accum_trellis_avx2(float *y, const struct sf_codes_view *v,
+				    const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	__m256 xs = _mm256_set1_ps(x * sf_f16_to_f32(sf_get_le16(rec)));
+	for (size_t t = t0; t < t1; t += 8)
+		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xs, trellis8(v, rec + 2, t),
+							_mm256_loadu_ps(y + t)));
+}
+
+static T256 void accum_scalar_avx2(float *y, const struct sf_codes_view *v,
+				   const uint8_t *rec, float x, size_t t0, size_t t1)
+{
+	(void)v;
+	__m256 lut = levels256(rec), xb = _mm256_set1_ps(x);
+	for (size_t t = t0; t < t1; t += 8)
+		_mm256_storeu_ps(y + t, _mm256_fmadd_ps(xb, scalar8(rec + 4, t, lut),
+							_mm256_loadu_ps(y + t)));
+}
+
+static T256 void decode_trellis_avx2(const struct sf_codes_view *v, const uint8_t *rec,
+				     size_t t0, size_t t1, float *out)
+{
+	for (size_t t = t0; t < t1; t += 8)
+		_mm256_store_ps(out + (t - t0), trellis8(v, rec + 2, t));
+}
+
+static T256 void decode_scalar_avx2(const struct sf_codes_view *v, const uint8_t *rec,
+				    size_t t0, size_t t1, float *out)
+{
+	(void)v;
+	__m256 lut = levels256(rec);
+	for (size_t t = t0; t < t1; t += 8)
+		_mm256_store_ps(out + (t - t0), scalar8(rec + 4, t, lut));
 }
 
 #endif
 
-/* The dispatch table (engine/cpu.h): per level the kernels of a whole
- * SIMD step, one column and a column's tokens, and its width; width 0 is
- * the _ref. A level without its own paths repeats the one below. */
+/* The dispatch table (engine/cpu.h): per level a column's accumulate
+ * and decode per method, and the weights a SIMD step takes; step 0 is the
+ * _ref. A level without its own paths repeats the one below. */
 static const struct accum_path {
 	accum_fn *trellis, *scalar;
-	size_t step;	/* weights a SIMD step takes */
+	decode_fn *decode_trellis, *decode_scalar;
+	size_t step;
 } accum_paths[SF_NISA] = {
-	[SF_ISA_REF] = { NULL, NULL, 0 },
+	[SF_ISA_REF] = { NULL, NULL, NULL, NULL, 0 },
 #if defined(__x86_64__)
-	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, 8 },
-	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, 16 },
+	[SF_ISA_AVX2] = { accum_trellis_avx2, accum_scalar_avx2, decode_trellis_avx2,
+			  decode_scalar_avx2, 8 },
+	[SF_ISA_AVX512] = { accum_trellis_avx512, accum_scalar_avx512, decode_trellis_avx512,
+			    decode_scalar_avx512, 16 },
 #else
-	[SF_ISA_AVX2] = { NULL, NULL, 0 },
-	[SF_ISA_AVX512] = { NULL, NULL, 0 },
+	[SF_ISA_AVX2] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_AVX512] = { NULL, NULL, NULL, NULL, 0 },
 #endif
 };
 
@@ -282,7 +307,6 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
 	accum_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis : P->scalar;
-	const uint32_t on = ~0u;	/* the one token selected every column */
 	size_t a, b;
 
 	if (!fn) {
@@ -293,21 +317,24 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 	for (size_t k = 0; k < n; k++) {
 		const uint8_t *rec = v->base + (size_t)idx[k] * v->stride;
 		accum_scalar_rows(y, v, rec, xv[k], r0, a);
-		fn(y, 0, v, rec, xv + k, &on, 1, a, b);
+		fn(y, v, rec, xv[k], a, b);
 		accum_scalar_rows(y, v, rec, xv[k], b, r1);
 	}
 }
 
-/* Rows a block of the batched decode-accumulate: the block's outputs of
- * every token stay in L2 while each step is decoded once for them all. */
-#define BATCH_ROWS 256
-
+/* The SIMD steps in strips of SF_STRIP_ROWS rows, columns in blocks: a
+ * block's strips are decoded once into W (trellis: with the records'
+ * scales as the inputs' factors, as the one-token path multiplies them)
+ * and then serve every token through sf_colaccum_strip. */
 void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v, size_t r0,
 			     size_t r1, const uint32_t *idx, const float *X, const uint32_t *sel,
 			     size_t ldx, size_t T, size_t n)
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
-	accum_fn *fn = v->method == SF_CODES_TRELLIS ? P->trellis : P->scalar;
+	int trellis = v->method == SF_CODES_TRELLIS;
+	decode_fn *fn = trellis ? P->decode_trellis : P->decode_scalar;
+	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
+	float xs[SF_STRIP_COLUMNS];
 	size_t a, b;
 
 	if (!fn) {
@@ -317,10 +344,20 @@ void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v
 	simd_rows(P->step, r0, r1, &a, &b);
 	sf_codes_colaccum_batch_ref(Y, ldy, v, r0, a, idx, X, sel, ldx, T, n);
 	sf_codes_colaccum_batch_ref(Y, ldy, v, b, r1, idx, X, sel, ldx, T, n);
-	for (size_t t0 = a; t0 < b; t0 += BATCH_ROWS) {
-		size_t t1 = b - t0 < BATCH_ROWS ? b : t0 + BATCH_ROWS;
-		for (size_t k = 0; k < n; k++)
-			fn(Y, ldy, v, v->base + (size_t)idx[k] * v->stride, X + k * ldx, sel + k * ldx,
-			   T, t0, t1);
+	for (size_t j0 = a; j0 < b; j0 += SF_STRIP_ROWS) {
+		size_t rows = b - j0 < SF_STRIP_ROWS ? b - j0 : SF_STRIP_ROWS;
+		for (size_t kb = 0; kb < n; kb += SF_STRIP_COLUMNS) {
+			size_t kn = n - kb < SF_STRIP_COLUMNS ? n - kb : SF_STRIP_COLUMNS;
+			for (size_t k = 0; k < kn; k++) {
+				const uint8_t *rec = v->base + (size_t)idx[kb + k] * v->stride;
+				fn(v, rec, j0, j0 + rows, W[k]);
+				for (size_t j = rows; j < SF_STRIP_ROWS; j++)
+					W[k][j] = 0.0f;
+				xs[k] = trellis ? sf_f16_to_f32(sf_get_le16(rec)) : 1.0f;
+			}
+			sf_colaccum_strip(Y + j0, ldy, rows, (const float (*)[SF_STRIP_ROWS])W,
+					  trellis ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T,
+					  kn);
+		}
 	}
 }

@@ -67,6 +67,26 @@ void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum s
 				sf_colaccum_ref(Y + t * ldy, m, C, dt, stride, idx + k, X + k * ldx + t, 1);
 }
 
+static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m)
+{
+	for (size_t j = 0; j < SF_STRIP_ROWS; j++)
+		w[j] = j < m ? ld_w(c, dt, j) : 0.0f;
+}
+
+static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		      const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		      size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t t = 0; t < T; t++) {
+			if (!sel[k * ldx + t])
+				continue;
+			float x = xs ? X[k * ldx + t] * xs[k] : X[k * ldx + t];
+			for (size_t j = 0; j < m; j++)
+				Y[t * ldy + j] = fmaf(x, W[k][j], Y[t * ldy + j]);
+		}
+}
+
 static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype dt,
 			size_t n, float eps)
 {
@@ -171,9 +191,13 @@ struct kern {
 		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 			 const uint32_t *idx, const float *xv, size_t n);
-	void (*colaccum_batch)(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-			       size_t stride, const uint32_t *idx, const float *X,
-			       const uint32_t *sel, size_t ldx, size_t T, size_t n);
+	/* the batched column-accumulate: a strip of a column widened to f32
+	 * (SF_STRIP_ROWS floats, zero past m), and the product of a block of
+	 * such strips (sf_colaccum_strip) */
+	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
+	void (*strip)(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		      const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		      size_t n);
 	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
 			size_t n, float eps);
 	void (*softmax)(float *x, size_t n);
@@ -183,7 +207,7 @@ struct kern {
 };
 
 static const struct kern kern_ref = {
-	sf_matmul_rows_ref, sf_colaccum_ref, sf_colaccum_batch_ref, rmsnorm_ref, softmax_ref,
+	sf_matmul_rows_ref, sf_colaccum_ref, widen_ref, strip_ref, rmsnorm_ref, softmax_ref,
 	swiglu_ref, dot_ref, axpy_ref,
 };
 
@@ -401,75 +425,71 @@ INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 	}
 }
 
-/* The batched column-accumulate: strips of 16 rows, tokens four at a
- * time with their rows' sums in registers across a block of CAB_COLUMNS
- * columns, each column's strip loaded once for the four; a token that did
- * not select a column keeps its sum (the multiply-add blended away), so
- * its floats are those of its own columns, in their order. The block's
- * strips are first copied side by side as f32 into wf: in the image the
- * columns lie a power of two apart, so read in place they share a few L1
- * sets and would come from L2 for every group of tokens (half the speed).
- * The rows after the last whole strip as the _ref. */
-#define CAB_COLUMNS 128
-#define CAB256_TOKENS 4
-INL T256 void cab256(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		     size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
-		     size_t ldx, size_t T, size_t n)
+static T256 void widen_avx2(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
-	size_t es = dt_size(dt), mt = m / 16 * 16;
-	const char *base = C;
-	float wf[CAB_COLUMNS][16] __attribute__((aligned(32)));
+	size_t es = dt_size(dt), j = 0;
 
-	for (size_t j0 = 0; j0 < mt; j0 += 16)
-		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS) {
-			size_t kn = n - kb < CAB_COLUMNS ? n - kb : CAB_COLUMNS;
-			for (size_t k = 0; k < kn; k++) {
-				const char *c = base + ((size_t)idx[kb + k] * stride + j0) * es;
-				_mm256_store_ps(wf[k], ld8(c, dt));
-				_mm256_store_ps(wf[k] + 8, ld8(c + 8 * es, dt));
-			}
-			for (size_t t0 = 0; t0 < T; t0 += CAB256_TOKENS) {
-				__m256 a[CAB256_TOKENS][2];
-#pragma GCC unroll 4
-				for (size_t t = 0; t < CAB256_TOKENS; t++) {
-					const float *y = Y + (t0 + t) * ldy + j0;
-					a[t][0] = t0 + t < T ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
-					a[t][1] = t0 + t < T ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
-				}
-				for (size_t k = 0; k < kn; k++) {
-					__m256 c0 = _mm256_load_ps(wf[k]), c1 = _mm256_load_ps(wf[k] + 8);
-					const float *x = X + (kb + k) * ldx + t0;
-					const uint32_t *s = sel + (kb + k) * ldx + t0;
-#pragma GCC unroll 4
-					for (size_t t = 0; t < CAB256_TOKENS; t++) {
-						__m256 xb = _mm256_set1_ps(x[t]);
-						__m256 mk = _mm256_castsi256_ps(_mm256_set1_epi32((int)s[t]));
-						a[t][0] = _mm256_blendv_ps(a[t][0], _mm256_fmadd_ps(c0, xb, a[t][0]), mk);
-						a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
-					}
-				}
-				for (size_t t = 0; t < CAB256_TOKENS && t0 + t < T; t++) {
-					float *y = Y + (t0 + t) * ldy + j0;
-					_mm256_storeu_ps(y, a[t][0]);
-					_mm256_storeu_ps(y + 8, a[t][1]);
-				}
-			}
-		}
-	if (mt < m)
-		sf_colaccum_batch_ref(Y + mt, ldy, m - mt, base + mt * es, dt, stride, idx, X, sel,
-				      ldx, T, n);
+	for (; j + 8 <= m; j += 8)
+		_mm256_store_ps(w + j, ld8((const char *)c + j * es, dt));
+	for (; j < SF_STRIP_ROWS; j++)
+		w[j] = j < m ? ld_w(c, dt, j) : 0.0f;
 }
 
-static T256 void colaccum_batch_avx2(float *Y, size_t ldy, size_t m, const void *C,
-				     enum sf_dtype dt, size_t stride, const uint32_t *idx,
-				     const float *X, const uint32_t *sel, size_t ldx, size_t T,
-				     size_t n)
+/* The lanes of rows [j, j + 8) below m. */
+INL T256 __m256i rows8(size_t m, size_t j)
 {
-	switch (dt) {
-	case SF_DTYPE_BF16: cab256(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, X, sel, ldx, T, n); break;
-	case SF_DTYPE_F16: cab256(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, X, sel, ldx, T, n); break;
-	default: cab256(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, X, sel, ldx, T, n); break;
+	int left = j < m ? (int)(m - j) : 0;
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The strip in 16 rows at a time, tokens four at a time with their sums in
+ * registers across the n columns, each column's 16 weights loaded once
+ * for the four; a token that did not select a column keeps its sum (the
+ * multiply-add blended away). */
+#define STRIP256_TOKENS 4
+INL T256 void strip256(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n, const int scaled)
+{
+	for (size_t j0 = 0; j0 < m; j0 += 16) {
+		__m256i k0 = rows8(m, j0), k1 = rows8(m, j0 + 8);
+		for (size_t t0 = 0; t0 < T; t0 += STRIP256_TOKENS) {
+			__m256 a[STRIP256_TOKENS][2];
+#pragma GCC unroll 4
+			for (size_t t = 0; t < STRIP256_TOKENS; t++) {
+				float *y = Y + (t0 + t) * ldy + j0;
+				a[t][0] = t0 + t < T ? _mm256_maskload_ps(y, k0) : _mm256_setzero_ps();
+				a[t][1] = t0 + t < T ? _mm256_maskload_ps(y + 8, k1) : _mm256_setzero_ps();
+			}
+			for (size_t k = 0; k < n; k++) {
+				__m256 c0 = _mm256_load_ps(W[k] + j0), c1 = _mm256_load_ps(W[k] + j0 + 8);
+				const float *x = X + k * ldx + t0;
+				const uint32_t *s = sel + k * ldx + t0;
+#pragma GCC unroll 4
+				for (size_t t = 0; t < STRIP256_TOKENS; t++) {
+					__m256 xb = _mm256_set1_ps(scaled ? x[t] * xs[k] : x[t]);
+					__m256 mk = _mm256_castsi256_ps(_mm256_set1_epi32((int)s[t]));
+					a[t][0] = _mm256_blendv_ps(a[t][0], _mm256_fmadd_ps(c0, xb, a[t][0]), mk);
+					a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
+				}
+			}
+			for (size_t t = 0; t < STRIP256_TOKENS && t0 + t < T; t++) {
+				float *y = Y + (t0 + t) * ldy + j0;
+				_mm256_maskstore_ps(y, k0, a[t][0]);
+				_mm256_maskstore_ps(y + 8, k1, a[t][1]);
+			}
+		}
 	}
+}
+
+static T256 void strip_avx2(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+			    const float *xs, const float *X, const uint32_t *sel, size_t ldx,
+			    size_t T, size_t n)
+{
+	if (xs)
+		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1);
+	else
+		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
 }
 
 static T256 void colaccum_avx2(float *y, size_t m, const void *C, enum sf_dtype dt,
@@ -618,7 +638,7 @@ static T256 void axpy_avx2(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx2 = {
-	matmul_avx2, colaccum_avx2, colaccum_batch_avx2, rmsnorm_avx2, softmax_avx2,
+	matmul_avx2, colaccum_avx2, widen_avx2, strip_avx2, rmsnorm_avx2, softmax_avx2,
 	swiglu_avx2, dot_avx2, axpy_avx2,
 };
 
@@ -922,79 +942,71 @@ INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 	}
 }
 
-/* As cab256, the block's strips copied as f32 into wf first: strips of 48
- * rows (three vectors, the last strip masked), tokens eight at a time, 24
- * sums in registers, so each column's three vectors serve 24 multiply-adds;
- * the multiply-add of a token that did not select the column masked off. */
-#define CAB512_VECS 3
-#define CAB512_TOKENS 8
-INL T512 void cab512(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		     size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
-		     size_t ldx, size_t T, size_t n)
+static T512 void widen_avx512(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
 	size_t es = dt_size(dt);
-	const char *base = C;
-	float wf[CAB_COLUMNS][CAB512_VECS][16] __attribute__((aligned(64)));
 
-	for (size_t j0 = 0; j0 < m; j0 += 16 * CAB512_VECS) {
-		__mmask16 km[CAB512_VECS];
 #pragma GCC unroll 4
-		for (size_t v = 0; v < CAB512_VECS; v++) {
-			size_t lo = j0 + 16 * v;
-			km[v] = lo + 16 <= m ? (__mmask16)0xffff : lo < m ? tailmask(m - lo) : 0;
-		}
-		for (size_t kb = 0; kb < n; kb += CAB_COLUMNS) {
-			size_t kn = n - kb < CAB_COLUMNS ? n - kb : CAB_COLUMNS;
-			for (size_t k = 0; k < kn; k++) {
-				const char *c = base + ((size_t)idx[kb + k] * stride + j0) * es;
-#pragma GCC unroll 4
-				for (size_t v = 0; v < CAB512_VECS; v++)
-					_mm512_store_ps(wf[k][v], ld16m(c + 16 * v * es, dt, km[v]));
-			}
-			for (size_t t0 = 0; t0 < T; t0 += CAB512_TOKENS) {
-				__m512 a[CAB512_TOKENS][CAB512_VECS];
-#pragma GCC unroll 8
-				for (size_t t = 0; t < CAB512_TOKENS; t++)
-#pragma GCC unroll 4
-					for (size_t v = 0; v < CAB512_VECS; v++)
-						a[t][v] = _mm512_maskz_loadu_ps(t0 + t < T ? km[v] : 0,
-										Y + (t0 + t) * ldy + j0 + 16 * v);
-				for (size_t k = 0; k < kn; k++) {
-					__m512 w[CAB512_VECS];
-#pragma GCC unroll 4
-					for (size_t v = 0; v < CAB512_VECS; v++)
-						w[v] = _mm512_load_ps(wf[k][v]);
-					const float *x = X + (kb + k) * ldx + t0;
-					const uint32_t *s = sel + (kb + k) * ldx + t0;
-#pragma GCC unroll 8
-					for (size_t t = 0; t < CAB512_TOKENS; t++) {
-						__m512 xb = _mm512_set1_ps(x[t]);
-						__mmask16 mk = (__mmask16)s[t];
-#pragma GCC unroll 4
-						for (size_t v = 0; v < CAB512_VECS; v++)
-							a[t][v] = _mm512_mask3_fmadd_ps(w[v], xb, a[t][v], mk);
-					}
-				}
-				for (size_t t = 0; t < CAB512_TOKENS && t0 + t < T; t++)
-#pragma GCC unroll 4
-					for (size_t v = 0; v < CAB512_VECS; v++)
-						_mm512_mask_storeu_ps(Y + (t0 + t) * ldy + j0 + 16 * v,
-								      km[v], a[t][v]);
-			}
-		}
+	for (size_t j = 0; j < SF_STRIP_ROWS; j += 16) {
+		__mmask16 k = j + 16 <= m ? (__mmask16)0xffff : j < m ? tailmask(m - j) : 0;
+		_mm512_store_ps(w + j, ld16m((const char *)c + j * es, dt, k));
 	}
 }
 
-static T512 void colaccum_batch_avx512(float *Y, size_t ldy, size_t m, const void *C,
-				       enum sf_dtype dt, size_t stride, const uint32_t *idx,
-				       const float *X, const uint32_t *sel, size_t ldx, size_t T,
-				       size_t n)
+/* The whole strip (three vectors, masked past m), tokens eight at a time:
+ * 24 sums in registers, so each column's three vectors serve 24
+ * multiply-adds; the multiply-add of a token that did not select the
+ * column masked off. */
+#define STRIP512_TOKENS 8
+INL T512 void strip512(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n, const int scaled)
 {
-	switch (dt) {
-	case SF_DTYPE_BF16: cab512(Y, ldy, m, C, SF_DTYPE_BF16, stride, idx, X, sel, ldx, T, n); break;
-	case SF_DTYPE_F16: cab512(Y, ldy, m, C, SF_DTYPE_F16, stride, idx, X, sel, ldx, T, n); break;
-	default: cab512(Y, ldy, m, C, SF_DTYPE_F32, stride, idx, X, sel, ldx, T, n); break;
+	enum { V = SF_STRIP_ROWS / 16 };
+	__mmask16 km[V];
+
+#pragma GCC unroll 4
+	for (size_t v = 0; v < V; v++)
+		km[v] = 16 * v + 16 <= m ? (__mmask16)0xffff : 16 * v < m ? tailmask(m - 16 * v) : 0;
+	for (size_t t0 = 0; t0 < T; t0 += STRIP512_TOKENS) {
+		__m512 a[STRIP512_TOKENS][V];
+#pragma GCC unroll 8
+		for (size_t t = 0; t < STRIP512_TOKENS; t++)
+#pragma GCC unroll 4
+			for (size_t v = 0; v < V; v++)
+				a[t][v] = _mm512_maskz_loadu_ps(t0 + t < T ? km[v] : 0,
+								Y + (t0 + t) * ldy + 16 * v);
+		for (size_t k = 0; k < n; k++) {
+			__m512 w[V];
+#pragma GCC unroll 4
+			for (size_t v = 0; v < V; v++)
+				w[v] = _mm512_load_ps(W[k] + 16 * v);
+			const float *x = X + k * ldx + t0;
+			const uint32_t *s = sel + k * ldx + t0;
+#pragma GCC unroll 8
+			for (size_t t = 0; t < STRIP512_TOKENS; t++) {
+				__m512 xb = _mm512_set1_ps(scaled ? x[t] * xs[k] : x[t]);
+				__mmask16 mk = (__mmask16)s[t];
+#pragma GCC unroll 4
+				for (size_t v = 0; v < V; v++)
+					a[t][v] = _mm512_mask3_fmadd_ps(w[v], xb, a[t][v], mk);
+			}
+		}
+		for (size_t t = 0; t < STRIP512_TOKENS && t0 + t < T; t++)
+#pragma GCC unroll 4
+			for (size_t v = 0; v < V; v++)
+				_mm512_mask_storeu_ps(Y + (t0 + t) * ldy + 16 * v, km[v], a[t][v]);
 	}
+}
+
+static T512 void strip_avx512(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+			      const float *xs, const float *X, const uint32_t *sel, size_t ldx,
+			      size_t T, size_t n)
+{
+	if (xs)
+		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1);
+	else
+		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
 }
 
 static T512 void colaccum_avx512(float *y, size_t m, const void *C, enum sf_dtype dt,
@@ -1116,7 +1128,7 @@ static T512 void axpy_avx512(float *y, float s, const float *x, size_t n)
 }
 
 static const struct kern kern_avx512 = {
-	matmul_avx512, colaccum_avx512, colaccum_batch_avx512, rmsnorm_avx512, softmax_avx512,
+	matmul_avx512, colaccum_avx512, widen_avx512, strip_avx512, rmsnorm_avx512, softmax_avx512,
 	swiglu_avx512, dot_avx512, axpy_avx512,
 };
 
@@ -1162,11 +1174,36 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
 	K()->colaccum(y, m, C, dt, stride, idx, xv, n);
 }
 
+/* Strips of SF_STRIP_ROWS rows, blocks of SF_STRIP_COLUMNS columns: a
+ * block's strips are widened side by side first, because in an image the
+ * columns lie a power of two apart, and read in place they would share a
+ * few L1 sets and come from L2 for every group of tokens (half the speed). */
 void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
 		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
 		       size_t ldx, size_t T, size_t n)
 {
-	K()->colaccum_batch(Y, ldy, m, C, dt, stride, idx, X, sel, ldx, T, n);
+	const struct kern *k = K();
+	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
+	size_t es = dt_size(dt);
+
+	for (size_t j0 = 0; j0 < m; j0 += SF_STRIP_ROWS) {
+		size_t rows = m - j0 < SF_STRIP_ROWS ? m - j0 : SF_STRIP_ROWS;
+		for (size_t kb = 0; kb < n; kb += SF_STRIP_COLUMNS) {
+			size_t kn = n - kb < SF_STRIP_COLUMNS ? n - kb : SF_STRIP_COLUMNS;
+			for (size_t c = 0; c < kn; c++)
+				k->widen(W[c], (const char *)C + ((size_t)idx[kb + c] * stride + j0) * es,
+					 dt, rows);
+			k->strip(Y + j0, ldy, rows, (const float (*)[SF_STRIP_ROWS])W, NULL, X + kb * ldx,
+				 sel + kb * ldx, ldx, T, kn);
+		}
+	}
+}
+
+void sf_colaccum_strip(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n)
+{
+	K()->strip(Y, ldy, m, W, xs, X, sel, ldx, T, n);
 }
 
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)

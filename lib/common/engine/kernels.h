@@ -53,6 +53,19 @@ void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum s
 			   size_t stride, const uint32_t *idx, const float *X,
 			   const uint32_t *sel, size_t ldx, size_t T, size_t n);
 
+/* The core of the batched column-accumulates, which the float columns and
+ * the middle tier's codes share: W holds n columns' strips of m rows
+ * (m <= SF_STRIP_ROWS) widened to f32, 64-byte aligned, zero past m, and
+ * xs[k] is column k's factor on its inputs (NULL: none). For each k in
+ * turn and each token t whose sel[k * ldx + t] is ~0, Y[t * ldy + j] =
+ * fmaf(X[k * ldx + t] * xs[k], W[k][j], Y[t * ldy + j]) for j in [0, m):
+ * a token's floats are those of its own columns, in their order. */
+#define SF_STRIP_ROWS 48
+#define SF_STRIP_COLUMNS 128
+void sf_colaccum_strip(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n);
+
 /* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
  * (float32 throughout); w in dtype dt. out may alias x. */
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);

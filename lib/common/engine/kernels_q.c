@@ -58,7 +58,7 @@ static void edges_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, siz
 }
 
 /* Columns a strip's accumulators stay in registers for, their codes
- * in L1 across the token groups (as the float kernels' CAB_COLUMNS). */
+ * in L1 across the token groups (as the float kernels' SF_STRIP_COLUMNS). */
 #define QCOLUMNS 128
 
 #if defined(__x86_64__)
