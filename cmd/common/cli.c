@@ -122,6 +122,11 @@ void sf_print_version(void)
 	printf("%s (sparseflash) %s\n", sf_progname, SF_VERSION);
 }
 
+const char *sf_plural(unsigned long long n, const char *one, const char *many)
+{
+	return n == 1 ? one : many;
+}
+
 // --- option tables
 
 /* Every command's last two options. */

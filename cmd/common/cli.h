@@ -38,6 +38,9 @@ _Noreturn void sf_usage_error(const char *fmt, ...)
 /* "prog (sparseflash) VERSION" on stdout. */
 void sf_print_version(void);
 
+/* one or many after a count of n: "1 token", "2 tokens" */
+const char *sf_plural(unsigned long long n, const char *one, const char *many);
+
 // --- option tables
 
 /* One option of a command, with its help text beside it (fio's style):

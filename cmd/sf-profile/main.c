@@ -375,8 +375,9 @@ int main(int argc, char **argv)
 	if (!ret && !o.dry_run)
 		ret = sf_out_commit(&S.out);
 	if (!ret && !o.quiet)
-		fprintf(stderr, "%s: %llu tokens of %llu documents in %.2f s, %.1f tokens/s%s\n",
-			sf_progname, (unsigned long long)S.tokens, (unsigned long long)S.docs, secs,
+		fprintf(stderr, "%s: %llu %s of %llu %s in %.2f s, %.1f tokens/s%s\n", sf_progname,
+			(unsigned long long)S.tokens, sf_plural(S.tokens, "token", "tokens"),
+			(unsigned long long)S.docs, sf_plural(S.docs, "document", "documents"), secs,
 			secs > 0 ? (double)S.tokens / secs : 0.0, o.dry_run ? " (dry run)" : "");
 out:
 	sf_out_abort(&S.out);

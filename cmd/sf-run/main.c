@@ -1012,18 +1012,12 @@ static int prompt_text(const struct options *o, char **buf, const char **text, s
 	return 0;
 }
 
-/* "token" or "tokens" after a count of n. */
-static const char *tokens_word(size_t n)
-{
-	return n == 1 ? "token" : "tokens";
-}
-
 /* --verbose-prompt, as llama.cpp's: the text as fed (C escapes), then a
  * line per token, its id and its piece as tokenizer.json spells it. */
 static void print_prompt(const struct session *S, const char *label, const char *text,
 			 size_t len, const int32_t *ids, size_t n)
 {
-	fprintf(stderr, "%s: %s: %zu %s: \"", sf_progname, label, n, tokens_word(n));
+	fprintf(stderr, "%s: %s: %zu %s: \"", sf_progname, label, n, sf_plural(n, "token", "tokens"));
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];
 		if (c == '\n')
@@ -1239,8 +1233,9 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		ret = sf_err_set(e, -EINVAL, "prompt: empty, and the tokenizer adds no BOS token "
 				 "to start from");
 	else if (np > (size_t)S->state.seq_len)
-		ret = sf_err_set(e, -EINVAL, "prompt: %zu tokens do not fit the context of %d "
-				 "positions", np, S->state.seq_len);
+		ret = sf_err_set(e, -EINVAL, "prompt: %zu tokens do not fit the context of %d %s",
+				 np, S->state.seq_len,
+				 sf_plural((unsigned long long)S->state.seq_len, "position", "positions"));
 	if (ret) {
 		free(prompt);
 		return ret;
@@ -1467,9 +1462,10 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 			S->stop = STOP_INTERRUPT;
 		if (!ret && o->verbose) {
 			fprintf(stderr, "%s: answer %d: %zu %s, stopped: ", sf_progname, turn,
-				answer.n, tokens_word(answer.n));
+				answer.n, sf_plural(answer.n, "token", "tokens"));
 			print_stop(S, o);
-			fprintf(stderr, "; %zu of %d positions used\n", pos, S->state.seq_len);
+			fprintf(stderr, "; %zu of %d %s used\n", pos, S->state.seq_len,
+				sf_plural((unsigned long long)S->state.seq_len, "position", "positions"));
 		}
 		if (ret || (ret = sf_tokenizer_decode(S->tok, answer.v, answer.n,
 						      SF_DECODE_SKIP_SPECIAL, &said, &len, e)) ||
@@ -1659,7 +1655,7 @@ static int write_stats(const struct session *S, const struct options *o, const c
  * one token, which needs no forward pass). */
 static void print_count(const char *what, size_t tokens, size_t steps, double seconds)
 {
-	fprintf(stderr, " %s %zu %s", what, tokens, tokens_word(tokens));
+	fprintf(stderr, " %s %zu %s", what, tokens, sf_plural(tokens, "token", "tokens"));
 	if (steps && seconds > 0)
 		fprintf(stderr, ", %.1f tok/s", (double)steps / seconds);
 }
@@ -1671,7 +1667,8 @@ static void report(const struct session *S, const struct options *o)
 
 	fprintf(stderr, "%s: stopped: ", sf_progname);
 	print_stop(S, o);
-	fprintf(stderr, "; context %d positions", S->state.seq_len);
+	fprintf(stderr, "; context %d %s", S->state.seq_len,
+		sf_plural((unsigned long long)S->state.seq_len, "position", "positions"));
 	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window)
 		fputs(" (the model's sliding window)", stderr);
 	fprintf(stderr, "\n%s:", sf_progname);

@@ -107,7 +107,7 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	printf '{"instruction": "Say hi.", "input": "", "output": "hi"}\n' >"$t/al.jsonl"
 	run --separate-stderr sf-profile -m "$MODEL" --format alpaca "$t/al.jsonl" -o "$t/al.sft"
 	[ "$status" -eq 0 ]
-	[[ "$stderr" == "sf-profile: "*" tokens of 1 documents in "* ]]
+	[[ "$stderr" == "sf-profile: "*" tokens of 1 document in "* ]]
 }
 
 @test "the shared JSON lines and CSV give the same trace" {

@@ -122,6 +122,9 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-run: prompt: 12 tokens do not fit the context of 4 positions" ]
 	[ -z "$output" ]
+	run --separate-stderr sf-run --model "$MODEL" -c 1 -p "In the beginning God created"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: prompt: 12 tokens do not fit the context of 1 position" ]
 }
 
 @test "a context beyond the model's is refused" {
