@@ -72,7 +72,13 @@ int main(void)
 					check_case(isa, dts[d], 11, cols[c], toks[t], 0, 11, &seed);
 					check_case(isa, dts[d], 11, cols[c], toks[t], 1, 10, &seed);
 					check_case(isa, dts[d], 11, cols[c], toks[t], 5, 7, &seed);
+					/* two groups of four taken together, then one */
+					check_case(isa, dts[d], 14, cols[c], toks[t], 0, 14, &seed);
 				}
+		/* more columns than a block and more tokens than a chunk of
+		 * the batched product */
+		for (size_t d = 0; d < 3; d++)
+			check_case(isa, dts[d], 14, 1100, 70, 1, 14, &seed);
 	}
 	sf_cpu_use_best();
 	return unit_exit();

@@ -815,30 +815,33 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 			acc[u][r][0] = a[r][u], acc[u][r][1] = b[r][u];
 }
 
-/* Rows [0, 4) of w, a group of four, for T >= 2 tokens, each (row, token)
- * with exactly mv512_4's operations: only the order in which the pairs
- * take their turns differs, the accumulators waiting in acc between column
- * blocks. Three tokens a turn: 24 accumulators, 6 inputs and 2 weights
- * fill the 32 registers, 14 loads for 24 FMAs. */
-INL T512 void mm512_group4(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
-			   size_t cols, const float *x, size_t ldx, size_t T)
+/* Rows [0, 4G) of w, G groups of four (1 or 2), for T >= 2 tokens, each
+ * (row, token) with exactly mv512_4's operations: only the order in which
+ * the pairs take their turns differs, the accumulators waiting in acc
+ * between column blocks. Three tokens a turn: 24 accumulators, 6 inputs
+ * and 2 weights fill the 32 registers, 14 loads for 24 FMAs; the G groups
+ * take the same three tokens in turn, so that their inputs come from L1
+ * for the second group. */
+INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
+			   size_t cols, const float *x, size_t ldx, size_t T, const int G)
 {
 	size_t es = dt_size(dt);
-	float wf[4][MM512_CB] __attribute__((aligned(64)));
-	__m512 acc[MM512_TC][4][2];	/* (token, row, a|b) */
+	float wf[8][MM512_CB] __attribute__((aligned(64)));
+	__m512 acc[2][MM512_TC][4][2];	/* (group, token, row, a|b) */
 
 	for (size_t t0 = 0; t0 < T; t0 += MM512_TC) {
 		size_t tn = T - t0 < MM512_TC ? T - t0 : MM512_TC;
-		for (size_t t = 0; t < tn; t++)
-			for (int r = 0; r < 4; r++)
-				acc[t][r][0] = acc[t][r][1] = _mm512_setzero_ps();
+		for (int g = 0; g < G; g++)
+			for (size_t t = 0; t < tn; t++)
+				for (int r = 0; r < 4; r++)
+					acc[g][t][r][0] = acc[g][t][r][1] = _mm512_setzero_ps();
 		for (size_t c0 = 0; c0 < cols; c0 += MM512_CB) {
 			size_t cn = cols - c0 < MM512_CB ? cols - c0 : MM512_CB;
 			/* the next block's weights (or the next group's first) are
 			 * fetched while this one is computed: the conversion would
 			 * otherwise wait on memory every block */
-			const char *next = c0 + cn < cols ? w + (c0 + cn) * es : w + 4 * rs;
-			for (int r = 0; r < 4; r++)
+			const char *next = c0 + cn < cols ? w + (c0 + cn) * es : w + 4 * G * rs;
+			for (int r = 0; r < 4 * G; r++)
 				for (size_t c = 0; c < cn; c += 16) {
 					__mmask16 k = cn - c >= 16 ? (__mmask16)0xffff : tailmask(cn - c);
 					_mm512_store_ps(wf[r] + c, ld16m(w + r * rs + (c0 + c) * es, dt, k));
@@ -849,24 +852,29 @@ INL T512 void mm512_group4(float *y, size_t ldy, const char *w, size_t rs, enum 
 				}
 			size_t t = 0;
 			for (; t + 3 <= tn; t += 3)
-				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
-					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 3);
+				for (int g = 0; g < G; g++)
+					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
+						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 3);
 			for (; t + 2 <= tn; t += 2)
-				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
-					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 2);
+				for (int g = 0; g < G; g++)
+					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
+						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 2);
 			if (t < tn)
-				mm512_span(acc + t, (const float (*)[MM512_CB])wf,
-					   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 1);
+				for (int g = 0; g < G; g++)
+					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
+						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 1);
 		}
-		for (size_t t = 0; t < tn; t++)
-			for (int r = 0; r < 4; r++)
-				y[(t0 + t) * ldy + r] = _mm512_reduce_add_ps(
-					_mm512_add_ps(acc[t][r][0], acc[t][r][1]));
+		for (int g = 0; g < G; g++)
+			for (size_t t = 0; t < tn; t++)
+				for (int r = 0; r < 4; r++)
+					y[(t0 + t) * ldy + 4 * g + r] = _mm512_reduce_add_ps(
+						_mm512_add_ps(acc[g][t][r][0], acc[g][t][r][1]));
 	}
 }
 
 /* Rows in groups of four from r0 (the one-token kernel's grouping, which
- * decides each row's operations), the rest one by one. */
+ * decides each row's operations), the rest one by one; a pass takes the
+ * groups two at a time. */
 INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
@@ -877,8 +885,10 @@ INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 	for (; r < r4; r += 4) {
 		if (T == 1)
 			mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
+		else if (r + 8 <= r4)
+			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 2), r += 4;
 		else
-			mm512_group4(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T);
+			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 1);
 	}
 	for (; r < r1; r++)
 		for (size_t t = 0; t < T; t++)
