@@ -15,7 +15,9 @@
 #            in each image's own bytes), --ram 30% of the BF16 image's bytes
 #            (inside a memory cgroup of that size where one is writable, the
 #            image's page cache dropped before each run), the dtypes
-#            interleaved, medians of REPEATS: tok/s and MB per token. The
+#            interleaved, medians of REPEATS: tok/s and MB per token, with
+#            fio's sequential and random 256 KiB reads of the image in each
+#            repeat (device.jsonl). The
 #            issue's target: q4 at budget 1 at least 3x BF16 at budget 1.
 #            speed.csv, speed.json.
 #   tests/bench/quant.sh  [QUANT_PARTS="quality speed"] [QUICK=1: mix4-1m and a
@@ -132,6 +134,7 @@ EOF
 # --- speed
 
 speed() {
+	command -v fio >/dev/null || { log "fio is not installed (apt-get install fio)"; exit 1; }
 	local shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
 	local dt rep c name s
 	[ -z "$QUICK" ] || shape=(--hidden 512 --intermediate 1376 --layers 4 --heads 8 --kv-heads 2 --vocab 4096)
@@ -156,7 +159,11 @@ speed() {
 	[ -z "$cg" ] || trap 'rmdir "$cg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -f "$scratch"/{bf16,q8,q4}.sfimg' EXIT
 	log "BF16 image $bytes bytes; --ram $ram"
 	: > "$out/speed.jsonl"
+	: > "$out/device.jsonl"
 	for rep in $(seq "$REPEATS"); do
+		img=$scratch/bf16.sfimg
+		jq -nc --argjson seq "$(device_gbs read 256k 32)" --argjson rand "$(device_gbs randread 256k 32)" \
+			'{seq_gbs: $seq, rand_gbs: $rand}' >> "$out/device.jsonl"
 		for c in "budget1|--budget 1" "tiers0.2+0.3|--k-top 0.2 --k-mid 0.3"; do
 			name=${c%%|*}
 			for dt in $DTYPES; do
@@ -180,6 +187,9 @@ speed() {
 		(map(select(.dtype == "bf16")) | map({key: .config, value: .tg}) | from_entries) as $bf |
 		map(. + {over_bf16: (.tg / $bf[.config])})' "$out/speed.jsonl" > "$out/speed.json"
 	echo "random model ${shape[*]}, --ram $ram, -t ${THREADS:-1}, $N tokens, medians of $REPEATS"
+	jq -rs 'def median: sort | .[(length - 1) / 2 | floor];
+		"device: fio O_DIRECT 256 KiB reads at depth 32, sequential \(map(.seq_gbs) | median) GB/s, random \(map(.rand_gbs) | median) GB/s (medians)"' \
+		"$out/device.jsonl"
 	{
 		echo "config,dtype,budget,tok/s,x BF16,MB/token,requests/token"
 		jq -r '.[] | [.config, .dtype, (.budget * 1000 | round / 1000), (.tg * 100 | round / 100),
