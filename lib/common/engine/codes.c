@@ -322,42 +322,39 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 	}
 }
 
-/* The SIMD steps in strips of SF_STRIP_ROWS rows, columns in blocks: a
- * block's strips are decoded once into W (trellis: with the records'
- * scales as the inputs' factors, as the one-token path multiplies them)
- * and then serve every token through sf_colaccum_strip. */
+struct code_columns {
+	const struct sf_codes_view *v;
+	decode_fn *decode;
+};
+
+/* A strip of a column decoded (trellis: with the record's scale as its
+ * inputs' factor, as the one-token path multiplies them). */
+static void decode_column(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
+			  float *xs)
+{
+	const struct code_columns *c = ctx;
+	const uint8_t *rec = c->v->base + (size_t)col * c->v->stride;
+	c->decode(c->v, rec, j0, j0 + rows, w);
+	*xs = c->v->method == SF_CODES_TRELLIS ? sf_f16_to_f32(sf_get_le16(rec)) : 1.0f;
+}
+
+/* The SIMD steps through the strips' core (engine/kernels.h), each block
+ * of columns decoded once; the head and tail rows through the _ref. */
 void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v, size_t r0,
 			     size_t r1, const uint32_t *idx, const float *X, const uint32_t *sel,
 			     size_t ldx, size_t T, size_t n)
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
 	int trellis = v->method == SF_CODES_TRELLIS;
-	decode_fn *fn = trellis ? P->decode_trellis : P->decode_scalar;
-	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
-	float xs[SF_STRIP_COLUMNS];
+	struct code_columns c = { v, trellis ? P->decode_trellis : P->decode_scalar };
 	size_t a, b;
 
-	if (!fn) {
+	if (!c.decode) {
 		sf_codes_colaccum_batch_ref(Y, ldy, v, r0, r1, idx, X, sel, ldx, T, n);
 		return;
 	}
 	simd_rows(P->step, r0, r1, &a, &b);
 	sf_codes_colaccum_batch_ref(Y, ldy, v, r0, a, idx, X, sel, ldx, T, n);
 	sf_codes_colaccum_batch_ref(Y, ldy, v, b, r1, idx, X, sel, ldx, T, n);
-	for (size_t j0 = a; j0 < b; j0 += SF_STRIP_ROWS) {
-		size_t rows = b - j0 < SF_STRIP_ROWS ? b - j0 : SF_STRIP_ROWS;
-		for (size_t kb = 0; kb < n; kb += SF_STRIP_COLUMNS) {
-			size_t kn = n - kb < SF_STRIP_COLUMNS ? n - kb : SF_STRIP_COLUMNS;
-			for (size_t k = 0; k < kn; k++) {
-				const uint8_t *rec = v->base + (size_t)idx[kb + k] * v->stride;
-				fn(v, rec, j0, j0 + rows, W[k]);
-				for (size_t j = rows; j < SF_STRIP_ROWS; j++)
-					W[k][j] = 0.0f;
-				xs[k] = trellis ? sf_f16_to_f32(sf_get_le16(rec)) : 1.0f;
-			}
-			sf_colaccum_strip(Y + j0, ldy, rows, (const float (*)[SF_STRIP_ROWS])W,
-					  trellis ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T,
-					  kn);
-		}
-	}
+	sf_colaccum_strips(Y + a, ldy, a, b, decode_column, &c, trellis, idx, X, sel, ldx, T, n);
 }

@@ -69,8 +69,8 @@ void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum s
 
 static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
-	for (size_t j = 0; j < SF_STRIP_ROWS; j++)
-		w[j] = j < m ? ld_w(c, dt, j) : 0.0f;
+	for (size_t j = 0; j < m; j++)
+		w[j] = ld_w(c, dt, j);
 }
 
 static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
@@ -191,9 +191,9 @@ struct kern {
 		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 			 const uint32_t *idx, const float *xv, size_t n);
-	/* the batched column-accumulate: a strip of a column widened to f32
-	 * (SF_STRIP_ROWS floats, zero past m), and the product of a block of
-	 * such strips (sf_colaccum_strip) */
+	/* the batched column-accumulate: m rows of a column widened to f32
+	 * (m <= SF_STRIP_ROWS), and the product of a block of such strips
+	 * (sf_colaccum_strip) */
 	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
 	void (*strip)(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 		      const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
@@ -431,8 +431,8 @@ static T256 void widen_avx2(float *w, const void *c, enum sf_dtype dt, size_t m)
 
 	for (; j + 8 <= m; j += 8)
 		_mm256_store_ps(w + j, ld8((const char *)c + j * es, dt));
-	for (; j < SF_STRIP_ROWS; j++)
-		w[j] = j < m ? ld_w(c, dt, j) : 0.0f;
+	for (; j < m; j++)
+		w[j] = ld_w(c, dt, j);
 }
 
 /* The lanes of rows [j, j + 8) below m. */
@@ -956,9 +956,8 @@ static T512 void widen_avx512(float *w, const void *c, enum sf_dtype dt, size_t 
 {
 	size_t es = dt_size(dt);
 
-#pragma GCC unroll 4
-	for (size_t j = 0; j < SF_STRIP_ROWS; j += 16) {
-		__mmask16 k = j + 16 <= m ? (__mmask16)0xffff : j < m ? tailmask(m - j) : 0;
+	for (size_t j = 0; j < m; j += 16) {
+		__mmask16 k = j + 16 <= m ? (__mmask16)0xffff : tailmask(m - j);
 		_mm512_store_ps(w + j, ld16m((const char *)c + j * es, dt, k));
 	}
 }
@@ -1185,28 +1184,52 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
 }
 
 /* Strips of SF_STRIP_ROWS rows, blocks of SF_STRIP_COLUMNS columns: a
- * block's strips are widened side by side first, because in an image the
+ * block's strips are filled side by side first, because in an image the
  * columns lie a power of two apart, and read in place they would share a
  * few L1 sets and come from L2 for every group of tokens (half the speed). */
+void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,
+			const void *ctx, int scaled, const uint32_t *idx, const float *X,
+			const uint32_t *sel, size_t ldx, size_t T, size_t n)
+{
+	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
+	float xs[SF_STRIP_COLUMNS];
+
+	for (size_t j0 = s0; j0 < s1; j0 += SF_STRIP_ROWS) {
+		size_t rows = s1 - j0 < SF_STRIP_ROWS ? s1 - j0 : SF_STRIP_ROWS;
+		for (size_t kb = 0; kb < n; kb += SF_STRIP_COLUMNS) {
+			size_t kn = n - kb < SF_STRIP_COLUMNS ? n - kb : SF_STRIP_COLUMNS;
+			for (size_t k = 0; k < kn; k++) {
+				fill(ctx, idx[kb + k], j0, rows, W[k], &xs[k]);
+				for (size_t j = rows; j < SF_STRIP_ROWS; j++)
+					W[k][j] = 0.0f;
+			}
+			K()->strip(Y + (j0 - s0), ldy, rows, (const float (*)[SF_STRIP_ROWS])W,
+				   scaled ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T, kn);
+		}
+	}
+}
+
+struct float_columns {
+	const char *C;
+	enum sf_dtype dt;
+	size_t stride;	/* bytes */
+};
+
+static void widen_column(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
+			 float *xs)
+{
+	const struct float_columns *f = ctx;
+	size_t es = dt_size(f->dt);
+	(void)xs;	/* no factor */
+	K()->widen(w, f->C + col * f->stride + j0 * es, f->dt, rows);
+}
+
 void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
 		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
 		       size_t ldx, size_t T, size_t n)
 {
-	const struct kern *k = K();
-	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
-	size_t es = dt_size(dt);
-
-	for (size_t j0 = 0; j0 < m; j0 += SF_STRIP_ROWS) {
-		size_t rows = m - j0 < SF_STRIP_ROWS ? m - j0 : SF_STRIP_ROWS;
-		for (size_t kb = 0; kb < n; kb += SF_STRIP_COLUMNS) {
-			size_t kn = n - kb < SF_STRIP_COLUMNS ? n - kb : SF_STRIP_COLUMNS;
-			for (size_t c = 0; c < kn; c++)
-				k->widen(W[c], (const char *)C + ((size_t)idx[kb + c] * stride + j0) * es,
-					 dt, rows);
-			k->strip(Y + j0, ldy, rows, (const float (*)[SF_STRIP_ROWS])W, NULL, X + kb * ldx,
-				 sel + kb * ldx, ldx, T, kn);
-		}
-	}
+	struct float_columns f = { C, dt, stride * dt_size(dt) };
+	sf_colaccum_strips(Y, ldy, 0, m, widen_column, &f, 0, idx, X, sel, ldx, T, n);
 }
 
 void sf_colaccum_strip(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],

@@ -66,6 +66,18 @@ void sf_colaccum_strip(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
 		       size_t n);
 
+/* The pass's driver over any kind of column: rows [s0, s1) (row s0 at Y)
+ * in strips of SF_STRIP_ROWS and columns in blocks of SF_STRIP_COLUMNS,
+ * each block's strips filled once side by side and run through
+ * sf_colaccum_strip, with the columns' factors when scaled. fill writes
+ * rows [j0, j0 + rows) of column col as f32 into w and its inputs' factor
+ * into *xs. */
+typedef void sf_strip_fill(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
+			   float *xs);
+void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,
+			const void *ctx, int scaled, const uint32_t *idx, const float *X,
+			const uint32_t *sel, size_t ldx, size_t T, size_t n);
+
 /* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
  * (float32 throughout); w in dtype dt. out may alias x. */
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);

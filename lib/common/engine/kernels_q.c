@@ -1,8 +1,10 @@
-/* Column-accumulate over q8 and q4 blocks (see kernels_q.h): the _ref, and
- * AVX2 (strips of 16 rows, four tokens at a time) and AVX-512 (a whole
- * block of 32 rows, eight tokens at a time) paths compiled through target
- * attributes; rows outside whole strips go through the _ref, which gives
- * each row the same operations. */
+/* Column-accumulate over q8 and q4 blocks (see kernels_q.h): the _ref,
+ * and AVX2 (strips of 16 rows) and AVX-512 (a whole block of 32 rows)
+ * paths compiled through target attributes for one token; a pass of tokens
+ * dequantizes a block of columns once, 16 rows at a time, and runs it
+ * through sf_colaccum_strip (engine/kernels.h), the float columns' core.
+ * Rows outside whole strips go through the _ref, which gives each row the
+ * same operations. */
 #include "engine/kernels_q.h"
 
 #include <math.h>
@@ -57,11 +59,44 @@ static void edges_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, siz
 		sf_qcolaccum_ref(Y + (s1 - r0), ldy, s1, r1, C, dt, stride, idx, X, sel, ldx, T, n);
 }
 
-/* Columns a strip's accumulators stay in registers for, their codes
- * in L1 across the token groups (as the float kernels' SF_STRIP_COLUMNS). */
+/* Columns a strip's accumulators stay in registers for (one token). */
 #define QCOLUMNS 128
 
 #if defined(__x86_64__)
+
+/* Rows [j0, j0 + rows) of the column at col as f32 into w, j0 and rows
+ * multiples of 16 (a SIMD path's dequantization). */
+typedef void qwiden_fn(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0, size_t rows);
+
+struct q_columns {
+	const uint8_t *C;
+	enum sf_dtype dt;
+	size_t stride;
+	qwiden_fn *widen;
+};
+
+static void widen_q(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w, float *xs)
+{
+	const struct q_columns *q = ctx;
+	(void)xs;	/* the scales are in the weights */
+	q->widen(w, q->C + (size_t)col * q->stride, q->dt, j0, rows);
+}
+
+/* A pass (sel not NULL): the whole 16-row halves of blocks through the
+ * strips' core (engine/kernels.h), each block of columns dequantized once;
+ * the rows outside them through the _ref. */
+static void qpass(float *Y, size_t ldy, size_t r0, size_t r1, const uint8_t *C,
+		  enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
+		  const uint32_t *sel, size_t ldx, size_t T, size_t n, qwiden_fn *widen)
+{
+	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
+	struct q_columns q = { C, dt, stride, widen };
+
+	if (s0 < s1)
+		sf_colaccum_strips(Y + (s0 - r0), ldy, s0, s1, widen_q, &q, 0, idx, X, sel, ldx,
+				   T, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, C, dt, stride, idx, X, sel, ldx, T, n);
+}
 
 #define INL static inline __attribute__((always_inline))
 
@@ -87,66 +122,38 @@ INL T256 void deq16_256(const uint8_t *b, enum sf_dtype dt, size_t h, __m256 *w0
 	*w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8))), s);
 }
 
-/* NT tokens at a time (1 without sel: the one-token call). A pass of
- * more tokens than NT dequantizes each strip of its block of columns once
- * into wb, which every group of tokens then reads from L1. */
-INL T256 void qca256(float *Y, size_t ldy, size_t r0, size_t s0, size_t s1, const uint8_t *C,
-		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
-		     const uint32_t *sel, size_t ldx, size_t T, size_t n, const size_t NT)
+/* One token: each strip's sums in registers across a block of columns. */
+INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C,
+		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X, size_t n)
 {
 	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
-	const int buffered = NT > 1 && T > NT;
-	float wb[QCOLUMNS][16] __attribute__((aligned(32)));
 
 	for (size_t j0 = s0; j0 < s1; j0 += 16)
 		for (size_t kb = 0; kb < n; kb += QCOLUMNS) {
 			size_t ke = n - kb < QCOLUMNS ? n : kb + QCOLUMNS;
-			for (size_t k = kb; buffered && k < ke; k++) {
-				__m256 w0, w1;
+			__m256 a0 = _mm256_loadu_ps(y + (j0 - r0)), a1 = _mm256_loadu_ps(y + (j0 - r0) + 8);
+			for (size_t k = kb; k < ke; k++) {
+				__m256 w0, w1, xb = _mm256_set1_ps(X[k]);
 				deq16_256(C + (size_t)idx[k] * stride + j0 / SF_QBLOCK * bb, dt, j0 / 16 % 2,
 					  &w0, &w1);
-				_mm256_store_ps(wb[k - kb], w0);
-				_mm256_store_ps(wb[k - kb] + 8, w1);
+				a0 = _mm256_fmadd_ps(w0, xb, a0);
+				a1 = _mm256_fmadd_ps(w1, xb, a1);
 			}
-			for (size_t t0 = 0; t0 < T; t0 += NT) {
-				__m256 a[4][2];
-#pragma GCC unroll 4
-				for (size_t t = 0; t < NT; t++) {
-					const float *y = Y + (t0 + t) * ldy + (j0 - r0);
-					a[t][0] = t0 + t < T ? _mm256_loadu_ps(y) : _mm256_setzero_ps();
-					a[t][1] = t0 + t < T ? _mm256_loadu_ps(y + 8) : _mm256_setzero_ps();
-				}
-				for (size_t k = kb; k < ke; k++) {
-					__m256 w0, w1;
-					if (buffered) {
-						w0 = _mm256_load_ps(wb[k - kb]);
-						w1 = _mm256_load_ps(wb[k - kb] + 8);
-					} else {
-						deq16_256(C + (size_t)idx[k] * stride + j0 / SF_QBLOCK * bb, dt,
-							  j0 / 16 % 2, &w0, &w1);
-					}
-#pragma GCC unroll 4
-					for (size_t t = 0; t < NT; t++) {
-						__m256 xb = _mm256_set1_ps(X[k * ldx + t0 + t]);
-						__m256 f0 = _mm256_fmadd_ps(w0, xb, a[t][0]);
-						__m256 f1 = _mm256_fmadd_ps(w1, xb, a[t][1]);
-						if (sel) {
-							__m256 mk = _mm256_castsi256_ps(
-								_mm256_set1_epi32((int)sel[k * ldx + t0 + t]));
-							f0 = _mm256_blendv_ps(a[t][0], f0, mk);
-							f1 = _mm256_blendv_ps(a[t][1], f1, mk);
-						}
-						a[t][0] = f0;
-						a[t][1] = f1;
-					}
-				}
-				for (size_t t = 0; t < NT && t0 + t < T; t++) {
-					float *y = Y + (t0 + t) * ldy + (j0 - r0);
-					_mm256_storeu_ps(y, a[t][0]);
-					_mm256_storeu_ps(y + 8, a[t][1]);
-				}
-			}
+			_mm256_storeu_ps(y + (j0 - r0), a0);
+			_mm256_storeu_ps(y + (j0 - r0) + 8, a1);
 		}
+}
+
+static T256 void qwiden_avx2(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
+			     size_t rows)
+{
+	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
+	for (size_t j = j0; j < j0 + rows; j += 16) {
+		__m256 w0, w1;
+		deq16_256(col + j / SF_QBLOCK * bb, dt, j / 16 % 2, &w0, &w1);
+		_mm256_store_ps(w + (j - j0), w0);
+		_mm256_store_ps(w + (j - j0) + 8, w1);
+	}
 }
 
 static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
@@ -156,16 +163,14 @@ static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1, cons
 {
 	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
 
-	if (s0 < s1) {
-		if (!sel && dt == SF_DTYPE_Q8)
-			qca256(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, NULL, ldx, T, n, 1);
-		else if (!sel)
-			qca256(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, NULL, ldx, T, n, 1);
-		else if (dt == SF_DTYPE_Q8)
-			qca256(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, sel, ldx, T, n, 4);
-		else
-			qca256(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, sel, ldx, T, n, 4);
+	if (sel) {
+		qpass(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n, qwiden_avx2);
+		return;
 	}
+	if (s0 < s1 && dt == SF_DTYPE_Q8)
+		qca256(Y, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, n);
+	else if (s0 < s1)
+		qca256(Y, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, n);
 	edges_ref(Y, ldy, r0, r1, s0, s1, C, dt, stride, idx, X, sel, ldx, T, n);
 }
 
@@ -192,55 +197,49 @@ INL T512 void deq32_512(const uint8_t *b, enum sf_dtype dt, __m512 *w0, __m512 *
 }
 
 /* As qca256, a whole block at a time. */
-INL T512 void qca512(float *Y, size_t ldy, size_t r0, size_t s0, size_t s1, const uint8_t *C,
-		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
-		     const uint32_t *sel, size_t ldx, size_t T, size_t n, const size_t NT)
+INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C,
+		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X, size_t n)
 {
 	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
-	const int buffered = NT > 1 && T > NT;
-	float wb[QCOLUMNS][SF_QBLOCK] __attribute__((aligned(64)));
 
 	for (size_t j0 = s0; j0 < s1; j0 += SF_QBLOCK)
 		for (size_t kb = 0; kb < n; kb += QCOLUMNS) {
 			size_t ke = n - kb < QCOLUMNS ? n : kb + QCOLUMNS;
-			for (size_t k = kb; buffered && k < ke; k++) {
-				__m512 w0, w1;
+			__m512 a0 = _mm512_loadu_ps(y + (j0 - r0)), a1 = _mm512_loadu_ps(y + (j0 - r0) + 16);
+			for (size_t k = kb; k < ke; k++) {
+				__m512 w0, w1, xb = _mm512_set1_ps(X[k]);
 				deq32_512(C + (size_t)idx[k] * stride + j0 / SF_QBLOCK * bb, dt, &w0, &w1);
-				_mm512_store_ps(wb[k - kb], w0);
-				_mm512_store_ps(wb[k - kb] + 16, w1);
+				a0 = _mm512_fmadd_ps(w0, xb, a0);
+				a1 = _mm512_fmadd_ps(w1, xb, a1);
 			}
-			for (size_t t0 = 0; t0 < T; t0 += NT) {
-				__m512 a[8][2];
-#pragma GCC unroll 8
-				for (size_t t = 0; t < NT; t++) {
-					const float *y = Y + (t0 + t) * ldy + (j0 - r0);
-					a[t][0] = t0 + t < T ? _mm512_loadu_ps(y) : _mm512_setzero_ps();
-					a[t][1] = t0 + t < T ? _mm512_loadu_ps(y + 16) : _mm512_setzero_ps();
-				}
-				for (size_t k = kb; k < ke; k++) {
-					__m512 w0, w1;
-					if (buffered) {
-						w0 = _mm512_load_ps(wb[k - kb]);
-						w1 = _mm512_load_ps(wb[k - kb] + 16);
-					} else {
-						deq32_512(C + (size_t)idx[k] * stride + j0 / SF_QBLOCK * bb, dt,
-							  &w0, &w1);
-					}
-#pragma GCC unroll 8
-					for (size_t t = 0; t < NT; t++) {
-						__m512 xb = _mm512_set1_ps(X[k * ldx + t0 + t]);
-						__mmask16 mk = sel ? (__mmask16)sel[k * ldx + t0 + t] : 0xffff;
-						a[t][0] = _mm512_mask3_fmadd_ps(w0, xb, a[t][0], mk);
-						a[t][1] = _mm512_mask3_fmadd_ps(w1, xb, a[t][1], mk);
-					}
-				}
-				for (size_t t = 0; t < NT && t0 + t < T; t++) {
-					float *y = Y + (t0 + t) * ldy + (j0 - r0);
-					_mm512_storeu_ps(y, a[t][0]);
-					_mm512_storeu_ps(y + 16, a[t][1]);
-				}
-			}
+			_mm512_storeu_ps(y + (j0 - r0), a0);
+			_mm512_storeu_ps(y + (j0 - r0) + 16, a1);
 		}
+}
+
+static T512 void qwiden_avx512(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
+			       size_t rows)
+{
+	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
+	size_t j = j0;
+
+	if (j % SF_QBLOCK && j < j0 + rows) {	/* a block's second half first */
+		__m512 w0, w1;
+		deq32_512(col + j / SF_QBLOCK * bb, dt, &w0, &w1);
+		_mm512_store_ps(w, w1);
+		j += 16;
+	}
+	for (; j + SF_QBLOCK <= j0 + rows; j += SF_QBLOCK) {
+		__m512 w0, w1;
+		deq32_512(col + j / SF_QBLOCK * bb, dt, &w0, &w1);
+		_mm512_store_ps(w + (j - j0), w0);
+		_mm512_store_ps(w + (j - j0) + 16, w1);
+	}
+	if (j < j0 + rows) {	/* and a first half last */
+		__m512 w0, w1;
+		deq32_512(col + j / SF_QBLOCK * bb, dt, &w0, &w1);
+		_mm512_store_ps(w + (j - j0), w0);
+	}
 }
 
 static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
@@ -250,16 +249,14 @@ static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1, co
 {
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
-	if (s0 < s1) {
-		if (!sel && dt == SF_DTYPE_Q8)
-			qca512(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, NULL, ldx, T, n, 1);
-		else if (!sel)
-			qca512(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, NULL, ldx, T, n, 1);
-		else if (dt == SF_DTYPE_Q8)
-			qca512(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, sel, ldx, T, n, 8);
-		else
-			qca512(Y, ldy, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, sel, ldx, T, n, 8);
+	if (sel) {
+		qpass(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n, qwiden_avx512);
+		return;
 	}
+	if (s0 < s1 && dt == SF_DTYPE_Q8)
+		qca512(Y, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, n);
+	else if (s0 < s1)
+		qca512(Y, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, n);
 	edges_ref(Y, ldy, r0, r1, s0, s1, C, dt, stride, idx, X, sel, ldx, T, n);
 }
 
