@@ -191,9 +191,9 @@ struct kern {
 		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
 			 const uint32_t *idx, const float *xv, size_t n);
-	/* the batched column-accumulate: m rows of a column widened to f32
-	 * (m <= SF_STRIP_ROWS), and the product of a block of such strips
-	 * (sf_colaccum_strip) */
+	/* the batched column-accumulate (sf_colaccum_strips): m rows of a
+	 * column widened to f32 (m <= SF_STRIP_ROWS), and the register-tiled
+	 * product of a block of such strips, xs the columns' factors or NULL */
 	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
 	void (*strip)(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 		      const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
@@ -882,13 +882,15 @@ INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
 	const char *w = W;
 
-	for (; r < r4; r += 4) {
+	while (r < r4) {
+		int groups = T > 1 && r + 8 <= r4 ? 2 : 1;
 		if (T == 1)
 			mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
-		else if (r + 8 <= r4)
-			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 2), r += 4;
+		else if (groups == 2)
+			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 2);
 		else
 			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 1);
+		r += 4 * (size_t)groups;
 	}
 	for (; r < r1; r++)
 		for (size_t t = 0; t < T; t++)
@@ -1191,6 +1193,7 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 			const void *ctx, int scaled, const uint32_t *idx, const float *X,
 			const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
+	const struct kern *kern = K();
 	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
 	float xs[SF_STRIP_COLUMNS];
 
@@ -1203,8 +1206,8 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 				for (size_t j = rows; j < SF_STRIP_ROWS; j++)
 					W[k][j] = 0.0f;
 			}
-			K()->strip(Y + (j0 - s0), ldy, rows, (const float (*)[SF_STRIP_ROWS])W,
-				   scaled ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T, kn);
+			kern->strip(Y + (j0 - s0), ldy, rows, (const float (*)[SF_STRIP_ROWS])W,
+				    scaled ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T, kn);
 		}
 	}
 }
@@ -1213,30 +1216,23 @@ struct float_columns {
 	const char *C;
 	enum sf_dtype dt;
 	size_t stride;	/* bytes */
+	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
 };
 
 static void widen_column(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
 			 float *xs)
 {
 	const struct float_columns *f = ctx;
-	size_t es = dt_size(f->dt);
 	(void)xs;	/* no factor */
-	K()->widen(w, f->C + col * f->stride + j0 * es, f->dt, rows);
+	f->widen(w, f->C + col * f->stride + j0 * dt_size(f->dt), f->dt, rows);
 }
 
 void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
 		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
 		       size_t ldx, size_t T, size_t n)
 {
-	struct float_columns f = { C, dt, stride * dt_size(dt) };
+	struct float_columns f = { C, dt, stride * dt_size(dt), K()->widen };
 	sf_colaccum_strips(Y, ldy, 0, m, widen_column, &f, 0, idx, X, sel, ldx, T, n);
-}
-
-void sf_colaccum_strip(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
-		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
-		       size_t n)
-{
-	K()->strip(Y, ldy, m, W, xs, X, sel, ldx, T, n);
 }
 
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)

@@ -53,25 +53,17 @@ void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum s
 			   size_t stride, const uint32_t *idx, const float *X,
 			   const uint32_t *sel, size_t ldx, size_t T, size_t n);
 
-/* The core of the batched column-accumulates, which the float columns and
- * the middle tier's codes share: W holds n columns' strips of m rows
- * (m <= SF_STRIP_ROWS) widened to f32, 64-byte aligned, zero past m, and
- * xs[k] is column k's factor on its inputs (NULL: none). For each k in
- * turn and each token t whose sel[k * ldx + t] is ~0, Y[t * ldy + j] =
- * fmaf(X[k * ldx + t] * xs[k], W[k][j], Y[t * ldy + j]) for j in [0, m):
- * a token's floats are those of its own columns, in their order. */
+/* The batched column-accumulate over any kind of column (float columns,
+ * the middle tier's codes, q8/q4 blocks): rows [s0, s1) (row s0 at Y) in
+ * strips of SF_STRIP_ROWS, columns in blocks of SF_STRIP_COLUMNS. fill
+ * writes rows [j0, j0 + rows) of column col as f32 into w and the column's
+ * factor on its inputs into *xs (read only when scaled); each block is
+ * filled once and then, for each k in turn and each token t whose
+ * sel[k * ldx + t] is ~0, Y[t * ldy + j - s0] = fmaf(X[k * ldx + t] *
+ * xs[k], w_k[j], Y[t * ldy + j - s0]) by a register-tiled core: a token's
+ * floats are those of its own columns, in their order. */
 #define SF_STRIP_ROWS 48
 #define SF_STRIP_COLUMNS 128
-void sf_colaccum_strip(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
-		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
-		       size_t n);
-
-/* The pass's driver over any kind of column: rows [s0, s1) (row s0 at Y)
- * in strips of SF_STRIP_ROWS and columns in blocks of SF_STRIP_COLUMNS,
- * each block's strips filled once side by side and run through
- * sf_colaccum_strip, with the columns' factors when scaled. fill writes
- * rows [j0, j0 + rows) of column col as f32 into w and its inputs' factor
- * into *xs. */
 typedef void sf_strip_fill(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
 			   float *xs);
 void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,

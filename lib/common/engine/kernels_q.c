@@ -2,7 +2,7 @@
  * and AVX2 (strips of 16 rows) and AVX-512 (a whole block of 32 rows)
  * paths compiled through target attributes for one token; a pass of tokens
  * dequantizes a block of columns once, 16 rows at a time, and runs it
- * through sf_colaccum_strip (engine/kernels.h), the float columns' core.
+ * through sf_colaccum_strips (engine/kernels.h), as the float columns do.
  * Rows outside whole strips go through the _ref, which gives each row the
  * same operations. */
 #include "engine/kernels_q.h"
@@ -17,15 +17,18 @@
 #include <immintrin.h>
 #endif
 
+/* The block that holds row j of the column at col. */
+static inline const uint8_t *q_block(const uint8_t *col, enum sf_dtype dt, size_t j)
+{
+	return col + j / SF_QBLOCK * (dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES);
+}
+
 /* The weight of row j of the column at col: code * scale, as every path. */
 static inline float q_weight(const uint8_t *col, enum sf_dtype dt, size_t j)
 {
-	if (dt == SF_DTYPE_Q8) {
-		const uint8_t *b = col + j / SF_QBLOCK * SF_Q8_BLOCK_BYTES;
-		return (float)sf_q8_code(b, j % SF_QBLOCK) * sf_quant_scale(b);
-	}
-	const uint8_t *b = col + j / SF_QBLOCK * SF_Q4_BLOCK_BYTES;
-	return (float)sf_q4_code(b, j % SF_QBLOCK) * sf_quant_scale(b);
+	const uint8_t *b = q_block(col, dt, j);
+	int code = dt == SF_DTYPE_Q8 ? sf_q8_code(b, j % SF_QBLOCK) : sf_q4_code(b, j % SF_QBLOCK);
+	return (float)code * sf_quant_scale(b);
 }
 
 void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
@@ -126,16 +129,14 @@ INL T256 void deq16_256(const uint8_t *b, enum sf_dtype dt, size_t h, __m256 *w0
 INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C,
 		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X, size_t n)
 {
-	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
-
 	for (size_t j0 = s0; j0 < s1; j0 += 16)
 		for (size_t kb = 0; kb < n; kb += QCOLUMNS) {
 			size_t ke = n - kb < QCOLUMNS ? n : kb + QCOLUMNS;
 			__m256 a0 = _mm256_loadu_ps(y + (j0 - r0)), a1 = _mm256_loadu_ps(y + (j0 - r0) + 8);
 			for (size_t k = kb; k < ke; k++) {
 				__m256 w0, w1, xb = _mm256_set1_ps(X[k]);
-				deq16_256(C + (size_t)idx[k] * stride + j0 / SF_QBLOCK * bb, dt, j0 / 16 % 2,
-					  &w0, &w1);
+				deq16_256(q_block(C + (size_t)idx[k] * stride, dt, j0), dt, j0 / 16 % 2, &w0,
+					  &w1);
 				a0 = _mm256_fmadd_ps(w0, xb, a0);
 				a1 = _mm256_fmadd_ps(w1, xb, a1);
 			}
@@ -147,10 +148,9 @@ INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C
 static T256 void qwiden_avx2(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
 			     size_t rows)
 {
-	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
 	for (size_t j = j0; j < j0 + rows; j += 16) {
 		__m256 w0, w1;
-		deq16_256(col + j / SF_QBLOCK * bb, dt, j / 16 % 2, &w0, &w1);
+		deq16_256(q_block(col, dt, j), dt, j / 16 % 2, &w0, &w1);
 		_mm256_store_ps(w + (j - j0), w0);
 		_mm256_store_ps(w + (j - j0) + 8, w1);
 	}
@@ -161,12 +161,11 @@ static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1, cons
 				const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				size_t n)
 {
-	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
-
 	if (sel) {
 		qpass(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n, qwiden_avx2);
 		return;
 	}
+	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
 	if (s0 < s1 && dt == SF_DTYPE_Q8)
 		qca256(Y, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, n);
 	else if (s0 < s1)
@@ -200,15 +199,13 @@ INL T512 void deq32_512(const uint8_t *b, enum sf_dtype dt, __m512 *w0, __m512 *
 INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C,
 		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X, size_t n)
 {
-	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
-
 	for (size_t j0 = s0; j0 < s1; j0 += SF_QBLOCK)
 		for (size_t kb = 0; kb < n; kb += QCOLUMNS) {
 			size_t ke = n - kb < QCOLUMNS ? n : kb + QCOLUMNS;
 			__m512 a0 = _mm512_loadu_ps(y + (j0 - r0)), a1 = _mm512_loadu_ps(y + (j0 - r0) + 16);
 			for (size_t k = kb; k < ke; k++) {
 				__m512 w0, w1, xb = _mm512_set1_ps(X[k]);
-				deq32_512(C + (size_t)idx[k] * stride + j0 / SF_QBLOCK * bb, dt, &w0, &w1);
+				deq32_512(q_block(C + (size_t)idx[k] * stride, dt, j0), dt, &w0, &w1);
 				a0 = _mm512_fmadd_ps(w0, xb, a0);
 				a1 = _mm512_fmadd_ps(w1, xb, a1);
 			}
@@ -217,28 +214,17 @@ INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C
 		}
 }
 
+/* Each block that meets [j0, j0 + rows) dequantized once, the halves
+ * inside stored. */
 static T512 void qwiden_avx512(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
 			       size_t rows)
 {
-	const size_t bb = dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES;
-	size_t j = j0;
-
-	if (j % SF_QBLOCK && j < j0 + rows) {	/* a block's second half first */
-		__m512 w0, w1;
-		deq32_512(col + j / SF_QBLOCK * bb, dt, &w0, &w1);
-		_mm512_store_ps(w, w1);
-		j += 16;
-	}
-	for (; j + SF_QBLOCK <= j0 + rows; j += SF_QBLOCK) {
-		__m512 w0, w1;
-		deq32_512(col + j / SF_QBLOCK * bb, dt, &w0, &w1);
-		_mm512_store_ps(w + (j - j0), w0);
-		_mm512_store_ps(w + (j - j0) + 16, w1);
-	}
-	if (j < j0 + rows) {	/* and a first half last */
-		__m512 w0, w1;
-		deq32_512(col + j / SF_QBLOCK * bb, dt, &w0, &w1);
-		_mm512_store_ps(w + (j - j0), w0);
+	for (size_t j = j0 / SF_QBLOCK * SF_QBLOCK; j < j0 + rows; j += SF_QBLOCK) {
+		__m512 half[2];
+		deq32_512(q_block(col, dt, j), dt, &half[0], &half[1]);
+		for (size_t h = 0; h < 2; h++)
+			if (j + 16 * h >= j0 && j + 16 * h < j0 + rows)
+				_mm512_store_ps(w + (j + 16 * h - j0), half[h]);
 	}
 }
 
@@ -247,12 +233,11 @@ static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1, co
 				  const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				  size_t n)
 {
-	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
-
 	if (sel) {
 		qpass(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n, qwiden_avx512);
 		return;
 	}
+	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 	if (s0 < s1 && dt == SF_DTYPE_Q8)
 		qca512(Y, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, n);
 	else if (s0 < s1)
