@@ -477,35 +477,59 @@ static void test_swiglu(enum sf_isa level)
 	}
 }
 
-static void test_dot_axpy(enum sf_isa level)
+/* The attention rows at this level against the reference, and within the
+ * level exactly what one row a call gives: the kernels' own loops over
+ * rows must not change a float (y held in registers, say). */
+static void test_attention_rows(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
-	for (size_t n = 0; n <= 300; n++) {
-		float a[301], b[301], y1[301], y2[301];
-		size_t off = n & 1;
-		double mag = 0;
-		for (size_t i = 0; i < n + off; i++) {
-			a[i] = frand(), b[i] = frand();
-			y1[i] = y2[i] = frand();
-		}
-		for (size_t i = 0; i < n; i++)
-			mag += fabs((double)a[i + off] * b[i + off]);
-		sf_cpu_use(SF_ISA_REF);
-		float dr = sf_dot_f32(a + off, b + off, n);
-		sf_axpy_f32(y2 + off, 0.37f, a + off, n);
-		sf_cpu_use(level);
-		float ds = sf_dot_f32(a + off, b + off, n);
-		sf_axpy_f32(y1 + off, 0.37f, a + off, n);
-		CHECK(close_enough(ds, dr, mag), "%s dot n %zu: %.9g, ref %.9g", isa, n, ds, dr);
-		for (size_t i = 0; i < n; i++) {
-			double m = fabs(y2[i + off]) + fabs(0.37 * a[i + off]);
-			if (!close_enough(y1[i + off], y2[i + off], m)) {
-				CHECK(0, "%s axpy n %zu i %zu: %.9g, ref %.9g", isa, n, i,
-				      y1[i + off], y2[i + off]);
-				break;
+	static const size_t ds[] = { 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65,
+				     127, 128, 129, 136, 200, 256, 300 };
+	static const size_t ns[] = { 1, 5, 40 };
+	enum { DMAX = 300, NMAX = 40, LD = DMAX + 3 };
+	static float X[NMAX * LD], q[DMAX], s[NMAX], o1[NMAX], o2[NMAX];
+	static float y1[DMAX], y2[DMAX], y3[DMAX];
+
+	for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+		for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+			size_t d = ds[di], n = ns[ni], ld = d + 3;
+			for (size_t i = 0; i < n * ld; i++)
+				X[i] = frand();
+			for (size_t i = 0; i < d; i++)
+				q[i] = frand(), y1[i] = y2[i] = y3[i] = frand();
+			for (size_t p = 0; p < n; p++)
+				s[p] = frand();
+			sf_cpu_use(SF_ISA_REF);
+			sf_dot_rows(o2, q, X, ld, n, d, 0.125f);
+			sf_axpy_rows(y2, s, X, ld, n, d);
+			sf_cpu_use(level);
+			sf_dot_rows(o1, q, X, ld, n, d, 0.125f);
+			sf_axpy_rows(y1, s, X, ld, n, d);
+			for (size_t p = 0; p < n; p++) {
+				double mag = 0;
+				float one;
+				for (size_t i = 0; i < d; i++)
+					mag += fabs((double)q[i] * X[p * ld + i]) * 0.125;
+				sf_dot_rows(&one, q, X + p * ld, 0, 1, d, 1.0f);
+				sf_axpy_f32(y3, s[p], X + p * ld, d);
+				CHECK(close_enough(o1[p], o2[p], mag), "%s dot rows d %zu row %zu: "
+				      "%.9g, ref %.9g", isa, d, p, o1[p], o2[p]);
+				CHECK(o1[p] == one * 0.125f, "%s dot rows d %zu row %zu: %.9g, alone "
+				      "%.9g", isa, d, p, o1[p], one * 0.125f);
+			}
+			CHECK(memcmp(y1, y3, d * sizeof *y1) == 0, "%s axpy rows d %zu n %zu: not "
+			      "the floats of a row a call", isa, d, n);
+			for (size_t i = 0; i < d; i++) {
+				double mag = fabs(y2[i]);
+				for (size_t p = 0; p < n; p++)
+					mag += fabs((double)s[p] * X[p * ld + i]);
+				if (!close_enough(y1[i], y2[i], mag)) {
+					CHECK(0, "%s axpy rows d %zu n %zu i %zu: %.9g, ref %.9g", isa,
+					      d, n, i, y1[i], y2[i]);
+					break;
+				}
 			}
 		}
-	}
 }
 
 // ----------------------------------------------------------------------------
@@ -515,7 +539,7 @@ static void test_rope(void)
 {
 	static const size_t dims[] = { 2, 64, 128 };
 	static const int poss[] = { 0, 1, 7, 100, 8191, 131071 };
-	float inv[64], v[128], v0[128];
+	float inv[64], v[3 * 128], v0[3 * 128];
 
 	for (size_t di = 0; di < 3; di++) {
 		size_t d = dims[di], h = d / 2;
@@ -526,19 +550,20 @@ static void test_rope(void)
 			      d, i, inv[i], want);
 		}
 		for (size_t pi = 0; pi < 6; pi++) {
-			for (size_t i = 0; i < d; i++)
+			for (size_t i = 0; i < 3 * d; i++)
 				v[i] = v0[i] = frand();
-			sf_rope(v, d, inv, poss[pi]);
-			for (size_t i = 0; i < h; i++) {
+			sf_rope(v, 3, d, inv, poss[pi]);	/* three heads */
+			for (size_t j = 0; j < 3 * h; j++) {
 				/* the angle as torch forms it (a float product), then
 				 * exact trigonometry */
+				size_t i = j % h, o = j / h * d;
 				double a = (double)((float)poss[pi] * inv[i]);
-				double c = cos(a), s = sin(a), x1 = v0[i], x2 = v0[i + h];
+				double c = cos(a), s = sin(a), x1 = v0[o + i], x2 = v0[o + i + h];
 				double w1 = x1 * c - x2 * s, w2 = x2 * c + x1 * s;
 				double tol = 3e-7 * (fabs(x1) + fabs(x2)) + 1e-7;
-				CHECK(fabs(v[i] - w1) <= tol && fabs(v[i + h] - w2) <= tol,
-				      "rope d %zu pos %d i %zu: %.9g %.9g, want %.9g %.9g",
-				      d, poss[pi], i, v[i], v[i + h], w1, w2);
+				CHECK(fabs(v[o + i] - w1) <= tol && fabs(v[o + i + h] - w2) <= tol,
+				      "rope d %zu pos %d head %zu i %zu: %.9g %.9g, want %.9g %.9g",
+				      d, poss[pi], j / h, i, v[o + i], v[o + i + h], w1, w2);
 			}
 		}
 	}
@@ -575,7 +600,7 @@ static void test_isa(enum sf_isa level)
 	test_rmsnorm(level);
 	test_softmax(level);
 	test_swiglu(level);
-	test_dot_axpy(level);
+	test_attention_rows(level);
 	printf("%s: compared against ref\n", isa);
 }
 

@@ -246,12 +246,11 @@ static void attn_worker(void *arg, int ith, int nth)
 			size_t kv_off = layer_off + (h / group) * hd;
 			int last = t->pos + k;
 
-			for (int p = 0; p <= last; p++)
-				att[p] = sf_dot_f32(q, s->key_cache + kv_off + p * kv_dim, hd) * scale;
+			sf_dot_rows(att, q, s->key_cache + kv_off, kv_dim, (size_t)last + 1, hd,
+				    scale);
 			sf_softmax(att, (size_t)last + 1);
 			memset(z, 0, hd * sizeof(float));
-			for (int p = 0; p <= last; p++)
-				sf_axpy_f32(z, att[p], s->value_cache + kv_off + p * kv_dim, hd);
+			sf_axpy_rows(z, att, s->value_cache + kv_off, kv_dim, (size_t)last + 1, hd);
 		}
 }
 
@@ -319,10 +318,8 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		add_bias(q, &w->bq);
 		add_bias(k, &w->bk);
 		add_bias(v, &w->bv);
-		for (int h = 0; h < c->n_heads; h++)
-			sf_rope(q + h * hd, hd, s->inv_freq, pos + t);
-		for (int h = 0; h < c->n_kv_heads; h++)
-			sf_rope(k + h * hd, hd, s->inv_freq, pos + t);
+		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t);
+		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t);
 		memcpy(s->key_cache + cache_off, k, kv_dim * sizeof(float));
 		memcpy(s->value_cache + cache_off, v, kv_dim * sizeof(float));
 	}

@@ -5,6 +5,7 @@
 #include "engine/kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "engine/cpu.h"
 
@@ -137,19 +138,35 @@ static void axpy_ref(float *y, float s, const float *x, size_t n)
 		y[i] += s * x[i];
 }
 
+static void dots_ref(float *out, const float *q, const float *keys, size_t ldk, size_t n,
+		     size_t d, float scale)
+{
+	for (size_t p = 0; p < n; p++)
+		out[p] = dot_ref(q, keys + p * ldk, d) * scale;
+}
+
+static void axpys_ref(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d)
+{
+	for (size_t p = 0; p < n; p++)
+		axpy_ref(y, s[p], X + p * ldx, d);
+}
+
 // ----------------------------------------------------------------------------
 // RoPE (scalar only: a few hundred sin/cos per token are not worth SIMD)
 
-void sf_rope(float *v, size_t head_dim, const float *inv_freq, int pos)
+void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos)
 {
 	size_t half = head_dim / 2;
 	for (size_t i = 0; i < half; i++) {
 		/* float product then float cos/sin, as torch computes freqs */
 		float a = (float)pos * inv_freq[i];
 		float c = cosf(a), s = sinf(a);
-		float x1 = v[i], x2 = v[i + half];
-		v[i] = x1 * c - x2 * s;
-		v[i + half] = x2 * c + x1 * s;
+		for (size_t h = 0; h < n_heads; h++) {
+			float *vh = v + h * head_dim;
+			float x1 = vh[i], x2 = vh[i + half];
+			vh[i] = x1 * c - x2 * s;
+			vh[i + half] = x2 * c + x1 * s;
+		}
 	}
 }
 
@@ -202,13 +219,17 @@ struct kern {
 			size_t n, float eps);
 	void (*softmax)(float *x, size_t n);
 	void (*swiglu)(float *a, const float *g, const float *u, size_t n);
-	float (*dot)(const float *a, const float *b, size_t n);
-	void (*axpy)(float *y, float s, const float *x, size_t n);
+	/* attention over n rows of d: out[p] = (q . keys[p]) * scale, and
+	 * y += s[p] * X[p] for p = 0, 1, ... in turn; the loops live in the
+	 * kernels, so that a row costs no call and y stays in registers */
+	void (*dots)(float *out, const float *q, const float *keys, size_t ldk, size_t n, size_t d,
+		     float scale);
+	void (*axpys)(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d);
 };
 
 static const struct kern kern_ref = {
 	sf_matmul_rows_ref, sf_colaccum_ref, widen_ref, strip_ref, rmsnorm_ref, softmax_ref,
-	swiglu_ref, dot_ref, axpy_ref,
+	swiglu_ref, dots_ref, axpys_ref,
 };
 
 #if defined(__x86_64__)
@@ -610,7 +631,7 @@ static T256 void swiglu_avx2(float *a, const float *g, const float *u, size_t n)
 		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static T256 float dot_avx2(const float *a, const float *b, size_t n)
+INL T256 float dot_avx2(const float *a, const float *b, size_t n)
 {
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0;
 	size_t i = 0;
@@ -626,20 +647,57 @@ static T256 float dot_avx2(const float *a, const float *b, size_t n)
 	return s;
 }
 
-static T256 void axpy_avx2(float *y, float s, const float *x, size_t n)
+static T256 void dots_avx2(float *out, const float *q, const float *keys, size_t ldk, size_t n,
+			   size_t d, float scale)
 {
-	__m256 sv = _mm256_set1_ps(s);
+	for (size_t p = 0; p < n; p++)
+		out[p] = dot_avx2(q, keys + p * ldk, d) * scale;
+}
+
+/* NV vectors of y from y + i over every row, in registers */
+INL T256 void axpys256_span(float *y, const float *s, const float *X, size_t ldx, size_t n,
+			    const int NV)
+{
+	__m256 acc[8];
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
+		acc[v] = _mm256_loadu_ps(y + 8 * v);
+	for (size_t p = 0; p < n; p++) {
+		__m256 sv = _mm256_set1_ps(s[p]);
+		const float *x = X + p * ldx;
+#pragma GCC unroll 8
+		for (int v = 0; v < NV; v++)
+			acc[v] = _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + 8 * v), acc[v]);
+	}
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
+		_mm256_storeu_ps(y + 8 * v, acc[v]);
+}
+
+static T256 void axpys_avx2(float *y, const float *s, const float *X, size_t ldx, size_t n,
+			    size_t d)
+{
 	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + i),
-							_mm256_loadu_ps(y + i)));
-	for (; i < n; i++)
-		y[i] += s * x[i];
+	for (; i + 64 <= d; i += 64)
+		axpys256_span(y + i, s, X + i, ldx, n, 8);
+	switch ((d - i) / 8) {
+	case 7: axpys256_span(y + i, s, X + i, ldx, n, 7); break;
+	case 6: axpys256_span(y + i, s, X + i, ldx, n, 6); break;
+	case 5: axpys256_span(y + i, s, X + i, ldx, n, 5); break;
+	case 4: axpys256_span(y + i, s, X + i, ldx, n, 4); break;
+	case 3: axpys256_span(y + i, s, X + i, ldx, n, 3); break;
+	case 2: axpys256_span(y + i, s, X + i, ldx, n, 2); break;
+	case 1: axpys256_span(y + i, s, X + i, ldx, n, 1); break;
+	}
+	/* the tail as axpy_avx2's scalar loop: the same products and sums */
+	for (i += (d - i) / 8 * 8; i < d; i++)
+		for (size_t p = 0; p < n; p++)
+			y[i] += s[p] * X[p * ldx + i];
 }
 
 static const struct kern kern_avx2 = {
 	matmul_avx2, colaccum_avx2, widen_avx2, strip_avx2, rmsnorm_avx2, softmax_avx2,
-	swiglu_avx2, dot_avx2, axpy_avx2,
+	swiglu_avx2, dots_avx2, axpys_avx2,
 };
 
 // ----------------------------------------------------------------------------
@@ -677,6 +735,41 @@ INL T512 __m512 ld16m(const void *p, enum sf_dtype dt, __mmask16 k)
 INL T512 __mmask16 tailmask(size_t left)
 {
 	return (__mmask16)((1u << left) - 1u);
+}
+
+/* The sum of v's lanes by halving: lanes i and i + 8, then i and i + 4,
+ * then 0 + 2 and 1 + 3, then the two (GCC's _mm512_reduce_add_ps written
+ * out), so that hsum16x16 gives its floats on any compiler. */
+INL T512 float hsum16(__m512 v)
+{
+	__m256 h = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+	__m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+	__m128 p = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+	return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, _MM_SHUFFLE(1, 1, 1, 1))));
+}
+
+/* Lane j: hsum16(v[j]), every sum its pairs in the same order, for a
+ * quarter of the instructions: each step adds halves of two vectors at
+ * once, and the sums come out at lane 4 (j % 4) + j / 4. */
+INL T512 __m512 hsum16x16(const __m512 v[16])
+{
+	__m512 u[8], w[4], z[2];
+#pragma GCC unroll 8
+	for (int m = 0; m < 8; m++)	/* lanes i + 8 and i */
+		u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xee),
+				     _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
+#pragma GCC unroll 4
+	for (int m = 0; m < 4; m++)	/* i + 4 and i */
+		w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * m], u[2 * m + 1], 0xdd),
+				     _mm512_shuffle_f32x4(u[2 * m], u[2 * m + 1], 0x88));
+#pragma GCC unroll 2
+	for (int m = 0; m < 2; m++)	/* 0 + 2 and 1 + 3 */
+		z[m] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * m], w[2 * m + 1], 0xee),
+				     _mm512_shuffle_ps(w[2 * m], w[2 * m + 1], 0x44));
+	__m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0xdd),
+				 _mm512_shuffle_ps(z[0], z[1], 0x88));
+	return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14,
+						       3, 7, 11, 15), r);
 }
 
 /* Four rows of one token, sharing each load of x (eight FMA chains). Every
@@ -719,10 +812,10 @@ INL T512 void mv512_4(float *y, const char *w, size_t rs, enum sf_dtype dt, size
 		b2 = _mm512_fmadd_ps(ld16m(w2 + c * es, dt, k), x0, b2);
 		b3 = _mm512_fmadd_ps(ld16m(w3 + c * es, dt, k), x0, b3);
 	}
-	y[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
-	y[1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
-	y[2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
-	y[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+	y[0] = hsum16(_mm512_add_ps(a0, b0));
+	y[1] = hsum16(_mm512_add_ps(a1, b1));
+	y[2] = hsum16(_mm512_add_ps(a2, b2));
+	y[3] = hsum16(_mm512_add_ps(a3, b3));
 }
 
 /* A row left over after the groups of four: four accumulators over 64
@@ -744,7 +837,7 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 		__mmask16 k = tailmask(cols - c);
 		a1 = _mm512_fmadd_ps(ld16m(w + c * es, dt, k), _mm512_maskz_loadu_ps(k, x + c), a1);
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+	return hsum16(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 /* Columns per block and tokens per chunk of the batched product: four
@@ -864,11 +957,24 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
 						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 1);
 		}
-		for (int g = 0; g < G; g++)
-			for (size_t t = 0; t < tn; t++)
-				for (int r = 0; r < 4; r++)
-					y[(t0 + t) * ldy + 4 * g + r] = _mm512_reduce_add_ps(
-						_mm512_add_ps(acc[g][t][r][0], acc[g][t][r][1]));
+		/* the sums sixteen (token, row) pairs at a time: 16 / (4G)
+		 * tokens, each token's 4G rows side by side in y */
+		const int per = 4 * G, tt = 16 / per;
+		for (size_t t = 0; t < tn; t += (size_t)tt) {
+			__m512 v[16];
+			float sums[16];
+#pragma GCC unroll 16
+			for (int j = 0; j < 16; j++) {
+				size_t u = t + (size_t)(j / per);
+				int g = j % per / 4, r = j % 4;
+				v[j] = u < tn ? _mm512_add_ps(acc[g][u][r][0], acc[g][u][r][1])
+					      : _mm512_setzero_ps();
+			}
+			_mm512_storeu_ps(sums, hsum16x16(v));
+			for (int k = 0; k < tt && t + (size_t)k < tn; k++)
+				memcpy(y + (t0 + t + (size_t)k) * ldy, sums + k * per,
+				       (size_t)per * sizeof(float));
+		}
 	}
 }
 
@@ -1045,7 +1151,7 @@ static T512 void rmsnorm_avx512(float *out, const float *x, const void *w, enum 
 		__m512 v0 = _mm512_maskz_loadu_ps(k, x + i);
 		a0 = _mm512_fmadd_ps(v0, v0, a0);
 	}
-	float ss = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+	float ss = hsum16(_mm512_add_ps(a0, a1));
 	float r = 1.0f / sqrtf(ss / (float)n + eps);
 	__m512 rv = _mm512_set1_ps(r);
 	for (i = 0; i < n; i += 16) {
@@ -1094,7 +1200,7 @@ static T512 void softmax_avx512(float *x, size_t n)
 		_mm512_mask_storeu_ps(x + i, k, e);
 		acc = _mm512_mask_add_ps(acc, k, acc, e);
 	}
-	__m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
+	__m512 inv = _mm512_set1_ps(1.0f / hsum16(acc));
 	for (i = 0; i < n; i += 16) {
 		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
 		_mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
@@ -1113,7 +1219,9 @@ static T512 void swiglu_avx512(float *a, const float *g, const float *u, size_t 
 	}
 }
 
-static T512 float dot_avx512(const float *a, const float *b, size_t n)
+/* The lanes of a dot product before their sum: 32-element steps into two
+ * accumulators, then 16 (the last masked) into the first. */
+INL T512 __m512 dot512_lanes(const float *a, const float *b, size_t n)
 {
 	__m512 a0 = _mm512_setzero_ps(), a1 = a0;
 	size_t i = 0;
@@ -1125,22 +1233,73 @@ static T512 float dot_avx512(const float *a, const float *b, size_t n)
 		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
 		a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), a0);
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+	return _mm512_add_ps(a0, a1);
 }
 
-static T512 void axpy_avx512(float *y, float s, const float *x, size_t n)
+/* Sixteen rows a step share one transposed sum (hsum16x16), the rest
+ * are summed alone: the same floats either way. */
+static T512 void dots_avx512(float *out, const float *q, const float *keys, size_t ldk,
+			     size_t n, size_t d, float scale)
 {
-	__m512 sv = _mm512_set1_ps(s);
-	for (size_t i = 0; i < n; i += 16) {
-		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
-		_mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(k, x + i),
-								 _mm512_maskz_loadu_ps(k, y + i)));
+	const __m512 sv = _mm512_set1_ps(scale);
+	size_t p = 0;
+	for (; p + 16 <= n; p += 16) {
+		__m512 v[16];
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++)
+			v[j] = dot512_lanes(q, keys + (p + (size_t)j) * ldk, d);
+		_mm512_storeu_ps(out + p, _mm512_mul_ps(hsum16x16(v), sv));
+	}
+	for (; p < n; p++)
+		out[p] = hsum16(dot512_lanes(q, keys + p * ldk, d)) * scale;
+}
+
+/* NV vectors of y from y + i over every row, in registers; k masks the
+ * last (its other lanes are neither read nor written) */
+INL T512 void axpys512_span(float *y, const float *s, const float *X, size_t ldx, size_t n,
+			    __mmask16 k, const int NV)
+{
+	__m512 acc[8];
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
+		acc[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? k : 0xffff, y + 16 * v);
+	for (size_t p = 0; p < n; p++) {
+		__m512 sv = _mm512_set1_ps(s[p]);
+		const float *x = X + p * ldx;
+#pragma GCC unroll 8
+		for (int v = 0; v < NV; v++)
+			acc[v] = _mm512_fmadd_ps(
+				sv, _mm512_maskz_loadu_ps(v == NV - 1 ? k : 0xffff, x + 16 * v), acc[v]);
+	}
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
+		_mm512_mask_storeu_ps(y + 16 * v, v == NV - 1 ? k : 0xffff, acc[v]);
+}
+
+static T512 void axpys_avx512(float *y, const float *s, const float *X, size_t ldx,
+			      size_t n, size_t d)
+{
+	size_t i = 0;
+	for (; i + 128 <= d; i += 128)
+		axpys512_span(y + i, s, X + i, ldx, n, 0xffff, 8);
+	if (i == d)
+		return;
+	__mmask16 k = (d - i) % 16 ? tailmask((d - i) % 16) : (__mmask16)0xffff;
+	switch ((d - i + 15) / 16) {
+	case 8: axpys512_span(y + i, s, X + i, ldx, n, k, 8); break;
+	case 7: axpys512_span(y + i, s, X + i, ldx, n, k, 7); break;
+	case 6: axpys512_span(y + i, s, X + i, ldx, n, k, 6); break;
+	case 5: axpys512_span(y + i, s, X + i, ldx, n, k, 5); break;
+	case 4: axpys512_span(y + i, s, X + i, ldx, n, k, 4); break;
+	case 3: axpys512_span(y + i, s, X + i, ldx, n, k, 3); break;
+	case 2: axpys512_span(y + i, s, X + i, ldx, n, k, 2); break;
+	default: axpys512_span(y + i, s, X + i, ldx, n, k, 1); break;
 	}
 }
 
 static const struct kern kern_avx512 = {
 	matmul_avx512, colaccum_avx512, widen_avx512, strip_avx512, rmsnorm_avx512, softmax_avx512,
-	swiglu_avx512, dot_avx512, axpy_avx512,
+	swiglu_avx512, dots_avx512, axpys_avx512,
 };
 
 #endif /* __x86_64__ */
@@ -1251,12 +1410,18 @@ void sf_swiglu(float *a, const float *g, const float *u, size_t n)
 	K()->swiglu(a, g, u, n);
 }
 
-float sf_dot_f32(const float *a, const float *b, size_t n)
+void sf_dot_rows(float *out, const float *q, const float *keys, size_t ldk, size_t n, size_t d,
+		 float scale)
 {
-	return K()->dot(a, b, n);
+	K()->dots(out, q, keys, ldk, n, d, scale);
+}
+
+void sf_axpy_rows(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d)
+{
+	K()->axpys(y, s, X, ldx, n, d);
 }
 
 void sf_axpy_f32(float *y, float s, const float *x, size_t n)
 {
-	K()->axpy(y, s, x, n);
+	K()->axpys(y, &s, x, 0, 1, n);
 }

@@ -74,9 +74,10 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
  * (float32 throughout); w in dtype dt. out may alias x. */
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);
 
-/* Rotate-half RoPE on one head vector of head_dim at position pos, with
- * inverse frequencies inv_freq[head_dim / 2] (see sf_rope_inv_freq). */
-void sf_rope(float *v, size_t head_dim, const float *inv_freq, int pos);
+/* Rotate-half RoPE on n_heads head vectors of head_dim side by side, all
+ * at position pos, with inverse frequencies inv_freq[head_dim / 2] (see
+ * sf_rope_inv_freq): each angle's cos and sin serve every head. */
+void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos);
 /* inv_freq[i] = theta^(-2i/head_dim), with Llama 3 rope_scaling applied
  * when factor > 0 (low, high: the frequency factors; orig: the original
  * max position). */
@@ -86,7 +87,12 @@ void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float facto
 void sf_softmax(float *x, size_t n);
 /* a[i] = silu(g[i]) * u[i] */
 void sf_swiglu(float *a, const float *g, const float *u, size_t n);
-float sf_dot_f32(const float *a, const float *b, size_t n);
+/* Attention over n rows of d floats, row p at keys + p * ldk: out[p] =
+ * (q . keys[p]) * scale; and y += s[p] * X[p] for p = 0, 1, ... in turn,
+ * each element's sum in that order (as n calls of sf_axpy_f32). */
+void sf_dot_rows(float *out, const float *q, const float *keys, size_t ldk, size_t n, size_t d,
+		 float scale);
+void sf_axpy_rows(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d);
 /* y += s * x */
 void sf_axpy_f32(float *y, float s, const float *x, size_t n);
 
