@@ -115,7 +115,8 @@ static int colaccum_rate(size_t rows, size_t cols, size_t T, double density)
 	uint16_t *C = malloc(rows * cols * sizeof(uint16_t));
 	float *Y = calloc(T * rows, sizeof(float)), *X = calloc(cols * ldx, sizeof(float));
 	float *xv = malloc(cols * sizeof(float));
-	uint32_t *sel = calloc(cols * ldx, 4), *idx = malloc(cols * 4), *tidx = malloc(cols * 4);
+	uint32_t *sel = calloc(cols * ldx, 4);
+	const void **col = malloc(cols * sizeof(*col)), **tcol = malloc(cols * sizeof(*tcol));
 	uint64_t r = 88172645463325252ull;
 
 	for (size_t i = 0; i < rows * cols; i++) {
@@ -123,7 +124,7 @@ static int colaccum_rate(size_t rows, size_t cols, size_t T, double density)
 		C[i] = (uint16_t)(0x3c00 | (r & 0x3ff));	/* bf16 in [1, 2) */
 	}
 	for (size_t k = 0; k < cols; k++) {
-		idx[k] = (uint32_t)k;
+		col[k] = C + k * rows;
 		for (size_t t = 0; t < T; t++) {
 			r ^= r << 13, r ^= r >> 7, r ^= r << 17;
 			if ((double)(r % 1000000) < density * 1e6) {
@@ -140,13 +141,13 @@ static int colaccum_rate(size_t rows, size_t cols, size_t T, double density)
 			size_t n = 0;
 			for (size_t k = 0; k < cols; k++)
 				if (sel[k * ldx + t]) {
-					tidx[n] = (uint32_t)k;
+					tcol[n] = col[k];
 					xv[n++] = X[k * ldx + t];
 				}
-			sf_colaccum(Y + t * rows, rows, C, SF_DTYPE_BF16, rows, tidx, xv, n);
+			sf_colaccum(Y + t * rows, rows, tcol, 0, SF_DTYPE_BF16, xv, n);
 		}
 		double c1 = cpu_now();
-		sf_colaccum_batch(Y, rows, rows, C, SF_DTYPE_BF16, rows, idx, X, sel, ldx, T, cols);
+		sf_colaccum_batch(Y, rows, rows, col, 0, SF_DTYPE_BF16, X, sel, ldx, T, cols);
 		double c2 = cpu_now();
 		one = c1 - c0 < one ? c1 - c0 : one;
 		batch = c2 - c1 < batch ? c2 - c1 : batch;
@@ -155,7 +156,7 @@ static int colaccum_rate(size_t rows, size_t cols, size_t T, double density)
 	printf("{\"rows\":%zu,\"cols\":%zu,\"tokens\":%zu,\"density\":%g,\"isa\":\"%s\","
 	       "\"one_gflops\":%.2f,\"batch_gflops\":%.2f}\n", rows, cols, T, density,
 	       sf_isa_name(sf_cpu_isa()), flops / one / 1e9, flops / batch / 1e9);
-	free(C), free(Y), free(X), free(xv), free(sel), free(idx), free(tidx);
+	free(C), free(Y), free(X), free(xv), free(sel), free(col), free(tcol);
 	return 0;
 }
 

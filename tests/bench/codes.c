@@ -169,6 +169,7 @@ static void decode_bench(const float *cb)
 	uint16_t *bf = malloc((size_t)M * NC * 2);
 	float *x = malloc(M * sizeof(float)), *y = calloc(M, sizeof(float));
 	uint32_t idx[NSEL];
+	const void *bcol[NSEL], *qcol[NSEL];	/* the selected columns, bf16 and q8/q4 */
 	float xv[NSEL];
 	for (size_t j = 0; j < NC; j++) {
 		column(x, M, j);
@@ -177,11 +178,12 @@ static void decode_bench(const float *cb)
 	}
 	for (int k = 0; k < NSEL; k++) {
 		idx[k] = (uint32_t)((k * 2654435761u) % NC);
+		bcol[k] = bf + idx[k] * M;
 		xv[k] = 0.001f * (float)(k % 17);
 	}
 	double t0 = now();
 	for (int r = 0; r < REPS; r++)
-		sf_colaccum(y, M, bf, SF_DTYPE_BF16, M, idx, xv, NSEL);
+		sf_colaccum(y, M, bcol, 0, SF_DTYPE_BF16, xv, NSEL);
 	double tb = now() - t0;
 	printf("{\"bench\":\"decode\",\"kernel\":\"colaccum_bf16\",\"weights_per_s\":%.3e,\"isa\":\"%s\"}\n",
 	       (double)M * NSEL * REPS / tb, sf_isa_name(sf_cpu_isa()));
@@ -195,11 +197,13 @@ static void decode_bench(const float *cb)
 				x[t] = sf_bf16_to_f32(bf[j * M + t]);
 			sf_quant_column(qc + j * cb_bytes, dt, x, M, SF_QUANT_RTN);
 		}
+		for (int k = 0; k < NSEL; k++)
+			qcol[k] = qc + idx[k] * cb_bytes;
 		for (int ref = 0; ref < 2; ref++) {
 			t0 = now();
 			for (int r = 0; r < REPS; r++)
-				(ref ? sf_qcolaccum_ref : sf_qcolaccum)(y, M, 0, M, qc, dt, cb_bytes, idx,
-									xv, NULL, 1, 1, NSEL);
+				(ref ? sf_qcolaccum_ref : sf_qcolaccum)(y, M, 0, M, qcol, 0, dt, xv, NULL,
+									1, 1, NSEL);
 			double tq = now() - t0;
 			printf("{\"bench\":\"decode\",\"kernel\":\"colaccum_%s%s\",\"weights_per_s\":"
 			       "%.3e,\"vs_bf16\":%.3f}\n", q ? "q4" : "q8", ref ? "_ref" : "",

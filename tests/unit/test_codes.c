@@ -204,13 +204,16 @@ static void test_colaccum(const float *cb, enum sf_code_method method)
 		{
 			float *vals = malloc(ncol * m * sizeof(float)), fac[9], xf[4];
 			float *yf = malloc(m * sizeof(float));
+			const void *cols[4];
 			for (size_t j = 0; j < ncol; j++)
 				fac[j] = sf_codes_factors(method, cb, recs + j * (rb + 3), m, vals + j * m);
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < 4; k++) {
 				xf[k] = xv[k] * fac[idx[k]];
+				cols[k] = vals + idx[k] * m;
+			}
 			for (size_t t = 0; t < m; t++)
 				yf[t] = (float)t * 0.01f;
-			sf_colaccum(yf, m, vals, SF_DTYPE_F32, m, idx, xf, 4);
+			sf_colaccum(yf, m, cols, 0, SF_DTYPE_F32, xf, 4);
 			CHECK(memcmp(yf, yr, m * sizeof(float)) == 0,
 			      "%s length %zu: the decoded factors' column-accumulate differs",
 			      sf_codes_method_name(method), m);

@@ -284,18 +284,20 @@ static void check_colaccum(const char *isa, enum sf_dtype dt, const char *dn, si
 	float *y = malloc((m + off + 1) * sizeof(float)), *yr = malloc((m + 1) * sizeof(float));
 	float *yo = y + off, xv[32];
 	uint32_t idx[32];
+	const void *cols[32];	/* the columns from cbuf, off elements in */
 	void *C = cbuf + off * es;
 
 	fill_w(C, cf, dt, total);
 	for (size_t k = 0; k < n; k++) {
 		idx[k] = rnd32() % ncol;	/* repeats are allowed */
+		cols[k] = cbuf + idx[k] * stride * es;
 		xv[k] = frand();
 	}
 	for (size_t j = 0; j < m; j++)
 		yo[j] = yr[j] = frand();
 	yo[m] = yr[m] = 12345.0f;
-	sf_colaccum(yo, m, C, dt, stride, idx, xv, n);
-	sf_colaccum_ref(yr, m, C, dt, stride, idx, xv, n);
+	sf_colaccum(yo, m, cols, off * es, dt, xv, n);
+	sf_colaccum_ref(yr, m, cols, off * es, dt, xv, n);
 	CHECK(yo[m] == 12345.0f, "%s colaccum %s wrote past m", isa, dn);
 	for (size_t j = 0; j < m; j++) {
 		double mag = 1.0;	/* |y0| <= 1 */
@@ -333,12 +335,14 @@ static void check_colaccum_batch(const char *isa, enum sf_dtype dt, const char *
 	float *cf = malloc(ncol * stride * sizeof(float));
 	float *Y = malloc(ntok * ldy * sizeof(float)), *Y1 = malloc(ntok * ldy * sizeof(float));
 	float *Yr = malloc(ntok * ldy * sizeof(float)), *X = calloc(n * ldx, sizeof(float));
-	uint32_t *idx = malloc(n * 4), *sel = calloc(n * ldx, 4), *tidx = malloc(n * 4);
+	uint32_t *idx = malloc(n * 4), *sel = calloc(n * ldx, 4);
+	const void **cols = malloc(n * sizeof(*cols)), **tcols = malloc(n * sizeof(*tcols));
 	float *txv = malloc(n * sizeof(float));
 
 	fill_w(C, cf, dt, ncol * stride);
 	for (size_t k = 0; k < n; k++) {
 		idx[k] = rnd32() % ncol;
+		cols[k] = C + idx[k] * stride * es;
 		for (size_t t = 0; t < ntok; t++)
 			if (rnd32() % 3) {	/* each token selects about 2 columns in 3 */
 				sel[k * ldx + t] = ~0u;
@@ -347,23 +351,24 @@ static void check_colaccum_batch(const char *isa, enum sf_dtype dt, const char *
 	}
 	for (size_t i = 0; i < ntok * ldy; i++)
 		Y[i] = Y1[i] = Yr[i] = frand();
-	sf_colaccum_batch(Y, ldy, m, C, dt, stride, idx, X, sel, ldx, ntok, n);
-	sf_colaccum_batch_ref(Yr, ldy, m, C, dt, stride, idx, X, sel, ldx, ntok, n);
+	sf_colaccum_batch(Y, ldy, m, cols, 0, dt, X, sel, ldx, ntok, n);
+	sf_colaccum_batch_ref(Yr, ldy, m, cols, 0, dt, X, sel, ldx, ntok, n);
 	for (size_t t = 0; t < ntok; t++) {
 		size_t k1 = 0;
 		for (size_t k = 0; k < n; k++)
 			if (sel[k * ldx + t]) {
-				tidx[k1] = idx[k];
+				tcols[k1] = cols[k];
 				txv[k1++] = X[k * ldx + t];
 			}
-		sf_colaccum(Y1 + t * ldy, m, C, dt, stride, tidx, txv, k1);
+		sf_colaccum(Y1 + t * ldy, m, tcols, 0, dt, txv, k1);
 	}
 	CHECK(memcmp(Y, Y1, ntok * ldy * sizeof(float)) == 0,
 	      "%s colaccum_batch %s m %zu tokens %zu: differs from a token at a time", isa, dn, m,
 	      ntok);
 	CHECK(memcmp(Y, Yr, ntok * ldy * sizeof(float)) == 0,
 	      "%s colaccum_batch %s m %zu tokens %zu: differs from the _ref", isa, dn, m, ntok);
-	free(C), free(cf), free(Y), free(Y1), free(Yr), free(X), free(sel), free(idx), free(tidx);
+	free(C), free(cf), free(Y), free(Y1), free(Yr), free(X), free(sel), free(idx), free(cols);
+	free(tcols);
 	free(txv);
 }
 

@@ -107,24 +107,25 @@ static void check_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t 
 			 size_t T, size_t n)
 {
 	const char *dn = sf_dtype_name(dt);
-	size_t stride = (size_t)sf_dtype_col_bytes(dt, rows) + 6, cols = 40;
+	size_t stride = (size_t)sf_dtype_col_bytes(dt, rows) + 6, ncols = 40;
 	size_t ldx = T > 1 ? (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD : 1,
 	       ldy = r1 - r0 + 3;
-	uint8_t *C = calloc(cols, stride);
+	uint8_t *C = calloc(ncols, stride);
 	float *col = malloc(rows * sizeof(float)), *X = calloc(n * ldx, sizeof(float));
 	float *Y = malloc(T * ldy * sizeof(float)), *Yr = malloc(T * ldy * sizeof(float)),
 	      *Y1 = malloc(T * ldy * sizeof(float));
 	uint32_t *idx = malloc(n * sizeof(uint32_t)), *sel = calloc(n * ldx, sizeof(uint32_t));
-	uint32_t *tidx = malloc(n * sizeof(uint32_t));
+	const void **cols = malloc(n * sizeof(*cols)), **tcols = malloc(n * sizeof(*tcols));
 	float *txv = malloc(n * sizeof(float));
 
-	for (size_t c = 0; c < cols; c++) {
+	for (size_t c = 0; c < ncols; c++) {
 		for (size_t i = 0; i < rows; i++)
 			col[i] = gauss() * 0.05f;
 		CHECK(sf_quant_column(C + c * stride, dt, col, rows, SF_QUANT_RTN) == 0, "quant");
 	}
 	for (size_t k = 0; k < n; k++) {
-		idx[k] = (uint32_t)(uniform() * cols);
+		idx[k] = (uint32_t)(uniform() * ncols);
+		cols[k] = C + idx[k] * stride;
 		for (size_t t = 0; t < T; t++) {
 			X[k * ldx + t] = gauss();
 			sel[k * ldx + t] = T == 1 || uniform() < 0.6 ? ~0u : 0;
@@ -133,8 +134,8 @@ static void check_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t 
 	for (size_t i = 0; i < T * ldy; i++)
 		Y[i] = Yr[i] = Y1[i] = gauss();
 	const uint32_t *s = T > 1 ? sel : NULL;
-	sf_qcolaccum(Y, ldy, r0, r1, C, dt, stride, idx, X, s, ldx, T, n);
-	sf_qcolaccum_ref(Yr, ldy, r0, r1, C, dt, stride, idx, X, s, ldx, T, n);
+	sf_qcolaccum(Y, ldy, r0, r1, cols, 0, dt, X, s, ldx, T, n);
+	sf_qcolaccum_ref(Yr, ldy, r0, r1, cols, 0, dt, X, s, ldx, T, n);
 	CHECK(!memcmp(Y, Yr, T * ldy * sizeof(float)),
 	      "%s %s rows [%zu, %zu) of %zu, %zu tokens: differs from the _ref", isa, dn, r0, r1,
 	      rows, T);
@@ -142,16 +143,16 @@ static void check_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t 
 		size_t k1 = 0;
 		for (size_t k = 0; k < n; k++)
 			if (sel[k * ldx + t]) {
-				tidx[k1] = idx[k];
+				tcols[k1] = cols[k];
 				txv[k1++] = X[k * ldx + t];
 			}
-		sf_colaccum_span(Y1 + t * ldy, 1, r0, r1, C, dt, stride, tidx, txv, NULL, 1, 1, k1);
+		sf_colaccum_span(Y1 + t * ldy, 1, r0, r1, tcols, 0, dt, txv, NULL, 1, 1, k1);
 	}
 	CHECK(!memcmp(Y, Y1, T * ldy * sizeof(float)),
 	      "%s %s rows [%zu, %zu), %zu tokens: differs from a token at a time", isa, dn, r0, r1,
 	      T);
 	free(C), free(col), free(X), free(Y), free(Yr), free(Y1), free(idx), free(sel);
-	free(tidx), free(txv);
+	free(cols), free(tcols), free(txv);
 }
 
 static void test_kernels(enum sf_isa level)

@@ -324,16 +324,16 @@ void sf_codes_colaccum(float *y, const struct sf_codes_view *v, size_t r0, size_
 
 struct code_columns {
 	const struct sf_codes_view *v;
+	const uint32_t *idx;	/* the k-th column's record */
 	decode_fn *decode;
 };
 
 /* A strip of a column decoded (trellis: with the record's scale as its
  * inputs' factor, as the one-token path multiplies them). */
-static void decode_column(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
-			  float *xs)
+static void decode_column(const void *ctx, size_t k, size_t j0, size_t rows, float *w, float *xs)
 {
 	const struct code_columns *c = ctx;
-	const uint8_t *rec = c->v->base + (size_t)col * c->v->stride;
+	const uint8_t *rec = c->v->base + (size_t)c->idx[k] * c->v->stride;
 	c->decode(c->v, rec, j0, j0 + rows, w);
 	*xs = c->v->method == SF_CODES_TRELLIS ? sf_f16_to_f32(sf_get_le16(rec)) : 1.0f;
 }
@@ -346,7 +346,7 @@ void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v
 {
 	const struct accum_path *P = &accum_paths[sf_cpu_isa()];
 	int trellis = v->method == SF_CODES_TRELLIS;
-	struct code_columns c = { v, trellis ? P->decode_trellis : P->decode_scalar };
+	struct code_columns c = { v, idx, trellis ? P->decode_trellis : P->decode_scalar };
 	size_t a, b;
 
 	if (!c.decode) {
@@ -356,5 +356,5 @@ void sf_codes_colaccum_batch(float *Y, size_t ldy, const struct sf_codes_view *v
 	simd_rows(P->step, r0, r1, &a, &b);
 	sf_codes_colaccum_batch_ref(Y, ldy, v, r0, a, idx, X, sel, ldx, T, n);
 	sf_codes_colaccum_batch_ref(Y, ldy, v, b, r1, idx, X, sel, ldx, T, n);
-	sf_colaccum_strips(Y + a, ldy, a, b, decode_column, &c, trellis, idx, X, sel, ldx, T, n);
+	sf_colaccum_strips(Y + a, ldy, a, b, decode_column, &c, trellis, X, sel, ldx, T, n);
 }

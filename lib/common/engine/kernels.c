@@ -48,24 +48,24 @@ void sf_matmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, s
 		sf_matvec_rows_ref(y + t * ldy, W, dt, cols, x + t * ldx, r0, r1);
 }
 
-void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-		     const uint32_t *idx, const float *xv, size_t n)
+void sf_colaccum_ref(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+		     const float *xv, size_t n)
 {
 	for (size_t k = 0; k < n; k++) {
-		size_t base = (size_t)idx[k] * stride;
+		const char *c = (const char *)cols[k] + off;
 		for (size_t j = 0; j < m; j++)
-			y[j] = fmaf(xv[k], ld_w(C, dt, base + j), y[j]);
+			y[j] = fmaf(xv[k], ld_w(c, dt, j), y[j]);
 	}
 }
 
-void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-			   size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
-			   size_t ldx, size_t T, size_t n)
+void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *const *cols, size_t off,
+			   enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
+			   size_t T, size_t n)
 {
 	for (size_t k = 0; k < n; k++)
 		for (size_t t = 0; t < T; t++)
 			if (sel[k * ldx + t])
-				sf_colaccum_ref(Y + t * ldy, m, C, dt, stride, idx + k, X + k * ldx + t, 1);
+				sf_colaccum_ref(Y + t * ldy, m, cols + k, off, dt, X + k * ldx + t, 1);
 }
 
 static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m)
@@ -206,8 +206,8 @@ void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float facto
 struct kern {
 	void (*matmul)(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
-	void (*colaccum)(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-			 const uint32_t *idx, const float *xv, size_t n);
+	void (*colaccum)(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+			 const float *xv, size_t n);
 	/* the batched column-accumulate (sf_colaccum_strips): m rows of a
 	 * column widened to f32 (m <= SF_STRIP_ROWS), and the register-tiled
 	 * product of a block of such strips, xs the columns' factors or NULL */
@@ -403,17 +403,16 @@ static T256 void matmul_avx2(float *y, size_t ldy, const void *W, enum sf_dtype 
 }
 
 /* Four columns per pass: y is loaded and stored once for four FMAs. */
-INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-		    const uint32_t *idx, const float *xv, size_t n)
+INL T256 void ca256(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+		    const float *xv, size_t n)
 {
 	size_t es = dt_size(dt), k = 0;
-	const char *base = C;
 
 	for (; k + 4 <= n; k += 4) {
-		const char *c0 = base + (size_t)idx[k] * stride * es;
-		const char *c1 = base + (size_t)idx[k + 1] * stride * es;
-		const char *c2 = base + (size_t)idx[k + 2] * stride * es;
-		const char *c3 = base + (size_t)idx[k + 3] * stride * es;
+		const char *c0 = (const char *)cols[k] + off;
+		const char *c1 = (const char *)cols[k + 1] + off;
+		const char *c2 = (const char *)cols[k + 2] + off;
+		const char *c3 = (const char *)cols[k + 3] + off;
 		__m256 v0 = _mm256_set1_ps(xv[k]), v1 = _mm256_set1_ps(xv[k + 1]);
 		__m256 v2 = _mm256_set1_ps(xv[k + 2]), v3 = _mm256_set1_ps(xv[k + 3]);
 		size_t j = 0;
@@ -435,7 +434,7 @@ INL T256 void ca256(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 		}
 	}
 	for (; k < n; k++) {
-		const char *c0 = base + (size_t)idx[k] * stride * es;
+		const char *c0 = (const char *)cols[k] + off;
 		__m256 v0 = _mm256_set1_ps(xv[k]);
 		size_t j = 0;
 		for (; j + 8 <= m; j += 8)
@@ -513,13 +512,13 @@ static T256 void strip_avx2(float *Y, size_t ldy, size_t m, const float (*W)[SF_
 		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
 }
 
-static T256 void colaccum_avx2(float *y, size_t m, const void *C, enum sf_dtype dt,
-			       size_t stride, const uint32_t *idx, const float *xv, size_t n)
+static T256 void colaccum_avx2(float *y, size_t m, const void *const *cols, size_t off,
+                               enum sf_dtype dt, const float *xv, size_t n)
 {
 	switch (dt) {
-	case SF_DTYPE_BF16: ca256(y, m, C, SF_DTYPE_BF16, stride, idx, xv, n); break;
-	case SF_DTYPE_F16: ca256(y, m, C, SF_DTYPE_F16, stride, idx, xv, n); break;
-	default: ca256(y, m, C, SF_DTYPE_F32, stride, idx, xv, n); break;
+	case SF_DTYPE_BF16: ca256(y, m, cols, off, SF_DTYPE_BF16, xv, n); break;
+	case SF_DTYPE_F16: ca256(y, m, cols, off, SF_DTYPE_F16, xv, n); break;
+	default: ca256(y, m, cols, off, SF_DTYPE_F32, xv, n); break;
 	}
 }
 
@@ -848,7 +847,8 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
 #define MM512_TC 64
 
 /* TB (1 to 3) tokens' accumulators acc[u][row][a|b] over the columns
- * [c0, c0 + cn) of four rows, whose f32 weights are wf: mv512_4's
+ * [c0, c0 + cn) of four rows, whose f32 weights are wf (from zero at
+ * c0 = 0, so that acc needs no clearing and is not read): mv512_4's
  * 32-column steps, and in the last block its 16-column step into a and
  * masked tail into b (a zero weight and a zero input in the masked lanes,
  * as ld16m and maskz give). */
@@ -862,7 +862,10 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 	for (int r = 0; r < 4; r++)
 #pragma GCC unroll 3
 		for (int u = 0; u < TB; u++)
-			a[r][u] = acc[u][r][0], b[r][u] = acc[u][r][1];
+			if (c0 == 0)
+				a[r][u] = b[r][u] = _mm512_setzero_ps();
+			else
+				a[r][u] = acc[u][r][0], b[r][u] = acc[u][r][1];
 	for (; c + 32 <= cn && c0 + c + 32 <= cols; c += 32) {
 		__m512 x0[3], x1[3];
 #pragma GCC unroll 3
@@ -924,10 +927,6 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 
 	for (size_t t0 = 0; t0 < T; t0 += MM512_TC) {
 		size_t tn = T - t0 < MM512_TC ? T - t0 : MM512_TC;
-		for (int g = 0; g < G; g++)
-			for (size_t t = 0; t < tn; t++)
-				for (int r = 0; r < 4; r++)
-					acc[g][t][r][0] = acc[g][t][r][1] = _mm512_setzero_ps();
 		for (size_t c0 = 0; c0 < cols; c0 += MM512_CB) {
 			size_t cn = cols - c0 < MM512_CB ? cols - c0 : MM512_CB;
 			/* the next block's weights (or the next group's first) are
@@ -1014,18 +1013,17 @@ static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtyp
 	}
 }
 
-INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-		    const uint32_t *idx, const float *xv, size_t n)
+INL T512 void ca512(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+		    const float *xv, size_t n)
 {
 	size_t es = dt_size(dt), k = 0, mt = m & ~(size_t)15;
 	__mmask16 km = tailmask(m - mt);
-	const char *base = C;
 
 	for (; k + 4 <= n; k += 4) {
-		const char *c0 = base + (size_t)idx[k] * stride * es;
-		const char *c1 = base + (size_t)idx[k + 1] * stride * es;
-		const char *c2 = base + (size_t)idx[k + 2] * stride * es;
-		const char *c3 = base + (size_t)idx[k + 3] * stride * es;
+		const char *c0 = (const char *)cols[k] + off;
+		const char *c1 = (const char *)cols[k + 1] + off;
+		const char *c2 = (const char *)cols[k + 2] + off;
+		const char *c3 = (const char *)cols[k + 3] + off;
 		__m512 v0 = _mm512_set1_ps(xv[k]), v1 = _mm512_set1_ps(xv[k + 1]);
 		__m512 v2 = _mm512_set1_ps(xv[k + 2]), v3 = _mm512_set1_ps(xv[k + 3]);
 		size_t j = 0;
@@ -1047,7 +1045,7 @@ INL T512 void ca512(float *y, size_t m, const void *C, enum sf_dtype dt, size_t 
 		}
 	}
 	for (; k < n; k++) {
-		const char *c0 = base + (size_t)idx[k] * stride * es;
+		const char *c0 = (const char *)cols[k] + off;
 		__m512 v0 = _mm512_set1_ps(xv[k]);
 		size_t j = 0;
 		for (; j < mt; j += 16)
@@ -1126,13 +1124,13 @@ static T512 void strip_avx512(float *Y, size_t ldy, size_t m, const float (*W)[S
 		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
 }
 
-static T512 void colaccum_avx512(float *y, size_t m, const void *C, enum sf_dtype dt,
-				 size_t stride, const uint32_t *idx, const float *xv, size_t n)
+static T512 void colaccum_avx512(float *y, size_t m, const void *const *cols, size_t off,
+                                 enum sf_dtype dt, const float *xv, size_t n)
 {
 	switch (dt) {
-	case SF_DTYPE_BF16: ca512(y, m, C, SF_DTYPE_BF16, stride, idx, xv, n); break;
-	case SF_DTYPE_F16: ca512(y, m, C, SF_DTYPE_F16, stride, idx, xv, n); break;
-	default: ca512(y, m, C, SF_DTYPE_F32, stride, idx, xv, n); break;
+	case SF_DTYPE_BF16: ca512(y, m, cols, off, SF_DTYPE_BF16, xv, n); break;
+	case SF_DTYPE_F16: ca512(y, m, cols, off, SF_DTYPE_F16, xv, n); break;
+	default: ca512(y, m, cols, off, SF_DTYPE_F32, xv, n); break;
 	}
 }
 
@@ -1338,10 +1336,10 @@ void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 	K()->matmul(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 }
 
-void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-		 const uint32_t *idx, const float *xv, size_t n)
+void sf_colaccum(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+		 const float *xv, size_t n)
 {
-	K()->colaccum(y, m, C, dt, stride, idx, xv, n);
+	K()->colaccum(y, m, cols, off, dt, xv, n);
 }
 
 /* Strips of SF_STRIP_ROWS rows, blocks of SF_STRIP_COLUMNS columns: a
@@ -1349,8 +1347,8 @@ void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t str
  * columns lie a power of two apart, and read in place they would share a
  * few L1 sets and come from L2 for every group of tokens (half the speed). */
 void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,
-			const void *ctx, int scaled, const uint32_t *idx, const float *X,
-			const uint32_t *sel, size_t ldx, size_t T, size_t n)
+			const void *ctx, int scaled, const float *X, const uint32_t *sel, size_t ldx,
+			size_t T, size_t n)
 {
 	const struct kern *kern = K();
 	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
@@ -1361,7 +1359,7 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 		for (size_t kb = 0; kb < n; kb += SF_STRIP_COLUMNS) {
 			size_t kn = n - kb < SF_STRIP_COLUMNS ? n - kb : SF_STRIP_COLUMNS;
 			for (size_t k = 0; k < kn; k++) {
-				fill(ctx, idx[kb + k], j0, rows, W[k], &xs[k]);
+				fill(ctx, kb + k, j0, rows, W[k], &xs[k]);
 				for (size_t j = rows; j < SF_STRIP_ROWS; j++)
 					W[k][j] = 0.0f;
 			}
@@ -1372,26 +1370,25 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 }
 
 struct float_columns {
-	const char *C;
+	const void *const *cols;
+	size_t off;	/* bytes */
 	enum sf_dtype dt;
-	size_t stride;	/* bytes */
 	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
 };
 
-static void widen_column(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
-			 float *xs)
+static void widen_column(const void *ctx, size_t k, size_t j0, size_t rows, float *w, float *xs)
 {
 	const struct float_columns *f = ctx;
 	(void)xs;	/* no factor */
-	f->widen(w, f->C + col * f->stride + j0 * dt_size(f->dt), f->dt, rows);
+	f->widen(w, (const char *)f->cols[k] + f->off + j0 * dt_size(f->dt), f->dt, rows);
 }
 
-void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
-		       size_t ldx, size_t T, size_t n)
+void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *const *cols, size_t off,
+		       enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n)
 {
-	struct float_columns f = { C, dt, stride * dt_size(dt), K()->widen };
-	sf_colaccum_strips(Y, ldy, 0, m, widen_column, &f, 0, idx, X, sel, ldx, T, n);
+	struct float_columns f = { cols, off, dt, K()->widen };
+	sf_colaccum_strips(Y, ldy, 0, m, widen_column, &f, 0, X, sel, ldx, T, n);
 }
 
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)

@@ -29,46 +29,48 @@ void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 void sf_matmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 
-/* Column-accumulate: y[0..m) += sum_k xv[k] * C[idx[k]][0..m), where C
- * holds columns contiguously (column i starts at element i * stride). The
- * sparse decoder's shape: only the selected input entries are touched. */
-void sf_colaccum(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-		 const uint32_t *idx, const float *xv, size_t n);
-void sf_colaccum_ref(float *y, size_t m, const void *C, enum sf_dtype dt, size_t stride,
-		     const uint32_t *idx, const float *xv, size_t n);
+/* Column-accumulate: y[0..m) += sum_k xv[k] * c_k[0..m), column k's
+ * elements starting at (const char *)cols[k] + off (off in bytes: the
+ * matrix's place in a bundle). The sparse decoder's shape: only the
+ * selected input entries are touched, wherever each lies (a read buffer,
+ * a cache slot), in the order given. */
+void sf_colaccum(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+		 const float *xv, size_t n);
+void sf_colaccum_ref(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+		     const float *xv, size_t n);
 
 /* The column-accumulate for T tokens sharing the columns: for each k
  * and each token t whose sel[k * ldx + t] is ~0 (not 0), Y[t * ldy + j]
- * += X[k * ldx + t] * C[idx[k]][j] for j in [0, m). ldx is a multiple of
+ * += X[k * ldx + t] * c_k[j] for j in [0, m). ldx is a multiple of
  * SF_BATCH_PAD at least T, the entries of t >= T 0. Each column's weights
  * are loaded once for all the tokens, and every token's row gets the
  * floats sf_colaccum gives it over its own columns in the same order (one
  * fused multiply-add per weight in every path, so any split of the rows
  * gives the same sums, equal to the _ref's). */
 #define SF_BATCH_PAD 8
-void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-		       size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
-		       size_t ldx, size_t T, size_t n);
-void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *C, enum sf_dtype dt,
-			   size_t stride, const uint32_t *idx, const float *X,
-			   const uint32_t *sel, size_t ldx, size_t T, size_t n);
+void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *const *cols, size_t off,
+		       enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n);
+void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *const *cols, size_t off,
+			   enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
+			   size_t T, size_t n);
 
 /* The batched column-accumulate over any kind of column (float columns,
  * the middle tier's codes, q8/q4 blocks): rows [s0, s1) (row s0 at Y) in
  * strips of SF_STRIP_ROWS, columns in blocks of SF_STRIP_COLUMNS. fill
- * writes rows [j0, j0 + rows) of column col as f32 into w and the column's
- * factor on its inputs into *xs (read only when scaled); each block is
- * filled once and then, for each k in turn and each token t whose
+ * writes rows [j0, j0 + rows) of the k-th column as f32 into w and the
+ * column's factor on its inputs into *xs (read only when scaled); each
+ * block is filled once and then, for each k in turn and each token t whose
  * sel[k * ldx + t] is ~0, Y[t * ldy + j - s0] = fmaf(X[k * ldx + t] *
  * xs[k], w_k[j], Y[t * ldy + j - s0]) by a register-tiled core: a token's
  * floats are those of its own columns, in their order. */
 #define SF_STRIP_ROWS 48
 #define SF_STRIP_COLUMNS 128
-typedef void sf_strip_fill(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w,
+typedef void sf_strip_fill(const void *ctx, size_t k, size_t j0, size_t rows, float *w,
 			   float *xs);
 void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,
-			const void *ctx, int scaled, const uint32_t *idx, const float *X,
-			const uint32_t *sel, size_t ldx, size_t T, size_t n);
+			const void *ctx, int scaled, const float *X, const uint32_t *sel, size_t ldx,
+			size_t T, size_t n);
 
 /* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
  * (float32 throughout); w in dtype dt. out may alias x. */

@@ -31,12 +31,12 @@ static inline float q_weight(const uint8_t *col, enum sf_dtype dt, size_t j)
 	return (float)code * sf_quant_scale(b);
 }
 
-void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
-		      enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
-		      const uint32_t *sel, size_t ldx, size_t T, size_t n)
+void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
+		      size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
+		      size_t ldx, size_t T, size_t n)
 {
 	for (size_t k = 0; k < n; k++) {
-		const uint8_t *col = (const uint8_t *)C + (size_t)idx[k] * stride;
+		const uint8_t *col = (const uint8_t *)cols[k] + off;
 		for (size_t t = 0; t < T; t++) {
 			if (sel && !sel[k * ldx + t])
 				continue;
@@ -49,21 +49,18 @@ void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
 
 /* The rows of [r0, r1) outside the whole strips [s0, s1) of a SIMD path. */
 static void edges_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, size_t s1,
-		      const void *C, enum sf_dtype dt, size_t stride, const uint32_t *idx,
-		      const float *X, const uint32_t *sel, size_t ldx, size_t T, size_t n)
+		      const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		      const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	if (s0 >= s1) {
-		sf_qcolaccum_ref(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n);
+		sf_qcolaccum_ref(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n);
 		return;
 	}
 	if (r0 < s0)
-		sf_qcolaccum_ref(Y, ldy, r0, s0, C, dt, stride, idx, X, sel, ldx, T, n);
+		sf_qcolaccum_ref(Y, ldy, r0, s0, cols, off, dt, X, sel, ldx, T, n);
 	if (s1 < r1)
-		sf_qcolaccum_ref(Y + (s1 - r0), ldy, s1, r1, C, dt, stride, idx, X, sel, ldx, T, n);
+		sf_qcolaccum_ref(Y + (s1 - r0), ldy, s1, r1, cols, off, dt, X, sel, ldx, T, n);
 }
-
-/* Columns a strip's accumulators stay in registers for (one token). */
-#define QCOLUMNS 128
 
 #if defined(__x86_64__)
 
@@ -72,36 +69,39 @@ static void edges_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, siz
 typedef void qwiden_fn(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0, size_t rows);
 
 struct q_columns {
-	const uint8_t *C;
+	const void *const *cols;
+	size_t off;
 	enum sf_dtype dt;
-	size_t stride;
 	qwiden_fn *widen;
 };
 
-static void widen_q(const void *ctx, uint32_t col, size_t j0, size_t rows, float *w, float *xs)
+static void widen_q(const void *ctx, size_t k, size_t j0, size_t rows, float *w, float *xs)
 {
 	const struct q_columns *q = ctx;
 	(void)xs;	/* the scales are in the weights */
-	q->widen(w, q->C + (size_t)col * q->stride, q->dt, j0, rows);
+	q->widen(w, (const uint8_t *)q->cols[k] + q->off, q->dt, j0, rows);
 }
 
 /* A pass (sel not NULL): the whole 16-row halves of blocks through the
  * strips' core (engine/kernels.h), each block of columns dequantized once;
  * the rows outside them through the _ref. */
-static void qpass(float *Y, size_t ldy, size_t r0, size_t r1, const uint8_t *C,
-		  enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
-		  const uint32_t *sel, size_t ldx, size_t T, size_t n, qwiden_fn *widen)
+static void qpass(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
+		  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
+		  size_t T, size_t n, qwiden_fn *widen)
 {
 	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
-	struct q_columns q = { C, dt, stride, widen };
+	struct q_columns q = { cols, off, dt, widen };
 
 	if (s0 < s1)
-		sf_colaccum_strips(Y + (s0 - r0), ldy, s0, s1, widen_q, &q, 0, idx, X, sel, ldx,
-				   T, n);
-	edges_ref(Y, ldy, r0, r1, s0, s1, C, dt, stride, idx, X, sel, ldx, T, n);
+		sf_colaccum_strips(Y + (s0 - r0), ldy, s0, s1, widen_q, &q, 0, X, sel, ldx, T, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, cols, off, dt, X, sel, ldx, T, n);
 }
 
 #define INL static inline __attribute__((always_inline))
+
+/* sf_quant_scale by the F16C instruction (exact, as the library's
+ * conversion): no call in the loops, which would spill the sums. */
+#define QSCALE(b) _cvtsh_ss((unsigned short)((b)[0] | (b)[1] << 8))
 
 // ----------------------------------------------------------------------------
 // AVX2: 16 rows (half a block) as two vectors of 8
@@ -120,29 +120,45 @@ INL T256 void deq16_256(const uint8_t *b, enum sf_dtype dt, size_t h, __m256 *w0
 			c = _mm_srli_epi16(c, 4);
 		c = _mm_sub_epi8(_mm_and_si128(c, _mm_set1_epi8(15)), _mm_set1_epi8(8));
 	}
-	__m256 s = _mm256_set1_ps(sf_quant_scale(b));
+	__m256 s = _mm256_set1_ps(QSCALE(b));
 	*w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), s);
 	*w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8))), s);
 }
 
-/* One token: each strip's sums in registers across a block of columns. */
-INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C,
-		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X, size_t n)
+/* One token, NC columns (4 or 1) a sweep down the rows: each column is
+ * read in order, so the prefetchers follow NC streams, and y is loaded
+ * and stored once a strip for the NC of them. Every row still takes the
+ * columns in turn. */
+INL T256 void qca256_cols(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
+			  size_t off, enum sf_dtype dt, const float *X, const int NC)
 {
-	for (size_t j0 = s0; j0 < s1; j0 += 16)
-		for (size_t kb = 0; kb < n; kb += QCOLUMNS) {
-			size_t ke = n - kb < QCOLUMNS ? n : kb + QCOLUMNS;
-			__m256 a0 = _mm256_loadu_ps(y + (j0 - r0)), a1 = _mm256_loadu_ps(y + (j0 - r0) + 8);
-			for (size_t k = kb; k < ke; k++) {
-				__m256 w0, w1, xb = _mm256_set1_ps(X[k]);
-				deq16_256(q_block(C + (size_t)idx[k] * stride, dt, j0), dt, j0 / 16 % 2, &w0,
-					  &w1);
-				a0 = _mm256_fmadd_ps(w0, xb, a0);
-				a1 = _mm256_fmadd_ps(w1, xb, a1);
-			}
-			_mm256_storeu_ps(y + (j0 - r0), a0);
-			_mm256_storeu_ps(y + (j0 - r0) + 8, a1);
+	const uint8_t *col[4];
+	__m256 xb[4];
+#pragma GCC unroll 4
+	for (int i = 0; i < NC; i++)
+		col[i] = (const uint8_t *)cols[i] + off, xb[i] = _mm256_set1_ps(X[i]);
+	for (size_t j0 = s0; j0 < s1; j0 += 16) {
+		__m256 a0 = _mm256_loadu_ps(y + (j0 - r0)), a1 = _mm256_loadu_ps(y + (j0 - r0) + 8);
+#pragma GCC unroll 4
+		for (int i = 0; i < NC; i++) {
+			__m256 w0, w1;
+			deq16_256(q_block(col[i], dt, j0), dt, j0 / 16 % 2, &w0, &w1);
+			a0 = _mm256_fmadd_ps(w0, xb[i], a0);
+			a1 = _mm256_fmadd_ps(w1, xb[i], a1);
 		}
+		_mm256_storeu_ps(y + (j0 - r0), a0);
+		_mm256_storeu_ps(y + (j0 - r0) + 8, a1);
+	}
+}
+
+INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
+		     size_t off, enum sf_dtype dt, const float *X, size_t n)
+{
+	size_t k = 0;
+	for (; k + 4 <= n; k += 4)
+		qca256_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 4);
+	for (; k < n; k++)
+		qca256_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 1);
 }
 
 static T256 void qwiden_avx2(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
@@ -156,21 +172,21 @@ static T256 void qwiden_avx2(float *w, const uint8_t *col, enum sf_dtype dt, siz
 	}
 }
 
-static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
-				enum sf_dtype dt, size_t stride, const uint32_t *idx,
+static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1,
+				const void *const *cols, size_t off, enum sf_dtype dt,
 				const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				size_t n)
 {
 	if (sel) {
-		qpass(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n, qwiden_avx2);
+		qpass(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n, qwiden_avx2);
 		return;
 	}
 	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
 	if (s0 < s1 && dt == SF_DTYPE_Q8)
-		qca256(Y, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, n);
+		qca256(Y, r0, s0, s1, cols, off, SF_DTYPE_Q8, X, n);
 	else if (s0 < s1)
-		qca256(Y, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, n);
-	edges_ref(Y, ldy, r0, r1, s0, s1, C, dt, stride, idx, X, sel, ldx, T, n);
+		qca256(Y, r0, s0, s1, cols, off, SF_DTYPE_Q4, X, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, cols, off, dt, X, sel, ldx, T, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -190,28 +206,42 @@ INL T512 void deq32_512(const uint8_t *b, enum sf_dtype dt, __m512 *w0, __m512 *
 		c0 = _mm_sub_epi8(_mm_and_si128(c, m), e);
 		c1 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(c, 4), m), e);
 	}
-	__m512 s = _mm512_set1_ps(sf_quant_scale(b));
+	__m512 s = _mm512_set1_ps(QSCALE(b));
 	*w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c0)), s);
 	*w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c1)), s);
 }
 
-/* As qca256, a whole block at a time. */
-INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, const uint8_t *C,
-		     enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X, size_t n)
+/* As qca256_cols, a whole block of rows at a time. */
+INL T512 void qca512_cols(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
+			  size_t off, enum sf_dtype dt, const float *X, const int NC)
 {
-	for (size_t j0 = s0; j0 < s1; j0 += SF_QBLOCK)
-		for (size_t kb = 0; kb < n; kb += QCOLUMNS) {
-			size_t ke = n - kb < QCOLUMNS ? n : kb + QCOLUMNS;
-			__m512 a0 = _mm512_loadu_ps(y + (j0 - r0)), a1 = _mm512_loadu_ps(y + (j0 - r0) + 16);
-			for (size_t k = kb; k < ke; k++) {
-				__m512 w0, w1, xb = _mm512_set1_ps(X[k]);
-				deq32_512(q_block(C + (size_t)idx[k] * stride, dt, j0), dt, &w0, &w1);
-				a0 = _mm512_fmadd_ps(w0, xb, a0);
-				a1 = _mm512_fmadd_ps(w1, xb, a1);
-			}
-			_mm512_storeu_ps(y + (j0 - r0), a0);
-			_mm512_storeu_ps(y + (j0 - r0) + 16, a1);
+	const uint8_t *col[4];
+	__m512 xb[4];
+#pragma GCC unroll 4
+	for (int i = 0; i < NC; i++)
+		col[i] = (const uint8_t *)cols[i] + off, xb[i] = _mm512_set1_ps(X[i]);
+	for (size_t j0 = s0; j0 < s1; j0 += SF_QBLOCK) {
+		__m512 a0 = _mm512_loadu_ps(y + (j0 - r0)), a1 = _mm512_loadu_ps(y + (j0 - r0) + 16);
+#pragma GCC unroll 4
+		for (int i = 0; i < NC; i++) {
+			__m512 w0, w1;
+			deq32_512(q_block(col[i], dt, j0), dt, &w0, &w1);
+			a0 = _mm512_fmadd_ps(w0, xb[i], a0);
+			a1 = _mm512_fmadd_ps(w1, xb[i], a1);
 		}
+		_mm512_storeu_ps(y + (j0 - r0), a0);
+		_mm512_storeu_ps(y + (j0 - r0) + 16, a1);
+	}
+}
+
+INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
+		     size_t off, enum sf_dtype dt, const float *X, size_t n)
+{
+	size_t k = 0;
+	for (; k + 4 <= n; k += 4)
+		qca512_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 4);
+	for (; k < n; k++)
+		qca512_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 1);
 }
 
 /* Each block that meets [j0, j0 + rows) dequantized once, the halves
@@ -228,21 +258,21 @@ static T512 void qwiden_avx512(float *w, const uint8_t *col, enum sf_dtype dt, s
 	}
 }
 
-static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
-				  enum sf_dtype dt, size_t stride, const uint32_t *idx,
+static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
+				  const void *const *cols, size_t off, enum sf_dtype dt,
 				  const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				  size_t n)
 {
 	if (sel) {
-		qpass(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n, qwiden_avx512);
+		qpass(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n, qwiden_avx512);
 		return;
 	}
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 	if (s0 < s1 && dt == SF_DTYPE_Q8)
-		qca512(Y, r0, s0, s1, C, SF_DTYPE_Q8, stride, idx, X, n);
+		qca512(Y, r0, s0, s1, cols, off, SF_DTYPE_Q8, X, n);
 	else if (s0 < s1)
-		qca512(Y, r0, s0, s1, C, SF_DTYPE_Q4, stride, idx, X, n);
-	edges_ref(Y, ldy, r0, r1, s0, s1, C, dt, stride, idx, X, sel, ldx, T, n);
+		qca512(Y, r0, s0, s1, cols, off, SF_DTYPE_Q4, X, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, cols, off, dt, X, sel, ldx, T, n);
 }
 
 #endif /* __x86_64__ */
@@ -250,9 +280,9 @@ static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1, co
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h)
 
-typedef void qcolaccum_fn(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
-			  enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
-			  const uint32_t *sel, size_t ldx, size_t T, size_t n);
+typedef void qcolaccum_fn(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
+			  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
+			  size_t ldx, size_t T, size_t n);
 
 static qcolaccum_fn *const qcolaccum_table[SF_NISA] = {
 	[SF_ISA_REF] = sf_qcolaccum_ref,
@@ -265,26 +295,25 @@ static qcolaccum_fn *const qcolaccum_table[SF_NISA] = {
 #endif
 };
 
-void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, const void *C, enum sf_dtype dt,
-		  size_t stride, const uint32_t *idx, const float *X, const uint32_t *sel,
-		  size_t ldx, size_t T, size_t n)
+void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
+		  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
+		  size_t T, size_t n)
 {
 	if (r0 < r1 && n && T)
-		qcolaccum_table[sf_cpu_isa()](Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n);
+		qcolaccum_table[sf_cpu_isa()](Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n);
 }
 
-void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, const void *C,
-		      enum sf_dtype dt, size_t stride, const uint32_t *idx, const float *X,
-		      const uint32_t *sel, size_t ldx, size_t T, size_t n)
+void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
+		      size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
+		      size_t ldx, size_t T, size_t n)
 {
 	if (sf_dtype_is_block(dt)) {
-		sf_qcolaccum(Y, ldy, r0, r1, C, dt, stride, idx, X, sel, ldx, T, n);
+		sf_qcolaccum(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n);
 		return;
 	}
-	size_t es = sf_dtype_size(dt);
-	const uint8_t *c = (const uint8_t *)C + r0 * es;
+	off += r0 * sf_dtype_size(dt);
 	if (!sel)
-		sf_colaccum(Y, r1 - r0, c, dt, stride / es, idx, X, n);
+		sf_colaccum(Y, r1 - r0, cols, off, dt, X, n);
 	else
-		sf_colaccum_batch(Y, ldy, r1 - r0, c, dt, stride / es, idx, X, sel, ldx, T, n);
+		sf_colaccum_batch(Y, ldy, r1 - r0, cols, off, dt, X, sel, ldx, T, n);
 }

@@ -64,6 +64,7 @@ struct evaluator {
 	float *xm;		/* (batch, n) inputs with only their top-tier entries */
 	uint32_t *order;	/* (batch, n) each token's entries by falling magnitude */
 	float *mxv;		/* (max entries) one token's middle-tier inputs */
+	const void **mcol;	/* (max entries) and their columns */
 	uint64_t *rank_scratch;	/* (2, max entries) */
 	double err, ref;
 };
@@ -97,10 +98,12 @@ static void tiered_product(struct evaluator *E, int layer, enum sf_group g, cons
 		for (int i = 0; i < nout; i++) {
 			const float *f = E->mid->factor[g][i];
 			size_t rows = (size_t)w[i]->rows;
-			for (uint64_t r = 0; r < km; r++)
+			for (uint64_t r = 0; r < km; r++) {
 				E->mxv[r] = x[order[r]] * f[order[r]];
-			sf_colaccum(out[i] + (size_t)t * rows, rows, E->mid->values[g][i],
-				    SF_DTYPE_F32, rows, order, E->mxv, (size_t)km);
+				E->mcol[r] = E->mid->values[g][i] + (size_t)order[r] * rows;
+			}
+			sf_colaccum(out[i] + (size_t)t * rows, rows, E->mcol, 0, SF_DTYPE_F32,
+				    E->mxv, (size_t)km);
 		}
 	}
 }
@@ -178,6 +181,7 @@ static void evaluator_free(struct evaluator *E)
 	free(E->xm);
 	free(E->order);
 	free(E->mxv);
+	free(E->mcol);
 	free(E->rank_scratch);
 }
 
@@ -206,6 +210,7 @@ static int evaluator_init(struct evaluator *E, const struct sf_model *m, const s
 	    !(E->xm = malloc((size_t)batch * mx * sizeof(float))) ||
 	    !(E->order = malloc((size_t)batch * mx * sizeof(uint32_t))) ||
 	    !(E->mxv = malloc(mx * sizeof(float))) ||
+	    !(E->mcol = malloc(mx * sizeof(*E->mcol))) ||
 	    !(E->rank_scratch = malloc(2 * mx * sizeof(uint64_t)))) {
 		evaluator_free(E);
 		return sf_err_set(e, -ENOMEM, "calibration: %s", strerror(ENOMEM));

@@ -297,7 +297,7 @@ static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens, uint64_t tokens)
 	uint64_t words = (n + 63) / 64;
 	uint64_t ldx = sparse_ldx((int)tokens);
 	return words * 8 * (5 + 2 * tokens) + n * 4 * 10 + ldx * n * (4 + sizeof(float)) +
-	       n * sizeof(void *) + n * sizeof(struct sf_run) + n * sizeof(struct seg) +
+	       2 * n * sizeof(void *) + n * sizeof(struct sf_run) +
 	       max_tokens * sizeof(double);
 }
 
@@ -480,14 +480,14 @@ static int alloc_scratch(struct sf_sparse *sp)
 	sp->s.any_mid = calloc(words, 8);
 	sp->cache.slots = calloc(n, sizeof(*sp->cache.slots));
 	sp->s.runs = calloc(n, sizeof(*sp->s.runs));
-	sp->s.segs = calloc(n, sizeof(*sp->s.segs));
+	sp->s.cols = calloc(n, sizeof(*sp->s.cols));
 	if (sp->o.max_tokens)
 		sp->st.lat = calloc(sp->o.max_tokens, sizeof(double));
 	const struct sparse_scratch *s = &sp->s;
 	if (!s->bits_top || !s->bits_all || !s->pscratch || !s->sel_scratch || !s->ents ||
 	    !s->tpos || !s->mpos || !sp->cache.tent || !s->runlen ||
 	    !s->idx || !s->xv || !s->sel || !s->tok_top || !s->tok_mid ||
-	    !s->any_top || !s->any_mid || !sp->cache.slots || !s->runs || !s->segs ||
+	    !s->any_top || !s->any_mid || !sp->cache.slots || !s->runs || !s->cols ||
 	    (sp->o.max_tokens && !sp->st.lat))
 		return -ENOMEM;
 	return 0;
@@ -821,7 +821,7 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->s.any_top);
 	free(sp->s.any_mid);
 	free(sp->s.runs);
-	free(sp->s.segs);
+	free(sp->s.cols);
 	free(sp->s.yrows);
 	sf_select_compute_close(sp->comp.sc);
 	free(sp->comp.set_bits);

@@ -285,20 +285,15 @@ static void top_worker(void *arg, int ith, int nth)
 		const struct sf_run all = { (uint32_t)a[i], (uint32_t)(b[i] - a[i]) };
 		const struct sf_run *sv = t->spans ? t->spans : &all;
 		uint32_t ns = t->spans ? t->nspans : 1;
-		for (size_t s = 0; s < sp->s.nseg; s++) {
-			const struct seg *sg = &sp->s.segs[s];
-			for (uint32_t k = 0; k < ns; k++) {
-				size_t r0 = sv[k].start > a[i] ? sv[k].start : a[i];
-				size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
-				if (r0 >= r1)
-					continue;
-				sf_colaccum_span(t->y[i] + r0, t->ld[i], r0, r1,
-						 sg->base + G->mat[i].offset, G->mat[i].dtype,
-						 (size_t)G->top_bytes, sp->s.idx + sg->first,
-						 sp->s.xv + sg->first * sp->s.ldx,
-						 t->T == 1 ? NULL : sp->s.sel + sg->first * sp->s.ldx,
-						 sp->s.ldx, (size_t)t->T, sg->n);
-			}
+		for (uint32_t k = 0; k < ns; k++) {
+			size_t r0 = sv[k].start > a[i] ? sv[k].start : a[i];
+			size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
+			if (r0 >= r1)
+				continue;
+			sf_colaccum_span(t->y[i] + r0, t->ld[i], r0, r1, sp->s.cols,
+					 (size_t)G->mat[i].offset, G->mat[i].dtype, sp->s.xv,
+					 t->T == 1 ? NULL : sp->s.sel, sp->s.ldx, (size_t)t->T,
+					 sp->s.nidx);
 		}
 	}
 }
@@ -312,20 +307,17 @@ static void mid_worker(void *arg, int ith, int nth)
 	size_t a[SF_GROUP_MAX_MATRICES], b[SF_GROUP_MAX_MATRICES];
 
 	worker_rows(t, ith, nth, a, b);
-	for (int i = 0; i < t->G->nmat; i++)
-		for (size_t s = 0; a[i] < b[i] && s < sp->s.nseg; s++) {
-			const struct seg *sg = &sp->s.segs[s];
-			struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sg->base);
-			if (t->T == 1)
-				sf_codes_colaccum(t->y[i], &v, a[i], b[i], sp->s.idx + sg->first,
-						  sp->s.xv + sg->first, sg->n);
-			else
-				sf_codes_colaccum_batch(t->y[i], t->ld[i], &v, a[i], b[i],
-							sp->s.idx + sg->first,
-							sp->s.xv + sg->first * sp->s.ldx,
-							sp->s.sel + sg->first * sp->s.ldx,
-							sp->s.ldx, (size_t)t->T, sg->n);
-		}
+	for (int i = 0; i < t->G->nmat; i++) {
+		if (a[i] >= b[i])
+			continue;
+		struct sf_codes_view v = sf_image_mid_view(sp->img, t->G, i, sp->s.mirror);
+		if (t->T == 1)
+			sf_codes_colaccum(t->y[i], &v, a[i], b[i], sp->s.idx, sp->s.xv, sp->s.nidx);
+		else
+			sf_codes_colaccum_batch(t->y[i], t->ld[i], &v, a[i], b[i], sp->s.idx,
+						sp->s.xv, sp->s.sel, sp->s.ldx, (size_t)t->T,
+						sp->s.nidx);
+	}
 }
 
 /* The work gathered for the next batch, in top-tier weights of one
@@ -343,7 +335,7 @@ static uint64_t batch_work_all(const struct sf_sparse *sp, const struct compute_
 
 static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct compute_task *t)
 {
-	if (!sp->s.nseg)
+	if (!sp->s.nidx)
 		return;
 	double t0 = sf_now(), dt;
 	if (sp->pool && batch_work_all(sp, t) >= POOL_MIN_WEIGHTS)
@@ -353,7 +345,6 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	dt = sf_now() - t0;
 	sp->st.compute_s += dt;
 	sp->st.overlap_s += sp->io.inflight ? dt : 0;
-	sp->s.nseg = 0;
 	sp->s.nidx = 0;
 }
 
@@ -381,19 +372,22 @@ static void gather_inputs(struct sf_sparse *sp, const struct compute_task *t, co
 }
 
 /* Computes positions pos[0..k) of tier t in order as their pages
- * arrive in buffer b (NULL: simulate, all there): available ones are
- * gathered into segments, computed once they hold sp->o.batch_weights
- * (and at the end). After each batch the completed reads are taken
+ * arrive in buffer b (NULL: simulate, all there), each from its cache
+ * slot or else from the tier's mirror (stride bytes a position): available
+ * ones are gathered into a batch, computed once it holds
+ * sp->o.batch_weights (and at the end). After each batch the completed reads are taken
  * without waiting, so the ring is refilled from the queued requests
  * while a long run of arrived columns is computed. in is (T, n); with
  * several tokens pos is the union of their selections, tbits each one's. */
 static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, const float *in,
 			size_t n, const uint64_t *tbits, const uint32_t *pos, size_t k,
 			const struct iobuf *b, const struct sparse_tier *tier,
-			const void *const *slots, const uint8_t *mirror,
+			const void *const *slots, const uint8_t *mirror, uint64_t stride,
 			void (*fn)(void *, int, int), struct compute_task *t)
 {
 	size_t i = 0;
+
+	sp->s.mirror = mirror;
 
 	while (i < k) {
 		for (; i < k; i++) {
@@ -401,18 +395,10 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			if (!slot && b && !sparse_arrived(b, tier->lay + (uint64_t)pos[i] * tier->stride,
 							  tier->stride))
 				break;
-			struct seg *last = sp->s.nseg ? &sp->s.segs[sp->s.nseg - 1] : NULL;
-			if (!last || slot || last->slot) {
-				last = &sp->s.segs[sp->s.nseg++];
-				*last = (struct seg){
-					.base = slot ? slot : mirror, .slot = slot != NULL,
-					.p0 = slot ? pos[i] : 0, .first = (uint32_t)sp->s.nidx,
-				};
-			}
-			sp->s.idx[sp->s.nidx] = pos[i] - last->p0;
+			sp->s.idx[sp->s.nidx] = pos[i];
+			sp->s.cols[sp->s.nidx] = slot ? slot : mirror + (uint64_t)pos[i] * stride;
 			gather_inputs(sp, t, in, n, tbits, pos[i], G->perm[pos[i]]);
 			sp->s.nidx++;
-			last->n++;
 			if (batch_work(sp, t) >= sp->o.batch_weights) {
 				flush(sp, fn, t);
 				int ret = sp->io.inflight ? sparse_reap(sp, 0) : 0;
@@ -585,11 +571,11 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 								  : MID_COST_SCALAR;
 	const struct iobuf *b = sp->o.simulate ? NULL : gp->b;
 	if (gp->nm && (ret = compute_tier(sp, G, gp->in, gp->n, tmid, sp->s.mpos, gp->nm, b,
-					  &gp->mid, NULL, gp->mmir, mid_worker, &t)))
+					  &gp->mid, NULL, gp->mmir, G->mid_bytes, mid_worker, &t)))
 		return ret;
 	t.weight_cost = 1;
 	if ((ret = compute_tier(sp, G, gp->in, gp->n, ttop, sp->s.tpos, gp->nt, b, &gp->top,
-				gp->slots, gp->tmir, top_worker, &t)))
+				gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
 		return ret;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
 	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)

@@ -44,16 +44,6 @@ struct sparse_tier {
 	uint64_t base, stride, lay, cap;
 };
 
-/* Consecutive selected entries computed from one memory range: the
- * bundle (or record) of position p0 at base, idx[first..first+n) = p - p0:
- * a cache slot (one entry), or the entries read (base the region's
- * mirror, p0 0). */
-struct seg {
-	const uint8_t *base;
-	int slot;		/* a cache slot */
-	uint32_t p0, first, n;
-};
-
 /* Figures of one group kind summed over layers and tokens. */
 struct gtally {
 	uint64_t computed;	/* (layer, token) pairs computed from flash */
@@ -169,11 +159,14 @@ struct sparse_scratch {
 	uint32_t *ents;				/* (nmax) entries; then the misses' positions */
 	uint32_t *tpos, *mpos;			/* (nmax) positions per tier, ascending */
 	uint32_t *runlen;			/* (nmax) per miss the length of its run */
-	/* The batch being gathered: per entry p - seg.p0, and per entry
+	/* The batch being gathered: per entry its position p and where its
+	 * bundle is (a cache slot, or the tier's mirror at p), and per entry
 	 * and token its input and whether the token selected it (~0 or 0),
 	 * ldx a pass (1 for one token, else the tokens padded to
 	 * SF_BATCH_PAD, the padding 0) */
 	uint32_t *idx;				/* (nmax) */
+	const void **cols;			/* (nmax) */
+	const uint8_t *mirror;
 	float *xv;				/* (nmax, ldx) */
 	uint32_t *sel;				/* (nmax, ldx) */
 	size_t ldx;
@@ -183,8 +176,7 @@ struct sparse_scratch {
 	uint64_t *tok_top, *tok_mid;		/* (tokens, words) */
 	uint64_t *any_top, *any_mid;		/* (words) */
 	struct sf_run *runs;			/* (nmax) */
-	struct seg *segs;			/* (nmax) the batch being gathered */
-	size_t nseg, nidx;
+	size_t nidx;
 	/* ffn_in with kept rows (--keep): the bundle's rows computed here,
 	 * then scattered to the neurons they are; (SF_GROUP_MAX_MATRICES,
 	 * tokens, rows_max) */
