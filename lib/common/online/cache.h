@@ -70,9 +70,11 @@ size_t sf_cache_lookup(struct sf_cache *c, uint32_t layer, enum sf_group g,
 		       const uint32_t *entries, size_t n, const void **slots, uint32_t *miss,
 		       size_t *nmiss);
 
-/* Whether entry's bundle is cached or pinned, without counting an access
- * (what a read ahead leaves out). */
-int sf_cache_holds(const struct sf_cache *c, uint32_t layer, enum sf_group g, uint32_t entry);
+/* Keeps in order those of the positions pos[0..n) whose entry
+ * entry_of[pos[i]] has its bundle neither cached nor pinned (what a read
+ * ahead reads), without counting accesses; returns how many. */
+size_t sf_cache_keep_unheld(const struct sf_cache *c, uint32_t layer, enum sf_group g,
+			    const uint32_t *entry_of, uint32_t *pos, size_t n);
 
 /* Offers a fetched bundle of bytes (at most bundle_bytes[g]: the layers
  * of a group packed with --keep differ) to copy. in_run: it was

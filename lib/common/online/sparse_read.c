@@ -427,13 +427,8 @@ static int read_ahead(struct sf_sparse *sp, struct iobuf *b, long gid)
 		if (nm)
 			sf_runs_positions(G->pos, n, ents, nm, sp->s.pscratch, mpos);
 	}
-	if (sp->cache.use) {
-		size_t k = 0;
-		for (size_t i = 0; i < nt; i++)
-			if (!sf_cache_holds(sp->cache.c, (uint32_t)l, g, G->perm[tpos[i]]))
-				tpos[k++] = tpos[i];
-		nt = k;
-	}
+	if (sp->cache.use)
+		nt = sf_cache_keep_unheld(sp->cache.c, (uint32_t)l, g, G->perm, tpos, nt);
 	if ((nm && G->mid && (ret = sparse_plan(sp, b, &mid, mpos, nm, NULL, 1, gt))) ||
 	    (ret = sparse_plan(sp, b, &top, tpos, nt, NULL, 1, gt)))
 		return ret;
