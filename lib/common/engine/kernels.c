@@ -853,7 +853,8 @@ INL T512 float mv512_1(const char *w, enum sf_dtype dt, size_t cols, const float
  * masked tail into b (a zero weight and a zero input in the masked lanes,
  * as ld16m and maskz give). */
 INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const float *xt,
-			 size_t ldx, size_t c0, size_t cn, size_t cols, const int TB)
+			 size_t ldx, size_t c0, size_t cn, size_t cols, float *y, size_t ldy,
+			 const int TB)
 {
 	__m512 a[4][3], b[4][3];
 	size_t c = 0;
@@ -904,6 +905,20 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 							  _mm512_maskz_loadu_ps(k, xt + u * ldx + c),
 							  b[r][u]);
 	}
+	if (c0 + cn == cols) {
+		/* the last block: the sums from the registers to y (token u's
+		 * four rows at y + u * ldy) */
+		__m512 v[16];
+		float sums[16];
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++)
+			v[j] = j < 4 * TB ? _mm512_add_ps(a[j % 4][j / 4], b[j % 4][j / 4])
+					  : _mm512_setzero_ps();
+		_mm512_storeu_ps(sums, hsum16x16(v));
+		for (int u = 0; u < TB; u++)
+			memcpy(y + (size_t)u * ldy, sums + 4 * u, 4 * sizeof(float));
+		return;
+	}
 #pragma GCC unroll 4
 	for (int r = 0; r < 4; r++)
 #pragma GCC unroll 3
@@ -914,10 +929,10 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 /* Rows [0, 4G) of w, G groups of four (1 or 2), for T >= 2 tokens, each
  * (row, token) with exactly mv512_4's operations: only the order in which
  * the pairs take their turns differs, the accumulators waiting in acc
- * between column blocks. Three tokens a turn: 24 accumulators, 6 inputs
- * and 2 weights fill the 32 registers, 14 loads for 24 FMAs; the G groups
- * take the same three tokens in turn, so that their inputs come from L1
- * for the second group. */
+ * between column blocks and summed into y in the last. Three tokens a
+ * turn: 24 accumulators, 6 inputs and 2 weights fill the 32 registers, 14
+ * loads for 24 FMAs; the G groups take the same three tokens in turn, so
+ * that their inputs come from L1 for the second group. */
 INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum sf_dtype dt,
 			   size_t cols, const float *x, size_t ldx, size_t T, const int G)
 {
@@ -946,33 +961,18 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 			for (; t + 3 <= tn; t += 3)
 				for (int g = 0; g < G; g++)
 					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
-						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 3);
+						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols,
+						   y + (t0 + t) * ldy + 4 * g, ldy, 3);
 			for (; t + 2 <= tn; t += 2)
 				for (int g = 0; g < G; g++)
 					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
-						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 2);
+						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols,
+						   y + (t0 + t) * ldy + 4 * g, ldy, 2);
 			if (t < tn)
 				for (int g = 0; g < G; g++)
 					mm512_span(acc[g] + t, (const float (*)[MM512_CB])wf[4 * g],
-						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols, 1);
-		}
-		/* the sums sixteen (token, row) pairs at a time: 16 / (4G)
-		 * tokens, each token's 4G rows side by side in y */
-		const int per = 4 * G, tt = 16 / per;
-		for (size_t t = 0; t < tn; t += (size_t)tt) {
-			__m512 v[16];
-			float sums[16];
-#pragma GCC unroll 16
-			for (int j = 0; j < 16; j++) {
-				size_t u = t + (size_t)(j / per);
-				int g = j % per / 4, r = j % 4;
-				v[j] = u < tn ? _mm512_add_ps(acc[g][u][r][0], acc[g][u][r][1])
-					      : _mm512_setzero_ps();
-			}
-			_mm512_storeu_ps(sums, hsum16x16(v));
-			for (int k = 0; k < tt && t + (size_t)k < tn; k++)
-				memcpy(y + (t0 + t + (size_t)k) * ldy, sums + k * per,
-				       (size_t)per * sizeof(float));
+						   x + (t0 + t) * ldx + c0, ldx, c0, cn, cols,
+						   y + (t0 + t) * ldy + 4 * g, ldy, 1);
 		}
 	}
 }
