@@ -159,8 +159,10 @@ static T512 inline __m512i keys16(const float *x, uint32_t n, uint32_t v, __mmas
 
 /* The k-th largest key bit by bit from the top, each bit one count of the
  * keys at or above a bound: the largest T with k keys >= T. The bits the
- * smallest and largest key share are T's already. Then the keys above T,
- * and of those equal to T the lowest indices. */
+ * smallest and largest key share are T's already, and a bound that k keys
+ * reach exactly ends the search (a lower bit cannot change which keys are
+ * at or above it). Then the keys above T, and of those equal to T the
+ * lowest indices. */
 static T512 void topk_avx512(const float *x, uint32_t n, uint32_t k, uint64_t *bits)
 {
 	uint32_t nv = (n + 15) / 16, words = (n + 63) / 64;
@@ -183,6 +185,8 @@ static T512 void topk_avx512(const float *x, uint32_t n, uint32_t k, uint64_t *b
 				_mm512_cmpge_epu32_mask(keys16(x, n, v, &lanes), bound));
 		if (count >= k)
 			thr |= 1u << bit;
+		if (count == k)
+			break;	/* the keys >= thr are the k: below, those > thr and the ties */
 	}
 	__m512i vthr = _mm512_set1_epi32((int)thr);
 	uint32_t need = k;
