@@ -484,53 +484,58 @@ static void test_swiglu(enum sf_isa level)
 
 /* The attention rows at this level against the reference, and within the
  * level exactly what one row a call gives: the kernels' own loops over
- * rows must not change a float (y held in registers, say). */
+ * rows and outputs must not change a float (outputs held in registers,
+ * four sharing each row, say). */
 static void test_attention_rows(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
 	static const size_t ds[] = { 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65,
 				     127, 128, 129, 136, 200, 256, 300 };
-	static const size_t ns[] = { 1, 5, 40 };
-	enum { DMAX = 300, NMAX = 40, LD = DMAX + 3 };
-	static float X[NMAX * LD], q[DMAX], s[NMAX], o1[NMAX], o2[NMAX];
-	static float y1[DMAX], y2[DMAX], y3[DMAX];
+	static const size_t ns[] = { 1, 5, 40 }, nqs[] = { 1, 4, 5 };
+	enum { DMAX = 300, NMAX = 40, QMAX = 5, LD = DMAX + 3 };
+	static float X[NMAX * LD], q[DMAX], s[QMAX * NMAX], o1[NMAX], o2[NMAX];
+	static float y1[QMAX * DMAX], y2[QMAX * DMAX], y3[QMAX * DMAX];
 
 	for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
 		for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
-			size_t d = ds[di], n = ns[ni], ld = d + 3;
+			size_t d = ds[di], n = ns[ni], ld = d + 3, nq = nqs[(di + ni) % 3];
 			for (size_t i = 0; i < n * ld; i++)
 				X[i] = frand();
 			for (size_t i = 0; i < d; i++)
-				q[i] = frand(), y1[i] = y2[i] = y3[i] = frand();
-			for (size_t p = 0; p < n; p++)
+				q[i] = frand();
+			for (size_t i = 0; i < nq * DMAX; i++)
+				y1[i] = y2[i] = y3[i] = frand();
+			for (size_t p = 0; p < nq * NMAX; p++)
 				s[p] = frand();
 			sf_cpu_use(SF_ISA_REF);
 			sf_dot_rows(o2, q, X, ld, n, d, 0.125f);
-			sf_axpy_rows(y2, s, X, ld, n, d);
+			sf_axpy_rows(y2, DMAX, s, NMAX, nq, X, ld, n, d);
 			sf_cpu_use(level);
 			sf_dot_rows(o1, q, X, ld, n, d, 0.125f);
-			sf_axpy_rows(y1, s, X, ld, n, d);
+			sf_axpy_rows(y1, DMAX, s, NMAX, nq, X, ld, n, d);
 			for (size_t p = 0; p < n; p++) {
 				double mag = 0;
 				float one;
 				for (size_t i = 0; i < d; i++)
 					mag += fabs((double)q[i] * X[p * ld + i]) * 0.125;
 				sf_dot_rows(&one, q, X + p * ld, 0, 1, d, 1.0f);
-				sf_axpy_f32(y3, s[p], X + p * ld, d);
+				for (size_t j = 0; j < nq; j++)
+					sf_axpy_f32(y3 + j * DMAX, s[j * NMAX + p], X + p * ld, d);
 				CHECK(close_enough(o1[p], o2[p], mag), "%s dot rows d %zu row %zu: "
 				      "%.9g, ref %.9g", isa, d, p, o1[p], o2[p]);
 				CHECK(o1[p] == one * 0.125f, "%s dot rows d %zu row %zu: %.9g, alone "
 				      "%.9g", isa, d, p, o1[p], one * 0.125f);
 			}
-			CHECK(memcmp(y1, y3, d * sizeof *y1) == 0, "%s axpy rows d %zu n %zu: not "
-			      "the floats of a row a call", isa, d, n);
-			for (size_t i = 0; i < d; i++) {
+			CHECK(memcmp(y1, y3, nq * DMAX * sizeof *y1) == 0, "%s axpy rows d %zu n %zu, "
+			      "%zu outputs: not the floats of a row a call", isa, d, n, nq);
+			for (size_t i = 0; i < nq * DMAX; i++) {
+				size_t j = i / DMAX;
 				double mag = fabs(y2[i]);
-				for (size_t p = 0; p < n; p++)
-					mag += fabs((double)s[p] * X[p * ld + i]);
+				for (size_t p = 0; i % DMAX < d && p < n; p++)
+					mag += fabs((double)s[j * NMAX + p] * X[p * ld + i % DMAX]);
 				if (!close_enough(y1[i], y2[i], mag)) {
-					CHECK(0, "%s axpy rows d %zu n %zu i %zu: %.9g, ref %.9g", isa,
-					      d, n, i, y1[i], y2[i]);
+					CHECK(0, "%s axpy rows d %zu n %zu output %zu i %zu: %.9g, ref "
+					      "%.9g", isa, d, n, j, i % DMAX, y1[i], y2[i]);
 					break;
 				}
 			}

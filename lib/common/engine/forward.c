@@ -23,6 +23,15 @@ struct state_sizes {
 	uint64_t dim, q, kv, hidden, att, vocab, cache, rope;
 };
 
+/* Tokens of a pass whose attention outputs a head computes together (the
+ * value rows' loads shared, sf_axpy_rows), each with its scores row. */
+#define ATT_QUERIES 4
+
+static int att_queries(int batch)
+{
+	return batch < ATT_QUERIES ? batch : ATT_QUERIES;
+}
+
 /* The per-token buffers hold batch tokens (dim, q, kv, hidden, vocab). */
 static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, int batch)
 {
@@ -32,7 +41,7 @@ static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, in
 	z.q = b * (uint64_t)c->n_heads * c->head_dim;
 	z.kv = b * (uint64_t)c->n_kv_heads * c->head_dim;
 	z.hidden = b * (uint64_t)c->hidden_dim;
-	z.att = (uint64_t)c->n_heads * seq_len;
+	z.att = (uint64_t)c->n_heads * (uint64_t)att_queries(batch) * seq_len;
 	z.vocab = b * (uint64_t)c->vocab_size;
 	z.cache = (uint64_t)c->n_layers * seq_len * ((uint64_t)c->n_kv_heads * c->head_dim);
 	z.rope = (uint64_t)c->head_dim / 2;
@@ -235,22 +244,30 @@ static void attn_worker(void *arg, int ith, int nth)
 	size_t layer_off = (size_t)t->layer * s->seq_len * kv_dim;
 	size_t lo, hi;
 
-	/* by heads, so that each head's scores row serves its tokens in turn */
+	/* by heads, each head's tokens a few at a time: their scores rows,
+	 * then their outputs together over the positions all of them see,
+	 * then each over the rest it sees (every sum in position order) */
 	sf_pool_split((size_t)c->n_heads, 1, ith, nth, &lo, &hi);
 	for (size_t h = lo; h < hi; h++)
-		for (int k = 0; k < t->T; k++) {
-			size_t qd = (size_t)c->n_heads * hd;
-			const float *q = t->q + k * qd + h * hd;
-			float *att = s->att + h * s->seq_len;
-			float *z = t->z + k * qd + h * hd;
+		for (int k0 = 0; k0 < t->T; k0 += ATT_QUERIES) {
+			size_t qd = (size_t)c->n_heads * hd, nq = (size_t)att_queries(t->T - k0);
 			size_t kv_off = layer_off + (h / group) * hd;
-			int last = t->pos + k;
+			float *att = s->att + h * (size_t)att_queries(s->batch) * s->seq_len;
+			float *z = t->z + k0 * qd + h * hd;
+			size_t shared = (size_t)(t->pos + k0) + 1;	/* positions token k0 sees */
 
-			sf_dot_rows(att, q, s->key_cache + kv_off, kv_dim, (size_t)last + 1, hd,
-				    scale);
-			sf_softmax(att, (size_t)last + 1);
-			memset(z, 0, hd * sizeof(float));
-			sf_axpy_rows(z, att, s->value_cache + kv_off, kv_dim, (size_t)last + 1, hd);
+			for (size_t j = 0; j < nq; j++) {
+				const float *q = t->q + (k0 + j) * qd + h * hd;
+				float *aj = att + j * s->seq_len;
+				sf_dot_rows(aj, q, s->key_cache + kv_off, kv_dim, shared + j, hd, scale);
+				sf_softmax(aj, shared + j);
+				memset(z + j * qd, 0, hd * sizeof(float));
+			}
+			sf_axpy_rows(z, qd, att, s->seq_len, nq, s->value_cache + kv_off, kv_dim, shared,
+				     hd);
+			for (size_t j = 1; j < nq; j++)
+				sf_axpy_rows(z + j * qd, 0, att + j * s->seq_len + shared, 0, 1,
+					     s->value_cache + kv_off + shared * kv_dim, kv_dim, j, hd);
 		}
 }
 

@@ -56,7 +56,7 @@ struct sf_runstate {
 	float *proj;		/* (batch, dim) output of o and down before the residual add */
 	float *gate, *up;	/* (batch, hidden_dim) */
 	float *act;		/* (batch, hidden_dim) silu(gate) * up: ffn_out's input */
-	float *att;		/* (n_heads, seq_len) attention scores of one token */
+	float *att;		/* (n_heads, min(batch, 4), seq_len) scores of a head's tokens */
 	float *logits;		/* (batch, vocab_size) */
 	float *key_cache;	/* (n_layers, seq_len, n_kv_heads * head_dim) */
 	float *value_cache;	/* (n_layers, seq_len, n_kv_heads * head_dim) */

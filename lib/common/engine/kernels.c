@@ -145,10 +145,12 @@ static void dots_ref(float *out, const float *q, const float *keys, size_t ldk, 
 		out[p] = dot_ref(q, keys + p * ldk, d) * scale;
 }
 
-static void axpys_ref(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d)
+static void axpys_ref(float *y, size_t ldy, const float *s, size_t lds, size_t nq,
+		      const float *X, size_t ldx, size_t n, size_t d)
 {
-	for (size_t p = 0; p < n; p++)
-		axpy_ref(y, s[p], X + p * ldx, d);
+	for (size_t q = 0; q < nq; q++)
+		for (size_t p = 0; p < n; p++)
+			axpy_ref(y + q * ldy, s[q * lds + p], X + p * ldx, d);
 }
 
 // ----------------------------------------------------------------------------
@@ -220,11 +222,13 @@ struct kern {
 	void (*softmax)(float *x, size_t n);
 	void (*swiglu)(float *a, const float *g, const float *u, size_t n);
 	/* attention over n rows of d: out[p] = (q . keys[p]) * scale, and
-	 * y += s[p] * X[p] for p = 0, 1, ... in turn; the loops live in the
-	 * kernels, so that a row costs no call and y stays in registers */
+	 * for nq outputs y_q += s_q[p] * X[p] for p = 0, 1, ... in turn; the
+	 * loops live in the kernels, so that a row costs no call and the
+	 * outputs stay in registers */
 	void (*dots)(float *out, const float *q, const float *keys, size_t ldk, size_t n, size_t d,
 		     float scale);
-	void (*axpys)(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d);
+	void (*axpys)(float *y, size_t ldy, const float *s, size_t lds, size_t nq, const float *X,
+		      size_t ldx, size_t n, size_t d);
 };
 
 static const struct kern kern_ref = {
@@ -673,8 +677,8 @@ INL T256 void axpys256_span(float *y, const float *s, const float *X, size_t ldx
 		_mm256_storeu_ps(y + 8 * v, acc[v]);
 }
 
-static T256 void axpys_avx2(float *y, const float *s, const float *X, size_t ldx, size_t n,
-			    size_t d)
+static T256 void axpys1_avx2(float *y, const float *s, const float *X, size_t ldx, size_t n,
+			     size_t d)
 {
 	size_t i = 0;
 	for (; i + 64 <= d; i += 64)
@@ -692,6 +696,13 @@ static T256 void axpys_avx2(float *y, const float *s, const float *X, size_t ldx
 	for (i += (d - i) / 8 * 8; i < d; i++)
 		for (size_t p = 0; p < n; p++)
 			y[i] += s[p] * X[p * ldx + i];
+}
+
+static T256 void axpys_avx2(float *y, size_t ldy, const float *s, size_t lds, size_t nq,
+			    const float *X, size_t ldx, size_t n, size_t d)
+{
+	for (size_t q = 0; q < nq; q++)
+		axpys1_avx2(y + q * ldy, s + q * lds, X, ldx, n, d);
 }
 
 static const struct kern kern_avx2 = {
@@ -1252,46 +1263,76 @@ static T512 void dots_avx512(float *out, const float *q, const float *keys, size
 		out[p] = hsum16(dot512_lanes(q, keys + p * ldk, d)) * scale;
 }
 
-/* NV vectors of y from y + i over every row, in registers; k masks the
- * last (its other lanes are neither read nor written) */
-INL T512 void axpys512_span(float *y, const float *s, const float *X, size_t ldx, size_t n,
-			    __mmask16 k, const int NV)
+/* NQ outputs of NV vectors (y + q * ldy, weights s + q * lds) over every
+ * row, in registers, each row's NV loads serving the NQ; k masks the last
+ * vector (its other lanes are neither read nor written). */
+INL T512 void axpys512_span(float *y, size_t ldy, const float *s, size_t lds, const float *X,
+			    size_t ldx, size_t n, __mmask16 k, const int NV, const int NQ)
 {
-	__m512 acc[8];
-#pragma GCC unroll 8
-	for (int v = 0; v < NV; v++)
-		acc[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? k : 0xffff, y + 16 * v);
-	for (size_t p = 0; p < n; p++) {
-		__m512 sv = _mm512_set1_ps(s[p]);
-		const float *x = X + p * ldx;
+	__m512 acc[4][8];
+#pragma GCC unroll 4
+	for (int q = 0; q < NQ; q++)
 #pragma GCC unroll 8
 		for (int v = 0; v < NV; v++)
-			acc[v] = _mm512_fmadd_ps(
-				sv, _mm512_maskz_loadu_ps(v == NV - 1 ? k : 0xffff, x + 16 * v), acc[v]);
-	}
+			acc[q][v] = _mm512_maskz_loadu_ps(v == NV - 1 ? k : 0xffff,
+							  y + (size_t)q * ldy + 16 * v);
+	for (size_t p = 0; p < n; p++) {
+		__m512 x[8];
 #pragma GCC unroll 8
-	for (int v = 0; v < NV; v++)
-		_mm512_mask_storeu_ps(y + 16 * v, v == NV - 1 ? k : 0xffff, acc[v]);
+		for (int v = 0; v < NV; v++)
+			x[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? k : 0xffff, X + p * ldx + 16 * v);
+#pragma GCC unroll 4
+		for (int q = 0; q < NQ; q++) {
+			__m512 sv = _mm512_set1_ps(s[(size_t)q * lds + p]);
+#pragma GCC unroll 8
+			for (int v = 0; v < NV; v++)
+				acc[q][v] = _mm512_fmadd_ps(sv, x[v], acc[q][v]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int q = 0; q < NQ; q++)
+#pragma GCC unroll 8
+		for (int v = 0; v < NV; v++)
+			_mm512_mask_storeu_ps(y + (size_t)q * ldy + 16 * v, v == NV - 1 ? k : 0xffff,
+					      acc[q][v]);
 }
 
-static T512 void axpys_avx512(float *y, const float *s, const float *X, size_t ldx,
-			      size_t n, size_t d)
+/* Up to 64 elements (a head of 32 or 64), four outputs share each row's
+ * loads and their FMA chains cover the latency that one output's two or
+ * four leave open; wider rows, one output at a time in spans of 128. */
+static T512 void axpys_avx512(float *y, size_t ldy, const float *s, size_t lds, size_t nq,
+			      const float *X, size_t ldx, size_t n, size_t d)
 {
-	size_t i = 0;
-	for (; i + 128 <= d; i += 128)
-		axpys512_span(y + i, s, X + i, ldx, n, 0xffff, 8);
-	if (i == d)
+	size_t q = 0;
+	if (d == 0)
 		return;
-	__mmask16 k = (d - i) % 16 ? tailmask((d - i) % 16) : (__mmask16)0xffff;
-	switch ((d - i + 15) / 16) {
-	case 8: axpys512_span(y + i, s, X + i, ldx, n, k, 8); break;
-	case 7: axpys512_span(y + i, s, X + i, ldx, n, k, 7); break;
-	case 6: axpys512_span(y + i, s, X + i, ldx, n, k, 6); break;
-	case 5: axpys512_span(y + i, s, X + i, ldx, n, k, 5); break;
-	case 4: axpys512_span(y + i, s, X + i, ldx, n, k, 4); break;
-	case 3: axpys512_span(y + i, s, X + i, ldx, n, k, 3); break;
-	case 2: axpys512_span(y + i, s, X + i, ldx, n, k, 2); break;
-	default: axpys512_span(y + i, s, X + i, ldx, n, k, 1); break;
+	__mmask16 k = d % 16 ? tailmask(d % 16) : (__mmask16)0xffff;
+	for (; d <= 64 && q + 4 <= nq; q += 4)
+		switch ((d + 15) / 16) {
+		case 4: axpys512_span(y + q * ldy, ldy, s + q * lds, lds, X, ldx, n, k, 4, 4); break;
+		case 3: axpys512_span(y + q * ldy, ldy, s + q * lds, lds, X, ldx, n, k, 3, 4); break;
+		case 2: axpys512_span(y + q * ldy, ldy, s + q * lds, lds, X, ldx, n, k, 2, 4); break;
+		default: axpys512_span(y + q * ldy, ldy, s + q * lds, lds, X, ldx, n, k, 1, 4); break;
+		}
+	for (; q < nq; q++) {
+		float *yq = y + q * ldy;
+		const float *sq = s + q * lds;
+		size_t i = 0;
+		for (; i + 128 <= d; i += 128)
+			axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, 0xffff, 8, 1);
+		if (i == d)
+			continue;
+		__mmask16 kt = (d - i) % 16 ? tailmask((d - i) % 16) : (__mmask16)0xffff;
+		switch ((d - i + 15) / 16) {
+		case 8: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 8, 1); break;
+		case 7: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 7, 1); break;
+		case 6: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 6, 1); break;
+		case 5: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 5, 1); break;
+		case 4: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 4, 1); break;
+		case 3: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 3, 1); break;
+		case 2: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 2, 1); break;
+		default: axpys512_span(yq + i, 0, sq, 0, X + i, ldx, n, kt, 1, 1); break;
+		}
 	}
 }
 
@@ -1413,12 +1454,13 @@ void sf_dot_rows(float *out, const float *q, const float *keys, size_t ldk, size
 	K()->dots(out, q, keys, ldk, n, d, scale);
 }
 
-void sf_axpy_rows(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d)
+void sf_axpy_rows(float *y, size_t ldy, const float *s, size_t lds, size_t nq, const float *X,
+		  size_t ldx, size_t n, size_t d)
 {
-	K()->axpys(y, s, X, ldx, n, d);
+	K()->axpys(y, ldy, s, lds, nq, X, ldx, n, d);
 }
 
 void sf_axpy_f32(float *y, float s, const float *x, size_t n)
 {
-	K()->axpys(y, &s, x, 0, 1, n);
+	K()->axpys(y, 0, &s, 0, 1, x, 0, 1, n);
 }

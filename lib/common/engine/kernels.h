@@ -89,12 +89,14 @@ void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float facto
 void sf_softmax(float *x, size_t n);
 /* a[i] = silu(g[i]) * u[i] */
 void sf_swiglu(float *a, const float *g, const float *u, size_t n);
-/* Attention over n rows of d floats, row p at keys + p * ldk: out[p] =
- * (q . keys[p]) * scale; and y += s[p] * X[p] for p = 0, 1, ... in turn,
+/* Attention over n rows of d floats, row p at keys + p * ldk (or X + p *
+ * ldx): out[p] = (q . keys[p]) * scale; and for nq outputs, y_q = y + q *
+ * ldy, y_q += s_q[p] * X[p] for p = 0, 1, ... in turn, s_q = s + q * lds,
  * each element's sum in that order (as n calls of sf_axpy_f32). */
 void sf_dot_rows(float *out, const float *q, const float *keys, size_t ldk, size_t n, size_t d,
 		 float scale);
-void sf_axpy_rows(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d);
+void sf_axpy_rows(float *y, size_t ldy, const float *s, size_t lds, size_t nq, const float *X,
+		  size_t ldx, size_t n, size_t d);
 /* y += s * x */
 void sf_axpy_f32(float *y, float s, const float *x, size_t n);
 
