@@ -169,8 +169,9 @@ static const struct sf_opt options[] = {
 	{ "k-top", OPT_K_TOP, "F", "top tier: fraction F of each group's entries", NULL, SPARSE },
 	{ "k-mid", OPT_K_MID, "F", "middle tier (2-bit codes): the next fraction F", NULL, SPARSE },
 	{ "collapse", OPT_COLLAPSE, "G", "read gaps of up to G entries between runs, or auto:\n"
-	  "gaps up to peak/IOPS bytes (%s entries without IOPS),\n"
-	  "off while reads are bandwidth-bound (default auto)", SF_STR(SF_SPARSE_AUTO_GAP), SPARSE },
+	  "gaps up to peak/IOPS bytes (%s bytes without IOPS),\n"
+	  "off while reads are bandwidth-bound (default auto)", SF_STR(SF_SPARSE_AUTO_GAP_BYTES),
+	  SPARSE },
 	{ "device-peak", OPT_DEVICE_PEAK, "BPS", "the device's peak bandwidth in bytes/s for\n"
 	  "auto (default: from --probe-device)", NULL, SPARSE },
 	{ "device-iops", OPT_DEVICE_IOPS, "N", "the device's 4 KiB random reads/s for auto\n"

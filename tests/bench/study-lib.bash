@@ -179,7 +179,7 @@ at_pct() {	# METHOD PCT -> budget
 
 # The device peak --collapse auto compares with: measured once per device
 # (sf-run --probe-device, 1 GiB written, about 12 s) unless QUICK, where
-# auto keeps its fixed gap (sf-run says so in the collapse figures).
+# auto keeps its fixed gap of 32 KiB (sf-run says so in the collapse figures).
 probe_device() {
 	[ -n "$QUICK" ] && return 0
 	local f

@@ -290,7 +290,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	echo "$output" | jq -e '.budget > 0.4 and .budget < 0.6 and (.groups | length) == 4'
 	echo "$output" | jq -e '.cache.lookups > 0 and .bytes_moved_over_needed >= 1'
 	echo "$output" | jq -e '[.read_length_histogram[]] | add > 0'
-	echo "$output" | jq -e '.collapse.setting | test("without a device peak")'
+	echo "$output" | jq -e '.collapse.setting | test("without device figures")'
 	sf-run --ppl "$CORPUS" --max-tokens 100 --window 32 --density 0.5 --stats "$D/s.json" \
 		"$D/coact.sfimg" > "$D/ppl.json"
 	jq -e '.ppl > 1' "$D/ppl.json"
@@ -301,10 +301,10 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	need_direct
 	run --separate-stderr sf-run -p x -n 1 -q -v "$D/id.sfimg"
 	[ "$status" -eq 0 ]
-	[[ "$stderr" == *"collapse auto without a device peak (sf-run --probe-device): fixed gap 4"* ]]
+	[[ "$stderr" == *"collapse auto without device figures (sf-run --probe-device): 32768 bytes"* ]]
 	[[ "$stderr" == *"memory: "*" bytes: process "*", resident "*", pinned "* ]]
 	run --separate-stderr sf-run -p x -n 1 -q -v --device-peak 2000000000 "$D/id.sfimg"
-	[[ "$stderr" == *"collapse auto: 4, off while above 80% of the device peak 2000 MB/s"* ]]
+	[[ "$stderr" == *"collapse auto: 32768 bytes, off while above 80% of the device peak 2000 MB/s"* ]]
 	# with the IOPS too, the gap is the bytes of one request's time: 2e9 /
 	# 25,000 = 80,000, rounded down to 4 KiB
 	run --separate-stderr sf-run -p x -n 1 -q -v --device-peak 2000000000 --device-iops 25000 \

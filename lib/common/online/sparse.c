@@ -683,25 +683,22 @@ static void choose_collapse(struct sf_sparse *sp)
 	if (o->collapse != SF_SPARSE_COLLAPSE_AUTO) {
 		c->gap = o->collapse;
 		snprintf(c->desc, sizeof(c->desc), "%d (fixed)", c->gap);
-	} else if (o->device_peak > 0 && o->device_iops > 0) {
-		c->auto_gap_bytes = (uint64_t)(o->device_peak / o->device_iops) /
-				    SF_IMAGE_ALIGN * SF_IMAGE_ALIGN;
-		c->gap_bytes = c->auto_gap_bytes;
+		return;
+	}
+	c->auto_gap_bytes = o->device_peak > 0 && o->device_iops > 0
+				    ? (uint64_t)(o->device_peak / o->device_iops) / SF_IMAGE_ALIGN *
+					      SF_IMAGE_ALIGN
+				    : SF_SPARSE_AUTO_GAP_BYTES;
+	c->gap_bytes = c->auto_gap_bytes;
+	if (o->device_peak > 0)
 		snprintf(c->desc, sizeof(c->desc),
 			 "auto: %llu bytes, off while above %.0f%% of the device peak %.0f MB/s",
 			 (unsigned long long)c->auto_gap_bytes, SF_SPARSE_BW_BOUND * 100,
 			 o->device_peak / 1e6);
-	} else if (o->device_peak > 0) {
-		c->gap = SF_SPARSE_AUTO_GAP;
+	else
 		snprintf(c->desc, sizeof(c->desc),
-			 "auto: %d, off while above %.0f%% of the device peak %.0f MB/s",
-			 SF_SPARSE_AUTO_GAP, SF_SPARSE_BW_BOUND * 100, o->device_peak / 1e6);
-	} else {
-		c->gap = SF_SPARSE_AUTO_GAP;
-		snprintf(c->desc, sizeof(c->desc),
-			 "auto without a device peak (sf-run --probe-device): fixed gap %d",
-			 SF_SPARSE_AUTO_GAP);
-	}
+			 "auto without device figures (sf-run --probe-device): %llu bytes",
+			 (unsigned long long)c->auto_gap_bytes);
 }
 
 // ----------------------------------------------------------------------------

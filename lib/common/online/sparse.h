@@ -21,11 +21,13 @@
 #include "online/uring.h"
 
 #define SF_SPARSE_COLLAPSE_AUTO (-1)
-/* --collapse auto's gap in entries when the device's small-read IOPS are
- * not known. Known, the gap is in bytes: a request's worth of transfer,
- * peak bytes/s over small-read IOPS (below), so reading a gap never costs
- * more than the request it saves. */
-#define SF_SPARSE_AUTO_GAP 4
+/* --collapse auto's gap when the device's small-read IOPS are not known:
+ * about a request's worth of transfer on flash of 1.5-2 GB/s and 50-70k
+ * IOPS, in bytes so that it means the same for columns of any dtype (a q4
+ * column is a quarter of a BF16 one). Known, the gap is peak bytes/s over
+ * small-read IOPS (below), so reading a gap never costs more than the
+ * request it saves. */
+#define SF_SPARSE_AUTO_GAP_BYTES 32768
 /* While reads are in flight, the columns that have arrived are computed
  * once they hold this many weights (and at a tier's end). Each batch is
  * a pass over the outputs and a wake of the workers: computing after
@@ -182,8 +184,8 @@ const struct sf_group_exec *sf_sparse_exec(struct sf_sparse *sp);
 int sf_sparse_error(struct sf_sparse *sp, struct sf_err *e);
 
 void sf_sparse_memory(const struct sf_sparse *sp, struct sf_sparse_memory *mem);
-/* The collapse gap in use now and how it was chosen ("fixed", "auto",
- * "auto (no device peak: fixed gap N)"), for -v. */
+/* The collapse gap in use now and how it was chosen ("N (fixed)",
+ * "auto: N bytes, ...", "auto without device figures ..."), for -v. */
 const char *sf_sparse_collapse_desc(const struct sf_sparse *sp);
 const char *sf_sparse_backend(const struct sf_sparse *sp);	/* "io_uring", "pread", "simulate" */
 

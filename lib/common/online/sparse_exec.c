@@ -147,10 +147,7 @@ static void token_begin(struct sf_sparse *sp, int T)
 			span += sp->collapse.win_span[i];
 		}
 		int bound = span > 0 && (double)bytes / span >= SF_SPARSE_BW_BOUND * sp->o.device_peak;
-		if (sp->collapse.auto_gap_bytes)
-			sp->collapse.gap_bytes = bound ? 0 : sp->collapse.auto_gap_bytes;
-		else
-			sp->collapse.gap = bound ? 0 : SF_SPARSE_AUTO_GAP;
+		sp->collapse.gap_bytes = bound ? 0 : sp->collapse.auto_gap_bytes;
 	}
 	if (sp->collapse.gap || sp->collapse.gap_bytes)
 		sp->collapse.tokens_on += (uint64_t)T;
