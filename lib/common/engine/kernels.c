@@ -1247,8 +1247,8 @@ INL T512 __m512 dot512_lanes(const float *a, const float *b, size_t n)
 
 /* Sixteen rows a step share one transposed sum (hsum16x16), the rest
  * are summed alone: the same floats either way. */
-static T512 void dots_avx512(float *out, const float *q, const float *keys, size_t ldk,
-			     size_t n, size_t d, float scale)
+INL T512 void dots512(float *out, const float *q, const float *keys, size_t ldk, size_t n,
+		      size_t d, float scale)
 {
 	const __m512 sv = _mm512_set1_ps(scale);
 	size_t p = 0;
@@ -1261,6 +1261,25 @@ static T512 void dots_avx512(float *out, const float *q, const float *keys, size
 	}
 	for (; p < n; p++)
 		out[p] = hsum16(dot512_lanes(q, keys + p * ldk, d)) * scale;
+}
+
+/* The common head sizes with d known to the compiler and the query in a
+ * local copy that no store to out can touch, so that its vectors stay in
+ * registers over all the keys. */
+static T512 void dots_avx512(float *out, const float *q, const float *keys, size_t ldk,
+			     size_t n, size_t d, float scale)
+{
+	float qc[128] __attribute__((aligned(64)));
+
+	switch (d) {
+	case 32: memcpy(qc, q, 32 * sizeof(float)); dots512(out, qc, keys, ldk, n, 32, scale); break;
+	case 64: memcpy(qc, q, 64 * sizeof(float)); dots512(out, qc, keys, ldk, n, 64, scale); break;
+	case 128:
+		memcpy(qc, q, 128 * sizeof(float));
+		dots512(out, qc, keys, ldk, n, 128, scale);
+		break;
+	default: dots512(out, q, keys, ldk, n, d, scale); break;
+	}
 }
 
 /* NQ outputs of NV vectors (y + q * ldy, weights s + q * lds) over every
