@@ -517,7 +517,7 @@ static T256 void strip_avx2(float *Y, size_t ldy, size_t m, const float (*W)[SF_
 }
 
 static T256 void colaccum_avx2(float *y, size_t m, const void *const *cols, size_t off,
-                               enum sf_dtype dt, const float *xv, size_t n)
+			       enum sf_dtype dt, const float *xv, size_t n)
 {
 	switch (dt) {
 	case SF_DTYPE_BF16: ca256(y, m, cols, off, SF_DTYPE_BF16, xv, n); break;
@@ -1136,7 +1136,7 @@ static T512 void strip_avx512(float *Y, size_t ldy, size_t m, const float (*W)[S
 }
 
 static T512 void colaccum_avx512(float *y, size_t m, const void *const *cols, size_t off,
-                                 enum sf_dtype dt, const float *xv, size_t n)
+				 enum sf_dtype dt, const float *xv, size_t n)
 {
 	switch (dt) {
 	case SF_DTYPE_BF16: ca512(y, m, cols, off, SF_DTYPE_BF16, xv, n); break;

@@ -159,10 +159,16 @@ static uint64_t make_key(uint32_t layer, uint32_t entry)
 	return (uint64_t)layer << 32 | entry;
 }
 
+/* The index slot where key's probe starts. */
+static uint64_t index_home(const struct part *p, uint64_t key)
+{
+	return hash(key) & p->mask;
+}
+
 /* The index slot holding key, or the empty slot where it would go. */
 static uint64_t index_find(const struct part *p, uint64_t key)
 {
-	uint64_t i = hash(key) & p->mask;
+	uint64_t i = index_home(p, key);
 	while (p->index[i] != NIL && p->node[p->index[i]].key != key)
 		i = (i + 1) & p->mask;
 	return i;
@@ -185,14 +191,14 @@ static void index_prefetch(const struct part *p, uint32_t layer, const uint32_t 
 {
 	if (k == 0)
 		for (size_t i = 0; i < LOOKAHEAD && i < n; i++)
-			__builtin_prefetch(&p->index[hash(make_key(layer, entry_at(entries, pos, i))) &
-						     p->mask]);
+			__builtin_prefetch(
+				&p->index[index_home(p, make_key(layer, entry_at(entries, pos, i)))]);
 	if (k + LOOKAHEAD < n)
-		__builtin_prefetch(&p->index[hash(make_key(layer, entry_at(entries, pos, k + LOOKAHEAD))) &
-					     p->mask]);
+		__builtin_prefetch(
+			&p->index[index_home(p, make_key(layer, entry_at(entries, pos, k + LOOKAHEAD)))]);
 	if (k + LOOKAHEAD / 2 < n) {
-		uint32_t j = p->index[hash(make_key(layer, entry_at(entries, pos, k + LOOKAHEAD / 2))) &
-				      p->mask];
+		uint32_t j = p->index[index_home(
+			p, make_key(layer, entry_at(entries, pos, k + LOOKAHEAD / 2)))];
 		if (j != NIL)
 			__builtin_prefetch(&p->node[j]);
 	}
@@ -205,7 +211,7 @@ static void index_del(struct part *p, uint64_t i)
 		j = (j + 1) & p->mask;
 		if (p->index[j] == NIL)
 			break;
-		uint64_t home = hash(p->node[p->index[j]].key) & p->mask;
+		uint64_t home = index_home(p, p->node[p->index[j]].key);
 		/* j's entry may move back to i unless its home lies in (i, j] */
 		int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
 		if (!stays) {
