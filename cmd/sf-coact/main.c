@@ -165,10 +165,10 @@ static void report_progress(void *ctx, uint64_t tokens)
 	sf_progress_update(ctx, tokens, -1.0);
 }
 
-/* States the memory the statistics need and refuses beyond the limit. */
-static int check_memory(const struct sf_coact *c, const struct options *o, int accumulate)
+/* States the memory the statistics need (need bytes) and refuses beyond
+ * the limit. */
+static int check_memory(const struct sf_coact *c, const struct options *o, uint64_t need)
 {
-	uint64_t need = sf_coact_bytes(c, accumulate);
 	int ngroups = 0, nlayers = 0, last = -1;
 
 	for (int s = 0; s < c->nslots; s++) {
@@ -200,40 +200,61 @@ static int write_json(json_t *j, struct sf_out *out)
 	return 0;
 }
 
-/* Writes the .sfc and the scores of c, each committed only when both are
- * complete. */
+/* The .sfc (and --scores) outputs, opened before c is written. */
+static int open_outputs(const struct options *o, struct sf_out *out, struct sf_out *sout)
+{
+	int ret = sf_out_open(out, o->output, 1, o->read);
+	if (!ret && o->scores)
+		ret = sf_out_open(sout, o->scores, 0, o->read);
+	return ret;
+}
+
+static json_t *coact_meta(const struct options *o)
+{
+	return json_pack("{s:s, s:{s:[i, i]}}", "producer", "sf-coact " SF_VERSION, "options",
+			 "layers", o->layer_lo, o->layer_hi);
+}
+
+/* After the .sfc is written: the scores of c, then both committed, each
+ * only when both are complete. */
+static int commit_outputs(const struct sf_coact *c, const struct options *o, struct sf_out *out,
+			  struct sf_out *sout)
+{
+	struct sf_err e = { 0 };
+	json_t *scores = NULL;
+	int ret = 0;
+
+	if (fflush(out->f)) {
+		sf_error("%s: write error: %s", out->path, strerror(errno));
+		return -EIO;
+	}
+	if (o->scores) {
+		if (!(scores = sf_scores_from_coact(c, &e))) {
+			sf_error("%s", e.msg);
+			return e.code;
+		}
+		ret = write_json(scores, sout);
+		json_decref(scores);
+	}
+	if (!ret && !(ret = sf_out_commit(out)) && o->scores)
+		ret = sf_out_commit(sout);
+	return ret;
+}
+
+/* Writes the .sfc and the scores of c. */
 static int write_outputs(const struct sf_coact *c, const struct options *o)
 {
 	struct sf_out out = { 0 }, sout = { 0 };
 	struct sf_err e = { 0 };
-	json_t *meta = json_pack("{s:s, s:{s:[i, i]}}", "producer", "sf-coact " SF_VERSION,
-				 "options", "layers", o->layer_lo, o->layer_hi);
-	json_t *scores = NULL;
-	int ret;
+	json_t *meta = coact_meta(o);
+	int ret = open_outputs(o, &out, &sout);
 
-	if ((ret = sf_out_open(&out, o->output, 1, o->read)))
-		goto out;
-	if (o->scores && (ret = sf_out_open(&sout, o->scores, 0, o->read)))
-		goto out;
-	if ((ret = sf_coact_write(c, out.f, out.path, meta, &e))) {
+	if (!ret && (ret = sf_coact_write(c, out.f, out.path, meta, &e)))
 		sf_error("%s", e.msg);
-		goto out;
-	}
-	if (o->scores) {
-		if (!(scores = sf_scores_from_coact(c, &e))) {
-			ret = e.code;
-			sf_error("%s", e.msg);
-			goto out;
-		}
-		if ((ret = write_json(scores, &sout)))
-			goto out;
-	}
-	if ((ret = sf_out_commit(&out)) || (o->scores && (ret = sf_out_commit(&sout))))
-		goto out;
-out:
+	if (!ret)
+		ret = commit_outputs(c, o, &out, &sout);
 	sf_out_abort(&out);
 	sf_out_abort(&sout);
-	json_decref(scores);
 	json_decref(meta);
 	return ret;
 }
@@ -262,7 +283,8 @@ static int from_traces(const struct options *o, struct sf_pool *pool)
 					       sf_trace_reader_name(r[0]), o->layer_lo,
 					       o->layer_hi, &e)))
 		sf_error("%s", e.msg);
-	if (!ret && !(ret = check_memory(&c, o, 1)) && (ret = sf_coact_alloc(&c, 1, &e)))
+	if (!ret && !(ret = check_memory(&c, o, sf_coact_bytes(&c, 1))) &&
+	    (ret = sf_coact_alloc(&c, 1, &e)))
 		sf_error("%s", e.msg);
 	if (!ret) {
 		c.pool = pool;
@@ -286,12 +308,15 @@ static int from_traces(const struct options *o, struct sf_pool *pool)
 	return ret;
 }
 
-/* --merge and --info: .sfc inputs added into one set of statistics. */
+/* --merge and --info: .sfc inputs added into one set of statistics, slot
+ * by slot, so that one slot's pairs are in memory at a time. */
 static int from_files(const struct options *o)
 {
 	struct sf_coact_file **f = calloc((unsigned)o->ninputs, sizeof(*f));
 	struct sf_coact c = { 0 };
+	struct sf_out out = { 0 }, sout = { 0 };
 	struct sf_err e = { 0 };
+	json_t *info = NULL, *meta = NULL;
 	int ret = 0;
 
 	if (!f) {
@@ -303,19 +328,40 @@ static int from_files(const struct options *o)
 			sf_error("%s", e.msg);
 	if (!ret && (ret = sf_coact_plan_files(&c, f, o->ninputs, o->layer_lo, o->layer_hi, &e)))
 		sf_error("%s", e.msg);
-	if (!ret && !(ret = check_memory(&c, o, 0)) && (ret = sf_coact_alloc(&c, 0, &e)))
-		sf_error("%s", e.msg);
-	for (int i = 0; i < o->ninputs && !ret; i++)
-		if ((ret = sf_coact_add_file(&c, f[i], &e)))
-			sf_error("%s", e.msg);
+	if (!ret)
+		ret = check_memory(&c, o, sf_coact_stream_bytes(&c));
 	if (!ret && o->mode == MODE_INFO) {
-		json_t *j = sf_coact_info_json(&c);
-		struct sf_out out = { .f = stdout, .path = "(stdout)" };
-		ret = j ? write_json(j, &out) : -ENOMEM;
+		if (!(info = json_array()))
+			ret = -ENOMEM;
+	} else if (!ret && !(ret = open_outputs(o, &out, &sout))) {
+		if (!(meta = coact_meta(o)))
+			ret = -ENOMEM;
+		else if ((ret = sf_coact_write_header(&c, out.f, out.path, meta, &e)))
+			sf_error("%s", e.msg);
+	}
+	for (int s = 0; s < c.nslots && !ret; s++) {
+		if ((ret = sf_coact_read_slot(&c, s, f, o->ninputs, &e)) ||
+		    (!info && (ret = sf_coact_write_slot(&c.slots[s], out.f, out.path, &e))))
+			sf_error("%s", e.msg);
+		else if (info && json_array_append_new(info, sf_coact_slot_info_json(&c.slots[s])))
+			ret = -ENOMEM;
+		sf_coact_drop_pairs(&c.slots[s]);
+	}
+	if (ret == -ENOMEM && !e.code)
+		sf_error("%s", strerror(ENOMEM));
+	if (!ret && info) {
+		json_t *j = sf_coact_info_json(&c, info);
+		struct sf_out so = { .f = stdout, .path = "(stdout)" };
+		info = NULL;
+		ret = j ? write_json(j, &so) : -ENOMEM;
 		json_decref(j);
 	} else if (!ret) {
-		ret = write_outputs(&c, o);
+		ret = commit_outputs(&c, o, &out, &sout);
 	}
+	sf_out_abort(&out);
+	sf_out_abort(&sout);
+	json_decref(info);
+	json_decref(meta);
 	sf_coact_free(&c);
 	for (int i = 0; i < o->ninputs; i++)
 		sf_coact_file_close(f[i]);

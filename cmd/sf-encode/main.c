@@ -459,7 +459,8 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 				    .dense_layers = dense, .window = o->window,
 				    .layers = o->layers ? layers : NULL,
 				    .top_dtype = o->dtype == SF_OPT_DTYPE_KEEP ? SF_DTYPE_F32 :
-						 (enum sf_dtype)o->dtype, .quant = o->quant };
+						 (enum sf_dtype)o->dtype, .quant = o->quant,
+				    .release_weights = sf_model_bytes(m) > SF_RELEASE_WEIGHTS_BYTES };
 	if (o->window > m->cfg.max_seq_len)
 		sf_usage_error("--window: %d is more than the model's %d positions", o->window,
 			       m->cfg.max_seq_len);

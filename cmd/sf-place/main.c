@@ -209,6 +209,7 @@ static int run_place(const struct options *o)
 {
 	const char *path = o->inputs[0];
 	struct sf_coact c = { 0 };
+	struct sf_coact_file *f = NULL;
 	struct sf_placement pl = { 0 };
 	struct sf_model m = { 0 };
 	struct sf_pool *pool = NULL;
@@ -219,7 +220,9 @@ static int run_place(const struct options *o)
 	int status = SF_EXIT_FAIL;
 
 	sf_progress_init(&pr, o->progress, o->quiet, "groups");
-	if (sf_coact_load(&c, path, o->layer_lo, o->layer_hi, &e)) {
+	/* slot by slot: one group's pairs in memory at a time */
+	if (sf_coact_file_open(&f, path, &e) ||
+	    sf_coact_plan_files(&c, &f, 1, o->layer_lo, o->layer_hi, &e)) {
 		sf_error("%s", e.msg);
 		goto out;
 	}
@@ -235,7 +238,6 @@ static int run_place(const struct options *o)
 	}
 	for (int i = 0; i < c.nslots; i++) {
 		const struct sf_coact_slot *sl = &c.slots[i];
-		struct sf_place_stats s = { sl->entries, sl->tokens, sl->counts, sl->pairs };
 		json_t *opts = NULL;
 		double t0 = sf_now();
 		int ret;
@@ -245,12 +247,18 @@ static int run_place(const struct options *o)
 			sf_error("%s: out of memory", path);
 			goto out;
 		}
+		if (sf_coact_read_slot(&c, i, &f, 1, &e)) {
+			sf_error("%s", e.msg);
+			goto out;
+		}
+		struct sf_place_stats s = { sl->entries, sl->tokens, sl->counts, sl->pairs };
 		if (place_group(o, sl, pool, perm, &opts, path))
 			goto out;
 		ret = sf_placement_set(&pl, i, sl->layer, sl->group, sl->entries, o->method, opts,
 				       sl->tokens, sf_place_expected_runs(&s, perm),
 				       sf_place_path_cost(&s, perm), perm, &e);
 		json_decref(opts);
+		sf_coact_drop_pairs(&c.slots[i]);
 		if (ret) {
 			sf_error("%s", e.msg);
 			goto out;
@@ -277,6 +285,7 @@ out:
 	sf_pool_destroy(pool);
 	sf_model_close(&m);
 	sf_coact_free(&c);
+	sf_coact_file_close(f);
 	return status;
 }
 

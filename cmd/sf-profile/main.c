@@ -260,6 +260,7 @@ static int session_open(struct session *S, struct options *o)
 		sf_cli_model_summary(o->model_dir, &S->model, o->window, o->threads);
 	S->state.pool = S->pool;
 	S->state.skip_logits = 1;	/* teacher forcing: the activations are what counts */
+	S->state.release_weights = sf_model_bytes(&S->model) > SF_RELEASE_WEIGHTS_BYTES;
 	return 0;
 fail:
 	sf_error("%s", e.msg);

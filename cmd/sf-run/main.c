@@ -585,15 +585,6 @@ static void session_free(struct session *S)
 	json_decref(S->ppl);
 }
 
-/* --model: the bytes of its tensors. */
-static uint64_t model_bytes(const struct session *S)
-{
-	uint64_t n = 0;
-	for (size_t i = 0; i < S->model.st.ntensors; i++)
-		n += S->model.st.tensors[i].nbytes;
-	return n;
-}
-
 /* The model and tokenizer of --model DIR or of IMAGE. */
 static int open_model(struct session *S, const struct options *o, struct sf_err *e)
 {
@@ -896,7 +887,8 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 				     o->threads);
 		if (o->model_dir)
 			fprintf(stderr, "%s: memory: resident %llu bytes (the whole model, "
-				"mapped), flash 0\n", sf_progname, (unsigned long long)model_bytes(S));
+				"mapped), flash 0\n", sf_progname,
+				(unsigned long long)sf_model_bytes(&S->model));
 	}
 	return 0;
 }

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# Study 6, the decoder at the Llama-2-7B shape from flash (issue 20): a
-# random model of the full shape (hidden 4096, intermediate 11008, 32
-# layers, 32 heads over KV_HEADS KV heads (default 32; 8 for the GQA
-# variant), vocab 32,000, untied, BF16, 13.5 GB; tests/fixtures/mkmodel)
-# packed in a scratch directory without codes, then sf-run IMAGE with
-# --ram at RAMS percent of the model's bytes (default "25 15"), inside a
-# child memory cgroup of that size where the v1 controller is writable (the
-# page cache charged to it), at budget 1 and TEAL density 0.5: a prompt
-# of PROMPT_TOKENS tokens (default 64) in one pass of -b, then N tokens
-# (default 8), -t THREADS (default 2). Per run: decode tok/s, time to
-# first token, bytes and requests per token, peak RSS against --ram;
-# beside fio's O_DIRECT 256 KiB reads of the image at depth 32. Random
-# weights: the I/O and memory side only, not quality.
+# Study 6 at the Llama-2-7B shape (issue 20): a random model of the full
+# shape (hidden 4096, intermediate 11008, 32 layers, 32 heads over
+# KV_HEADS KV heads (default 32; 8 for the GQA variant), vocab 32,000,
+# untied, BF16, 13.5 GB; tests/fixtures/mkmodel) in a scratch directory.
+# Random weights: time, memory and I/O only, not quality.
+#
+# PARTS="pipeline decode" (the default) or either one:
+# - pipeline: make artifacts on it, one stage after another so that each
+#   has a wall time and a peak RSS (GNU time's maximum over the stage's
+#   jobs) of its own, -j JOBS (default 2) jobs of -t 1: traces of
+#   PROFILE_TOKENS tokens (default 512) of each genre's profile split,
+#   co-activation, coact placement, codes of METHODS (default scalar;
+#   trellis takes hours here), calibration at BUDGETS (default five) on
+#   CALIB_TOKENS (default 256), the image. Per stage in stages.jsonl.
+# - decode: sf-run IMAGE (the pipeline's coact image, or without it an
+#   image packed without codes) with --ram at RAMS percent of the model's
+#   bytes (default "25 15"), inside a child memory cgroup of that size
+#   where the v1 controller is writable (the page cache charged to it),
+#   at budget 1 and TEAL density 0.5: a prompt of PROMPT_TOKENS tokens
+#   (default 64) in one pass of -b, then N tokens (default 8), -t THREADS
+#   (default 2). Per run: decode tok/s, time to first token, bytes and
+#   requests per token, peak RSS against --ram; beside fio's O_DIRECT
+#   256 KiB reads of the image at depth 32.
 #   tests/bench/study-7b.sh [SCRATCH=/var/tmp/sf-7b] [REPEATS=1] [KEEP=1]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,30 +29,81 @@ bin=${SF_BIN:-$root/bin}
 fixtures=${SF_FIXTURES:-$root/build/opt/fixtures}
 scratch=${SCRATCH:-/var/tmp/sf-7b}
 out=${SF_BENCH_OUT:-$root/build/bench/study-7b}
+PARTS=${PARTS:-pipeline decode}
 REPEATS=${REPEATS:-1}
 N=${N:-8}
 THREADS=${THREADS:-2}
+JOBS=${JOBS:-2}
 KV_HEADS=${KV_HEADS:-32}
 PROMPT_TOKENS=${PROMPT_TOKENS:-64}
+PROFILE_TOKENS=${PROFILE_TOKENS:-512}
+METHODS=${METHODS:-scalar}
+BUDGETS=${BUDGETS:-0.1,0.2,0.3,0.5,0.7}
+CALIB_TOKENS=${CALIB_TOKENS:-256}
 RAMS=${RAMS:-25 15}
+data=${SF_DATA:-$root/../shared/data/mix4}
 export PATH=$bin:$PATH
 log() { echo "study-7b: $*" >&2; }
 . "$root/tests/bench/flash-lib.bash"
 command -v fio >/dev/null || { log "fio is not installed (apt-get install fio)"; exit 1; }
+[ -x /usr/bin/time ] || { log "GNU time is not installed (apt-get install time)"; exit 1; }
 mkdir -p "$scratch" "$out"
-
+model=$scratch/model-kv$KV_HEADS
+art=$scratch/art-kv$KV_HEADS
 img=$scratch/l7b-kv$KV_HEADS.sfimg
-if ! [ -f "$img" ]; then
-	log "making the model in $scratch (13.5 GB, then the image)"
-	"$fixtures/mkmodel" -o "$scratch/model" --hidden 4096 --intermediate 11008 --layers 32 \
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$model" "$art" "$img"' EXIT
+
+if ! [ -f "$model/model.safetensors" ] && { part pipeline || ! [ -f "$img" ]; }; then
+	log "making the model in $model (13.5 GB)"
+	"$fixtures/mkmodel" -o "$model" --hidden 4096 --intermediate 11008 --layers 32 \
 		--heads 32 --kv-heads "$KV_HEADS" --vocab 32000 --no-tie --max-pos 4096 \
 		--tokenizer "$root/models/mix4-1m" >/dev/null
-	sf-pack --model "$scratch/model" -q -o "$img"
-	rm -rf "$scratch/model"
 fi
-[ -n "${KEEP:-}" ] || trap 'rm -f "$img"' EXIT
+
+# One stage of make artifacts: its wall time and the largest peak RSS of
+# its jobs (GNU time reports the maximum over the children make waited for).
+stage() {	# NAME TARGET...
+	local name=$1 t
+	shift
+	log "stage $name"
+	/usr/bin/time -f '%e %M' -o "$out/time.txt" make -s -C "$root" -f mk/artifacts.mk \
+		SF_BIN="$bin" MODEL="$model" CORPUS="$data/*.profile.txt" \
+		CALIB_CORPUS="$data/*.calib.txt" OUT="$art" METHODS="$METHODS" PLACEMENTS=coact \
+		PROFILE_TOKENS="$PROFILE_TOKENS" BUDGETS="$BUDGETS" CALIB_TOKENS="$CALIB_TOKENS" \
+		THREADS=1 -j"$JOBS" "$@"
+	read -r -a t < "$out/time.txt"
+	jq -nc --arg s "$name" --argjson w "${t[0]}" --argjson k "${t[1]}" --argjson j "$JOBS" \
+		'{stage: $s, wall_s: $w, peak_rss_mb: ($k * 1024 / 1e6), jobs: $j}' | tee -a "$out/stages.jsonl" >&2
+}
+
+if part pipeline; then
+	[ -d "$data" ] || { log "$data: no corpus (../shared absent?)"; exit 1; }
+	: > "$out/stages.jsonl"
+	traces=()
+	for f in "$data"/*.profile.txt; do
+		traces+=("$art/trace/$(basename "$f" .txt).sft")
+	done
+	stage traces "${traces[@]}"
+	stage coact "$art/coact.sfc"
+	stage place "$art/place-coact.json"
+	for m in $METHODS; do
+		stage "codes-$m" "$art/codes-$m.sfq"
+		stage "calibrate-$m" "$art/calib-$m.json"
+		stage "pack-$m" "$art/coact-$m.sfimg"
+	done
+	jq -s '{stages: ., total_s: (map(.wall_s) | add), peak_rss_mb: (map(.peak_rss_mb) | max)}' \
+		"$out/stages.jsonl" > "$out/pipeline.json"
+	jq . "$out/pipeline.json"
+	img=$art/coact-${METHODS%% *}.sfimg
+elif ! [ -f "$img" ]; then
+	log "packing $img without codes"
+	sf-pack --model "$model" -q -o "$img"
+fi
+part decode || exit 0
+
 flash_cgroup sf-7b
-[ -z "$cg" ] || trap 'rmdir "$cg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -f "$img"' EXIT
+[ -z "$cg" ] || trap 'rmdir "$cg" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$model" "$art" "$img"' EXIT
 model_bytes=$(sf-pack --info "$img" | jq '.sizes.resident + .sizes.top')
 prompt=$(prompt_of "$PROMPT_TOKENS" "$scratch")
 log "model $model_bytes bytes; --ram at $RAMS %"

@@ -126,6 +126,20 @@ slots() { sf-coact -q --info "$1" | jq -c '[.slots[] | [.layer, .group, .tokens,
 	[ "$(echo "$output" | jq -c '.slots[0].tasks')" = "$(sf-coact -q --info "$t/ab.sfc" | jq -c '.slots[0].tasks')" ]
 }
 
+@test "--merge and --info read slot by slot: every count and sum, one slot's pairs" {
+	local t=$BATS_TEST_TMPDIR
+	sf-coact -q "$(T a.sft)" -o "$t/a.sfc"
+	# 4 layers x 768 entries x 16 bytes, and the pairs of 384 entries
+	run --separate-stderr sf-coact -v --merge "$t/a.sfc" -o "$t/m.sfc"
+	[ "$status" -eq 0 ]
+	[ "${stderr_lines[0]}" = "sf-coact: 4 layer(s), 16 layer-group(s): statistics need 343296 bytes (0.3 MiB)" ]
+	sf-coact -q --max-memory 343296 --merge "$t/a.sfc" -o "$t/m.sfc"
+	[ "$(slots "$t/m.sfc")" = "$(slots "$t/a.sfc")" ]
+	run --separate-stderr sf-coact -q --max-memory 343295 --info "$t/a.sfc"
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+}
+
 @test "--layers splits merged equal the whole" {
 	local t=$BATS_TEST_TMPDIR
 	sf-coact -q "$(T a.sft)" -o "$t/whole.sfc"

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int fd = fuzz_file(data, size, path);
 
 	if (sf_coact_load(&c, path, 0, INT_MAX, &e) == 0) {
-		json_decref(sf_coact_info_json(&c));
+		json_decref(sf_coact_info_json(&c, NULL));
 		json_decref(sf_scores_from_coact(&c, &e));
 		sf_coact_free(&c);
 	}

@@ -3,8 +3,11 @@
  * and 3, every token's logits and the whole KV cache are the same floats
  * bit for bit, on the embedded mix4-1m and the shared mix4-5m. And one
  * layer run alone (sf_forward_layer) on the residual stream the whole
- * pass gave it: the same output and KV cache. */
+ * pass gave it: the same output and KV cache. A pass that releases each
+ * layer's weights (release_weights): the same logits, and the weights'
+ * mapping holds less resident than after a pass that keeps them. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 #include "base/pool.h"
 #include "base/rng.h"
 #include "engine/forward.h"
+#include "formats/model.h"
 #include "unit.h"
 
 #define PREFIX 5
@@ -72,6 +76,57 @@ static void check_layers(const struct sf_model *m, const int32_t *ids, int T)
 	free(S.x);
 }
 
+/* Resident kB of the mapping that holds p (/proc/self/smaps), -1 when
+ * it is not found. */
+static long mapping_rss_kb(const void *p)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	long rss = -1;
+	int in = 0;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (in && sscanf(line, "Rss: %ld kB", &rss) == 1)
+			break;
+	}
+	if (f)
+		fclose(f);
+	return rss;
+}
+
+static void check_release(const struct sf_model *m, const int32_t *ids)
+{
+	struct sf_runstate keep, rel;
+	struct sf_err e = { 0 };
+	size_t vocab = (size_t)m->cfg.vocab_size, layers = 0;
+	const void *w = m->layers[0].w_up.data;
+
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		const struct sf_layer_weights *L = &m->layers[l];
+		const struct sf_weight *big[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate,
+						  &L->w_up, &L->w_down };
+		for (int i = 0; i < 7; i++)
+			layers += (size_t)(big[i]->rows * big[i]->cols) * sf_dtype_size(big[i]->dtype);
+	}
+	CHECK(sf_state_init_batch(&keep, &m->cfg, 64, 64, &e) == 0 &&
+	      sf_state_init_batch(&rel, &m->cfg, 64, 64, &e) == 0, "%s", e.msg);
+	rel.release_weights = 1;
+	float *a = sf_forward_batch(m, &keep, ids, 64, 0, 1);
+	long kept = mapping_rss_kb(w);
+	float *b = sf_forward_batch(m, &rel, ids, 64, 0, 1);
+	long released = mapping_rss_kb(w);
+	CHECK(a && b && !memcmp(a, b, 64 * vocab * sizeof(float)),
+	      "release_weights: other logits");
+	CHECK(kept >= 0 && released >= 0 && kept - released > (long)(layers / 1024 / 2),
+	      "release_weights: the mapping keeps %ld kB resident against %ld kB after a pass "
+	      "that keeps the weights (layers: %zu kB)", released, kept, layers / 1024);
+	sf_state_free(&keep);
+	sf_state_free(&rel);
+}
+
 static void check_model(const char *dir)
 {
 	static const int blocks[] = { 1, 2, 7, 64, 300 };
@@ -127,6 +182,7 @@ static void check_model(const char *dir)
 	}
 	check_layers(&m, ids, 1);
 	check_layers(&m, ids, 37);
+	check_release(&m, ids);
 	/* a pass larger than the state's batch, or past its context: refused */
 	struct sf_runstate small;
 	if (sf_state_init_batch(&small, &m.cfg, 8, 2, &e) == 0) {

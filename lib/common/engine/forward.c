@@ -398,9 +398,12 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 		else
 			sf_weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
-	for (int l = 0; l < c->n_layers; l++)
+	for (int l = 0; l < c->n_layers; l++) {
 		if (layer(m, s, l, T, pos))
 			return -1;
+		if (s->release_weights)
+			sf_model_release_layer(m, l);
+	}
 
 	if (head == HEAD_NONE)
 		return 0;

@@ -66,6 +66,10 @@ struct sf_runstate {
 	const struct sf_observer *observer;	/* NULL for none */
 	const struct sf_group_exec *exec;	/* NULL: dense products */
 	int skip_logits;	/* set during prefill: the head is not applied */
+	int release_weights;	/* each layer's weights leave the resident set after
+				 * the layer (sf_model_release_layer): set for a
+				 * model larger than memory, which then needs one
+				 * layer of it at a time, not all */
 	struct sf_err err;	/* the first failure of a pass, sticky: see sf_state_error */
 };
 

@@ -71,30 +71,56 @@ uint64_t sf_coact_bytes(const struct sf_coact *c, int accumulate)
 	return total;
 }
 
+uint64_t sf_coact_stream_bytes(const struct sf_coact *c)
+{
+	uint64_t total = 0, most = 0;
+	for (int s = 0; s < c->nslots; s++) {
+		uint64_t n = c->slots[s].entries, pairs = sf_coact_npairs((uint32_t)n) * 4;
+		total += n * 16;
+		most = pairs > most ? pairs : most;
+	}
+	return total + most;
+}
+
+/* The arrays of slot sl that are not there yet, zeroed. */
+static int alloc_slot(struct sf_coact_slot *sl, int accumulate, struct sf_err *e)
+{
+	uint32_t n = sl->entries;
+	uint64_t np = sf_coact_npairs(n);
+	if (np > SIZE_MAX / 4)
+		return sf_err_set(e, SF_ELIMIT, "layer %d %s: %llu pairs do not fit in memory",
+				  sl->layer, sf_group_name(sl->group), (unsigned long long)np);
+	if (!sl->counts)
+		sl->counts = calloc(n, sizeof(*sl->counts));
+	if (!sl->sums)
+		sl->sums = calloc(n, sizeof(*sl->sums));
+	if (!sl->pairs)
+		sl->pairs = calloc(np ? (size_t)np : 1, sizeof(*sl->pairs));
+	if (!sl->tasks)
+		sl->tasks = json_object();
+	if (accumulate && !sl->bits && (sl->bits = aligned_alloc(64, (size_t)n *
+								  SF_COACT_BLOCK_WORDS * 8)))
+		memset(sl->bits, 0, (size_t)n * SF_COACT_BLOCK_WORDS * 8);
+	if (!sl->counts || !sl->sums || !sl->pairs || !sl->tasks || (accumulate && !sl->bits))
+		return sf_err_set(e, -ENOMEM, "layer %d %s: statistics of %llu bytes: %s",
+				  sl->layer, sf_group_name(sl->group),
+				  (unsigned long long)(np * 4 + (uint64_t)n * 16),
+				  sf_strerror(-ENOMEM));
+	return 0;
+}
+
 int sf_coact_alloc(struct sf_coact *c, int accumulate, struct sf_err *e)
 {
-	for (int s = 0; s < c->nslots; s++) {
-		struct sf_coact_slot *sl = &c->slots[s];
-		uint32_t n = sl->entries;
-		uint64_t np = sf_coact_npairs(n);
-		if (np > SIZE_MAX / 4)
-			return sf_err_set(e, SF_ELIMIT, "layer %d %s: %llu pairs do not fit in memory",
-					  sl->layer, sf_group_name(sl->group), (unsigned long long)np);
-		sl->counts = calloc(n, sizeof(*sl->counts));
-		sl->sums = calloc(n, sizeof(*sl->sums));
-		sl->pairs = calloc(np ? (size_t)np : 1, sizeof(*sl->pairs));
-		sl->tasks = json_object();
-		if (accumulate)
-			sl->bits = aligned_alloc(64, (size_t)n * SF_COACT_BLOCK_WORDS * 8);
-		if (!sl->counts || !sl->sums || !sl->pairs || !sl->tasks ||
-		    (accumulate && !sl->bits))
-			return sf_err_set(e, -ENOMEM, "statistics of %llu bytes: %s",
-					  (unsigned long long)sf_coact_bytes(c, accumulate),
-					  sf_strerror(-ENOMEM));
-		if (accumulate)
-			memset(sl->bits, 0, (size_t)n * SF_COACT_BLOCK_WORDS * 8);
-	}
-	return 0;
+	int ret = 0;
+	for (int s = 0; s < c->nslots && !ret; s++)
+		ret = alloc_slot(&c->slots[s], accumulate, e);
+	return ret;
+}
+
+void sf_coact_drop_pairs(struct sf_coact_slot *sl)
+{
+	free(sl->pairs);
+	sl->pairs = NULL;
 }
 
 void sf_coact_free(struct sf_coact *c)
@@ -206,8 +232,14 @@ static json_t *entries_json(const uint32_t entries[SF_NGROUPS])
 	return o;
 }
 
-int sf_coact_write(const struct sf_coact *c, FILE *f, const char *name, json_t *meta,
-		   struct sf_err *e)
+static int write_error(const char *name, struct sf_err *e)
+{
+	return sf_err_set(e, -EIO, "%s: write error: %s", name,
+			  errno ? strerror(errno) : "short write");
+}
+
+int sf_coact_write_header(const struct sf_coact *c, FILE *f, const char *name, json_t *meta,
+			  struct sf_err *e)
 {
 	json_t *slots = json_array(), *h = NULL;
 	struct emitter *em = NULL;
@@ -251,11 +283,8 @@ int sf_coact_write(const struct sf_coact *c, FILE *f, const char *name, json_t *
 	size_t pad = (8 - (16 + hlen) % 8) % 8;
 	memset(emit_space(em, pad), 0, pad);
 	emit_flush(em);
-	for (int s = 0; s < c->nslots && !em->err; s++)
-		emit_section(em, &c->slots[s]);
-	if (em->err || fflush(f))
-		ret = sf_err_set(e, -EIO, "%s: write error: %s", name,
-				 errno ? strerror(errno) : "short write");
+	if (em->err)
+		ret = write_error(name, e);
 	goto out;
 nomem:
 	ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
@@ -264,6 +293,33 @@ out:
 	json_decref(h);
 	free(text);
 	free(em);
+	return ret;
+}
+
+int sf_coact_write_slot(const struct sf_coact_slot *s, FILE *f, const char *name,
+			struct sf_err *e)
+{
+	struct emitter *em = malloc(sizeof(*em));
+	int ret = 0;
+
+	if (!em)
+		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
+	*em = (struct emitter){ .put = file_put, .ctx = f };
+	emit_section(em, s);
+	if (em->err)
+		ret = write_error(name, e);
+	free(em);
+	return ret;
+}
+
+int sf_coact_write(const struct sf_coact *c, FILE *f, const char *name, json_t *meta,
+		   struct sf_err *e)
+{
+	int ret = sf_coact_write_header(c, f, name, meta, e);
+	for (int s = 0; s < c->nslots && !ret; s++)
+		ret = sf_coact_write_slot(&c->slots[s], f, name, e);
+	if (!ret && fflush(f))
+		ret = write_error(name, e);
 	return ret;
 }
 
@@ -431,6 +487,33 @@ static int check_file(const struct sf_coact *c, const struct sf_coact_file *f,
 	return 0;
 }
 
+/* The tokens and tasks a file's section adds to slot s, from the file's
+ * header (its section is checked against it when read): a merge knows
+ * its header before reading a section. */
+static int count_tokens(struct sf_coact_slot *s, const struct sf_coact_file *f,
+			const struct file_slot *fs, struct sf_err *e)
+{
+	const char *task;
+	json_t *v;
+
+	if (s->tokens + fs->tokens > SF_COACT_MAX_TOKENS)
+		return sf_err_set(e, SF_ELIMIT, "%s: layer %d %s: %llu + %llu tokens: 32-bit "
+				  "pair counts would overflow", f->in.name, fs->layer,
+				  sf_group_name(fs->group), (unsigned long long)s->tokens,
+				  (unsigned long long)fs->tokens);
+	s->tokens += fs->tokens;
+	if (!s->tasks && !(s->tasks = json_object()))
+		return sf_err_set(e, -ENOMEM, "%s: %s", f->in.name, sf_strerror(-ENOMEM));
+	json_object_foreach(fs->tasks, task, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0)
+			return sf_err_set(e, SF_EFORMAT, "%s: header: task \"%s\" has no token "
+					  "count", f->in.name, task);
+		if (sf_coact_add_task(s->tasks, task, (uint64_t)json_integer_value(v)))
+			return sf_err_set(e, -ENOMEM, "%s: %s", f->in.name, sf_strerror(-ENOMEM));
+	}
+	return 0;
+}
+
 int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int n, int lo,
 			int hi, struct sf_err *e)
 {
@@ -453,7 +536,8 @@ int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int 
 		for (int s = 0; s < f[k]->nslots; s++) {
 			const struct file_slot *fs = &f[k]->slots[s];
 			if (fs->layer >= lo && fs->layer <= hi &&
-			    (ret = sf_coact_add_slot(c, fs->layer, fs->group, e)))
+			    ((ret = sf_coact_add_slot(c, fs->layer, fs->group, e)) ||
+			     (ret = count_tokens(find_slot(c, fs->layer, fs->group), f[k], fs, e))))
 				goto fail;
 		}
 		json_t *src = json_object_get(f[k]->header, "sources");
@@ -544,26 +628,18 @@ static void section_add_fn(void *ctx, const unsigned char *p, size_t n)
 	}
 }
 
-int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err *e)
+/* Reads f's next section, added into s (NULL: read past), checked
+ * against f's header; at the end of f, that nothing follows. */
+static int read_section(struct sf_coact_slot *s, struct sf_coact_file *f, struct sf_err *e)
 {
+	const struct file_slot *fs = &f->slots[f->next++];
+	unsigned char tail[8], tok[8];
+	uint32_t crc = 0;
 	int ret;
 
-	if ((ret = check_file(c, f, e)))
-		return ret;
-	for (; f->next < f->nslots; f->next++) {
-		const struct file_slot *fs = &f->slots[f->next];
-		struct sf_coact_slot *s = find_slot(c, fs->layer, fs->group);
-		uint64_t body = fs->bytes - 8;
-		unsigned char tail[8], tok[8];
-		uint32_t crc = 0;
-
-		if (!s) {
-			if ((ret = read_chunks(f, fs->bytes, &crc, NULL, NULL, e)))
-				return ret;
-			continue;
-		}
-		if ((ret = sf_stream_read(&f->in, tok, 8, "a section", e)))
-			return ret;
+	if (!s) {
+		ret = read_chunks(f, fs->bytes, &crc, NULL, NULL, e);
+	} else if (!(ret = sf_stream_read(&f->in, tok, 8, "a section", e))) {
 		crc = sf_crc32c(0, tok, 8);
 		uint64_t tokens = sf_get_le64(tok);
 		if (tokens != fs->tokens)
@@ -571,13 +647,8 @@ int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err
 					  "the header %llu", f->in.name, fs->layer,
 					  sf_group_name(fs->group), (unsigned long long)tokens,
 					  (unsigned long long)fs->tokens);
-		if (s->tokens + tokens > SF_COACT_MAX_TOKENS)
-			return sf_err_set(e, SF_ELIMIT, "%s: layer %d %s: %llu + %llu tokens: 32-bit "
-					  "pair counts would overflow", f->in.name, fs->layer,
-					  sf_group_name(fs->group), (unsigned long long)s->tokens,
-					  (unsigned long long)tokens);
 		struct section_add a = { .slot = s, .tokens = tokens, .at = 8 };
-		if ((ret = read_chunks(f, body - 8, &crc, section_add_fn, &a, e)) ||
+		if ((ret = read_chunks(f, fs->bytes - 16, &crc, section_add_fn, &a, e)) ||
 		    (ret = sf_stream_read(&f->in, tail, 8, "a section", e)))
 			return ret;
 		if (sf_get_le32(tail) != crc || sf_get_le32(tail + 4) != 0)
@@ -588,22 +659,42 @@ int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err
 			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: a count above the %llu "
 					  "tokens or a bad sum", f->in.name, fs->layer,
 					  sf_group_name(fs->group), (unsigned long long)tokens);
-		s->tokens += tokens;
-		const char *task;
-		json_t *v;
-		json_object_foreach(fs->tasks, task, v) {
-			if (!json_is_integer(v) || json_integer_value(v) < 0)
-				return sf_err_set(e, SF_EFORMAT, "%s: header: task \"%s\" has no token "
-						  "count", f->in.name, task);
-			if (sf_coact_add_task(s->tasks, task, (uint64_t)json_integer_value(v)))
-				return sf_err_set(e, -ENOMEM, "%s: %s", f->in.name, sf_strerror(-ENOMEM));
-		}
 	}
-	int extra = fgetc(f->in.f);
-	if (extra != EOF)
+	if (ret || f->next < f->nslots)
+		return ret;
+	if (fgetc(f->in.f) != EOF)
 		return sf_err_set(e, SF_EFORMAT, "%s: data after the last section at byte %llu",
 				  f->in.name, (unsigned long long)f->in.offset);
 	return 0;
+}
+
+int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err *e)
+{
+	int ret = check_file(c, f, e);
+
+	while (!ret && f->next < f->nslots) {
+		const struct file_slot *fs = &f->slots[f->next];
+		ret = read_section(find_slot(c, fs->layer, fs->group), f, e);
+	}
+	return ret;
+}
+
+int sf_coact_read_slot(struct sf_coact *c, int s, struct sf_coact_file *const *f, int n,
+		       struct sf_err *e)
+{
+	struct sf_coact_slot *sl = &c->slots[s];
+	int ret = alloc_slot(sl, 0, e);
+
+	for (int k = 0; k < n && !ret; k++) {
+		struct sf_coact_file *F = f[k];
+		int cmp = -1;
+		while (!ret && F->next < F->nslots &&
+		       (cmp = slot_cmp(sl, F->slots[F->next].layer, F->slots[F->next].group)) > 0)
+			ret = read_section(NULL, F, e);
+		if (!ret && cmp == 0 && F->next < F->nslots)
+			ret = read_section(sl, F, e);
+	}
+	return ret;
 }
 
 int sf_coact_load(struct sf_coact *c, const char *path, int lo, int hi, struct sf_err *e)
@@ -626,24 +717,29 @@ int sf_coact_load(struct sf_coact *c, const char *path, int lo, int hi, struct s
 // ----------------------------------------------------------------------------
 // summary
 
-json_t *sf_coact_info_json(const struct sf_coact *c)
+json_t *sf_coact_slot_info_json(const struct sf_coact_slot *sl)
 {
-	json_t *slots = json_array();
-	for (int s = 0; slots && s < c->nslots; s++) {
-		const struct sf_coact_slot *sl = &c->slots[s];
-		uint64_t active = 0, over = 0;
-		char crc[16];
-		for (uint32_t i = 0; i < sl->entries; i++) {
-			active += sl->counts[i];
-			over += 2 * sl->counts[i] > sl->tokens;
-		}
-		snprintf(crc, sizeof(crc), "%08x", sf_coact_slot_crc(sl));
-		double denom = (double)sl->tokens * sl->entries;
-		json_array_append_new(slots, json_pack("{s:i, s:s, s:I, s:I, s:O, s:f, s:f, s:s}",
-			"layer", sl->layer, "group", sf_group_name(sl->group), "entries",
-			(json_int_t)sl->entries, "tokens", (json_int_t)sl->tokens, "tasks",
-			sl->tasks, "mean_density", denom > 0 ? (double)active / denom : 0.0,
-			"over_half", (double)over / sl->entries, "crc", crc));
+	uint64_t active = 0, over = 0;
+	char crc[16];
+	for (uint32_t i = 0; i < sl->entries; i++) {
+		active += sl->counts[i];
+		over += 2 * sl->counts[i] > sl->tokens;
+	}
+	snprintf(crc, sizeof(crc), "%08x", sf_coact_slot_crc(sl));
+	double denom = (double)sl->tokens * sl->entries;
+	return json_pack("{s:i, s:s, s:I, s:I, s:O, s:f, s:f, s:s}", "layer", sl->layer, "group",
+			 sf_group_name(sl->group), "entries", (json_int_t)sl->entries, "tokens",
+			 (json_int_t)sl->tokens, "tasks", sl->tasks, "mean_density",
+			 denom > 0 ? (double)active / denom : 0.0, "over_half",
+			 (double)over / sl->entries, "crc", crc);
+}
+
+json_t *sf_coact_info_json(const struct sf_coact *c, json_t *slots)
+{
+	if (!slots) {
+		slots = json_array();
+		for (int s = 0; slots && s < c->nslots; s++)
+			json_array_append_new(slots, sf_coact_slot_info_json(&c->slots[s]));
 	}
 	return json_pack("{s:s, s:s, s:o, s:o}", "fingerprint", c->fingerprint.weights,
 			 "shape_fingerprint", c->fingerprint.shape, "selection",

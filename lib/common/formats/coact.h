@@ -73,9 +73,14 @@ int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_
 int sf_coact_add_task(json_t *tasks, const char *task, uint64_t tokens);
 /* Bytes sf_coact_alloc will take, so the command can state it first. */
 uint64_t sf_coact_bytes(const struct sf_coact *c, int accumulate);
+/* Bytes of reading c's files slot by slot (sf_coact_read_slot, the pairs
+ * dropped after each): every slot's counts and sums, the largest slot's
+ * pairs. At Llama-2-7B's shape 240 MiB, against 11 GiB for all at once. */
+uint64_t sf_coact_stream_bytes(const struct sf_coact *c);
 /* Allocates the statistics (zeroed); with accumulate, also the per-slot
  * bit vectors that traces are transposed into. */
 int sf_coact_alloc(struct sf_coact *c, int accumulate, struct sf_err *e);
+void sf_coact_drop_pairs(struct sf_coact_slot *s);	/* frees s's pairs */
 void sf_coact_free(struct sf_coact *c);	/* accepts a zeroed c */
 
 // ----------------------------------------------------------------------------
@@ -86,27 +91,42 @@ struct sf_coact_file;
 /* Opens path ("-": standard input) and reads its header. */
 int sf_coact_file_open(struct sf_coact_file **f, const char *path, struct sf_err *e);
 void sf_coact_file_close(struct sf_coact_file *f);	/* accepts NULL */
-/* Sets c up for the union of the files' slots within layers [lo, hi];
- * the files must be of one model and selection (else SF_EMISMATCH naming
- * both files). */
+/* Sets c up for the union of the files' slots within layers [lo, hi],
+ * their tokens and tasks summed from the files' headers; the files must be
+ * of one model and selection (else SF_EMISMATCH naming both files). */
 int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int n, int lo,
 			int hi, struct sf_err *e);
-/* Adds every section of f that c holds (the rest are read past). */
+/* Adds every section of f that c holds (the rest are read past); c
+ * planned from f among others, and allocated. */
 int sf_coact_add_file(struct sf_coact *c, struct sf_coact_file *f, struct sf_err *e);
+/* Slot s of c (planned from f[0, n)) allocated where it is not, and the
+ * sections of it that the files hold added, each file read past what
+ * comes before: called for slots in increasing order, it reads the files
+ * once, holding only the slots the caller keeps. */
+int sf_coact_read_slot(struct sf_coact *c, int s, struct sf_coact_file *const *f, int n,
+		       struct sf_err *e);
 /* Loads the slots of path within [lo, hi] into a fresh c. */
 int sf_coact_load(struct sf_coact *c, const char *path, int lo, int hi, struct sf_err *e);
 
 /* Writes c as .sfc to f (name for messages); meta (producer, options; may
- * be NULL) goes into the header. */
+ * be NULL) goes into the header. The same in parts: the header (which
+ * needs every slot's tokens and tasks, not its statistics), then each
+ * slot in order. */
 int sf_coact_write(const struct sf_coact *c, FILE *f, const char *name, json_t *meta,
 		   struct sf_err *e);
+int sf_coact_write_header(const struct sf_coact *c, FILE *f, const char *name, json_t *meta,
+			  struct sf_err *e);
+int sf_coact_write_slot(const struct sf_coact_slot *s, FILE *f, const char *name,
+			struct sf_err *e);
 
 /* CRC-32C of a slot's section as sf_coact_write lays it out: equal
  * statistics give equal checksums (sf-coact --info prints them). */
 uint32_t sf_coact_slot_crc(const struct sf_coact_slot *s);
 
 /* A summary for jq: per slot tokens, mean active entries per token over
- * n, the share of entries active in more than half the tokens, crc. */
-json_t *sf_coact_info_json(const struct sf_coact *c);
+ * n, the share of entries active in more than half the tokens, crc; slots
+ * the array of sf_coact_slot_info_json (taken), NULL: of every slot. */
+json_t *sf_coact_slot_info_json(const struct sf_coact_slot *s);
+json_t *sf_coact_info_json(const struct sf_coact *c, json_t *slots);
 
 #endif

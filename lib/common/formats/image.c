@@ -843,8 +843,10 @@ static int quantize(const struct pgroup *G, const struct pmat *M, float *f, uint
 	return 0;
 }
 
-static int write_top(struct wr *w, const struct pgroup *G, enum sf_quant_method qm,
-		     struct sf_err *e)
+/* A group's bundles; each matrix leaves the resident set once read (a
+ * model larger than memory is packed one matrix at a time). */
+static int write_top(struct wr *w, const struct sf_model *m, const struct pgroup *G,
+		     enum sf_quant_method qm, struct sf_err *e)
 {
 	uint8_t *t[SF_GROUP_MAX_MATRICES] = { 0 }, *bundle = NULL;
 	float *f = NULL;
@@ -858,17 +860,18 @@ static int write_top(struct wr *w, const struct pgroup *G, enum sf_quant_method 
 			goto out;
 		}
 		if (!sf_dtype_is_block(M->dt)) {
-			if ((ret = transpose(G, M, t[i], e)))
+			ret = transpose(G, M, t[i], e);
+		} else {
+			free(f);
+			if (!(f = malloc((size_t)(M->w->cols * M->rows * sizeof(float)) + 1))) {
+				ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
 				goto out;
-			continue;
+			}
+			ret = quantize(G, M, f, t[i], qm, e);
 		}
-		free(f);
-		if (!(f = malloc((size_t)(M->w->cols * M->rows * sizeof(float)) + 1))) {
-			ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
+		if (ret)
 			goto out;
-		}
-		if ((ret = quantize(G, M, f, t[i], qm, e)))
-			goto out;
+		sf_model_release(m, M->w);
 	}
 	if (!(bundle = calloc(1, (size_t)G->top_bytes))) {
 		ret = sf_err_set(e, -ENOMEM, "out of memory");
@@ -912,6 +915,7 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 			const struct ptensor *t = &p->t[i];
 			if (!(ret = wr_put(w, NULL, t->off - (w->pos - r->offset), 1, e)))
 				ret = wr_put(w, t->w->data, (size_t)t->len, 1, e);
+			sf_model_release(o->model, t->w);
 		}
 		if (!ret)
 			ret = wr_put(w, NULL, r->length - (w->pos - r->offset), 1, e);
@@ -933,7 +937,7 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 		}
 		break;
 	case SF_REGION_TOP:
-		ret = write_top(w, &p->g[r->layer * SF_NGROUPS + (int)r->g], o->quant, e);
+		ret = write_top(w, o->model, &p->g[r->layer * SF_NGROUPS + (int)r->g], o->quant, e);
 		break;
 	case SF_REGION_MID: {
 		const struct pgroup *G = &p->g[r->layer * SF_NGROUPS + (int)r->g];

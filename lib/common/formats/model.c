@@ -186,6 +186,32 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 	return 0;
 }
 
+void sf_model_release(const struct sf_model *m, const struct sf_weight *w)
+{
+	if (w->data)
+		sf_safetensors_release(&m->st, w->data, (size_t)(w->rows * w->cols) *
+				       sf_dtype_size(w->dtype));
+}
+
+uint64_t sf_model_bytes(const struct sf_model *m)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < m->st.ntensors; i++)
+		n += m->st.tensors[i].nbytes;
+	return n;
+}
+
+void sf_model_release_layer(const struct sf_model *m, int l)
+{
+	const struct sf_layer_weights *w = &m->layers[l];
+	const struct sf_weight *all[] = { &w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->bq,
+					  &w->bk, &w->bv, &w->ffn_norm, &w->w_gate, &w->w_up,
+					  &w->w_down };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		sf_model_release(m, all[i]);
+}
+
 /* A tensor we did not bind would be silently ignored (an o_proj bias, an
  * extra norm): refuse it, except what Hugging Face itself ignores. */
 static int check_unused(struct binder *b, struct sf_err *e)

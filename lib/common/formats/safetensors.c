@@ -109,6 +109,22 @@ static int cmp_tensor_offset(const void *a, const void *b)
 
 // --- reader
 
+void sf_safetensors_release(const struct sf_safetensors *st, const void *p, size_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+
+	for (size_t f = 0; f < st->nfiles; f++) {
+		uintptr_t map = (uintptr_t)st->maps[f];
+		if (a < map || a - map >= st->map_sizes[f] || n > st->map_sizes[f] - (a - map))
+			continue;
+		/* inward: the pages at the ends may hold a neighbour's bytes */
+		uintptr_t lo = (a + page - 1) / page * page, hi = (a + n) / page * page;
+		if (hi > lo)
+			(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);	/* a hint */
+		return;
+	}
+}
+
 void sf_safetensors_close(struct sf_safetensors *st)
 {
 	if (!st)

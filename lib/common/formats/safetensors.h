@@ -54,6 +54,11 @@ int sf_safetensors_open(struct sf_safetensors *st, const char *dir, struct sf_er
 /* Opens one .safetensors file. */
 int sf_safetensors_open_file(struct sf_safetensors *st, const char *path, struct sf_err *e);
 void sf_safetensors_close(struct sf_safetensors *st);	/* accepts a zeroed st */
+/* Unmaps from the process the whole pages of [p, p + n) when they lie in
+ * one of st's mappings (MADV_DONTNEED; nothing otherwise): the next read
+ * maps them again from the page cache or the file. What lets a pass over
+ * a model larger than memory keep only the layer at hand resident. */
+void sf_safetensors_release(const struct sf_safetensors *st, const void *p, size_t n);
 
 /* NULL when absent. Binary search: O(log n). */
 const struct sf_tensor *sf_safetensors_find(const struct sf_safetensors *st, const char *name);

@@ -504,6 +504,7 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 
 	/* the dense layer outputs every configuration is measured against */
 	ev[0].mode = MODE_RECORD;
+	ev[0].s.release_weights = o->release_weights;
 	run_tokens(&ev[0], tokens, n, o->window);
 	struct sf_err why;
 	if ((ret = sf_state_error(&ev[0].s, &why))) {	/* NaN or Inf weights */
