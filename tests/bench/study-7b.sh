@@ -12,7 +12,7 @@
 #   PROFILE_TOKENS tokens (default 512) of each genre's profile split,
 #   co-activation, coact placement, codes of METHODS (default scalar;
 #   trellis takes hours here), calibration at BUDGETS (default five) on
-#   CALIB_TOKENS (default 256), the image. Per stage in stages.jsonl.
+#   CALIB_TOKENS (default 32: on mix4-5m as good as 256, docs/RESULTS.md), the image. Per stage in stages.jsonl.
 # - decode: sf-run IMAGE (the pipeline's coact image, or without it an
 #   image packed without codes) with --ram at RAMS percent of the model's
 #   bytes (default "25 15"), inside a child memory cgroup of that size
@@ -39,7 +39,7 @@ PROMPT_TOKENS=${PROMPT_TOKENS:-64}
 PROFILE_TOKENS=${PROFILE_TOKENS:-512}
 METHODS=${METHODS:-scalar}
 BUDGETS=${BUDGETS:-0.1,0.2,0.3,0.5,0.7}
-CALIB_TOKENS=${CALIB_TOKENS:-256}
+CALIB_TOKENS=${CALIB_TOKENS:-32}
 RAMS=${RAMS:-25 15}
 data=${SF_DATA:-$root/../shared/data/mix4}
 export PATH=$bin:$PATH

@@ -7,6 +7,8 @@
 #   ART=dir          the artifacts (default build/artifacts/mix4-5m or mix4-1m-quick)
 #   REPEATS, N, PPL_TOKENS, JOBS  runs per latency point, tokens generated,
 #                    test tokens per perplexity, parallel perplexity jobs
+#   CALIB_TOKENS, BUDGETS, METHODS, PLACEMENTS  the artifacts' (mix4-5m:
+#                    256, make's budgets, "trellis scalar", all three)
 set -euo pipefail
 root=${SF_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 bin=${SF_BIN:-$root/bin}
@@ -42,7 +44,9 @@ else
 	PPL_TOKENS=${PPL_TOKENS:-1024}
 	WINDOW=${WINDOW:-256}
 	art=${ART:-$root/build/artifacts/mix4-5m}
-	ART_OPTS=(PROFILE_TOKENS=4000 CALIB_TOKENS=256 CALIB_WINDOW=128 "METHODS=trellis scalar")
+	ART_OPTS=(PROFILE_TOKENS=4000 CALIB_TOKENS="${CALIB_TOKENS:-256}" CALIB_WINDOW=128
+		  "METHODS=${METHODS:-trellis scalar}" ${PLACEMENTS:+"PLACEMENTS=$PLACEMENTS"}
+		  ${BUDGETS:+"BUDGETS=$BUDGETS"})
 fi
 [ -d "$model" ] || { echo "study-$study: $model absent" >&2; exit 77; }
 [ -d "$data" ] || { echo "study-$study: $data absent" >&2; exit 77; }
