@@ -107,14 +107,58 @@ int sf_spec_verify(struct sf_spec *sp, struct sf_sampler *target, const int32_t 
 	sp->passes++;
 	sp->proposed += (uint64_t)k;
 	sp->accepted += (uint64_t)a;
-	if (sp->adaptive) {
-		int lo = sp->min > 1 ? sp->min : 1;
-		if (a == k && k == sp->n)
-			sp->n = sp->n + 2 < sp->max ? sp->n + 2 : sp->max;
-		else if (a == 0 && k > 0)
-			sp->n = sp->n - 1 > lo ? sp->n - 1 : lo;
-	}
 	return a;
+}
+
+void sf_spec_observe(struct sf_spec *sp, int k, int a, double pass_s, double draft_s)
+{
+	struct sf_spec_costs *c = &sp->costs;
+	const double f = SF_SPEC_DECAY;
+
+	if (k > 0) {	/* a plain pass says nothing of the draft */
+		c->kept = f * c->kept + a;
+		c->ended = f * c->ended + (a < k);
+	}
+	c->w = f * c->w + 1.0;
+	c->k = f * c->k + k;
+	c->kk = f * c->kk + (double)k * k;
+	c->t = f * c->t + pass_s;
+	c->kt = f * c->kt + k * pass_s;
+	if (k > 0 && draft_s >= 0.0) {
+		c->draft = f * c->draft + draft_s;
+		c->draft_w = f * c->draft_w + 1.0;
+	}
+}
+
+int sf_spec_best_n(const struct sf_spec *sp)
+{
+	const struct sf_spec_costs *c = &sp->costs;
+	/* half a kept and half a rejected proposal of prior: a = 1/2 at first */
+	double a = (c->kept + 0.5) / (c->kept + c->ended + 1.0);
+	double var = c->w > 0.0 ? c->kk / c->w - (c->k / c->w) * (c->k / c->w) : 0.0;
+	/* the line through the passes; flat (reads bound the pass) until the
+	 * counts have varied */
+	double c1 = var > 1e-3 ? (c->kt / c->w - (c->k / c->w) * (c->t / c->w)) / var : 0.0;
+	c1 = c1 > 0.0 ? c1 : 0.0;
+	double c0 = c->w > 0.0 ? c->t / c->w - c1 * c->k / c->w : 0.0;
+	double d = c->draft_w > 0.0 ? c->draft / c->draft_w : 0.0;
+	int best = sp->max;
+	double best_rate = -1.0, tokens = 1.0, ak = 1.0;
+
+	if (!(c0 > 0.0))	/* nothing measured yet */
+		return sp->max;
+	for (int k = 0; k <= sp->max; k++) {
+		if (k) {
+			ak *= a;
+			tokens += ak;
+		}
+		double rate = tokens / (c0 + (c1 + d) * k);
+		if (k >= sp->min && rate > best_rate * (1.0 + 1e-9)) {
+			best_rate = rate;
+			best = k;
+		}
+	}
+	return best;
 }
 
 /* Feeds the draft what it has not seen of text[0, upto] in passes of up
@@ -157,10 +201,12 @@ int sf_spec_step(struct sf_spec *sp, const struct sf_spec_model *target,
 		 const struct sf_spec_model *draft, const int32_t *text, int pos, int k,
 		 int32_t *out, struct sf_err *e)
 {
+	int unseen = pos + 1 - sp->draft_pos;	/* what the draft is fed first */
 	double t0 = sf_now();
 	int n = propose(sp, draft, text, pos, k < sp->n ? k : sp->n);
+	double t1 = sf_now();
 
-	sp->draft_seconds += sf_now() - t0;
+	sp->draft_seconds += t1 - t0;
 	if (n < 0)
 		return sf_state_error(draft->s, e);
 	sp->pass[0] = text[pos];
@@ -168,8 +214,21 @@ int sf_spec_step(struct sf_spec *sp, const struct sf_spec_model *target,
 	float *logits = sf_forward_batch(target->m, target->s, sp->pass, n + 1, pos, 1);
 	if (!logits)
 		return sf_state_error(target->s, e);
+	double t2 = sf_now();
 	int32_t next;
 	int a = sf_spec_verify(sp, target->sampler, sp->pass + 1, n, logits, &next);
+	/* greedy, the text is the same at any n, so n follows the measured
+	 * times; sampled, the text depends on n, and nominal costs keep a
+	 * seed's text */
+	if (sp->adaptive && target->sampler->temperature == 0.0f)
+		sf_spec_observe(sp, n, a, t2 - t1, n && unseen <= 1 ? (t1 - t0) / n : -1.0);
+	else if (sp->adaptive)
+		sf_spec_observe(sp, n, a, 1.0 + SF_SPEC_NOMINAL * n, SF_SPEC_NOMINAL);
+	if (sp->adaptive) {
+		sp->n = sf_spec_best_n(sp);
+		if (sp->passes % SF_SPEC_PROBE == 0)
+			sp->n += sp->n < sp->max ? 1 : sp->n > sp->min ? -1 : 0;
+	}
 	memcpy(out, sp->pass + 1, (size_t)a * sizeof(*out));
 	out[a] = next;
 	/* the draft's cache holds the proposals; those after the accepted

@@ -28,6 +28,30 @@
  * mix4-5m pass from 2.76 to 1.65 (128 greedy kjv tokens). */
 #define SF_SPEC_DEFAULT_P_MIN 0
 #define SF_SPEC_MAX 256			/* --draft-max at most */
+/* The adaptive n's memory: its measurements lose this share of their
+ * weight each pass (about the last 10 passes count), so n follows the
+ * text (a genre the draft knows less) and the machine (flash or compute
+ * bound). */
+#define SF_SPEC_DECAY 0.9
+/* Every this many passes n is one off the best (one more, or one fewer at
+ * --draft-max), so that the cost of one more proposal stays measured and
+ * a count of 0 (plain passes) still learns whether the draft agrees. */
+#define SF_SPEC_PROBE 8
+/* Sampling with a temperature, where the text depends on n, the costs are
+ * not measured but nominal, so that a seed gives the same text: a pass of
+ * k proposals costs 1 + k times this, and the draft this a proposal. */
+#define SF_SPEC_NOMINAL 0.1
+
+/* What the adaptive n is chosen from, each decayed by SF_SPEC_DECAY a
+ * pass: the proposals kept and the passes a rejection ended (the draft's
+ * per-proposal acceptance, a = kept / (kept + ended)), the model's pass
+ * seconds t against its proposals k (sums of a least-squares line t = c0
+ * + c1 k), and the draft's seconds per proposal. */
+struct sf_spec_costs {
+	double kept, ended;
+	double w, k, kk, t, kt;
+	double draft, draft_w;
+};
 
 /* A model taking part: its weights, KV cache (and exec) and sampler. */
 struct sf_spec_model {
@@ -40,8 +64,9 @@ struct sf_spec {
 	int vocab;
 	int max, min;		/* proposals per pass: at most, and never stopped below */
 	float p_min;
-	int adaptive;		/* n follows acceptance (else n = max) */
+	int adaptive;		/* n follows the costs (else n = max) */
 	int n;			/* proposals the next pass takes at most */
+	struct sf_spec_costs costs;
 	float *q;		/* (max, vocab) the draft's distribution of each proposal */
 	float *p;		/* (vocab) the target's at a position, and the residual */
 	int32_t *pass;		/* (max + 1) the target's pass: a token, the proposals */
@@ -74,13 +99,24 @@ int32_t sf_spec_propose(struct sf_spec *sp, struct sf_sampler *draft, float *log
  * from max(0, p - q) normalised, after full acceptance from the target's
  * last position. The accepted tokens and *next are given to
  * sf_sampler_accept of target, so its repetition penalty sees the text
- * plain decoding would. Then the figures, and an adaptive n: 2 more after
- * a pass that accepted every proposal, 1 fewer after one that accepted
- * none, within [max(min, 1), max]. Hugging Face's assisted generation
- * also takes 1 off after a partial acceptance; on mix4-5m's image that
- * kept n near 1 and read 25% more bytes per token than a fixed n. */
+ * plain decoding would. Then the figures. */
 int sf_spec_verify(struct sf_spec *sp, struct sf_sampler *target, const int32_t *d, int k,
 		   float *logits, int32_t *next);
+
+/* The adaptive n (sf_spec_step calls these). sf_spec_observe records a
+ * pass of k proposals of which a were kept, the model's pass taking
+ * pass_s seconds and the draft draft_s per proposal (< 0: not measured,
+ * as when it first caught up with many tokens). sf_spec_best_n is the
+ * count in [min, max] of most expected tokens per second: a pass of k
+ * yields (1 - a^(k+1)) / (1 - a) tokens at acceptance a and costs
+ * c0 + c1 k + draft k seconds; 0 is a plain pass. Where reads bound the
+ * pass (c1 near 0) that is max; where compute does, fewer; where the
+ * draft rarely agrees, 0. Hugging Face's assisted generation instead
+ * takes 1 off after any rejection and adds 2 after full acceptance:
+ * on mix4-5m's image that held n near 1 and read 25% more bytes per
+ * token than a fixed n, and it never stops drafting. */
+void sf_spec_observe(struct sf_spec *sp, int k, int a, double pass_s, double draft_s);
+int sf_spec_best_n(const struct sf_spec *sp);
 
 /* One pass of speculative decoding. text[0, pos] is the text so far,
  * the target's KV cache holding every position before pos: the draft is
@@ -88,7 +124,10 @@ int sf_spec_verify(struct sf_spec *sp, struct sf_sampler *target, const int32_t 
  * proposes up to min(k, n) tokens (the caller bounds k by the tokens
  * wanted and the context left); the target computes text[pos] and the
  * proposals in one pass (its state's batch at least k + 1) and
- * sf_spec_verify keeps some. The tokens the pass gives, the accepted
+ * sf_spec_verify keeps some; with sp->adaptive, the next pass's n follows
+ * (sf_spec_best_n, one off it every SF_SPEC_PROBE passes) from the times
+ * measured (greedy) or nominal ones (SF_SPEC_NOMINAL). The tokens the
+ * pass gives, the accepted
  * proposals and the target's own, go to out[0, r) (out holds max + 1):
  * returns r, 1 to k + 1, the target's KV cache then holding positions
  * up to pos + r - 1 (what lies beyond is overwritten later), or a
