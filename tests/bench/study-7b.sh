@@ -5,14 +5,24 @@
 # untied, BF16, 13.5 GB; tests/fixtures/mkmodel) in a scratch directory.
 # Random weights: time, memory and I/O only, not quality.
 #
-# PARTS="pipeline decode" (the default) or either one:
+# PARTS="pipeline trellis decode" (the default) or any of them:
 # - pipeline: make artifacts on it, one stage after another so that each
 #   has a wall time and a peak RSS (GNU time's maximum over the stage's
-#   jobs) of its own, -j JOBS (default 2) jobs of -t 1: traces of
-#   PROFILE_TOKENS tokens (default 512) of each genre's profile split,
-#   co-activation, coact placement, codes of METHODS (default scalar;
+#   jobs) of its own, -j JOBS (default 2) jobs of -t 1 (the one placement
+#   job -t JOBS): traces of PROFILE_TOKENS tokens (default 512) of each
+#   genre's profile split, co-activation, coact placement, codes of
+#   METHODS (default scalar;
 #   trellis takes hours here), calibration at BUDGETS (default five) on
-#   CALIB_TOKENS (default 32: on mix4-5m as good as 256, docs/RESULTS.md), the image. Per stage in stages.jsonl.
+#   CALIB_TOKENS (default 32: on mix4-5m as good as 256, docs/RESULTS.md),
+#   the image. Per stage in stages.jsonl, in all in pipeline.json.
+# - trellis: trellis codes, hours here for all 32 layers, are timed on a
+#   whole layer (TRELLIS_LAYER, default 0) at -t JOBS, from which one
+#   machine's 32 layers and N machines' follow; and as Slurm job
+#   throughput: SLURM_JOBS (default 4) jobs of one ffn_out each on a
+#   one-node cluster of 4 CPU slots (tests/fixtures/slurm-cluster, which
+#   needs Debian's slurmctld, slurmd, slurm-client and munge, and root;
+#   skipped with the reason otherwise) against the same jobs run here one
+#   after another. In trellis.json.
 # - decode: sf-run IMAGE (the pipeline's coact image, or without it an
 #   image packed without codes) with --ram at RAMS percent of the model's
 #   bytes (default "25 15"), inside a child memory cgroup of that size
@@ -29,7 +39,9 @@ bin=${SF_BIN:-$root/bin}
 fixtures=${SF_FIXTURES:-$root/build/opt/fixtures}
 scratch=${SCRATCH:-/var/tmp/sf-7b}
 out=${SF_BENCH_OUT:-$root/build/bench/study-7b}
-PARTS=${PARTS:-pipeline decode}
+PARTS=${PARTS:-pipeline trellis decode}
+TRELLIS_LAYER=${TRELLIS_LAYER:-0}
+SLURM_JOBS=${SLURM_JOBS:-4}
 REPEATS=${REPEATS:-1}
 N=${N:-8}
 THREADS=${THREADS:-2}
@@ -54,7 +66,7 @@ img=$scratch/l7b-kv$KV_HEADS.sfimg
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$model" "$art" "$img"' EXIT
 
-if ! [ -f "$model/model.safetensors" ] && { part pipeline || ! [ -f "$img" ]; }; then
+if ! [ -f "$model/model.safetensors" ] && { part pipeline || part trellis || ! [ -f "$img" ]; }; then
 	log "making the model in $model (13.5 GB)"
 	"$fixtures/mkmodel" -o "$model" --hidden 4096 --intermediate 11008 --layers 32 \
 		--heads 32 --kv-heads "$KV_HEADS" --vocab 32000 --no-tie --max-pos 4096 \
@@ -71,7 +83,7 @@ stage() {	# NAME TARGET...
 		SF_BIN="$bin" MODEL="$model" CORPUS="$data/*.profile.txt" \
 		CALIB_CORPUS="$data/*.calib.txt" OUT="$art" METHODS="$METHODS" PLACEMENTS=coact \
 		PROFILE_TOKENS="$PROFILE_TOKENS" BUDGETS="$BUDGETS" CALIB_TOKENS="$CALIB_TOKENS" \
-		THREADS=1 -j"$JOBS" "$@"
+		THREADS="${STAGE_THREADS:-1}" -j"$JOBS" "$@"
 	read -r -a t < "$out/time.txt"
 	jq -nc --arg s "$name" --argjson w "${t[0]}" --argjson k "${t[1]}" --argjson j "$JOBS" \
 		'{stage: $s, wall_s: $w, peak_rss_mb: ($k * 1024 / 1e6), jobs: $j}' | tee -a "$out/stages.jsonl" >&2
@@ -86,7 +98,7 @@ if part pipeline; then
 	done
 	stage traces "${traces[@]}"
 	stage coact "$art/coact.sfc"
-	stage place "$art/place-coact.json"
+	STAGE_THREADS=$JOBS stage place "$art/place-coact.json"	# one job
 	for m in $METHODS; do
 		stage "codes-$m" "$art/codes-$m.sfq"
 		stage "calibrate-$m" "$art/calib-$m.json"
@@ -99,6 +111,59 @@ if part pipeline; then
 elif ! [ -f "$img" ]; then
 	log "packing $img without codes"
 	sf-pack --model "$model" -q -o "$img"
+fi
+
+# "WALL RSS_KB" of CMD
+timed() { /usr/bin/time -f '%e %M' -o "$out/time.txt" "$@" >/dev/null && cat "$out/time.txt"; }
+
+if part trellis; then
+	log "trellis codes of layer $TRELLIS_LAYER, -t $JOBS"
+	read -r wall rss < <(timed sf-encode -q --model "$model" --method trellis \
+		--layers "$TRELLIS_LAYER" -t "$JOBS" -o "$scratch/trellis-L$TRELLIS_LAYER.sfq")
+	rm -f "$scratch/trellis-L$TRELLIS_LAYER.sfq"
+	slurm='{"skipped": "not run"}'
+	cluster=$root/tests/fixtures/slurm-cluster
+	if why=$("$cluster" check 2>&1); then
+		# the jobs one after another here, then as Slurm jobs on 4 slots
+		jobs_here=0
+		for l in $(seq 0 $((SLURM_JOBS - 1))); do
+			read -r w _ < <(timed sf-encode -q --model "$model" --method trellis --layers "$l" \
+				--groups ffn_out -t 1 -o "$scratch/ffn-L$l.sfq")
+			jobs_here=$(awk -v a="$jobs_here" -v b="$w" 'BEGIN { print a + b }')
+		done
+		"$cluster" start "$scratch/cluster" 4 >/dev/null
+		export SLURM_CONF=$scratch/cluster/slurm.conf
+		t0=$(date +%s.%N)
+		for l in $(seq 0 $((SLURM_JOBS - 1))); do
+			srun --quiet --ntasks=1 --cpus-per-task=1 --job-name="sf-ffn-L$l" \
+				sf-encode -q --model "$model" --method trellis --layers "$l" --groups ffn_out \
+				-t 1 -o "$scratch/ffn-slurm-L$l.sfq" &
+		done
+		wait
+		t1=$(date +%s.%N)
+		"$cluster" stop "$scratch/cluster"
+		unset SLURM_CONF
+		same=true
+		for l in $(seq 0 $((SLURM_JOBS - 1))); do
+			cmp -s "$scratch/ffn-L$l.sfq" "$scratch/ffn-slurm-L$l.sfq" || same=false
+			rm -f "$scratch/ffn-L$l.sfq" "$scratch/ffn-slurm-L$l.sfq"
+		done
+		slurm=$(jq -n --argjson n "$SLURM_JOBS" --argjson here "$jobs_here" \
+			--argjson span "$(awk -v a="$t1" -v b="$t0" 'BEGIN { print a - b }')" --argjson same "$same" \
+			'{jobs: $n, slots: 4, one_after_another_s: $here, slurm_span_s: $span,
+			  throughput_ratio: ($here / $span), same_bytes: $same}')
+	else
+		slurm=$(jq -n --arg why "$why" '{skipped: $why}')
+	fi
+	jq --argjson l "$TRELLIS_LAYER" --argjson t "$JOBS" --argjson w "$wall" \
+		--argjson k "$rss" --argjson slurm "$slurm" \
+		'.hidden_size as $d | (.hidden_size * .num_key_value_heads / .num_attention_heads) as $kv
+		 | .num_hidden_layers as $n
+		 | {layer: $l, threads: $t, layer_s: $w, peak_rss_mb: ($k * 1024 / 1e6),
+		  weights_per_s: ((2 * $d * $d + 2 * $d * $kv + 3 * $d * .intermediate_size) / $w),
+		  one_machine_h: ($w * $n / 3600),
+		  machines: [1, 2, 4, 8 | {machines: ., hours: ($w * ($n / . | ceil) / 3600)}],
+		  slurm: $slurm}' "$model/config.json" | tee "$out/trellis.json"
 fi
 part decode || exit 0
 
