@@ -557,6 +557,13 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 		c->max_seq_len, m->fingerprint.weights, sf_isa_name(sf_cpu_isa()), threads);
 }
 
+void sf_cli_memory_need(uint64_t bytes, const char *what)
+{
+	double mib = (double)bytes / (1 << 20);
+	fprintf(stderr, "%s: memory: about %.*f MiB: %s\n", sf_progname, mib < 10 ? 1 : 0, mib,
+		what);
+}
+
 // --- outputs
 
 int sf_out_open(struct sf_out *o, const char *path, int binary, const char *const *inputs)

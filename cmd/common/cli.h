@@ -203,6 +203,9 @@ _Noreturn void sf_cli_reraise(int sig);
  * layers, dim D, context C of MAX, fingerprint F; kernels K, T threads". */
 struct sf_model;
 void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, int threads);
+/* -v: the memory a command is about to need, stated before it starts:
+ * "PROG: memory: about N MiB: WHAT". */
+void sf_cli_memory_need(uint64_t bytes, const char *what);
 
 /* Flushes and closes stdout; returns 1 on a write error, so main can
  * `return sf_close_stdout() ? 1 : status;`, and reports it unless an error

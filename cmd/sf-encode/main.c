@@ -358,6 +358,12 @@ static int encode(const struct sf_model *m, const struct options *o, struct sf_p
 	}
 	d.producer = producer_json(o);
 	S.mem = &d;
+	if (o->verbose)
+		sf_cli_memory_need(sf_codes_encode_bytes(&d, sf_pool_size(pool)) +
+				   (mem ? sf_sfq_bytes(&d) : 0) + sf_model_pass_bytes(m),
+				   mem ? "the encoders, the codes, the weights a layer at a time "
+				   "(mapped)" : "the encoders, a group's codes, the weights a layer "
+				   "at a time (mapped)");
 	if (!mem && (ret = sf_sfq_writer_open(&S.w, o->output, &d, NULL, &e))) {
 		sf_error("%s", e.msg);
 		goto out;
@@ -490,9 +496,15 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 	}
 	if ((ret = read_tokens(o, tok, &tokens, &ntok)))
 		goto out;
-	if (o->verbose)
+	if (o->verbose) {
 		fprintf(stderr, "%s: calibrating on %zu tokens, %zu budgets\n", sf_progname, ntok,
 			co.nbudgets);
+		sf_cli_memory_need(sf_calib_bytes(m, ntok, &co, o->threads) + sf_sfq_bytes(&q) +
+				   (co.release_weights ? sf_model_pass_bytes(m) : sf_model_bytes(m)),
+				   co.release_weights ? "the calibration, the codes, the weights "
+				   "one layer at a time (mapped)"
+				   : "the calibration, the codes, the weights (mapped)");
+	}
 	sf_progress_init(&cp.pr, o->progress, o->quiet, "configurations");
 	co.progress = calib_progress;
 	co.progress_arg = &cp;

@@ -238,6 +238,30 @@ static int estimate(struct sf_image_pack_opts *po, const struct sf_model *m, str
 	return ret;
 }
 
+/* What packing holds at once besides the codes: the largest group's
+ * columns (and, for q8 or q4, its largest matrix as floats) and the one
+ * matrix being read from the mapping (sf_image_pack releases each). */
+static uint64_t pack_bytes(const struct sf_model *m, int dtype)
+{
+	uint64_t most = 0;
+	for (int l = 0; l < m->cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
+			const char *names[SF_GROUP_MAX_MATRICES];
+			uint64_t group = 0, matrix = 0, floats = 0;
+			for (int k = sf_codes_group_matrices(m, l, (enum sf_group)g, w, names); k-- > 0;) {
+				uint64_t n = w[k]->rows * w[k]->cols, b = n * sf_dtype_size(w[k]->dtype);
+				group += b;
+				matrix = b > matrix ? b : matrix;
+				floats = n * sizeof(float) > floats ? n * sizeof(float) : floats;
+			}
+			if (sf_dtype_is_block((enum sf_dtype)dtype))
+				matrix += floats;
+			most = group + matrix > most ? group + matrix : most;
+		}
+	return most;
+}
+
 static int pack(const struct options *o)
 {
 	const char *inputs[5], *const given[] = { o->placement, o->codes, o->calib, o->keep };
@@ -284,6 +308,10 @@ static int pack(const struct options *o)
 		ret = estimate(&po, &m, &e);
 		goto out;
 	}
+	if (o->verbose)
+		sf_cli_memory_need(pack_bytes(&m, o->dtype) + sf_sfq_bytes(&q),
+				   "a group's columns, one matrix of the weights at a time "
+				   "(mapped), the codes (mapped)");
 	if ((ret = sf_image_pack(o->output, &po, &written, &e)))
 		goto out;
 	sf_progress_end(&pr, written >> 20);

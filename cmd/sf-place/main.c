@@ -232,6 +232,17 @@ static int run_place(const struct options *o)
 		sf_error("cannot start %d threads", o->threads);
 		goto out;
 	}
+	if (o->verbose) {
+		uint32_t most = 0;
+		for (int i = 0; i < c.nslots; i++)
+			most = c.slots[i].entries > most ? c.slots[i].entries : most;
+		int exact = o->exact >= 0 ? o->exact : most <= SF_PLACE_EXACT_AUTO_MAX;
+		uint64_t search = o->method != SF_PLACE_COACT ? 0 : exact ? sf_place_exact_bytes(most)
+				  : sf_place_topk_bytes(most, o->topk, SF_PLACE_DEFAULT_FINISH,
+							sf_pool_size(pool));
+		sf_cli_memory_need(sf_coact_stream_bytes(&c) + search,
+				   "the statistics a group at a time, the largest group's search");
+	}
 	if (sf_placement_init(&pl, &c.fingerprint, c.nslots, &e)) {
 		sf_error("%s", e.msg);
 		goto out;

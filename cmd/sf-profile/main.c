@@ -256,11 +256,18 @@ static int session_open(struct session *S, struct options *o)
 	int batch = o->batch < o->window ? o->batch : o->window;
 	if ((ret = sf_state_init_batch(&S->state, cfg, o->window, batch, &e)))
 		goto fail;
-	if (o->verbose)
-		sf_cli_model_summary(o->model_dir, &S->model, o->window, o->threads);
 	S->state.pool = S->pool;
 	S->state.skip_logits = 1;	/* teacher forcing: the activations are what counts */
 	S->state.release_weights = sf_model_bytes(&S->model) > SF_RELEASE_WEIGHTS_BYTES;
+	if (o->verbose) {
+		int rel = S->state.release_weights;
+		sf_cli_model_summary(o->model_dir, &S->model, o->window, o->threads);
+		sf_cli_memory_need((rel ? sf_model_pass_bytes(&S->model) : sf_model_bytes(&S->model)) +
+				   sf_state_bytes_batch(cfg, o->window, batch) +
+				   (o->dry_run ? 0 : sf_profile_bytes(&S->info, batch, o->threads)),
+				   rel ? "the weights one layer at a time (mapped), run state, recorder"
+				       : "the weights (mapped), run state, recorder");
+	}
 	return 0;
 fail:
 	sf_error("%s", e.msg);

@@ -327,3 +327,16 @@ calib_part() {
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-pack: --model: an empty name" ]
 }
+
+@test "-v states the memory before encoding and before calibrating" {
+	run --separate-stderr sf-encode -v --model "$MODEL" --method scalar -o "$BATS_TEST_TMPDIR/s.sfq"
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[0]}" =~ ^"sf-encode: memory: about "[0-9.]+" MiB: the encoders, a group's codes, the weights a layer at a time (mapped)"$ ]]
+	need_shared
+	run --separate-stderr sf-encode -v --model "$MODEL" --calibrate --codes "$BATS_TEST_TMPDIR/s.sfq" \
+		--corpus "$SF_SHARED/data/mix4/kjv.calib.txt" --budgets 0.3 --calib-tokens 16 -t 1 \
+		-o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 0 ]
+	[ "${stderr_lines[0]}" = "sf-encode: calibrating on 16 tokens, 1 budgets" ]
+	[[ "${stderr_lines[1]}" =~ ^"sf-encode: memory: about "[0-9.]+" MiB: the calibration, the codes, the weights (mapped)"$ ]]
+}

@@ -273,3 +273,9 @@ bytes() {
 	# the two agree within the few pages a process's resident set varies by
 	[ $((ram > info ? ram - info : info - ram)) -lt 1048576 ]
 }
+
+@test "-v states the memory before packing" {
+	run --separate-stderr sf-pack -v --model "$MODEL" -o "$BATS_TEST_TMPDIR/v.sfimg"
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[0]}" =~ ^"sf-pack: memory: about "[0-9.]+" MiB: a group's columns, one matrix of the weights at a time (mapped), the codes (mapped)"$ ]]
+}

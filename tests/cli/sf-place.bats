@@ -236,3 +236,9 @@ is_permutation() {
 	stdout_full_once "sf-place: (stdout): write failed: No space left on device" \
 		sf-place -q "$D/prof.sfc"
 }
+
+@test "-v states the memory before placing: statistics a group at a time, the search" {
+	run --separate-stderr sf-place -v --method coact "$D/prof.sfc" -o "$BATS_TEST_TMPDIR/c.json"
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[0]}" =~ ^"sf-place: memory: about "[0-9.]+" MiB: the statistics a group at a time, the largest group's search"$ ]]
+}

@@ -258,3 +258,9 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	run sf-profile -m "$MODEL" -b 4097 "$KJV"
 	[ "$status" -eq 2 ]
 }
+
+@test "-v states the memory before the first pass" {
+	run --separate-stderr sf-profile -v --model "$MODEL" --max-tokens 8 -o "$BATS_TEST_TMPDIR/t.sft" - <<< "In the beginning"
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[1]}" =~ ^"sf-profile: memory: about "[0-9.]+" MiB: the weights (mapped), run state, recorder"$ ]]
+}

@@ -184,6 +184,14 @@ static int cmp_section(const struct sf_sfq_section *a, const struct sf_sfq_secti
 // ----------------------------------------------------------------------------
 // .sfq reader
 
+uint64_t sf_sfq_bytes(const struct sf_sfq *q)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < q->nsections; i++)
+		n += q->sections[i].bytes;
+	return n;
+}
+
 void sf_sfq_close(struct sf_sfq *q)
 {
 	if (!q)

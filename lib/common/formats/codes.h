@@ -145,6 +145,8 @@ void sf_sfq_section_init(struct sf_sfq_section *sec, enum sf_code_method method,
  * overlapping and inside the file. On failure *q is zeroed. */
 int sf_sfq_open(struct sf_sfq *q, const char *path, struct sf_err *e);
 void sf_sfq_close(struct sf_sfq *q);	/* accepts a zeroed q */
+/* The bytes of q's sections: what its codes take in memory. */
+uint64_t sf_sfq_bytes(const struct sf_sfq *q);
 /* NULL when the file holds no codes for (layer, g). */
 const struct sf_sfq_section *sf_sfq_find(const struct sf_sfq *q, int layer, enum sf_group g);
 /* SF_EMISMATCH (naming path and the model's file) when q's fingerprint is

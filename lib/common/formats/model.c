@@ -186,12 +186,6 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 	return 0;
 }
 
-void sf_model_release(const struct sf_model *m, const struct sf_weight *w)
-{
-	if (w->data)
-		sf_safetensors_release(&m->st, w->data, (size_t)(w->rows * w->cols) *
-				       sf_dtype_size(w->dtype));
-}
 
 uint64_t sf_model_bytes(const struct sf_model *m)
 {
@@ -201,14 +195,57 @@ uint64_t sf_model_bytes(const struct sf_model *m)
 	return n;
 }
 
-void sf_model_release_layer(const struct sf_model *m, int l)
+/* Layer l's tensors; the biases have data NULL when absent. */
+#define LAYER_TENSORS 12
+static void layer_tensors(const struct sf_model *m, int l, const struct sf_weight **all)
 {
 	const struct sf_layer_weights *w = &m->layers[l];
-	const struct sf_weight *all[] = { &w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->bq,
-					  &w->bk, &w->bv, &w->ffn_norm, &w->w_gate, &w->w_up,
-					  &w->w_down };
+	const struct sf_weight *t[LAYER_TENSORS] = { &w->attn_norm, &w->wq, &w->wk, &w->wv,
+						     &w->wo, &w->bq, &w->bk, &w->bv,
+						     &w->ffn_norm, &w->w_gate, &w->w_up,
+						     &w->w_down };
+	memcpy(all, t, sizeof(t));
+}
 
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+static uint64_t weight_bytes(const struct sf_weight *w)
+{
+	return w->data ? w->rows * w->cols * sf_dtype_size(w->dtype) : 0;
+}
+
+uint64_t sf_model_layer_bytes(const struct sf_model *m, int l)
+{
+	const struct sf_weight *all[LAYER_TENSORS];
+	uint64_t n = 0;
+
+	layer_tensors(m, l, all);
+	for (int i = 0; i < LAYER_TENSORS; i++)
+		n += weight_bytes(all[i]);
+	return n;
+}
+
+uint64_t sf_model_pass_bytes(const struct sf_model *m)
+{
+	uint64_t n = sf_model_bytes(m), most = 0;
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		uint64_t b = sf_model_layer_bytes(m, l);
+		n -= b < n ? b : n;
+		most = b > most ? b : most;
+	}
+	return n + most;
+}
+
+void sf_model_release(const struct sf_model *m, const struct sf_weight *w)
+{
+	if (w->data)
+		sf_safetensors_release(&m->st, w->data, (size_t)weight_bytes(w));
+}
+
+void sf_model_release_layer(const struct sf_model *m, int l)
+{
+	const struct sf_weight *all[LAYER_TENSORS];
+
+	layer_tensors(m, l, all);
+	for (int i = 0; i < LAYER_TENSORS; i++)
 		sf_model_release(m, all[i]);
 }
 

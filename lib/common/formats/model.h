@@ -91,6 +91,11 @@ void sf_model_release(const struct sf_model *m, const struct sf_weight *w);
  * use (sf_runstate.release_weights): a 1B-parameter model in BF16 and
  * up, whose pages the page cache keeps anyway when memory allows. */
 uint64_t sf_model_bytes(const struct sf_model *m);
+/* The bytes of layer l's tensors, and of the weights a pass that releases
+ * each layer after it holds at most: all but the layers, and the
+ * largest layer. */
+uint64_t sf_model_layer_bytes(const struct sf_model *m, int l);
+uint64_t sf_model_pass_bytes(const struct sf_model *m);
 #define SF_RELEASE_WEIGHTS_BYTES (1ull << 31)
 void sf_model_release_layer(const struct sf_model *m, int l);
 

@@ -463,6 +463,31 @@ static int by_budget_desc(const void *a, const void *b, void *arg)
 	return u > v ? -1 : u < v;
 }
 
+uint64_t sf_calib_bytes(const struct sf_model *m, size_t n, const struct sf_calib_opts *o,
+			int threads)
+{
+	const struct sf_config *c = &m->cfg;
+	uint64_t L = (uint64_t)c->n_layers, dim = (uint64_t)c->dim, mx = (uint64_t)c->hidden_dim;
+	uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim, flash = 0;
+	int batch = o->window < CALIB_BATCH ? o->window : CALIB_BATCH;
+
+	mx = dim > mx ? dim : mx;
+	mx = qd > mx ? qd : mx;
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct sf_layer_weights *w = &m->layers[l];
+		flash += w->wq.rows * w->wq.cols + w->wk.rows * w->wk.cols + w->wv.rows * w->wv.cols +
+			 w->wo.rows * w->wo.cols + w->w_gate.rows * w->w_gate.cols +
+			 w->w_up.rows * w->w_up.cols + w->w_down.rows * w->w_down.cols;
+	}
+	/* per worker: a run state and the evaluator's buffers; shared: the
+	 * dense outputs and inputs of every layer, one layer's middle tier as
+	 * floats, and a quantized top tier as floats */
+	uint64_t worker = sf_state_bytes_batch(c, o->window, batch) +
+			  (uint64_t)batch * (dim + 2 * mx) * 4 + mx * (4 + 8 + 16);
+	return (uint64_t)threads * worker + 2 * (uint64_t)n * L * dim * 4 + flash / L * 4 +
+	       (sf_dtype_is_block(o->top_dtype) ? flash * 4 : 0);
+}
+
 int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_sfq *q,
 		 const int32_t *tokens, size_t n, const struct sf_calib_opts *o,
 		 struct sf_pool *pool, struct sf_err *e)

@@ -60,5 +60,9 @@ struct sf_calib_opts {
 int sf_calib_run(struct sf_calib *c, const struct sf_model *m, const struct sf_sfq *q,
 		 const int32_t *tokens, size_t n, const struct sf_calib_opts *o,
 		 struct sf_pool *pool, struct sf_err *e);
+/* What sf_calib_run takes with threads workers, the codes' own memory
+ * (q's mapping) and the weights the pass keeps resident aside. */
+uint64_t sf_calib_bytes(const struct sf_model *m, size_t n, const struct sf_calib_opts *o,
+			int threads);
 
 #endif

@@ -270,6 +270,28 @@ out:
 	return ret;
 }
 
+/* The largest section of d in bytes, and its longest column. */
+static void largest(const struct sf_sfq *d, uint64_t *bytes, uint64_t *rows)
+{
+	*bytes = *rows = 0;
+	for (size_t i = 0; i < d->nsections; i++) {
+		const struct sf_sfq_section *s = &d->sections[i];
+		if (s->bytes > *bytes)
+			*bytes = s->bytes;
+		for (int k = 0; k < s->nmat; k++)
+			if (s->mat[k].rows > *rows)
+				*rows = s->mat[k].rows;
+	}
+}
+
+uint64_t sf_codes_encode_bytes(const struct sf_sfq *d, int threads)
+{
+	uint64_t bytes, rows;
+	largest(d, &bytes, &rows);
+	return bytes + (uint64_t)threads * (sf_encoder_bytes(d->method, (size_t)rows) +
+					    SF_TRELLIS_LOCKSTEP * rows * sizeof(float));
+}
+
 int sf_codes_encode_sections(const struct sf_model *m, const struct sf_sfq *d,
 			     struct sf_pool *pool,
 			     int (*sink)(void *arg, size_t i, const uint8_t *data,
@@ -278,17 +300,10 @@ int sf_codes_encode_sections(const struct sf_model *m, const struct sf_sfq *d,
 {
 	int nth = pool ? sf_pool_size(pool) : 1, made = 0, ret = 0;
 	struct sf_encoder **enc = calloc((size_t)nth, sizeof(*enc));
-	uint64_t maxbytes = 0, maxrows = 0;
+	uint64_t maxbytes, maxrows;
 	uint8_t *buf = NULL;
 
-	for (size_t i = 0; i < d->nsections; i++) {
-		const struct sf_sfq_section *s = &d->sections[i];
-		if (s->bytes > maxbytes)
-			maxbytes = s->bytes;
-		for (int k = 0; k < s->nmat; k++)
-			if (s->mat[k].rows > maxrows)
-				maxrows = s->mat[k].rows;
-	}
+	largest(d, &maxbytes, &maxrows);
 	if (!enc || maxbytes > SIZE_MAX || !(buf = malloc(maxbytes ? (size_t)maxbytes : 1))) {
 		ret = sf_err_set(e, -ENOMEM, "encoding: %" PRIu64 " bytes: %s", maxbytes,
 				 strerror(ENOMEM));
@@ -307,6 +322,11 @@ int sf_codes_encode_sections(const struct sf_model *m, const struct sf_sfq *d,
 		if ((ret = sf_codes_encode_group(m, s->layer, s->group, enc, pool, buf, &st, e)) ||
 		    (ret = sink(arg, i, buf, &st, e)))
 			goto out;
+		/* read once: out of the resident set (a model larger than memory) */
+		const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
+		const char *names[SF_GROUP_MAX_MATRICES];
+		for (int k = sf_codes_group_matrices(m, s->layer, s->group, w, names); k-- > 0;)
+			sf_model_release(m, w[k]);
 	}
 out:
 	for (int i = 0; i < made; i++)

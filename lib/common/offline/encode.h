@@ -49,7 +49,11 @@ int sf_codes_encode_group(const struct sf_model *m, int layer, enum sf_group g,
 /* Encodes the sections d lists (d->method, d->codebook set) in order and
  * hands each to sink(arg, i, data, stats, e) before the next is encoded,
  * so memory holds one section at a time: the encoders of every pool
- * worker (sf_encoder_bytes each) and the largest section. */
+ * worker (sf_encoder_bytes each) and the largest section; each group's
+ * weights leave the resident set once encoded (sf_model_release).
+ * sf_codes_encode_bytes: that memory for threads workers, the weights
+ * aside. */
+uint64_t sf_codes_encode_bytes(const struct sf_sfq *d, int threads);
 int sf_codes_encode_sections(const struct sf_model *m, const struct sf_sfq *d,
 			     struct sf_pool *pool,
 			     int (*sink)(void *arg, size_t i, const uint8_t *data,

@@ -40,6 +40,17 @@ static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, i
 	sf_profile_record(ctx, layer, g, in, T, n);
 }
 
+uint64_t sf_profile_bytes(const struct sf_trace_info *info, int tokens, int threads)
+{
+	uint64_t staged = 0, most = 0;
+	for (int s = 0; s < info->nslots; s++) {
+		staged += info->slots[s].entries;
+		most = info->slots[s].entries > most ? info->slots[s].entries : most;
+	}
+	return staged * (uint64_t)(tokens > 1 ? tokens : 1) * sizeof(float) +
+	       (uint64_t)threads * 2 * most * sizeof(uint32_t);
+}
+
 int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct sf_pool *pool,
 		    int tokens, struct sf_err *e)
 {

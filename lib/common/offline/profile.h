@@ -25,6 +25,9 @@ struct sf_profile;
 int sf_profile_open(struct sf_profile **p, struct sf_trace_writer *w, struct sf_pool *pool,
 		    int tokens, struct sf_err *e);
 void sf_profile_free(struct sf_profile *p);	/* accepts NULL */
+/* The bytes sf_profile_open takes for info's slots, tokens a pass and
+ * threads workers, so that a command can state them first. */
+uint64_t sf_profile_bytes(const struct sf_trace_info *info, int tokens, int threads);
 /* The observer to hand to the forward pass (its tokens field is the
  * recorder's): sf_profile_record for every group it computes. */
 const struct sf_observer *sf_profile_observer(struct sf_profile *p);
