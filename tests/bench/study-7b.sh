@@ -18,13 +18,13 @@
 # - trellis: trellis codes, hours here for all 32 layers, are timed on a
 #   whole layer (TRELLIS_LAYER, default 0) at -t JOBS, from which one
 #   machine's 32 layers and N machines' follow; and as Slurm job
-#   throughput: SLURM_JOBS (default 4) jobs of one ffn_out each on a
+#   throughput: SLURM_JOBS (default 4) jobs of one attn_out each on a
 #   one-node cluster of 4 CPU slots (tests/fixtures/slurm-cluster, which
 #   needs Debian's slurmctld, slurmd, slurm-client and munge, and root;
 #   skipped with the reason otherwise) against the same jobs run here one
 #   after another. In trellis.json.
-# - decode: sf-run IMAGE (the pipeline's coact image, or without it an
-#   image packed without codes) with --ram at RAMS percent of the model's
+# - decode: sf-run IMAGE (the pipeline's coact image, this run's or a kept
+#   one, else an image packed without codes) with --ram at RAMS percent of the model's
 #   bytes (default "25 15"), inside a child memory cgroup of that size
 #   where the v1 controller is writable (the page cache charged to it),
 #   at budget 1 and TEAL density 0.5: a prompt of PROMPT_TOKENS tokens
@@ -108,6 +108,8 @@ if part pipeline; then
 		"$out/stages.jsonl" > "$out/pipeline.json"
 	jq . "$out/pipeline.json"
 	img=$art/coact-${METHODS%% *}.sfimg
+elif [ -f "$art/coact-${METHODS%% *}.sfimg" ]; then	# an earlier run's, kept
+	img=$art/coact-${METHODS%% *}.sfimg
 elif ! [ -f "$img" ]; then
 	log "packing $img without codes"
 	sf-pack --model "$model" -q -o "$img"
@@ -128,16 +130,16 @@ if part trellis; then
 		jobs_here=0
 		for l in $(seq 0 $((SLURM_JOBS - 1))); do
 			read -r w _ < <(timed sf-encode -q --model "$model" --method trellis --layers "$l" \
-				--groups ffn_out -t 1 -o "$scratch/ffn-L$l.sfq")
+				--groups attn_out -t 1 -o "$scratch/attn-L$l.sfq")
 			jobs_here=$(awk -v a="$jobs_here" -v b="$w" 'BEGIN { print a + b }')
 		done
 		"$cluster" start "$scratch/cluster" 4 >/dev/null
 		export SLURM_CONF=$scratch/cluster/slurm.conf
 		t0=$(date +%s.%N)
 		for l in $(seq 0 $((SLURM_JOBS - 1))); do
-			srun --quiet --ntasks=1 --cpus-per-task=1 --job-name="sf-ffn-L$l" \
-				sf-encode -q --model "$model" --method trellis --layers "$l" --groups ffn_out \
-				-t 1 -o "$scratch/ffn-slurm-L$l.sfq" &
+			srun --quiet --ntasks=1 --cpus-per-task=1 --job-name="sf-attn-L$l" \
+				sf-encode -q --model "$model" --method trellis --layers "$l" --groups attn_out \
+				-t 1 -o "$scratch/attn-slurm-L$l.sfq" &
 		done
 		wait
 		t1=$(date +%s.%N)
@@ -145,8 +147,8 @@ if part trellis; then
 		unset SLURM_CONF
 		same=true
 		for l in $(seq 0 $((SLURM_JOBS - 1))); do
-			cmp -s "$scratch/ffn-L$l.sfq" "$scratch/ffn-slurm-L$l.sfq" || same=false
-			rm -f "$scratch/ffn-L$l.sfq" "$scratch/ffn-slurm-L$l.sfq"
+			cmp -s "$scratch/attn-L$l.sfq" "$scratch/attn-slurm-L$l.sfq" || same=false
+			rm -f "$scratch/attn-L$l.sfq" "$scratch/attn-slurm-L$l.sfq"
 		done
 		slurm=$(jq -n --argjson n "$SLURM_JOBS" --argjson here "$jobs_here" \
 			--argjson span "$(awk -v a="$t1" -v b="$t0" 'BEGIN { print a - b }')" --argjson same "$same" \
