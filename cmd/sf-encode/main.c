@@ -466,7 +466,7 @@ static int calibrate(const struct sf_model *m, const struct options *o, struct s
 				    .layers = o->layers ? layers : NULL,
 				    .top_dtype = o->dtype == SF_OPT_DTYPE_KEEP ? SF_DTYPE_F32 :
 						 (enum sf_dtype)o->dtype, .quant = o->quant,
-				    .release_weights = sf_model_bytes(m) > SF_RELEASE_WEIGHTS_BYTES };
+				    .release_weights = sf_model_releases(m) };
 	if (o->window > m->cfg.max_seq_len)
 		sf_usage_error("--window: %d is more than the model's %d positions", o->window,
 			       m->cfg.max_seq_len);

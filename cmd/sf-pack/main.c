@@ -250,7 +250,7 @@ static uint64_t pack_bytes(const struct sf_model *m, int dtype)
 			const char *names[SF_GROUP_MAX_MATRICES];
 			uint64_t group = 0, matrix = 0, floats = 0;
 			for (int k = sf_codes_group_matrices(m, l, (enum sf_group)g, w, names); k-- > 0;) {
-				uint64_t n = w[k]->rows * w[k]->cols, b = n * sf_dtype_size(w[k]->dtype);
+				uint64_t n = w[k]->rows * w[k]->cols, b = sf_weight_bytes(w[k]);
 				group += b;
 				matrix = b > matrix ? b : matrix;
 				floats = n * sizeof(float) > floats ? n * sizeof(float) : floats;

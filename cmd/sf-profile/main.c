@@ -258,7 +258,7 @@ static int session_open(struct session *S, struct options *o)
 		goto fail;
 	S->state.pool = S->pool;
 	S->state.skip_logits = 1;	/* teacher forcing: the activations are what counts */
-	S->state.release_weights = sf_model_bytes(&S->model) > SF_RELEASE_WEIGHTS_BYTES;
+	S->state.release_weights = sf_model_releases(&S->model);
 	if (o->verbose) {
 		int rel = S->state.release_weights;
 		sf_cli_model_summary(o->model_dir, &S->model, o->window, o->threads);

@@ -109,7 +109,7 @@ static void check_release(const struct sf_model *m, const int32_t *ids)
 		const struct sf_weight *big[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate,
 						  &L->w_up, &L->w_down };
 		for (int i = 0; i < 7; i++)
-			layers += (size_t)(big[i]->rows * big[i]->cols) * sf_dtype_size(big[i]->dtype);
+			layers += (size_t)sf_weight_bytes(big[i]);
 	}
 	CHECK(sf_state_init_batch(&keep, &m->cfg, 64, 64, &e) == 0 &&
 	      sf_state_init_batch(&rel, &m->cfg, 64, 64, &e) == 0, "%s", e.msg);

@@ -383,8 +383,9 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
  * on none, the last or all of them. */
 enum head { HEAD_NONE, HEAD_LAST, HEAD_ALL };
 
+/* The pass through the first nlayers layers, then the head. */
 static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
-		   int T, int pos, enum head head, float *logits)
+		   int T, int pos, int nlayers, enum head head, float *logits)
 {
 	const struct sf_config *c = &m->cfg;
 	size_t dim = (size_t)c->dim;
@@ -398,7 +399,7 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 		else
 			sf_weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
-	for (int l = 0; l < c->n_layers; l++) {
+	for (int l = 0; l < nlayers; l++) {
 		if (layer(m, s, l, T, pos))
 			return -1;
 		if (s->release_weights)
@@ -462,14 +463,16 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 			n = hook_tokens(s->exec->tokens);
 		enum head head = s->skip_logits ? HEAD_NONE : all_logits ? HEAD_ALL
 				 : t + n == T ? HEAD_LAST : HEAD_NONE;
-		if (forward(m, s, tokens + t, n, pos + t, head,
+		if (forward(m, s, tokens + t, n, pos + t, m->cfg.n_layers, head,
 			    s->logits + (all_logits ? (size_t)t * vocab : 0)))
 			return NULL;
 	}
 	return s->skip_logits ? NULL : s->logits;
 }
 
-int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos)
+/* A pass of T tokens at pos through layer l (the last of a prefix) that
+ * the state and the hooks take whole; else the failure, kept in s. */
+static int check_pass(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos)
 {
 	if (s->err.code)
 		return -1;
@@ -483,5 +486,20 @@ int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int
 				   : s->observer ? hook_tokens(s->observer->tokens) : s->batch);
 		return -1;
 	}
+	return 0;
+}
+
+int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos)
+{
+	if (check_pass(m, s, l, T, pos))
+		return -1;
 	return layer(m, s, l, T, pos) ? -1 : 0;
+}
+
+int sf_forward_layers(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+		      int T, int pos, int nlayers)
+{
+	if (check_pass(m, s, nlayers - 1, T, pos))
+		return -1;
+	return forward(m, s, tokens, T, pos, nlayers, HEAD_NONE, NULL);
 }

@@ -111,6 +111,14 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
  * one layer without running the others (tier calibration). 0, or -1 with
  * the failure kept for sf_state_error. */
 int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos);
+/* The first nlayers layers (1 to n_layers) of a pass of tokens[0, T) at
+ * positions pos on, without the head, T within s->batch and what the
+ * hooks take: the residual stream after them in s->x and their KV cache,
+ * the floats sf_forward_batch computes there; each layer released after
+ * it with release_weights. For the layers before one under measurement
+ * (calibration). 0, or -1 with the failure kept for sf_state_error. */
+int sf_forward_layers(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
+		      int T, int pos, int nlayers);
 
 /* The first failure of a pass since sf_state_init, its message in e:
  * SF_ELIMIT "token id N at position P: beyond the model's M embedding

@@ -217,14 +217,14 @@ int sf_spec_step(struct sf_spec *sp, const struct sf_spec_model *target,
 	double t2 = sf_now();
 	int32_t next;
 	int a = sf_spec_verify(sp, target->sampler, sp->pass + 1, n, logits, &next);
-	/* greedy, the text is the same at any n, so n follows the measured
-	 * times; sampled, the text depends on n, and nominal costs keep a
-	 * seed's text */
-	if (sp->adaptive && target->sampler->temperature == 0.0f)
-		sf_spec_observe(sp, n, a, t2 - t1, n && unseen <= 1 ? (t1 - t0) / n : -1.0);
-	else if (sp->adaptive)
-		sf_spec_observe(sp, n, a, 1.0 + SF_SPEC_NOMINAL * n, SF_SPEC_NOMINAL);
 	if (sp->adaptive) {
+		/* greedy, the text is the same at any n, so n follows the
+		 * measured times; sampled, the text depends on n, and nominal
+		 * costs keep a seed's text */
+		if (target->sampler->temperature == 0.0f)
+			sf_spec_observe(sp, n, a, t2 - t1, n && unseen <= 1 ? (t1 - t0) / n : -1.0);
+		else
+			sf_spec_observe(sp, n, a, 1.0 + SF_SPEC_NOMINAL * n, SF_SPEC_NOMINAL);
 		sp->n = sf_spec_best_n(sp);
 		if (sp->passes % SF_SPEC_PROBE == 0)
 			sp->n += sp->n < sp->max ? 1 : sp->n > sp->min ? -1 : 0;

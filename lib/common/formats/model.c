@@ -186,7 +186,6 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 	return 0;
 }
 
-
 uint64_t sf_model_bytes(const struct sf_model *m)
 {
 	uint64_t n = 0;
@@ -207,7 +206,7 @@ static void layer_tensors(const struct sf_model *m, int l, const struct sf_weigh
 	memcpy(all, t, sizeof(t));
 }
 
-static uint64_t weight_bytes(const struct sf_weight *w)
+uint64_t sf_weight_bytes(const struct sf_weight *w)
 {
 	return w->data ? w->rows * w->cols * sf_dtype_size(w->dtype) : 0;
 }
@@ -219,7 +218,7 @@ uint64_t sf_model_layer_bytes(const struct sf_model *m, int l)
 
 	layer_tensors(m, l, all);
 	for (int i = 0; i < LAYER_TENSORS; i++)
-		n += weight_bytes(all[i]);
+		n += sf_weight_bytes(all[i]);
 	return n;
 }
 
@@ -234,10 +233,15 @@ uint64_t sf_model_pass_bytes(const struct sf_model *m)
 	return n + most;
 }
 
+int sf_model_releases(const struct sf_model *m)
+{
+	return sf_model_bytes(m) > SF_RELEASE_WEIGHTS_BYTES;
+}
+
 void sf_model_release(const struct sf_model *m, const struct sf_weight *w)
 {
 	if (w->data)
-		sf_safetensors_release(&m->st, w->data, (size_t)weight_bytes(w));
+		sf_safetensors_release(&m->st, w->data, (size_t)sf_weight_bytes(w));
 }
 
 void sf_model_release_layer(const struct sf_model *m, int l)

@@ -81,23 +81,26 @@ int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e);
 int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
 		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
+/* The bytes of m's tensors (0 for a model bound to another's), of one
+ * weight (0 when it has no data), of layer l's tensors, and of the
+ * weights a pass that releases each layer after it holds at most: all
+ * but the layers, and the largest layer. */
+uint64_t sf_model_bytes(const struct sf_model *m);
+uint64_t sf_weight_bytes(const struct sf_weight *w);
+uint64_t sf_model_layer_bytes(const struct sf_model *m, int l);
+uint64_t sf_model_pass_bytes(const struct sf_model *m);
 /* w's pages out of the process's resident set when they are m's mapping
  * (sf_safetensors_release; nothing for a model bound to another's
  * tensors), and all of layer l's: a pass over a model larger than memory
  * holds one layer of it, a writer the tensor at hand. */
 void sf_model_release(const struct sf_model *m, const struct sf_weight *w);
-/* The bytes of m's tensors (0 for a model bound to another's), and the
- * size above which the commands' passes over it release each layer after
- * use (sf_runstate.release_weights): a 1B-parameter model in BF16 and
- * up, whose pages the page cache keeps anyway when memory allows. */
-uint64_t sf_model_bytes(const struct sf_model *m);
-/* The bytes of layer l's tensors, and of the weights a pass that releases
- * each layer after it holds at most: all but the layers, and the
- * largest layer. */
-uint64_t sf_model_layer_bytes(const struct sf_model *m, int l);
-uint64_t sf_model_pass_bytes(const struct sf_model *m);
-#define SF_RELEASE_WEIGHTS_BYTES (1ull << 31)
 void sf_model_release_layer(const struct sf_model *m, int l);
+/* Whether the commands' passes over m release each layer after it
+ * (sf_runstate.release_weights): above SF_RELEASE_WEIGHTS_BYTES of
+ * tensors, a 1B-parameter model in BF16 and up, whose pages the page
+ * cache keeps anyway when memory allows. */
+#define SF_RELEASE_WEIGHTS_BYTES (1ull << 31)
+int sf_model_releases(const struct sf_model *m);
 
 /* Element i of w, and row `row` of w (cols elements), as float32: the
  * embedding lookup, norms' gains, biases. */

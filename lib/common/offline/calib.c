@@ -57,8 +57,6 @@ struct evaluator {
 	struct sf_runstate s;
 	int mode, layer;
 	int last;		/* MODE_RECORD: the pass stops after this layer */
-	int release;		/* MODE_RECORD: each layer's weights leave the
-				 * resident set after it (opts.release_weights) */
 	struct config cfg;
 	size_t tok;		/* the pass's first token */
 	float *dense;		/* (ntok, n_layers, dim) dense layer outputs: shared */
@@ -221,28 +219,8 @@ static int evaluator_init(struct evaluator *E, const struct sf_model *m, const s
 	return 0;
 }
 
-/* The dense pass of T tokens at position pos through layers 0..E->last
- * (the layers after the last one calibrated do not matter), hooked to
- * record; a failure stays in E->s for sf_state_error. */
-static void record_pass(struct evaluator *E, const int32_t *tokens, int T, int pos)
-{
-	const struct sf_model *m = E->m;
-	size_t dim = (size_t)m->cfg.dim;
-
-	if (sf_state_check_tokens(&E->s, &m->cfg, tokens, (size_t)T, pos))
-		return;
-	for (int t = 0; t < T; t++)
-		sf_weight_row(E->s.x + (size_t)t * dim, &m->embed, (uint64_t)tokens[t]);
-	for (int l = 0; l <= E->last; l++) {
-		if (sf_forward_layer(m, &E->s, l, T, pos))
-			return;
-		if (E->release)
-			sf_model_release_layer(m, l);
-	}
-}
-
-/* Runs every window in passes of the state's batch: the whole model
- * (MODE_RECORD, from the tokens) or only the layer under test (MODE_EVAL,
+/* Runs every window in passes of the state's batch: the model up to the
+ * last layer calibrated (MODE_RECORD, from the tokens) or only the layer under test (MODE_EVAL,
  * from the residual stream recorded into it, which the layers before it
  * would compute again). */
 static void run_tokens(struct evaluator *E, const int32_t *tokens, size_t n, int window)
@@ -258,7 +236,9 @@ static void run_tokens(struct evaluator *E, const int32_t *tokens, size_t n, int
 			T = len - p < (size_t)E->s.batch ? len - p : (size_t)E->s.batch;
 			E->tok = w0 + p;
 			if (E->mode == MODE_RECORD) {
-				record_pass(E, tokens + E->tok, (int)T, (int)p);
+				/* the layers after the last calibrated do not matter */
+				sf_forward_layers(E->m, &E->s, tokens + E->tok, (int)T, (int)p,
+						  E->last + 1);
 				continue;
 			}
 			for (size_t t = 0; t < T; t++)
@@ -552,7 +532,7 @@ int sf_calib_run(struct sf_calib *C, const struct sf_model *m, const struct sf_s
 
 	/* the dense layer outputs every configuration is measured against */
 	ev[0].mode = MODE_RECORD;
-	ev[0].release = o->release_weights;
+	ev[0].s.release_weights = o->release_weights;
 	for (int l = 0; l < L; l++)
 		if (!o->layers || o->layers[l])
 			ev[0].last = l;

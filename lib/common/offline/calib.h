@@ -42,7 +42,7 @@ struct sf_calib_opts {
 	enum sf_dtype top_dtype;
 	enum sf_quant_method quant;
 	int release_weights;		/* the dense pass releases each layer after
-					 * it (sf_model_release_layer) */
+					 * it (sf_runstate.release_weights) */
 	/* called after every step (a batch of configurations scored) and
 	 * every layer calibrated (NULL: none), from the caller's thread */
 	void (*progress)(void *arg, const struct sf_calib_progress *p);
