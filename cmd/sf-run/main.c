@@ -94,7 +94,7 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
        OPT_REPEAT_LAST_N, OPT_IGNORE_EOS, OPT_ECHO, OPT_PPL,
        OPT_MAX_TOKENS, OPT_WINDOW, OPT_STATS, OPT_BUDGET, OPT_DENSITY, OPT_K_TOP, OPT_K_MID,
        OPT_COLLAPSE, OPT_DEVICE_PEAK, OPT_DEVICE_IOPS, OPT_PROBE, OPT_QD, OPT_READ_SIZE, OPT_READ_LOG,
-       OPT_PREFETCH, OPT_PREDICT, OPT_HEAD_ON_FLASH, OPT_NO_DIRECT,
+       OPT_PREFETCH, OPT_PREDICT, OPT_HEAD_ON_FLASH, OPT_NO_DIRECT, OPT_ACTIVATIONS,
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS, OPT_CONVERSATION,
@@ -194,6 +194,9 @@ static const struct sf_opt options[] = {
 	  "ffn_out from the previous token) (default residual)", NULL, SPARSE },
 	{ "no-direct", OPT_NO_DIRECT, NULL, "read through the page cache (no O_DIRECT)", NULL,
 	  SPARSE },
+	{ "activations", OPT_ACTIVATIONS, "T", "a q8 or q4 image's products: q8, activations in\n"
+	  "8 bits and integer dot products; f32, every weight\n"
+	  "widened to f32 (the reference) (default q8)", NULL, SPARSE },
 	{ "cache-policy", OPT_CACHE_POLICY, "P", "s3fifo, lru or none (default s3fifo)", NULL,
 	  SPARSE },
 	{ "seg-admit", OPT_SEG_ADMIT, "P", "admission probability of an entry read inside a run\n"
@@ -393,6 +396,11 @@ static void parse_options(int argc, char **argv, struct options *o)
 					       optarg);
 			break;
 		case OPT_NO_DIRECT: so->buffered = 1; break;
+		case OPT_ACTIVATIONS:
+			if (strcmp(optarg, "q8") && strcmp(optarg, "f32"))
+				sf_usage_error("--activations: '%s': expected q8 or f32", optarg);
+			so->f32_activations = !strcmp(optarg, "f32");
+			break;
 		case OPT_CACHE_POLICY:
 			if (sf_cache_policy_parse(optarg, &so->policy))
 				sf_usage_error("--cache-policy: '%s': expected s3fifo, lru or none",

@@ -202,7 +202,7 @@ static void decode_bench(const float *cb)
 		for (int ref = 0; ref < 2; ref++) {
 			t0 = now();
 			for (int r = 0; r < REPS; r++)
-				(ref ? sf_qcolaccum_ref : sf_qcolaccum)(y, M, 0, M, qcol, 0, dt, xv, NULL,
+				(ref ? sf_qcolaccum_ref : sf_qcolaccum)(y, M, 0, M, M, qcol, 0, dt, xv, NULL,
 									1, 1, NSEL);
 			double tq = now() - t0;
 			printf("{\"bench\":\"decode\",\"kernel\":\"colaccum_%s%s\",\"weights_per_s\":"

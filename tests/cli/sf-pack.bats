@@ -149,15 +149,19 @@ bytes() {
 	run --separate-stderr sf-pack --info "$D/codes.sfq"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $D/codes.sfq: not a sparseflash image (bad magic)" ]
-	cp "$D/plain.sfimg" "$D/v3.sfimg"
-	printf '\x03' | dd of="$D/v3.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-pack --verify "$D/v3.sfimg"
+	cp "$D/plain.sfimg" "$D/v4.sfimg"
+	printf '\x04' | dd of="$D/v4.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --verify "$D/v4.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $D/v3.sfimg: image format version 3, expected 2" ]
-	printf '\x01' | dd of="$D/v3.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-run -p hi "$D/v3.sfimg"
+	[ "${stderr_lines[0]}" = "sf-pack: $D/v4.sfimg: image format version 4, expected 3" ]
+	printf '\x02' | dd of="$D/v4.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v4.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v3.sfimg: image format version 1, expected 2: made before fingerprints covered the weights; make it again" ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v4.sfimg: image format version 2, expected 3: made before q8 and q4 columns held their scales first; pack it again" ]
+	printf '\x01' | dd of="$D/v4.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v4.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v4.sfimg: image format version 1, expected 3: made before fingerprints covered the weights; make it again" ]
 }
 
 @test "tier sizes from sf-encode --calibrate are carried in the header" {

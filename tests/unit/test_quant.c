@@ -40,7 +40,7 @@ static double block_sse(const float *w, const float *d, size_t n)
 static void test_round_trip(enum sf_dtype dt, size_t rows)
 {
 	const char *dn = sf_dtype_name(dt);
-	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), bb = (size_t)sf_dtype_col_bytes(dt, 1);
+	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows);
 	float *w = malloc(rows * sizeof(float)), *d = malloc(rows * sizeof(float)),
 	      *d2 = malloc(rows * sizeof(float));
 	uint8_t *q = malloc(cb), *q2 = malloc(cb);
@@ -53,13 +53,13 @@ static void test_round_trip(enum sf_dtype dt, size_t rows)
 	sf_dequant_column(d2, q2, dt, rows);
 	double sse = 0.0, sse2 = 0.0;
 	for (size_t r = 0; r < rows; r += SF_QBLOCK) {
-		const uint8_t *b = q + r / SF_QBLOCK * bb;
+		const uint8_t *b = sf_q_codes_at(q, dt, rows, r / SF_QBLOCK);
 		size_t n = rows - r < SF_QBLOCK ? rows - r : SF_QBLOCK;
-		float s = sf_quant_scale(b);
+		float s = sf_quant_scale(q, r / SF_QBLOCK);
 		for (size_t i = r; i < r + n; i++)
 			CHECK(fabsf(w[i] - d[i]) <= s * 0.5f * (1.0f + 1e-6f),
 			      "%s row %zu: %.9g from %.9g, scale %.9g", dn, i, d[i], w[i], s);
-		const uint8_t *b2 = q2 + r / SF_QBLOCK * bb;
+		const uint8_t *b2 = sf_q_codes_at(q2, dt, rows, r / SF_QBLOCK);
 		for (size_t i = n; i < SF_QBLOCK; i++)
 			CHECK(dt == SF_DTYPE_Q8 ? !sf_q8_code(b, i) && !sf_q8_code(b2, i) :
 			      !sf_q4_code(b, i) && !sf_q4_code(b2, i),
@@ -84,7 +84,7 @@ static void test_degenerate(enum sf_dtype dt)
 	w[5] = 1e-30f;	/* below f16's least scale: rounds to 0 or the least */
 	CHECK(sf_quant_column(q, dt, w, SF_QBLOCK, SF_QUANT_RTN) == 0, "tiny");
 	sf_dequant_column(d, q, dt, SF_QBLOCK);
-	CHECK(fabsf(d[5] - w[5]) <= sf_quant_scale(q) * 0.5f, "tiny off by %g", d[5] - w[5]);
+	CHECK(fabsf(d[5] - w[5]) <= sf_quant_scale(q, 0) * 0.5f, "tiny off by %g", d[5] - w[5]);
 	w[5] = 1e9f;	/* scale beyond f16 */
 	CHECK(sf_quant_column(q, dt, w, SF_QBLOCK, SF_QUANT_RTN) == -ERANGE, "huge accepted");
 	w[5] = NAN;
@@ -134,8 +134,8 @@ static void check_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t 
 	for (size_t i = 0; i < T * ldy; i++)
 		Y[i] = Yr[i] = Y1[i] = gauss();
 	const uint32_t *s = T > 1 ? sel : NULL;
-	sf_qcolaccum(Y, ldy, r0, r1, cols, 0, dt, X, s, ldx, T, n);
-	sf_qcolaccum_ref(Yr, ldy, r0, r1, cols, 0, dt, X, s, ldx, T, n);
+	sf_qcolaccum(Y, ldy, r0, r1, rows, cols, 0, dt, X, s, ldx, T, n);
+	sf_qcolaccum_ref(Yr, ldy, r0, r1, rows, cols, 0, dt, X, s, ldx, T, n);
 	CHECK(!memcmp(Y, Yr, T * ldy * sizeof(float)),
 	      "%s %s rows [%zu, %zu) of %zu, %zu tokens: differs from the _ref", isa, dn, r0, r1,
 	      rows, T);
@@ -146,13 +146,84 @@ static void check_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t 
 				tcols[k1] = cols[k];
 				txv[k1++] = X[k * ldx + t];
 			}
-		sf_colaccum_span(Y1 + t * ldy, 1, r0, r1, tcols, 0, dt, txv, NULL, 1, 1, k1);
+		sf_colaccum_span(Y1 + t * ldy, 1, r0, r1, rows, tcols, 0, dt, txv, NULL, 1, 1, k1);
 	}
 	CHECK(!memcmp(Y, Y1, T * ldy * sizeof(float)),
 	      "%s %s rows [%zu, %zu), %zu tokens: differs from a token at a time", isa, dn, r0, r1,
 	      T);
 	free(C), free(col), free(X), free(Y), free(Yr), free(Y1), free(idx), free(sel);
 	free(cols), free(tcols), free(txv);
+}
+
+/* The integer path: n columns at ascending positions (gaps of 1-3, so
+ * runs of every length), inputs 0 where a token did not select its
+ * column; against the _ref bit for bit, a pass against a token at a time
+ * over its own columns, and near the float path. */
+static void check_int_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t r0,
+			     size_t r1, size_t T, size_t n)
+{
+	const char *dn = sf_dtype_name(dt);
+	size_t stride = (size_t)sf_dtype_col_bytes(dt, rows) + 6, ncols = 40;
+	size_t ldx = T > 1 ? (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD : 1,
+	       ldy = r1 - r0 + 3;
+	uint8_t *C = calloc(ncols, stride);
+	float *col = malloc(rows * sizeof(float)), *X = calloc(n * ldx, sizeof(float));
+	float *Y = malloc(T * ldy * sizeof(float)), *Yr = malloc(T * ldy * sizeof(float)),
+	      *Y1 = malloc(T * ldy * sizeof(float)), *Yf = calloc(T * ldy, sizeof(float)),
+	      *Y0 = malloc(T * ldy * sizeof(float));
+	uint32_t *pos = malloc(n * sizeof(uint32_t)), *tpos = malloc(n * sizeof(uint32_t)),
+		 *sel = calloc(n * ldx, sizeof(uint32_t));
+	const void **cols = malloc(n * sizeof(*cols)), **tcols = malloc(n * sizeof(*tcols));
+	float *txv = malloc(n * sizeof(float));
+
+	for (size_t c = 0; c < ncols; c++) {
+		for (size_t i = 0; i < rows; i++)
+			col[i] = gauss() * 0.05f * (c % 7 == 2 ? 6.0f : 1.0f);
+		CHECK(sf_quant_column(C + c * stride, dt, col, rows, SF_QUANT_RTN) == 0, "quant");
+	}
+	for (size_t k = 0; k < n; k++) {
+		pos[k] = (k ? pos[k - 1] : 0) + 1 + (uint32_t)(uniform() * 2.99);
+		cols[k] = C + (size_t)(uniform() * ncols) % ncols * stride;
+		for (size_t t = 0; t < T; t++) {
+			int on = T == 1 || uniform() < 0.6;
+			X[k * ldx + t] = on ? gauss() * (k % 11 == 4 ? 20.0f : 1.0f) : 0.0f;
+			sel[k * ldx + t] = on ? ~0u : 0;
+		}
+	}
+	for (size_t i = 0; i < T * ldy; i++)
+		Y[i] = Yr[i] = Y1[i] = Y0[i] = gauss();
+	sf_qcolaccum_int(Y, ldy, r0, r1, rows, cols, pos, 0, dt, X, ldx, T, n);
+	sf_qcolaccum_int_ref(Yr, ldy, r0, r1, rows, cols, pos, 0, dt, X, ldx, T, n);
+	CHECK(!memcmp(Y, Yr, T * ldy * sizeof(float)),
+	      "%s %s int rows [%zu, %zu) of %zu, %zu tokens: differs from the _ref", isa, dn, r0,
+	      r1, rows, T);
+	for (size_t t = 0; t < T; t++) {
+		size_t k1 = 0;
+		for (size_t k = 0; k < n; k++)
+			if (sel[k * ldx + t]) {
+				tcols[k1] = cols[k];
+				tpos[k1] = pos[k];
+				txv[k1++] = X[k * ldx + t];
+			}
+		sf_qcolaccum_int(Y1 + t * ldy, 1, r0, r1, rows, tcols, tpos, 0, dt, txv, 1, 1, k1);
+	}
+	CHECK(!memcmp(Y, Y1, T * ldy * sizeof(float)),
+	      "%s %s int rows [%zu, %zu), %zu tokens: differs from a token at a time", isa, dn,
+	      r0, r1, T);
+	/* against the float path: the error of 8-bit activations, with inputs
+	 * 20x the others in every run (a wrong row or scale is off by ~1) */
+	sf_qcolaccum_ref(Yf, ldy, r0, r1, rows, cols, 0, dt, X, T > 1 ? sel : NULL, ldx, T, n);
+	double err = 0.0, norm = 0.0;
+	for (size_t t = 0; t < T; t++)
+		for (size_t j = 0; j < r1 - r0; j++) {
+			double d = (double)(Y[t * ldy + j] - Y0[t * ldy + j]) - Yf[t * ldy + j];
+			err += d * d;
+			norm += (double)Yf[t * ldy + j] * Yf[t * ldy + j];
+		}
+	CHECK(err <= 2e-3 * norm, "%s %s int: relative squared error %.3g against the float path",
+	      isa, dn, norm > 0 ? err / norm : err);
+	free(C), free(col), free(X), free(Y), free(Yr), free(Y1), free(Yf), free(Y0), free(pos);
+	free(tpos), free(sel), free(cols), free(tcols), free(txv);
 }
 
 static void test_kernels(enum sf_isa level)
@@ -174,7 +245,17 @@ static void test_kernels(enum sf_isa level)
 			for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); t++)
 				check_kernel(isa, qdt[d], sizes[i][0], sizes[i][1], sizes[i][2],
 					     tokens[t], 150);
-	printf("%s: compared against ref\n", isa);
+	static const size_t int_tokens[] = { 1, 3, 4, 9, 17 };
+	static const size_t int_sizes[][3] = {	/* rows, r0, r1: chunks of 8 and 16 blocks */
+		{ 64, 0, 64 }, { 1056, 0, 1056 }, { 600, 40, 590 }, { 33, 0, 33 }, { 64, 3, 5 },
+	};
+	for (int d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof(int_sizes) / sizeof(int_sizes[0]); i++)
+			for (size_t t = 0; t < sizeof(int_tokens) / sizeof(int_tokens[0]); t++)
+				for (size_t n = 1; n <= 150; n += 149)
+					check_int_kernel(isa, qdt[d], int_sizes[i][0], int_sizes[i][1],
+							 int_sizes[i][2], int_tokens[t], n + t % 2 * 7);
+	printf("%s: compared against ref (integer path: %s)\n", isa, sf_qcolaccum_int_kernel());
 }
 
 int main(void)

@@ -23,9 +23,9 @@ int sf_quant_method_parse(const char *name, enum sf_quant_method *m)
 	return 0;
 }
 
-float sf_quant_scale(const uint8_t *block)
+float sf_quant_scale(const uint8_t *col, size_t b)
 {
-	return sf_f16_to_f32(sf_get_le16(block));
+	return sf_f16_to_f32(sf_get_le16(sf_q_scale_at(col, b)));
 }
 
 /* The smallest f16 at least s (s >= 0 finite), or 0x7c00 (inf) past the
@@ -56,8 +56,9 @@ static double codes_at(const float *w, size_t n, float s, int qmax, int *q)
 	return err;
 }
 
-static int quant_block(uint8_t *b, enum sf_dtype dt, const float *w, size_t n,
-		       enum sf_quant_method m)
+/* One block: its scale to scale, its codes to codes. */
+static int quant_block(uint8_t *scale, uint8_t *codes, enum sf_dtype dt, const float *w,
+		       size_t n, enum sf_quant_method m)
 {
 	const int qmax = dt == SF_DTYPE_Q8 ? SF_Q8_MAX : SF_Q4_MAX;
 	float amax = 0.0f;
@@ -86,24 +87,25 @@ static int quant_block(uint8_t *b, enum sf_dtype dt, const float *w, size_t n,
 			memcpy(q, t, sizeof(q));
 		}
 	}
-	sf_put_le16(b, h);
+	sf_put_le16(scale, h);
 	if (dt == SF_DTYPE_Q8) {
 		for (size_t i = 0; i < SF_QBLOCK; i++)
-			b[2 + i] = (uint8_t)(int8_t)q[i];
+			codes[i] = (uint8_t)(int8_t)q[i];
 		return 0;
 	}
 	for (size_t i = 0; i < SF_QBLOCK / 2; i++)
-		b[2 + i] = (uint8_t)((q[i] + 8) | (q[i + 16] + 8) << 4);
+		codes[i] = (uint8_t)((q[i] + 8) | (q[i + 16] + 8) << 4);
 	return 0;
 }
 
 int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
 		    enum sf_quant_method m)
 {
-	size_t bb = (size_t)sf_dtype_col_bytes(dt, SF_QBLOCK);
+	uint8_t *codes = dst + 2 * sf_q_blocks(rows);
 
-	for (size_t r = 0; r < rows; r += SF_QBLOCK, dst += bb) {
-		int ret = quant_block(dst, dt, w + r, rows - r < SF_QBLOCK ? rows - r : SF_QBLOCK, m);
+	for (size_t b = 0; b < sf_q_blocks(rows); b++) {
+		size_t r = b * SF_QBLOCK, n = rows - r < SF_QBLOCK ? rows - r : SF_QBLOCK;
+		int ret = quant_block(dst + 2 * b, codes + b * sf_q_code_bytes(dt), dt, w + r, n, m);
 		if (ret)
 			return ret;
 	}
@@ -112,11 +114,6 @@ int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
 
 void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t rows)
 {
-	size_t bb = (size_t)sf_dtype_col_bytes(dt, SF_QBLOCK);
-
-	for (size_t r = 0; r < rows; r++) {
-		const uint8_t *b = src + r / SF_QBLOCK * bb;
-		int c = dt == SF_DTYPE_Q8 ? sf_q8_code(b, r % SF_QBLOCK) : sf_q4_code(b, r % SF_QBLOCK);
-		w[r] = (float)c * sf_quant_scale(b);
-	}
+	for (size_t r = 0; r < rows; r++)
+		w[r] = sf_q_weight(src, dt, rows, r);
 }

@@ -1,9 +1,12 @@
-/* The quantized top tier's blocks (sf-pack --dtype q8|q4): a column of
- * rows is stored as blocks of SF_QBLOCK consecutive rows, each an f16
- * scale and the rows' signed codes, weight = code * scale (symmetric: the
+/* The quantized top tier's columns (sf-pack --dtype q8|q4): a column of
+ * rows is cut into blocks of SF_QBLOCK consecutive rows, each an f16 scale
+ * and the rows' signed codes, weight = code * scale (symmetric: the
  * weights of a column are centred on zero, so a minimum would spend two
- * bytes a block on nothing). Byte layout: man/sf-formats.5 (QUANTIZED
- * COLUMNS); the kernels over them: engine/kernels_q.h. */
+ * bytes a block on nothing). The column holds every block's scale first,
+ * then every block's codes: the integer kernels fold a block's scale into
+ * the activation, so they load the scales of many blocks as one vector.
+ * Byte layout: man/sf-formats.5 (QUANTIZED COLUMNS); the kernels over
+ * them: engine/kernels_q.h. */
 #ifndef SF_QUANT_H
 #define SF_QUANT_H
 
@@ -13,26 +16,35 @@
 #include "base/vocab.h"
 
 #define SF_QBLOCK 32		/* rows per block */
-#define SF_Q8_BLOCK_BYTES 34	/* f16 scale, 32 int8 codes */
-#define SF_Q4_BLOCK_BYTES 18	/* f16 scale, 16 bytes of 4-bit codes */
+#define SF_Q8_BLOCK_BYTES 34	/* a block's f16 scale and 32 int8 codes */
+#define SF_Q4_BLOCK_BYTES 18	/* a block's f16 scale and 16 bytes of 4-bit codes */
 #define SF_Q8_MAX 127		/* codes -127..127 (rtn), -128 reachable by search */
 #define SF_Q4_MAX 7		/* codes -8..7 stored as code + 8 */
 
-/* q8: row i of the block is q[i]. */
-struct sf_q8_block {
-	uint8_t scale[2];	/* f16, little-endian */
-	int8_t q[SF_QBLOCK];
-};
-/* q4: byte i holds row i in its low nibble and row i + 16 in its high
- * one, each code + 8 (so 16 bytes unpack to two runs of 16 rows). */
-struct sf_q4_block {
-	uint8_t scale[2];	/* f16, little-endian */
-	uint8_t q[SF_QBLOCK / 2];
-};
-_Static_assert(sizeof(struct sf_q8_block) == SF_Q8_BLOCK_BYTES, "q8 block is 34 bytes");
-_Static_assert(sizeof(struct sf_q4_block) == SF_Q4_BLOCK_BYTES, "q4 block is 18 bytes");
-_Static_assert(offsetof(struct sf_q8_block, q) == 2 && offsetof(struct sf_q4_block, q) == 2,
-	       "codes follow the scale");
+/* The blocks of a column of rows rows. */
+static inline size_t sf_q_blocks(size_t rows)
+{
+	return (rows + SF_QBLOCK - 1) / SF_QBLOCK;
+}
+
+/* Bytes of one block's codes: q8, row i at byte i; q4, byte i holds row i
+ * in its low nibble and row i + 16 in its high one, each code + 8 (so 16
+ * bytes unpack to two runs of 16 rows). */
+static inline size_t sf_q_code_bytes(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES - 2 : SF_Q4_BLOCK_BYTES - 2;
+}
+
+/* Block b's scale (f16, little-endian) and codes in the column at col. */
+static inline const uint8_t *sf_q_scale_at(const uint8_t *col, size_t b)
+{
+	return col + 2 * b;
+}
+static inline const uint8_t *sf_q_codes_at(const uint8_t *col, enum sf_dtype dt, size_t rows,
+					   size_t b)
+{
+	return col + 2 * sf_q_blocks(rows) + b * sf_q_code_bytes(dt);
+}
 
 /* How a block's scale is chosen: rtn, max |w| / SF_Qx_MAX rounded up to
  * an f16 (every code then rounds to nearest, error <= scale / 2); search,
@@ -52,15 +64,24 @@ int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
  * compute them. */
 void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t rows);
 
-/* A block's scale, and the code of its row i (0 <= i < SF_QBLOCK). */
-float sf_quant_scale(const uint8_t *block);
-static inline int sf_q8_code(const uint8_t *block, size_t i)
+/* Block b's scale, and the code of row i (0 <= i < SF_QBLOCK) of the
+ * block whose codes start at codes. */
+float sf_quant_scale(const uint8_t *col, size_t b);
+static inline int sf_q8_code(const uint8_t *codes, size_t i)
 {
-	return (int8_t)block[2 + i];
+	return (int8_t)codes[i];
 }
-static inline int sf_q4_code(const uint8_t *block, size_t i)
+static inline int sf_q4_code(const uint8_t *codes, size_t i)
 {
-	return (int)((block[2 + i % 16] >> (i / 16 * 4)) & 15) - 8;
+	return (int)((codes[i % 16] >> (i / 16 * 4)) & 15) - 8;
+}
+/* The weight of row r of the column at col: code * scale in f32, as every
+ * kernel computes it. */
+static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t r)
+{
+	const uint8_t *c = sf_q_codes_at(col, dt, rows, r / SF_QBLOCK);
+	int code = dt == SF_DTYPE_Q8 ? sf_q8_code(c, r % SF_QBLOCK) : sf_q4_code(c, r % SF_QBLOCK);
+	return (float)code * sf_quant_scale(col, r / SF_QBLOCK);
 }
 
 #endif

@@ -54,6 +54,8 @@ int sf_cpu_has_feature(const char *name)
 		return __builtin_cpu_supports("avx512bf16");
 	if (!strcmp(name, "avx512vnni"))
 		return __builtin_cpu_supports("avx512vnni");
+	if (!strcmp(name, "avx512vbmi"))
+		return __builtin_cpu_supports("avx512vbmi");
 #endif
 	(void)name;
 	return 0;

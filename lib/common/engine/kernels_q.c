@@ -8,6 +8,7 @@
 #include "engine/kernels_q.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "base/quant.h"
 #include "engine/cpu.h"
@@ -17,23 +18,15 @@
 #include <immintrin.h>
 #endif
 
-/* The block that holds row j of the column at col. */
-static inline const uint8_t *q_block(const uint8_t *col, enum sf_dtype dt, size_t j)
+/* The codes of the block that holds row j of a column of rows rows. */
+static inline const uint8_t *q_codes(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j)
 {
-	return col + j / SF_QBLOCK * (dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES : SF_Q4_BLOCK_BYTES);
+	return sf_q_codes_at(col, dt, rows, j / SF_QBLOCK);
 }
 
-/* The weight of row j of the column at col: code * scale, as every path. */
-static inline float q_weight(const uint8_t *col, enum sf_dtype dt, size_t j)
-{
-	const uint8_t *b = q_block(col, dt, j);
-	int code = dt == SF_DTYPE_Q8 ? sf_q8_code(b, j % SF_QBLOCK) : sf_q4_code(b, j % SF_QBLOCK);
-	return (float)code * sf_quant_scale(b);
-}
-
-void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		      size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
-		      size_t ldx, size_t T, size_t n)
+void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		      const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		      const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	for (size_t k = 0; k < n; k++) {
 		const uint8_t *col = (const uint8_t *)cols[k] + off;
@@ -42,98 +35,165 @@ void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *co
 				continue;
 			float x = X[k * ldx + t], *y = Y + t * ldy - r0;
 			for (size_t j = r0; j < r1; j++)
-				y[j] = fmaf(x, q_weight(col, dt, j), y[j]);
+				y[j] = fmaf(x, sf_q_weight(col, dt, rows, j), y[j]);
 		}
 	}
 }
 
 /* The rows of [r0, r1) outside the whole strips [s0, s1) of a SIMD path. */
 static void edges_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, size_t s1,
-		      const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
-		      const uint32_t *sel, size_t ldx, size_t T, size_t n)
+		      size_t rows, const void *const *cols, size_t off, enum sf_dtype dt,
+		      const float *X, const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	if (s0 >= s1) {
-		sf_qcolaccum_ref(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n);
+		sf_qcolaccum_ref(Y, ldy, r0, r1, rows, cols, off, dt, X, sel, ldx, T, n);
 		return;
 	}
 	if (r0 < s0)
-		sf_qcolaccum_ref(Y, ldy, r0, s0, cols, off, dt, X, sel, ldx, T, n);
+		sf_qcolaccum_ref(Y, ldy, r0, s0, rows, cols, off, dt, X, sel, ldx, T, n);
 	if (s1 < r1)
-		sf_qcolaccum_ref(Y + (s1 - r0), ldy, s1, r1, cols, off, dt, X, sel, ldx, T, n);
+		sf_qcolaccum_ref(Y + (s1 - r0), ldy, s1, r1, rows, cols, off, dt, X, sel, ldx, T, n);
+}
+
+size_t sf_qrun_end(const uint32_t *pos, size_t k0, size_t n)
+{
+	size_t k1 = k0 + 1;
+	while (k1 < n && k1 - k0 < SF_QRUN && pos[k1] / SF_QRUN == pos[k0] / SF_QRUN)
+		k1++;
+	return k1;
+}
+
+void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			  const void *const *cols, const uint32_t *pos, size_t off,
+			  enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+{
+	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+		k1 = sf_qrun_end(pos, k0, n);
+		for (size_t t = 0; t < T; t++) {
+			float *y = Y + t * ldy - r0;
+			for (size_t j = r0; j < r1; j++) {
+				size_t b = j / SF_QBLOCK;
+				float v[SF_QRUN], amax = 0.0f;
+				for (size_t k = k0; k < k1; k++) {
+					const uint8_t *col = (const uint8_t *)cols[k] + off;
+					v[k - k0] = X[k * ldx + t] * sf_quant_scale(col, b);
+					amax = fmaxf(amax, fabsf(v[k - k0]));
+				}
+				float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+				int32_t sum = 0;
+				for (size_t k = k0; k < k1; k++) {
+					const uint8_t *c = sf_q_codes_at((const uint8_t *)cols[k] + off,
+									 dt, rows, b);
+					int q = (int)nearbyintf(v[k - k0] * id);
+					sum += q * (dt == SF_DTYPE_Q8 ? sf_q8_code(c, j % SF_QBLOCK)
+								      : sf_q4_code(c, j % SF_QBLOCK));
+				}
+				y[j] = fmaf(amax / 127.0f, (float)sum, y[j]);
+			}
+		}
+	}
+}
+
+/* The rows of [r0, r1) outside the whole blocks [s0, s1) of an integer
+ * path. */
+static void qint_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, size_t s1,
+		       size_t rows, const void *const *cols, const uint32_t *pos, size_t off,
+		       enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+{
+	if (s0 >= s1) {
+		sf_qcolaccum_int_ref(Y, ldy, r0, r1, rows, cols, pos, off, dt, X, ldx, T, n);
+		return;
+	}
+	if (r0 < s0)
+		sf_qcolaccum_int_ref(Y, ldy, r0, s0, rows, cols, pos, off, dt, X, ldx, T, n);
+	if (s1 < r1)
+		sf_qcolaccum_int_ref(Y + (s1 - r0), ldy, s1, r1, rows, cols, pos, off, dt, X, ldx,
+				     T, n);
 }
 
 #if defined(__x86_64__)
 
-/* Rows [j0, j0 + rows) of the column at col as f32 into w, j0 and rows
- * multiples of 16 (a SIMD path's dequantization). */
-typedef void qwiden_fn(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0, size_t rows);
+/* Rows [j0, j0 + nr) of the column at col (of rows rows) as f32 into w,
+ * j0 and nr multiples of 16 (a SIMD path's dequantization). */
+typedef void qwiden_fn(float *w, const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j0,
+		       size_t nr);
 
 struct q_columns {
 	const void *const *cols;
-	size_t off;
+	size_t off, rows;
 	enum sf_dtype dt;
 	qwiden_fn *widen;
 };
 
-static void widen_q(const void *ctx, size_t k, size_t j0, size_t rows, float *w, float *xs)
+static void widen_q(const void *ctx, size_t k, size_t j0, size_t nr, float *w, float *xs)
 {
 	const struct q_columns *q = ctx;
 	(void)xs;	/* the scales are in the weights */
-	q->widen(w, (const uint8_t *)q->cols[k] + q->off, q->dt, j0, rows);
+	q->widen(w, (const uint8_t *)q->cols[k] + q->off, q->dt, q->rows, j0, nr);
 }
 
 /* A pass (sel not NULL): the whole 16-row halves of blocks through the
  * strips' core (engine/kernels.h), each block of columns dequantized once;
  * the rows outside them through the _ref. */
-static void qpass(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
-		  size_t T, size_t n, qwiden_fn *widen)
+static void qpass(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		  const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		  const uint32_t *sel, size_t ldx, size_t T, size_t n, qwiden_fn *widen)
 {
 	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
-	struct q_columns q = { cols, off, dt, widen };
+	struct q_columns q = { cols, off, rows, dt, widen };
 
 	if (s0 < s1)
 		sf_colaccum_strips(Y + (s0 - r0), ldy, s0, s1, widen_q, &q, 0, X, sel, ldx, T, n);
-	edges_ref(Y, ldy, r0, r1, s0, s1, cols, off, dt, X, sel, ldx, T, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, rows, cols, off, dt, X, sel, ldx, T, n);
 }
 
 #define INL static inline __attribute__((always_inline))
 
-/* The blocks of rows [s0, s1) of four columns asked of memory while the
- * four before them are computed: a column in a cache slot or a read
- * buffer is cold, and four short streams leave the prefetchers no time. */
-static inline void q_prefetch(const void *const *cols, size_t off, enum sf_dtype dt, size_t s0,
-			      size_t s1)
+/* The scales and codes of rows [s0, s1) of four columns asked of memory
+ * while the four before them are computed: a column in a cache slot or a
+ * read buffer is cold, and four short streams leave the prefetchers no
+ * time. */
+static inline void q_prefetch(const void *const *cols, size_t off, enum sf_dtype dt,
+			      size_t rows, size_t s0, size_t s1)
 {
 	for (int i = 0; i < 4; i++) {
 		const uint8_t *c = (const uint8_t *)cols[i] + off;
-		for (const uint8_t *p = q_block(c, dt, s0); p < q_block(c, dt, s1); p += 64)
+		for (const uint8_t *p = sf_q_scale_at(c, s0 / SF_QBLOCK);
+		     p < sf_q_scale_at(c, (s1 - 1) / SF_QBLOCK + 1); p += 64)
+			__builtin_prefetch(p);
+		for (const uint8_t *p = q_codes(c, dt, rows, s0); p < q_codes(c, dt, rows, s1 - 1) + 16;
+		     p += 64)
 			__builtin_prefetch(p);
 	}
 }
 
-/* sf_quant_scale by the F16C instruction (exact, as the library's
+/* Block b's scale by the F16C instruction (exact, as the library's
  * conversion): no call in the loops, which would spill the sums. */
-#define QSCALE(b) _cvtsh_ss((unsigned short)((b)[0] | (b)[1] << 8))
+#define QSCALE(col, b) _cvtsh_ss((unsigned short)(sf_q_scale_at(col, b)[0] | \
+						  sf_q_scale_at(col, b)[1] << 8))
 
 // ----------------------------------------------------------------------------
 // AVX2: 16 rows (half a block) as two vectors of 8
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 
-/* The 16 weights of rows [16h, 16h + 16) of block b. */
-INL T256 void deq16_256(const uint8_t *b, enum sf_dtype dt, size_t h, __m256 *w0, __m256 *w1)
+/* The 16 weights of rows [j0, j0 + 16) (j0 a multiple of 16) of the
+ * column at col. */
+INL T256 void deq16_256(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j0,
+			__m256 *w0, __m256 *w1)
 {
+	const uint8_t *b = q_codes(col, dt, rows, j0);
+	size_t h = j0 / 16 % 2;
 	__m128i c;
 	if (dt == SF_DTYPE_Q8) {
-		c = _mm_loadu_si128((const __m128i *)(b + 2 + 16 * h));
+		c = _mm_loadu_si128((const __m128i *)(b + 16 * h));
 	} else {
-		c = _mm_loadu_si128((const __m128i *)(b + 2));
+		c = _mm_loadu_si128((const __m128i *)b);
 		if (h)
 			c = _mm_srli_epi16(c, 4);
 		c = _mm_sub_epi8(_mm_and_si128(c, _mm_set1_epi8(15)), _mm_set1_epi8(8));
 	}
-	__m256 s = _mm256_set1_ps(QSCALE(b));
+	__m256 s = _mm256_set1_ps(QSCALE(col, j0 / SF_QBLOCK));
 	*w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), s);
 	*w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8))), s);
 }
@@ -142,8 +202,9 @@ INL T256 void deq16_256(const uint8_t *b, enum sf_dtype dt, size_t h, __m256 *w0
  * read in order, so the prefetchers follow NC streams, and y is loaded
  * and stored once a strip for the NC of them. Every row still takes the
  * columns in turn. */
-INL T256 void qca256_cols(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
-			  size_t off, enum sf_dtype dt, const float *X, const int NC)
+INL T256 void qca256_cols(float *y, size_t r0, size_t s0, size_t s1, size_t rows,
+			  const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+			  const int NC)
 {
 	const uint8_t *col[4];
 	__m256 xb[4];
@@ -155,7 +216,7 @@ INL T256 void qca256_cols(float *y, size_t r0, size_t s0, size_t s1, const void 
 #pragma GCC unroll 4
 		for (int i = 0; i < NC; i++) {
 			__m256 w0, w1;
-			deq16_256(q_block(col[i], dt, j0), dt, j0 / 16 % 2, &w0, &w1);
+			deq16_256(col[i], dt, rows, j0, &w0, &w1);
 			a0 = _mm256_fmadd_ps(w0, xb[i], a0);
 			a1 = _mm256_fmadd_ps(w1, xb[i], a1);
 		}
@@ -164,45 +225,45 @@ INL T256 void qca256_cols(float *y, size_t r0, size_t s0, size_t s1, const void 
 	}
 }
 
-INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
-		     size_t off, enum sf_dtype dt, const float *X, size_t n)
+INL T256 void qca256(float *y, size_t r0, size_t s0, size_t s1, size_t rows,
+		     const void *const *cols, size_t off, enum sf_dtype dt, const float *X, size_t n)
 {
 	size_t k = 0;
 	for (; k + 4 <= n; k += 4) {
 		if (k + 8 <= n)
-			q_prefetch(cols + k + 4, off, dt, s0, s1);
-		qca256_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 4);
+			q_prefetch(cols + k + 4, off, dt, rows, s0, s1);
+		qca256_cols(y, r0, s0, s1, rows, cols + k, off, dt, X + k, 4);
 	}
 	for (; k < n; k++)
-		qca256_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 1);
+		qca256_cols(y, r0, s0, s1, rows, cols + k, off, dt, X + k, 1);
 }
 
-static T256 void qwiden_avx2(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
-			     size_t rows)
+static T256 void qwiden_avx2(float *w, const uint8_t *col, enum sf_dtype dt, size_t rows,
+			     size_t j0, size_t nr)
 {
-	for (size_t j = j0; j < j0 + rows; j += 16) {
+	for (size_t j = j0; j < j0 + nr; j += 16) {
 		__m256 w0, w1;
-		deq16_256(q_block(col, dt, j), dt, j / 16 % 2, &w0, &w1);
+		deq16_256(col, dt, rows, j, &w0, &w1);
 		_mm256_store_ps(w + (j - j0), w0);
 		_mm256_store_ps(w + (j - j0) + 8, w1);
 	}
 }
 
-static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1,
+static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 				const void *const *cols, size_t off, enum sf_dtype dt,
 				const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				size_t n)
 {
 	if (sel) {
-		qpass(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n, qwiden_avx2);
+		qpass(Y, ldy, r0, r1, rows, cols, off, dt, X, sel, ldx, T, n, qwiden_avx2);
 		return;
 	}
 	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
 	if (s0 < s1 && dt == SF_DTYPE_Q8)
-		qca256(Y, r0, s0, s1, cols, off, SF_DTYPE_Q8, X, n);
+		qca256(Y, r0, s0, s1, rows, cols, off, SF_DTYPE_Q8, X, n);
 	else if (s0 < s1)
-		qca256(Y, r0, s0, s1, cols, off, SF_DTYPE_Q4, X, n);
-	edges_ref(Y, ldy, r0, r1, s0, s1, cols, off, dt, X, sel, ldx, T, n);
+		qca256(Y, r0, s0, s1, rows, cols, off, SF_DTYPE_Q4, X, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, rows, cols, off, dt, X, sel, ldx, T, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -210,26 +271,30 @@ static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1,
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-INL T512 void deq32_512(const uint8_t *b, enum sf_dtype dt, __m512 *w0, __m512 *w1)
+/* The 32 weights of block b of the column at col. */
+INL T512 void deq32_512(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t b,
+			__m512 *w0, __m512 *w1)
 {
+	const uint8_t *c = sf_q_codes_at(col, dt, rows, b);
 	__m128i c0, c1;
 	if (dt == SF_DTYPE_Q8) {
-		c0 = _mm_loadu_si128((const __m128i *)(b + 2));
-		c1 = _mm_loadu_si128((const __m128i *)(b + 18));
+		c0 = _mm_loadu_si128((const __m128i *)c);
+		c1 = _mm_loadu_si128((const __m128i *)(c + 16));
 	} else {
-		__m128i c = _mm_loadu_si128((const __m128i *)(b + 2));
+		__m128i v = _mm_loadu_si128((const __m128i *)c);
 		__m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
-		c0 = _mm_sub_epi8(_mm_and_si128(c, m), e);
-		c1 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(c, 4), m), e);
+		c0 = _mm_sub_epi8(_mm_and_si128(v, m), e);
+		c1 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), e);
 	}
-	__m512 s = _mm512_set1_ps(QSCALE(b));
+	__m512 s = _mm512_set1_ps(QSCALE(col, b));
 	*w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c0)), s);
 	*w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c1)), s);
 }
 
 /* As qca256_cols, a whole block of rows at a time. */
-INL T512 void qca512_cols(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
-			  size_t off, enum sf_dtype dt, const float *X, const int NC)
+INL T512 void qca512_cols(float *y, size_t r0, size_t s0, size_t s1, size_t rows,
+			  const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+			  const int NC)
 {
 	const uint8_t *col[4];
 	__m512 xb[4];
@@ -241,7 +306,7 @@ INL T512 void qca512_cols(float *y, size_t r0, size_t s0, size_t s1, const void 
 #pragma GCC unroll 4
 		for (int i = 0; i < NC; i++) {
 			__m512 w0, w1;
-			deq32_512(q_block(col[i], dt, j0), dt, &w0, &w1);
+			deq32_512(col[i], dt, rows, j0 / SF_QBLOCK, &w0, &w1);
 			a0 = _mm512_fmadd_ps(w0, xb[i], a0);
 			a1 = _mm512_fmadd_ps(w1, xb[i], a1);
 		}
@@ -250,48 +315,474 @@ INL T512 void qca512_cols(float *y, size_t r0, size_t s0, size_t s1, const void 
 	}
 }
 
-INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, const void *const *cols,
-		     size_t off, enum sf_dtype dt, const float *X, size_t n)
+INL T512 void qca512(float *y, size_t r0, size_t s0, size_t s1, size_t rows,
+		     const void *const *cols, size_t off, enum sf_dtype dt, const float *X, size_t n)
 {
 	size_t k = 0;
 	for (; k + 4 <= n; k += 4) {
 		if (k + 8 <= n)
-			q_prefetch(cols + k + 4, off, dt, s0, s1);
-		qca512_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 4);
+			q_prefetch(cols + k + 4, off, dt, rows, s0, s1);
+		qca512_cols(y, r0, s0, s1, rows, cols + k, off, dt, X + k, 4);
 	}
 	for (; k < n; k++)
-		qca512_cols(y, r0, s0, s1, cols + k, off, dt, X + k, 1);
+		qca512_cols(y, r0, s0, s1, rows, cols + k, off, dt, X + k, 1);
 }
 
-/* Each block that meets [j0, j0 + rows) dequantized once, the halves
+/* Each block that meets [j0, j0 + nr) dequantized once, the halves
  * inside stored. */
-static T512 void qwiden_avx512(float *w, const uint8_t *col, enum sf_dtype dt, size_t j0,
-			       size_t rows)
+static T512 void qwiden_avx512(float *w, const uint8_t *col, enum sf_dtype dt, size_t rows,
+			       size_t j0, size_t nr)
 {
-	for (size_t j = j0 / SF_QBLOCK * SF_QBLOCK; j < j0 + rows; j += SF_QBLOCK) {
+	for (size_t j = j0 / SF_QBLOCK * SF_QBLOCK; j < j0 + nr; j += SF_QBLOCK) {
 		__m512 half[2];
-		deq32_512(q_block(col, dt, j), dt, &half[0], &half[1]);
+		deq32_512(col, dt, rows, j / SF_QBLOCK, &half[0], &half[1]);
 		for (size_t h = 0; h < 2; h++)
-			if (j + 16 * h >= j0 && j + 16 * h < j0 + rows)
+			if (j + 16 * h >= j0 && j + 16 * h < j0 + nr)
 				_mm512_store_ps(w + (j + 16 * h - j0), half[h]);
 	}
 }
 
-static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
+static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 				  const void *const *cols, size_t off, enum sf_dtype dt,
 				  const float *X, const uint32_t *sel, size_t ldx, size_t T,
 				  size_t n)
 {
 	if (sel) {
-		qpass(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n, qwiden_avx512);
+		qpass(Y, ldy, r0, r1, rows, cols, off, dt, X, sel, ldx, T, n, qwiden_avx512);
 		return;
 	}
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 	if (s0 < s1 && dt == SF_DTYPE_Q8)
-		qca512(Y, r0, s0, s1, cols, off, SF_DTYPE_Q8, X, n);
+		qca512(Y, r0, s0, s1, rows, cols, off, SF_DTYPE_Q8, X, n);
 	else if (s0 < s1)
-		qca512(Y, r0, s0, s1, cols, off, SF_DTYPE_Q4, X, n);
-	edges_ref(Y, ldy, r0, r1, s0, s1, cols, off, dt, X, sel, ldx, T, n);
+		qca512(Y, r0, s0, s1, rows, cols, off, SF_DTYPE_Q4, X, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, rows, cols, off, dt, X, sel, ldx, T, n);
+}
+
+// ----------------------------------------------------------------------------
+// integer products: each block's scale folded into the activations, which
+// are then int8 per run of positions (see kernels_q.h)
+
+/* The AVX2 path: blocks 8 at a time (one vector of their scales), a
+ * block's 32 rows as four vectors of 8 sums. */
+#define QI256_BLOCKS 8
+#define QI256_TOKENS 2
+
+/* A run's activations for one token over blocks [b0, b0 + QI256_BLOCKS):
+ * per quad of columns and block, the four int8 codes as one int32 (byte
+ * c: column 4 * quad + c); per block the scale and the sum of the codes
+ * (the q4 codes' offset of 8 times it is taken back from the sums). */
+struct qact256 {
+	int32_t q[SF_QRUN / 4][QI256_BLOCKS];
+	float d[QI256_BLOCKS];
+	int32_t sum[QI256_BLOCKS];
+};
+
+/* Codes of 4 * 16 bytes (column c's at c) to rows: lanes of four bytes,
+ * byte c of lane r column c's byte r; rows 0-7 to *lo, 8-15 to *hi. */
+INL T256 void rows4x16_256(__m128i c0, __m128i c1, __m128i c2, __m128i c3, __m256i *lo,
+			   __m256i *hi)
+{
+	__m128i t0 = _mm_unpacklo_epi8(c0, c1), t1 = _mm_unpackhi_epi8(c0, c1);
+	__m128i t2 = _mm_unpacklo_epi8(c2, c3), t3 = _mm_unpackhi_epi8(c2, c3);
+	*lo = _mm256_set_m128i(_mm_unpackhi_epi16(t0, t2), _mm_unpacklo_epi16(t0, t2));
+	*hi = _mm256_set_m128i(_mm_unpackhi_epi16(t1, t3), _mm_unpacklo_epi16(t1, t3));
+}
+
+/* acc += per lane the four products of its bytes w (q4: unsigned; q8:
+ * signed, by the sign trick) and the activations a. */
+INL T256 __m256i dot4_256(__m256i acc, __m256i w, __m256i a, enum sf_dtype dt)
+{
+	__m256i p;
+	if (dt == SF_DTYPE_Q8)
+		p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+	else
+		p = _mm256_maddubs_epi16(w, a);
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* The activations of columns [0, m) of a run for tokens [0, NT): sc[k]
+ * the scales of column k's blocks, X as the kernel's. */
+INL T256 void qprep256(struct qact256 *qa, const __m256 *sc, const float *X, size_t ldx,
+		       size_t m, const int NT)
+{
+	for (int t = 0; t < NT; t++) {
+		__m256 amax = _mm256_setzero_ps(), sgn = _mm256_set1_ps(-0.0f);
+		for (size_t k = 0; k < m; k++) {
+			__m256 v = _mm256_mul_ps(sc[k], _mm256_set1_ps(X[k * ldx + t]));
+			amax = _mm256_max_ps(amax, _mm256_andnot_ps(sgn, v));
+		}
+		__m256 pos = _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ);
+		__m256 id = _mm256_and_ps(pos, _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
+		__m256i sum = _mm256_setzero_si256(), byte = _mm256_set1_epi32(255);
+		_mm256_storeu_ps(qa[t].d, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
+		for (size_t k0 = 0; k0 < m; k0 += 4) {
+			__m256i word = _mm256_setzero_si256();
+			for (size_t c = 0; c < 4 && k0 + c < m; c++) {
+				__m256 v = _mm256_mul_ps(sc[k0 + c], _mm256_set1_ps(X[(k0 + c) * ldx + t]));
+				__m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v, id));
+				sum = _mm256_add_epi32(sum, q);
+				word = _mm256_or_si256(word, _mm256_slli_epi32(_mm256_and_si256(q, byte),
+									       (int)(8 * c)));
+			}
+			_mm256_storeu_si256((__m256i *)qa[t].q[k0 / 4], word);
+		}
+		_mm256_storeu_si256((__m256i *)qa[t].sum, sum);
+	}
+}
+
+/* Block b0 + i of a run's columns (col[k], quads of them) for tokens
+ * [0, NT): their 32 rows of Y (y[t] at row 32 * (b0 + i)) += d * the
+ * integer sums. */
+INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *const *col,
+		      size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
+{
+	__m256i acc[QI256_TOKENS][4];
+	for (int t = 0; t < NT; t++)
+		for (int r = 0; r < 4; r++)
+			acc[t][r] = _mm256_setzero_si256();
+	for (size_t qd = 0; qd < nq; qd++) {
+		const uint8_t *c[4];
+		for (int j = 0; j < 4; j++)
+			c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
+		__m256i w[4];
+		if (dt == SF_DTYPE_Q8) {
+			for (int h = 0; h < 2; h++)
+				rows4x16_256(_mm_loadu_si128((const __m128i *)(c[0] + 16 * h)),
+					     _mm_loadu_si128((const __m128i *)(c[1] + 16 * h)),
+					     _mm_loadu_si128((const __m128i *)(c[2] + 16 * h)),
+					     _mm_loadu_si128((const __m128i *)(c[3] + 16 * h)),
+					     &w[2 * h], &w[2 * h + 1]);
+		} else {
+			__m256i lo, hi, m = _mm256_set1_epi8(15);
+			rows4x16_256(_mm_loadu_si128((const __m128i *)c[0]),
+				     _mm_loadu_si128((const __m128i *)c[1]),
+				     _mm_loadu_si128((const __m128i *)c[2]),
+				     _mm_loadu_si128((const __m128i *)c[3]), &lo, &hi);
+			w[0] = _mm256_and_si256(lo, m);
+			w[1] = _mm256_and_si256(hi, m);
+			w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
+			w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
+		}
+		for (int t = 0; t < NT; t++) {
+			__m256i a = _mm256_set1_epi32(qa[t].q[qd][i]);
+			for (int r = 0; r < 4; r++)
+				acc[t][r] = dot4_256(acc[t][r], w[r], a, dt);
+		}
+	}
+	for (int t = 0; t < NT; t++) {
+		__m256i off = _mm256_set1_epi32(dt == SF_DTYPE_Q8 ? 0 : 8 * qa[t].sum[i]);
+		__m256 d = _mm256_set1_ps(qa[t].d[i]);
+		float *yb = y[t] + SF_QBLOCK * b;
+		for (int r = 0; r < 4; r++) {
+			__m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[t][r], off));
+			_mm256_storeu_ps(yb + 8 * r, _mm256_fmadd_ps(d, f, _mm256_loadu_ps(yb + 8 * r)));
+		}
+	}
+}
+
+/* The scales of nb <= 8 blocks from b of the column at col as floats,
+ * 0 past them. */
+INL T256 __m256 scales256(const uint8_t *col, size_t b, size_t nb)
+{
+	uint16_t h[QI256_BLOCKS] = { 0 };
+	memcpy(h, sf_q_scale_at(col, b), 2 * nb);
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			   const void *const *cols, const uint32_t *pos, size_t off,
+			   enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+{
+	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
+
+	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QI256_BLOCKS) {
+		size_t nb = s1 / SF_QBLOCK - b0 < QI256_BLOCKS ? s1 / SF_QBLOCK - b0 : QI256_BLOCKS;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			const uint8_t *col[SF_QRUN];
+			__m256 sc[SF_QRUN];
+			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
+			for (size_t k = 0; k < 4 * nq; k++)
+				col[k] = (const uint8_t *)cols[k0 + (k < m ? k : m - 1)] + off;
+			for (size_t k = 0; k < m; k++)
+				sc[k] = scales256(col[k], b0, nb);
+			for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
+				struct qact256 qa[QI256_TOKENS];
+				float *y[QI256_TOKENS] = { Y + t0 * ldy - r0, Y + (t0 + 1) * ldy - r0 };
+				nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
+				if (nt == QI256_TOKENS) {
+					qprep256(qa, sc, X + k0 * ldx + t0, ldx, m, QI256_TOKENS);
+					for (size_t i = 0; i < nb; i++)
+						qmac256(y, qa, col, nq, rows, b0 + i, i, dt, QI256_TOKENS);
+				} else {
+					qprep256(qa, sc, X + k0 * ldx + t0, ldx, m, 1);
+					for (size_t i = 0; i < nb; i++)
+						qmac256(y, qa, col, nq, rows, b0 + i, i, dt, 1);
+				}
+			}
+		}
+	}
+	qint_edges(Y, ldy, r0, r1, s0, s1, rows, cols, pos, off, dt, X, ldx, T, n);
+}
+
+// ----------------------------------------------------------------------------
+// the AVX-512 path with VNNI and VBMI: blocks 16 at a time, a block's 32
+// rows as two vectors of 16 sums, one vpdpbusd per vector and quad
+
+#define T512I __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
+					  "avx512vbmi,fma,f16c")))
+#define QI512_BLOCKS 16
+#define QI512_TOKENS 8
+
+/* As struct qact256, over 16 blocks. */
+struct qact512 {
+	int32_t q[SF_QRUN / 4][QI512_BLOCKS];
+	float d[QI512_BLOCKS];
+	int32_t sum[QI512_BLOCKS];
+};
+
+INL T512I void qprep512(struct qact512 *qa, const __m512 *sc, const float *X, size_t ldx,
+			size_t m, const int NT)
+{
+	for (int t = 0; t < NT; t++) {
+		__m512 amax = _mm512_setzero_ps();
+		for (size_t k = 0; k < m; k++) {
+			__m512 v = _mm512_mul_ps(sc[k], _mm512_set1_ps(X[k * ldx + t]));
+			amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+		}
+		__mmask16 pos = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
+		__m512 id = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), amax);
+		__m512i sum = _mm512_setzero_si512(), byte = _mm512_set1_epi32(255);
+		_mm512_storeu_ps(qa[t].d, _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+		for (size_t k0 = 0; k0 < m; k0 += 4) {
+			__m512i word = _mm512_setzero_si512();
+			for (size_t c = 0; c < 4 && k0 + c < m; c++) {
+				__m512 v = _mm512_mul_ps(sc[k0 + c], _mm512_set1_ps(X[(k0 + c) * ldx + t]));
+				__m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, id));
+				sum = _mm512_add_epi32(sum, q);
+				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(q, byte),
+									       (unsigned)(8 * c)));
+			}
+			_mm512_storeu_si512(qa[t].q[k0 / 4], word);
+		}
+		_mm512_storeu_si512(qa[t].sum, sum);
+	}
+}
+
+/* Four columns' 16 bytes at c[0..3] + at in one vector, then to rows:
+ * byte 4r + c of the result is byte r of column c. */
+INL T512I __m512i rows4x16_512(const uint8_t *const *c, size_t at)
+{
+	static const uint8_t idx[64] = {
+		0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
+		4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55,
+		8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+		12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63,
+	};
+	__m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(c[0] + at)));
+	z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(c[1] + at)), 1);
+	z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(c[2] + at)), 2);
+	z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(c[3] + at)), 3);
+	return _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), z);
+}
+
+/* As qmac256. The codes go in as unsigned bytes (q4: code + 8 as stored;
+ * q8: code + 128), the offset times the activations' sum taken back. */
+INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t *const *col,
+		       size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
+{
+	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
+	for (int t = 0; t < NT; t++)
+		lo[t] = hi[t] = _mm512_setzero_si512();
+	for (size_t qd = 0; qd < nq; qd++) {
+		const uint8_t *c[4];
+		for (int j = 0; j < 4; j++)
+			c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
+		__m512i w0, w1;
+		if (dt == SF_DTYPE_Q8) {
+			__m512i flip = _mm512_set1_epi8((char)0x80);
+			w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
+			w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
+		} else {
+			__m512i p = rows4x16_512(c, 0), m = _mm512_set1_epi8(15);
+			w0 = _mm512_and_si512(p, m);
+			w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+		}
+		for (int t = 0; t < NT; t++) {
+			__m512i a = _mm512_set1_epi32(qa[t].q[qd][i]);
+			lo[t] = _mm512_dpbusd_epi32(lo[t], w0, a);
+			hi[t] = _mm512_dpbusd_epi32(hi[t], w1, a);
+		}
+	}
+	for (int t = 0; t < NT; t++) {
+		__m512i off = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qa[t].sum[i]);
+		__m512 d = _mm512_set1_ps(qa[t].d[i]);
+		float *yb = y[t] + SF_QBLOCK * b;
+		__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[t], off));
+		__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[t], off));
+		_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
+		_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
+	}
+}
+
+/* The next run's scales and codes of blocks [b, b + nb), asked of memory
+ * while this run computes: the columns sit in cache slots and read
+ * buffers anywhere, each visited for a few lines a chunk of blocks. */
+static inline void qint_prefetch(const void *const *cols, const uint32_t *pos, size_t k0,
+				 size_t n, size_t off, enum sf_dtype dt, size_t rows, size_t b,
+				 size_t nb)
+{
+	if (k0 >= n)
+		return;
+	for (size_t k = k0, k1 = sf_qrun_end(pos, k0, n); k < k1; k++) {
+		const uint8_t *c = (const uint8_t *)cols[k] + off;
+		__builtin_prefetch(sf_q_scale_at(c, b));
+		for (const uint8_t *p = sf_q_codes_at(c, dt, rows, b);
+		     p < sf_q_codes_at(c, dt, rows, b + nb); p += 64)
+			__builtin_prefetch(p);
+	}
+}
+
+/* NT tokens from t0 of one run over the chunk's nb blocks. */
+INL T512I void qint512_tokens(float *Y, size_t ldy, size_t r0, const __m512 *sc,
+			      const uint8_t *const *col, size_t m, size_t rows, size_t b0,
+			      size_t nb, enum sf_dtype dt, const float *X, size_t ldx, size_t t0,
+			      const int NT)
+{
+	struct qact512 qa[QI512_TOKENS];
+	float *y[QI512_TOKENS];
+	for (int t = 0; t < NT; t++)
+		y[t] = Y + (t0 + (size_t)t) * ldy - r0;
+	qprep512(qa, sc, X + t0, ldx, m, NT);
+	for (size_t i = 0; i < nb; i++)
+		qmac512(y, qa, col, (m + 3) / 4, rows, b0 + i, i, dt, NT);
+}
+
+/* One token: per run, the activations of every block first, then the
+ * columns a quad at a time down the blocks, their integer sums kept per
+ * row in acc, then y once per run. Each quad's blocks are asked of memory
+ * whole while the quad before computes: a burst down each column is what
+ * memory serves fastest (columns in cache slots and read buffers lie
+ * anywhere). Blocks of at most QI512_ONE_BLOCKS at a time keep that burst
+ * and acc in the first caches. */
+#define QI512_ONE_BLOCKS 64
+#define QI512_ONE_AHEAD 2
+
+static T512I void qint512_one(float *Y, size_t r0, size_t rows, const void *const *cols,
+			      const uint32_t *pos, size_t off, enum sf_dtype dt, const float *X,
+			      size_t n, size_t B0, size_t B1)
+{
+	struct qact512 qa[QI512_ONE_BLOCKS / QI512_BLOCKS];
+	int32_t acc[QI512_ONE_BLOCKS][SF_QBLOCK] __attribute__((aligned(64)));
+	float *y = Y - r0;
+
+	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+		/* this run's columns in quads, then the next run's */
+		const uint8_t *col[2 * SF_QRUN];
+		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
+		size_t k2 = k1 < n ? sf_qrun_end(pos, k1, n) : k1, nq2 = nq + (k2 - k1 + 3) / 4;
+		for (size_t k = 0; k < 4 * nq; k++)
+			col[k] = (const uint8_t *)cols[k0 + (k < m ? k : m - 1)] + off;
+		for (size_t k = 0; k < 4 * (nq2 - nq); k++)
+			col[4 * nq + k] = (const uint8_t *)cols[k1 + k < k2 ? k1 + k : k2 - 1] + off;
+		for (size_t c0 = B0; c0 < B1; c0 += QI512_ONE_BLOCKS) {
+			size_t c1 = B1 - c0 < QI512_ONE_BLOCKS ? B1 : c0 + QI512_ONE_BLOCKS;
+			for (size_t k = k1; k < k2; k++)	/* the next run's scales */
+				for (size_t b = c0; b < c1; b += 32)
+					__builtin_prefetch(sf_q_scale_at((const uint8_t *)cols[k] + off, b));
+			for (size_t b0 = c0; b0 < c1; b0 += QI512_BLOCKS) {
+				size_t nb = c1 - b0 < QI512_BLOCKS ? c1 - b0 : QI512_BLOCKS;
+				__m512 sc[SF_QRUN];
+				for (size_t k = 0; k < m; k++)
+					sc[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+						(__mmask16)((1u << nb) - 1), sf_q_scale_at(col[k], b0)));
+				qprep512(&qa[(b0 - c0) / QI512_BLOCKS], sc, X + k0, 1, m, 1);
+			}
+			memset(acc, 0, (c1 - c0) * sizeof(acc[0]));
+			for (size_t qd = 0; qd < nq; qd++) {
+				const uint8_t *const *ahead = qd + QI512_ONE_AHEAD < nq2 ?
+					col + 4 * (qd + QI512_ONE_AHEAD) : NULL;
+				size_t nl = 4 * (((c1 - c0) * sf_q_code_bytes(dt) + 63) / 64);
+				for (size_t b = c0; b < c1; b++) {
+					const struct qact512 *q = &qa[(b - c0) / QI512_BLOCKS];
+					const uint8_t *c[4];
+					__m512i w0, w1;
+					/* the lines of the quad QI512_ONE_AHEAD on, spread over
+					 * the blocks so the misses in flight stay few (a burst
+					 * of them stalls the loads) */
+					for (size_t l = (b - c0) * nl / (c1 - c0);
+					     ahead && l < (b + 1 - c0) * nl / (c1 - c0); l++)
+						__builtin_prefetch(sf_q_codes_at(ahead[l % 4], dt, rows, c0) +
+								   l / 4 * 64);
+					for (int j = 0; j < 4; j++)
+						c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
+					if (dt == SF_DTYPE_Q8) {
+						__m512i flip = _mm512_set1_epi8((char)0x80);
+						w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
+						w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
+					} else {
+						__m512i p = rows4x16_512(c, 0), m15 = _mm512_set1_epi8(15);
+						w0 = _mm512_and_si512(p, m15);
+						w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m15);
+					}
+					__m512i a = _mm512_set1_epi32(q->q[qd][(b - c0) % QI512_BLOCKS]);
+					_mm512_store_si512(acc[b - c0], _mm512_dpbusd_epi32(
+						_mm512_load_si512(acc[b - c0]), w0, a));
+					_mm512_store_si512(acc[b - c0] + 16, _mm512_dpbusd_epi32(
+						_mm512_load_si512(acc[b - c0] + 16), w1, a));
+				}
+			}
+			for (size_t b = c0; b < c1; b++) {
+				const struct qact512 *q = &qa[(b - c0) / QI512_BLOCKS];
+				size_t i = (b - c0) % QI512_BLOCKS;
+				__m512i off8 = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * q->sum[i]);
+				__m512 d = _mm512_set1_ps(q->d[i]);
+				float *yb = y + SF_QBLOCK * b;
+				__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+					_mm512_load_si512(acc[b - c0]), off8));
+				__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+					_mm512_load_si512(acc[b - c0] + 16), off8));
+				_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
+				_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
+			}
+		}
+	}
+}
+
+static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			      const void *const *cols, const uint32_t *pos, size_t off,
+			      enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+{
+	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
+
+	if (T == 1 && s0 < s1) {
+		qint512_one(Y, r0, rows, cols, pos, off, dt, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+		qint_edges(Y, ldy, r0, r1, s0, s1, rows, cols, pos, off, dt, X, ldx, T, n);
+		return;
+	}
+	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QI512_BLOCKS) {
+		size_t nb = s1 / SF_QBLOCK - b0 < QI512_BLOCKS ? s1 / SF_QBLOCK - b0 : QI512_BLOCKS;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			const uint8_t *col[SF_QRUN];
+			__m512 sc[SF_QRUN];
+			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0;
+			qint_prefetch(cols, pos, k1, n, off, dt, rows, b0, nb);
+			for (size_t k = 0; k < (m + 3) / 4 * 4; k++)
+				col[k] = (const uint8_t *)cols[k0 + (k < m ? k : m - 1)] + off;
+			for (size_t k = 0; k < m; k++)
+				sc[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+					(__mmask16)((1u << nb) - 1), sf_q_scale_at(col[k], b0)));
+			const float *x = X + k0 * ldx;
+			size_t t0 = 0;
+			for (; t0 + 8 <= T; t0 += 8)
+				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 8);
+			for (; t0 + 4 <= T; t0 += 4)
+				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 4);
+			for (; t0 < T; t0++)
+				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 1);
+		}
+	}
+	qint_edges(Y, ldy, r0, r1, s0, s1, rows, cols, pos, off, dt, X, ldx, T, n);
 }
 
 #endif /* __x86_64__ */
@@ -299,9 +790,9 @@ static T512 void qcolaccum_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h)
 
-typedef void qcolaccum_fn(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-			  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
-			  size_t ldx, size_t T, size_t n);
+typedef void qcolaccum_fn(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			  const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+			  const uint32_t *sel, size_t ldx, size_t T, size_t n);
 
 static qcolaccum_fn *const qcolaccum_table[SF_NISA] = {
 	[SF_ISA_REF] = sf_qcolaccum_ref,
@@ -314,20 +805,60 @@ static qcolaccum_fn *const qcolaccum_table[SF_NISA] = {
 #endif
 };
 
-void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
-		  size_t T, size_t n)
+void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		  const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		  const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	if (r0 < r1 && n && T)
-		qcolaccum_table[sf_cpu_isa()](Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n);
+		qcolaccum_table[sf_cpu_isa()](Y, ldy, r0, r1, rows, cols, off, dt, X, sel, ldx, T,
+					      n);
 }
 
-void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		      size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
-		      size_t ldx, size_t T, size_t n)
+typedef void qint_fn(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		     const void *const *cols, const uint32_t *pos, size_t off, enum sf_dtype dt,
+		     const float *X, size_t ldx, size_t T, size_t n);
+
+static qint_fn *const qint_table[SF_NISA] = {
+	[SF_ISA_REF] = sf_qcolaccum_int_ref,
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = qint_avx2,
+	[SF_ISA_AVX512] = qint_avx512,
+#else
+	[SF_ISA_AVX2] = sf_qcolaccum_int_ref,
+	[SF_ISA_AVX512] = sf_qcolaccum_int_ref,
+#endif
+};
+
+/* sf_cpu_isa(), one below when AVX-512 lacks VNNI or VBMI. Read on every
+ * call, so nothing is cached to race on. */
+static enum sf_isa qint_level(void)
+{
+	enum sf_isa isa = sf_cpu_isa();
+	if (isa == SF_ISA_AVX512 &&
+	    !(sf_cpu_has_feature("avx512vnni") && sf_cpu_has_feature("avx512vbmi")))
+		isa = SF_ISA_AVX2;
+	return isa;
+}
+
+const char *sf_qcolaccum_int_kernel(void)
+{
+	return qint_level() == SF_ISA_AVX512 ? "avx512vnni" : sf_isa_name(qint_level());
+}
+
+void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		      const void *const *cols, const uint32_t *pos, size_t off, enum sf_dtype dt,
+		      const float *X, size_t ldx, size_t T, size_t n)
+{
+	if (r0 < r1 && n && T)
+		qint_table[qint_level()](Y, ldy, r0, r1, rows, cols, pos, off, dt, X, ldx, T, n);
+}
+
+void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		      const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		      const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	if (sf_dtype_is_block(dt)) {
-		sf_qcolaccum(Y, ldy, r0, r1, cols, off, dt, X, sel, ldx, T, n);
+		sf_qcolaccum(Y, ldy, r0, r1, rows, cols, off, dt, X, sel, ldx, T, n);
 		return;
 	}
 	off += r0 * sf_dtype_size(dt);

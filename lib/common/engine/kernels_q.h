@@ -14,22 +14,47 @@
 /* For rows j in [r0, r1) of the columns k < n: Y[t * ldy + j - r0] +=
  * X[k * ldx + t] * w(k, j) for each token t < T whose sel[k * ldx + t] is
  * ~0 (sel as sf_colaccum_batch's: ldx a multiple of SF_BATCH_PAD at least
- * T), or for the one token (T 1, ldx 1) when sel is NULL. Column k's
- * blocks start at byte (const char *)cols[k] + off; dt is SF_DTYPE_Q8 or
- * SF_DTYPE_Q4. Rows may start and end inside a block; a pass gives every
- * token the floats a one-token call gives it over its own columns. */
-void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		  size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
-		  size_t T, size_t n);
-void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		      size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
-		      size_t ldx, size_t T, size_t n);
+ * T), or for the one token (T 1, ldx 1) when sel is NULL. Column k, of
+ * rows rows, starts at byte (const char *)cols[k] + off; dt is
+ * SF_DTYPE_Q8 or SF_DTYPE_Q4. Rows may start and end inside a block; a
+ * pass gives every token the floats a one-token call gives it over its
+ * own columns. */
+void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		  const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		  const uint32_t *sel, size_t ldx, size_t T, size_t n);
+void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		      const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		      const uint32_t *sel, size_t ldx, size_t T, size_t n);
+
+/* The integer path for one token or a pass (the default for q8 and q4
+ * images; the float path above stays its reference, sf-run --activations
+ * f32). Column k's positions pos[k] ascend; a run is the columns whose
+ * positions share pos / SF_QRUN (at most SF_QRUN of them, cut there
+ * otherwise: sf_qrun_end). For row j of block b = j / 32 and token t,
+ * per run in turn: v_k = X[k * ldx + t] * scale_k(b), amax = max |v_k|,
+ * q_k = round(v_k * 127 / amax) (0 when amax is 0), then
+ * Y[t * ldy + j - r0] = fmaf(amax / 127, sum of q_k * code_k(j), Y[...]):
+ * the block scales folded into the activations, which then multiply the
+ * codes in integers (AVX-512 VNNI with VBMI, AVX2, and this _ref, equal
+ * bit for bit). A token's inputs not selected are 0 in X (no sel): they
+ * change neither amax nor the sum, so a pass gives each token the floats
+ * of a one-token call over its own columns, cut into the same runs. */
+#define SF_QRUN 32
+size_t sf_qrun_end(const uint32_t *pos, size_t k0, size_t n);
+void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		      const void *const *cols, const uint32_t *pos, size_t off, enum sf_dtype dt,
+		      const float *X, size_t ldx, size_t T, size_t n);
+void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			  const void *const *cols, const uint32_t *pos, size_t off,
+			  enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n);
+/* The path sf_qcolaccum_int takes here: "avx512vnni", "avx2" or "ref". */
+const char *sf_qcolaccum_int_kernel(void);
 
 /* The same over any top-tier dtype (the sparse decoder's one call): block
  * dtypes here, element dtypes through sf_colaccum (sel NULL) or
  * sf_colaccum_batch, their rows [r0, r1). */
-void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, const void *const *cols,
-		      size_t off, enum sf_dtype dt, const float *X, const uint32_t *sel,
-		      size_t ldx, size_t T, size_t n);
+void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+		      const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+		      const uint32_t *sel, size_t ldx, size_t T, size_t n);
 
 #endif

@@ -1672,6 +1672,12 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	}
 	uint32_t version = sf_get_le32(pre + 8), flags = sf_get_le32(pre + 12);
 	uint64_t hlen = sf_get_le64(pre + 16);
+	if (version == 2) {
+		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: image format version 2, expected %d: made "
+				 "before q8 and q4 columns held their scales first; pack it again",
+				 path, SF_IMAGE_VERSION);
+		goto out;
+	}
 	if (version != SF_IMAGE_VERSION) {
 		ret = sf_fingerprint_version(path, "image format", version, SF_IMAGE_VERSION, e);
 		goto out;

@@ -22,7 +22,7 @@
 #include "formats/safetensors.h"
 
 #define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
-#define SF_IMAGE_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
+#define SF_IMAGE_VERSION 3	/* 3: q8/q4 columns hold their scales first */
 #define SF_IMAGE_PREAMBLE 32		/* bytes before the JSON header */
 #define SF_IMAGE_ALIGN 4096		/* every region starts on this */
 #define SF_IMAGE_TENSOR_ALIGN 64	/* resident tensors inside the blob */

@@ -81,6 +81,11 @@ struct sf_sparse_opts {
 	int prefetch;
 	enum sf_sparse_predict predict;
 	uint64_t batch_weights;		/* 0: SF_SPARSE_BATCH_WEIGHTS */
+	/* A q8 or q4 top tier's products: 1, the float path (every weight
+	 * widened to f32, one multiply-add a weight and token: the
+	 * reference); 0, the integer path (sf_qcolaccum_int: activations to
+	 * int8 with the block scales folded in). */
+	int f32_activations;
 	/* Tokens one forward pass may give the decoder (sf_forward_batch;
 	 * 0 counts as 1): per group the union of their selections is read
 	 * once, and each token computed with exactly its own. */

@@ -287,10 +287,16 @@ static void top_worker(void *arg, int ith, int nth)
 			size_t r1 = sv[k].start + sv[k].len < b[i] ? sv[k].start + sv[k].len : b[i];
 			if (r0 >= r1)
 				continue;
-			sf_colaccum_span(t->y[i] + r0, t->ld[i], r0, r1, sp->s.cols,
-					 (size_t)G->mat[i].offset, G->mat[i].dtype, sp->s.xv,
-					 t->T == 1 ? NULL : sp->s.sel, sp->s.ldx, (size_t)t->T,
-					 sp->s.nidx);
+			size_t rows = (size_t)G->mat[i].rows, off = (size_t)G->mat[i].offset;
+			if (sf_dtype_is_block(G->mat[i].dtype) && !sp->o.f32_activations)
+				sf_qcolaccum_int(t->y[i] + r0, t->ld[i], r0, r1, rows, sp->s.cols,
+						 sp->s.idx, off, G->mat[i].dtype, sp->s.xv,
+						 sp->s.ldx, (size_t)t->T, sp->s.nidx);
+			else
+				sf_colaccum_span(t->y[i] + r0, t->ld[i], r0, r1, rows, sp->s.cols,
+						 off, G->mat[i].dtype, sp->s.xv,
+						 t->T == 1 ? NULL : sp->s.sel, sp->s.ldx,
+						 (size_t)t->T, sp->s.nidx);
 		}
 	}
 }
@@ -372,7 +378,8 @@ static void gather_inputs(struct sf_sparse *sp, const struct compute_task *t, co
  * arrive in buffer b (NULL: simulate, all there), each from its cache
  * slot or else from the tier's mirror (stride bytes a position): available
  * ones are gathered into a batch, computed once it holds
- * sp->o.batch_weights (and at the end). After each batch the completed reads are taken
+ * sp->o.batch_weights at the end of a run of SF_QRUN positions (and at
+ * the end). After each batch the completed reads are taken
  * without waiting, so the ring is refilled from the queued requests
  * while a long run of arrived columns is computed. in is (T, n); with
  * several tokens pos is the union of their selections, tbits each one's. */
@@ -396,7 +403,10 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			sp->s.cols[sp->s.nidx] = slot ? slot : mirror + (uint64_t)pos[i] * stride;
 			gather_inputs(sp, t, in, n, tbits, pos[i], G->perm[pos[i]]);
 			sp->s.nidx++;
-			if (batch_work(sp, t) >= sp->o.batch_weights) {
+			/* a batch ends with a run of sf_qcolaccum_int, whose
+			 * inputs share a scale */
+			if (batch_work(sp, t) >= sp->o.batch_weights &&
+			    (i + 1 == k || pos[i + 1] / SF_QRUN != pos[i] / SF_QRUN)) {
 				flush(sp, fn, t);
 				int ret = sp->io.inflight ? sparse_reap(sp, 0) : 0;
 				if (ret)

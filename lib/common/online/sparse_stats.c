@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "engine/cpu.h"
+#include "engine/kernels_q.h"
 #include "online/sparse_impl.h"
 #include "online/uring.h"
 
@@ -188,6 +190,11 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 	if (j)
 		json_object_set_new(j, "top_dtype", dt < 0 ? json_null() :
 				    json_string(sf_dtype_name((enum sf_dtype)dt)));
+	if (j && dt >= 0 && sf_dtype_is_block((enum sf_dtype)dt))
+		json_object_set_new(j, "activations", json_pack("{s:s, s:s}",
+			"type", sp->o.f32_activations ? "f32" : "q8",
+			"kernel", sp->o.f32_activations ? sf_isa_name(sf_cpu_isa()) :
+							  sf_qcolaccum_int_kernel()));
 	if (j)
 		json_object_set_new(j, "reads", json_pack("{s:i, s:i, s:s, s:f}",
 			"read_size", (int)sp->io.read_size, "prefetch", sp->o.prefetch,

@@ -1,0 +1,125 @@
+/* qint: how fast the q8/q4 top tier's column kernels stream one token's
+ * columns from memory, the integer path (sf_qcolaccum_int) against the
+ * float path (sf_qcolaccum), one and several threads splitting the rows
+ * as the sparse decoder does. The matrix is copied to fill --size so every
+ * pass streams it from memory, as decoding from the RAM cache does.
+ *
+ *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
+ *        [--size BYTES] [--passes N]
+ *       one JSON line per path: {"path":"int","kernel":"avx512vnni",
+ *       "rows":..,"cols":..,"threads":..,"gbps":..,"us_per_matrix":..}
+ *       gbps counts the columns' bytes (codes and scales) per second,
+ *       the best of the passes. */
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "base/pool.h"
+#include "base/quant.h"
+#include "base/rng.h"
+#include "engine/cpu.h"
+#include "engine/kernels_q.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct job {
+	size_t rows, cols, off;
+	enum sf_dtype dt;
+	const void *const *ptr;		/* (cols) the columns of the copy */
+	const uint32_t *pos;
+	const float *x;
+	float *y;
+	int integer;
+};
+
+static void worker(void *arg, int ith, int nth)
+{
+	const struct job *j = arg;
+	size_t lo, hi;
+
+	sf_pool_split(j->rows, SF_QBLOCK, ith, nth, &lo, &hi);
+	if (lo >= hi)
+		return;
+	if (j->integer)
+		sf_qcolaccum_int(j->y + lo, 1, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x, 1, 1,
+				 j->cols);
+	else
+		sf_qcolaccum(j->y + lo, 1, lo, hi, j->rows, j->ptr, 0, j->dt, j->x, NULL, 1, 1,
+			     j->cols);
+}
+
+int main(int argc, char **argv)
+{
+	size_t rows = 11264, cols = 2048, size = 1ull << 30, passes = 5;
+	int threads = 1;
+	enum sf_dtype dt = SF_DTYPE_Q4;
+	static const struct option lo[] = {
+		{ "rows", 1, 0, 'r' }, { "cols", 1, 0, 'c' }, { "dtype", 1, 0, 'd' },
+		{ "threads", 1, 0, 't' }, { "size", 1, 0, 's' }, { "passes", 1, 0, 'p' }, { 0 },
+	};
+	for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+		switch (c) {
+		case 'r': rows = strtoull(optarg, NULL, 10); break;
+		case 'c': cols = strtoull(optarg, NULL, 10); break;
+		case 'd': dt = strcmp(optarg, "q8") ? SF_DTYPE_Q4 : SF_DTYPE_Q8; break;
+		case 't': threads = atoi(optarg); break;
+		case 's': size = strtoull(optarg, NULL, 10); break;
+		case 'p': passes = strtoull(optarg, NULL, 10); break;
+		default: fprintf(stderr, "usage: see the file's comment\n"); return 2;
+		}
+	}
+	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), mat = cb * cols;
+	size_t copies = size / mat ? size / mat : 1;
+	uint8_t *W = NULL;
+	if (posix_memalign((void **)&W, 2u << 20, copies * mat))
+		return 1;
+	madvise(W, copies * mat, MADV_HUGEPAGE);
+	float *col = malloc(rows * sizeof(float)), *x = malloc(cols * sizeof(float)),
+	      *y = calloc(rows, sizeof(float));
+	const void **ptr = malloc(copies * cols * sizeof(*ptr));
+	uint32_t *pos = malloc(cols * sizeof(uint32_t));
+	uint64_t rng = 5;
+	for (size_t k = 0; k < cols; k++) {
+		for (size_t i = 0; i < rows; i++)
+			col[i] = (float)(sf_rng_unit(&rng) - 0.5);
+		sf_quant_column(W + k * cb, dt, col, rows, SF_QUANT_RTN);
+		x[k] = (float)(sf_rng_unit(&rng) - 0.5);
+		pos[k] = (uint32_t)k;
+	}
+	for (size_t c = 1; c < copies; c++)
+		memcpy(W + c * mat, W, mat);
+	for (size_t i = 0; i < copies * cols; i++)
+		ptr[i] = W + i * cb;
+	struct sf_pool *pool = NULL;
+	if (sf_pool_create(&pool, threads))
+		return 1;
+	for (int integer = 1; integer >= 0; integer--) {
+		double best = 1e30;
+		for (size_t p = 0; p < passes; p++) {
+			double t0 = now_s();
+			for (size_t c = 0; c < copies; c++) {
+				struct job j = { rows, cols, 0, dt, ptr + c * cols, pos, x, y, integer };
+				sf_pool_run(pool, worker, &j);
+			}
+			double t = (now_s() - t0) / (double)copies;
+			best = t < best ? t : best;
+		}
+		printf("{\"path\":\"%s\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,"
+		       "\"threads\":%d,\"gbps\":%.2f,\"us_per_matrix\":%.1f}\n",
+		       integer ? "int" : "f32",
+		       integer ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
+		       sf_dtype_name(dt), rows, cols, threads, (double)mat / best / 1e9, best * 1e6);
+	}
+	sf_pool_destroy(pool);
+	free(W), free(col), free(x), free(y), free(ptr), free(pos);
+	return 0;
+}
