@@ -1,12 +1,14 @@
-/* qint: how fast the q8/q4 top tier's column kernels stream one token's
- * columns from memory, the integer path (sf_qcolaccum_int) against the
- * float path (sf_qcolaccum), one and several threads splitting the rows
- * as the sparse decoder does. The matrix is copied to fill --size so every
- * pass streams it from memory, as decoding from the RAM cache does.
+/* qint: how fast the q8/q4 top tier's kernels stream one token's columns
+ * from memory: the integer path over a slab (sf_qslab_int: a group held
+ * whole) and over columns (sf_qcolaccum_int: cache slots, read buffers)
+ * against the float path (sf_qcolaccum), one and several threads
+ * splitting the rows as the sparse decoder does. The matrix is copied to
+ * fill --size so every pass streams it from memory, as decoding from RAM
+ * does.
  *
  *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
  *        [--size BYTES] [--passes N]
- *       one JSON line per path: {"path":"int","kernel":"avx512vnni",
+ *       one JSON line per path: {"path":"slab" (or "int", "f32"),"kernel":"avx512vnni",
  *       "rows":..,"cols":..,"threads":..,"gbps":..,"us_per_matrix":..}
  *       gbps counts the columns' bytes (codes and scales) per second,
  *       the best of the passes. */
@@ -35,6 +37,7 @@ struct job {
 	size_t rows, cols, off;
 	enum sf_dtype dt;
 	const void *const *ptr;		/* (cols) the columns of the copy */
+	const struct sf_qslab *slab;	/* or the copy's slab */
 	const uint32_t *pos;
 	const float *x;
 	float *y;
@@ -49,7 +52,9 @@ static void worker(void *arg, int ith, int nth)
 	sf_pool_split(j->rows, SF_QBLOCK, ith, nth, &lo, &hi);
 	if (lo >= hi)
 		return;
-	if (j->integer)
+	if (j->slab)
+		sf_qslab_int(j->y + lo, 1, lo, hi, j->slab, j->pos, j->cols, j->x, 1, 1);
+	else if (j->integer)
 		sf_qcolaccum_int(j->y + lo, 1, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x, 1, 1,
 				 j->cols);
 	else
@@ -99,15 +104,27 @@ int main(int argc, char **argv)
 		memcpy(W + c * mat, W, mat);
 	for (size_t i = 0; i < copies * cols; i++)
 		ptr[i] = W + i * cb;
+	size_t sb = sf_qslab_bytes(dt, rows, cols);
+	uint8_t *S = NULL;
+	struct sf_qslab *slab = malloc(copies * sizeof(*slab));
+	if (posix_memalign((void **)&S, 2u << 20, copies * sb))
+		return 1;
+	madvise(S, copies * sb, MADV_HUGEPAGE);
+	for (size_t c = 0; c < copies; c++) {
+		sf_qslab_init(&slab[c], S + c * sb, dt, rows, cols);
+		for (size_t k = 0; k < cols; k++)
+			sf_qslab_put(&slab[c], k, W + k * cb);
+	}
 	struct sf_pool *pool = NULL;
 	if (sf_pool_create(&pool, threads))
 		return 1;
-	for (int integer = 1; integer >= 0; integer--) {
+	for (int path = 2; path >= 0; path--) {
 		double best = 1e30;
 		for (size_t p = 0; p < passes; p++) {
 			double t0 = now_s();
 			for (size_t c = 0; c < copies; c++) {
-				struct job j = { rows, cols, 0, dt, ptr + c * cols, pos, x, y, integer };
+				struct job j = { rows, cols, 0, dt, ptr + c * cols,
+						 path == 2 ? &slab[c] : NULL, pos, x, y, path >= 1 };
 				sf_pool_run(pool, worker, &j);
 			}
 			double t = (now_s() - t0) / (double)copies;
@@ -115,11 +132,11 @@ int main(int argc, char **argv)
 		}
 		printf("{\"path\":\"%s\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,"
 		       "\"threads\":%d,\"gbps\":%.2f,\"us_per_matrix\":%.1f}\n",
-		       integer ? "int" : "f32",
-		       integer ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
+		       path == 2 ? "slab" : path ? "int" : "f32",
+		       path ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
 		       sf_dtype_name(dt), rows, cols, threads, (double)mat / best / 1e9, best * 1e6);
 	}
 	sf_pool_destroy(pool);
-	free(W), free(col), free(x), free(y), free(ptr), free(pos);
+	free(W), free(S), free(slab), free(col), free(x), free(y), free(ptr), free(pos);
 	return 0;
 }

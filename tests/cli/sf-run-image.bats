@@ -344,7 +344,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 @test "a RAM budget too small is refused with the figures and the least --ram to give" {
 	run --separate-stderr sf-run -p x -n 1 --ram 1M --no-direct "$D/coact.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ --ram\ 1048576:\ ([0-9]+)\ bytes\ needed:\ process\ [0-9]+,\ resident\ [0-9]+,\ KV\ cache\ and\ state\ [0-9]+,\ buffers\ [0-9]+,\ pinned\ 0,\ cache\ [0-9]+\;\ give\ --ram\ ([0-9]+)\ or\ more$ ]]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ --ram\ 1048576:\ ([0-9]+)\ bytes\ needed:\ process\ [0-9]+,\ resident\ [0-9]+,\ KV\ cache\ and\ state\ [0-9]+,\ buffers\ [0-9]+,\ pinned\ 0,\ held\ groups\ 0,\ cache\ [0-9]+\;\ give\ --ram\ ([0-9]+)\ or\ more$ ]]
 	[ "${BASH_REMATCH[2]}" = "${BASH_REMATCH[1]}" ]
 }
 
@@ -431,7 +431,7 @@ PINNED_07=2156
 	[ "$status" -eq 0 ]
 	run --separate-stderr sf-run -p x -n 1 -q --ram "$need" --cache-policy none --pin "$D/model.json" "$D/id.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/id.sfimg:\ --ram\ $need:\ [0-9]+\ bytes\ needed:\ .*,\ pinned\ [1-9][0-9]*,\ cache\ [0-9]+\;\ give\ --ram\ [0-9]+\ or\ more$ ]]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/id.sfimg:\ --ram\ $need:\ [0-9]+\ bytes\ needed:\ .*,\ pinned\ [1-9][0-9]*,\ held\ groups\ 0,\ cache\ [0-9]+\;\ give\ --ram\ [0-9]+\ or\ more$ ]]
 }
 
 @test "an image packed with --keep runs as it is: its neurons only, equal to --simulate" {

@@ -2,7 +2,8 @@
  * (rtn: every weight within scale / 2 of its source; search: no block's
  * squared error above rtn's), degenerate blocks, and the column-accumulate
  * kernels of every level the machine has equal to the _ref bit for bit,
- * a pass equal to one token at a time. */
+ * a pass equal to one token at a time; the integer path over columns and
+ * over slabs likewise, and the two equal. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -226,6 +227,51 @@ static void check_int_kernel(const char *isa, enum sf_dtype dt, size_t rows, siz
 	free(tpos), free(sel), free(cols), free(tcols), free(txv);
 }
 
+/* A slab of np positions, the selected ones all of them (dense runs) or
+ * about half: sf_qslab_int against its _ref and against
+ * sf_qcolaccum_int over the same columns, bit for bit. */
+static void check_slab_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t r0,
+			      size_t r1, size_t T, size_t np, int all)
+{
+	const char *dn = sf_dtype_name(dt);
+	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), ldy = r1 - r0 + 3, k = 0;
+	size_t ldx = T > 1 ? (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD : 1;
+	uint8_t *C = malloc(np * cb), *mem = malloc(sf_qslab_bytes(dt, rows, np));
+	float *col = malloc(rows * sizeof(float)), *X = calloc(np * ldx, sizeof(float));
+	float *Y = malloc(T * ldy * sizeof(float)), *Yr = malloc(T * ldy * sizeof(float)),
+	      *Yc = malloc(T * ldy * sizeof(float));
+	uint32_t *pos = malloc(np * sizeof(uint32_t));
+	const void **cols = malloc(np * sizeof(*cols));
+	struct sf_qslab sl;
+
+	sf_qslab_init(&sl, mem, dt, rows, np);
+	for (size_t p = 0; p < np; p++) {
+		for (size_t i = 0; i < rows; i++)
+			col[i] = gauss() * 0.05f * (p % 5 == 1 ? 4.0f : 1.0f);
+		CHECK(sf_quant_column(C + p * cb, dt, col, rows, SF_QUANT_RTN) == 0, "quant");
+		sf_qslab_put(&sl, p, C + p * cb);
+		if (all || uniform() < 0.5) {
+			pos[k] = (uint32_t)p;
+			cols[k] = C + p * cb;
+			for (size_t t = 0; t < T; t++)
+				X[k * ldx + t] = T == 1 || uniform() < 0.7 ? gauss() : 0.0f;
+			k++;
+		}
+	}
+	for (size_t i = 0; i < T * ldy; i++)
+		Y[i] = Yr[i] = Yc[i] = gauss();
+	sf_qslab_int(Y, ldy, r0, r1, &sl, pos, k, X, ldx, T);
+	sf_qslab_int_ref(Yr, ldy, r0, r1, &sl, pos, k, X, ldx, T);
+	sf_qcolaccum_int_ref(Yc, ldy, r0, r1, rows, cols, pos, 0, dt, X, ldx, T, k);
+	CHECK(!memcmp(Y, Yr, T * ldy * sizeof(float)),
+	      "%s %s slab rows [%zu, %zu) of %zu, %zu tokens, %s: differs from the _ref", isa, dn,
+	      r0, r1, rows, T, all ? "all" : "some");
+	CHECK(!memcmp(Y, Yc, T * ldy * sizeof(float)),
+	      "%s %s slab rows [%zu, %zu), %zu tokens, %s: differs from the columns", isa, dn, r0,
+	      r1, T, all ? "all" : "some");
+	free(C), free(mem), free(col), free(X), free(Y), free(Yr), free(Yc), free(pos), free(cols);
+}
+
 static void test_kernels(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
@@ -248,6 +294,7 @@ static void test_kernels(enum sf_isa level)
 	static const size_t int_tokens[] = { 1, 3, 4, 9, 17 };
 	static const size_t int_sizes[][3] = {	/* rows, r0, r1: chunks of 8 and 16 blocks */
 		{ 64, 0, 64 }, { 1056, 0, 1056 }, { 600, 40, 590 }, { 33, 0, 33 }, { 64, 3, 5 },
+		{ 2100, 1000, 2099 },
 	};
 	for (int d = 0; d < 2; d++)
 		for (size_t i = 0; i < sizeof(int_sizes) / sizeof(int_sizes[0]); i++)
@@ -255,6 +302,12 @@ static void test_kernels(enum sf_isa level)
 				for (size_t n = 1; n <= 150; n += 149)
 					check_int_kernel(isa, qdt[d], int_sizes[i][0], int_sizes[i][1],
 							 int_sizes[i][2], int_tokens[t], n + t % 2 * 7);
+	for (int d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof(int_sizes) / sizeof(int_sizes[0]); i++)
+			for (size_t t = 0; t < sizeof(int_tokens) / sizeof(int_tokens[0]); t++)
+				for (int all = 0; all < 2; all++)
+					check_slab_kernel(isa, qdt[d], int_sizes[i][0], int_sizes[i][1],
+							  int_sizes[i][2], int_tokens[t], 70 + t * 13, all);
 	printf("%s: compared against ref (integer path: %s)\n", isa, sf_qcolaccum_int_kernel());
 }
 

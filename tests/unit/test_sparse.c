@@ -700,6 +700,19 @@ int main(void)
 				o.prefetch = 0;
 				CHECK(!decode(nm, &o, 1, NULL, &a, &e), "%s: %s", nm, e.msg);
 				CHECK(same(&a, &q1), "%s pass %d: budget 1: logits differ", nm, pass);
+				/* --ram for the whole image: every group held, read at
+				 * open, the same floats (the integer path's slabs) */
+				o.ram = 1ull << 30;
+				CHECK(!decode(nm, &o, 2, NULL, &a, &e), "%s: %s", nm, e.msg);
+				CHECK(same(&a, &q1), "%s pass %d: groups held: logits differ", nm, pass);
+				CHECK(f32_activations || a.uring_bytes == 0,
+				      "%s pass %d: groups held, yet %llu bytes read", nm, pass,
+				      (unsigned long long)a.uring_bytes);
+				o = fractions(0.3, 0.25);
+				o.ram = 1ull << 30;
+				CHECK(!decode(nm, &o, 2, NULL, &a, &e), "%s: %s", nm, e.msg);
+				CHECK(same(&a, &qs), "%s pass %d: groups held, two tiers: logits differ",
+				      nm, pass);
 			}
 			pass = 1;
 			M.layers = saved;

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "base/quant.h"
 #include "engine/cpu.h"
 #include "engine/kernels.h"
@@ -63,10 +64,30 @@ size_t sf_qrun_end(const uint32_t *pos, size_t k0, size_t n)
 	return k1;
 }
 
-void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
-			  const void *const *cols, const uint32_t *pos, size_t off,
-			  enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+/* Where the integer path's columns are: column k at cols[k] + off, or
+ * (a slab's tile) at tile + pos[k] * stride; rows rows of dtype dt, at
+ * positions pos[k]. */
+struct qsrc {
+	const void *const *cols;
+	size_t off;
+	const uint8_t *tile;
+	size_t stride;
+	const uint32_t *pos;
+	size_t rows;
+	enum sf_dtype dt;
+};
+
+static inline const uint8_t *qsrc_col(const struct qsrc *q, size_t k)
 {
+	return q->cols ? (const uint8_t *)q->cols[k] + q->off : q->tile + q->pos[k] * q->stride;
+}
+
+/* The integer path as kernels_q.h states it, one row and run at a time. */
+static void qint_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+		     const float *X, size_t ldx, size_t T, size_t n)
+{
+	const uint32_t *pos = q->pos;
+
 	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 		k1 = sf_qrun_end(pos, k0, n);
 		for (size_t t = 0; t < T; t++) {
@@ -75,18 +96,16 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
 				size_t b = j / SF_QBLOCK;
 				float v[SF_QRUN], amax = 0.0f;
 				for (size_t k = k0; k < k1; k++) {
-					const uint8_t *col = (const uint8_t *)cols[k] + off;
-					v[k - k0] = X[k * ldx + t] * sf_quant_scale(col, b);
+					v[k - k0] = X[k * ldx + t] * sf_quant_scale(qsrc_col(q, k), b);
 					amax = fmaxf(amax, fabsf(v[k - k0]));
 				}
 				float id = amax > 0.0f ? 127.0f / amax : 0.0f;
 				int32_t sum = 0;
 				for (size_t k = k0; k < k1; k++) {
-					const uint8_t *c = sf_q_codes_at((const uint8_t *)cols[k] + off,
-									 dt, rows, b);
-					int q = (int)nearbyintf(v[k - k0] * id);
-					sum += q * (dt == SF_DTYPE_Q8 ? sf_q8_code(c, j % SF_QBLOCK)
-								      : sf_q4_code(c, j % SF_QBLOCK));
+					const uint8_t *c = sf_q_codes_at(qsrc_col(q, k), q->dt, q->rows, b);
+					int qk = (int)nearbyintf(v[k - k0] * id);
+					sum += qk * (q->dt == SF_DTYPE_Q8 ? sf_q8_code(c, j % SF_QBLOCK)
+									: sf_q4_code(c, j % SF_QBLOCK));
 				}
 				y[j] = fmaf(amax / 127.0f, (float)sum, y[j]);
 			}
@@ -94,21 +113,95 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
 	}
 }
 
+void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			  const void *const *cols, const uint32_t *pos, size_t off,
+			  enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+{
+	const struct qsrc q = { .cols = cols, .off = off, .pos = pos, .rows = rows, .dt = dt };
+	qint_ref(Y, ldy, r0, r1, &q, X, ldx, T, n);
+}
+
+// ----------------------------------------------------------------------------
+// slabs: tiles of columns
+
+/* Blocks of tile c of a slab, and its bytes a position. */
+static size_t tile_blocks(const struct sf_qslab *s, size_t c)
+{
+	size_t nb = sf_q_blocks(s->rows) - c * SF_QSLAB_BLOCKS;
+	return nb < SF_QSLAB_BLOCKS ? nb : SF_QSLAB_BLOCKS;
+}
+
+static size_t tile_stride(const struct sf_qslab *s, size_t c)
+{
+	return (size_t)sf_dtype_col_bytes(s->dt, tile_blocks(s, c) * SF_QBLOCK);
+}
+
+size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n)
+{
+	return (size_t)sf_dtype_col_bytes(dt, rows) * n;
+}
+
+void sf_qslab_init(struct sf_qslab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n)
+{
+	*s = (struct sf_qslab){ .mem = mem, .n = n, .rows = rows, .dt = dt };
+}
+
+/* Tile c's memory: the tiles before it are whole ones. */
+static uint8_t *tile_at(const struct sf_qslab *s, size_t c)
+{
+	return s->mem + c * s->n * (size_t)sf_dtype_col_bytes(s->dt, SF_QSLAB_BLOCKS * SF_QBLOCK);
+}
+
+void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col)
+{
+	size_t cb = sf_q_code_bytes(s->dt);
+	for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(s->rows); c++) {
+		size_t nb = tile_blocks(s, c), b0 = c * SF_QSLAB_BLOCKS;
+		uint8_t *t = tile_at(s, c) + p * tile_stride(s, c);
+		memcpy(t, sf_q_scale_at(col, b0), 2 * nb);
+		memcpy(t + 2 * nb, sf_q_codes_at(col, s->dt, s->rows, b0), cb * nb);
+	}
+}
+
+/* Rows [r0, r1) of a slab through fn, tile by tile: each tile is columns
+ * of its blocks' rows, a position's after the one before. */
+typedef void qint_fn(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+		     const float *X, size_t ldx, size_t T, size_t n);
+
+static void qslab_tiles(qint_fn *fn, float *Y, size_t ldy, size_t r0, size_t r1,
+			const struct sf_qslab *s, const uint32_t *pos, size_t k, const float *X,
+			size_t ldx, size_t T)
+{
+	const size_t tr = SF_QSLAB_BLOCKS * SF_QBLOCK;
+	for (size_t c = r0 / tr; c * tr < r1; c++) {
+		size_t a = r0 > c * tr ? r0 : c * tr, e = r1 < (c + 1) * tr ? r1 : (c + 1) * tr;
+		struct qsrc q = { .tile = tile_at(s, c), .stride = tile_stride(s, c), .pos = pos,
+				  .rows = tile_blocks(s, c) * SF_QBLOCK, .dt = s->dt };
+		if (q.rows > s->rows - c * tr)
+			q.rows = s->rows - c * tr;
+		fn(Y + (a - r0), ldy, a - c * tr, e - c * tr, &q, X, ldx, T, k);
+	}
+}
+
+void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
+{
+	qslab_tiles(qint_ref, Y, ldy, r0, r1, s, pos, k, X, ldx, T);
+}
+
 /* The rows of [r0, r1) outside the whole blocks [s0, s1) of an integer
  * path. */
 static void qint_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, size_t s1,
-		       size_t rows, const void *const *cols, const uint32_t *pos, size_t off,
-		       enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+		       const struct qsrc *q, const float *X, size_t ldx, size_t T, size_t n)
 {
 	if (s0 >= s1) {
-		sf_qcolaccum_int_ref(Y, ldy, r0, r1, rows, cols, pos, off, dt, X, ldx, T, n);
+		qint_ref(Y, ldy, r0, r1, q, X, ldx, T, n);
 		return;
 	}
 	if (r0 < s0)
-		sf_qcolaccum_int_ref(Y, ldy, r0, s0, rows, cols, pos, off, dt, X, ldx, T, n);
+		qint_ref(Y, ldy, r0, s0, q, X, ldx, T, n);
 	if (s1 < r1)
-		sf_qcolaccum_int_ref(Y + (s1 - r0), ldy, s1, r1, rows, cols, pos, off, dt, X, ldx,
-				     T, n);
+		qint_ref(Y + (s1 - r0), ldy, s1, r1, q, X, ldx, T, n);
 }
 
 #if defined(__x86_64__)
@@ -389,6 +482,30 @@ INL T256 void rows4x16_256(__m128i c0, __m128i c1, __m128i c2, __m128i c3, __m25
 	*hi = _mm256_set_m128i(_mm_unpackhi_epi16(t1, t3), _mm_unpacklo_epi16(t1, t3));
 }
 
+/* The codes of one block of four columns (c[j] column j's) as rows: w[r]
+ * rows 8r to 8r + 7, lanes of four bytes, one per column (q4: code + 8;
+ * q8: the code). */
+INL T256 void qcodes_quad256(const uint8_t *const *c, enum sf_dtype dt, __m256i *w)
+{
+	if (dt == SF_DTYPE_Q8) {
+		for (int h = 0; h < 2; h++)
+			rows4x16_256(_mm_loadu_si128((const __m128i *)(c[0] + 16 * h)),
+				     _mm_loadu_si128((const __m128i *)(c[1] + 16 * h)),
+				     _mm_loadu_si128((const __m128i *)(c[2] + 16 * h)),
+				     _mm_loadu_si128((const __m128i *)(c[3] + 16 * h)),
+				     &w[2 * h], &w[2 * h + 1]);
+		return;
+	}
+	__m256i lo, hi, m = _mm256_set1_epi8(15);
+	rows4x16_256(_mm_loadu_si128((const __m128i *)c[0]), _mm_loadu_si128((const __m128i *)c[1]),
+		     _mm_loadu_si128((const __m128i *)c[2]), _mm_loadu_si128((const __m128i *)c[3]),
+		     &lo, &hi);
+	w[0] = _mm256_and_si256(lo, m);
+	w[1] = _mm256_and_si256(hi, m);
+	w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
+	w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
+}
+
 /* acc += per lane the four products of its bytes w (q4: unsigned; q8:
  * signed, by the sign trick) and the activations a. */
 INL T256 __m256i dot4_256(__m256i acc, __m256i w, __m256i a, enum sf_dtype dt)
@@ -446,24 +563,7 @@ INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *
 		for (int j = 0; j < 4; j++)
 			c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
 		__m256i w[4];
-		if (dt == SF_DTYPE_Q8) {
-			for (int h = 0; h < 2; h++)
-				rows4x16_256(_mm_loadu_si128((const __m128i *)(c[0] + 16 * h)),
-					     _mm_loadu_si128((const __m128i *)(c[1] + 16 * h)),
-					     _mm_loadu_si128((const __m128i *)(c[2] + 16 * h)),
-					     _mm_loadu_si128((const __m128i *)(c[3] + 16 * h)),
-					     &w[2 * h], &w[2 * h + 1]);
-		} else {
-			__m256i lo, hi, m = _mm256_set1_epi8(15);
-			rows4x16_256(_mm_loadu_si128((const __m128i *)c[0]),
-				     _mm_loadu_si128((const __m128i *)c[1]),
-				     _mm_loadu_si128((const __m128i *)c[2]),
-				     _mm_loadu_si128((const __m128i *)c[3]), &lo, &hi);
-			w[0] = _mm256_and_si256(lo, m);
-			w[1] = _mm256_and_si256(hi, m);
-			w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
-			w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
-		}
+		qcodes_quad256(c, dt, w);
 		for (int t = 0; t < NT; t++) {
 			__m256i a = _mm256_set1_epi32(qa[t].q[qd][i]);
 			for (int r = 0; r < 4; r++)
@@ -490,10 +590,12 @@ INL T256 __m256 scales256(const uint8_t *col, size_t b, size_t nb)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
-			   const void *const *cols, const uint32_t *pos, size_t off,
-			   enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+			   const float *X, size_t ldx, size_t T, size_t n)
 {
+	const size_t rows = q->rows;
+	const enum sf_dtype dt = q->dt;
+	const uint32_t *pos = q->pos;
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
 	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QI256_BLOCKS) {
@@ -503,7 +605,7 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, size_t ro
 			__m256 sc[SF_QRUN];
 			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
 			for (size_t k = 0; k < 4 * nq; k++)
-				col[k] = (const uint8_t *)cols[k0 + (k < m ? k : m - 1)] + off;
+				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
 			for (size_t k = 0; k < m; k++)
 				sc[k] = scales256(col[k], b0, nb);
 			for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
@@ -522,7 +624,7 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, size_t ro
 			}
 		}
 	}
-	qint_edges(Y, ldy, r0, r1, s0, s1, rows, cols, pos, off, dt, X, ldx, T, n);
+	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -628,14 +730,14 @@ INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t 
 /* The next run's scales and codes of blocks [b, b + nb), asked of memory
  * while this run computes: the columns sit in cache slots and read
  * buffers anywhere, each visited for a few lines a chunk of blocks. */
-static inline void qint_prefetch(const void *const *cols, const uint32_t *pos, size_t k0,
-				 size_t n, size_t off, enum sf_dtype dt, size_t rows, size_t b,
-				 size_t nb)
+static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size_t b, size_t nb)
 {
+	const enum sf_dtype dt = q->dt;
+	const size_t rows = q->rows;
 	if (k0 >= n)
 		return;
-	for (size_t k = k0, k1 = sf_qrun_end(pos, k0, n); k < k1; k++) {
-		const uint8_t *c = (const uint8_t *)cols[k] + off;
+	for (size_t k = k0, k1 = sf_qrun_end(q->pos, k0, n); k < k1; k++) {
+		const uint8_t *c = qsrc_col(q, k);
 		__builtin_prefetch(sf_q_scale_at(c, b));
 		for (const uint8_t *p = sf_q_codes_at(c, dt, rows, b);
 		     p < sf_q_codes_at(c, dt, rows, b + nb); p += 64)
@@ -668,10 +770,12 @@ INL T512I void qint512_tokens(float *Y, size_t ldy, size_t r0, const __m512 *sc,
 #define QI512_ONE_BLOCKS 64
 #define QI512_ONE_AHEAD 2
 
-static T512I void qint512_one(float *Y, size_t r0, size_t rows, const void *const *cols,
-			      const uint32_t *pos, size_t off, enum sf_dtype dt, const float *X,
+static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const float *X,
 			      size_t n, size_t B0, size_t B1)
 {
+	const size_t rows = q->rows;
+	const enum sf_dtype dt = q->dt;
+	const uint32_t *pos = q->pos;
 	struct qact512 qa[QI512_ONE_BLOCKS / QI512_BLOCKS];
 	int32_t acc[QI512_ONE_BLOCKS][SF_QBLOCK] __attribute__((aligned(64)));
 	float *y = Y - r0;
@@ -682,14 +786,15 @@ static T512I void qint512_one(float *Y, size_t r0, size_t rows, const void *cons
 		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
 		size_t k2 = k1 < n ? sf_qrun_end(pos, k1, n) : k1, nq2 = nq + (k2 - k1 + 3) / 4;
 		for (size_t k = 0; k < 4 * nq; k++)
-			col[k] = (const uint8_t *)cols[k0 + (k < m ? k : m - 1)] + off;
+			col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
 		for (size_t k = 0; k < 4 * (nq2 - nq); k++)
-			col[4 * nq + k] = (const uint8_t *)cols[k1 + k < k2 ? k1 + k : k2 - 1] + off;
+			col[4 * nq + k] = qsrc_col(q, k1 + k < k2 ? k1 + k : k2 - 1);
 		for (size_t c0 = B0; c0 < B1; c0 += QI512_ONE_BLOCKS) {
 			size_t c1 = B1 - c0 < QI512_ONE_BLOCKS ? B1 : c0 + QI512_ONE_BLOCKS;
-			for (size_t k = k1; k < k2; k++)	/* the next run's scales */
+			/* the next run's scales */
+			for (size_t k = k1; k < k2; k++)
 				for (size_t b = c0; b < c1; b += 32)
-					__builtin_prefetch(sf_q_scale_at((const uint8_t *)cols[k] + off, b));
+					__builtin_prefetch(sf_q_scale_at(qsrc_col(q, k), b));
 			for (size_t b0 = c0; b0 < c1; b0 += QI512_BLOCKS) {
 				size_t nb = c1 - b0 < QI512_BLOCKS ? c1 - b0 : QI512_BLOCKS;
 				__m512 sc[SF_QRUN];
@@ -702,7 +807,9 @@ static T512I void qint512_one(float *Y, size_t r0, size_t rows, const void *cons
 			for (size_t qd = 0; qd < nq; qd++) {
 				const uint8_t *const *ahead = qd + QI512_ONE_AHEAD < nq2 ?
 					col + 4 * (qd + QI512_ONE_AHEAD) : NULL;
-				size_t nl = 4 * (((c1 - c0) * sf_q_code_bytes(dt) + 63) / 64);
+				/* lines of that quad per block, in 1/16ths */
+				size_t per = ahead ? 4 * 16 * ((c1 - c0) * sf_q_code_bytes(dt) + 63) / 64 /
+						     (c1 - c0) : 0, l16 = 0;
 				for (size_t b = c0; b < c1; b++) {
 					const struct qact512 *q = &qa[(b - c0) / QI512_BLOCKS];
 					const uint8_t *c[4];
@@ -710,10 +817,10 @@ static T512I void qint512_one(float *Y, size_t r0, size_t rows, const void *cons
 					/* the lines of the quad QI512_ONE_AHEAD on, spread over
 					 * the blocks so the misses in flight stay few (a burst
 					 * of them stalls the loads) */
-					for (size_t l = (b - c0) * nl / (c1 - c0);
-					     ahead && l < (b + 1 - c0) * nl / (c1 - c0); l++)
+					for (size_t l = l16 / 16; l < (l16 + per) / 16; l++)
 						__builtin_prefetch(sf_q_codes_at(ahead[l % 4], dt, rows, c0) +
 								   l / 4 * 64);
+					l16 += per;
 					for (int j = 0; j < 4; j++)
 						c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
 					if (dt == SF_DTYPE_Q8) {
@@ -749,15 +856,17 @@ static T512I void qint512_one(float *Y, size_t r0, size_t rows, const void *cons
 	}
 }
 
-static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
-			      const void *const *cols, const uint32_t *pos, size_t off,
-			      enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n)
+static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
+			      const struct qsrc *q, const float *X, size_t ldx, size_t T, size_t n)
 {
+	const size_t rows = q->rows;
+	const enum sf_dtype dt = q->dt;
+	const uint32_t *pos = q->pos;
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
 	if (T == 1 && s0 < s1) {
-		qint512_one(Y, r0, rows, cols, pos, off, dt, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
-		qint_edges(Y, ldy, r0, r1, s0, s1, rows, cols, pos, off, dt, X, ldx, T, n);
+		qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+		qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 		return;
 	}
 	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QI512_BLOCKS) {
@@ -766,9 +875,9 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1, size_t
 			const uint8_t *col[SF_QRUN];
 			__m512 sc[SF_QRUN];
 			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0;
-			qint_prefetch(cols, pos, k1, n, off, dt, rows, b0, nb);
+			qint_prefetch(q, k1, n, b0, nb);
 			for (size_t k = 0; k < (m + 3) / 4 * 4; k++)
-				col[k] = (const uint8_t *)cols[k0 + (k < m ? k : m - 1)] + off;
+				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
 			for (size_t k = 0; k < m; k++)
 				sc[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
 					(__mmask16)((1u << nb) - 1), sf_q_scale_at(col[k], b0)));
@@ -782,7 +891,7 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1, size_t
 				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 1);
 		}
 	}
-	qint_edges(Y, ldy, r0, r1, s0, s1, rows, cols, pos, off, dt, X, ldx, T, n);
+	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 }
 
 #endif /* __x86_64__ */
@@ -814,18 +923,14 @@ void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 					      n);
 }
 
-typedef void qint_fn(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
-		     const void *const *cols, const uint32_t *pos, size_t off, enum sf_dtype dt,
-		     const float *X, size_t ldx, size_t T, size_t n);
-
 static qint_fn *const qint_table[SF_NISA] = {
-	[SF_ISA_REF] = sf_qcolaccum_int_ref,
+	[SF_ISA_REF] = qint_ref,
 #if defined(__x86_64__)
 	[SF_ISA_AVX2] = qint_avx2,
 	[SF_ISA_AVX512] = qint_avx512,
 #else
-	[SF_ISA_AVX2] = sf_qcolaccum_int_ref,
-	[SF_ISA_AVX512] = sf_qcolaccum_int_ref,
+	[SF_ISA_AVX2] = qint_ref,
+	[SF_ISA_AVX512] = qint_ref,
 #endif
 };
 
@@ -840,6 +945,13 @@ static enum sf_isa qint_level(void)
 	return isa;
 }
 
+void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+		  const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
+{
+	if (r0 < r1 && k && T)
+		qslab_tiles(qint_table[qint_level()], Y, ldy, r0, r1, s, pos, k, X, ldx, T);
+}
+
 const char *sf_qcolaccum_int_kernel(void)
 {
 	return qint_level() == SF_ISA_AVX512 ? "avx512vnni" : sf_isa_name(qint_level());
@@ -849,8 +961,9 @@ void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 		      const void *const *cols, const uint32_t *pos, size_t off, enum sf_dtype dt,
 		      const float *X, size_t ldx, size_t T, size_t n)
 {
+	const struct qsrc q = { .cols = cols, .off = off, .pos = pos, .rows = rows, .dt = dt };
 	if (r0 < r1 && n && T)
-		qint_table[qint_level()](Y, ldy, r0, r1, rows, cols, pos, off, dt, X, ldx, T, n);
+		qint_table[qint_level()](Y, ldy, r0, r1, &q, X, ldx, T, n);
 }
 
 void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,

@@ -47,7 +47,32 @@ void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 			  const void *const *cols, const uint32_t *pos, size_t off,
 			  enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n);
-/* The path sf_qcolaccum_int takes here: "avx512vnni", "avx2" or "ref". */
+/* A slab: one matrix's q8/q4 columns at positions p < n held for the
+ * integer path when a group is held in RAM whole, cut into tiles of
+ * SF_QSLAB_BLOCKS blocks: tile c holds, position after position, the
+ * column layout of blocks [c * SF_QSLAB_BLOCKS, ...) of each position's
+ * column, so the rows a thread computes lie in one stretch of memory that
+ * the kernels stream in order. The same bytes as the columns. */
+#define SF_QSLAB_BLOCKS 32
+struct sf_qslab {
+	uint8_t *mem;			/* (sf_qslab_bytes) */
+	size_t n, rows;
+	enum sf_dtype dt;
+};
+/* Bytes of a slab: n columns' bytes. */
+size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n);
+void sf_qslab_init(struct sf_qslab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n);
+/* Position p's column (rows s->rows, the column layout) into the slab. */
+void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col);
+/* sf_qcolaccum_int over positions pos[0..k) (ascending) of a slab, X as
+ * its: the same floats as over the same columns. */
+void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+		  const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
+void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
+
+/* The path sf_qcolaccum_int and sf_qslab_int take here: "avx512vnni",
+ * "avx2" or "ref". */
 const char *sf_qcolaccum_int_kernel(void);
 
 /* The same over any top-tier dtype (the sparse decoder's one call): block

@@ -430,13 +430,14 @@ static int check_ram(const struct sf_sparse *sp, struct sf_err *e)
 		return 0;
 	ret = sf_err_set(e, SF_ELIMIT, "%s: --ram %llu: %llu bytes needed: process %llu, "
 			 "resident %llu, KV cache and state %llu, buffers %llu, pinned %llu, "
-			 "cache %llu%s", sp->img->path, (unsigned long long)o->ram,
+			 "held groups %llu, cache %llu%s", sp->img->path, (unsigned long long)o->ram,
 			 (unsigned long long)sp->mem.total,
 			 (unsigned long long)sp->mem.process,
 			 (unsigned long long)sp->mem.resident,
 			 (unsigned long long)sp->mem.state,
 			 (unsigned long long)sp->mem.buffers,
 			 (unsigned long long)sp->mem.pinned,
+			 (unsigned long long)sp->mem.slabs,
 			 (unsigned long long)sp->mem.cache,
 			 o->simulate ? ", --simulate copy" : "");
 	if (o->simulate) {
@@ -611,9 +612,8 @@ static int open_reads(struct sf_sparse *sp, const struct flash_needs *fn, struct
 	return 0;
 }
 
-/* pread of [off, off + len) of the image, whole. */
-static int pread_all(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
-		     struct sf_err *e)
+int sparse_pread(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
+		 struct sf_err *e)
 {
 	for (uint64_t done = 0; done < len;) {
 		ssize_t r = pread(img->fd, buf + done, (size_t)(len - done), (off_t)(off + done));
@@ -655,7 +655,7 @@ static int load_pins(struct sf_sparse *sp, struct sf_err *e)
 				const struct sf_run *run = &sp->s.runs[r];
 				uint64_t off, len;
 				sf_image_top_range(G, run->start, run->start + run->len, &off, &len);
-				if ((ret = pread_all(img, sp->io.arena, len, off, e)))
+				if ((ret = sparse_pread(img, sp->io.arena, len, off, e)))
 					return ret;
 				for (; i < np && sp->s.tpos[i] < run->start + run->len; i++) {
 					void *slot;
@@ -746,7 +746,11 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 		goto out;
 
 	cache_opts(sp, &fn, &co, pinned);
-	size_cache(sp, &fn, &co, pinned, fixed_memory(sp, &fn));
+	uint64_t fixed = fixed_memory(sp, &fn), empty = sf_cache_footprint(&co);
+	/* whole groups first from what --ram leaves, then the cache */
+	sp->mem.slabs = sparse_slabs_plan(sp, o->ram > fixed + empty ? o->ram - fixed - empty : 0,
+					  fn.offloaded, fn.entries);
+	size_cache(sp, &fn, &co, pinned, fixed + sp->mem.slabs);
 	if ((ret = check_ram(sp, e)))
 		goto out;
 
@@ -757,7 +761,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	if ((ret = sf_cache_open(&sp->cache.c, &co, e)))
 		goto out;
 	sp->cache.use = !o->simulate && (o->policy != SF_CACHE_NONE || sp->mem.pinned);
-	if ((ret = open_reads(sp, &fn, e)))
+	if ((ret = open_reads(sp, &fn, e)) || (ret = sparse_slabs_load(sp, sp->mem.slabs, e)))
 		goto out;
 	if (sp->mem.pinned && (ret = load_pins(sp, e)))
 		goto out;
@@ -787,6 +791,7 @@ void sf_sparse_close(struct sf_sparse *sp)
 	sf_uring_close(sp->io.u);
 	sparse_reads_close(sp);
 	sparse_head_close(sp);
+	sparse_slabs_free(sp);
 	free(sp->io.order);
 	free(sp->io.seq);
 	free(sp->io.flash);

@@ -142,6 +142,7 @@ struct sf_sparse_memory {
 	uint64_t state;		/* KV cache and run state (the caller's figure) */
 	uint64_t buffers;	/* read buffers and per-group scratch */
 	uint64_t pinned;	/* the pinned set: slots and metadata */
+	uint64_t slabs;		/* groups held whole, in the integer kernels' layout */
 	uint64_t cache;		/* cache slots and metadata */
 	uint64_t simulate;	/* --simulate: the flash regions in RAM */
 	uint64_t offloaded;	/* top-tier bytes on flash (what --cache-ratio scales) */

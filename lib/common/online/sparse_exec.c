@@ -246,6 +246,7 @@ struct compute_task {
 	const struct sf_run *spans;	/* rows computed (bundle rows); NULL: all */
 	uint32_t nspans;
 	unsigned weight_cost;		/* top-tier weights one weight costs */
+	const struct sf_qslab *slab;	/* (nmat) the group held whole; NULL: columns */
 };
 
 /* Worker ith of nth's share of the output rows of every matrix of the
@@ -288,7 +289,10 @@ static void top_worker(void *arg, int ith, int nth)
 			if (r0 >= r1)
 				continue;
 			size_t rows = (size_t)G->mat[i].rows, off = (size_t)G->mat[i].offset;
-			if (sf_dtype_is_block(G->mat[i].dtype) && !sp->o.f32_activations)
+			if (t->slab)
+				sf_qslab_int(t->y[i] + r0, t->ld[i], r0, r1, &t->slab[i], sp->s.idx,
+					     sp->s.nidx, sp->s.xv, sp->s.ldx, (size_t)t->T);
+			else if (sf_dtype_is_block(G->mat[i].dtype) && !sp->o.f32_activations)
 				sf_qcolaccum_int(t->y[i] + r0, t->ld[i], r0, r1, rows, sp->s.cols,
 						 sp->s.idx, off, G->mat[i].dtype, sp->s.xv,
 						 sp->s.ldx, (size_t)t->T, sp->s.nidx);
@@ -438,6 +442,7 @@ static void fail_group(struct sf_sparse *sp, int ret, int T, int nout, float *co
 
 /* One group's pass through the steps: what each leaves for the next. */
 struct group_pass {
+	long gid;			/* layer * SF_NGROUPS + g */
 	int layer;
 	enum sf_group g;
 	const struct sf_image_group *G;
@@ -503,6 +508,10 @@ static void lookup_cache(struct sf_sparse *sp, struct group_pass *gp)
 
 	gp->hits = gp->nmiss = 0;
 	gp->slots = NULL;
+	if (sparse_held(sp, gp->gid)) {
+		gp->hits = gp->nt;
+		return;
+	}
 	if (sp->cache.use) {
 		for (size_t i = 0; i < gp->nt; i++)
 			sp->cache.tent[i] = G->perm[sp->s.tpos[i]];
@@ -540,6 +549,22 @@ static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
 	if ((ret = sparse_plan(sp, gp->b, &gp->top, sp->s.ents, gp->nmiss, sp->s.runlen, 0, gt)))
 		return ret;
 	return sparse_submit(sp);
+}
+
+/* The top tier of a group held whole: every selected position from its
+ * slabs in one batch, a thread's rows one stretch of memory. */
+static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
+			 struct compute_task *t, const uint64_t *tbits)
+{
+	t->slab = sp->slab.mat + (size_t)gp->gid * SF_GROUP_MAX_MATRICES;
+	for (size_t i = 0; i < gp->nt; i++) {
+		uint32_t p = sp->s.tpos[i];
+		sp->s.idx[sp->s.nidx] = p;
+		gather_inputs(sp, t, gp->in, gp->n, tbits, p, gp->G->perm[p]);
+		sp->s.nidx++;
+	}
+	flush(sp, top_worker, t);
+	t->slab = NULL;
 }
 
 /* 5. Both tiers computed in position order as their reads complete,
@@ -581,8 +606,10 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 					  &gp->mid, NULL, gp->mmir, G->mid_bytes, mid_worker, &t)))
 		return ret;
 	t.weight_cost = 1;
-	if ((ret = compute_tier(sp, G, gp->in, gp->n, ttop, sp->s.tpos, gp->nt, b, &gp->top,
-				gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
+	if (sparse_held(sp, gp->gid))
+		compute_held(sp, gp, &t, ttop);
+	else if ((ret = compute_tier(sp, G, gp->in, gp->n, ttop, sp->s.tpos, gp->nt, b, &gp->top,
+				     gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
 		return ret;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
 	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
@@ -699,7 +726,7 @@ void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in
 	struct sf_sparse *sp = ctx;
 	long gid = (long)layer * SF_NGROUPS + (long)g;
 	struct group_pass gp = {
-		.layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .T = T,
+		.gid = gid, .layer = layer, .g = g, .G = sf_image_group(sp->img, layer, g), .in = in, .T = T,
 		.n = n, .kt = sp->tiers.k_top[gid], .km = sp->tiers.k_mid[gid],
 	};
 	double t0 = sf_now();

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/kernels.h"
+#include "engine/kernels_q.h"
 #include "online/runs.h"
 #include "online/sparse.h"
 
@@ -202,6 +203,15 @@ struct sparse_compute {
 	int layers;
 };
 
+/* Groups held whole in RAM as slabs (sparse_slab.c). */
+struct sparse_slabs {
+	uint8_t *held;				/* (L * SF_NGROUPS) 1: held; NULL: none */
+	int groups;
+	struct sf_qslab *mat;			/* (L * SF_NGROUPS, SF_GROUP_MAX_MATRICES) */
+	uint8_t *mem;				/* (bytes) every slab */
+	uint64_t bytes;
+};
+
 /* Timing and the --stats figures. */
 struct sparse_stats {
 	uint64_t tokens;			/* tokens finished */
@@ -237,6 +247,7 @@ struct sf_sparse {
 	struct sparse_cache cache;
 	struct sparse_scratch s;
 	struct sparse_compute comp;
+	struct sparse_slabs slab;
 	struct sparse_stats st;
 	struct sf_sparse_memory mem;
 };
@@ -303,6 +314,25 @@ static inline int sparse_arrived(const struct iobuf *b, uint64_t off, uint64_t l
 		if (!(b->arrived[x / 64] >> (x % 64) & 1))
 			return 0;
 	return 1;
+}
+
+/* sparse.c: pread of [off, off + len) of the image, whole. */
+int sparse_pread(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
+		 struct sf_err *e);
+
+/* sparse_slab.c: the groups to hold in room bytes (marked in slab.held,
+ * their top-tier bytes and entries taken from offloaded and entries, per
+ * group kind) and their bytes; reading them in (after the read buffers
+ * are open); freeing. */
+uint64_t sparse_slabs_plan(struct sf_sparse *sp, uint64_t room, uint64_t *offloaded,
+			   uint64_t *entries);
+int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e);
+void sparse_slabs_free(struct sf_sparse *sp);
+
+/* Whether group gid is held whole. */
+static inline int sparse_held(const struct sf_sparse *sp, long gid)
+{
+	return sp->slab.held && sp->slab.held[gid];
 }
 
 /* sparse_exec.c: the struct sf_group_exec function (ctx: the decoder). */

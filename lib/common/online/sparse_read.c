@@ -427,7 +427,9 @@ static int read_ahead(struct sf_sparse *sp, struct iobuf *b, long gid)
 		if (nm)
 			sf_runs_positions(G->pos, n, ents, nm, sp->s.pscratch, mpos);
 	}
-	if (sp->cache.use)
+	if (sparse_held(sp, gid))
+		nt = 0;		/* in RAM whole */
+	else if (sp->cache.use)
 		nt = sf_cache_keep_unheld(sp->cache.c, (uint32_t)l, g, G->perm, tpos, nt);
 	if ((nm && G->mid && (ret = sparse_plan(sp, b, &mid, mpos, nm, NULL, 1, gt))) ||
 	    (ret = sparse_plan(sp, b, &top, tpos, nt, NULL, 1, gt)))

@@ -1,0 +1,129 @@
+/* Groups held whole (sparse_impl.h): when --ram leaves room for a q8 or
+ * q4 group's whole top tier, it is read once at open into slabs, the
+ * integer kernels' layout (engine/kernels_q.h), and computed from them
+ * every pass with no cache lookups, reads or batches: a thread's rows are
+ * one stretch of memory streamed in order. Which groups: every one when
+ * all fit; at budget 1 (every entry top tier, so a group's every bundle
+ * is read each pass) as many as fit in pass order, the cache taking the
+ * rest; none otherwise, the cache holding the hot entries of all groups.
+ * man/sf-run.1 (--ram). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/kernels_q.h"
+#include "online/sparse_impl.h"
+
+/* The bytes of group G's slabs, 0 when it cannot be held (resident, or
+ * a top tier not in blocks). */
+static uint64_t group_bytes(const struct sf_image_group *G)
+{
+	uint64_t b = 0;
+
+	if (G->resident)
+		return 0;
+	for (int i = 0; i < G->nmat; i++) {
+		if (!sf_dtype_is_block(G->mat[i].dtype))
+			return 0;
+		b += sf_qslab_bytes(G->mat[i].dtype, (size_t)G->mat[i].rows, G->entries);
+	}
+	return b;
+}
+
+uint64_t sparse_slabs_plan(struct sf_sparse *sp, uint64_t room, uint64_t *offloaded,
+			   uint64_t *entries)
+{
+	const struct sf_image *img = sp->img;
+	const struct sf_sparse_opts *o = &sp->o;
+	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS;
+	uint64_t all = 0, taken = 0;
+	int dense = 1, any = 0;
+
+	if (!o->ram || o->simulate || o->cache_ratio >= 0 || o->pin || o->f32_activations)
+		return 0;
+	for (size_t gid = 0; gid < ng; gid++) {
+		const struct sf_image_group *G = &img->groups[gid];
+		uint64_t b = group_bytes(G);
+		if (G->resident)
+			continue;
+		if (!b)
+			return 0;	/* a top tier of another dtype: none held */
+		all += b;
+		any = 1;
+		dense &= sp->tiers.k_top[gid] == G->source_entries && !sp->tiers.k_mid[gid];
+	}
+	if (!any || (all > room && !dense) || !(sp->slab.held = calloc(ng, 1)))
+		return 0;
+	for (size_t gid = 0; gid < ng; gid++) {	/* pass order */
+		const struct sf_image_group *G = &img->groups[gid];
+		uint64_t b = group_bytes(G);
+		if (G->resident)
+			continue;
+		if (taken + b > room)
+			break;
+		sp->slab.held[gid] = 1;
+		sp->slab.groups++;
+		taken += b;
+		offloaded[gid % SF_NGROUPS] -= (uint64_t)G->entries * G->top_bytes;
+		entries[gid % SF_NGROUPS] -= G->entries;
+	}
+	return taken;
+}
+
+int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e)
+{
+	const struct sf_image *img = sp->img;
+	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS;
+	uint64_t at = 0;
+	int ret;
+
+	if (!sp->slab.groups)
+		return 0;
+	if (!(sp->slab.mat = calloc(ng * SF_GROUP_MAX_MATRICES, sizeof(*sp->slab.mat))) ||
+	    posix_memalign((void **)&sp->slab.mem, 2u << 20, (size_t)bytes)) {
+		sp->slab.mem = NULL;
+		return sf_err_set(e, -ENOMEM, "%s: %llu bytes for the groups held in RAM: %s",
+				  img->path, (unsigned long long)bytes, strerror(ENOMEM));
+	}
+	sp->slab.bytes = bytes;
+#ifdef MADV_HUGEPAGE
+	madvise(sp->slab.mem, (size_t)bytes, MADV_HUGEPAGE);	/* a hint: TLB misses */
+#endif
+	for (size_t gid = 0; gid < ng; gid++) {
+		const struct sf_image_group *G = &img->groups[gid];
+		struct sf_qslab *s = sp->slab.mat + gid * SF_GROUP_MAX_MATRICES;
+		if (!sp->slab.held[gid])
+			continue;
+		for (int i = 0; i < G->nmat; i++) {
+			sf_qslab_init(&s[i], sp->slab.mem + at, G->mat[i].dtype, (size_t)G->mat[i].rows,
+				      G->entries);
+			at += sf_qslab_bytes(G->mat[i].dtype, (size_t)G->mat[i].rows, G->entries);
+		}
+		/* the region in pieces the read buffer holds, each bundle then
+		 * spread over its matrices' slabs */
+		uint64_t per = sp->io.buf_bytes / G->top_bytes;
+		for (uint32_t p0 = 0; p0 < G->entries; p0 += (uint32_t)per) {
+			uint32_t p1 = G->entries - p0 < per ? G->entries : p0 + (uint32_t)per;
+			uint64_t off = G->top->offset + (uint64_t)p0 * G->top_bytes;
+			uint64_t len = (uint64_t)(p1 - p0) * G->top_bytes;
+			if ((ret = sparse_pread(img, sp->io.arena, len, off, e)))
+				return ret;
+			for (uint32_t p = p0; p < p1; p++)
+				for (int i = 0; i < G->nmat; i++)
+					sf_qslab_put(&s[i], p, sp->io.arena + (uint64_t)(p - p0) * G->top_bytes +
+								       G->mat[i].offset);
+			/* read once: not worth the page cache's room */
+			posix_fadvise(img->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+		}
+	}
+	return 0;
+}
+
+void sparse_slabs_free(struct sf_sparse *sp)
+{
+	free(sp->slab.mat);
+	free(sp->slab.mem);
+	free(sp->slab.held);
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# sparseflash against llama.cpp on the same weights (issue 31's table):
+# the TinyLlama-1.1B shape (hidden 2048, intermediate 5632, 22 layers,
+# 32/4 heads, vocab 32000, untied, BF16, 2.2 GB; tests/fixtures/mkmodel
+# with mix4-1m's tokenizer), converted to a BF16 GGUF (tests/bench/
+# llamacpp.bash) and quantized by llama.cpp's own quantizer to Q4_0 and
+# Q8_0; packed by sf-pack as q4, q8 and BF16 images. The same prompt
+# text (the same ids: checked), -t THREADS, greedy, both sides in one
+# run, the configurations interleaved in each of REPEATS rounds, the
+# page cache of every file dropped before each run, medians:
+#   ram    decode and a PROMPT-token prompt with everything in RAM:
+#          llama.cpp Q4_0 repacked and plain (--no-repack), Q8_0, BF16;
+#          sf-run q4 and q8 images at budget 1 with --ram RAM_ALL (every
+#          group held whole), the BF16 image from its cache (--seg-admit
+#          1) and the dense engine (--model)
+#   cgroup the q4 image at budget 1 against Q4_0 (plain, and repacked
+#          where it runs) in memory cgroups of CGROUPS bytes (sf-run's
+#          --ram 95% of it), cold cache; fio's reads of the image in the
+#          same round
+# Writes runs.csv (config,round,pp,tg) and summary.json (medians and the
+# issue's ratios) under SF_BENCH_OUT; prints the table.
+#   tests/bench/vs-llamacpp.sh [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
+#       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
+#       [SCRATCH=/var/tmp/sf-vs-llamacpp] [LLAMACPP_DIR=/var/tmp/sf-llamacpp] [QUICK=1]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export PATH=$root/bin:$PATH
+. "$root/tests/bench/llamacpp.bash"
+. "$root/tests/bench/flash-lib.bash"
+
+PARTS=${PARTS:-ram cgroup}
+REPEATS=${REPEATS:-3}
+THREADS=${THREADS:-2}
+PROMPT=${PROMPT:-512}
+NGEN=${NGEN:-64}
+CGROUPS=${CGROUPS:-660000000 330000000}
+RAM_ALL=${RAM_ALL:-4000000000}
+scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp}
+out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp}
+shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
+if [ -n "${QUICK:-}" ]; then
+	shape=(--hidden 512 --intermediate 1376 --layers 4 --heads 8 --kv-heads 2 --vocab 4096)
+	scratch=$scratch-quick CGROUPS=${CGROUPS_QUICK:-40000000} PROMPT=64 NGEN=16 REPEATS=1
+fi
+mkdir -p "$scratch" "$out"
+log() { echo "vs-llamacpp: $*" >&2; }
+
+llamacpp_setup "${LLAMACPP_DIR:-/var/tmp/sf-llamacpp}"
+
+# --- the model, its GGUFs and images, made once
+m=$scratch/model
+if ! [ -f "$m/config.json" ]; then
+	log "making the model: ${shape[*]}"
+	"$root/build/opt/fixtures/mkmodel" -o "$m.tmp" "${shape[@]}" --max-pos 2048 --no-tie \
+		--tokenizer "$root/models/mix4-1m" >/dev/null
+	mv "$m.tmp" "$m"
+fi
+[ -f "$scratch/bf16.gguf" ] || llamacpp_gguf "$m" "$scratch/bf16.gguf" bf16
+for t in Q4_0 Q8_0; do
+	[ -f "$scratch/$t.gguf" ] || llamacpp_quantize "$scratch/bf16.gguf" "$scratch/$t.gguf" "$t" >/dev/null
+done
+for dt in q4 q8 bf16; do
+	[ -f "$scratch/$dt.sfimg" ] || sf-pack -q --model "$m" --dtype "${dt/bf16/keep}" -o "$scratch/$dt.sfimg"
+done
+files=("$scratch"/*.gguf "$scratch"/*.sfimg "$m"/model.safetensors)
+drop_all() { for f in "${files[@]}"; do dd if="$f" iflag=nocache count=0 status=none; done; }
+
+# --- the prompt: the same ids on both sides
+img=$scratch/q4.sfimg
+text=$(prompt_of "$PROMPT" "$scratch")
+sf_ids=$(sf-run "$img" -f "$text" -n 0 --verbose-prompt -t 1 2>&1 >/dev/null |
+	 sed -n 's/^ *\([0-9][0-9]*\) -> .*/\1/p' | paste -sd, -)
+llamacpp_tokenize "$scratch/bf16.gguf" "$(cat "$text")" > "$scratch/ids.json"
+ntok=$(jq length "$scratch/ids.json")
+if [ "$sf_ids" != "$(jq -r 'map(tostring) | join(",")' "$scratch/ids.json")" ]; then
+	log "the prompt's ids differ: sparseflash ${sf_ids:0:60}..., llama.cpp" \
+	    "$(jq -c '.[0:12]' "$scratch/ids.json")..."
+	exit 1
+fi
+log "prompt: $ntok tokens, the same ids on both sides"
+
+# --- one run of a configuration: "pp,tg"
+sf() {	# RAM ARGS...: sf-run, capped by RAM (0: not)
+	local ram=$1
+	shift
+	local cmd=(sf-run "$@" -f "$text" -n "$NGEN" --temp 0 --ignore-eos -t "$THREADS" --bench)
+	if [ "$ram" = 0 ]; then "${cmd[@]}"; else capped "$ram" "${cmd[@]}"; fi 2>/dev/null |
+		jq -r '"\(.pp),\(.tg)"'
+}
+lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
+	local ram=$1 r
+	shift
+	if [ "$ram" = 0 ]; then
+		r=$(llamacpp_decode "$1" "$THREADS" "$NGEN" "$scratch/ids.json" 2>/dev/null) || r=
+	else
+		r=$(capped "$ram" "$LLAMACPP_BIN" $(llamacpp_opts) decode "$1" "$THREADS" "$NGEN" \
+			"$scratch/ids.json" 2>/dev/null) || r=
+	fi
+	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second)"' <<< "$r" ||
+		echo "0,0"
+}
+
+configs=()
+for p in $PARTS; do
+	case $p in
+	ram) configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram lc-q8" "ram lc-bf16"
+		       "ram sf-q4" "ram sf-q8" "ram sf-bf16-cache" "ram sf-dense") ;;
+	cgroup) for c in $CGROUPS; do configs+=("$c lc-q4-plain" "$c lc-q4-repack" "$c sf-q4"); done ;;
+	*) log "unknown part $p"; exit 2 ;;
+	esac
+done
+[ -z "${cg:-}" ] && [[ " $PARTS " == *" cgroup "* ]] && flash_cgroup sf-vs-llamacpp
+trap '[ -z "${cg:-}" ] || rmdir "$cg" 2>/dev/null || true' EXIT
+
+run_config() {	# WHERE NAME
+	local where=$1 name=$2 ram=0 sfram=$RAM_ALL
+	if [ "$where" != ram ]; then
+		ram=$where
+		sfram=$((where * 95 / 100))
+	fi
+	case $name in
+	lc-q4-repack) LLAMACPP_REPACK=1 lc "$ram" "$scratch/Q4_0.gguf" ;;
+	lc-q4-plain) LLAMACPP_REPACK=0 lc "$ram" "$scratch/Q4_0.gguf" ;;
+	lc-q8) lc "$ram" "$scratch/Q8_0.gguf" ;;
+	lc-bf16) lc "$ram" "$scratch/bf16.gguf" ;;
+	sf-q4) sf "$ram" "$scratch/q4.sfimg" --ram "$sfram" ;;
+	sf-q8) sf "$ram" "$scratch/q8.sfimg" --ram "$sfram" ;;
+	sf-bf16-cache) sf "$ram" "$scratch/bf16.sfimg" --ram "$sfram" --seg-admit 1 ;;
+	sf-dense) sf "$ram" --model "$m" ;;
+	esac
+}
+
+echo "config,where,round,pp,tg" > "$out/runs.csv"
+: > "$out/device.csv"
+for r in $(seq 1 "$REPEATS"); do
+	if [[ " $PARTS " == *" cgroup "* ]]; then
+		drop_all
+		gbs=$(fio --name=f --filename="$scratch/q4.sfimg" --readonly --output-format=json \
+			--direct=1 --rw=read --bs=256k --iodepth=32 --ioengine=io_uring --runtime=4 \
+			--time_based=0 --size=100% | jq '.jobs[0].read.bw_bytes / 1e9')
+		echo "$r,$gbs" >> "$out/device.csv"
+	fi
+	for c in "${configs[@]}"; do
+		set -- $c
+		drop_all
+		res=$(run_config "$1" "$2")
+		echo "$2,$1,$r,$res" >> "$out/runs.csv"
+		log "round $r: $2 at $1: pp,tg $res"
+	done
+done
+
+# --- medians and the issue's ratios
+med() {	# NAME WHERE COLUMN(4 pp, 5 tg)
+	awk -F, -v n="$1" -v w="$2" -v c="$3" '$1 == n && $2 == w { print $c }' "$out/runs.csv" | median
+}
+{
+	echo "{"
+	echo "\"date\": \"$(date -u +%F)\", \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)\","
+	echo "\"threads\": $THREADS, \"prompt_tokens\": $ntok, \"generated\": $NGEN, \"repeats\": $REPEATS,"
+	echo "\"device_gbs\": [$(cut -d, -f2 "$out/device.csv" | paste -sd,)],"
+	echo "\"medians\": ["
+	sep=
+	for c in "${configs[@]}"; do
+		set -- $c
+		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5)}"
+		sep=,
+	done
+	echo "]}"
+} > "$out/summary.json"
+jq -r '.medians[] | [.where, .config, (.pp * 10 | round / 10), (.tg * 100 | round / 100)] | @tsv' \
+	"$out/summary.json" | column -t
+ratio() {	# WHERE A B COLUMN: median A over median B
+	jq -r --arg w "$1" --arg a "$2" --arg b "$3" --arg c "$4" '
+		[.medians[] | select(.where == $w)] as $m |
+		($m[] | select(.config == $a) | .[$c]) as $x |
+		($m[] | select(.config == $b) | .[$c]) as $y |
+		if $y > 0 then ($x / $y * 100 | round / 100) else "n/a" end' "$out/summary.json"
+}
+if [[ " $PARTS " == *" ram "* ]]; then
+	echo "in RAM, decode: q4/best Q4_0 $(ratio ram sf-q4 lc-q4-repack tg) (repacked)" \
+	     "$(ratio ram sf-q4 lc-q4-plain tg) (plain); q8/Q8_0 $(ratio ram sf-q8 lc-q8 tg);" \
+	     "BF16 image/dense engine $(ratio ram sf-bf16-cache sf-dense tg)"
+	echo "prompt: dense engine/llama.cpp BF16 $(ratio ram sf-dense lc-bf16 pp);" \
+	     "q4 image/Q4_0 $(ratio ram sf-q4 lc-q4-repack pp) (repacked) $(ratio ram sf-q4 lc-q4-plain pp) (plain)"
+fi
+for c in $CGROUPS; do
+	[[ " $PARTS " == *" cgroup "* ]] || break
+	echo "cgroup $c: q4 image/Q4_0 $(ratio "$c" sf-q4 lc-q4-plain tg) (plain)" \
+	     "$(ratio "$c" sf-q4 lc-q4-repack tg) (repacked)"
+done
+log "runs in $out/runs.csv, medians in $out/summary.json"
