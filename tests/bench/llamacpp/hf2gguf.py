@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""hf2gguf: a Hugging Face Llama checkpoint (config.json, model.safetensors or
+shards with model.safetensors.index.json, tokenizer.json when there is one)
+to a GGUF that llama.cpp loads, through gguf-py's GGUFWriter; numpy only.
+Used by tests/bench/llamacpp.bash (llamacpp_gguf); the tensors are streamed,
+so memory stays near one tensor. Q and K rows are permuted as llama.cpp's
+convert_hf_to_gguf.py (LlamaModel.permute) does: rotate-half RoPE to the
+interleaved pairs llama.cpp's LLAMA graph uses.
+
+Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
+import argparse
+import json
+import re
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+ST_DTYPES = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}
+# GGUF tensor types: numpy's dtype, and the GGML type when numpy has none
+OUT_TYPES = {"f32": (np.float32, None), "f16": (np.float16, None),
+             "bf16": (np.uint16, gguf.GGMLQuantizationType.BF16)}
+FILE_TYPES = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+              "bf16": gguf.LlamaFileType.MOSTLY_BF16}
+
+
+def fail(msg):
+    sys.exit(f"hf2gguf: {msg}")
+
+
+# --- safetensors: 8-byte little-endian header length, JSON header, data
+
+def safetensors_index(model_dir):
+    """{tensor name: (path, dtype, shape, data offset)} over every shard."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    out = {}
+    for name in files:
+        path = model_dir / name
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        size = path.stat().st_size
+        for key, t in header.items():
+            if key == "__metadata__":
+                continue
+            if t["dtype"] not in ST_DTYPES:
+                fail(f"{path}: {key}: dtype {t['dtype']}: only BF16, F16 and F32 are read")
+            begin, end = t["data_offsets"]
+            count = int(np.prod(t["shape"], dtype=np.int64))
+            if end - begin != count * np.dtype(ST_DTYPES[t["dtype"]]).itemsize or \
+               8 + n + end > size:
+                fail(f"{path}: {key}: data offsets {begin}..{end} do not fit its shape or the file")
+            out[key] = (path, t["dtype"], tuple(t["shape"]), 8 + n + begin)
+    return out
+
+
+def load(entry):
+    path, dtype, shape, offset = entry
+    return np.memmap(path, dtype=ST_DTYPES[dtype], mode="r", offset=offset, shape=shape)
+
+
+# --- dtype conversions (BF16 kept as its uint16 bit patterns)
+
+def to_f32(a, dtype):
+    if dtype == "BF16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32)
+
+
+def to_bf16(x):
+    """Round to nearest even, as torch does."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def convert(a, dtype, outtype):
+    if outtype == dtype.lower():
+        return a
+    x = to_f32(a, dtype)
+    return to_bf16(x) if outtype == "bf16" else x.astype(OUT_TYPES[outtype][0])
+
+
+def permute(w, n_head):
+    """convert_hf_to_gguf.py's LlamaModel.permute (n_head: the heads of w)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+# --- tokenizer
+
+def vocab_from_tokenizer(model_dir, n_vocab, writer, cfg):
+    """Writes tokenizer.ggml.*: "llama" (SentencePiece-style BPE with byte
+    fallback, merge ranks as scores), "gpt2" (byte-level BPE), or, with no
+    tokenizer.json, "no_vocab": n_vocab dummy tokens, ids only."""
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        writer.add_tokenizer_model("no_vocab")
+        return "no_vocab"
+    tj = json.loads(path.read_text(encoding="utf-8"))
+    model = tj["model"]
+    if model.get("type") != "BPE":
+        fail(f"{path}: model type {model.get('type')}: only BPE is converted")
+    tokens = [f"[PAD{i}]" for i in range(n_vocab)]
+    types = [gguf.TokenType.UNUSED] * n_vocab
+    for piece, i in model["vocab"].items():
+        if i >= n_vocab:
+            fail(f"{path}: token {i} {piece!r} beyond vocab_size {n_vocab}")
+        tokens[i], types[i] = piece, gguf.TokenType.NORMAL
+    specials = {}
+    for t in tj.get("added_tokens", []):
+        if t["id"] >= n_vocab:
+            fail(f"{path}: added token {t['id']} beyond vocab_size {n_vocab}")
+        tokens[t["id"]] = t["content"]
+        types[t["id"]] = gguf.TokenType.CONTROL if t.get("special") else gguf.TokenType.USER_DEFINED
+        specials[t["content"]] = t["id"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+
+    if model.get("byte_fallback"):
+        # llama.cpp's SPM tokenizer merges the adjacent pair whose joined
+        # piece scores highest: a piece's score is minus its merge's rank
+        scores = [0.0] * n_vocab
+        for i in range(n_vocab):
+            if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", tokens[i]):
+                types[i] = gguf.TokenType.BYTE
+        unk = model.get("unk_token")
+        if unk in model["vocab"]:
+            types[model["vocab"][unk]] = gguf.TokenType.UNKNOWN
+        for rank, m in enumerate(merges):
+            joined = m.replace(" ", "", 1)
+            if joined in model["vocab"]:
+                scores[model["vocab"][joined]] = -float(rank + 1)
+        writer.add_tokenizer_model("llama")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_scores(scores)
+        kind = "llama"
+    else:
+        pre = json.dumps(tj.get("pre_tokenizer"))
+        writer.add_tokenizer_model("gpt2")
+        # Llama 3's split regex -> llama.cpp's "llama-bpe" (ignore_merges too)
+        writer.add_tokenizer_pre("llama-bpe" if "(?i:'s|'t|'re|'ve|'m|'ll|'d)" in pre else "default")
+        writer.add_token_merges(merges)
+        kind = "gpt2"
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+
+    tc_path = model_dir / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text(encoding="utf-8")) if tc_path.is_file() else {}
+    ids = {}
+    for what, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                      ("unk", writer.add_unk_token_id)):
+        t = tc.get(f"{what}_token")
+        t = t.get("content") if isinstance(t, dict) else t
+        tid = specials.get(t, model["vocab"].get(t)) if t else cfg.get(f"{what}_token_id")
+        if isinstance(tid, int):
+            add(tid)
+            ids[what] = tid
+    # BOS: tokenizer_config.json's add_bos_token, else whether the
+    # post-processor's template names the BOS token
+    bos = tokens[ids["bos"]] if "bos" in ids else None
+    add_bos = tc.get("add_bos_token", bos is not None and
+                     json.dumps(bos) in json.dumps(tj.get("post_processor")))
+    writer.add_add_bos_token(bool(add_bos))
+    writer.add_add_eos_token(bool(tc.get("add_eos_token", False)))
+    return kind
+
+
+# --- main
+
+def main():
+    ap = argparse.ArgumentParser(description="Hugging Face Llama safetensors to GGUF")
+    ap.add_argument("model_dir", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--outtype", choices=["auto", "f32", "f16", "bf16"], default="auto",
+                    help="2-D tensors' type (auto: the checkpoint's); 1-D ones are F32")
+    a = ap.parse_args()
+
+    cfg = json.loads((a.model_dir / "config.json").read_text())
+    if cfg.get("model_type") != "llama":
+        fail(f"{a.model_dir}: model_type {cfg.get('model_type')!r}: only llama is converted")
+    if cfg.get("rope_scaling"):
+        fail(f"{a.model_dir}: rope_scaling {cfg['rope_scaling']}: not converted")
+    st = safetensors_index(a.model_dir)
+    n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_head)
+    n_embd = cfg["hidden_size"]
+    head_dim = cfg.get("head_dim") or n_embd // n_head
+    n_vocab = cfg["vocab_size"]
+    tied = "lm_head.weight" not in st
+    src_dtype = st["model.embed_tokens.weight"][1].lower()
+    outtype = src_dtype if a.outtype == "auto" else a.outtype
+
+    w = gguf.GGUFWriter(a.out, "llama")
+    w.add_name(a.model_dir.resolve().name)
+    w.add_file_type(FILE_TYPES[outtype])
+    w.add_vocab_size(n_vocab)
+    w.add_context_length(cfg.get("max_position_embeddings", 2048))
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_rope_dimension_count(head_dim)
+    if head_dim != n_embd // n_head:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    kind = vocab_from_tokenizer(a.model_dir, n_vocab, w, cfg)
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layer)
+    plan = []    # (gguf name, hf name, heads to permute by or 0)
+    for hf in st:
+        if re.search(r"rotary_emb\.inv_freq$", hf):
+            continue
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            fail(f"{a.model_dir}: tensor {hf}: no llama.cpp name")
+        heads = n_head if re.search(r"q_proj\.(weight|bias)$", hf) else \
+            n_kv if re.search(r"k_proj\.(weight|bias)$", hf) else 0
+        plan.append((name, hf, heads))
+    for name, hf, heads in plan:
+        shape = st[hf][2]
+        np_type, raw = OUT_TYPES["f32" if len(shape) == 1 else outtype]
+        w.add_tensor_info(name, shape, np.dtype(np_type),
+                          int(np.prod(shape)) * np.dtype(np_type).itemsize, raw_dtype=raw)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, hf, heads in plan:
+        entry = st[hf]
+        t = load(entry)
+        if heads:
+            t = permute(t, heads)
+        t = convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype)
+        w.write_tensor_data(np.ascontiguousarray(t))
+    w.close()
+    print(f"hf2gguf: {a.model_dir}: {len(plan)} tensors, {outtype}, vocab {kind} ({n_vocab}), "
+          f"{'tied' if tied else 'untied'} embeddings", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
