@@ -856,6 +856,73 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 	}
 }
 
+/* One token over a slab's tile, whose columns follow one another: per
+ * run, its inputs for the tile's blocks, then block by block the run's
+ * quads into sums held in registers and y once per block and run, while
+ * the next run's columns (the next stretch of memory) are asked for, a
+ * few lines a block. */
+static T512I void qint512_tile(float *Y, size_t r0, const struct qsrc *q, const float *X,
+			       size_t n, size_t B0, size_t B1)
+{
+	const size_t rows = q->rows;
+	const enum sf_dtype dt = q->dt;
+	const uint32_t *pos = q->pos;
+	struct qact512 qa[SF_QSLAB_BLOCKS / QI512_BLOCKS];
+	float *y = Y - r0;
+
+	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+		const uint8_t *col[SF_QRUN];
+		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
+		for (size_t k = 0; k < 4 * nq; k++)
+			col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+		for (size_t b0 = B0; b0 < B1; b0 += QI512_BLOCKS) {
+			size_t nb = B1 - b0 < QI512_BLOCKS ? B1 - b0 : QI512_BLOCKS;
+			__m512 sc[SF_QRUN];
+			for (size_t k = 0; k < m; k++)
+				sc[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+					(__mmask16)((1u << nb) - 1), sf_q_scale_at(col[k], b0)));
+			qprep512(&qa[(b0 - B0) / QI512_BLOCKS], sc, X + k0, 1, m, 1);
+		}
+		/* the next run's columns: [next, end) */
+		size_t k2 = k1 < n ? sf_qrun_end(pos, k1, n) : k1;
+		const uint8_t *next = k1 < n ? qsrc_col(q, k1) : NULL;
+		const uint8_t *end = k1 < n ? qsrc_col(q, k2 - 1) + q->stride : NULL;
+		size_t per = next ? (size_t)(end - next + 63) / 64 / (B1 - B0) + 1 : 0;
+		for (size_t b = B0; b < B1; b++) {
+			const struct qact512 *qb = &qa[(b - B0) / QI512_BLOCKS];
+			size_t i = (b - B0) % QI512_BLOCKS;
+			__m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+			for (size_t l = 0; l < per && next < end; l++, next += 64)
+				__builtin_prefetch(next);
+			for (size_t qd = 0; qd < nq; qd++) {
+				const uint8_t *c[4];
+				__m512i w0, w1;
+				for (int j = 0; j < 4; j++)
+					c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
+				if (dt == SF_DTYPE_Q8) {
+					__m512i flip = _mm512_set1_epi8((char)0x80);
+					w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
+					w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
+				} else {
+					__m512i p = rows4x16_512(c, 0), m15 = _mm512_set1_epi8(15);
+					w0 = _mm512_and_si512(p, m15);
+					w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m15);
+				}
+				__m512i a = _mm512_set1_epi32(qb->q[qd][i]);
+				lo = _mm512_dpbusd_epi32(lo, w0, a);
+				hi = _mm512_dpbusd_epi32(hi, w1, a);
+			}
+			__m512i off8 = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qb->sum[i]);
+			__m512 d = _mm512_set1_ps(qb->d[i]);
+			float *yb = y + SF_QBLOCK * b;
+			__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, off8));
+			__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, off8));
+			_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
+			_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
+		}
+	}
+}
+
 static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 			      const struct qsrc *q, const float *X, size_t ldx, size_t T, size_t n)
 {
@@ -865,7 +932,10 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
 	if (T == 1 && s0 < s1) {
-		qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+		if (q->tile)
+			qint512_tile(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+		else
+			qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
 		qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 		return;
 	}
