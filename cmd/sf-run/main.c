@@ -734,7 +734,8 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 		fprintf(stderr, "%s: reads: %s%s, qd %u, at most %u bytes, %d groups ahead "
 			"(predict %s); collapse %s\n"
 			"%s: memory: %llu bytes: process %llu, resident %llu, KV cache and state "
-			"%llu, buffers %llu, pinned %llu, cache %llu, simulate %llu; offloaded %llu\n",
+			"%llu, buffers %llu, pinned %llu, held groups %llu, cache %llu, simulate %llu; "
+			"offloaded %llu\n",
 			sf_progname, sf_sparse_backend(S->sparse),
 			so.buffered ? " (page cache)" : so.simulate ? "" : " (O_DIRECT)",
 			so.qd ? so.qd : SF_URING_DEFAULT_QD,
@@ -743,8 +744,8 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.process,
 			(unsigned long long)mem.resident, (unsigned long long)mem.state,
 			(unsigned long long)mem.buffers, (unsigned long long)mem.pinned,
-			(unsigned long long)mem.cache, (unsigned long long)mem.simulate,
-			(unsigned long long)mem.offloaded);
+			(unsigned long long)mem.slabs, (unsigned long long)mem.cache,
+			(unsigned long long)mem.simulate, (unsigned long long)mem.offloaded);
 		top_dtype_line(&S->image);
 	}
 out:
