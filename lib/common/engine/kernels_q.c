@@ -688,6 +688,26 @@ INL T512I __m512i rows4x16_512(const uint8_t *const *c, size_t at)
 	return _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), z);
 }
 
+/* Block b of four columns (col[0..3], rows rows) as rows: w0 rows 0-15,
+ * w1 rows 16-31, lanes of four unsigned bytes, one per column (q4: code
+ * + 8 as stored; q8: code + 128), for vpdpbusd. */
+INL T512I void quad_rows512(const uint8_t *const *col, enum sf_dtype dt, size_t rows, size_t b,
+			    __m512i *w0, __m512i *w1)
+{
+	const uint8_t *c[4];
+	for (int j = 0; j < 4; j++)
+		c[j] = sf_q_codes_at(col[j], dt, rows, b);
+	if (dt == SF_DTYPE_Q8) {
+		__m512i flip = _mm512_set1_epi8((char)0x80);
+		*w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
+		*w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
+	} else {
+		__m512i p = rows4x16_512(c, 0), m = _mm512_set1_epi8(15);
+		*w0 = _mm512_and_si512(p, m);
+		*w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+	}
+}
+
 /* As qmac256. The codes go in as unsigned bytes (q4: code + 8 as stored;
  * q8: code + 128), the offset times the activations' sum taken back. */
 INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t *const *col,
@@ -697,19 +717,8 @@ INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t 
 	for (int t = 0; t < NT; t++)
 		lo[t] = hi[t] = _mm512_setzero_si512();
 	for (size_t qd = 0; qd < nq; qd++) {
-		const uint8_t *c[4];
-		for (int j = 0; j < 4; j++)
-			c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
 		__m512i w0, w1;
-		if (dt == SF_DTYPE_Q8) {
-			__m512i flip = _mm512_set1_epi8((char)0x80);
-			w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
-			w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
-		} else {
-			__m512i p = rows4x16_512(c, 0), m = _mm512_set1_epi8(15);
-			w0 = _mm512_and_si512(p, m);
-			w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
-		}
+		quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
 		for (int t = 0; t < NT; t++) {
 			__m512i a = _mm512_set1_epi32(qa[t].q[qd][i]);
 			lo[t] = _mm512_dpbusd_epi32(lo[t], w0, a);
@@ -812,7 +821,6 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 						     (c1 - c0) : 0, l16 = 0;
 				for (size_t b = c0; b < c1; b++) {
 					const struct qact512 *q = &qa[(b - c0) / QI512_BLOCKS];
-					const uint8_t *c[4];
 					__m512i w0, w1;
 					/* the lines of the quad QI512_ONE_AHEAD on, spread over
 					 * the blocks so the misses in flight stay few (a burst
@@ -821,17 +829,7 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 						__builtin_prefetch(sf_q_codes_at(ahead[l % 4], dt, rows, c0) +
 								   l / 4 * 64);
 					l16 += per;
-					for (int j = 0; j < 4; j++)
-						c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
-					if (dt == SF_DTYPE_Q8) {
-						__m512i flip = _mm512_set1_epi8((char)0x80);
-						w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
-						w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
-					} else {
-						__m512i p = rows4x16_512(c, 0), m15 = _mm512_set1_epi8(15);
-						w0 = _mm512_and_si512(p, m15);
-						w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m15);
-					}
+					quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
 					__m512i a = _mm512_set1_epi32(q->q[qd][(b - c0) % QI512_BLOCKS]);
 					_mm512_store_si512(acc[b - c0], _mm512_dpbusd_epi32(
 						_mm512_load_si512(acc[b - c0]), w0, a));
@@ -895,19 +893,8 @@ static T512I void qint512_tile(float *Y, size_t r0, const struct qsrc *q, const 
 			for (size_t l = 0; l < per && next < end; l++, next += 64)
 				__builtin_prefetch(next);
 			for (size_t qd = 0; qd < nq; qd++) {
-				const uint8_t *c[4];
 				__m512i w0, w1;
-				for (int j = 0; j < 4; j++)
-					c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
-				if (dt == SF_DTYPE_Q8) {
-					__m512i flip = _mm512_set1_epi8((char)0x80);
-					w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
-					w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
-				} else {
-					__m512i p = rows4x16_512(c, 0), m15 = _mm512_set1_epi8(15);
-					w0 = _mm512_and_si512(p, m15);
-					w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m15);
-				}
+				quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
 				__m512i a = _mm512_set1_epi32(qb->q[qd][i]);
 				lo = _mm512_dpbusd_epi32(lo, w0, a);
 				hi = _mm512_dpbusd_epi32(hi, w1, a);
