@@ -189,7 +189,7 @@ has_png() {	# the plot, when gnuplot is there to draw it
 		    (map(select(.config == "mix4-1m"))[0].bytes_per_token))' "$D/speculative/summary.json"
 }
 
-@test "quant: every genre scored for each top tier; q4 at budget 1 moves about 18/64 of BF16's bytes" {
+@test "quant: every genre scored for each top tier; q4 at budget 1 moves at most about 18/64 of BF16's bytes" {
 	need_shared
 	run --separate-stderr env STUDY_OUT="$D/quant" SCRATCH="$D/quant-scratch" REPEATS=1 N=4 \
 		"$SF_ROOT/tests/bench/quant.sh"
@@ -197,6 +197,8 @@ has_png() {	# the plot, when gnuplot is there to draw it
 	# kjv and man, 10 configurations each, and the header
 	[ "$(wc -l < "$D/quant/quality.csv")" -eq 21 ]
 	jq -e '.budget_at_10pct | has("q4-spax") and has("q4-teal")' "$D/quant/summary.json"
+	# in the same --ram a q4 image holds groups whole (sf-run(1), --ram), which
+	# then cost no reads: at most its bytes' share, and still some reads
 	jq -e 'map(select(.config == "budget1")) | map({key: .dtype, value: .mb_per_token}) |
-		from_entries | .q4 / .bf16 > 0.26 and .q4 / .bf16 < 0.32' "$D/quant/speed.json"
+		from_entries | .q4 > 0 and .q4 / .bf16 < 0.32' "$D/quant/speed.json"
 }
