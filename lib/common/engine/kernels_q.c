@@ -555,7 +555,9 @@ INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *
 		      size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
 {
 	__m256i acc[QI256_TOKENS][4];
+#pragma GCC unroll 2
 	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
 		for (int r = 0; r < 4; r++)
 			acc[t][r] = _mm256_setzero_si256();
 	for (size_t qd = 0; qd < nq; qd++) {
@@ -564,8 +566,10 @@ INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *
 			c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
 		__m256i w[4];
 		qcodes_quad256(c, dt, w);
+#pragma GCC unroll 2
 		for (int t = 0; t < NT; t++) {
 			__m256i a = _mm256_set1_epi32(qa[t].q[qd][i]);
+#pragma GCC unroll 4
 			for (int r = 0; r < 4; r++)
 				acc[t][r] = dot4_256(acc[t][r], w[r], a, dt);
 		}
@@ -713,18 +717,22 @@ INL T512I void quad_rows512(const uint8_t *const *col, enum sf_dtype dt, size_t 
 INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t *const *col,
 		       size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
 {
+	/* the tokens' loops unrolled, so that their sums stay in registers */
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
+#pragma GCC unroll 8
 	for (int t = 0; t < NT; t++)
 		lo[t] = hi[t] = _mm512_setzero_si512();
 	for (size_t qd = 0; qd < nq; qd++) {
 		__m512i w0, w1;
 		quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
+#pragma GCC unroll 8
 		for (int t = 0; t < NT; t++) {
 			__m512i a = _mm512_set1_epi32(qa[t].q[qd][i]);
 			lo[t] = _mm512_dpbusd_epi32(lo[t], w0, a);
 			hi[t] = _mm512_dpbusd_epi32(hi[t], w1, a);
 		}
 	}
+#pragma GCC unroll 8
 	for (int t = 0; t < NT; t++) {
 		__m512i off = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qa[t].sum[i]);
 		__m512 d = _mm512_set1_ps(qa[t].d[i]);
