@@ -208,8 +208,7 @@ struct sparse_slabs {
 	uint8_t *held;				/* (L * SF_NGROUPS) 1: held; NULL: none */
 	int groups;
 	struct sf_qslab *mat;			/* (L * SF_NGROUPS, SF_GROUP_MAX_MATRICES) */
-	uint8_t *mem;				/* (bytes) every slab */
-	uint64_t bytes;
+	uint8_t *mem;				/* (mem.slabs bytes) every slab */
 };
 
 /* Timing and the --stats figures. */

@@ -87,7 +87,6 @@ int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e)
 		return sf_err_set(e, -ENOMEM, "%s: %llu bytes for the groups held in RAM: %s",
 				  img->path, (unsigned long long)bytes, strerror(ENOMEM));
 	}
-	sp->slab.bytes = bytes;
 #ifdef MADV_HUGEPAGE
 	madvise(sp->slab.mem, (size_t)bytes, MADV_HUGEPAGE);	/* a hint: TLB misses */
 #endif
