@@ -425,8 +425,13 @@ unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
 	return mask;
 }
 
-int sf_opt_top_dtype(const char *opt, const char *s, int blocks_only)
+int sf_opt_dtype(const char *opt, const char *s, enum sf_opt_dtypes which)
 {
+	static const char *const lists[] = {
+		[SF_OPT_DTYPES_TOP] = "keep, bf16, f16, f32, q8 or q4",
+		[SF_OPT_DTYPES_TOP_BLOCKS] = "keep, q8 or q4",
+		[SF_OPT_DTYPES_ROWS] = "keep, q8, q6 or q4",
+	};
 	char up[8];
 	size_t n = strlen(s);
 	int lower = n < sizeof(up);	/* "BF16" is no more a --dtype than "Keep" */
@@ -438,10 +443,12 @@ int sf_opt_top_dtype(const char *opt, const char *s, int blocks_only)
 		lower = !(s[i] >= 'A' && s[i] <= 'Z');
 		up[i] = s[i] >= 'a' && s[i] <= 'z' ? (char)(s[i] - 'a' + 'A') : s[i];
 	}
-	if (lower && !sf_dtype_parse_any(up, &dt) && (!blocks_only || sf_dtype_is_block(dt)))
+	if (lower && !sf_dtype_parse_any(up, &dt) &&
+	    (which == SF_OPT_DTYPES_TOP ? sf_dtype_is_top(dt)
+	     : which == SF_OPT_DTYPES_TOP_BLOCKS ? sf_dtype_is_top(dt) && sf_dtype_is_block(dt)
+	     : sf_dtype_is_block(dt)))
 		return (int)dt;
-	sf_usage_error("%s: '%s' is not %s", opt, s, blocks_only ? "keep, q8 or q4" :
-		       "keep, bf16, f16, f32, q8 or q4");
+	sf_usage_error("%s: '%s' is not %s", opt, s, lists[which]);
 }
 
 const char *sf_opt_path(const char *opt, const char *s)

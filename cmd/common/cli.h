@@ -109,12 +109,15 @@ void sf_opt_layer_range(const char *opt, const char *s, int max, int *lo, int *h
 #define SF_GROUPS_ALIASES 1
 unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags);
 
-/* A top tier's --dtype (sf-pack, sf-encode --calibrate): keep (-1, each
- * matrix's own dtype) or an enum sf_dtype by its name in lower case:
- * bf16, f16, f32, q8, q4, or with blocks_only keep, q8 and q4 alone. A
- * usage error lists them. */
+/* A dtype option: keep (-1, each matrix's own dtype) or an enum sf_dtype
+ * by its name in lower case, of those which takes: a top tier's --dtype
+ * (sf-pack: bf16, f16, f32, q8, q4; sf-encode --calibrate: q8 and q4
+ * alone), or the embedding's and head's rows (sf-pack
+ * --token-embedding-type, --output-tensor-type: q8, q6, q4). A usage
+ * error lists them. */
 #define SF_OPT_DTYPE_KEEP (-1)
-int sf_opt_top_dtype(const char *opt, const char *s, int blocks_only);
+enum sf_opt_dtypes { SF_OPT_DTYPES_TOP, SF_OPT_DTYPES_TOP_BLOCKS, SF_OPT_DTYPES_ROWS };
+int sf_opt_dtype(const char *opt, const char *s, enum sf_opt_dtypes which);
 
 /* A file or directory name: an empty one is a usage error
  * ("--model: an empty name"), not the current or root directory. */

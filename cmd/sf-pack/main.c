@@ -26,15 +26,15 @@
 
 struct options {
 	const char *model_dir, *placement, *codes, *calib, *keep, *resident, *dtype_name,
-		   *quant_name;
+		   *quant_name, *embed_name, *head_name;
 	const char *output, *verify, *info;
 	unsigned resident_mask;
-	int dtype, progress, quiet, verbose, dry_run, quant_set;
+	int dtype, embed_dtype, head_dtype, progress, quiet, verbose, dry_run, quant_set;
 	enum sf_quant_method quant;
 };
 
 enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE, O_QUANT,
-       O_VERIFY, O_INFO, O_DRY_RUN };
+       O_EMBED_TYPE, O_HEAD_TYPE, O_VERIFY, O_INFO, O_DRY_RUN };
 
 static const struct sf_opt options[] = {
 	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
@@ -47,8 +47,13 @@ static const struct sf_opt options[] = {
 	  "attn_out, ffn_in, ffn_out, attention, ffn, none\n(default none)", NULL, 0 },
 	{ "dtype", O_DTYPE, "T", "top tier: keep (the model's), bf16, f16, f32, or\n"
 	  "q8, q4 (blocks of 32 rows with an f16 scale)\n(default %s)", DEFAULT_DTYPE, 0 },
-	{ "quant", O_QUANT, "M", "q8/q4 block scales: rtn (round to nearest) or\n"
+	{ "quant", O_QUANT, "M", "block scales: rtn (round to nearest) or\n"
 	  "search (least squared error)\n(default %s)", DEFAULT_QUANT, 0 },
+	{ "token-embedding-type", O_EMBED_TYPE, "T", "the embedding's rows: keep, q8, q6 or q4\n"
+	  "(default: q4 with --dtype q4, q8 with q8, else keep)", NULL, 0 },
+	{ "output-tensor-type", O_HEAD_TYPE, "T", "the output head's rows (a tied embedding's\n"
+	  "too, unless given its own): keep, q8, q6 or q4\n"
+	  "(default: q6 with --dtype q4, q8 with q8, else keep)", NULL, 0 },
 	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
 	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image, with the least\n"
 	  "--ram of sf-run", NULL, 0 },
@@ -77,6 +82,24 @@ static const struct sf_cmd cmd = {
 	"  sf-pack --model models/mix4-1m --dry-run | jq .ram_at_least\n",
 };
 
+/* Whether anything is packed in a block dtype (what --quant applies to). */
+static int quantizes(const struct options *o)
+{
+	const int dt[] = { o->dtype, o->embed_dtype, o->head_dtype };
+	for (size_t i = 0; i < sizeof(dt) / sizeof(dt[0]); i++)
+		if (dt[i] != SF_OPT_DTYPE_KEEP && sf_dtype_is_block((enum sf_dtype)dt[i]))
+			return 1;
+	return 0;
+}
+
+/* A dtype option's value as given: "keep" or the name in lower case. */
+static const char *dtype_option(int dt)
+{
+	static const char *const names[] = { [SF_DTYPE_Q8] = "q8", [SF_DTYPE_Q6] = "q6",
+					     [SF_DTYPE_Q4] = "q4" };
+	return dt == SF_OPT_DTYPE_KEEP ? "keep" : names[dt];
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
 	int c;
@@ -94,6 +117,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_RESIDENT: o->resident = optarg; break;
 		case O_DTYPE: o->dtype_name = optarg; break;
 		case O_QUANT: o->quant_name = optarg; o->quant_set = 1; break;
+		case O_EMBED_TYPE: o->embed_name = optarg; break;
+		case O_HEAD_TYPE: o->head_name = optarg; break;
 		case O_VERIFY: o->verify = optarg; break;
 		case O_INFO: o->info = optarg; break;
 		case O_DRY_RUN: o->dry_run = 1; break;
@@ -108,7 +133,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		if (o->verify && o->info)
 			sf_usage_error("--verify and --info cannot be combined");
 		if (o->model_dir || o->output || o->placement || o->codes || o->calib || o->keep ||
-		    o->resident)
+		    o->resident || o->embed_name || o->head_name)
 			sf_usage_error("--%s takes only the image", o->verify ? "verify" : "info");
 		return;
 	}
@@ -121,11 +146,21 @@ static void parse_args(int argc, char **argv, struct options *o)
 	if (o->output && !strcmp(o->output, "-"))
 		sf_usage_error("-o: an image is written to a file, not to standard output");
 	_Static_assert(SF_OPT_DTYPE_KEEP == SF_IMAGE_DTYPE_KEEP, "one keep");
-	o->dtype = sf_opt_top_dtype("--dtype", o->dtype_name, 0);
+	o->dtype = sf_opt_dtype("--dtype", o->dtype_name, SF_OPT_DTYPES_TOP);
+	/* llama.cpp's choice for its Q4_0 and Q8_0 files: the head keeps
+	 * more bits (Q6_K), the embedding the matrices' type */
+	o->embed_dtype = o->embed_name ? sf_opt_dtype("--token-embedding-type", o->embed_name,
+						      SF_OPT_DTYPES_ROWS)
+		       : sf_dtype_is_block((enum sf_dtype)o->dtype) ? o->dtype : SF_OPT_DTYPE_KEEP;
+	o->head_dtype = o->head_name ? sf_opt_dtype("--output-tensor-type", o->head_name,
+						    SF_OPT_DTYPES_ROWS)
+		      : o->dtype == SF_DTYPE_Q4 ? SF_DTYPE_Q6
+		      : o->dtype == SF_DTYPE_Q8 ? SF_DTYPE_Q8 : SF_OPT_DTYPE_KEEP;
 	if (sf_quant_method_parse(o->quant_name, &o->quant))
 		sf_usage_error("--quant: '%s' is not rtn or search", o->quant_name);
-	if (o->quant_set && o->dtype != SF_DTYPE_Q8 && o->dtype != SF_DTYPE_Q4)
-		sf_usage_error("--quant applies to --dtype q8 or q4");
+	if (o->quant_set && !quantizes(o))
+		sf_usage_error("--quant applies to q8, q6 and q4: --dtype, --token-embedding-type "
+			       "or --output-tensor-type");
 	o->resident_mask = o->resident ? sf_opt_groups("--resident", o->resident,
 						       SF_GROUPS_ALIASES) : 0;
 	if (o->keep && o->codes)
@@ -141,13 +176,16 @@ static void progress(void *arg, uint64_t done, uint64_t total)
 	sf_progress_update(arg, done >> 20, total ? (double)done / (double)total : -1);
 }
 
-static json_t *producer(const struct options *o)
+/* The options as packed; embed_dtype: as resolved for the model. */
+static json_t *producer(const struct options *o, int embed_dtype)
 {
 	json_t *opt = json_pack("{s:s, s:s?, s:s?, s:s?, s:s?, s:s, s:s}", "model", o->model_dir,
 				"placement", o->placement, "codes", o->codes, "calib", o->calib,
 				"keep", o->keep, "resident", o->resident ? o->resident : "none",
 				"dtype", o->dtype_name);
-	if (o->dtype == SF_DTYPE_Q8 || o->dtype == SF_DTYPE_Q4)
+	json_object_set_new(opt, "token_embedding_type", json_string(dtype_option(embed_dtype)));
+	json_object_set_new(opt, "output_tensor_type", json_string(dtype_option(o->head_dtype)));
+	if (quantizes(o))
 		json_object_set_new(opt, "quant", json_string(o->quant_name));
 	return json_pack("{s:s, s:s, s:o}", "program", "sf-pack", "version", SF_VERSION, "options",
 			 opt);
@@ -292,7 +330,9 @@ static int pack(const struct options *o)
 	    (o->calib && (ret = sf_calib_load(&cal, o->calib, &e))) ||
 	    (o->keep && (ret = sf_image_keep_read(&keep, o->keep, &m, &e))))
 		goto out;
-	prod = producer(o);
+	/* a tied matrix is the head's too: its type unless given its own */
+	int embed_dtype = m.cfg.tie_embeddings && !o->embed_name ? o->head_dtype : o->embed_dtype;
+	prod = producer(o, embed_dtype);
 	sf_progress_init(&pr, o->progress, o->quiet, "MiB");
 	struct sf_image_pack_opts po = {
 		.model = &m, .model_dir = o->model_dir,
@@ -301,6 +341,7 @@ static int pack(const struct options *o)
 		.calib = o->calib ? &cal : NULL, .calib_path = o->calib,
 		.keep = o->keep ? &keep : NULL, .keep_path = o->keep,
 		.resident = o->resident_mask, .dtype = o->dtype, .quant = o->quant,
+		.embed_dtype = embed_dtype, .head_dtype = o->head_dtype,
 		.producer = prod,
 		.progress = progress, .progress_arg = &pr,
 	};

@@ -490,8 +490,8 @@ static void check_damage(const char *name)
 	CHECK(!truncate(dst, 100), "truncate");
 	open_fails(dst, "truncated?", __LINE__);
 	CHECK(!copy_file(src, dst), "copy");
-	flip(dst, 8);	/* version 3 -> 19 */
-	open_fails(dst, "image format version 19, expected 3", __LINE__);
+	flip(dst, 8);	/* version 4 -> 20 */
+	open_fails(dst, "image format version 20, expected 4", __LINE__);
 
 	CHECK(!copy_file(src, dst), "copy");
 	flip(dst, 0);

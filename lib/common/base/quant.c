@@ -60,7 +60,7 @@ static double codes_at(const float *w, size_t n, float s, int qmax, int *q)
 static int quant_block(uint8_t *scale, uint8_t *codes, enum sf_dtype dt, const float *w,
 		       size_t n, enum sf_quant_method m)
 {
-	const int qmax = dt == SF_DTYPE_Q8 ? SF_Q8_MAX : SF_Q4_MAX;
+	const int qmax = sf_q_max(dt), bias = sf_q_bias(dt);
 	float amax = 0.0f;
 	int q[SF_QBLOCK] = { 0 }, t[SF_QBLOCK] = { 0 };	/* rows past n: code 0 */
 
@@ -94,7 +94,13 @@ static int quant_block(uint8_t *scale, uint8_t *codes, enum sf_dtype dt, const f
 		return 0;
 	}
 	for (size_t i = 0; i < SF_QBLOCK / 2; i++)
-		codes[i] = (uint8_t)((q[i] + 8) | (q[i + 16] + 8) << 4);
+		codes[i] = (uint8_t)(((q[i] + bias) & 15) | ((q[i + 16] + bias) & 15) << 4);
+	if (dt == SF_DTYPE_Q6)
+		for (size_t j = 0; j < 8; j++) {
+			codes[16 + j] = 0;
+			for (size_t k = 0; k < 4; k++)
+				codes[16 + j] |= (uint8_t)(((q[8 * k + j] + bias) >> 4) << (2 * k));
+		}
 	return 0;
 }
 

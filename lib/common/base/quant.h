@@ -1,5 +1,7 @@
-/* The quantized top tier's columns (sf-pack --dtype q8|q4): a column of
- * rows is cut into blocks of SF_QBLOCK consecutive rows, each an f16 scale
+/* The quantized top tier's columns (sf-pack --dtype q8|q4), and the rows
+ * of a quantized embedding and output head (q8, q6, q4): a vector (a
+ * column of rows rows, or a row of cols elements: "rows" below) is cut
+ * into blocks of SF_QBLOCK consecutive rows, each an f16 scale
  * and the rows' signed codes, weight = code * scale (symmetric: the
  * weights of a column are centred on zero, so a minimum would spend two
  * bytes a block on nothing). The column holds every block's scale first,
@@ -20,6 +22,8 @@
 #define SF_Q4_BLOCK_BYTES 18	/* a block's f16 scale and 16 bytes of 4-bit codes */
 #define SF_Q8_MAX 127		/* codes -127..127 (rtn), -128 reachable by search */
 #define SF_Q4_MAX 7		/* codes -8..7 stored as code + 8 */
+#define SF_Q6_BLOCK_BYTES 26	/* a block's f16 scale and 24 bytes of 6-bit codes */
+#define SF_Q6_MAX 31		/* codes -32..31 stored as code + 32 */
 
 /* The blocks of a column of rows rows. */
 static inline size_t sf_q_blocks(size_t rows)
@@ -29,10 +33,24 @@ static inline size_t sf_q_blocks(size_t rows)
 
 /* Bytes of one block's codes: q8, row i at byte i; q4, byte i holds row i
  * in its low nibble and row i + 16 in its high one, each code + 8 (so 16
- * bytes unpack to two runs of 16 rows). */
+ * bytes unpack to two runs of 16 rows); q6, the low 4 bits of code + 32
+ * as q4's 16 bytes, then 8 bytes whose byte j holds the high 2 bits of
+ * rows j, j + 8, j + 16 and j + 24 at bits 0, 2, 4 and 6 (so a 64-bit
+ * shift by 2k lines up the run of rows 8k..8k+7). */
 static inline size_t sf_q_code_bytes(enum sf_dtype dt)
 {
-	return dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES - 2 : SF_Q4_BLOCK_BYTES - 2;
+	return dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES - 2
+	     : dt == SF_DTYPE_Q6 ? SF_Q6_BLOCK_BYTES - 2 : SF_Q4_BLOCK_BYTES - 2;
+}
+/* The largest code of a block dtype, and what its codes are stored plus
+ * (0 for q8's two's complement bytes). */
+static inline int sf_q_max(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8 ? SF_Q8_MAX : dt == SF_DTYPE_Q6 ? SF_Q6_MAX : SF_Q4_MAX;
+}
+static inline int sf_q_bias(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8 ? 0 : sf_q_max(dt) + 1;
 }
 
 /* Block b's scale (f16, little-endian) and codes in the column at col. */
@@ -57,7 +75,7 @@ int sf_quant_method_parse(const char *name, enum sf_quant_method *m);
 
 /* Writes the sf_dtype_col_bytes(dt, rows) bytes of column w[0..rows) in
  * block dtype dt. 0, or -ERANGE when a weight is not finite or a block's
- * scale leaves f16's range (max |w| over 127 or 7 above 65504). */
+ * scale leaves f16's range (max |w| over the largest code above 65504). */
 int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
 		    enum sf_quant_method m);
 /* w[0..rows) = the column's weights, code * scale in f32 as the kernels
@@ -75,13 +93,22 @@ static inline int sf_q4_code(const uint8_t *codes, size_t i)
 {
 	return (int)((codes[i % 16] >> (i / 16 * 4)) & 15) - 8;
 }
+static inline int sf_q6_code(const uint8_t *codes, size_t i)
+{
+	int lo = (codes[i % 16] >> (i / 16 * 4)) & 15, hi = (codes[16 + i % 8] >> (i / 8 * 2)) & 3;
+	return (lo | hi << 4) - 32;
+}
+static inline int sf_q_code(const uint8_t *codes, enum sf_dtype dt, size_t i)
+{
+	return dt == SF_DTYPE_Q8 ? sf_q8_code(codes, i)
+	     : dt == SF_DTYPE_Q6 ? sf_q6_code(codes, i) : sf_q4_code(codes, i);
+}
 /* The weight of row r of the column at col: code * scale in f32, as every
  * kernel computes it. */
 static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t r)
 {
 	const uint8_t *c = sf_q_codes_at(col, dt, rows, r / SF_QBLOCK);
-	int code = dt == SF_DTYPE_Q8 ? sf_q8_code(c, r % SF_QBLOCK) : sf_q4_code(c, r % SF_QBLOCK);
-	return (float)code * sf_quant_scale(col, r / SF_QBLOCK);
+	return (float)sf_q_code(c, dt, r % SF_QBLOCK) * sf_quant_scale(col, r / SF_QBLOCK);
 }
 
 #endif

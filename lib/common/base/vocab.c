@@ -15,7 +15,8 @@ size_t sf_dtype_size(enum sf_dtype dt)
 	case SF_DTYPE_F16: return 2;
 	case SF_DTYPE_BF16: return 2;
 	case SF_DTYPE_Q8:
-	case SF_DTYPE_Q4: break;
+	case SF_DTYPE_Q4:
+	case SF_DTYPE_Q6: break;
 	}
 	return 0;
 }
@@ -28,6 +29,7 @@ const char *sf_dtype_name(enum sf_dtype dt)
 	case SF_DTYPE_BF16: return "BF16";
 	case SF_DTYPE_Q8: return "Q8";
 	case SF_DTYPE_Q4: return "Q4";
+	case SF_DTYPE_Q6: return "Q6";
 	}
 	return "?";
 }
@@ -35,7 +37,7 @@ const char *sf_dtype_name(enum sf_dtype dt)
 int sf_dtype_parse_any(const char *name, enum sf_dtype *dt)
 {
 	static const enum sf_dtype all[] = { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16,
-					     SF_DTYPE_Q8, SF_DTYPE_Q4 };
+					     SF_DTYPE_Q8, SF_DTYPE_Q4, SF_DTYPE_Q6 };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (!strcmp(name, sf_dtype_name(all[i]))) {
@@ -57,7 +59,12 @@ int sf_dtype_parse(const char *name, enum sf_dtype *dt)
 
 int sf_dtype_is_block(enum sf_dtype dt)
 {
-	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4;
+	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4 || dt == SF_DTYPE_Q6;
+}
+
+int sf_dtype_is_top(enum sf_dtype dt)
+{
+	return dt != SF_DTYPE_Q6;
 }
 
 uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
@@ -67,6 +74,7 @@ uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
 	switch (dt) {
 	case SF_DTYPE_Q8: return blocks * SF_Q8_BLOCK_BYTES;
 	case SF_DTYPE_Q4: return blocks * SF_Q4_BLOCK_BYTES;
+	case SF_DTYPE_Q6: return blocks * SF_Q6_BLOCK_BYTES;
 	default: return rows * sf_dtype_size(dt);
 	}
 }

@@ -10,13 +10,16 @@
 // --- weight dtypes
 
 /* F32, F16 and BF16 are element dtypes (a model's tensors, the resident
- * blob, a top tier). Q8 and Q4 are block dtypes of the top tier only:
- * a column stored as blocks of SF_QBLOCK consecutive rows, each an f16
- * scale and the rows' 8- or 4-bit codes (base/quant.h, sf-formats(5)). */
-enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4 };
+ * blob, a top tier). Q8, Q6 and Q4 are block dtypes: a vector stored as
+ * blocks of SF_QBLOCK consecutive elements, each an f16 scale and the
+ * elements' 8-, 6- or 4-bit codes (base/quant.h, sf-formats(5)); Q8 and
+ * Q4 for a top tier's columns and the rows of the embedding and output
+ * head, Q6 for those rows only (the head of a q4 image). */
+enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4,
+		SF_DTYPE_Q6 };
 
 /* Bytes of one element; 0 for a block dtype. Names as safetensors spells
- * them ("BF16"), and "Q8", "Q4". */
+ * them ("BF16"), and "Q8", "Q6", "Q4". */
 size_t sf_dtype_size(enum sf_dtype dt);
 const char *sf_dtype_name(enum sf_dtype dt);
 /* 0 and *dt set for an element dtype's name, or -1 (a block dtype's name
@@ -24,8 +27,10 @@ const char *sf_dtype_name(enum sf_dtype dt);
 int sf_dtype_parse(const char *name, enum sf_dtype *dt);
 /* The same over every dtype, block dtypes included (an image's top tier). */
 int sf_dtype_parse_any(const char *name, enum sf_dtype *dt);
-/* 1 for Q8 and Q4. */
+/* 1 for Q8, Q6 and Q4. */
 int sf_dtype_is_block(enum sf_dtype dt);
+/* 1 for the dtypes a top tier's columns may have: all but Q6. */
+int sf_dtype_is_top(enum sf_dtype dt);
 /* Bytes of one column of `rows` rows: rows elements, or whole blocks (the
  * last one's unused rows zero codes); 64 bits since rows * size can pass
  * size_t on 32-bit hosts. */

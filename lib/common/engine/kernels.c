@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/cpu.h"
+#include "engine/kernels_qrows.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -33,6 +34,10 @@ static inline size_t dt_size(enum sf_dtype dt)
 void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
 			const float *x, size_t r0, size_t r1)
 {
+	if (sf_dtype_is_block(dt)) {
+		sf_qmatmul_rows_ref(y, 1, W, dt, cols, x, 0, 1, r0, r1);
+		return;
+	}
 	for (size_t r = r0; r < r1; r++) {
 		float acc = 0.0f;
 		for (size_t c = 0; c < cols; c++)
@@ -1387,13 +1392,16 @@ static inline const struct kern *K(void)
 void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t r0, size_t r1)
 {
-	K()->matmul(y, 1, W, dt, cols, x, 0, 1, r0, r1);
+	sf_matmul_rows(y, 1, W, dt, cols, x, 0, 1, r0, r1);
 }
 
 void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	K()->matmul(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+	if (sf_dtype_is_block(dt))
+		sf_qmatmul_rows(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+	else
+		K()->matmul(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 }
 
 void sf_colaccum(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,

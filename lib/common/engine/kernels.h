@@ -13,7 +13,8 @@
 
 /* y[r - r0] = sum_c W[r][c] * x[c] for rows r in [r0, r1); W row-major
  * with `cols` columns in dtype dt. Threads split rows by calling this on
- * disjoint ranges. */
+ * disjoint ranges. A block dtype's rows (each sf_dtype_col_bytes) go to
+ * sf_qmatmul_rows (engine/kernels_qrows.h), the _ref's to its _ref. */
 void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t r0, size_t r1);
 void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,

@@ -104,8 +104,7 @@ static void qint_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct qs
 				for (size_t k = k0; k < k1; k++) {
 					const uint8_t *c = sf_q_codes_at(qsrc_col(q, k), q->dt, q->rows, b);
 					int qk = (int)nearbyintf(v[k - k0] * id);
-					sum += qk * (q->dt == SF_DTYPE_Q8 ? sf_q8_code(c, j % SF_QBLOCK)
-									: sf_q4_code(c, j % SF_QBLOCK));
+					sum += qk * sf_q_code(c, q->dt, j % SF_QBLOCK);
 				}
 				y[j] = fmaf(amax / 127.0f, (float)sum, y[j]);
 			}
@@ -999,9 +998,7 @@ static qint_fn *const qint_table[SF_NISA] = {
 #endif
 };
 
-/* sf_cpu_isa(), one below when AVX-512 lacks VNNI or VBMI. Read on every
- * call, so nothing is cached to race on. */
-static enum sf_isa qint_level(void)
+enum sf_isa sf_qint_isa(void)
 {
 	enum sf_isa isa = sf_cpu_isa();
 	if (isa == SF_ISA_AVX512 &&
@@ -1014,12 +1011,12 @@ void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qs
 		  const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
 {
 	if (r0 < r1 && k && T)
-		qslab_tiles(qint_table[qint_level()], Y, ldy, r0, r1, s, pos, k, X, ldx, T);
+		qslab_tiles(qint_table[sf_qint_isa()], Y, ldy, r0, r1, s, pos, k, X, ldx, T);
 }
 
 const char *sf_qcolaccum_int_kernel(void)
 {
-	return qint_level() == SF_ISA_AVX512 ? "avx512vnni" : sf_isa_name(qint_level());
+	return sf_qint_isa() == SF_ISA_AVX512 ? "avx512vnni" : sf_isa_name(sf_qint_isa());
 }
 
 void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
@@ -1028,7 +1025,7 @@ void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 {
 	const struct qsrc q = { .cols = cols, .off = off, .pos = pos, .rows = rows, .dt = dt };
 	if (r0 < r1 && n && T)
-		qint_table[qint_level()](Y, ldy, r0, r1, &q, X, ldx, T, n);
+		qint_table[sf_qint_isa()](Y, ldy, r0, r1, &q, X, ldx, T, n);
 }
 
 void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/vocab.h"
+#include "engine/cpu.h"
 
 /* For rows j in [r0, r1) of the columns k < n: Y[t * ldy + j - r0] +=
  * X[k * ldx + t] * w(k, j) for each token t < T whose sel[k * ldx + t] is
@@ -71,6 +72,10 @@ void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qs
 void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
 		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
 
+/* The level of the integer paths (here and engine/kernels_qrows.h):
+ * sf_cpu_isa(), one below when AVX-512 lacks VNNI or VBMI. Read on every
+ * call, so nothing is cached to race on. */
+enum sf_isa sf_qint_isa(void);
 /* The path sf_qcolaccum_int and sf_qslab_int take here: "avx512vnni",
  * "avx2" or "ref". */
 const char *sf_qcolaccum_int_kernel(void);

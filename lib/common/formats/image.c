@@ -201,6 +201,7 @@ struct pgroup {
 struct ptensor {
 	char name[96];
 	const struct sf_weight *w;
+	enum sf_dtype dt;	/* stored: w's, or a block dtype its rows are quantized to */
 	int ndim;
 	uint64_t off, len;	/* in the resident region */
 };
@@ -241,14 +242,23 @@ static void plan_free(struct plan *p)
 		free(p->texts[i]);
 }
 
-static void add_tensor(struct plan *p, const char *name, const struct sf_weight *w, int ndim)
+static int is_block_dt(int dt)
+{
+	return dt >= 0 && sf_dtype_is_block((enum sf_dtype)dt);
+}
+
+/* A resident tensor, its rows quantized to dt when that is a block dtype
+ * and they are whole blocks; else in its own dtype. */
+static void add_tensor(struct plan *p, const char *name, const struct sf_weight *w, int ndim,
+		       int dt)
 {
 	struct ptensor *t = &p->t[p->nt++];
 
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	t->w = w;
 	t->ndim = ndim;
-	t->len = w->rows * w->cols * sf_dtype_size(w->dtype);
+	t->dt = is_block_dt(dt) && w->cols % SF_QBLOCK == 0 ? (enum sf_dtype)dt : w->dtype;
+	t->len = w->rows * sf_dtype_col_bytes(t->dt, w->cols);
 }
 
 static void add_region(struct plan *p, enum sf_image_kind kind, int layer, enum sf_group g,
@@ -273,15 +283,17 @@ static void plan_tensors(struct plan *p)
 	const struct sf_model *m = p->o->model;
 	char n[80];
 
-	add_tensor(p, "model.embed_tokens.weight", &m->embed, 2);
-	add_tensor(p, "model.norm.weight", &m->final_norm, 1);
+	const struct sf_image_pack_opts *o = p->o;
+
+	add_tensor(p, "model.embed_tokens.weight", &m->embed, 2, o->embed_dtype);
+	add_tensor(p, "model.norm.weight", &m->final_norm, 1, -1);
 	if (!m->cfg.tie_embeddings)
-		add_tensor(p, "lm_head.weight", &m->lm_head, 2);
+		add_tensor(p, "lm_head.weight", &m->lm_head, 2, o->head_dtype);
 	for (int l = 0; l < p->nl; l++) {
 		const struct sf_layer_weights *L = &m->layers[l];
 #define T(field, suffix, nd) do { \
 		snprintf(n, sizeof(n), "model.layers.%d.%s", l, suffix); \
-		add_tensor(p, n, &L->field, nd); \
+		add_tensor(p, n, &L->field, nd, -1); \
 	} while (0)
 		T(attn_norm, "input_layernorm.weight", 1);
 		T(ffn_norm, "post_attention_layernorm.weight", 1);
@@ -295,7 +307,7 @@ static void plan_tensors(struct plan *p)
 			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
 			if (G->resident)
 				for (int i = 0; i < G->nmat; i++)
-					add_tensor(p, G->mat[i].tensor, G->mat[i].w, 2);
+					add_tensor(p, G->mat[i].tensor, G->mat[i].w, 2, -1);
 		}
 	}
 	uint64_t off = 0;
@@ -603,8 +615,9 @@ static json_t *header_json(const struct plan *p)
 		json_array_append_new(shape, ju(t->w->rows));
 		if (t->ndim == 2)
 			json_array_append_new(shape, ju(t->w->cols));
-		json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", t->name,
-						   "dtype", sf_dtype_name(t->w->dtype), "shape", shape,
+		json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "name", t->name,
+						   "dtype", sf_dtype_name(t->dt), "source_dtype",
+						   sf_dtype_name(t->w->dtype), "shape", shape,
 						   "offset", ju(t->off), "length", ju(t->len)));
 	}
 	json_object_set_new(h, "tensors", a);
@@ -843,6 +856,30 @@ static int quantize(const struct pgroup *G, const struct pmat *M, float *f, uint
 	return 0;
 }
 
+/* A resident tensor's rows quantized to its block dtype, one at a time. */
+static int write_quantized(struct wr *w, const struct ptensor *t, enum sf_quant_method quant,
+			   struct sf_err *e)
+{
+	size_t cols = (size_t)t->w->cols, rb = (size_t)sf_dtype_col_bytes(t->dt, cols);
+	float *f = malloc(cols * sizeof(float));
+	uint8_t *q = malloc(rb);
+	int ret = 0;
+
+	if (!f || !q)
+		ret = sf_err_set(e, -ENOMEM, "%s: %s", t->name, sf_strerror(-ENOMEM));
+	for (uint64_t r = 0; r < t->w->rows && !ret; r++) {
+		sf_weight_row(f, t->w, r);
+		if (sf_quant_column(q, t->dt, f, cols, quant))
+			ret = sf_err_set(e, SF_ELIMIT, "%s: row %" PRIu64 ": a weight not finite or a "
+					 "block's scale beyond the F16 range", t->name, r);
+		else
+			ret = wr_put(w, q, rb, 1, e);
+	}
+	free(f);
+	free(q);
+	return ret;
+}
+
 /* A group's bundles; each matrix leaves the resident set once read (a
  * model larger than memory is packed one matrix at a time). */
 static int write_top(struct wr *w, const struct sf_model *m, const struct pgroup *G,
@@ -913,8 +950,12 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 	case SF_REGION_RESIDENT:
 		for (size_t i = 0; i < p->nt && !ret; i++) {
 			const struct ptensor *t = &p->t[i];
-			if (!(ret = wr_put(w, NULL, t->off - (w->pos - r->offset), 1, e)))
+			if ((ret = wr_put(w, NULL, t->off - (w->pos - r->offset), 1, e)))
+				break;
+			if (t->dt == t->w->dtype)
 				ret = wr_put(w, t->w->data, (size_t)t->len, 1, e);
+			else
+				ret = write_quantized(w, t, o->quant, e);
 			sf_model_release(o->model, t->w);
 		}
 		if (!ret)
@@ -1240,11 +1281,23 @@ static int open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
 		uint64_t off, len, elems = 1;
 
 		snprintf(where, sizeof(where), "%s: header: tensors[%zu]", path, i);
+		json_t *sdt = json_object_get(t, "source_dtype");
 		if (sf_json_str(t, "name", &name, where, e) || strlen(name) >= SF_TENSOR_NAME_MAX ||
-		    sf_json_str(t, "dtype", &dt, where, e) || sf_dtype_parse(dt, &T->dtype) ||
+		    sf_json_str(t, "dtype", &dt, where, e) || sf_dtype_parse_any(dt, &T->dtype) ||
 		    !json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 2)
 			return sf_err_set(e, SF_EFORMAT, "%s: name, dtype or shape missing or malformed",
 					  where);
+		/* a quantized matrix names the model's dtype, which the shape
+		 * fingerprint hashes; an element dtype is the model's */
+		T->source_dtype = T->dtype;
+		if ((sdt || sf_dtype_is_block(T->dtype)) &&
+		    (!json_is_string(sdt) || sf_dtype_parse(json_string_value(sdt), &T->source_dtype) ||
+		     (!sf_dtype_is_block(T->dtype) && T->source_dtype != T->dtype) ||
+		     (sf_dtype_is_block(T->dtype) && json_array_size(shape) != 2)))
+			return sf_err_set(e, SF_EFORMAT, "%s: dtype %s with source_dtype %s: expected "
+					  "the model's dtype, or a matrix's block dtype and the "
+					  "model's", where, dt, json_is_string(sdt) ?
+					  json_string_value(sdt) : "missing");
 		strcpy(T->name, name);
 		T->ndim = (int)json_array_size(shape);
 		for (int d = 0; d < T->ndim; d++) {
@@ -1258,7 +1311,9 @@ static int open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
 		if ((ret = sf_json_u64(t, "offset", R->length, &off, where, e)) ||
 		    (ret = sf_json_u64(t, "length", R->length, &len, where, e)))
 			return ret;
-		if (elems > UINT64_MAX / 4 || len != elems * sf_dtype_size(T->dtype) ||
+		uint64_t bytes = T->ndim == 2 ? T->shape[0] * sf_dtype_col_bytes(T->dtype, T->shape[1])
+					      : elems * sf_dtype_size(T->dtype);
+		if (elems > UINT64_MAX / 4 || len != bytes ||
 		    off % SF_IMAGE_TENSOR_ALIGN || off > R->length - len)
 			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %" PRIu64 " bytes at %"
 					  PRIu64 ": not its shape's size, misaligned or outside the "
@@ -1367,7 +1422,7 @@ static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, u
 		if (sf_json_str(m, "name", &name, mw, e) || strcmp(name, names[i]) ||
 		    sf_json_str(m, "tensor", &tensor, mw, e) || strcmp(tensor, want_tensor) ||
 		    sf_json_str(m, "dtype", &dt, mw, e) || sf_dtype_parse_any(dt, &M->dtype) ||
-		    sf_json_str(m, "source_dtype", &sdt, mw, e) ||
+		    !sf_dtype_is_top(M->dtype) || sf_json_str(m, "source_dtype", &sdt, mw, e) ||
 		    sf_dtype_parse(sdt, &M->source_dtype))
 			return sf_err_set(e, SF_EFORMAT, "%s: %s: matrix %zu: expected %s (%s) with "
 					  "dtypes", path, what, i, names[i], want_tensor);
@@ -1678,7 +1733,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 				 path, SF_IMAGE_VERSION);
 		goto out;
 	}
-	if (version != SF_IMAGE_VERSION) {
+	if (version < SF_IMAGE_VERSION_MIN || version > SF_IMAGE_VERSION) {
 		ret = sf_fingerprint_version(path, "image format", version, SF_IMAGE_VERSION, e);
 		goto out;
 	}
@@ -1857,7 +1912,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 		const struct sf_image_group *G = &img->groups[i];
 		for (int x = 0; x < G->nmat && !G->resident; x++, T++) {
 			strcpy(T->name, G->mat[x].tensor);
-			T->dtype = G->mat[x].source_dtype;
+			T->dtype = T->source_dtype = G->mat[x].source_dtype;
 			T->ndim = 2;
 			T->shape[0] = G->mat[x].source_rows;
 			T->shape[1] = G->mat[x].cols;

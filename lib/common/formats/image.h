@@ -22,7 +22,9 @@
 #include "formats/safetensors.h"
 
 #define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
-#define SF_IMAGE_VERSION 3	/* 3: q8/q4 columns hold their scales first */
+#define SF_IMAGE_VERSION 4	/* 3: q8/q4 columns hold their scales first;
+				 * 4: the embedding and head may be quantized */
+#define SF_IMAGE_VERSION_MIN 3	/* read too: the same layout, never quantized rows */
 #define SF_IMAGE_PREAMBLE 32		/* bytes before the JSON header */
 #define SF_IMAGE_ALIGN 4096		/* every region starts on this */
 #define SF_IMAGE_TENSOR_ALIGN 64	/* resident tensors inside the blob */
@@ -262,6 +264,11 @@ struct sf_image_pack_opts {
 	int dtype;			/* top tier: SF_IMAGE_DTYPE_KEEP or an enum sf_dtype
 					 * (a block dtype quantizes the groups on flash;
 					 * resident ones keep the model's) */
+	/* the rows of the embedding and the output head quantized to a block
+	 * dtype (Q8, Q6, Q4), when it is one and the rows are whole blocks;
+	 * any other value (0 included) keeps the model's. A tied head is the
+	 * embedding: embed_dtype. */
+	int embed_dtype, head_dtype;
 	enum sf_quant_method quant;	/* a block dtype's scales (base/quant.h) */
 	json_t *producer;		/* {"program", "version", "options"}: borrowed */
 	/* 1: the top- and middle-tier regions are left as holes (CRC 0): an

@@ -4,6 +4,8 @@
  * See model.h. */
 #include "formats/model.h"
 
+#include "base/quant.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -104,17 +106,22 @@ struct binder {
 	int sample;		/* 1: every tensor has its bytes, hash them */
 };
 
+/* bind's flags: the tensor may be absent; its rows may be quantized
+ * vectors (an image's embedding and head, sf_dtype_is_block). */
+#define BIND_OPTIONAL 1
+#define BIND_ROWS_QUANTIZED 2
+
 /* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
  * cols == 0 (a vector, stored with cols = 1). */
 static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_t rows,
-		uint64_t cols, int optional, struct sf_err *e)
+		uint64_t cols, unsigned flags, struct sf_err *e)
 {
 	const struct sf_safetensors *st = b->st;
 	const struct sf_tensor *t = sf_safetensors_find(st, name);
 	int ndim = cols ? 2 : 1;
 
 	if (!t) {
-		if (optional)
+		if (flags & BIND_OPTIONAL)
 			return 0;
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': missing", b->source, name);
 	}
@@ -136,8 +143,14 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s",
 				  st->paths[t->file], name, got, want);
 	}
-	/* The safetensors reader admits only F32, F16 and BF16, all of
-	 * which the kernels take, so the dtype needs no further check. */
+	/* The safetensors reader admits only F32, F16 and BF16, which
+	 * every kernel takes; an image's reader block dtypes too, which the
+	 * row products and lookups take on whole blocks. */
+	if (sf_dtype_is_block(t->dtype) && (!(flags & BIND_ROWS_QUANTIZED) || cols % SF_QBLOCK))
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': dtype %s: only the embedding "
+				  "and output head may have a block dtype, with rows a multiple "
+				  "of %d", st->paths[t->file], name, sf_dtype_name(t->dtype),
+				  SF_QBLOCK);
 	w->data = t->data;
 	w->dtype = t->dtype;
 	w->rows = rows;
@@ -145,7 +158,7 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 	b->used[t - st->tensors] = 1;
 	if (b->sample)
 		sample_tensor(&b->weights, t->data, t->nbytes);
-	fnv_feed(&b->hash, "%s %s %llux%llu\n", name, sf_dtype_name(t->dtype),
+	fnv_feed(&b->hash, "%s %s %llux%llu\n", name, sf_dtype_name(t->source_dtype),
 		 (unsigned long long)rows, (unsigned long long)w->cols);
 	return 0;
 }
@@ -208,7 +221,12 @@ static void layer_tensors(const struct sf_model *m, int l, const struct sf_weigh
 
 uint64_t sf_weight_bytes(const struct sf_weight *w)
 {
-	return w->data ? w->rows * w->cols * sf_dtype_size(w->dtype) : 0;
+	return w->data ? w->rows * sf_weight_row_bytes(w) : 0;
+}
+
+uint64_t sf_weight_row_bytes(const struct sf_weight *w)
+{
+	return sf_dtype_col_bytes(w->dtype, w->cols);
 }
 
 uint64_t sf_model_layer_bytes(const struct sf_model *m, int l)
@@ -298,13 +316,19 @@ float sf_weight_at(const struct sf_weight *w, uint64_t i)
 		return sf_bf16_to_f32(h);
 	case SF_DTYPE_Q8:
 	case SF_DTYPE_Q4:
-		break;	/* no model tensor is one (sf_dtype_parse) */
+	case SF_DTYPE_Q6:
+		break;	/* vectors only (sf_weight_row) */
 	}
 	return 0.0f;
 }
 
 void sf_weight_row(float *out, const struct sf_weight *w, uint64_t row)
 {
+	if (sf_dtype_is_block(w->dtype)) {
+		sf_dequant_column(out, (const uint8_t *)w->data + row * sf_weight_row_bytes(w),
+				  w->dtype, w->cols);
+		return;
+	}
 	uint64_t base = row * w->cols;
 	for (uint64_t c = 0; c < w->cols; c++)
 		out[c] = sf_weight_at(w, base + c);
@@ -340,7 +364,8 @@ static int bind_all(struct sf_model *m, const struct sf_safetensors *st, int sam
 	hash_config(&b.hash, &m->cfg);
 	vocab = (uint64_t)m->cfg.vocab_size;
 	dim = (uint64_t)m->cfg.dim;
-	if ((ret = bind(&b, &m->embed, "model.embed_tokens.weight", vocab, dim, 0, e)))
+	if ((ret = bind(&b, &m->embed, "model.embed_tokens.weight", vocab, dim,
+			BIND_ROWS_QUANTIZED, e)))
 		goto out;
 	for (int l = 0; l < m->cfg.n_layers; l++)
 		if ((ret = bind_layer(&b, l, e)))
@@ -350,7 +375,8 @@ static int bind_all(struct sf_model *m, const struct sf_safetensors *st, int sam
 	if (m->cfg.tie_embeddings) {
 		m->lm_head = m->embed;
 		fnv_feed(&b.hash, "lm_head.weight tied\n");
-	} else if ((ret = bind(&b, &m->lm_head, "lm_head.weight", vocab, dim, 0, e))) {
+	} else if ((ret = bind(&b, &m->lm_head, "lm_head.weight", vocab, dim, BIND_ROWS_QUANTIZED,
+			       e))) {
 		goto out;
 	}
 	if ((ret = check_unused(&b, e)))

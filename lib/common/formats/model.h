@@ -12,7 +12,9 @@
 #include "formats/safetensors.h"
 
 /* A matrix in Hugging Face Linear layout: rows = out features, cols = in
- * features, row-major. A vector has cols == 1. */
+ * features, row-major. A vector has cols == 1. In a block dtype (an
+ * image's quantized embedding and head) each row is one quantized vector
+ * of cols elements (base/quant.h), sf_weight_row_bytes apart. */
 struct sf_weight {
 	const void *data;
 	enum sf_dtype dtype;
@@ -87,6 +89,7 @@ void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
  * but the layers, and the largest layer. */
 uint64_t sf_model_bytes(const struct sf_model *m);
 uint64_t sf_weight_bytes(const struct sf_weight *w);
+uint64_t sf_weight_row_bytes(const struct sf_weight *w);
 uint64_t sf_model_layer_bytes(const struct sf_model *m, int l);
 uint64_t sf_model_pass_bytes(const struct sf_model *m);
 /* w's pages out of the process's resident set when they are m's mapping
@@ -102,8 +105,8 @@ void sf_model_release_layer(const struct sf_model *m, int l);
 #define SF_RELEASE_WEIGHTS_BYTES (1ull << 31)
 int sf_model_releases(const struct sf_model *m);
 
-/* Element i of w, and row `row` of w (cols elements), as float32: the
- * embedding lookup, norms' gains, biases. */
+/* Element i of w (an element dtype), and row `row` of w (cols elements,
+ * any dtype), as float32: the embedding lookup, norms' gains, biases. */
 float sf_weight_at(const struct sf_weight *w, uint64_t i);
 void sf_weight_row(float *out, const struct sf_weight *w, uint64_t row);
 

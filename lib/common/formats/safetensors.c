@@ -201,6 +201,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, const unsi
 				  "%s: tensor '%s': dtype '%s' %s (expected F32, F16 or BF16)",
 				  path, name, d, foreign ? "unsupported" : "unknown");
 	}
+	t->source_dtype = t->dtype;
 	if (!json_is_array(js))
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': 'shape' %s, expected an array",
 				  path, name, js ? "is not an array" : "missing");

@@ -17,6 +17,9 @@
 struct sf_tensor {
 	char name[SF_TENSOR_NAME_MAX];
 	enum sf_dtype dtype;
+	enum sf_dtype source_dtype;	/* the model's, which the shape fingerprint
+					 * names: dtype, but for an image's
+					 * quantized embedding and head */
 	int ndim;
 	uint64_t shape[SF_TENSOR_MAX_DIMS];
 	uint64_t nbytes;

@@ -106,7 +106,7 @@ struct sparse_io {
 struct sparse_head {
 	int embed, head;			/* read from flash */
 	uint64_t embed_off, head_off;		/* file offsets of the matrices */
-	uint64_t row_bytes;			/* of either: dim elements */
+	uint64_t embed_row_bytes, head_row_bytes;	/* dim elements in each's dtype */
 	uint8_t *row;				/* (row_buf) an embedding row's read */
 	uint64_t row_buf;
 	uint32_t chunk_rows;			/* head rows a read: a multiple of 16 */

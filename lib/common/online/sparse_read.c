@@ -492,17 +492,24 @@ void sparse_observe(struct sf_sparse *sp, int l, enum sf_group g, const float *i
 #define HEAD_SLOTS 8	/* head reads in flight */
 #define HEAD_READ_MAX (1u << 20)	/* bytes of one head read at most, whatever --read-size */
 
+/* Head rows a read: as many as fit in a read of read_size (at most
+ * HEAD_READ_MAX), a multiple of 16, at least 16. */
+static uint32_t head_chunk_rows(uint64_t read_size, uint64_t row_bytes)
+{
+	uint64_t rows = (read_size < HEAD_READ_MAX ? read_size : HEAD_READ_MAX) / row_bytes / 16 * 16;
+	return rows ? (uint32_t)rows : 16;
+}
+
 uint64_t sparse_head_bytes(const struct sf_sparse *sp)
 {
 	const struct sf_image *img = sp->img;
-	uint64_t rb = (uint64_t)img->cfg.dim * sf_dtype_size(sp->m->embed.dtype);
+	uint64_t erb = sf_weight_row_bytes(&sp->m->embed), hrb = sf_weight_row_bytes(&sp->m->lm_head);
 	uint64_t rs = sp->o.read_size ? sp->o.read_size : SF_SPARSE_READ_SIZE;
-	uint64_t rows = (rs < HEAD_READ_MAX ? rs : HEAD_READ_MAX) / rb / 16 * 16;
 
-	rows = rows ? rows : 16;
 	if (!img->left_on_flash || sp->o.simulate)
 		return 0;
-	return sparse_round_up(rb) + 2 * PAGE + HEAD_SLOTS * (rows * rb + 2 * PAGE) +
+	return sparse_round_up(erb) + 2 * PAGE +
+	       HEAD_SLOTS * (head_chunk_rows(rs, hrb) * hrb + 2 * PAGE) +
 	       (HEAD_SLOTS + 1) * (1 + 3 * sizeof(uint64_t));
 }
 
@@ -510,7 +517,7 @@ uint64_t sparse_head_bytes(const struct sf_sparse *sp)
 static int left_out(const struct sf_image *img, const struct sf_weight *w)
 {
 	uint64_t a = sf_image_offset(img, w->data);
-	uint64_t b = a + w->rows * w->cols * sf_dtype_size(w->dtype);
+	uint64_t b = a + sf_weight_bytes(w);
 
 	for (int i = 0; i < 2; i++)
 		if (img->on_flash[i][1] > img->on_flash[i][0] && img->on_flash[i][0] >= a &&
@@ -523,20 +530,18 @@ int sparse_head_open(struct sf_sparse *sp)
 {
 	struct sparse_head *h = &sp->head;
 	const struct sf_model *m = sp->m;
-	uint64_t rs = sp->io.read_size < HEAD_READ_MAX ? sp->io.read_size : HEAD_READ_MAX;
-
 	if (!sp->img->left_on_flash || sp->o.simulate || !sp->io.u)
 		return 0;
 	h->embed = left_out(sp->img, &m->embed);
 	h->head = left_out(sp->img, &m->lm_head);
 	h->embed_off = sf_image_offset(sp->img, m->embed.data);
 	h->head_off = sf_image_offset(sp->img, m->lm_head.data);
-	h->row_bytes = m->embed.cols * sf_dtype_size(m->embed.dtype);
-	h->row_buf = sparse_round_up(h->row_bytes) + 2 * PAGE;
-	h->chunk_rows = (uint32_t)(rs / h->row_bytes / 16 * 16);
-	h->chunk_rows = h->chunk_rows ? h->chunk_rows : 16;
+	h->embed_row_bytes = sf_weight_row_bytes(&m->embed);
+	h->head_row_bytes = sf_weight_row_bytes(&m->lm_head);
+	h->row_buf = sparse_round_up(h->embed_row_bytes) + 2 * PAGE;
+	h->chunk_rows = head_chunk_rows(sp->io.read_size, h->head_row_bytes);
 	h->slots = HEAD_SLOTS;
-	h->slot_bytes = (uint64_t)h->chunk_rows * h->row_bytes + 2 * PAGE;
+	h->slot_bytes = (uint64_t)h->chunk_rows * h->head_row_bytes + 2 * PAGE;
 	if (posix_memalign((void **)&h->row, PAGE, (size_t)h->row_buf) ||
 	    posix_memalign((void **)&h->mem, PAGE, (size_t)(h->slot_bytes * (uint64_t)h->slots)))
 		return -ENOMEM;
@@ -615,8 +620,9 @@ void sparse_embed_row(void *ctx, int32_t token, float *out)
 		memset(out, 0, (size_t)w->cols * sizeof(float));
 		return;
 	}
-	if ((ret = head_read(sp, h->slots, h->row, h->embed_off + (uint64_t)token * h->row_bytes,
-			     h->row_bytes, &skip)) || (ret = sparse_submit(sp)) ||
+	if ((ret = head_read(sp, h->slots, h->row,
+			     h->embed_off + (uint64_t)token * h->embed_row_bytes, h->embed_row_bytes,
+			     &skip)) || (ret = sparse_submit(sp)) ||
 	    (ret = wait_slot(sp, h->slots))) {
 		head_fail(sp, ret, out, (size_t)w->cols);
 		return;
@@ -645,7 +651,8 @@ void sparse_head_logits(void *ctx, const float *x, float *logits)
 			uint64_t r1 = r0 + h->chunk_rows < w->rows ? r0 + h->chunk_rows : w->rows;
 			int slot = (int)(next % (uint64_t)h->slots);
 			if ((ret = head_read(sp, slot, h->mem + (uint64_t)slot * h->slot_bytes,
-					     h->head_off + r0 * h->row_bytes, (r1 - r0) * h->row_bytes,
+					     h->head_off + r0 * h->head_row_bytes,
+					     (r1 - r0) * h->head_row_bytes,
 					     &h->chunk_off[slot])))
 				goto fail;
 		}

@@ -1,0 +1,330 @@
+/* Row products over q8, q6 and q4 rows (see kernels_qrows.h): the _ref,
+ * AVX2 (a block a vector, two vectors of sums) and AVX-512 with VNNI and
+ * VBMI (two blocks a vector). Tokens go a few at a time: their inputs
+ * rounded once per call, each row's codes unpacked once for all of them. */
+#include "engine/kernels_qrows.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/quant.h"
+#include "engine/cpu.h"
+#include "engine/kernels_q.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* Rounded inputs of a few tokens live on the stack: at most this many
+ * bytes of codes, so a call takes up to QR_TOKENS tokens of the widest
+ * rows a config allows (65536) one at a time. */
+#define QR_TOKENS 4
+#define QR_CODES 65536
+#define QR_SUMS 16	/* float sums a row */
+
+struct qr_input {
+	int8_t q[QR_CODES];		/* (nt, cols) */
+	float d[QR_CODES / SF_QBLOCK];	/* (nt, cols / 32) */
+	size_t nt;
+};
+
+static size_t qr_tokens(size_t cols)
+{
+	size_t nt = QR_CODES / cols;
+	return nt < QR_TOKENS ? nt : QR_TOKENS;
+}
+
+/* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says. */
+static void qr_round(struct qr_input *in, const float *x, size_t ldx, size_t nt, size_t cols)
+{
+	size_t nb = cols / SF_QBLOCK;
+
+	in->nt = nt;
+	for (size_t t = 0; t < nt; t++)
+		for (size_t b = 0; b < nb; b++) {
+			const float *v = x + t * ldx + b * SF_QBLOCK;
+			int8_t *q = in->q + t * cols + b * SF_QBLOCK;
+			float amax = 0.0f;
+			for (size_t i = 0; i < SF_QBLOCK; i++)
+				amax = fmaxf(amax, fabsf(v[i]));
+			float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+			for (size_t i = 0; i < SF_QBLOCK; i++)
+				q[i] = (int8_t)nearbyintf(v[i] * id);
+			in->d[t * nb + b] = amax / 127.0f;
+		}
+}
+
+/* sum[i] += sum[i + w] for w = 8, 4, 2, 1: sum[0]. */
+static float qr_reduce_ref(float *sum)
+{
+	for (size_t w = QR_SUMS / 2; w; w /= 2)
+		for (size_t i = 0; i < w; i++)
+			sum[i] += sum[i + w];
+	return sum[0];
+}
+
+static void qr_rows_ref(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt, size_t cols,
+			const struct qr_input *in, size_t r0, size_t r1)
+{
+	size_t nb = cols / SF_QBLOCK, rb = (size_t)sf_dtype_col_bytes(dt, cols);
+
+	for (size_t r = r0; r < r1; r++) {
+		const uint8_t *row = W + r * rb;
+		for (size_t t = 0; t < in->nt; t++) {
+			const int8_t *q = in->q + t * cols;
+			float sum[QR_SUMS] = { 0 };
+			for (size_t b = 0; b < nb; b++) {
+				const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
+				float s = sf_quant_scale(row, b) * in->d[t * nb + b];
+				for (size_t g = 0; g < 8; g++) {
+					int32_t isum = 0;
+					for (size_t i = 4 * g; i < 4 * g + 4; i++)
+						isum += sf_q_code(c, dt, i) * q[b * SF_QBLOCK + i];
+					float *a = &sum[(b % 2) * 8 + g];
+					*a = fmaf((float)isum, s, *a);
+				}
+			}
+			y[t * ldy + r - r0] = qr_reduce_ref(sum);
+		}
+	}
+}
+
+typedef void qr_rows_fn(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt, size_t cols,
+			const struct qr_input *in, size_t r0, size_t r1);
+
+/* The tokens a few at a time through fn. */
+static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum sf_dtype dt,
+		     size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	struct qr_input in;
+	size_t step = qr_tokens(cols);
+
+	for (size_t t0 = 0; t0 < T; t0 += step) {
+		size_t nt = T - t0 < step ? T - t0 : step;
+		qr_round(&in, x + t0 * ldx, ldx, nt, cols);
+		fn(y + t0 * ldy, ldy, W, dt, cols, &in, r0, r1);
+	}
+}
+
+void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	qr_drive(qr_rows_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+}
+
+#if defined(__x86_64__)
+
+#define INL static inline __attribute__((always_inline))
+
+// ----------------------------------------------------------------------------
+// AVX2: a block's 32 codes as unsigned bytes (q8: their absolute values,
+// the signs moved onto the inputs), vpmaddubsw and vpmaddwd give the eight
+// runs' sums; blocks alternate between two vectors of sums
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+
+/* Block b's codes plus sf_q_bias (q4, q6), or their absolute values (q8). */
+INL T256 __m256i qr_unpack256(const uint8_t *c, enum sf_dtype dt)
+{
+	if (dt == SF_DTYPE_Q8)
+		return _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)c));
+	__m128i v = _mm_loadu_si128((const __m128i *)c);
+	__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
+				     _mm256_set1_epi8(15));
+	if (dt == SF_DTYPE_Q4)
+		return u;
+	int64_t h;
+	memcpy(&h, c + 16, 8);
+	__m256i hi = _mm256_srlv_epi64(_mm256_set1_epi64x(h), _mm256_setr_epi64x(0, 2, 4, 6));
+	hi = _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(3)), 4);
+	return _mm256_or_si256(u, hi);
+}
+
+INL T256 float qr_reduce256(__m256 a0, __m256 a1)
+{
+	__m256 a = _mm256_add_ps(a0, a1);
+	__m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+	return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
+INL T256 void qr_row256(float *y, size_t ldy, const uint8_t *row, enum sf_dtype dt,
+			size_t cols, const struct qr_input *in, size_t nt)
+{
+	const size_t nb = cols / SF_QBLOCK;
+	const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8((char)sf_q_bias(dt));
+	__m256 acc[QR_TOKENS][2];
+
+	for (size_t t = 0; t < nt; t++)
+		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+	for (size_t b = 0; b < nb; b++) {
+		const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
+		__m256i u = qr_unpack256(c, dt);
+		float ws = sf_quant_scale(row, b);
+		for (size_t t = 0; t < nt; t++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(in->q + t * cols +
+									   b * SF_QBLOCK));
+			__m256i isum;
+			if (dt == SF_DTYPE_Q8) {
+				__m256i w = _mm256_loadu_si256((const __m256i *)c);
+				isum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(q, w)),
+							 ones);
+			} else {
+				isum = _mm256_sub_epi32(
+					_mm256_madd_epi16(_mm256_maddubs_epi16(u, q), ones),
+					_mm256_madd_epi16(_mm256_maddubs_epi16(bias, q), ones));
+			}
+			__m256 s = _mm256_set1_ps(ws * in->d[t * nb + b]);
+			acc[t][b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc[t][b % 2]);
+		}
+	}
+	for (size_t t = 0; t < nt; t++)
+		y[t * ldy] = qr_reduce256(acc[t][0], acc[t][1]);
+}
+
+static T256 void qr_rows_avx2(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt,
+			      size_t cols, const struct qr_input *in, size_t r0, size_t r1)
+{
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
+
+	for (size_t r = r0; r < r1; r++) {
+		if (in->nt == 1)
+			qr_row256(y + r - r0, ldy, W + r * rb, dt, cols, in, 1);
+		else
+			qr_row256(y + r - r0, ldy, W + r * rb, dt, cols, in, in->nt);
+	}
+}
+
+// ----------------------------------------------------------------------------
+// AVX-512 with VNNI and VBMI: two blocks' 64 codes a vector, unpacked with
+// vpermb, plus their bias (q8: 128), and vpdpbusd; the bias's share,
+// vpdpbusd of the bias on the same inputs, taken off
+
+#define T512I __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
+					  "avx512vbmi,fma,f16c")))
+
+/* Blocks b and b + 1 (only b when !two) as 64 unsigned bytes. */
+INL T512I __m512i qr_unpack512(const uint8_t *c, enum sf_dtype dt, int two)
+{
+	const size_t cb = sf_q_code_bytes(dt);
+	__m512i v = _mm512_maskz_loadu_epi8(two ? ~0ull >> (64 - 2 * cb) : ~0ull >> (64 - cb), c);
+
+	if (dt == SF_DTYPE_Q8)
+		return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+	/* each block's 16 nibble bytes twice, the second copy shifted by 4 */
+	__m512i idx = dt == SF_DTYPE_Q4
+		? _mm512_set_epi8(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+				  31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+				  15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+				  15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+		: _mm512_set_epi8(39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24,
+				  39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24,
+				  15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+				  15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	__m512i p = _mm512_permutexvar_epi8(idx, v);
+	__m512i u = _mm512_and_si512(_mm512_mask_blend_epi8(0xffff0000ffff0000ull, p,
+							    _mm512_srli_epi16(p, 4)),
+				     _mm512_set1_epi8(15));
+	if (dt == SF_DTYPE_Q4)
+		return u;
+	/* q6: element e of a block takes bits 2k of high byte e % 8, k = e / 8 */
+	__m512i hidx = _mm512_set_epi8(47, 46, 45, 44, 43, 42, 41, 40, 47, 46, 45, 44, 43, 42, 41, 40,
+				       47, 46, 45, 44, 43, 42, 41, 40, 47, 46, 45, 44, 43, 42, 41, 40,
+				       23, 22, 21, 20, 19, 18, 17, 16, 23, 22, 21, 20, 19, 18, 17, 16,
+				       23, 22, 21, 20, 19, 18, 17, 16, 23, 22, 21, 20, 19, 18, 17, 16);
+	__m512i sh = _mm512_set_epi16(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0,
+				      6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+	__m512i h = _mm512_srlv_epi16(_mm512_permutexvar_epi8(hidx, v), sh);
+	h = _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(3)), 4);
+	return _mm512_or_si512(u, h);
+}
+
+INL T512I float qr_reduce512(__m512 a)
+{
+	__m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+	__m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+	v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+	return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
+INL T512I void qr_row512(float *y, size_t ldy, const uint8_t *row, enum sf_dtype dt,
+			 size_t cols, const struct qr_input *in, size_t nt)
+{
+	const size_t nb = cols / SF_QBLOCK, cb = sf_q_code_bytes(dt);
+	const __m512i bias = _mm512_set1_epi8((char)(dt == SF_DTYPE_Q8 ? 0x80 : sf_q_bias(dt)));
+	const uint8_t *codes = sf_q_codes_at(row, dt, cols, 0);
+	__m512 acc[QR_TOKENS];
+
+	for (size_t t = 0; t < nt; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (size_t b0 = 0; b0 < nb; b0 += 16) {
+		size_t n16 = nb - b0 < 16 ? nb - b0 : 16;
+		__mmask16 k16 = (__mmask16)(0xffffu >> (16 - n16));
+		__m512 ws = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k16, row + 2 * b0));
+		__m512 s16[QR_TOKENS];
+		for (size_t t = 0; t < nt; t++)
+			s16[t] = _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(k16, in->d + t * nb + b0));
+		for (size_t i = 0; i < n16; i += 2) {
+			size_t b = b0 + i;
+			int two = i + 1 < n16;
+			__m512i u = qr_unpack512(codes + b * cb, dt, two);
+			__m512i pick = _mm512_castsi256_si512(_mm256_set1_epi32((int)i));
+			pick = _mm512_inserti32x8(pick, _mm256_set1_epi32((int)i + 1), 1);
+			__mmask64 kq = two ? ~0ull : ~0ull >> 32;
+			for (size_t t = 0; t < nt; t++) {
+				__m512i q = _mm512_maskz_loadu_epi8(kq, in->q + t * cols + b * SF_QBLOCK);
+				__m512i isum = _mm512_sub_epi32(
+					_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q),
+					_mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, q));
+				acc[t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum),
+							       _mm512_permutexvar_ps(pick, s16[t]),
+							       acc[t], two ? 0xffff : 0x00ff);
+			}
+		}
+	}
+	for (size_t t = 0; t < nt; t++)
+		y[t * ldy] = qr_reduce512(acc[t]);
+}
+
+static T512I void qr_rows_avx512(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt,
+				 size_t cols, const struct qr_input *in, size_t r0, size_t r1)
+{
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
+
+	for (size_t r = r0; r < r1; r++) {
+		if (in->nt == 1)
+			qr_row512(y + r - r0, ldy, W + r * rb, dt, cols, in, 1);
+		else
+			qr_row512(y + r - r0, ldy, W + r * rb, dt, cols, in, in->nt);
+	}
+}
+
+#endif /* __x86_64__ */
+
+// ----------------------------------------------------------------------------
+// the family's table, indexed by enum sf_isa (engine/cpu.h), at the level
+// of the integer column products (sf_qint_isa)
+
+static qr_rows_fn *const qr_table[SF_NISA] = {
+	[SF_ISA_REF] = qr_rows_ref,
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = qr_rows_avx2,
+	[SF_ISA_AVX512] = qr_rows_avx512,
+#else
+	[SF_ISA_AVX2] = qr_rows_ref,
+	[SF_ISA_AVX512] = qr_rows_ref,
+#endif
+};
+
+void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		     const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	if (r0 < r1 && T)
+		qr_drive(qr_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+}
+
+const char *sf_qmatmul_rows_kernel(void)
+{
+	return sf_qcolaccum_int_kernel();
+}

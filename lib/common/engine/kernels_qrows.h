@@ -1,0 +1,31 @@
+/* Products of a matrix whose rows are quantized vectors (base/quant.h:
+ * an image's q8, q6 or q4 embedding and output head), llama.cpp's way:
+ * each token's input rounded to int8 per block of 32 with its own scale,
+ * then per block one integer dot product of codes and inputs. A portable
+ * _ref and AVX2, AVX-512 (VNNI with VBMI) paths that give its floats bit
+ * for bit. sf_matmul_rows (engine/kernels.h) sends block dtypes here. */
+#ifndef SF_KERNELS_QROWS_H
+#define SF_KERNELS_QROWS_H
+
+#include <stddef.h>
+
+#include "base/vocab.h"
+
+/* y[t * ldy + r - r0] = W[r] . x_t for rows r in [r0, r1) and tokens
+ * t < T (x_t at x + t * ldx), W's rows of cols elements in block dtype dt
+ * (Q8, Q6 or Q4), each sf_dtype_col_bytes(dt, cols) bytes, cols a
+ * multiple of SF_QBLOCK. For token t and block b of x_t: amax = max |x|,
+ * d_b = amax / 127, q = round(x * (127 / amax)) (0 when amax is 0). Per
+ * row, 16 float sums start at 0; block b's eight runs of four elements,
+ * g = 0..7, in block order, each do sum[(b % 2) * 8 + g] = fmaf((float)
+ * (the run's sum of code * q), scale_b * d_b, sum[...]); then sum[i] +=
+ * sum[i + w] for w = 8, 4, 2, 1 and i < w, and sum[0] is the product. A
+ * token's floats depend on no other token and no other row. */
+void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		     const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
+void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
+/* The path sf_qmatmul_rows takes here: "avx512vnni", "avx2" or "ref". */
+const char *sf_qmatmul_rows_kernel(void);
+
+#endif
