@@ -49,7 +49,7 @@ bytes() {
 	[ "${stderr_lines[0]}" = "sf-pack: --quant: 'mse' is not rtn or search" ]
 	run --separate-stderr sf-pack --model "$MODEL" --quant search -o x.sfimg
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-pack: --quant applies to --dtype q8 or q4" ]
+	[ "${stderr_lines[0]}" = "sf-pack: --quant applies to q8, q6 and q4: --dtype, --token-embedding-type or --output-tensor-type" ]
 	run --separate-stderr sf-pack --model "$MODEL" --resident mlp -o x.sfimg
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-pack: --resident: 'mlp' is not attn_in, attn_out, ffn_in, ffn_out, attention, ffn or none" ]
@@ -149,19 +149,23 @@ bytes() {
 	run --separate-stderr sf-pack --info "$D/codes.sfq"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $D/codes.sfq: not a sparseflash image (bad magic)" ]
-	cp "$D/plain.sfimg" "$D/v4.sfimg"
-	printf '\x04' | dd of="$D/v4.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-pack --verify "$D/v4.sfimg"
+	cp "$D/plain.sfimg" "$D/v5.sfimg"
+	printf '\x05' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --verify "$D/v5.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $D/v4.sfimg: image format version 4, expected 3" ]
-	printf '\x02' | dd of="$D/v4.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-run -p hi "$D/v4.sfimg"
+	[ "${stderr_lines[0]}" = "sf-pack: $D/v5.sfimg: image format version 5, expected 4" ]
+	# version 3 is version 4 without quantized embedding or head rows: read
+	printf '\x03' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
+	sf-pack --verify "$D/v5.sfimg"
+	[ "$(sf-pack --info "$D/v5.sfimg" | jq .version)" = 3 ]
+	printf '\x02' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v5.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v4.sfimg: image format version 2, expected 3: made before q8 and q4 columns held their scales first; pack it again" ]
-	printf '\x01' | dd of="$D/v4.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-run -p hi "$D/v4.sfimg"
+	[ "${stderr_lines[0]}" = "sf-run: $D/v5.sfimg: image format version 2, expected 4: made before q8 and q4 columns held their scales first; pack it again" ]
+	printf '\x01' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v5.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v4.sfimg: image format version 1, expected 3: made before fingerprints covered the weights; make it again" ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v5.sfimg: image format version 1, expected 4: made before fingerprints covered the weights; make it again" ]
 }
 
 @test "tier sizes from sf-encode --calibrate are carried in the header" {
@@ -187,6 +191,30 @@ bytes() {
 	sf-pack --info "$D/qwen.sfimg" > "$D/info.json"
 	jq -e '.top_dtypes == ["BF16"] and .model.arch == "Qwen2ForCausalLM"' "$D/info.json"
 	jq -e '[.groups[] | select(.group == "attn_out") | .dtypes[0]] == ["F32", "F32"]' "$D/info.json"
+}
+
+@test "--dtype q4 quantizes the embedding to q4 and an untied head to q6, as llama.cpp's Q4_0" {
+	"$SF_FIXTURES/mkmodel" -o "$D/untied" --no-tie --layers 2 --tokenizer "$MODEL"
+	sf-pack --model "$D/untied" --dtype q4 -o "$D/untied.sfimg"
+	sf-pack --verify "$D/untied.sfimg"
+	sf-pack --info "$D/untied.sfimg" > "$D/info.json"
+	# 1024 rows of 128: 4 blocks of 18 bytes (q4) and of 26 (q6)
+	jq -e '.token_embedding == {"dtype": "Q4", "source_dtype": "BF16", "bytes": 73728}' "$D/info.json"
+	jq -e '.output == {"dtype": "Q6", "source_dtype": "BF16", "bytes": 106496, "tied": false}' "$D/info.json"
+	jq -e '.version == 4 and .producer.options.output_tensor_type == "q6"' "$D/info.json"
+	sf-pack --model "$D/untied" --dtype q8 --output-tensor-type keep -o "$D/untied8.sfimg"
+	sf-pack --info "$D/untied8.sfimg" > "$D/info.json"
+	jq -e '.token_embedding.dtype == "Q8" and .output.dtype == "BF16"' "$D/info.json"
+	# a tied matrix takes the head's type; bf16 tops keep the model's
+	sf-pack --model "$MODEL" --dtype q4 -o "$D/tied.sfimg"
+	jq -e '.token_embedding.dtype == "Q6" and .output.tied' <(sf-pack --info "$D/tied.sfimg")
+	jq -e '.token_embedding.dtype == "BF16"' <(sf-pack --info "$D/plain.sfimg")
+	run --separate-stderr sf-pack --model "$MODEL" --output-tensor-type f16 -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --output-tensor-type: 'f16' is not keep, q8, q6 or q4" ]
+	run --separate-stderr sf-pack --model "$MODEL" --dtype q6 -o x.sfimg
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-pack: --dtype: 'q6' is not keep, bf16, f16, f32, q8 or q4" ]
 }
 
 @test "--keep leaves neurons out of ffn_in rows and ffn_out entries" {

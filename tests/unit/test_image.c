@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -453,6 +454,116 @@ static void verify_fails(const char *path, const char *want, int line)
 	check_err_at(line, ret, &e, want);
 }
 
+/* The embedding (tied: the head too) packed in q6, q8 and q4 rows: each
+ * row sf_quant_column of the model's; the model bound from the image has
+ * the model's shape fingerprint; its embedding lookups equal the whole
+ * matrix dequantized at once, and its logits lie near the dense model's.
+ * A norm claimed in a block dtype, and a block dtype without the model's
+ * dtype beside it, refused. */
+static void q6_norm(json_t *h)
+{
+	json_t *t, *a = json_object_get(h, "tensors");
+	size_t i;
+	json_array_foreach(a, i, t)
+		if (!strcmp(json_string_value(json_object_get(t, "name")), "model.norm.weight"))
+			json_object_set_new(t, "dtype", json_string("Q6"));
+}
+
+static void no_source_dtype(json_t *h)
+{
+	json_t *t, *a = json_object_get(h, "tensors");
+	size_t i;
+	json_array_foreach(a, i, t)
+		json_object_del(t, "source_dtype");
+}
+
+static void check_quant_rows(enum sf_dtype dt)
+{
+	char path[4200], dst[4200];
+	const char *dn = sf_dtype_name(dt);
+	struct sf_image img;
+	struct sf_model m;
+	struct sf_err e = { 0 };
+	struct sf_image_pack_opts o = { .model = &M, .model_dir = model_dir, .dtype = SF_DTYPE_Q4,
+					.embed_dtype = (int)dt, .quant = SF_QUANT_SEARCH };
+	size_t rows = (size_t)M.embed.rows, cols = (size_t)M.embed.cols;
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
+
+	image_path(path, sizeof(path), "rows.sfimg");
+	CHECK(M.cfg.tie_embeddings && cols % SF_QBLOCK == 0, "mix4-1m: tied, rows of whole blocks");
+	CHECK(!sf_image_pack(path, &o, NULL, &e), "%s: %s", dn, e.msg);
+	if (sf_image_open(&img, path, &e) || sf_image_verify(&img, &e) ||
+	    sf_image_model(&img, &m, &e)) {
+		CHECK(0, "%s: %s", dn, e.msg);
+		sf_image_close(&img);
+		return;
+	}
+	CHECK(m.embed.dtype == dt && m.lm_head.data == m.embed.data, "%s: embed %s", dn,
+	      sf_dtype_name(m.embed.dtype));
+	CHECK(!strcmp(m.fingerprint.shape, M.fingerprint.shape), "%s: shape fingerprint", dn);
+	float *all = malloc(rows * cols * sizeof(float)), *row = malloc(cols * sizeof(float));
+	uint8_t *q = malloc(rb);
+	size_t bad = 0;
+	for (size_t r = 0; r < rows; r++) {
+		sf_weight_row(row, &M.embed, r);
+		sf_quant_column(q, dt, row, cols, SF_QUANT_SEARCH);
+		bad += memcmp((const uint8_t *)m.embed.data + r * rb, q, rb) != 0;
+	}
+	CHECK(!bad, "%s: %zu of %zu rows not the model's quantized", dn, bad, rows);
+	for (size_t r = 0; r < rows; r++)	/* dequantize all: sf_q_weight element by element */
+		for (size_t c = 0; c < cols; c++)
+			all[r * cols + c] = sf_q_weight((const uint8_t *)m.embed.data + r * rb, dt,
+							cols, c);
+	for (size_t r = 0; r < rows; r++) {
+		sf_weight_row(row, &m.embed, r);
+		bad += memcmp(row, all + r * cols, cols * sizeof(float)) != 0;
+	}
+	CHECK(!bad, "%s: %zu lookups differ from the matrix dequantized", dn, bad);
+	/* every group resident as the model's: the logits move by the head's rounding only */
+	struct sf_model d;
+	struct sf_image dimg;
+	o.resident = (1u << SF_NGROUPS) - 1;
+	image_path(dst, sizeof(dst), "rows-res.sfimg");
+	CHECK(!sf_image_pack(dst, &o, NULL, &e), "%s", e.msg);
+	if (!sf_image_open(&dimg, dst, &e) && !sf_image_model(&dimg, &d, &e)) {
+		struct sf_runstate s1 = { 0 }, s2 = { 0 };
+		CHECK(!sf_state_init(&s1, &M.cfg, 8, &e) && !sf_state_init(&s2, &d.cfg, 8, &e), "state");
+		int32_t toks[4] = { 1, 57, 300, 12 };
+		double worst = 0.0, spread = 0.0;
+		for (int p = 0; p < 4; p++) {
+			float *x = sf_forward(&M, &s1, toks[p], p), *y = sf_forward(&d, &s2, toks[p], p);
+			for (int v = 0; x && y && v < M.cfg.vocab_size; v++) {
+				worst = fmax(worst, fabs((double)x[v] - y[v]));
+				spread = fmax(spread, fabs((double)x[v]));
+			}
+		}
+		double tol = dt == SF_DTYPE_Q8 ? 0.02 : dt == SF_DTYPE_Q6 ? 0.06 : 0.25;
+		CHECK(worst > 0.0 && worst < tol * spread, "%s: logits off by %.4g of %.4g", dn,
+		      worst, spread);
+		printf("%s rows: logits off by at most %.4g (largest %.4g)\n", dn, worst, spread);
+		sf_state_free(&s1);
+		sf_state_free(&s2);
+		sf_model_close(&d);
+	} else {
+		CHECK(0, "%s", e.msg);
+	}
+	sf_image_close(&dimg);
+	unlink(dst);
+	if (dt == SF_DTYPE_Q6) {
+		CHECK(!copy_file(path, dst), "copy");
+		patch_header(dst, q6_norm);
+		open_fails(dst, "tensors[", __LINE__);
+		CHECK(!copy_file(path, dst), "copy");
+		patch_header(dst, no_source_dtype);
+		open_fails(dst, "source_dtype missing", __LINE__);
+		unlink(dst);
+	}
+	free(all), free(row), free(q);
+	sf_model_close(&m);
+	sf_image_close(&img);
+	unlink(path);
+}
+
 static void check_damage(const char *name)
 {
 	char src[4200], dst[4200];
@@ -650,6 +761,9 @@ int main(void)
 	CHECK_ERR(pack("x.sfimg", NULL, NULL, &k, 1u << SF_GROUP_FFN_OUT, SF_IMAGE_DTYPE_KEEP, &e),
 		  &e, "--keep with a resident FFN group");
 
+	check_quant_rows(SF_DTYPE_Q6);
+	check_quant_rows(SF_DTYPE_Q8);
+	check_quant_rows(SF_DTYPE_Q4);
 	check_damage("b.sfimg");
 	check_damage("d.sfimg");
 	check_mismatch();

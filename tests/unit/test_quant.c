@@ -1,9 +1,11 @@
-/* The quantized top tier: q8 and q4 round trips within the format's bound
- * (rtn: every weight within scale / 2 of its source; search: no block's
- * squared error above rtn's), degenerate blocks, and the column-accumulate
- * kernels of every level the machine has equal to the _ref bit for bit,
- * a pass equal to one token at a time; the integer path over columns and
- * over slabs likewise, and the two equal. */
+/* The quantized blocks: q8, q6 and q4 round trips within the format's
+ * bound (rtn: every weight within scale / 2 of its source; search: no
+ * block's squared error above rtn's), degenerate blocks, q6's byte layout
+ * as sf-formats(5) gives it, and the column-accumulate kernels of every
+ * level the machine has equal to the _ref bit for bit, a pass equal to one
+ * token at a time; the integer path over columns and over slabs likewise,
+ * and the two equal; the row products of the embedding and head likewise,
+ * within their rounding of a float product. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "engine/cpu.h"
 #include "engine/kernels.h"
 #include "engine/kernels_q.h"
+#include "engine/kernels_qrows.h"
 #include "unit.h"
 
 static uint64_t rng = 7;
@@ -26,7 +29,7 @@ static float gauss(void)
 	return (float)(sqrt(-2.0 * log(uniform())) * cos(2.0 * M_PI * uniform()));
 }
 
-static const enum sf_dtype qdt[2] = { SF_DTYPE_Q8, SF_DTYPE_Q4 };
+static const enum sf_dtype qdt[3] = { SF_DTYPE_Q8, SF_DTYPE_Q4, SF_DTYPE_Q6 };	/* Q6: rows only */
 
 // --- round trips
 
@@ -62,8 +65,7 @@ static void test_round_trip(enum sf_dtype dt, size_t rows)
 			      "%s row %zu: %.9g from %.9g, scale %.9g", dn, i, d[i], w[i], s);
 		const uint8_t *b2 = sf_q_codes_at(q2, dt, rows, r / SF_QBLOCK);
 		for (size_t i = n; i < SF_QBLOCK; i++)
-			CHECK(dt == SF_DTYPE_Q8 ? !sf_q8_code(b, i) && !sf_q8_code(b2, i) :
-			      !sf_q4_code(b, i) && !sf_q4_code(b2, i),
+			CHECK(!sf_q_code(b, dt, i) && !sf_q_code(b2, dt, i),
 			      "%s rows past the column not zero codes", dn);
 		double e = block_sse(w + r, d + r, n), e2 = block_sse(w + r, d2 + r, n);
 		CHECK(e2 <= e, "%s block at %zu: search %.9g worse than rtn %.9g", dn, r, e2, e);
@@ -96,8 +98,30 @@ static void test_degenerate(enum sf_dtype dt)
 	enum sf_dtype x;
 	CHECK(sf_dtype_parse("Q8", &x) == -1, "a model tensor of Q8");
 	CHECK(sf_dtype_parse_any("Q4", &x) == 0 && x == SF_DTYPE_Q4, "Q4 by name");
-	CHECK(sf_dtype_col_bytes(SF_DTYPE_Q4, 33) == 36 && sf_dtype_col_bytes(SF_DTYPE_Q8, 64) == 68,
-	      "column bytes");
+	CHECK(sf_dtype_col_bytes(SF_DTYPE_Q4, 33) == 36 && sf_dtype_col_bytes(SF_DTYPE_Q8, 64) == 68 &&
+	      sf_dtype_col_bytes(SF_DTYPE_Q6, 64) == 52, "column bytes");
+}
+
+/* Codes -32..31 in order, the scale 1: q6's bytes as sf-formats(5) lays
+ * them out, nibbles j | j << 4 and high bits 0, 0, 1, 1 at bits 0..7. */
+static void test_q6_layout(void)
+{
+	float w[SF_QBLOCK];
+	uint8_t q[SF_Q6_BLOCK_BYTES];
+
+	for (int i = 0; i < SF_QBLOCK; i++)
+		w[i] = (float)(i - 32);
+	w[0] = -31.5f;	/* max |w| / 31 is above 1 by a little: rtn rounds the scale up */
+	CHECK(sf_quant_column(q, SF_DTYPE_Q6, w, SF_QBLOCK, SF_QUANT_SEARCH) == 0, "q6");
+	CHECK(sf_quant_scale(q, 0) == 1.0f, "q6 scale %g", sf_quant_scale(q, 0));
+	for (int j = 0; j < 16; j++)
+		CHECK(q[2 + j] == (uint8_t)(j | j << 4), "q6 nibble byte %d: 0x%02x", j, q[2 + j]);
+	for (int j = 0; j < 8; j++)
+		CHECK(q[18 + j] == 0x50, "q6 high byte %d: 0x%02x", j, q[18 + j]);
+	CHECK(sf_q6_code(q + 2, 0) == -32 && sf_q6_code(q + 2, 31) == -1, "q6 codes");
+	enum sf_dtype x;
+	CHECK(sf_dtype_parse_any("Q6", &x) == 0 && x == SF_DTYPE_Q6 && !sf_dtype_is_top(x),
+	      "Q6 by name, not a top tier's");
 }
 
 // --- kernels
@@ -272,6 +296,56 @@ static void check_slab_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	free(C), free(mem), free(col), free(X), free(Y), free(Yr), free(Yc), free(pos), free(cols);
 }
 
+/* rows rows of cols in dtype dt, T tokens: the level's product equals the
+ * _ref's bit for bit, over [r0, r1) as over all rows, with T tokens as one
+ * at a time, and lies within its rounding of the float product of the
+ * dequantized rows: per block, each input within d_b / 2 of its source. */
+static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t cols,
+			      size_t r0, size_t r1, size_t T)
+{
+	const char *dn = sf_dtype_name(dt);
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols), nb = cols / SF_QBLOCK;
+	uint8_t *W = malloc(rows * rb);
+	float *f = malloc(cols * sizeof(float)), *X = malloc(T * cols * sizeof(float)),
+	      *Y = malloc(T * rows * sizeof(float)), *Yr = malloc(T * rows * sizeof(float)),
+	      *Y1 = malloc(rows * sizeof(float));
+
+	for (size_t r = 0; r < rows; r++) {
+		for (size_t c = 0; c < cols; c++)
+			f[c] = gauss() * (c % 61 == 5 ? 4.0f : 0.05f);
+		CHECK(sf_quant_column(W + r * rb, dt, f, cols, SF_QUANT_SEARCH) == 0, "quantize");
+	}
+	for (size_t i = 0; i < T * cols; i++)	/* block 1 of token 0 all zeros */
+		X[i] = i >= SF_QBLOCK && i < 2 * SF_QBLOCK ? 0.0f : gauss() * (i % 37 ? 1.0f : 9.0f);
+	sf_qmatmul_rows(Y, rows, W, dt, cols, X, cols, T, 0, rows);
+	sf_qmatmul_rows_ref(Yr, rows, W, dt, cols, X, cols, T, 0, rows);
+	CHECK(!memcmp(Y, Yr, T * rows * sizeof(float)), "%s %s rows: %zu x %zu, %zu tokens: "
+	      "differs from ref", isa, dn, rows, cols, T);
+	for (size_t t = 0; t < T; t++) {
+		sf_qmatmul_rows(Y1, 0, W, dt, cols, X + t * cols, cols, 1, r0, r1);
+		CHECK(!memcmp(Y1, Y + t * rows + r0, (r1 - r0) * sizeof(float)),
+		      "%s %s rows [%zu, %zu) token %zu alone: differs from the pass", isa, dn, r0,
+		      r1, t);
+		const float *x = X + t * cols;
+		for (size_t r = 0; r < rows; r++) {
+			double exact = 0.0, bound = 1e-5;
+			sf_dequant_column(f, W + r * rb, dt, cols);
+			for (size_t b = 0; b < nb; b++) {
+				float amax = 0.0f;
+				for (size_t i = b * SF_QBLOCK; i < (b + 1) * SF_QBLOCK; i++)
+					amax = fmaxf(amax, fabsf(x[i]));
+				for (size_t i = b * SF_QBLOCK; i < (b + 1) * SF_QBLOCK; i++) {
+					exact += (double)f[i] * x[i];
+					bound += fabs(f[i]) * (amax / 127.0 * 0.5 + 1e-5 * fabs(x[i]));
+				}
+			}
+			CHECK(fabs(Y[t * rows + r] - exact) <= bound, "%s %s row %zu token %zu: %.9g, "
+			      "float %.9g, bound %.3g", isa, dn, r, t, Y[t * rows + r], exact, bound);
+		}
+	}
+	free(W), free(f), free(X), free(Y), free(Yr), free(Y1);
+}
+
 static void test_kernels(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
@@ -286,6 +360,16 @@ static void test_kernels(enum sf_isa level)
 		return;
 	}
 	CHECK(sf_cpu_use(level) == 0, "select %s", isa);
+	static const size_t row_sizes[][4] = {	/* rows, cols, r0, r1 */
+		{ 37, 32, 0, 37 }, { 20, 96, 3, 17 }, { 33, 512, 16, 32 }, { 9, 2080, 1, 8 },
+		{ 3, 20000, 0, 3 },
+	};
+	static const size_t row_tokens[] = { 1, 3, 4, 6 };
+	for (int d = 0; d < 3; d++)
+		for (size_t i = 0; i < sizeof(row_sizes) / sizeof(row_sizes[0]); i++)
+			for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
+				check_rows_kernel(isa, qdt[d], row_sizes[i][0], row_sizes[i][1],
+						  row_sizes[i][2], row_sizes[i][3], row_tokens[t]);
 	for (int d = 0; d < 2; d++)
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 			for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); t++)
@@ -308,15 +392,17 @@ static void test_kernels(enum sf_isa level)
 				for (int all = 0; all < 2; all++)
 					check_slab_kernel(isa, qdt[d], int_sizes[i][0], int_sizes[i][1],
 							  int_sizes[i][2], int_tokens[t], 70 + t * 13, all);
-	printf("%s: compared against ref (integer path: %s)\n", isa, sf_qcolaccum_int_kernel());
+	printf("%s: compared against ref (integer path: %s, rows: %s)\n", isa,
+	       sf_qcolaccum_int_kernel(), sf_qmatmul_rows_kernel());
 }
 
 int main(void)
 {
-	for (int d = 0; d < 2; d++) {
+	for (int d = 0; d < 3; d++) {
 		test_round_trip(qdt[d], 4096 + 17);
 		test_degenerate(qdt[d]);
 	}
+	test_q6_layout();
 	for (int i = 0; i < SF_NISA; i++)
 		test_kernels((enum sf_isa)i);
 	sf_cpu_use_best();

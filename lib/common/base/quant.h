@@ -7,7 +7,7 @@
  * bytes a block on nothing). The column holds every block's scale first,
  * then every block's codes: the integer kernels fold a block's scale into
  * the activation, so they load the scales of many blocks as one vector.
- * Byte layout: man/sf-formats.5 (QUANTIZED COLUMNS); the kernels over
+ * Byte layout: man/sf-formats.5 (QUANTIZED BLOCKS); the kernels over
  * them: engine/kernels_q.h. */
 #ifndef SF_QUANT_H
 #define SF_QUANT_H

@@ -1737,6 +1737,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 		ret = sf_fingerprint_version(path, "image format", version, SF_IMAGE_VERSION, e);
 		goto out;
 	}
+	img->version = (int)version;
 	if (flags || sf_get_le32(pre + 28)) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: flags 0x%x, expected 0", path, flags);
 		goto out;
@@ -2124,13 +2125,25 @@ json_t *sf_image_info_json(const struct sf_image *img)
 		}
 	json_object_set_new(o, "file", json_string(img->path));
 	json_object_set_new(o, "format", json_string(FORMAT_NAME));
-	json_object_set_new(o, "version", json_integer(SF_IMAGE_VERSION));
+	json_object_set_new(o, "version", json_integer(img->version));
 	sf_fingerprint_put(o, &img->fingerprint);
 	json_object_set(o, "producer", json_object_get(img->header, "producer"));
 	json_object_set_new(o, "model", json_pack("{s:s, s:i, s:i, s:i, s:i}", "arch",
 			    sf_arch_name(img->cfg.arch), "layers", img->cfg.n_layers, "dim",
 			    img->cfg.dim, "hidden_dim", img->cfg.hidden_dim, "vocab_size",
 			    img->cfg.vocab_size));
+	/* the resident matrices sf-pack may quantize (their rows) */
+	const char *names[2] = { "model.embed_tokens.weight",
+				 img->cfg.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight" };
+	for (int i = 0; i < 2; i++) {
+		const struct sf_tensor *T = sf_safetensors_find(&img->tensors, names[i]);
+		json_t *x = T ? json_pack("{s:s, s:s, s:I}", "dtype", sf_dtype_name(T->dtype),
+					  "source_dtype", sf_dtype_name(T->source_dtype), "bytes",
+					  (json_int_t)T->nbytes) : json_null();
+		if (i == 1 && T)
+			json_object_set_new(x, "tied", json_boolean(img->cfg.tie_embeddings));
+		json_object_set_new(o, i ? "output" : "token_embedding", x);
+	}
 	json_object_set_new(sizes, "top_by_dtype", top_by_dtype);
 	json_object_set_new(o, "sizes", sizes);
 	json_object_set_new(o, "top_dtypes", dtypes);

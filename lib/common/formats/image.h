@@ -96,6 +96,7 @@ struct sf_image {
 	int fd;				/* read-only, buffered: verify reads through it */
 	uint64_t file_size;
 	int64_t mtime_ns;		/* when opened: a rewrite in place changes it */
+	int version;			/* of the format: SF_IMAGE_VERSION_MIN..SF_IMAGE_VERSION */
 	struct sf_fingerprint fingerprint;	/* weights: the header's, trusted (CRC);
 						 * shape: checked against the tensors */
 	json_t *header;			/* the whole JSON header */
