@@ -197,7 +197,7 @@ static void help(const struct sf_cmd *cmd)
  * getopt would read "-ngl" as "-n gl" or call "--mlock" unrecognized. A
  * command that takes one of these names itself keeps its own meaning. */
 #define CPU_ONLY "sparseflash runs on the CPU only"
-#define KV_F32 "the KV cache is float32"
+#define KV_TYPES "sf-run's: the other commands keep the KV cache in float32"
 #define TO_CHAT "use sf-run -cnv (--conversation) to chat"
 #define SAMPLERS "sf-run samples with --temp, --top-k, --top-p, --min-p and --repeat-penalty"
 #define ROPE "RoPE is the model's config.json's"
@@ -213,8 +213,8 @@ static const struct {
 	{ "--mlock", "--model maps the weights; an IMAGE reads them from flash" },
 	{ "--no-mmap", "--model maps the weights; an IMAGE reads them from flash" },
 	{ "--numa", "no NUMA placement" },
-	{ "-ctk", KV_F32 }, { "--cache-type-k", KV_F32 }, { "-ctv", KV_F32 },
-	{ "--cache-type-v", KV_F32 },
+	{ "-ctk", KV_TYPES }, { "--cache-type-k", KV_TYPES }, { "-ctv", KV_TYPES },
+	{ "--cache-type-v", KV_TYPES },
 	{ "-ub", "one batch size: -b" }, { "--ubatch-size", "one batch size: -b" },
 	{ "-tb", "one thread count: -t" }, { "--threads-batch", "one thread count: -t" },
 	{ "-np", "one sequence at a time" }, { "--parallel", "one sequence at a time" },

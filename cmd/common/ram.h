@@ -5,10 +5,21 @@
 #define SF_CLI_RAM_H
 
 #include "base/err.h"
+#include "engine/forward.h"
 #include "online/sparse.h"
 
 /* Tokens per pass over the weights of sf-run's prompt and --ppl (-b). */
 #define SF_RUN_DEFAULT_BATCH 64
+
+/* Positions of the KV cache the least --ram leaves room for when -c does
+ * not say: a short prompt and 64 tokens. */
+#define SF_RUN_KV_LEAST 128
+
+/* The sparse decoder's figures of a run state for --ram: its buffers, and
+ * its KV cache, of which --ram must leave room for least positions
+ * (sf_sparse_opts.kv_position_bytes). */
+void sf_cli_kv_opts(struct sf_sparse_opts *so, const struct sf_runstate *st,
+		    const struct sf_config *cfg, int least);
 
 /* Added to the figure: the resident set of one process stands for
  * another's, and sf-run's own varies by up to about 250 KiB from run to
@@ -16,7 +27,8 @@
 #define SF_CLI_RAM_SLACK (512u << 10)
 
 /* Opens the image at path as sf-run does without options (embedding rows
- * on flash, the tokenizer, the model's whole context, -b
+ * on flash, the tokenizer, the model's whole context with room in the KV
+ * cache for SF_RUN_KV_LEAST positions, -b
  * SF_RUN_DEFAULT_BATCH, the sparse defaults, threads threads), sets up the
  * decoder without a cache and fills mem with its figures: mem->total is
  * the least --ram, this process's resident set standing for sf-run's.

@@ -194,8 +194,9 @@ static json_t *producer(const struct options *o, int embed_dtype)
 /* The least --ram of sf-run and its parts (common/ram.h), as JSON. */
 static json_t *ram_json(const struct sf_sparse_memory *mem)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "process", (json_int_t)mem->process,
+	return json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I}", "process", (json_int_t)mem->process,
 			 "resident", (json_int_t)mem->resident, "state", (json_int_t)mem->state,
+			 "kv", (json_int_t)mem->kv, "kv_positions", (int)mem->kv_positions,
 			 "buffers", (json_int_t)mem->buffers, "cache", (json_int_t)mem->cache);
 }
 

@@ -66,6 +66,7 @@ struct options {
 	uint64_t seed;
 	int threads;
 	int ctx;			/* 0: the model's max_position_embeddings */
+	enum sf_kv_type kv_k, kv_v;	/* -ctk, -ctv */
 	int batch;			/* tokens per weight pass: the prompt, --ppl */
 	uint64_t max_tokens;		/* --ppl: 0 for all */
 	int window;
@@ -99,7 +100,8 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS, OPT_CONVERSATION,
        OPT_CHAT_TEMPLATE, OPT_VERBOSE_PROMPT, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN,
-       OPT_DRAFT_P_MIN, OPT_DRAFT_FIXED, OPT_DRAFT_BUDGET, OPT_THREADS_DRAFT };
+       OPT_DRAFT_P_MIN, OPT_DRAFT_FIXED, OPT_DRAFT_BUDGET, OPT_THREADS_DRAFT, OPT_CACHE_TYPE_K,
+       OPT_CACHE_TYPE_V };
 enum { SPARSE = 1 };
 
 static const struct sf_opt options[] = {
@@ -131,6 +133,10 @@ static const struct sf_opt options[] = {
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text\n"
 	  "(default: not printed)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
+	{ "cache-type-k", OPT_CACHE_TYPE_K, "T", "the KV cache's keys: f32, f16 or q8_0 (also -ctk)\n"
+	  "(default %s)", "f16", 0 },
+	{ "cache-type-v", OPT_CACHE_TYPE_V, "T", "the KV cache's values: f32, f16 or q8_0 (also\n"
+	  "-ctv) (default %s)", "f16", 0 },
 	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
 	  "--ppl (default %s); the output is the same", SF_STR(SF_RUN_DEFAULT_BATCH), 0 },
 	SF_OPT_THREADS,
@@ -253,8 +259,9 @@ static const struct sf_cmd cmd = {
 	"         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
 };
 
-/* llama.cpp's "-cnv" is --conversation (before getopt reads it as "-c nv");
- * the llama.cpp options no command takes are refused by sf_cli_getopt. */
+/* llama.cpp's "-cnv" is --conversation, "-ctk" and "-ctv" --cache-type-k
+ * and --cache-type-v (before getopt reads them as "-c nv", "-c tk"); the
+ * llama.cpp options no command takes are refused by sf_cli_getopt. */
 static void llama_cpp_names(int argc, char **argv)
 {
 	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
@@ -262,6 +269,11 @@ static void llama_cpp_names(int argc, char **argv)
 		const struct sf_opt *p = NULL;
 		if (!strcmp(a, "-cnv")) {
 			argv[i] = (char *)"--conversation";
+			continue;
+		}
+		if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
+			argv[i] = (char *)(a[3] == 'k' ? "--cache-type-k" : "--cache-type-v");
+			i++;
 			continue;
 		}
 		/* skip the value of an option that takes one */
@@ -308,7 +320,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		.chat_template = -1,
 		.draft_max = SF_SPEC_DEFAULT_MAX, .draft_min = SF_SPEC_DEFAULT_MIN,
 		.draft_p_min = SF_SPEC_DEFAULT_P_MIN, .draft_budget = 1.0,
-		.draft_threads = DEFAULT_THREADS_DRAFT,
+		.draft_threads = DEFAULT_THREADS_DRAFT, .kv_k = SF_KV_F16, .kv_v = SF_KV_F16,
 	};
 	sf_sparse_opts_default(so);
 	llama_cpp_names(argc, argv);
@@ -340,6 +352,12 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_CHAT_TEMPLATE: o->chat_template = chat_template_opt(optarg); break;
 		case OPT_VERBOSE_PROMPT: o->verbose_prompt = 1; break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
+		case OPT_CACHE_TYPE_K:
+		case OPT_CACHE_TYPE_V:
+			if (sf_kv_type_parse(optarg, c == OPT_CACHE_TYPE_K ? &o->kv_k : &o->kv_v))
+				sf_usage_error("--cache-type-%c: '%s' is not f32, f16 or q8_0",
+					       c == OPT_CACHE_TYPE_K ? 'k' : 'v', optarg);
+			break;
 		case 'b': o->batch = (int)sf_opt_u64("--batch-size", optarg, 1, SF_BATCH_MAX); break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
 		case OPT_PPL: o->ppl_file = optarg; break;
@@ -542,6 +560,8 @@ struct session {
 	struct sf_tokenizer *tok;
 	struct sf_pool *pool;
 	struct sf_runstate state;
+	int positions;		/* of the context: state.seq_len, or fewer when --ram
+				 * leaves the KV cache room for no more */
 	struct sf_sampler sampler;
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
@@ -549,13 +569,20 @@ struct session {
 	size_t step_tokens;	/* tokens those passes gave (more than one a pass with --draft) */
 	uint64_t bytes0;	/* IMAGE: bytes read when decoding began */
 	struct draft *draft;	/* --draft; NULL: none */
-	enum { STOP_NONE, STOP_EOS, STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT, STOP_INPUT } stop;
+	enum { STOP_NONE, STOP_EOS, STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT, STOP_INPUT,
+	       STOP_RAM } stop;
 	int32_t eot;		/* --conversation: the end-of-turn token, or -1 */
 	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
 	int text_open;		/* text written that does not end with a newline */
 	json_t *ppl;		/* --ppl --bench: the perplexity figures */
 	struct sf_outfile read_log;	/* --read-log; f NULL: none */
 };
+
+/* A full context's stop: the model's or -c's, or where --ram left the KV cache. */
+static int context_stop(const struct session *S)
+{
+	return S->positions < S->state.seq_len ? STOP_RAM : STOP_CONTEXT;
+}
 
 static void log_read(void *ctx, uint64_t pass, uint64_t offset, uint32_t len)
 {
@@ -694,7 +721,9 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	double peak = 0, iops = 0, buffered = 0;
 	int ret;
 
-	so.state_bytes = sf_state_bytes_batch(&S->model.cfg, S->state.seq_len, S->state.batch);
+	/* -c and --ppl's windows need every position; else the least */
+	sf_cli_kv_opts(&so, &S->state, &S->model.cfg, o->ctx || o->ppl_file ? S->state.seq_len
+			: SF_RUN_KV_LEAST < S->state.seq_len ? SF_RUN_KV_LEAST : S->state.seq_len);
 	so.max_tokens = tokens;
 	so.tokens = S->state.batch;
 	if ((ret = sf_device_load(o->image, &peak, &iops, &buffered, e)) < 0)
@@ -729,13 +758,14 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	if ((ret = sf_sparse_open(&S->sparse, &S->image, &S->model, S->pool, &so, e)))
 		goto out;
 	S->state.exec = sf_sparse_exec(S->sparse);
+	sf_sparse_memory(S->sparse, &mem);
+	S->positions = (int)mem.kv_positions;
 	if (o->verbose) {
-		sf_sparse_memory(S->sparse, &mem);
 		fprintf(stderr, "%s: reads: %s%s, qd %u, at most %u bytes, %d groups ahead "
 			"(predict %s); collapse %s\n"
-			"%s: memory: %llu bytes: process %llu, resident %llu, KV cache and state "
-			"%llu, buffers %llu, pinned %llu, held groups %llu, cache %llu, simulate %llu; "
-			"offloaded %llu\n",
+			"%s: memory: %llu bytes: process %llu, resident %llu, state %llu, "
+			"KV cache %llu (%u positions, %s/%s), buffers %llu, pinned %llu, held "
+			"groups %llu, cache %llu, simulate %llu; offloaded %llu\n",
 			sf_progname, sf_sparse_backend(S->sparse),
 			so.buffered ? " (page cache)" : so.simulate ? "" : " (O_DIRECT)",
 			so.qd ? so.qd : SF_URING_DEFAULT_QD,
@@ -743,6 +773,8 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			sf_sparse_predict_name(so.predict), sf_sparse_collapse_desc(S->sparse),
 			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.process,
 			(unsigned long long)mem.resident, (unsigned long long)mem.state,
+			(unsigned long long)mem.kv, mem.kv_positions, sf_kv_type_name(S->state.kv_k),
+			sf_kv_type_name(S->state.kv_v),
 			(unsigned long long)mem.buffers, (unsigned long long)mem.pinned,
 			(unsigned long long)mem.slabs, (unsigned long long)mem.cache,
 			(unsigned long long)mem.simulate, (unsigned long long)mem.offloaded);
@@ -821,7 +853,7 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 				  "context is %d: give --ctx-size", o->draft,
 				  D->model.cfg.max_seq_len, ctx);
 	int batch = o->batch < ctx ? o->batch : ctx;
-	if ((ret = sf_state_init_batch(&D->state, &D->model.cfg, ctx, batch, e)) ||
+	if ((ret = sf_state_init_kv(&D->state, &D->model.cfg, ctx, batch, o->kv_k, o->kv_v, e)) ||
 	    (ret = sf_sampler_init(&D->sampler, D->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed ^ 0x5eed5eedu, e)) ||
 	    (ret = sf_spec_init(&D->spec, S->model.cfg.vocab_size, o->draft_max, o->draft_min,
@@ -844,7 +876,7 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 		so.device_peak = o->sparse.device_peak;
 		so.device_iops = o->sparse.device_iops;
 		so.tokens = D->state.batch;
-		so.state_bytes = sf_state_bytes_batch(&D->model.cfg, ctx, D->state.batch);
+		sf_cli_kv_opts(&so, &D->state, &D->model.cfg, ctx);
 		so.max_tokens = (uint64_t)ctx;
 		if ((ret = sf_sparse_open(&D->sparse, &D->image, &D->model, D->pool, &so, e)))
 			return ret;
@@ -876,7 +908,7 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	/* --draft: a pass verifies a token and up to --draft-max proposals */
 	int batch = o->draft && o->draft_max + 1 > o->batch ? o->draft_max + 1 : o->batch;
 	batch = batch < ctx ? batch : ctx;
-	if ((ret = sf_state_init_batch(&S->state, &S->model.cfg, ctx, batch, e)) ||
+	if ((ret = sf_state_init_kv(&S->state, &S->model.cfg, ctx, batch, o->kv_k, o->kv_v, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed, e)) ||
 	    (ret = sf_sampler_set_penalty(&S->sampler, (float)o->repeat_penalty,
@@ -885,6 +917,7 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	S->sampler.top_k = o->top_k;
 	S->sampler.min_p = (float)o->min_p;
 	S->state.pool = S->pool;
+	S->positions = ctx;
 	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
 			 : (uint64_t)ctx, e)))
@@ -1068,7 +1101,7 @@ static int speculate(struct session *S, const struct options *o, float *logits, 
 		     struct ids *text, struct sf_detok *d, struct sf_err *e)
 {
 	struct draft *D = S->draft;
-	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict, made = 0;
+	long limit = o->n_predict < 0 ? (long)S->positions : o->n_predict, made = 0;
 	int limit_stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT, ret = 0, m = 1;
 	const struct sf_spec_model target = { &S->model, &S->state, &S->sampler },
 		draft = { &D->model, &D->state, &D->sampler };
@@ -1091,8 +1124,8 @@ static int speculate(struct session *S, const struct options *o, float *logits, 
 			if ((ret = ids_add(text, t, e)) || (!o->bench && (ret = emit(S, d, t, e))))
 				return ret;
 		}
-		if (*pos == (size_t)S->state.seq_len) {
-			S->stop = STOP_CONTEXT;
+		if (*pos == (size_t)S->positions) {
+			S->stop = context_stop(S);
 			break;
 		}
 		if (made == limit) {
@@ -1102,8 +1135,8 @@ static int speculate(struct session *S, const struct options *o, float *logits, 
 		/* text[*pos] is the token to feed: proposals after it, as many as
 		 * the tokens wanted and the context leave room for */
 		long k = limit - made - 1;
-		if (k > (long)S->state.seq_len - 1 - (long)*pos)
-			k = (long)S->state.seq_len - 1 - (long)*pos;
+		if (k > (long)S->positions - 1 - (long)*pos)
+			k = (long)S->positions - 1 - (long)*pos;
 		m = sf_spec_step(&D->spec, &target, &draft, text->v, (int)*pos, (int)k, out, e);
 		if (m < 0 || (D->sparse && (ret = sf_sparse_error(D->sparse, e))) ||
 		    (ret = sparse_failed(S, e)))
@@ -1127,7 +1160,7 @@ static int speculate(struct session *S, const struct options *o, float *logits, 
 static int run(struct session *S, const struct options *o, const int32_t *tokens, size_t n,
 	       size_t *pos, int turn, struct sf_detok *d, struct ids *answer, struct sf_err *e)
 {
-	long limit = o->n_predict < 0 ? (long)S->state.seq_len : o->n_predict, made = 0;
+	long limit = o->n_predict < 0 ? (long)S->positions : o->n_predict, made = 0;
 	int limit_stop = o->n_predict < 0 ? STOP_CONTEXT : STOP_LIMIT, ret = 0;
 	double t0 = sf_now();
 	float *logits = NULL;
@@ -1177,8 +1210,8 @@ static int run(struct session *S, const struct options *o, const int32_t *tokens
 		if ((answer && (ret = ids_add(answer, token, e))) ||
 		    (!o->bench && (ret = emit(S, d, token, e))))
 			break;
-		if (*pos == (size_t)S->state.seq_len) {
-			S->stop = STOP_CONTEXT;
+		if (*pos == (size_t)S->positions) {
+			S->stop = context_stop(S);
 			break;
 		}
 		if (made == limit && !turn) {	/* no pass for a token nobody reads */
@@ -1234,10 +1267,12 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 	if (np == 0)
 		ret = sf_err_set(e, -EINVAL, "prompt: empty, and the tokenizer adds no BOS token "
 				 "to start from");
-	else if (np > (size_t)S->state.seq_len)
-		ret = sf_err_set(e, -EINVAL, "prompt: %zu tokens do not fit the context of %d %s",
-				 np, S->state.seq_len,
-				 sf_plural((unsigned long long)S->state.seq_len, "position", "positions"));
+	else if (np > (size_t)S->positions)
+		ret = sf_err_set(e, -EINVAL, "prompt: %zu tokens do not fit the context of %d %s%s",
+				 np, S->positions,
+				 sf_plural((unsigned long long)S->positions, "position", "positions"),
+				 S->positions < S->state.seq_len ? ", all --ram leaves the KV cache "
+				 "room for" : "");
 	if (ret) {
 		free(prompt);
 		return ret;
@@ -1384,6 +1419,7 @@ static void print_stop(const struct session *S, const struct options *o)
 		break;
 	case STOP_LIMIT: fprintf(stderr, "-n %ld reached", o->n_predict); break;
 	case STOP_CONTEXT: fputs("context full", stderr); break;
+	case STOP_RAM: fputs("the KV cache full at what --ram leaves it", stderr); break;
 	case STOP_INTERRUPT: fputs("interrupted", stderr); break;
 	case STOP_INPUT: fputs("end of input", stderr); break;
 	case STOP_NONE: fputs("prompt only", stderr); break;
@@ -1444,10 +1480,12 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 			snprintf(label, sizeof(label), "turn %d", turn);
 			print_prompt(S, label, text, len, ids, n);
 		}
-		if (n > (size_t)S->state.seq_len - pos) {
+		if (n > (size_t)S->positions - pos) {
 			ret = sf_err_set(e, -EINVAL, "turn %d: %zu tokens do not fit the %zu positions "
-					 "left of the context of %d", turn, n,
-					 (size_t)S->state.seq_len - pos, S->state.seq_len);
+					 "left of the context of %d%s", turn, n,
+					 (size_t)S->positions - pos, S->positions,
+					 S->positions < S->state.seq_len ? ", all --ram leaves the KV "
+					 "cache room for" : "");
 			break;
 		}
 		sf_detok_init(&detok, S->tok, SF_DECODE_SKIP_SPECIAL);
@@ -1466,8 +1504,8 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 			fprintf(stderr, "%s: answer %d: %zu %s, stopped: ", sf_progname, turn,
 				answer.n, sf_plural(answer.n, "token", "tokens"));
 			print_stop(S, o);
-			fprintf(stderr, "; %zu of %d %s used\n", pos, S->state.seq_len,
-				sf_plural((unsigned long long)S->state.seq_len, "position", "positions"));
+			fprintf(stderr, "; %zu of %d %s used\n", pos, S->positions,
+				sf_plural((unsigned long long)S->positions, "position", "positions"));
 		}
 		if (ret || (ret = sf_tokenizer_decode(S->tok, answer.v, answer.n,
 						      SF_DECODE_SKIP_SPECIAL, &said, &len, e)) ||
@@ -1669,8 +1707,8 @@ static void report(const struct session *S, const struct options *o)
 
 	fprintf(stderr, "%s: stopped: ", sf_progname);
 	print_stop(S, o);
-	fprintf(stderr, "; context %d %s", S->state.seq_len,
-		sf_plural((unsigned long long)S->state.seq_len, "position", "positions"));
+	fprintf(stderr, "; context %d %s", S->positions,
+		sf_plural((unsigned long long)S->positions, "position", "positions"));
 	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window)
 		fputs(" (the model's sliding window)", stderr);
 	fprintf(stderr, "\n%s:", sf_progname);
@@ -1723,6 +1761,10 @@ int main(int argc, char **argv)
 		ret = write_stats(&S, &o, NULL, &e);
 	if (!ret && o.stats_file)
 		ret = write_stats(&S, &o, o.stats_file, &e);
+	if (!ret && S.stop == STOP_RAM)	/* the text so far is out: say why it ends */
+		ret = sf_err_set(&e, SF_ELIMIT, "%s: the context reached %d positions, all that "
+				 "--ram %llu leaves the KV cache room for: give more --ram, or -c",
+				 o.image, S.positions, (unsigned long long)o.sparse.ram);
 	sf_sparse_close(S.sparse);	/* its last reads logged */
 	S.sparse = NULL;
 	if (!ret && S.read_log.f)

@@ -272,7 +272,8 @@ bytes() {
 	[ "$(echo "$output" | jq .flash_bytes)" = "$(echo "$sizes" | jq '.top + .mid')" ]
 	[ "$(echo "$output" | jq .resident_bytes)" = "$(echo "$sizes" | jq '.resident + .index + .codebook')" ]
 	echo "$output" | jq -e '.context == 1024 and .ram.resident >= .resident_bytes and
-		.ram_at_least == .ram.process + .ram.resident + .ram.state + .ram.buffers + .ram.cache'
+		.ram_at_least == .ram.process + .ram.resident + .ram.state + .ram.kv + .ram.buffers +
+		.ram.cache and .ram.kv_positions == 128'
 	# no skeleton left in $TMPDIR
 	[ -z "$(find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'sf-pack-dry-run.*' -user "$(id -u)" 2>/dev/null)" ]
 	run --separate-stderr sf-pack --model "$MODEL" --dry-run -o "$BATS_TEST_TMPDIR/x.sfimg"

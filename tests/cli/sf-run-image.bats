@@ -344,7 +344,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 @test "a RAM budget too small is refused with the figures and the least --ram to give" {
 	run --separate-stderr sf-run -p x -n 1 --ram 1M --no-direct "$D/coact.sfimg"
 	[ "$status" -eq 1 ]
-	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ --ram\ 1048576:\ ([0-9]+)\ bytes\ needed:\ process\ [0-9]+,\ resident\ [0-9]+,\ KV\ cache\ and\ state\ [0-9]+,\ buffers\ [0-9]+,\ pinned\ 0,\ held\ groups\ 0,\ cache\ [0-9]+\;\ give\ --ram\ ([0-9]+)\ or\ more$ ]]
+	[[ "${stderr_lines[0]}" =~ ^sf-run:\ $D/coact.sfimg:\ --ram\ 1048576:\ ([0-9]+)\ bytes\ needed:\ process\ [0-9]+,\ resident\ [0-9]+,\ state\ [0-9]+,\ KV\ cache\ [0-9]+\ \(128\ positions\),\ buffers\ [0-9]+,\ pinned\ 0,\ held\ groups\ 0,\ cache\ [0-9]+\;\ give\ --ram\ ([0-9]+)\ or\ more$ ]]
 	[ "${BASH_REMATCH[2]}" = "${BASH_REMATCH[1]}" ]
 }
 

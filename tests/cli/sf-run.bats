@@ -351,7 +351,7 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	run --separate-stderr sf-run -q --model "$MODEL" -p -ngl -n 2
 	[ "$status" -eq 0 ]
 	# the common llama.cpp options, each refused with its reason
-	for o in -fa -sm -ub -tb -np --mlock --no-mmap --numa -ctk -ctv --mirostat --typical \
+	for o in -fa -sm -ub -tb -np --mlock --no-mmap --numa --mirostat --typical \
 		--presence-penalty --frequency-penalty --rope-freq-base --lora -hf -md --grammar -j \
 		--prompt-cache --keep -e -r --in-prefix -sys --jinja --log-file --color \
 		--no-display-prompt -sp --no-warmup --no-context-shift -l -dt --override-kv -C --prio; do

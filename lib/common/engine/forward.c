@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "engine/kernels.h"
 
@@ -20,7 +21,7 @@
  * sf_state_init cannot disagree. 64-bit: the KV cache of a 7B model at
  * long context passes 2^32 floats. */
 struct state_sizes {
-	uint64_t dim, q, kv, hidden, att, vocab, cache, rope;
+	uint64_t dim, q, kv, hidden, att, vocab, rope;
 };
 
 /* Tokens of a pass whose attention outputs a head computes together (the
@@ -43,17 +44,34 @@ static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, in
 	z.hidden = b * (uint64_t)c->hidden_dim;
 	z.att = (uint64_t)c->n_heads * (uint64_t)att_queries(batch) * seq_len;
 	z.vocab = b * (uint64_t)c->vocab_size;
-	z.cache = (uint64_t)c->n_layers * seq_len * ((uint64_t)c->n_kv_heads * c->head_dim);
 	z.rope = (uint64_t)c->head_dim / 2;
 	return z;
 }
 
-uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch)
+uint64_t sf_state_buffer_bytes(const struct sf_config *c, int seq_len, int batch)
 {
 	struct state_sizes z = state_sizes(c, seq_len, batch);
-	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab +
-			  2 * z.cache + z.rope;
+	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab + z.rope;
 	return floats * sizeof(float);
+}
+
+uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_type k,
+			   enum sf_kv_type v)
+{
+	size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+	return (uint64_t)c->n_layers * (uint64_t)positions *
+	       (sf_kv_row_bytes(k, kv_dim) + sf_kv_row_bytes(v, kv_dim));
+}
+
+uint64_t sf_state_bytes_kv(const struct sf_config *c, int seq_len, int batch, enum sf_kv_type k,
+			   enum sf_kv_type v)
+{
+	return sf_state_buffer_bytes(c, seq_len, batch) + sf_state_kv_bytes(c, seq_len, k, v);
+}
+
+uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch)
+{
+	return sf_state_bytes_kv(c, seq_len, batch, SF_KV_F32, SF_KV_F32);
 }
 
 uint64_t sf_state_bytes(const struct sf_config *c, int seq_len)
@@ -70,9 +88,29 @@ int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 			int batch, struct sf_err *e)
 {
+	return sf_state_init_kv(s, c, seq_len, batch, SF_KV_F32, SF_KV_F32, e);
+}
+
+/* An anonymous mapping of n bytes (at least a page), or NULL: its pages
+ * are the kernel's zero page until written. */
+static uint8_t *map_zeros(uint64_t n)
+{
+	void *p = mmap(NULL, (size_t)(n ? n : 1), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int sf_state_init_kv(struct sf_runstate *s, const struct sf_config *c, int seq_len, int batch,
+		     enum sf_kv_type k, enum sf_kv_type v, struct sf_err *e)
+{
 	struct state_sizes z = state_sizes(c, seq_len, batch);
+	size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
 
 	memset(s, 0, sizeof(*s));
+	if (!sf_kv_type_fits(k, (size_t)c->head_dim) || !sf_kv_type_fits(v, (size_t)c->head_dim))
+		return sf_err_set(e, SF_EUNSUPPORTED, "KV cache in %s: heads of %d elements are "
+				  "not whole blocks of %d", sf_kv_type_name(sf_kv_type_fits(k,
+				  (size_t)c->head_dim) ? v : k), c->head_dim, SF_KV_Q8_0_BLOCK);
 	if (seq_len < 1 || seq_len > c->max_seq_len)
 		return sf_err_set(e, -EINVAL, "context of %d positions: expected 1..%d", seq_len,
 				  c->max_seq_len);
@@ -93,13 +131,19 @@ int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int se
 	s->act = calloc(z.hidden, sizeof(float));
 	s->att = calloc(z.att, sizeof(float));
 	s->logits = calloc(z.vocab, sizeof(float));
-	s->key_cache = calloc(z.cache, sizeof(float));
-	s->value_cache = calloc(z.cache, sizeof(float));
+	s->kv_k = k;
+	s->kv_v = v;
+	s->k_row = sf_kv_row_bytes(k, kv_dim);
+	s->v_row = sf_kv_row_bytes(v, kv_dim);
+	s->k_map = (uint64_t)c->n_layers * (uint64_t)seq_len * s->k_row;
+	s->v_map = (uint64_t)c->n_layers * (uint64_t)seq_len * s->v_row;
+	s->key_cache = map_zeros(s->k_map);
+	s->value_cache = map_zeros(s->v_map);
 	s->inv_freq = calloc(z.rope ? z.rope : 1, sizeof(float));
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
 	    !s->inv_freq) {
-		uint64_t bytes = sf_state_bytes_batch(c, seq_len, batch);
+		uint64_t bytes = sf_state_bytes_kv(c, seq_len, batch, k, v);
 		sf_state_free(s);
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
@@ -124,8 +168,10 @@ void sf_state_free(struct sf_runstate *s)
 	free(s->act);
 	free(s->att);
 	free(s->logits);
-	free(s->key_cache);
-	free(s->value_cache);
+	if (s->key_cache)
+		munmap(s->key_cache, (size_t)(s->k_map ? s->k_map : 1));
+	if (s->value_cache)
+		munmap(s->value_cache, (size_t)(s->v_map ? s->v_map : 1));
 	free(s->inv_freq);
 	memset(s, 0, sizeof(*s));
 }
@@ -232,16 +278,59 @@ struct attn_task {
 	int layer, pos, T;	/* token t is at position pos + t */
 };
 
+/* Floats of one thread's widened KV rows: a chunk of positions of one
+ * head at a time (at least 16 rows of the widest head a config allows). */
+#define KV_CHUNK_FLOATS 16384
+
+/* out[p] = (q . key p) * scale for positions [p0, p0 + n) of a head's
+ * keys at element off of layer l's rows: read in place when they are
+ * f32, else widened a chunk at a time into buf (the same floats). */
+static void kv_dots(const struct sf_runstate *s, int l, size_t off, float *out, const float *q,
+		    size_t p0, size_t n, size_t hd, float scale, float *buf)
+{
+	const uint8_t *rows = s->key_cache + ((size_t)l * s->seq_len + p0) * s->k_row;
+
+	if (s->kv_k == SF_KV_F32) {
+		sf_dot_rows(out, q, (const float *)rows + off, s->k_row / sizeof(float), n, hd, scale);
+		return;
+	}
+	for (size_t c0 = 0, step = KV_CHUNK_FLOATS / hd; c0 < n; c0 += step) {
+		size_t m = n - c0 < step ? n - c0 : step;
+		sf_kv_widen(buf, rows + c0 * s->k_row, s->kv_k, s->k_row, off, m, hd);
+		sf_dot_rows(out + c0, q, buf, hd, m, hd, scale);
+	}
+}
+
+/* sf_axpy_rows of nq outputs over positions [p0, p0 + n) of a head's
+ * values: in place when f32, else a widened chunk at a time, each
+ * output's sums in position order either way. */
+static void kv_axpys(const struct sf_runstate *s, int l, size_t off, float *y, size_t ldy,
+		     const float *att, size_t lds, size_t nq, size_t p0, size_t n, size_t hd,
+		     float *buf)
+{
+	const uint8_t *rows = s->value_cache + ((size_t)l * s->seq_len + p0) * s->v_row;
+
+	if (s->kv_v == SF_KV_F32) {
+		sf_axpy_rows(y, ldy, att, lds, nq, (const float *)rows + off, s->v_row / sizeof(float),
+			     n, hd);
+		return;
+	}
+	for (size_t c0 = 0, step = KV_CHUNK_FLOATS / hd; c0 < n; c0 += step) {
+		size_t m = n - c0 < step ? n - c0 : step;
+		sf_kv_widen(buf, rows + c0 * s->v_row, s->kv_v, s->v_row, off, m, hd);
+		sf_axpy_rows(y, ldy, att + c0, lds, nq, buf, hd, m, hd);
+	}
+}
+
 static void attn_worker(void *arg, int ith, int nth)
 {
 	const struct attn_task *t = arg;
 	const struct sf_config *c = t->c;
 	struct sf_runstate *s = t->s;
 	size_t hd = (size_t)c->head_dim;
-	size_t kv_dim = (size_t)c->n_kv_heads * hd;
 	int group = c->n_heads / c->n_kv_heads;	/* query heads per KV head */
 	float scale = 1.0f / sqrtf((float)hd);
-	size_t layer_off = (size_t)t->layer * s->seq_len * kv_dim;
+	float buf[KV_CHUNK_FLOATS];
 	size_t lo, hi;
 
 	/* by heads, each head's tokens a few at a time: their scores rows,
@@ -251,7 +340,7 @@ static void attn_worker(void *arg, int ith, int nth)
 	for (size_t h = lo; h < hi; h++)
 		for (int k0 = 0; k0 < t->T; k0 += ATT_QUERIES) {
 			size_t qd = (size_t)c->n_heads * hd, nq = (size_t)att_queries(t->T - k0);
-			size_t kv_off = layer_off + (h / group) * hd;
+			size_t off = (h / group) * hd;	/* the KV head's elements in a row */
 			float *att = s->att + h * (size_t)att_queries(s->batch) * s->seq_len;
 			float *z = t->z + k0 * qd + h * hd;
 			size_t shared = (size_t)(t->pos + k0) + 1;	/* positions token k0 sees */
@@ -259,15 +348,14 @@ static void attn_worker(void *arg, int ith, int nth)
 			for (size_t j = 0; j < nq; j++) {
 				const float *q = t->q + (k0 + j) * qd + h * hd;
 				float *aj = att + j * s->seq_len;
-				sf_dot_rows(aj, q, s->key_cache + kv_off, kv_dim, shared + j, hd, scale);
+				kv_dots(s, t->layer, off, aj, q, 0, shared + j, hd, scale, buf);
 				sf_softmax(aj, shared + j);
 				memset(z + j * qd, 0, hd * sizeof(float));
 			}
-			sf_axpy_rows(z, qd, att, s->seq_len, nq, s->value_cache + kv_off, kv_dim, shared,
-				     hd);
+			kv_axpys(s, t->layer, off, z, qd, att, s->seq_len, nq, 0, shared, hd, buf);
 			for (size_t j = 1; j < nq; j++)
-				sf_axpy_rows(z + j * qd, 0, att + j * s->seq_len + shared, 0, 1,
-					     s->value_cache + kv_off + shared * kv_dim, kv_dim, j, hd);
+				kv_axpys(s, t->layer, off, z + j * qd, 0, att + j * s->seq_len + shared, 0,
+					 1, shared, j, hd, buf);
 		}
 }
 
@@ -331,14 +419,14 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 	}
 	for (int t = 0; t < T; t++) {
 		float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
-		size_t cache_off = ((size_t)l * s->seq_len + pos + t) * kv_dim;
+		size_t row = (size_t)l * s->seq_len + pos + t;
 		add_bias(q, &w->bq);
 		add_bias(k, &w->bk);
 		add_bias(v, &w->bv);
 		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t);
 		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t);
-		memcpy(s->key_cache + cache_off, k, kv_dim * sizeof(float));
-		memcpy(s->value_cache + cache_off, v, kv_dim * sizeof(float));
+		sf_kv_put(s->key_cache + row * s->k_row, s->kv_k, k, kv_dim);
+		sf_kv_put(s->value_cache + row * s->v_row, s->kv_v, v, kv_dim);
 	}
 	/* every key of the block is cached first; token t reads up to pos + t */
 	{

@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "formats/model.h"
 #include "base/pool.h"
+#include "engine/kv.h"
 
 /* Sees the input vectors of every group as the forward pass computes
  * them, in (T, n): the T tokens of a pass, T at most tokens (0 counts as
@@ -58,8 +59,13 @@ struct sf_runstate {
 	float *act;		/* (batch, hidden_dim) silu(gate) * up: ffn_out's input */
 	float *att;		/* (n_heads, min(batch, 4), seq_len) scores of a head's tokens */
 	float *logits;		/* (batch, vocab_size) */
-	float *key_cache;	/* (n_layers, seq_len, n_kv_heads * head_dim) */
-	float *value_cache;	/* (n_layers, seq_len, n_kv_heads * head_dim) */
+	/* the KV cache: (n_layers, seq_len) rows of n_kv_heads * head_dim in
+	 * kv_k and kv_v, k_row and v_row bytes; mapped anonymous, so that a
+	 * page costs memory once a position is written in it */
+	uint8_t *key_cache, *value_cache;
+	enum sf_kv_type kv_k, kv_v;
+	size_t k_row, v_row;
+	uint64_t k_map, v_map;	/* bytes of the mappings */
 	float *inv_freq;	/* (head_dim / 2) RoPE inverse frequencies */
 
 	struct sf_pool *pool;	/* workers; NULL runs on the caller */
@@ -75,14 +81,28 @@ struct sf_runstate {
 
 /* Bytes sf_state_init will allocate for seq_len positions, so callers can
  * state their memory need before allocating; _batch for passes of up to
- * batch tokens (sf_forward_batch). */
+ * batch tokens (sf_forward_batch); both with an f32 KV cache, whose
+ * sf_state_kv_bytes they include. */
 uint64_t sf_state_bytes(const struct sf_config *c, int seq_len);
 uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch);
+/* The KV cache's bytes for positions positions in types k and v; the
+ * state's with it (sf_state_init_kv). */
+uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_type k,
+			   enum sf_kv_type v);
+uint64_t sf_state_bytes_kv(const struct sf_config *c, int seq_len, int batch, enum sf_kv_type k,
+			   enum sf_kv_type v);
+/* The state's bytes but its KV cache. */
+uint64_t sf_state_buffer_bytes(const struct sf_config *c, int seq_len, int batch);
 int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 		  struct sf_err *e);
 #define SF_BATCH_MAX 4096
 int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 			int batch, struct sf_err *e);
+/* The same with the KV cache in types k and v (sf_state_init_batch: f32);
+ * a type that cannot hold the model's heads is SF_EUNSUPPORTED. The
+ * cache's memory is taken as positions fill it. */
+int sf_state_init_kv(struct sf_runstate *s, const struct sf_config *c, int seq_len, int batch,
+		     enum sf_kv_type k, enum sf_kv_type v, struct sf_err *e);
 void sf_state_free(struct sf_runstate *s);	/* accepts a zeroed s */
 
 /* Runs token at position pos (0 <= pos < seq_len; positions before pos

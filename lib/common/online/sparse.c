@@ -385,6 +385,22 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	       sp->mem.simulate;
 }
 
+/* The KV cache's positions and bytes (sf_sparse_opts.kv_position_bytes
+ * says how they are granted) beside the fixed memory and an empty cache. */
+static void size_kv(struct sf_sparse *sp, uint64_t fixed, uint64_t empty)
+{
+	const struct sf_sparse_opts *o = &sp->o;
+	uint64_t want = o->kv_positions, pb = o->kv_position_bytes, n = want;
+	uint64_t least = o->kv_least && o->kv_least < want ? o->kv_least : want;
+
+	if (o->ram && o->cache_ratio < 0 && pb) {
+		uint64_t half = o->ram > fixed + empty ? (o->ram - fixed - empty) / 2 / pb : 0;
+		n = want <= half ? want : half > least ? half : least;
+	}
+	sp->mem.kv_positions = (uint32_t)n;
+	sp->mem.kv = n * pb;
+}
+
 /* The cache's slots per group kind (co->slots), each kind's share of the
  * bytes --cache-ratio gives or --ram leaves after fixed, and mem.cache and
  * mem.total with them. */
@@ -429,12 +445,13 @@ static int check_ram(const struct sf_sparse *sp, struct sf_err *e)
 	if (!o->ram || sp->mem.total <= o->ram)
 		return 0;
 	ret = sf_err_set(e, SF_ELIMIT, "%s: --ram %llu: %llu bytes needed: process %llu, "
-			 "resident %llu, KV cache and state %llu, buffers %llu, pinned %llu, "
-			 "held groups %llu, cache %llu%s", sp->img->path, (unsigned long long)o->ram,
-			 (unsigned long long)sp->mem.total,
+			 "resident %llu, state %llu, KV cache %llu (%u positions), buffers %llu, "
+			 "pinned %llu, held groups %llu, cache %llu%s", sp->img->path,
+			 (unsigned long long)o->ram, (unsigned long long)sp->mem.total,
 			 (unsigned long long)sp->mem.process,
 			 (unsigned long long)sp->mem.resident,
-			 (unsigned long long)sp->mem.state,
+			 (unsigned long long)sp->mem.state, (unsigned long long)sp->mem.kv,
+			 sp->mem.kv_positions,
 			 (unsigned long long)sp->mem.buffers,
 			 (unsigned long long)sp->mem.pinned,
 			 (unsigned long long)sp->mem.slabs,
@@ -747,7 +764,9 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 
 	cache_opts(sp, &fn, &co, pinned);
 	uint64_t fixed = fixed_memory(sp, &fn), empty = sf_cache_footprint(&co);
-	/* whole groups first from what --ram leaves, then the cache */
+	/* the KV cache first, then whole groups from what --ram leaves, then the cache */
+	size_kv(sp, fixed, empty);
+	fixed += sp->mem.kv;
 	sp->mem.slabs = sparse_slabs_plan(sp, o->ram > fixed + empty ? o->ram - fixed - empty : 0,
 					  fn.offloaded, fn.entries);
 	size_cache(sp, &fn, &co, pinned, fixed + sp->mem.slabs);

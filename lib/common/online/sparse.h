@@ -96,7 +96,16 @@ struct sf_sparse_opts {
 	double seg_admit;
 	double cache_ratio;		/* < 0: cache from ram; else share of offloaded bytes */
 	uint64_t ram;			/* 0: no limit */
-	uint64_t state_bytes;		/* KV cache and run state the caller holds */
+	uint64_t state_bytes;		/* the run state the caller holds, but its KV cache */
+	/* The caller's KV cache: bytes a position (every layer, keys and
+	 * values; 0: not counted), the positions its context holds, and the
+	 * least of them --ram must leave room for (0: all). Its memory is
+	 * taken as positions fill, so it counts only the positions granted
+	 * (sf_sparse_memory.kv_positions): all when they fit in half of what
+	 * --ram leaves after the rest and an empty cache, else that half but
+	 * at least kv_least; without --ram or with --cache-ratio, all. */
+	uint64_t kv_position_bytes;
+	uint32_t kv_positions, kv_least;
 	uint64_t max_tokens;		/* latencies recorded for percentiles */
 	/* Entries whose whole bundle lies in a 4 KiB page the top tier's own
 	 * bundles touch cost no read: they join the top tier (from the
@@ -139,7 +148,9 @@ struct sf_sparse_memory {
 	 * under resident instead), plus SF_SPARSE_LATER_BYTES */
 	uint64_t process;
 	uint64_t resident;	/* the header and resident blob, read into memory */
-	uint64_t state;		/* KV cache and run state (the caller's figure) */
+	uint64_t state;		/* the run state but its KV cache (the caller's figure) */
+	uint64_t kv;		/* the KV cache for kv_positions positions */
+	uint32_t kv_positions;	/* granted: the caller stops there */
 	uint64_t buffers;	/* read buffers and per-group scratch */
 	uint64_t pinned;	/* the pinned set: slots and metadata */
 	uint64_t slabs;		/* groups held whole, in the integer kernels' layout */
