@@ -652,3 +652,37 @@ PINNED_07=2156
 		"$D/coact.sfimg"
 	[ "$output" = "$ref" ]
 }
+
+@test "the KV cache: f16 by default, -ctk/-ctv f32 or q8_0, near f32's perplexity; a bad type refused" {
+	local f32 f16 q8
+	f32=$(sf-run -ctk f32 -ctv f32 --ppl "$CORPUS" --max-tokens 512 "$D/id.sfimg" | jq .ppl)
+	f16=$(sf-run --ppl "$CORPUS" --max-tokens 512 "$D/id.sfimg" | jq .ppl)
+	q8=$(sf-run --cache-type-k q8_0 --cache-type-v q8_0 --ppl "$CORPUS" --max-tokens 512 \
+		"$D/id.sfimg" | jq .ppl)
+	echo "f32 $f32 f16 $f16 q8_0 $q8"
+	jq -n -e --argjson a "$f32" --argjson b "$f16" --argjson c "$q8" \
+		'($b / $a - 1 | fabs) < 0.001 and ($c / $a - 1 | fabs) < 0.005 and $a != $c'
+	sf-run -p "$PROMPT" -n 4 -q --stats "$D/kv.json" -ctv q8_0 "$D/id.sfimg" > /dev/null
+	# mix4-1m: 4 layers, 2 KV heads of 32: f16 keys 128 bytes, q8_0 values 68, a position
+	jq -e '.memory.kv == 1024 * 4 * (128 + 68) and .memory.kv_positions == 1024' "$D/kv.json"
+	run --separate-stderr sf-run -ctk q4_0 -p x "$D/id.sfimg"
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sf-run: --cache-type-k: 'q4_0' is not f32, f16 or q8_0" ]
+}
+
+@test "at the least --ram the KV cache holds 128 positions: 64 tokens done, then one line at its end" {
+	local least
+	least=$(sf-pack --info "$D/id.sfimg" | jq .ram_at_least)
+	run --separate-stderr sf-run -p "$PROMPT" -n 1000 --temp 0 --ram "$least" \
+		--stats "$D/least.json" "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[-1]}" =~ ^sf-run:\ $D/id.sfimg:\ the\ context\ reached\ ([0-9]+)\ positions,\ all\ that\ --ram\ $least\ leaves\ the\ KV\ cache\ room\ for:\ give\ more\ --ram,\ or\ -c$ ]]
+	local n=${BASH_REMATCH[1]}
+	[ "$n" -ge 128 ] && [ "$n" -lt 1000 ]
+	jq -e --argjson n "$n" '.memory.kv_positions == $n and .decode_tokens >= 64 and
+		.memory.peak_rss <= .memory.ram' "$D/least.json"
+	# -c asks for its positions: refused when they do not fit
+	run --separate-stderr sf-run -p "$PROMPT" -n 4 -c 1024 --ram "$least" "$D/id.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" == *"KV cache "*" (1024 positions)"*"give --ram "*" or more" ]]
+}
