@@ -19,10 +19,24 @@
 #include <immintrin.h>
 #endif
 
+/* sf_q_code_bytes and sf_q_codes_at for a top tier's dtypes alone (q8,
+ * q4): one test where theirs has two (q6), which in the hot loops below
+ * cost the q4 decode a third of its speed. */
+static inline size_t top_code_bytes(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8 ? SF_Q8_BLOCK_BYTES - 2 : SF_Q4_BLOCK_BYTES - 2;
+}
+
+static inline const uint8_t *top_codes_at(const uint8_t *col, enum sf_dtype dt, size_t rows,
+					  size_t b)
+{
+	return col + 2 * sf_q_blocks(rows) + b * top_code_bytes(dt);
+}
+
 /* The codes of the block that holds row j of a column of rows rows. */
 static inline const uint8_t *q_codes(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j)
 {
-	return sf_q_codes_at(col, dt, rows, j / SF_QBLOCK);
+	return top_codes_at(col, dt, rows, j / SF_QBLOCK);
 }
 
 void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
@@ -102,7 +116,7 @@ static void qint_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct qs
 				float id = amax > 0.0f ? 127.0f / amax : 0.0f;
 				int32_t sum = 0;
 				for (size_t k = k0; k < k1; k++) {
-					const uint8_t *c = sf_q_codes_at(qsrc_col(q, k), q->dt, q->rows, b);
+					const uint8_t *c = top_codes_at(qsrc_col(q, k), q->dt, q->rows, b);
 					int qk = (int)nearbyintf(v[k - k0] * id);
 					sum += qk * sf_q_code(c, q->dt, j % SF_QBLOCK);
 				}
@@ -153,12 +167,12 @@ static uint8_t *tile_at(const struct sf_qslab *s, size_t c)
 
 void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col)
 {
-	size_t cb = sf_q_code_bytes(s->dt);
+	size_t cb = top_code_bytes(s->dt);
 	for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(s->rows); c++) {
 		size_t nb = tile_blocks(s, c), b0 = c * SF_QSLAB_BLOCKS;
 		uint8_t *t = tile_at(s, c) + p * tile_stride(s, c);
 		memcpy(t, sf_q_scale_at(col, b0), 2 * nb);
-		memcpy(t + 2 * nb, sf_q_codes_at(col, s->dt, s->rows, b0), cb * nb);
+		memcpy(t + 2 * nb, top_codes_at(col, s->dt, s->rows, b0), cb * nb);
 	}
 }
 
@@ -367,7 +381,7 @@ static T256 void qcolaccum_avx2(float *Y, size_t ldy, size_t r0, size_t r1, size
 INL T512 void deq32_512(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t b,
 			__m512 *w0, __m512 *w1)
 {
-	const uint8_t *c = sf_q_codes_at(col, dt, rows, b);
+	const uint8_t *c = top_codes_at(col, dt, rows, b);
 	__m128i c0, c1;
 	if (dt == SF_DTYPE_Q8) {
 		c0 = _mm_loadu_si128((const __m128i *)c);
@@ -562,7 +576,7 @@ INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *
 	for (size_t qd = 0; qd < nq; qd++) {
 		const uint8_t *c[4];
 		for (int j = 0; j < 4; j++)
-			c[j] = sf_q_codes_at(col[4 * qd + j], dt, rows, b);
+			c[j] = top_codes_at(col[4 * qd + j], dt, rows, b);
 		__m256i w[4];
 		qcodes_quad256(c, dt, w);
 #pragma GCC unroll 2
@@ -699,7 +713,7 @@ INL T512I void quad_rows512(const uint8_t *const *col, enum sf_dtype dt, size_t 
 {
 	const uint8_t *c[4];
 	for (int j = 0; j < 4; j++)
-		c[j] = sf_q_codes_at(col[j], dt, rows, b);
+		c[j] = top_codes_at(col[j], dt, rows, b);
 	if (dt == SF_DTYPE_Q8) {
 		__m512i flip = _mm512_set1_epi8((char)0x80);
 		*w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
@@ -755,8 +769,8 @@ static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size
 	for (size_t k = k0, k1 = sf_qrun_end(q->pos, k0, n); k < k1; k++) {
 		const uint8_t *c = qsrc_col(q, k);
 		__builtin_prefetch(sf_q_scale_at(c, b));
-		for (const uint8_t *p = sf_q_codes_at(c, dt, rows, b);
-		     p < sf_q_codes_at(c, dt, rows, b + nb); p += 64)
+		for (const uint8_t *p = top_codes_at(c, dt, rows, b);
+		     p < top_codes_at(c, dt, rows, b + nb); p += 64)
 			__builtin_prefetch(p);
 	}
 }
@@ -824,7 +838,7 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 				const uint8_t *const *ahead = qd + QI512_ONE_AHEAD < nq2 ?
 					col + 4 * (qd + QI512_ONE_AHEAD) : NULL;
 				/* lines of that quad per block, in 1/16ths */
-				size_t per = ahead ? 4 * 16 * ((c1 - c0) * sf_q_code_bytes(dt) + 63) / 64 /
+				size_t per = ahead ? 4 * 16 * ((c1 - c0) * top_code_bytes(dt) + 63) / 64 /
 						     (c1 - c0) : 0, l16 = 0;
 				for (size_t b = c0; b < c1; b++) {
 					const struct qact512 *q = &qa[(b - c0) / QI512_BLOCKS];
@@ -833,7 +847,7 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 					 * the blocks so the misses in flight stay few (a burst
 					 * of them stalls the loads) */
 					for (size_t l = l16 / 16; l < (l16 + per) / 16; l++)
-						__builtin_prefetch(sf_q_codes_at(ahead[l % 4], dt, rows, c0) +
+						__builtin_prefetch(top_codes_at(ahead[l % 4], dt, rows, c0) +
 								   l / 4 * 64);
 					l16 += per;
 					quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);

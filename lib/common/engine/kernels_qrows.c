@@ -22,6 +22,7 @@
 #define QR_TOKENS 4
 #define QR_CODES 65536
 #define QR_SUMS 16	/* float sums a row */
+#define QR_AHEAD 2048	/* bytes the row kernels prefetch ahead */
 
 struct qr_input {
 	int8_t q[QR_CODES];		/* (nt, cols) */
@@ -160,6 +161,8 @@ INL T256 void qr_row256(float *y, size_t ldy, const uint8_t *row, enum sf_dtype 
 		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
 	for (size_t b = 0; b < nb; b++) {
 		const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
+		/* the rows stream: ask for the bytes a row ahead */
+		_mm_prefetch((const char *)c + QR_AHEAD, _MM_HINT_T0);
 		__m256i u = qr_unpack256(c, dt);
 		float ws = sf_quant_scale(row, b);
 		for (size_t t = 0; t < nt; t++) {
@@ -268,6 +271,8 @@ INL T512I void qr_row512(float *y, size_t ldy, const uint8_t *row, enum sf_dtype
 		for (size_t i = 0; i < n16; i += 2) {
 			size_t b = b0 + i;
 			int two = i + 1 < n16;
+			/* the rows stream: ask for the bytes a row ahead */
+			_mm_prefetch((const char *)(codes + b * cb) + QR_AHEAD, _MM_HINT_T0);
 			__m512i u = qr_unpack512(codes + b * cb, dt, two);
 			__m512i pick = _mm512_castsi256_si512(_mm256_set1_epi32((int)i));
 			pick = _mm512_inserti32x8(pick, _mm256_set1_epi32((int)i + 1), 1);
