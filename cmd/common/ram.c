@@ -35,7 +35,9 @@ int sf_cli_ram_least(const char *path, int threads, struct sf_sparse_memory *mem
 	int batch = SF_RUN_DEFAULT_BATCH < ctx ? SF_RUN_DEFAULT_BATCH : ctx;
 	/* the state and sampler sf-run holds when it sets up the decoder: the
 	 * pages they touch are in the resident set it measures */
-	if ((ret = sf_state_init_kv(&st, &m.cfg, ctx, batch, SF_KV_F16, SF_KV_F16, e)) ||
+	struct sf_state_opts sto = { .seq_len = ctx, .batch = batch, .kv_k = SF_KV_F16,
+				     .kv_v = SF_KV_F16, .last_logits = 1 };
+	if ((ret = sf_state_init_opts(&st, &m.cfg, &sto, e)) ||
 	    (ret = sf_sampler_init(&smp, m.cfg.vocab_size, 0.8f, 0.95f, 42, e)))
 		goto out;
 	sf_sparse_opts_default(&so);
@@ -43,6 +45,7 @@ int sf_cli_ram_least(const char *path, int threads, struct sf_sparse_memory *mem
 	sf_cli_kv_opts(&so, &st, &m.cfg, SF_RUN_KV_LEAST < ctx ? SF_RUN_KV_LEAST : ctx);
 	so.kv_positions = so.kv_least;	/* no --ram here: the least RAM's positions */
 	so.max_tokens = (uint64_t)ctx;
+	so.prefetch = 0;	/* the budget that cannot hold read-ahead's buffers goes without */
 	so.tokens = batch;
 	if ((ret = sf_device_load(path, &peak, &iops, &buffered, e)) < 0)
 		goto out;
@@ -69,7 +72,9 @@ out:
 void sf_cli_kv_opts(struct sf_sparse_opts *so, const struct sf_runstate *st,
 		    const struct sf_config *cfg, int least)
 {
-	so->state_bytes = sf_state_buffer_bytes(cfg, st->seq_len, st->batch);
+	struct sf_state_opts o = { .seq_len = st->seq_len, .batch = st->batch,
+				   .last_logits = st->logit_rows < st->batch };
+	so->state_bytes = sf_state_buffer_bytes(cfg, &o);
 	so->kv_position_bytes = sf_state_kv_bytes(cfg, 1, st->kv_k, st->kv_v);
 	so->kv_positions = (uint32_t)st->seq_len;
 	so->kv_least = (uint32_t)least;

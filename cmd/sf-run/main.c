@@ -769,7 +769,7 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			sf_progname, sf_sparse_backend(S->sparse),
 			so.buffered ? " (page cache)" : so.simulate ? "" : " (O_DIRECT)",
 			so.qd ? so.qd : SF_URING_DEFAULT_QD,
-			so.read_size ? so.read_size : SF_SPARSE_READ_SIZE, so.simulate ? 0 : so.prefetch,
+			so.read_size ? so.read_size : SF_SPARSE_READ_SIZE, sf_sparse_prefetch(S->sparse),
 			sf_sparse_predict_name(so.predict), sf_sparse_collapse_desc(S->sparse),
 			sf_progname, (unsigned long long)mem.total, (unsigned long long)mem.process,
 			(unsigned long long)mem.resident, (unsigned long long)mem.state,
@@ -779,6 +779,9 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			(unsigned long long)mem.slabs, (unsigned long long)mem.cache,
 			(unsigned long long)mem.simulate, (unsigned long long)mem.offloaded);
 		top_dtype_line(&S->image);
+		if (!so.simulate && so.prefetch && !sf_sparse_prefetch(S->sparse))
+			fprintf(stderr, "%s: no read-ahead: --ram %llu cannot hold its buffers\n",
+				sf_progname, (unsigned long long)so.ram);
 	}
 out:
 	sf_select_load_free(&pin);
@@ -853,7 +856,9 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 				  "context is %d: give --ctx-size", o->draft,
 				  D->model.cfg.max_seq_len, ctx);
 	int batch = o->batch < ctx ? o->batch : ctx;
-	if ((ret = sf_state_init_kv(&D->state, &D->model.cfg, ctx, batch, o->kv_k, o->kv_v, e)) ||
+	struct sf_state_opts so_state = { .seq_len = ctx, .batch = batch, .kv_k = o->kv_k,
+					  .kv_v = o->kv_v };
+	if ((ret = sf_state_init_opts(&D->state, &D->model.cfg, &so_state, e)) ||
 	    (ret = sf_sampler_init(&D->sampler, D->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed ^ 0x5eed5eedu, e)) ||
 	    (ret = sf_spec_init(&D->spec, S->model.cfg.vocab_size, o->draft_max, o->draft_min,
@@ -908,7 +913,10 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	/* --draft: a pass verifies a token and up to --draft-max proposals */
 	int batch = o->draft && o->draft_max + 1 > o->batch ? o->draft_max + 1 : o->batch;
 	batch = batch < ctx ? batch : ctx;
-	if ((ret = sf_state_init_kv(&S->state, &S->model.cfg, ctx, batch, o->kv_k, o->kv_v, e)) ||
+	/* every token's logits for --ppl and --draft's checks; else the last's */
+	struct sf_state_opts so_state = { .seq_len = ctx, .batch = batch, .kv_k = o->kv_k,
+					  .kv_v = o->kv_v, .last_logits = !o->ppl_file && !o->draft };
+	if ((ret = sf_state_init_opts(&S->state, &S->model.cfg, &so_state, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed, e)) ||
 	    (ret = sf_sampler_set_penalty(&S->sampler, (float)o->repeat_penalty,

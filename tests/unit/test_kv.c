@@ -104,9 +104,11 @@ static void test_forward(const struct sf_model *m)
 	double worst[3] = { 0 };
 
 	CHECK(!sf_state_init_batch(&s[0], &m->cfg, 32, 4, &e), "%s", e.msg);
-	for (int t = 0; t < 3; t++)
-		CHECK(!sf_state_init_kv(&s[1 + t], &m->cfg, 32, 4, (enum sf_kv_type)t,
-					(enum sf_kv_type)t, &e), "%s", e.msg);
+	for (int t = 0; t < 3; t++) {
+		struct sf_state_opts o = { .seq_len = 32, .batch = 4, .kv_k = (enum sf_kv_type)t,
+					   .kv_v = (enum sf_kv_type)t, .last_logits = 1 };
+		CHECK(!sf_state_init_opts(&s[1 + t], &m->cfg, &o, &e), "%s", e.msg);
+	}
 	for (int p = 0; p < T; p++) {
 		float *ref = sf_forward(m, &s[0], toks[p], p);
 		float *got[3];
@@ -119,6 +121,10 @@ static void test_forward(const struct sf_model *m)
 				worst[t] = fmax(worst[t], fabs((double)ref[v] - got[t][v]));
 	}
 	printf("logits off by at most: f16 %.3g, q8_0 %.3g\n", worst[1], worst[2]);
+	/* one row of logits: a pass asking for every token's is refused */
+	int32_t two[2] = { 5, 6 };
+	CHECK(!sf_forward_batch(m, &s[1], two, 2, T, 1) && strstr(s[1].err.msg, "1 row of logits"),
+	      "a pass of every token's logits on one row: %s", s[1].err.msg);
 	CHECK(worst[1] > 0 && worst[1] < 0.01, "f16 cache: logits off by %g", worst[1]);
 	CHECK(worst[2] > worst[1] && worst[2] < 0.1, "q8_0 cache: logits off by %g", worst[2]);
 	for (int i = 0; i < 4; i++)
@@ -144,7 +150,8 @@ static void test_lazy(const struct sf_model *m)
 
 	c.max_seq_len = 1 << 16;	/* 512 MiB of f32 cache */
 	long before = rss_pages();
-	CHECK(!sf_state_init_kv(&s, &c, c.max_seq_len, 1, SF_KV_F32, SF_KV_F32, &e), "%s", e.msg);
+	struct sf_state_opts o = { .seq_len = c.max_seq_len, .batch = 1 };
+	CHECK(!sf_state_init_opts(&s, &c, &o, &e), "%s", e.msg);
 	long after = rss_pages();
 	long page = sysconf(_SC_PAGESIZE);
 	uint64_t kv = sf_state_kv_bytes(&c, c.max_seq_len, SF_KV_F32, SF_KV_F32);
@@ -152,7 +159,8 @@ static void test_lazy(const struct sf_model *m)
 	      "pages before any position", (unsigned long long)kv, after - before);
 	sf_state_free(&s);
 	c.head_dim = 48;
-	CHECK(sf_state_init_kv(&s, &c, 16, 1, SF_KV_F16, SF_KV_Q8_0, &e) == SF_EUNSUPPORTED &&
+	o = (struct sf_state_opts){ .seq_len = 16, .batch = 1, .kv_k = SF_KV_F16, .kv_v = SF_KV_Q8_0 };
+	CHECK(sf_state_init_opts(&s, &c, &o, &e) == SF_EUNSUPPORTED &&
 	      strstr(e.msg, "q8_0: heads of 48 elements"), "q8_0 heads of 48: %s", e.msg);
 }
 

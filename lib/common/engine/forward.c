@@ -33,8 +33,10 @@ static int att_queries(int batch)
 	return batch < ATT_QUERIES ? batch : ATT_QUERIES;
 }
 
-/* The per-token buffers hold batch tokens (dim, q, kv, hidden, vocab). */
-static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, int batch)
+/* The per-token buffers hold batch tokens (dim, q, kv, hidden), the
+ * logits rows tokens' (vocab). */
+static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, int batch,
+				      int rows)
 {
 	struct state_sizes z;
 	uint64_t b = (uint64_t)batch;
@@ -43,14 +45,19 @@ static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, in
 	z.kv = b * (uint64_t)c->n_kv_heads * c->head_dim;
 	z.hidden = b * (uint64_t)c->hidden_dim;
 	z.att = (uint64_t)c->n_heads * (uint64_t)att_queries(batch) * seq_len;
-	z.vocab = b * (uint64_t)c->vocab_size;
+	z.vocab = (uint64_t)rows * (uint64_t)c->vocab_size;
 	z.rope = (uint64_t)c->head_dim / 2;
 	return z;
 }
 
-uint64_t sf_state_buffer_bytes(const struct sf_config *c, int seq_len, int batch)
+static int logit_rows(const struct sf_state_opts *o)
 {
-	struct state_sizes z = state_sizes(c, seq_len, batch);
+	return o->last_logits ? 1 : o->batch;
+}
+
+uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_opts *o)
+{
+	struct state_sizes z = state_sizes(c, o->seq_len, o->batch, logit_rows(o));
 	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab + z.rope;
 	return floats * sizeof(float);
 }
@@ -63,15 +70,10 @@ uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_
 	       (sf_kv_row_bytes(k, kv_dim) + sf_kv_row_bytes(v, kv_dim));
 }
 
-uint64_t sf_state_bytes_kv(const struct sf_config *c, int seq_len, int batch, enum sf_kv_type k,
-			   enum sf_kv_type v)
-{
-	return sf_state_buffer_bytes(c, seq_len, batch) + sf_state_kv_bytes(c, seq_len, k, v);
-}
-
 uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch)
 {
-	return sf_state_bytes_kv(c, seq_len, batch, SF_KV_F32, SF_KV_F32);
+	struct sf_state_opts o = { .seq_len = seq_len, .batch = batch };
+	return sf_state_buffer_bytes(c, &o) + sf_state_kv_bytes(c, seq_len, SF_KV_F32, SF_KV_F32);
 }
 
 uint64_t sf_state_bytes(const struct sf_config *c, int seq_len)
@@ -88,7 +90,8 @@ int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 			int batch, struct sf_err *e)
 {
-	return sf_state_init_kv(s, c, seq_len, batch, SF_KV_F32, SF_KV_F32, e);
+	struct sf_state_opts o = { .seq_len = seq_len, .batch = batch };
+	return sf_state_init_opts(s, c, &o, e);
 }
 
 /* An anonymous mapping of n bytes (at least a page), or NULL: its pages
@@ -100,10 +103,12 @@ static uint8_t *map_zeros(uint64_t n)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int sf_state_init_kv(struct sf_runstate *s, const struct sf_config *c, int seq_len, int batch,
-		     enum sf_kv_type k, enum sf_kv_type v, struct sf_err *e)
+int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
+		       const struct sf_state_opts *o, struct sf_err *e)
 {
-	struct state_sizes z = state_sizes(c, seq_len, batch);
+	int seq_len = o->seq_len, batch = o->batch;
+	enum sf_kv_type k = o->kv_k, v = o->kv_v;
+	struct state_sizes z = state_sizes(c, seq_len, batch, logit_rows(o));
 	size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
 
 	memset(s, 0, sizeof(*s));
@@ -119,6 +124,7 @@ int sf_state_init_kv(struct sf_runstate *s, const struct sf_config *c, int seq_l
 				  SF_BATCH_MAX);
 	s->seq_len = seq_len;
 	s->batch = batch;
+	s->logit_rows = logit_rows(o);
 	s->x = calloc(z.dim, sizeof(float));
 	s->xb = calloc(z.dim, sizeof(float));
 	s->proj = calloc(z.dim, sizeof(float));
@@ -143,7 +149,7 @@ int sf_state_init_kv(struct sf_runstate *s, const struct sf_config *c, int seq_l
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
 	    !s->inv_freq) {
-		uint64_t bytes = sf_state_bytes_kv(c, seq_len, batch, k, v);
+		uint64_t bytes = sf_state_buffer_bytes(c, o) + sf_state_kv_bytes(c, seq_len, k, v);
 		sf_state_free(s);
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
@@ -535,6 +541,12 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 	size_t vocab = (size_t)m->cfg.vocab_size;
 
 	/* the buffers hold s->batch tokens and the cache s->seq_len positions */
+	if (all_logits && s->logit_rows < T) {
+		sf_err_set(&s->err, -EINVAL, "a pass of %d tokens with every token's logits: the "
+			   "state holds %d %s of logits", T, s->logit_rows,
+			   s->logit_rows == 1 ? "row" : "rows");
+		return NULL;
+	}
 	if (T < 1 || T > s->batch || pos < 0 || pos > s->seq_len - T) {
 		sf_err_set(&s->err, -EINVAL, "a pass of %d tokens at position %d: the state "
 			   "holds %d tokens a pass and %d positions", T, pos, s->batch, s->seq_len);

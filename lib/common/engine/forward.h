@@ -58,7 +58,8 @@ struct sf_runstate {
 	float *gate, *up;	/* (batch, hidden_dim) */
 	float *act;		/* (batch, hidden_dim) silu(gate) * up: ffn_out's input */
 	float *att;		/* (n_heads, min(batch, 4), seq_len) scores of a head's tokens */
-	float *logits;		/* (batch, vocab_size) */
+	float *logits;		/* (logit_rows, vocab_size) */
+	int logit_rows;		/* batch, or 1 (sf_state_opts.last_logits) */
 	/* the KV cache: (n_layers, seq_len) rows of n_kv_heads * head_dim in
 	 * kv_k and kv_v, k_row and v_row bytes; mapped anonymous, so that a
 	 * page costs memory once a position is written in it */
@@ -85,24 +86,29 @@ struct sf_runstate {
  * sf_state_kv_bytes they include. */
 uint64_t sf_state_bytes(const struct sf_config *c, int seq_len);
 uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch);
+/* What a state holds besides the config's shapes (sf_state_init_opts). */
+struct sf_state_opts {
+	int seq_len;		/* positions the KV cache holds */
+	int batch;		/* tokens one pass takes */
+	enum sf_kv_type kv_k, kv_v;
+	int last_logits;	/* 1: logits of a pass's last token only (one row, not
+				 * batch: sf_forward_batch's all_logits refused) */
+};
 /* The KV cache's bytes for positions positions in types k and v; the
- * state's with it (sf_state_init_kv). */
+ * state's bytes but its KV cache. */
 uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_type k,
 			   enum sf_kv_type v);
-uint64_t sf_state_bytes_kv(const struct sf_config *c, int seq_len, int batch, enum sf_kv_type k,
-			   enum sf_kv_type v);
-/* The state's bytes but its KV cache. */
-uint64_t sf_state_buffer_bytes(const struct sf_config *c, int seq_len, int batch);
+uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_opts *o);
 int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 		  struct sf_err *e);
 #define SF_BATCH_MAX 4096
 int sf_state_init_batch(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 			int batch, struct sf_err *e);
-/* The same with the KV cache in types k and v (sf_state_init_batch: f32);
- * a type that cannot hold the model's heads is SF_EUNSUPPORTED. The
- * cache's memory is taken as positions fill it. */
-int sf_state_init_kv(struct sf_runstate *s, const struct sf_config *c, int seq_len, int batch,
-		     enum sf_kv_type k, enum sf_kv_type v, struct sf_err *e);
+/* The same as o says (sf_state_init_batch: an f32 KV cache, every
+ * token's logits); a KV type that cannot hold the model's heads is
+ * SF_EUNSUPPORTED. The KV cache's memory is taken as positions fill it. */
+int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
+		       const struct sf_state_opts *o, struct sf_err *e);
 void sf_state_free(struct sf_runstate *s);	/* accepts a zeroed s */
 
 /* Runs token at position pos (0 <= pos < seq_len; positions before pos

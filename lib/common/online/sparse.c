@@ -764,6 +764,14 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 
 	cache_opts(sp, &fn, &co, pinned);
 	uint64_t fixed = fixed_memory(sp, &fn), empty = sf_cache_footprint(&co);
+	/* read-ahead's buffers are the first thing a budget too small for them
+	 * beside the least KV cache gives up (--prefetch 0) */
+	uint64_t least_kv = (uint64_t)(o->kv_least && o->kv_least < o->kv_positions ?
+				       o->kv_least : o->kv_positions) * o->kv_position_bytes;
+	if (o->ram && sp->o.prefetch && fixed + least_kv + empty > o->ram) {
+		sp->o.prefetch = 0;
+		fixed = fixed_memory(sp, &fn);
+	}
 	/* the KV cache first, then whole groups from what --ram leaves, then the cache */
 	size_kv(sp, fixed, empty);
 	fixed += sp->mem.kv;
@@ -884,4 +892,9 @@ const char *sf_sparse_backend(const struct sf_sparse *sp)
 	if (sp->o.simulate)
 		return "simulate";
 	return sp->io.u ? sf_uring_backend_name(sf_uring_backend(sp->io.u, NULL)) : "none";
+}
+
+int sf_sparse_prefetch(const struct sf_sparse *sp)
+{
+	return sp->o.prefetch;
 }

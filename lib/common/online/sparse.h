@@ -205,6 +205,9 @@ void sf_sparse_memory(const struct sf_sparse *sp, struct sf_sparse_memory *mem);
  * "auto: N bytes, ...", "auto without device figures ..."), for -v. */
 const char *sf_sparse_collapse_desc(const struct sf_sparse *sp);
 const char *sf_sparse_backend(const struct sf_sparse *sp);	/* "io_uring", "pread", "simulate" */
+/* The groups read ahead: --prefetch, or 0 with --simulate or when --ram
+ * could not hold their buffers beside the least KV cache. */
+int sf_sparse_prefetch(const struct sf_sparse *sp);
 
 /* Bytes read from flash so far (the figures' bytes_moved): a run's
  * bytes over a span of passes, e.g. speculative decoding's per token. */
