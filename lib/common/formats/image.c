@@ -1,7 +1,9 @@
-/* The flash image: the writer behind sf-pack, the reader behind sf-run and
- * sf-pack --verify/--info, and the neurons.json reader of --keep. See
+/* The flash image's preamble, header and regions, and the drivers of the
+ * writer behind sf-pack and the reader behind sf-run and sf-pack
+ * --verify/--info; the parts they drive: formats/image_impl.h. See
  * image.h; byte layout in man/sf-formats.5 (IMAGE). */
 #include "formats/image.h"
+#include "formats/image_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +22,6 @@
 #include "base/quant.h"
 #include "base/vocab.h"
 
-#define FORMAT_NAME "sparseflash-image"
 #define TEXT_MAX ((uint64_t)256 << 20)	/* config and tokenizer files copied */
 #define WBUF (4u << 20)			/* write buffer */
 #define MAX_REGIONS (3 + 2 * SF_NGROUPS * 4096)
@@ -44,189 +45,8 @@ static int kind_parse(const char *s, enum sf_image_kind *k)
 	return -1;
 }
 
-static uint64_t align_up(uint64_t v, uint64_t a)
-{
-	return (v + a - 1) / a * a;
-}
-
-/* The Hugging Face names of a group's matrices, in sf_codes_group_matrices order. */
-static void tensor_name(char *buf, size_t n, int layer, enum sf_group g, int i)
-{
-	static const char *const suffix[SF_NGROUPS][SF_GROUP_MAX_MATRICES] = {
-		{ "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj" },
-		{ "self_attn.o_proj" },
-		{ "mlp.gate_proj", "mlp.up_proj" },
-		{ "mlp.down_proj" },
-	};
-	snprintf(buf, n, "model.layers.%d.%s.weight", layer, suffix[g][i]);
-}
-
-// ----------------------------------------------------------------------------
-// neurons.json
-
-void sf_image_keep_free(struct sf_image_keep *k)
-{
-	if (!k)
-		return;
-	free(k->kept);
-	free(k->count);
-	memset(k, 0, sizeof(*k));
-}
-
-int sf_image_keep_read(struct sf_image_keep *k, const char *path, const struct sf_model *m,
-		       struct sf_err *e)
-{
-	json_error_t je;
-	json_t *root = NULL, *v, *layers, *L;
-	uint8_t *seen = NULL;
-	size_t i;
-	int ret;
-
-	memset(k, 0, sizeof(*k));
-	if (!(root = json_load_file(path, JSON_REJECT_DUPLICATES, &je))) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: %s", path, je.text);
-		goto out;
-	}
-	v = json_object_get(root, "format");
-	if (!json_is_string(v) || strcmp(json_string_value(v), SF_IMAGE_KEEP_FORMAT)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: \"format\" is not \"%s\"", path,
-				 SF_IMAGE_KEEP_FORMAT);
-		goto out;
-	}
-	v = json_object_get(root, "version");
-	if (!json_is_integer(v) || json_integer_value(v) != SF_IMAGE_KEEP_VERSION) {
-		ret = sf_fingerprint_version(path, "neurons", json_integer_value(v),
-					     SF_IMAGE_KEEP_VERSION, e);
-		goto out;
-	}
-	struct sf_fingerprint fp;
-	if ((ret = sf_fingerprint_parse(&fp, root, path, e)) ||
-	    (ret = sf_fingerprint_check(&fp, path, "neurons", &m->fingerprint, m->source, e)))
-		goto out;
-	layers = json_object_get(root, "layers");
-	if (!json_is_array(layers)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: \"layers\" is not an array", path);
-		goto out;
-	}
-	k->n_layers = m->cfg.n_layers;
-	k->hidden = (uint32_t)m->cfg.hidden_dim;
-	k->kept = malloc((size_t)k->n_layers * k->hidden);
-	k->count = malloc((size_t)k->n_layers * sizeof(*k->count));
-	seen = calloc((size_t)k->n_layers, 1);
-	if (!k->kept || !k->count || !seen) {
-		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
-	memset(k->kept, 1, (size_t)k->n_layers * k->hidden);
-	for (int l = 0; l < k->n_layers; l++)
-		k->count[l] = k->hidden;
-	json_array_foreach(layers, i, L) {
-		json_t *lv = json_object_get(L, "layer"), *nv = json_object_get(L, "neurons"), *x;
-		json_int_t l;
-		size_t j;
-
-		if (!json_is_integer(lv) || (l = json_integer_value(lv)) < 0 || l >= k->n_layers) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: layers[%zu]: \"layer\" is not 0..%d", path, i,
-					 k->n_layers - 1);
-			goto out;
-		}
-		if (seen[l]++) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: layer %d listed twice", path, (int)l);
-			goto out;
-		}
-		if (!json_is_array(nv) || !json_array_size(nv)) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: layer %d: \"neurons\" is not a non-empty array",
-					 path, (int)l);
-			goto out;
-		}
-		uint8_t *kl = k->kept + (size_t)l * k->hidden;
-		memset(kl, 0, k->hidden);
-		json_array_foreach(nv, j, x) {
-			json_int_t n = json_is_integer(x) ? json_integer_value(x) : -1;
-			if (n < 0 || n >= (json_int_t)k->hidden) {
-				ret = sf_err_set(e, SF_EFORMAT,
-						 "%s: layer %d: neuron %s is out of range: expected 0..%u",
-						 path, (int)l, json_is_integer(x) ? "" : "(not an integer)",
-						 k->hidden - 1);
-				if (json_is_integer(x))
-					sf_err_set(e, SF_EFORMAT,
-						   "%s: layer %d: neuron %" JSON_INTEGER_FORMAT
-						   " is out of range: expected 0..%u", path, (int)l, n,
-						   k->hidden - 1);
-				goto out;
-			}
-			if (kl[n]) {
-				ret = sf_err_set(e, SF_EFORMAT, "%s: layer %d: neuron %" JSON_INTEGER_FORMAT
-						 " listed twice", path, (int)l, n);
-				goto out;
-			}
-			kl[n] = 1;
-		}
-		k->count[l] = (uint32_t)json_array_size(nv);
-	}
-	ret = 0;
-out:
-	free(seen);
-	json_decref(root);
-	if (ret)
-		sf_image_keep_free(k);
-	return ret;
-}
-
 // ----------------------------------------------------------------------------
 // writer: the plan
-
-struct pmat {
-	const struct sf_weight *w;
-	char tensor[64];
-	uint64_t rows;		/* in the bundle */
-	enum sf_dtype dt;
-	uint64_t off, mid_off, mid_bytes;
-};
-
-struct pgroup {
-	int resident;
-	uint32_t entries, source_entries;
-	const char *method;
-	uint32_t *perm;		/* (entries) */
-	uint32_t *rows;		/* (mat[0].rows) or NULL: all */
-	int nmat;
-	struct pmat mat[SF_GROUP_MAX_MATRICES];
-	uint64_t top_bytes, mid_bytes;
-	uint64_t perm_off, rows_off;	/* in the index region */
-	int top_region, mid_region;	/* -1: none */
-	const struct sf_sfq_section *sec;
-};
-
-struct ptensor {
-	char name[96];
-	const struct sf_weight *w;
-	enum sf_dtype dt;	/* stored: w's, or a block dtype its rows are quantized to */
-	int ndim;
-	uint64_t off, len;	/* in the resident region */
-};
-
-struct pregion {
-	char name[32];
-	enum sf_image_kind kind;
-	int layer;
-	enum sf_group g;
-	uint64_t offset, length;
-	uint32_t crc;
-};
-
-struct plan {
-	const struct sf_image_pack_opts *o;
-	int nl;
-	struct pgroup *g;	/* (nl * SF_NGROUPS) */
-	struct ptensor *t;
-	size_t nt;
-	struct pregion *r;
-	size_t nr;
-	uint64_t index_len;
-	char *texts[3];		/* config.json, tokenizer.json, tokenizer_config.json */
-	size_t text_len[3];
-};
 
 static void plan_free(struct plan *p)
 {
@@ -242,27 +62,8 @@ static void plan_free(struct plan *p)
 		free(p->texts[i]);
 }
 
-static int is_block_dt(int dt)
-{
-	return dt >= 0 && sf_dtype_is_block((enum sf_dtype)dt);
-}
-
-/* A resident tensor, its rows quantized to dt when that is a block dtype
- * and they are whole blocks; else in its own dtype. */
-static void add_tensor(struct plan *p, const char *name, const struct sf_weight *w, int ndim,
-		       int dt)
-{
-	struct ptensor *t = &p->t[p->nt++];
-
-	snprintf(t->name, sizeof(t->name), "%s", name);
-	t->w = w;
-	t->ndim = ndim;
-	t->dt = is_block_dt(dt) && w->cols % SF_QBLOCK == 0 ? (enum sf_dtype)dt : w->dtype;
-	t->len = w->rows * sf_dtype_col_bytes(t->dt, w->cols);
-}
-
-static void add_region(struct plan *p, enum sf_image_kind kind, int layer, enum sf_group g,
-		       uint64_t length)
+void image_add_region(struct plan *p, enum sf_image_kind kind, int layer, enum sf_group g,
+		      uint64_t length)
 {
 	struct pregion *r = &p->r[p->nr++];
 
@@ -277,230 +78,6 @@ static void add_region(struct plan *p, enum sf_image_kind kind, int layer, enum 
 		snprintf(r->name, sizeof(r->name), "%s", kind_names[kind]);
 }
 
-/* The resident tensors: everything that is not a flash group's matrix. */
-static void plan_tensors(struct plan *p)
-{
-	const struct sf_model *m = p->o->model;
-	char n[80];
-
-	const struct sf_image_pack_opts *o = p->o;
-
-	add_tensor(p, "model.embed_tokens.weight", &m->embed, 2, o->embed_dtype);
-	add_tensor(p, "model.norm.weight", &m->final_norm, 1, -1);
-	if (!m->cfg.tie_embeddings)
-		add_tensor(p, "lm_head.weight", &m->lm_head, 2, o->head_dtype);
-	for (int l = 0; l < p->nl; l++) {
-		const struct sf_layer_weights *L = &m->layers[l];
-#define T(field, suffix, nd) do { \
-		snprintf(n, sizeof(n), "model.layers.%d.%s", l, suffix); \
-		add_tensor(p, n, &L->field, nd, -1); \
-	} while (0)
-		T(attn_norm, "input_layernorm.weight", 1);
-		T(ffn_norm, "post_attention_layernorm.weight", 1);
-		if (m->cfg.qkv_bias) {
-			T(bq, "self_attn.q_proj.bias", 1);
-			T(bk, "self_attn.k_proj.bias", 1);
-			T(bv, "self_attn.v_proj.bias", 1);
-		}
-#undef T
-		for (int g = 0; g < SF_NGROUPS; g++) {
-			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
-			if (G->resident)
-				for (int i = 0; i < G->nmat; i++)
-					add_tensor(p, G->mat[i].tensor, G->mat[i].w, 2, -1);
-		}
-	}
-	uint64_t off = 0;
-	for (size_t i = 0; i < p->nt; i++) {
-		p->t[i].off = off;
-		off = align_up(off + p->t[i].len, SF_IMAGE_TENSOR_ALIGN);
-	}
-	add_region(p, SF_REGION_RESIDENT, -1, 0, off);
-}
-
-/* One group's positions, rows, bundle layout and inputs. */
-static int plan_group(struct plan *p, int l, enum sf_group g, struct sf_err *e)
-{
-	const struct sf_image_pack_opts *o = p->o;
-	const struct sf_model *m = o->model;
-	struct pgroup *G = &p->g[l * SF_NGROUPS + g];
-	const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
-	const char *names[SF_GROUP_MAX_MATRICES];
-	const struct sf_placement_group *pg = NULL;
-	const uint8_t *kept = NULL;
-	uint32_t n = (uint32_t)sf_group_entries(&m->cfg, g);
-
-	G->resident = (o->resident >> g) & 1;
-	G->source_entries = G->entries = n;
-	G->nmat = sf_codes_group_matrices(m, l, g, w, names);
-	G->top_region = G->mid_region = -1;
-	G->method = "identity";
-	for (int i = 0; i < G->nmat; i++) {
-		G->mat[i].w = w[i];
-		G->mat[i].rows = w[i]->rows;
-		G->mat[i].dt = o->dtype == SF_IMAGE_DTYPE_KEEP ? w[i]->dtype : (enum sf_dtype)o->dtype;
-		if (G->resident && sf_dtype_is_block(G->mat[i].dt))
-			G->mat[i].dt = w[i]->dtype;	/* resident tensors stay the model's */
-		tensor_name(G->mat[i].tensor, sizeof(G->mat[i].tensor), l, g, i);
-	}
-	if (G->resident)
-		return 0;
-	if (o->placement) {
-		for (int i = 0; i < o->placement->ngroups; i++)
-			if (o->placement->groups[i].layer == l && o->placement->groups[i].group == g)
-				pg = &o->placement->groups[i];
-		if (pg && !(pg = sf_placement_lookup(o->placement, o->placement_path, l, g, n,
-						     "the model", e)))
-			return e ? e->code : SF_EMISMATCH;
-		if (pg)
-			G->method = sf_place_method_name(pg->method);
-	}
-	if (o->keep && o->keep->count[l] < o->keep->hidden)
-		kept = o->keep->kept + (size_t)l * o->keep->hidden;
-	if (!(G->perm = malloc((size_t)n * sizeof(*G->perm))))
-		return sf_err_set(e, -ENOMEM, "out of memory");
-	uint32_t np = 0;
-	for (uint32_t q = 0; q < n; q++) {
-		uint32_t j = pg ? pg->perm[q] : q;
-		if (g == SF_GROUP_FFN_OUT && kept && !kept[j])
-			continue;
-		G->perm[np++] = j;
-	}
-	G->entries = np;
-	if (g == SF_GROUP_FFN_IN && kept) {
-		uint32_t K = o->keep->count[l], r = 0;
-		if (!(G->rows = malloc((size_t)K * sizeof(*G->rows))))
-			return sf_err_set(e, -ENOMEM, "out of memory");
-		for (uint32_t j = 0; j < o->keep->hidden; j++)
-			if (kept[j])
-				G->rows[r++] = j;
-		for (int i = 0; i < G->nmat; i++)
-			G->mat[i].rows = K;
-	}
-	/* Each column starts on a multiple of its dtype's alignment (the
-	 * element size; a block dtype's 2, its f16 scale) and the stride is a
-	 * multiple of the largest, so every column of every bundle is aligned
-	 * for its dtype; nothing else pads. */
-	uint64_t off = 0, amax = 1;
-	for (int i = 0; i < G->nmat; i++) {
-		uint64_t a = sf_dtype_align(G->mat[i].dt);
-		off = align_up(off, a);
-		G->mat[i].off = off;
-		off += sf_dtype_col_bytes(G->mat[i].dt, G->mat[i].rows);
-		if (a > amax)
-			amax = a;
-	}
-	G->top_bytes = align_up(off, amax);
-	if (o->codes) {
-		const struct sf_sfq_section *s = sf_sfq_find(o->codes, l, g);
-		if (!s)
-			return sf_err_set(e, SF_EMISMATCH, "%s: no codes for layer %d %s", o->codes_path,
-					  l, sf_group_name(g));
-		if (s->nmat != G->nmat || s->entries != n)
-			return sf_err_set(e, SF_EMISMATCH, "%s: layer %d %s: %d matrices of %" PRIu64
-					  " columns, the model has %d of %u", o->codes_path, l,
-					  sf_group_name(g), s->nmat, s->entries, G->nmat, n);
-		uint64_t mo = 0;
-		for (int i = 0; i < G->nmat; i++) {
-			if (s->mat[i].rows != w[i]->rows)
-				return sf_err_set(e, SF_EMISMATCH, "%s: layer %d %s: matrix %s of %"
-						  PRIu64 " rows, the model's has %" PRIu64,
-						  o->codes_path, l, sf_group_name(g), s->mat[i].name,
-						  s->mat[i].rows, w[i]->rows);
-			G->mat[i].mid_off = mo;
-			G->mat[i].mid_bytes = s->mat[i].col_bytes;
-			mo += s->mat[i].col_bytes;
-		}
-		if (mo != s->entry_bytes)
-			return sf_err_set(e, SF_EFORMAT, "%s: layer %d %s: entry_bytes %" PRIu64
-					  ", the matrices add to %" PRIu64, o->codes_path, l,
-					  sf_group_name(g), s->entry_bytes, mo);
-		G->mid_bytes = mo;
-		G->sec = s;
-	}
-	G->perm_off = p->index_len;
-	p->index_len += (uint64_t)G->entries * 4;
-	if (G->rows) {
-		G->rows_off = p->index_len;
-		p->index_len += G->mat[0].rows * 4;
-	}
-	return 0;
-}
-
-static int check_inputs(const struct sf_image_pack_opts *o, struct sf_err *e)
-{
-	const struct sf_model *m = o->model;
-
-	int ret;
-
-	if (o->placement && (ret = sf_fingerprint_check(&o->placement->fingerprint,
-							o->placement_path, "placement",
-							&m->fingerprint, m->source, e)))
-		return ret;
-	if (o->placement)
-		for (int i = 0; i < o->placement->ngroups; i++)
-			if (o->placement->groups[i].layer >= m->cfg.n_layers)
-				return sf_err_set(e, SF_EMISMATCH, "%s: layer %d: the model has %d layers",
-						  o->placement_path, o->placement->groups[i].layer,
-						  m->cfg.n_layers);
-	if (o->codes && (ret = sf_sfq_check_model(o->codes, o->codes_path, m, e)))
-		return ret;
-	if (o->calib) {
-		const struct sf_calib *c = o->calib;
-		if ((ret = sf_fingerprint_check(&c->fingerprint, o->calib_path, "tier sizes",
-						&m->fingerprint, m->source, e)))
-			return ret;
-		if (c->n_layers != m->cfg.n_layers)
-			return sf_err_set(e, SF_EMISMATCH, "%s: %d layers, the model has %d",
-					  o->calib_path, c->n_layers, m->cfg.n_layers);
-		if (o->codes && c->method != o->codes->method)
-			return sf_err_set(e, SF_EMISMATCH, "%s: calibrated for %s codes, %s holds %s",
-					  o->calib_path, sf_codes_method_name(c->method), o->codes_path,
-					  sf_codes_method_name(o->codes->method));
-		/* budgets count the image's own top-tier bytes (a q4 image's, q4) */
-		struct sf_calib_sizes sz[SF_NGROUPS];
-		_Static_assert(SF_IMAGE_DTYPE_KEEP == SF_CALIB_DTYPE_MODEL, "one keep");
-		sf_calib_sizes_of(sz, m, c->method, o->dtype);
-		for (int g = 0; g < SF_NGROUPS; g++)
-			if (!((o->resident >> g) & 1) && sz[g].top_bytes != c->sizes[g].top_bytes)
-				return sf_err_set(e, SF_EMISMATCH, "%s: %s: budgets of %" PRIu64 " top-tier "
-						  "bytes an entry, the image's %s top tier has %" PRIu64
-						  " (sf-encode --calibrate --dtype as sf-pack's)",
-						  o->calib_path, sf_group_name((enum sf_group)g),
-						  c->sizes[g].top_bytes,
-						  sf_dtype_name(o->dtype == SF_IMAGE_DTYPE_KEEP ?
-								m->layers[0].wq.dtype :
-								(enum sf_dtype)o->dtype),
-						  sz[g].top_bytes);
-		for (size_t b = 0; b < c->nbudgets; b++)
-			for (int l = 0; l < c->n_layers; l++)
-				for (int g = 0; g < SF_NGROUPS; g++) {
-					const struct sf_calib_group *cg = &sf_calib_at(c, b, l)->g[g];
-					if (cg->k_top + cg->k_mid > sf_group_entries(&m->cfg, (enum sf_group)g))
-						return sf_err_set(e, SF_EMISMATCH,
-								  "%s: budget %g layer %d %s: %" PRIu64
-								  " entries in tiers, the model has %zu",
-								  o->calib_path, c->budgets[b], l,
-								  sf_group_name((enum sf_group)g),
-								  cg->k_top + cg->k_mid,
-								  sf_group_entries(&m->cfg, (enum sf_group)g));
-					if (cg->k_mid && !o->codes && !((o->resident >> g) & 1))
-						return sf_err_set(e, SF_EMISMATCH,
-								  "%s: budget %g layer %d %s: %" PRIu64
-								  " middle-tier entries, but no --codes",
-								  o->calib_path, c->budgets[b], l,
-								  sf_group_name((enum sf_group)g), cg->k_mid);
-				}
-	}
-	if (o->keep && o->codes)
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: --keep with codes: the codes of ffn_in hold "
-				  "whole columns, dropped neurons' rows included", o->keep_path);
-	if (o->keep && (o->resident & (1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT)))
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: --keep with a resident FFN group: resident "
-				  "matrices are stored whole", o->keep_path);
-	return 0;
-}
-
 static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct sf_err *e)
 {
 	static const char *const files[3] = { "config.json", "tokenizer.json", "tokenizer_config.json" };
@@ -509,7 +86,7 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 	memset(p, 0, sizeof(*p));
 	p->o = o;
 	p->nl = o->model->cfg.n_layers;
-	if ((ret = check_inputs(o, e)))
+	if ((ret = image_check_inputs(o, e)))
 		return ret;
 	for (int i = 0; i < 3; i++) {
 		char path[4096];
@@ -526,23 +103,23 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 		return sf_err_set(e, -ENOMEM, "out of memory");
 	for (int l = 0; l < p->nl; l++)
 		for (int g = 0; g < SF_NGROUPS; g++)
-			if ((ret = plan_group(p, l, (enum sf_group)g, e)))
+			if ((ret = image_plan_group(p, l, (enum sf_group)g, e)))
 				return ret;
-	plan_tensors(p);
-	add_region(p, SF_REGION_INDEX, -1, 0, p->index_len);
+	image_plan_tensors(p);
+	image_add_region(p, SF_REGION_INDEX, -1, 0, p->index_len);
 	if (o->codes && o->codes->method == SF_CODES_TRELLIS)
-		add_region(p, SF_REGION_CODEBOOK, -1, 0, (uint64_t)SF_TRELLIS_CODEBOOK * 4);
+		image_add_region(p, SF_REGION_CODEBOOK, -1, 0, (uint64_t)SF_TRELLIS_CODEBOOK * 4);
 	for (int l = 0; l < p->nl; l++)
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
 			if (G->resident)
 				continue;
 			G->top_region = (int)p->nr;
-			add_region(p, SF_REGION_TOP, l, (enum sf_group)g, G->entries * G->top_bytes);
+			image_add_region(p, SF_REGION_TOP, l, (enum sf_group)g, G->entries * G->top_bytes);
 			if (G->sec) {
 				G->mid_region = (int)p->nr;
-				add_region(p, SF_REGION_MID, l, (enum sf_group)g,
-					   G->entries * G->mid_bytes);
+				image_add_region(p, SF_REGION_MID, l, (enum sf_group)g,
+						 G->entries * G->mid_bytes);
 			}
 		}
 	return 0;
@@ -550,11 +127,6 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 
 // ----------------------------------------------------------------------------
 // writer: the header
-
-static json_t *ju(uint64_t v)
-{
-	return json_integer((json_int_t)v);
-}
 
 static json_t *header_json(const struct plan *p)
 {
@@ -608,49 +180,8 @@ static json_t *header_json(const struct plan *p)
 		json_array_append_new(a, x);
 	}
 	json_object_set_new(h, "regions", a);
-	a = json_array();
-	for (size_t i = 0; i < p->nt; i++) {
-		const struct ptensor *t = &p->t[i];
-		json_t *shape = json_array();
-		json_array_append_new(shape, ju(t->w->rows));
-		if (t->ndim == 2)
-			json_array_append_new(shape, ju(t->w->cols));
-		json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "name", t->name,
-						   "dtype", sf_dtype_name(t->dt), "source_dtype",
-						   sf_dtype_name(t->w->dtype), "shape", shape,
-						   "offset", ju(t->off), "length", ju(t->len)));
-	}
-	json_object_set_new(h, "tensors", a);
-	a = json_array();
-	for (int l = 0; l < p->nl; l++)
-		for (int g = 0; g < SF_NGROUPS; g++) {
-			const struct pgroup *G = &p->g[l * SF_NGROUPS + g];
-			json_t *mats = json_array();
-			for (int i = 0; i < G->nmat; i++) {
-				const struct pmat *M = &G->mat[i];
-				json_array_append_new(mats, json_pack(
-					"{s:s, s:s, s:o, s:o, s:s, s:s, s:o, s:o, s:o}",
-					"name", (const char *[]){ "q", "k", "v", "o", "gate", "up", "down" }
-						[g == 0 ? i : g == 1 ? 3 : g == 2 ? 4 + i : 6],
-					"tensor", M->tensor, "rows", ju(M->rows), "source_rows",
-					ju(M->w->rows), "dtype", sf_dtype_name(M->dt), "source_dtype",
-					sf_dtype_name(M->w->dtype), "offset", ju(M->off), "mid_offset",
-					ju(M->mid_off), "mid_bytes", ju(M->mid_bytes)));
-			}
-			x = json_pack("{s:i, s:s, s:b, s:o, s:o, s:s, s:o, s:o, s:o, s:o}", "layer", l,
-				      "group", sf_group_name((enum sf_group)g), "resident", G->resident,
-				      "entries", ju(G->entries), "source_entries", ju(G->source_entries),
-				      "method", G->method, "top_bytes", ju(G->resident ? 0 : G->top_bytes),
-				      "mid_bytes", ju(G->resident ? 0 : G->mid_bytes), "matrices", mats,
-				      "perm", G->resident ? json_null() : ju(G->perm_off));
-			json_object_set_new(x, "rows", G->rows ? ju(G->rows_off) : json_null());
-			json_object_set_new(x, "top_region", G->top_region < 0 ? json_null() :
-					    json_integer(G->top_region));
-			json_object_set_new(x, "mid_region", G->mid_region < 0 ? json_null() :
-					    json_integer(G->mid_region));
-			json_array_append_new(a, x);
-		}
-	json_object_set_new(h, "groups", a);
+	json_object_set_new(h, "tensors", image_tensors_json(p));
+	json_object_set_new(h, "groups", image_groups_json(p));
 	return h;
 }
 
@@ -686,17 +217,6 @@ static char *render_header(struct plan *p, uint64_t *hlen)
 // ----------------------------------------------------------------------------
 // writer: the bytes
 
-struct wr {
-	int fd;
-	const char *name;	/* the temporary, for messages */
-	uint64_t pos;		/* file offset of buf[0] + n */
-	uint8_t *buf;
-	size_t n;
-	uint32_t crc;
-	const struct sf_image_pack_opts *o;
-	uint64_t total;
-};
-
 static int wr_flush(struct wr *w, struct sf_err *e)
 {
 	size_t done = 0;
@@ -720,7 +240,7 @@ static int wr_flush(struct wr *w, struct sf_err *e)
 }
 
 /* Appends bytes to the file; crc: whether they enter the region's CRC. */
-static int wr_put(struct wr *w, const void *data, size_t len, int crc, struct sf_err *e)
+int image_wr_put(struct wr *w, const void *data, size_t len, int crc, struct sf_err *e)
 {
 	const uint8_t *d = data;
 	int ret;
@@ -753,181 +273,15 @@ static int wr_put(struct wr *w, const void *data, size_t len, int crc, struct sf
 
 static int wr_pad(struct wr *w, struct sf_err *e)
 {
-	return wr_put(w, NULL, align_up(w->pos, SF_IMAGE_ALIGN) - w->pos, 0, e);
+	return image_wr_put(w, NULL, align_up(w->pos, SF_IMAGE_ALIGN) - w->pos, 0, e);
 }
 
-static int wr_u32(struct wr *w, uint32_t v, struct sf_err *e)
+int image_wr_u32(struct wr *w, uint32_t v, struct sf_err *e)
 {
 	unsigned char b[4];
 
 	sf_put_le32(b, v);
-	return wr_put(w, b, 4, 1, e);
-}
-
-static float load_elem(const uint8_t *s, enum sf_dtype dt)
-{
-	uint32_t u;
-	float f;
-
-	switch (dt) {
-	case SF_DTYPE_BF16: return sf_bf16_to_f32((uint16_t)(s[0] | s[1] << 8));
-	case SF_DTYPE_F16: return sf_f16_to_f32((uint16_t)(s[0] | s[1] << 8));
-	default:
-		u = sf_get_le32(s);
-		memcpy(&f, &u, 4);
-		return f;
-	}
-}
-
-/* Stores f in dtype dt; SF_ELIMIT when a finite value leaves F16's range. */
-static int store_elem(uint8_t *d, enum sf_dtype dt, float f)
-{
-	uint32_t u;
-	uint16_t h;
-
-	if (dt == SF_DTYPE_F32) {
-		memcpy(&u, &f, 4);
-		sf_put_le32(d, u);
-		return 0;
-	}
-	h = dt == SF_DTYPE_BF16 ? sf_f32_to_bf16(f) : sf_f32_to_f16(f);
-	d[0] = (uint8_t)h;
-	d[1] = (uint8_t)(h >> 8);
-	return dt == SF_DTYPE_F16 && isfinite(f) && (h & 0x7c00) == 0x7c00 ? SF_ELIMIT : 0;
-}
-
-/* Matrix M of a group transposed to (cols, rows) in the top-tier dtype:
- * the bundle's column of entry j is t[j * rows * es ..]. Tiled so that
- * both the source rows and the destination columns stay in cache; the
- * same-dtype case moves bits (exact, NaN payloads included). */
-static int transpose(const struct pgroup *G, const struct pmat *M, uint8_t *t, struct sf_err *e)
-{
-	const uint64_t cols = M->w->cols, R = M->rows, es = sf_dtype_size(M->dt),
-		       ss = sf_dtype_size(M->w->dtype);
-	const uint8_t *data = M->w->data;
-	enum { TILE = 64 };
-
-	for (uint64_t r0 = 0; r0 < R; r0 += TILE)
-		for (uint64_t j0 = 0; j0 < cols; j0 += TILE) {
-			uint64_t r1 = r0 + TILE < R ? r0 + TILE : R;
-			uint64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
-			for (uint64_t r = r0; r < r1; r++) {
-				uint64_t src_row = G->rows ? G->rows[r] : r;
-				const uint8_t *src = data + (src_row * cols + j0) * ss;
-				uint8_t *dst = t + (j0 * R + r) * es;
-				if (M->dt == M->w->dtype && es == 2) {
-					for (uint64_t j = j0; j < j1; j++, src += 2, dst += R * 2)
-						memcpy(dst, src, 2);
-					continue;
-				}
-				if (M->dt == M->w->dtype) {
-					for (uint64_t j = j0; j < j1; j++, src += 4, dst += R * 4)
-						memcpy(dst, src, 4);
-					continue;
-				}
-				for (uint64_t j = j0; j < j1; j++, src += ss, dst += R * es)
-					if (store_elem(dst, M->dt, load_elem(src, M->w->dtype)))
-						return sf_err_set(e, SF_ELIMIT,
-								  "%s: row %" PRIu64 " column %" PRIu64
-								  ": value beyond the F16 range",
-								  M->tensor, src_row, j);
-			}
-		}
-	return 0;
-}
-
-/* Matrix M's columns in its block dtype: transposed to f32 in f (cols *
- * rows floats), each column quantized into t. */
-static int quantize(const struct pgroup *G, const struct pmat *M, float *f, uint8_t *t,
-		    enum sf_quant_method qm, struct sf_err *e)
-{
-	struct pmat F = *M;
-	uint64_t cb = sf_dtype_col_bytes(M->dt, M->rows);
-	int ret;
-
-	F.dt = SF_DTYPE_F32;
-	if ((ret = transpose(G, &F, (uint8_t *)f, e)))
-		return ret;
-	for (uint64_t j = 0; j < M->w->cols; j++)
-		if (sf_quant_column(t + j * cb, M->dt, f + j * M->rows, (size_t)M->rows, qm))
-			return sf_err_set(e, SF_ELIMIT, "%s: column %" PRIu64 ": a weight not "
-					  "finite or a block's scale beyond the F16 range",
-					  M->tensor, j);
-	return 0;
-}
-
-/* A resident tensor's rows quantized to its block dtype, one at a time. */
-static int write_quantized(struct wr *w, const struct ptensor *t, enum sf_quant_method quant,
-			   struct sf_err *e)
-{
-	size_t cols = (size_t)t->w->cols, rb = (size_t)sf_dtype_col_bytes(t->dt, cols);
-	float *f = malloc(cols * sizeof(float));
-	uint8_t *q = malloc(rb);
-	int ret = 0;
-
-	if (!f || !q)
-		ret = sf_err_set(e, -ENOMEM, "%s: %s", t->name, sf_strerror(-ENOMEM));
-	for (uint64_t r = 0; r < t->w->rows && !ret; r++) {
-		sf_weight_row(f, t->w, r);
-		if (sf_quant_column(q, t->dt, f, cols, quant))
-			ret = sf_err_set(e, SF_ELIMIT, "%s: row %" PRIu64 ": a weight not finite or a "
-					 "block's scale beyond the F16 range", t->name, r);
-		else
-			ret = wr_put(w, q, rb, 1, e);
-	}
-	free(f);
-	free(q);
-	return ret;
-}
-
-/* A group's bundles; each matrix leaves the resident set once read (a
- * model larger than memory is packed one matrix at a time). */
-static int write_top(struct wr *w, const struct sf_model *m, const struct pgroup *G,
-		     enum sf_quant_method qm, struct sf_err *e)
-{
-	uint8_t *t[SF_GROUP_MAX_MATRICES] = { 0 }, *bundle = NULL;
-	float *f = NULL;
-	int ret = 0;
-
-	for (int i = 0; i < G->nmat; i++) {
-		const struct pmat *M = &G->mat[i];
-		size_t sz = (size_t)(M->w->cols * sf_dtype_col_bytes(M->dt, M->rows));
-		if (!(t[i] = malloc(sz ? sz : 1))) {
-			ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
-			goto out;
-		}
-		if (!sf_dtype_is_block(M->dt)) {
-			ret = transpose(G, M, t[i], e);
-		} else {
-			free(f);
-			if (!(f = malloc((size_t)(M->w->cols * M->rows * sizeof(float)) + 1))) {
-				ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
-				goto out;
-			}
-			ret = quantize(G, M, f, t[i], qm, e);
-		}
-		if (ret)
-			goto out;
-		sf_model_release(m, M->w);
-	}
-	if (!(bundle = calloc(1, (size_t)G->top_bytes))) {
-		ret = sf_err_set(e, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (uint32_t p = 0; p < G->entries; p++) {
-		for (int i = 0; i < G->nmat; i++) {
-			size_t col = (size_t)sf_dtype_col_bytes(G->mat[i].dt, G->mat[i].rows);
-			memcpy(bundle + G->mat[i].off, t[i] + (size_t)G->perm[p] * col, col);
-		}
-		if ((ret = wr_put(w, bundle, (size_t)G->top_bytes, 1, e)))
-			goto out;
-	}
-out:
-	for (int i = 0; i < G->nmat; i++)
-		free(t[i]);
-	free(bundle);
-	free(f);
-	return ret;
+	return image_wr_put(w, b, 4, 1, e);
 }
 
 static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct sf_err *e)
@@ -948,45 +302,25 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 	}
 	switch (r->kind) {
 	case SF_REGION_RESIDENT:
-		for (size_t i = 0; i < p->nt && !ret; i++) {
-			const struct ptensor *t = &p->t[i];
-			if ((ret = wr_put(w, NULL, t->off - (w->pos - r->offset), 1, e)))
-				break;
-			if (t->dt == t->w->dtype)
-				ret = wr_put(w, t->w->data, (size_t)t->len, 1, e);
-			else
-				ret = write_quantized(w, t, o->quant, e);
-			sf_model_release(o->model, t->w);
-		}
-		if (!ret)
-			ret = wr_put(w, NULL, r->length - (w->pos - r->offset), 1, e);
+		ret = image_write_resident(w, p, r, e);
 		break;
 	case SF_REGION_INDEX:
-		for (int i = 0; i < p->nl * SF_NGROUPS && !ret; i++) {
-			const struct pgroup *G = &p->g[i];
-			for (uint32_t q = 0; q < G->entries && !G->resident && !ret; q++)
-				ret = wr_u32(w, G->perm[q], e);
-			for (uint64_t q = 0; G->rows && q < G->mat[0].rows && !ret; q++)
-				ret = wr_u32(w, G->rows[q], e);
-		}
+		ret = image_write_index(w, p, e);
 		break;
 	case SF_REGION_CODEBOOK:
 		for (uint32_t i = 0; i < SF_TRELLIS_CODEBOOK && !ret; i++) {
 			uint32_t u;
 			memcpy(&u, &o->codes->codebook[i], 4);
-			ret = wr_u32(w, u, e);
+			ret = image_wr_u32(w, u, e);
 		}
 		break;
 	case SF_REGION_TOP:
-		ret = write_top(w, o->model, &p->g[r->layer * SF_NGROUPS + (int)r->g], o->quant, e);
+		ret = image_write_top(w, o->model, &p->g[r->layer * SF_NGROUPS + (int)r->g], o->quant,
+				      e);
 		break;
-	case SF_REGION_MID: {
-		const struct pgroup *G = &p->g[r->layer * SF_NGROUPS + (int)r->g];
-		for (uint32_t q = 0; q < G->entries && !ret; q++)
-			ret = wr_put(w, G->sec->data + (size_t)G->perm[q] * G->mid_bytes,
-				     (size_t)G->mid_bytes, 1, e);
+	case SF_REGION_MID:
+		ret = image_write_mid(w, &p->g[r->layer * SF_NGROUPS + (int)r->g], e);
 		break;
-	}
 	default:
 		break;
 	}
@@ -1104,8 +438,8 @@ int sf_image_pack(const char *path, const struct sf_image_pack_opts *o, uint64_t
 	sf_put_le64(pre + 16, hlen);
 	sf_put_le32(pre + 24, sf_crc32c(0, text, (size_t)hlen));
 	w.pos = 0;
-	if ((ret = wr_put(&w, pre, sizeof(pre), 0, e)) ||
-	    (ret = wr_put(&w, text, (size_t)hlen, 0, e)) || (ret = wr_pad(&w, e)) ||
+	if ((ret = image_wr_put(&w, pre, sizeof(pre), 0, e)) ||
+	    (ret = image_wr_put(&w, text, (size_t)hlen, 0, e)) || (ret = wr_pad(&w, e)) ||
 	    (ret = wr_flush(&w, e)))
 		goto out;
 	if ((ret = sf_outfile_commit(&out, e)))
@@ -1160,7 +494,7 @@ int sf_image_unchanged(const struct sf_image *img, struct sf_err *e)
 	return 0;
 }
 
-static int read_at(int fd, void *buf, size_t len, uint64_t off, const char *path, struct sf_err *e)
+int image_read_at(int fd, void *buf, size_t len, uint64_t off, const char *path, struct sf_err *e)
 {
 	size_t done = 0;
 
@@ -1253,438 +587,6 @@ static int tensor_cmp(const void *a, const void *b)
 	return strcmp(((const struct sf_tensor *)a)->name, ((const struct sf_tensor *)b)->name);
 }
 
-static int tensor_addr_cmp(const void *a, const void *b)
-{
-	const uint8_t *x = ((const struct sf_tensor *)a)->data, *y = ((const struct sf_tensor *)b)->data;
-	return x < y ? -1 : x > y;
-}
-
-static int open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
-{
-	const char *path = img->path;
-	const struct sf_image_region *R = &img->regions[0];
-	json_t *a = json_object_get(img->header, "tensors"), *t;
-	size_t i;
-	int ret;
-
-	if (!json_is_array(a) || json_array_size(a) > ((size_t)1 << 20))
-		return sf_err_set(e, SF_EFORMAT, "%s: header: \"tensors\" is not an array", path);
-	size_t n = json_array_size(a);
-	img->tensors.tensors = calloc(n + nflash + 1, sizeof(struct sf_tensor));
-	if (!img->tensors.tensors)
-		return sf_err_set(e, -ENOMEM, "%s: out of memory", path);
-	json_array_foreach(a, i, t) {
-		struct sf_tensor *T = &img->tensors.tensors[i];
-		const char *name, *dt;
-		json_t *shape = json_object_get(t, "shape");
-		char where[SF_ERR_MAX];
-		uint64_t off, len, elems = 1;
-
-		snprintf(where, sizeof(where), "%s: header: tensors[%zu]", path, i);
-		json_t *sdt = json_object_get(t, "source_dtype");
-		if (sf_json_str(t, "name", &name, where, e) || strlen(name) >= SF_TENSOR_NAME_MAX ||
-		    sf_json_str(t, "dtype", &dt, where, e) || sf_dtype_parse_any(dt, &T->dtype) ||
-		    !json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 2)
-			return sf_err_set(e, SF_EFORMAT, "%s: name, dtype or shape missing or malformed",
-					  where);
-		/* a quantized matrix names the model's dtype, which the shape
-		 * fingerprint hashes; an element dtype is the model's */
-		T->source_dtype = T->dtype;
-		if ((sdt || sf_dtype_is_block(T->dtype)) &&
-		    (!json_is_string(sdt) || sf_dtype_parse(json_string_value(sdt), &T->source_dtype) ||
-		     (!sf_dtype_is_block(T->dtype) && T->source_dtype != T->dtype) ||
-		     (sf_dtype_is_block(T->dtype) && json_array_size(shape) != 2)))
-			return sf_err_set(e, SF_EFORMAT, "%s: dtype %s with source_dtype %s: expected "
-					  "the model's dtype, or a matrix's block dtype and the "
-					  "model's", where, dt, json_is_string(sdt) ?
-					  json_string_value(sdt) : "missing");
-		strcpy(T->name, name);
-		T->ndim = (int)json_array_size(shape);
-		for (int d = 0; d < T->ndim; d++) {
-			json_t *v = json_array_get(shape, (size_t)d);
-			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-			    json_integer_value(v) > (json_int_t)1 << 32)
-				return sf_err_set(e, SF_EFORMAT, "%s: bad shape", where);
-			T->shape[d] = (uint64_t)json_integer_value(v);
-			elems *= T->shape[d];	/* two factors of at most 2^32 */
-		}
-		if ((ret = sf_json_u64(t, "offset", R->length, &off, where, e)) ||
-		    (ret = sf_json_u64(t, "length", R->length, &len, where, e)))
-			return ret;
-		uint64_t bytes = T->ndim == 2 ? T->shape[0] * sf_dtype_col_bytes(T->dtype, T->shape[1])
-					      : elems * sf_dtype_size(T->dtype);
-		if (elems > UINT64_MAX / 4 || len != bytes ||
-		    off % SF_IMAGE_TENSOR_ALIGN || off > R->length - len)
-			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %" PRIu64 " bytes at %"
-					  PRIu64 ": not its shape's size, misaligned or outside the "
-					  "resident region (%" PRIu64 " bytes)", path, name, len, off,
-					  R->length);
-		T->nbytes = len;
-		T->data = (const uint8_t *)img->map + R->offset + off;
-	}
-	/* no two tensors share bytes: by offset, each ends before the next */
-	struct sf_tensor *ts = img->tensors.tensors;
-	qsort(ts, n, sizeof(*ts), tensor_addr_cmp);
-	for (size_t x = 1; x < n; x++)
-		if ((const uint8_t *)ts[x - 1].data + ts[x - 1].nbytes > (const uint8_t *)ts[x].data)
-			return sf_err_set(e, SF_EFORMAT, "%s: tensors '%s' and '%s' overlap", path,
-					  ts[x - 1].name, ts[x].name);
-	img->tensors.ntensors = n;
-	return 0;
-}
-
-/* The permutation (or kept rows) at byte offset off of the index region:
- * count u32 values each below limit and none twice. */
-static int read_index(struct sf_image *img, const char *what, uint64_t off, uint64_t count,
-		      uint32_t limit, uint32_t *out, uint8_t *seen, struct sf_err *e)
-{
-	const struct sf_image_region *R = &img->regions[1];
-	const uint8_t *p = (const uint8_t *)img->map + R->offset;
-
-	if (off % 4 || count > R->length / 4 || off > R->length - count * 4)
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: %" PRIu64 " indices at %" PRIu64
-				  " outside the index region (%" PRIu64 " bytes)", img->path, what,
-				  count, off, R->length);
-	memset(seen, 0, limit);
-	for (uint64_t q = 0; q < count; q++) {
-		uint32_t v = sf_get_le32(p + off + 4 * q);
-		if (v >= limit)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s: [%" PRIu64 "] = %u is out of range: "
-					  "expected 0..%u", img->path, what, q, v, limit - 1);
-		if (seen[v]++)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s: index %u given twice", img->path, what,
-					  v);
-		out[q] = v;
-	}
-	return 0;
-}
-
-static int open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, uint32_t **u32,
-		      uint8_t *seen, int *refs, struct sf_err *e)
-{
-	const char *path = img->path;
-	struct sf_image_group *G = &img->groups[(size_t)l * SF_NGROUPS + g];
-	char where[SF_ERR_MAX], what[64];
-	uint64_t v, entries;
-	json_t *mats = json_object_get(o, "matrices"), *m;
-	const char *method, *gn;
-	int ret;
-
-	snprintf(where, sizeof(where), "%s: header: groups[%d]", path, l * SF_NGROUPS + (int)g);
-	snprintf(what, sizeof(what), "layer %d %s", l, sf_group_name(g));
-	if ((ret = sf_json_u64(o, "layer", INT32_MAX, &v, where, e)))
-		return ret;
-	enum sf_group gg;
-	if ((int)v != l || sf_json_str(o, "group", &gn, where, e) || sf_group_parse(gn, &gg) ||
-	    gg != g)
-		return sf_err_set(e, SF_EFORMAT, "%s: expected layer %d %s", where, l,
-				  sf_group_name(g));
-	G->layer = l;
-	G->group = g;
-	G->resident = json_is_true(json_object_get(o, "resident"));
-	G->source_entries = (uint32_t)sf_group_entries(&img->cfg, g);
-	if ((ret = sf_json_u64(o, "source_entries", UINT32_MAX, &v, where, e)))
-		return ret;
-	if (v != G->source_entries)
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: %" PRIu64 " source entries, the config "
-				  "gives %u", path, what, v, G->source_entries);
-	if ((ret = sf_json_u64(o, "entries", G->source_entries, &entries, where, e)))
-		return ret;
-	G->entries = (uint32_t)entries;
-	if (sf_json_str(o, "method", &method, where, e) || strlen(method) >= sizeof(G->method))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"method\" missing", where);
-	strcpy(G->method, method);
-	const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
-	const char *names[SF_GROUP_MAX_MATRICES];
-	struct sf_model shape = { .cfg = img->cfg };
-	struct sf_layer_weights lw;
-	/* the matrices' shapes from the config: a model with no data */
-	uint64_t q = (uint64_t)img->cfg.n_heads * (uint64_t)img->cfg.head_dim,
-		 kv = (uint64_t)img->cfg.n_kv_heads * (uint64_t)img->cfg.head_dim,
-		 dim = (uint64_t)img->cfg.dim, hid = (uint64_t)img->cfg.hidden_dim;
-	memset(&lw, 0, sizeof(lw));
-	lw.wq.rows = q; lw.wk.rows = kv; lw.wv.rows = kv; lw.wo.rows = dim;
-	lw.w_gate.rows = hid; lw.w_up.rows = hid; lw.w_down.rows = dim;
-	shape.layers = &lw;
-	G->nmat = sf_codes_group_matrices(&shape, 0, g, w, names);
-	if (!json_is_array(mats) || json_array_size(mats) != (size_t)G->nmat)
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: \"matrices\" is not an array of %d", path,
-				  what, G->nmat);
-	uint64_t top_end = 0, amax = 1, mid = 0;
-	size_t i;
-	json_array_foreach(mats, i, m) {
-		struct sf_image_matrix *M = &G->mat[i];
-		const char *name, *tensor, *dt, *sdt;
-		char mw[SF_ERR_MAX + 32], want_tensor[64];
-
-		snprintf(mw, sizeof(mw), "%s.matrices[%zu]", where, i);
-		tensor_name(want_tensor, sizeof(want_tensor), l, g, (int)i);
-		if (sf_json_str(m, "name", &name, mw, e) || strcmp(name, names[i]) ||
-		    sf_json_str(m, "tensor", &tensor, mw, e) || strcmp(tensor, want_tensor) ||
-		    sf_json_str(m, "dtype", &dt, mw, e) || sf_dtype_parse_any(dt, &M->dtype) ||
-		    !sf_dtype_is_top(M->dtype) || sf_json_str(m, "source_dtype", &sdt, mw, e) ||
-		    sf_dtype_parse(sdt, &M->source_dtype))
-			return sf_err_set(e, SF_EFORMAT, "%s: %s: matrix %zu: expected %s (%s) with "
-					  "dtypes", path, what, i, names[i], want_tensor);
-		strcpy(M->name, name);
-		strcpy(M->tensor, tensor);
-		M->source_rows = w[i]->rows;
-		M->cols = G->source_entries;
-		if ((ret = sf_json_u64(m, "source_rows", UINT32_MAX, &v, mw, e)))
-			return ret;
-		if (v != M->source_rows)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: %" PRIu64 " source rows, the "
-					  "config gives %" PRIu64, path, what, M->name, v, M->source_rows);
-		if ((ret = sf_json_u64(m, "rows", M->source_rows, &M->rows, mw, e)) ||
-		    (ret = sf_json_u64(m, "offset", UINT32_MAX, &M->offset, mw, e)) ||
-		    (ret = sf_json_u64(m, "mid_offset", UINT32_MAX, &M->mid_offset, mw, e)) ||
-		    (ret = sf_json_u64(m, "mid_bytes", UINT32_MAX, &M->mid_bytes, mw, e)))
-			return ret;
-		if (M->rows != M->source_rows && (g != SF_GROUP_FFN_IN || G->resident || !M->rows ||
-						  M->rows != G->mat[0].rows))
-			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: %" PRIu64 " rows of %" PRIu64
-					  ": only ffn_in on flash drops rows", path, what, M->name,
-					  M->rows, M->source_rows);
-		if (G->resident && sf_dtype_is_block(M->dtype))
-			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: resident in block dtype %s",
-					  path, what, M->name, sf_dtype_name(M->dtype));
-		if (G->resident)
-			continue;	/* not in bundles: no layout to check */
-		uint64_t a = sf_dtype_align(M->dtype);
-		top_end = align_up(top_end, a);
-		if (M->offset != top_end)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: bundle offset %" PRIu64
-					  ", expected %" PRIu64, path, what, M->name, M->offset, top_end);
-		top_end += sf_dtype_col_bytes(M->dtype, M->rows);
-		if (a > amax)
-			amax = a;
-		if (M->mid_offset != mid)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s %s: middle offset %" PRIu64
-					  ", expected %" PRIu64, path, what, M->name, M->mid_offset, mid);
-		mid += M->mid_bytes;
-	}
-	if (G->entries != G->source_entries && (g != SF_GROUP_FFN_OUT || G->resident || !G->entries))
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: %u entries of %u: only ffn_out on flash "
-				  "drops entries", path, what, G->entries, G->source_entries);
-	if (G->resident)
-		return 0;
-	if ((ret = sf_json_u64(o, "top_bytes", UINT32_MAX, &G->top_bytes, where, e)) ||
-	    (ret = sf_json_u64(o, "mid_bytes", UINT32_MAX, &G->mid_bytes, where, e)))
-		return ret;
-	if (G->top_bytes != align_up(top_end, amax))
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: top_bytes %" PRIu64 ", expected %" PRIu64,
-				  path, what, G->top_bytes, align_up(top_end, amax));
-	if (G->mid_bytes != mid || (!!mid != img->has_codes))
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: mid_bytes %" PRIu64 " (matrices: %" PRIu64
-				  ")%s", path, what, G->mid_bytes, mid,
-				  img->has_codes ? "" : " without codes");
-	if (img->has_codes)
-		for (int x = 0; x < G->nmat; x++)
-			if (G->mat[x].mid_bytes != sf_codes_col_bytes(img->codes_method,
-								      G->mat[x].source_rows))
-				return sf_err_set(e, SF_EFORMAT, "%s: %s %s: mid_bytes %" PRIu64
-						  ", expected %zu", path, what, G->mat[x].name,
-						  G->mat[x].mid_bytes,
-						  sf_codes_col_bytes(img->codes_method,
-								     G->mat[x].source_rows));
-	/* the regions */
-	for (int t = 0; t < 2; t++) {
-		json_t *rv = json_object_get(o, t ? "mid_region" : "top_region");
-		const struct sf_image_region **dst = t ? &G->mid : &G->top;
-		enum sf_image_kind kind = t ? SF_REGION_MID : SF_REGION_TOP;
-		if (t && !img->has_codes) {
-			if (rv && !json_is_null(rv))
-				return sf_err_set(e, SF_EFORMAT, "%s: %s: a mid region without codes",
-						  path, what);
-			continue;
-		}
-		if (!json_is_integer(rv) || json_integer_value(rv) < 0 ||
-		    (size_t)json_integer_value(rv) >= img->nregions)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s: %s missing or out of range", path,
-					  what, t ? "mid_region" : "top_region");
-		size_t ri = (size_t)json_integer_value(rv);
-		struct sf_image_region *R = &img->regions[ri];
-		uint64_t stride = t ? G->mid_bytes : G->top_bytes;
-		if (R->kind != kind || refs[ri]++)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s: region %zu is not its own %s region",
-					  path, what, ri, kind_names[kind]);
-		if (R->length != (uint64_t)G->entries * stride)
-			return sf_err_set(e, SF_EFORMAT, "%s: region '%s': %" PRIu64 " bytes, expected %u "
-					  "entries of %" PRIu64, path, R->name, R->length, G->entries,
-					  stride);
-		R->layer = l;
-		R->group = g;
-		*dst = R;
-	}
-	/* permutation, positions, rows */
-	if ((ret = sf_json_u64(o, "perm", INT64_MAX, &v, where, e)))
-		return ret;
-	uint32_t *perm = *u32, *pos = perm + G->entries;
-	char pw[80];
-	snprintf(pw, sizeof(pw), "%s perm", what);
-	if ((ret = read_index(img, pw, v, G->entries, G->source_entries, perm, seen, e)))
-		return ret;
-	for (uint32_t j = 0; j < G->source_entries; j++)
-		pos[j] = SF_IMAGE_ABSENT;
-	for (uint32_t p = 0; p < G->entries; p++)
-		pos[perm[p]] = p;
-	G->perm = perm;
-	G->pos = pos;
-	*u32 = pos + G->source_entries;
-	json_t *rv = json_object_get(o, "rows");
-	if (rv && !json_is_null(rv)) {
-		if ((ret = sf_json_u64(o, "rows", INT64_MAX, &v, where, e)))
-			return ret;
-		if (g != SF_GROUP_FFN_IN || G->mat[0].rows == G->mat[0].source_rows)
-			return sf_err_set(e, SF_EFORMAT, "%s: %s: a row list, but every row is there",
-					  path, what);
-		snprintf(pw, sizeof(pw), "%s rows", what);
-		if ((ret = read_index(img, pw, v, G->mat[0].rows, (uint32_t)G->mat[0].source_rows, *u32,
-				      seen, e)))
-			return ret;
-		for (uint64_t r = 1; r < G->mat[0].rows; r++)
-			if ((*u32)[r] <= (*u32)[r - 1])
-				return sf_err_set(e, SF_EFORMAT, "%s: %s: not ascending at %" PRIu64,
-						  path, pw, r);
-		G->rows = *u32;
-		*u32 += G->mat[0].rows;
-	} else if (G->mat[0].rows != G->mat[0].source_rows) {
-		return sf_err_set(e, SF_EFORMAT, "%s: %s: rows dropped without a row list", path, what);
-	}
-	return 0;
-}
-
-/* With --keep, ffn_in's rows and ffn_out's entries are the same neurons. */
-static int check_keep(struct sf_image *img, int l, struct sf_err *e)
-{
-	const struct sf_image_group *in = sf_image_group(img, l, SF_GROUP_FFN_IN),
-				    *out = sf_image_group(img, l, SF_GROUP_FFN_OUT);
-	uint64_t kept = out->entries;
-
-	if (in->rows || out->entries != out->source_entries) {
-		if (!in->rows || in->mat[0].rows != out->entries)
-			return sf_err_set(e, SF_EFORMAT, "%s: layer %d: ffn_in keeps %" PRIu64
-					  " rows, ffn_out %u entries", img->path, l,
-					  in->rows ? in->mat[0].rows : in->mat[0].source_rows,
-					  out->entries);
-		for (uint64_t r = 0; r < in->mat[0].rows; r++)
-			if (out->pos[in->rows[r]] == SF_IMAGE_ABSENT)
-				return sf_err_set(e, SF_EFORMAT, "%s: layer %d: neuron %u in ffn_in's "
-						  "rows, not in ffn_out's entries", img->path, l,
-						  in->rows[r]);
-	}
-	img->kept_neurons += kept;
-	return 0;
-}
-
-static int open_tiers(struct sf_image *img, struct sf_err *e)
-{
-	json_t *t = json_object_get(img->header, "tiers"), *bs, *b;
-	size_t i;
-	int nl = img->cfg.n_layers;
-
-	if (!t || json_is_null(t))
-		return 0;
-	bs = json_object_get(t, "budgets");
-	if (!json_is_array(bs) || !json_array_size(bs) || json_array_size(bs) > SF_CALIB_MAX_BUDGETS)
-		return sf_err_set(e, SF_EFORMAT, "%s: header: tiers.budgets is not an array of 1..%d",
-				  img->path, SF_CALIB_MAX_BUDGETS);
-	img->nbudgets = json_array_size(bs);
-	img->budgets = calloc(img->nbudgets, sizeof(double));
-	img->realised = calloc(img->nbudgets, sizeof(double));
-	img->k = calloc(img->nbudgets * (size_t)nl * SF_NGROUPS * 2, sizeof(uint64_t));
-	if (!img->budgets || !img->realised || !img->k)
-		return sf_err_set(e, -ENOMEM, "%s: out of memory", img->path);
-	json_array_foreach(bs, i, b) {
-		json_t *bv = json_object_get(b, "budget"), *rv = json_object_get(b, "realised"),
-		       *ks = json_object_get(b, "k");
-		if (!json_is_number(bv) || !(json_number_value(bv) > 0) || json_number_value(bv) > 1 ||
-		    !json_is_number(rv) || !json_is_array(ks) || json_array_size(ks) != (size_t)nl)
-			return sf_err_set(e, SF_EFORMAT, "%s: header: tiers.budgets[%zu]: budget in "
-					  "(0, 1], realised and k of %d layers expected", img->path, i,
-					  nl);
-		img->budgets[i] = json_number_value(bv);
-		img->realised[i] = json_number_value(rv);
-		for (size_t d = 0; d < i; d++)
-			if (fabs(img->budgets[d] - img->budgets[i]) < SF_CALIB_SAME_BUDGET)
-				return sf_err_set(e, SF_EFORMAT, "%s: header: tiers: budget %g listed "
-						  "twice", img->path, img->budgets[i]);
-		for (int l = 0; l < nl; l++) {
-			json_t *kl = json_array_get(ks, (size_t)l);
-			if (!json_is_array(kl) || json_array_size(kl) != 2 * SF_NGROUPS)
-				return sf_err_set(e, SF_EFORMAT, "%s: header: tiers.budgets[%zu].k[%d]: "
-						  "expected %d integers", img->path, i, l,
-						  2 * SF_NGROUPS);
-			for (int g = 0; g < SF_NGROUPS; g++) {
-				uint64_t *k = img->k + ((i * (size_t)nl + (size_t)l) * SF_NGROUPS +
-							(size_t)g) * 2;
-				json_t *a = json_array_get(kl, 2 * (size_t)g), *c = json_array_get(kl, 2 * (size_t)g + 1);
-				uint64_t n = sf_group_entries(&img->cfg, (enum sf_group)g);
-				if (!json_is_integer(a) || !json_is_integer(c) || json_integer_value(a) < 0 ||
-				    json_integer_value(c) < 0 ||
-				    (uint64_t)json_integer_value(a) + (uint64_t)json_integer_value(c) > n)
-					return sf_err_set(e, SF_EFORMAT, "%s: header: tiers: budget %g "
-							  "layer %d %s: k_top + k_mid over %" PRIu64
-							  " entries", img->path, img->budgets[i], l,
-							  sf_group_name((enum sf_group)g), n);
-				k[0] = (uint64_t)json_integer_value(a);
-				k[1] = (uint64_t)json_integer_value(c);
-			}
-		}
-	}
-	return 0;
-}
-
-/* The resident region read into the map: whole, or with flags the
- * 4 KiB pages wholly inside the embedding (and output head) left out. */
-static int read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
-{
-	const struct sf_image_region *R = &img->regions[0];
-	const char *names[2] = { "model.embed_tokens.weight", "lm_head.weight" };
-	uint64_t at = R->offset, end = img->regions[1].offset;
-	int n = 0, ret;
-
-	for (int i = 0; i < 2 && (flags & SF_IMAGE_OPEN_EMBED_ON_FLASH); i++) {
-		const struct sf_tensor *T = NULL;
-		for (size_t k = 0; k < img->tensors.ntensors; k++)
-			if (!strcmp(img->tensors.tensors[k].name, names[i]))
-				T = &img->tensors.tensors[k];
-		if (!T || (i == 1 && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH)))
-			continue;
-		if (i == 0 && img->cfg.tie_embeddings && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH))
-			continue;	/* tied: the head in RAM is the embedding */
-		uint64_t off = (uint64_t)((const uint8_t *)T->data - (const uint8_t *)img->map);
-		uint64_t a = align_up(off, SF_IMAGE_ALIGN), b = (off + T->nbytes) & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
-		if (b > a) {
-			img->on_flash[n][0] = a;
-			img->on_flash[n++][1] = b;
-		}
-	}
-	if (n == 2 && img->on_flash[1][0] < img->on_flash[0][0]) {
-		uint64_t t0 = img->on_flash[0][0], t1 = img->on_flash[0][1];
-		img->on_flash[0][0] = img->on_flash[1][0];
-		img->on_flash[0][1] = img->on_flash[1][1];
-		img->on_flash[1][0] = t0;
-		img->on_flash[1][1] = t1;
-	}
-	for (int i = 0; i <= n; i++) {
-		uint64_t stop = i < n ? img->on_flash[i][0] : end;
-		if (stop > at && (ret = read_at(img->fd, (uint8_t *)img->map + at, (size_t)(stop - at),
-						  (off_t)at, img->path, e)))
-			return ret;
-		if (i < n) {
-			img->left_on_flash += img->on_flash[i][1] - img->on_flash[i][0];
-			at = img->on_flash[i][1];
-		}
-	}
-	return 0;
-}
-
-uint64_t sf_image_offset(const struct sf_image *img, const void *p)
-{
-	return (uint64_t)((const uint8_t *)p - (const uint8_t *)img->map);
-}
-
 int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e)
 {
 	return sf_image_open_flags(img, path, 0, e);
@@ -1719,7 +621,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 				 path, img->file_size);
 		goto out;
 	}
-	if ((ret = read_at(img->fd, pre, sizeof(pre), 0, path, e)))
+	if ((ret = image_read_at(img->fd, pre, sizeof(pre), 0, path, e)))
 		goto out;
 	if (memcmp(pre, SF_IMAGE_MAGIC, 8)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: not a sparseflash image (bad magic)", path);
@@ -1751,7 +653,7 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 		goto out;
 	}
-	if ((ret = read_at(img->fd, htext, (size_t)hlen, SF_IMAGE_PREAMBLE, path, e)))
+	if ((ret = image_read_at(img->fd, htext, (size_t)hlen, SF_IMAGE_PREAMBLE, path, e)))
 		goto out;
 	if (sf_crc32c(0, htext, (size_t)hlen) != sf_get_le32(pre + 24)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: header: CRC-32C 0x%08" PRIx32 ", expected 0x%08"
@@ -1831,10 +733,10 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 		goto out;
 	}
 	/* the resident region is read once the tensors in it are known */
-	if ((ret = read_at(img->fd, img->map, (size_t)img->regions[0].offset, 0, path, e)) ||
-	    (ret = read_at(img->fd, (uint8_t *)img->map + img->regions[1].offset,
-			   img->map_size - (size_t)img->regions[1].offset,
-			   (off_t)img->regions[1].offset, path, e)))
+	if ((ret = image_read_at(img->fd, img->map, (size_t)img->regions[0].offset, 0, path, e)) ||
+	    (ret = image_read_at(img->fd, (uint8_t *)img->map + img->regions[1].offset,
+				 img->map_size - (size_t)img->regions[1].offset,
+				 (off_t)img->regions[1].offset, path, e)))
 		goto out;
 	/* the index and codebook are decoded now, so their checksums are too
 	 * (they are small); the resident blob's waits for sf_image_verify */
@@ -1888,13 +790,13 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	uint32_t *u = img->u32;
 	for (int l = 0; l < nl; l++) {
 		for (int g = 0; g < SF_NGROUPS; g++) {
-			if ((ret = open_group(img, json_array_get(ga, (size_t)l * SF_NGROUPS + (size_t)g),
-					      l, (enum sf_group)g, &u, seen, refs, e)))
+			json_t *go = json_array_get(ga, (size_t)l * SF_NGROUPS + (size_t)g);
+			if ((ret = image_open_group(img, go, l, (enum sf_group)g, &u, seen, refs, e)))
 				goto out;
 			if (!img->groups[(size_t)l * SF_NGROUPS + (size_t)g].resident)
 				nflash += (size_t)img->groups[(size_t)l * SF_NGROUPS + (size_t)g].nmat;
 		}
-		if ((ret = check_keep(img, l, e)))
+		if ((ret = image_check_keep(img, l, e)))
 			goto out;
 	}
 	for (size_t i = 0; i < img->nregions; i++)
@@ -1903,8 +805,8 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 					 img->regions[i].name);
 			goto out;
 		}
-	if ((ret = open_tensors(img, nflash, e)) || (ret = open_tiers(img, e)) ||
-	    (ret = read_resident(img, open_flags, e)))
+	if ((ret = image_open_tensors(img, nflash, e)) || (ret = image_open_tiers(img, e)) ||
+	    (ret = image_read_resident(img, open_flags, e)))
 		goto out;
 	/* the flash matrices join the tensor table without data, so binding
 	 * the model checks names, shapes and the shape fingerprint over all */
@@ -1943,56 +845,6 @@ out:
 	return ret;
 }
 
-int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err *e)
-{
-	int ret = sf_model_bind(m, &img->cfg, &img->tensors, e);
-
-	if (ret)
-		return ret;
-	/* a resident group's matrices must have their bytes, a flash group's none */
-	for (int l = 0; l < img->cfg.n_layers; l++)
-		for (int g = 0; g < SF_NGROUPS; g++) {
-			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
-			const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
-			const char *names[SF_GROUP_MAX_MATRICES];
-			int n = sf_codes_group_matrices(m, l, (enum sf_group)g, w, names);
-			for (int i = 0; i < n; i++)
-				if (!w[i]->data != !G->resident) {
-					ret = sf_err_set(e, SF_EFORMAT, "%s: %s: %s", img->path,
-							 G->mat[i].tensor, G->resident ?
-							 "of a resident group but on flash" :
-							 "on flash and resident");
-					goto out;
-				}
-		}
-	/* the weights are on flash, in placement order and perhaps another
-	 * dtype: the header's weights fingerprint stands for them (the
-	 * header's CRC, and --verify the regions') */
-	if (strcmp(m->fingerprint.shape, img->fingerprint.shape)) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: shape fingerprint %s in the header, the tensors "
-				 "give %s", img->path, img->fingerprint.shape, m->fingerprint.shape);
-		goto out;
-	}
-	memcpy(m->fingerprint.weights, img->fingerprint.weights, sizeof(m->fingerprint.weights));
-	return 0;
-out:
-	sf_model_close(m);
-	return ret;
-}
-
-struct sf_codes_view sf_image_mid_view(const struct sf_image *img, const struct sf_image_group *g,
-				       int i, const uint8_t *buf)
-{
-	struct sf_codes_view v = {
-		.method = img->codes_method,
-		.codebook = img->codebook,
-		.m = (size_t)g->mat[i].source_rows,
-		.base = buf + g->mat[i].mid_offset,
-		.stride = (size_t)g->mid_bytes,
-	};
-	return v;
-}
-
 // ----------------------------------------------------------------------------
 // verify and info
 
@@ -2002,7 +854,7 @@ static int scan(const struct sf_image *img, uint64_t off, uint64_t len, uint8_t 
 {
 	while (len) {
 		size_t k = len < cap ? (size_t)len : cap;
-		int ret = read_at(img->fd, buf, k, off, img->path, e);
+		int ret = image_read_at(img->fd, buf, k, off, img->path, e);
 		if (ret)
 			return ret;
 		if (crc) {
@@ -2032,7 +884,7 @@ int sf_image_verify(const struct sf_image *img, struct sf_err *e)
 	if ((ret = sf_image_unchanged(img, e)))
 		goto out;
 	unsigned char pre[SF_IMAGE_PREAMBLE];
-	if ((ret = read_at(img->fd, pre, sizeof(pre), 0, img->path, e)))
+	if ((ret = image_read_at(img->fd, pre, sizeof(pre), 0, img->path, e)))
 		goto out;
 	hlen = sf_get_le64(pre + 16);
 	uint64_t prev = SF_IMAGE_PREAMBLE + hlen;
@@ -2054,14 +906,6 @@ int sf_image_verify(const struct sf_image *img, struct sf_err *e)
 out:
 	free(buf);
 	return ret;
-}
-
-int sf_image_top_dtype(const struct sf_image *img)
-{
-	for (int i = 0; i < img->cfg.n_layers * SF_NGROUPS; i++)
-		if (!img->groups[i].resident)
-			return (int)img->groups[i].mat[0].dtype;
-	return -1;
 }
 
 json_t *sf_image_info_json(const struct sf_image *img)

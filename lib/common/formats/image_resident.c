@@ -1,0 +1,306 @@
+/* The image's resident blob: the tensors sf-run holds in RAM (embedding,
+ * norms, head, biases, resident groups), planned, written (the embedding's
+ * and head's rows quantized on request), read back and bound to the
+ * model. See formats/image_impl.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/jsonfile.h"
+#include "base/quant.h"
+#include "formats/image_impl.h"
+
+static int is_block_dt(int dt)
+{
+	return dt >= 0 && sf_dtype_is_block((enum sf_dtype)dt);
+}
+
+/* A resident tensor, its rows quantized to dt when that is a block dtype
+ * and they are whole blocks; else in its own dtype. */
+static void add_tensor(struct plan *p, const char *name, const struct sf_weight *w, int ndim,
+		       int dt)
+{
+	struct ptensor *t = &p->t[p->nt++];
+
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->w = w;
+	t->ndim = ndim;
+	t->dt = is_block_dt(dt) && w->cols % SF_QBLOCK == 0 ? (enum sf_dtype)dt : w->dtype;
+	t->len = w->rows * sf_dtype_col_bytes(t->dt, w->cols);
+}
+
+/* The resident tensors: everything that is not a flash group's matrix. */
+void image_plan_tensors(struct plan *p)
+{
+	const struct sf_model *m = p->o->model;
+	char n[80];
+
+	const struct sf_image_pack_opts *o = p->o;
+
+	add_tensor(p, "model.embed_tokens.weight", &m->embed, 2, o->embed_dtype);
+	add_tensor(p, "model.norm.weight", &m->final_norm, 1, -1);
+	if (!m->cfg.tie_embeddings)
+		add_tensor(p, "lm_head.weight", &m->lm_head, 2, o->head_dtype);
+	for (int l = 0; l < p->nl; l++) {
+		const struct sf_layer_weights *L = &m->layers[l];
+#define T(field, suffix, nd) do { \
+		snprintf(n, sizeof(n), "model.layers.%d.%s", l, suffix); \
+		add_tensor(p, n, &L->field, nd, -1); \
+	} while (0)
+		T(attn_norm, "input_layernorm.weight", 1);
+		T(ffn_norm, "post_attention_layernorm.weight", 1);
+		if (m->cfg.qkv_bias) {
+			T(bq, "self_attn.q_proj.bias", 1);
+			T(bk, "self_attn.k_proj.bias", 1);
+			T(bv, "self_attn.v_proj.bias", 1);
+		}
+#undef T
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
+			if (G->resident)
+				for (int i = 0; i < G->nmat; i++)
+					add_tensor(p, G->mat[i].tensor, G->mat[i].w, 2, -1);
+		}
+	}
+	uint64_t off = 0;
+	for (size_t i = 0; i < p->nt; i++) {
+		p->t[i].off = off;
+		off = align_up(off + p->t[i].len, SF_IMAGE_TENSOR_ALIGN);
+	}
+	image_add_region(p, SF_REGION_RESIDENT, -1, 0, off);
+}
+
+/* A resident tensor's rows quantized to its block dtype, one at a time. */
+json_t *image_tensors_json(const struct plan *p)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < p->nt; i++) {
+		const struct ptensor *t = &p->t[i];
+		json_t *shape = json_array();
+		json_array_append_new(shape, ju(t->w->rows));
+		if (t->ndim == 2)
+			json_array_append_new(shape, ju(t->w->cols));
+		json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "name", t->name,
+						   "dtype", sf_dtype_name(t->dt), "source_dtype",
+						   sf_dtype_name(t->w->dtype), "shape", shape,
+						   "offset", ju(t->off), "length", ju(t->len)));
+	}
+	return a;
+}
+
+/* A resident tensor's rows quantized to its block dtype, one at a time. */
+static int write_quantized(struct wr *w, const struct ptensor *t, enum sf_quant_method quant,
+			   struct sf_err *e)
+{
+	size_t cols = (size_t)t->w->cols, rb = (size_t)sf_dtype_col_bytes(t->dt, cols);
+	float *f = malloc(cols * sizeof(float));
+	uint8_t *q = malloc(rb);
+	int ret = 0;
+
+	if (!f || !q)
+		ret = sf_err_set(e, -ENOMEM, "%s: %s", t->name, sf_strerror(-ENOMEM));
+	for (uint64_t r = 0; r < t->w->rows && !ret; r++) {
+		sf_weight_row(f, t->w, r);
+		if (sf_quant_column(q, t->dt, f, cols, quant))
+			ret = sf_err_set(e, SF_ELIMIT, "%s: row %" PRIu64 ": a weight not finite or a "
+					 "block's scale beyond the F16 range", t->name, r);
+		else
+			ret = image_wr_put(w, q, rb, 1, e);
+	}
+	free(f);
+	free(q);
+	return ret;
+}
+
+static int tensor_addr_cmp(const void *a, const void *b)
+{
+	const uint8_t *x = ((const struct sf_tensor *)a)->data, *y = ((const struct sf_tensor *)b)->data;
+	return x < y ? -1 : x > y;
+}
+
+int image_open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
+{
+	const char *path = img->path;
+	const struct sf_image_region *R = &img->regions[0];
+	json_t *a = json_object_get(img->header, "tensors"), *t;
+	size_t i;
+	int ret;
+
+	if (!json_is_array(a) || json_array_size(a) > ((size_t)1 << 20))
+		return sf_err_set(e, SF_EFORMAT, "%s: header: \"tensors\" is not an array", path);
+	size_t n = json_array_size(a);
+	img->tensors.tensors = calloc(n + nflash + 1, sizeof(struct sf_tensor));
+	if (!img->tensors.tensors)
+		return sf_err_set(e, -ENOMEM, "%s: out of memory", path);
+	json_array_foreach(a, i, t) {
+		struct sf_tensor *T = &img->tensors.tensors[i];
+		const char *name, *dt;
+		json_t *shape = json_object_get(t, "shape");
+		char where[SF_ERR_MAX];
+		uint64_t off, len, elems = 1;
+
+		snprintf(where, sizeof(where), "%s: header: tensors[%zu]", path, i);
+		json_t *sdt = json_object_get(t, "source_dtype");
+		if (sf_json_str(t, "name", &name, where, e) || strlen(name) >= SF_TENSOR_NAME_MAX ||
+		    sf_json_str(t, "dtype", &dt, where, e) || sf_dtype_parse_any(dt, &T->dtype) ||
+		    !json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 2)
+			return sf_err_set(e, SF_EFORMAT, "%s: name, dtype or shape missing or malformed",
+					  where);
+		/* a quantized matrix names the model's dtype, which the shape
+		 * fingerprint hashes; an element dtype is the model's */
+		T->source_dtype = T->dtype;
+		if ((sdt || sf_dtype_is_block(T->dtype)) &&
+		    (!json_is_string(sdt) || sf_dtype_parse(json_string_value(sdt), &T->source_dtype) ||
+		     (!sf_dtype_is_block(T->dtype) && T->source_dtype != T->dtype) ||
+		     (sf_dtype_is_block(T->dtype) && json_array_size(shape) != 2)))
+			return sf_err_set(e, SF_EFORMAT, "%s: dtype %s with source_dtype %s: expected "
+					  "the model's dtype, or a matrix's block dtype and the "
+					  "model's", where, dt, json_is_string(sdt) ?
+					  json_string_value(sdt) : "missing");
+		strcpy(T->name, name);
+		T->ndim = (int)json_array_size(shape);
+		for (int d = 0; d < T->ndim; d++) {
+			json_t *v = json_array_get(shape, (size_t)d);
+			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			    json_integer_value(v) > (json_int_t)1 << 32)
+				return sf_err_set(e, SF_EFORMAT, "%s: bad shape", where);
+			T->shape[d] = (uint64_t)json_integer_value(v);
+			elems *= T->shape[d];	/* two factors of at most 2^32 */
+		}
+		if ((ret = sf_json_u64(t, "offset", R->length, &off, where, e)) ||
+		    (ret = sf_json_u64(t, "length", R->length, &len, where, e)))
+			return ret;
+		uint64_t bytes = T->ndim == 2 ? T->shape[0] * sf_dtype_col_bytes(T->dtype, T->shape[1])
+					      : elems * sf_dtype_size(T->dtype);
+		if (elems > UINT64_MAX / 4 || len != bytes ||
+		    off % SF_IMAGE_TENSOR_ALIGN || off > R->length - len)
+			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %" PRIu64 " bytes at %"
+					  PRIu64 ": not its shape's size, misaligned or outside the "
+					  "resident region (%" PRIu64 " bytes)", path, name, len, off,
+					  R->length);
+		T->nbytes = len;
+		T->data = (const uint8_t *)img->map + R->offset + off;
+	}
+	/* no two tensors share bytes: by offset, each ends before the next */
+	struct sf_tensor *ts = img->tensors.tensors;
+	qsort(ts, n, sizeof(*ts), tensor_addr_cmp);
+	for (size_t x = 1; x < n; x++)
+		if ((const uint8_t *)ts[x - 1].data + ts[x - 1].nbytes > (const uint8_t *)ts[x].data)
+			return sf_err_set(e, SF_EFORMAT, "%s: tensors '%s' and '%s' overlap", path,
+					  ts[x - 1].name, ts[x].name);
+	img->tensors.ntensors = n;
+	return 0;
+}
+
+/* The resident region read into the map: whole, or with flags the
+ * 4 KiB pages wholly inside the embedding (and output head) left out. */
+int image_read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
+{
+	const struct sf_image_region *R = &img->regions[0];
+	const char *names[2] = { "model.embed_tokens.weight", "lm_head.weight" };
+	uint64_t at = R->offset, end = img->regions[1].offset;
+	int n = 0, ret;
+
+	for (int i = 0; i < 2 && (flags & SF_IMAGE_OPEN_EMBED_ON_FLASH); i++) {
+		const struct sf_tensor *T = NULL;
+		for (size_t k = 0; k < img->tensors.ntensors; k++)
+			if (!strcmp(img->tensors.tensors[k].name, names[i]))
+				T = &img->tensors.tensors[k];
+		if (!T || (i == 1 && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH)))
+			continue;
+		if (i == 0 && img->cfg.tie_embeddings && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH))
+			continue;	/* tied: the head in RAM is the embedding */
+		uint64_t off = (uint64_t)((const uint8_t *)T->data - (const uint8_t *)img->map);
+		uint64_t a = align_up(off, SF_IMAGE_ALIGN);
+		uint64_t b = (off + T->nbytes) & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
+		if (b > a) {
+			img->on_flash[n][0] = a;
+			img->on_flash[n++][1] = b;
+		}
+	}
+	if (n == 2 && img->on_flash[1][0] < img->on_flash[0][0]) {
+		uint64_t t0 = img->on_flash[0][0], t1 = img->on_flash[0][1];
+		img->on_flash[0][0] = img->on_flash[1][0];
+		img->on_flash[0][1] = img->on_flash[1][1];
+		img->on_flash[1][0] = t0;
+		img->on_flash[1][1] = t1;
+	}
+	for (int i = 0; i <= n; i++) {
+		uint64_t stop = i < n ? img->on_flash[i][0] : end;
+		if (stop > at && (ret = image_read_at(img->fd, (uint8_t *)img->map + at, (size_t)(stop - at),
+						  (off_t)at, img->path, e)))
+			return ret;
+		if (i < n) {
+			img->left_on_flash += img->on_flash[i][1] - img->on_flash[i][0];
+			at = img->on_flash[i][1];
+		}
+	}
+	return 0;
+}
+
+uint64_t sf_image_offset(const struct sf_image *img, const void *p)
+{
+	return (uint64_t)((const uint8_t *)p - (const uint8_t *)img->map);
+}
+
+int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err *e)
+{
+	int ret = sf_model_bind(m, &img->cfg, &img->tensors, e);
+
+	if (ret)
+		return ret;
+	/* a resident group's matrices must have their bytes, a flash group's none */
+	for (int l = 0; l < img->cfg.n_layers; l++)
+		for (int g = 0; g < SF_NGROUPS; g++) {
+			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
+			const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
+			const char *names[SF_GROUP_MAX_MATRICES];
+			int n = sf_codes_group_matrices(m, l, (enum sf_group)g, w, names);
+			for (int i = 0; i < n; i++)
+				if (!w[i]->data != !G->resident) {
+					ret = sf_err_set(e, SF_EFORMAT, "%s: %s: %s", img->path,
+							 G->mat[i].tensor, G->resident ?
+							 "of a resident group but on flash" :
+							 "on flash and resident");
+					goto out;
+				}
+		}
+	/* the weights are on flash, in placement order and perhaps another
+	 * dtype: the header's weights fingerprint stands for them (the
+	 * header's CRC, and --verify the regions') */
+	if (strcmp(m->fingerprint.shape, img->fingerprint.shape)) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: shape fingerprint %s in the header, the tensors "
+				 "give %s", img->path, img->fingerprint.shape, m->fingerprint.shape);
+		goto out;
+	}
+	memcpy(m->fingerprint.weights, img->fingerprint.weights, sizeof(m->fingerprint.weights));
+	return 0;
+out:
+	sf_model_close(m);
+	return ret;
+}
+
+
+/* The resident region: each tensor at its offset, in its stored dtype. */
+int image_write_resident(struct wr *w, const struct plan *p, const struct pregion *r,
+			 struct sf_err *e)
+{
+	const struct sf_image_pack_opts *o = p->o;
+	int ret = 0;
+
+	for (size_t i = 0; i < p->nt && !ret; i++) {
+		const struct ptensor *t = &p->t[i];
+		if ((ret = image_wr_put(w, NULL, t->off - (w->pos - r->offset), 1, e)))
+			break;
+		if (t->dt == t->w->dtype)
+			ret = image_wr_put(w, t->w->data, (size_t)t->len, 1, e);
+		else
+			ret = write_quantized(w, t, o->quant, e);
+		sf_model_release(o->model, t->w);
+	}
+	if (!ret)
+		ret = image_wr_put(w, NULL, r->length - (w->pos - r->offset), 1, e);
+	return ret;
+}
