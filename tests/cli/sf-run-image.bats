@@ -682,7 +682,7 @@ PINNED_07=2156
 	local n=${BASH_REMATCH[1]}
 	[ "$n" -ge 128 ] && [ "$n" -lt 1000 ]
 	jq -e --argjson n "$n" '.memory.kv_positions == $n and .decode_tokens >= 64 and
-		.memory.peak_rss <= .memory.ram' "$D/least.json"
+		.memory.peak_rss <= .memory.ram and .memory.least <= .memory.ram' "$D/least.json"
 	# -c asks for its positions: refused when they do not fit
 	run --separate-stderr sf-run -p "$PROMPT" -n 4 -c 1024 --ram "$least" "$D/id.sfimg"
 	[ "$status" -eq 1 ]

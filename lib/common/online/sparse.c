@@ -768,10 +768,13 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	 * beside the least KV cache gives up (--prefetch 0) */
 	uint64_t least_kv = (uint64_t)(o->kv_least && o->kv_least < o->kv_positions ?
 				       o->kv_least : o->kv_positions) * o->kv_position_bytes;
-	if (o->ram && sp->o.prefetch && fixed + least_kv + empty > o->ram) {
+	int prefetch = sp->o.prefetch;
+	sp->o.prefetch = 0;
+	sp->mem.least = fixed_memory(sp, &fn) + least_kv + empty;
+	sp->o.prefetch = prefetch;
+	if (o->ram && prefetch && fixed + least_kv + empty > o->ram)
 		sp->o.prefetch = 0;
-		fixed = fixed_memory(sp, &fn);
-	}
+	fixed = fixed_memory(sp, &fn);
 	/* the KV cache first, then whole groups from what --ram leaves, then the cache */
 	size_kv(sp, fixed, empty);
 	fixed += sp->mem.kv;

@@ -158,6 +158,8 @@ struct sf_sparse_memory {
 	uint64_t simulate;	/* --simulate: the flash regions in RAM */
 	uint64_t offloaded;	/* top-tier bytes on flash (what --cache-ratio scales) */
 	uint64_t total;
+	uint64_t least;		/* the least --ram these options run in: no read-ahead,
+				 * the KV cache's least positions, an empty cache */
 };
 
 /* What sf-run's resident set grows by after the decoder is set up, so

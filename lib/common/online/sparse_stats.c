@@ -32,14 +32,16 @@ static json_t *memory_json(const struct sf_sparse *sp)
 	struct rusage ru;
 	uint64_t peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024;
 
-	return json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I}",
+	return json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, "
+			 "s:I}",
 			 "process", (json_int_t)m->process, "resident", (json_int_t)m->resident,
 			 "state", (json_int_t)m->state, "kv", (json_int_t)m->kv,
 			 "kv_positions", (int)m->kv_positions,
 			 "buffers", (json_int_t)m->buffers, "pinned", (json_int_t)m->pinned,
 			 "held", (json_int_t)m->slabs, "held_groups", sp->slab.groups,
 			 "cache", (json_int_t)m->cache, "simulate", (json_int_t)m->simulate,
-			 "total", (json_int_t)m->total, "ram", (json_int_t)sp->o.ram,
+			 "total", (json_int_t)m->total, "least", (json_int_t)m->least,
+			 "ram", (json_int_t)sp->o.ram,
 			 "peak_rss", (json_int_t)peak);
 }
 
