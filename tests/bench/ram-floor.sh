@@ -20,13 +20,14 @@
 #          same run once more with --head-on-flash
 #   7b     the Llama-2-7B shape (MHA, hidden 4096, 32 layers, vocab 32000;
 #          tests/fixtures/mkmodel, 13.5 GB BF16) q4 image in a 1 GB memory
-#          cgroup: its full default context against -c 512, decode tok/s,
-#          with OLD_BIN's sf-run and image beside when given (the build
-#          before this issue: its f32 KV cache and BF16 head)
+#          cgroup, sf-run's --ram RAM_7B (default 990000000): its full
+#          default context against -c 512, decode tok/s, with OLD_BIN's
+#          sf-run and image beside when given (the build before this
+#          issue: its f32 KV cache and BF16 head)
 # Writes summary.json under SF_BENCH_OUT and prints it.
 #   tests/bench/ram-floor.sh [PARTS="sizes ppl rss least 7b"] [THREADS=2]
 #       [NGEN=64] [PPL_TOKENS=4096] [SCRATCH=/var/tmp/sf-vs-llamacpp]
-#       [SCRATCH_7B=/var/tmp/sf-7b-q4] [OLD_BIN=DIR] [REPEATS=3]
+#       [SCRATCH_7B=/var/tmp/sf-7b-q4] [OLD_BIN=DIR] [RAM_7B=990000000] [REPEATS=3]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH=$root/bin:$PATH
@@ -38,6 +39,7 @@ THREADS=${THREADS:-2}
 NGEN=${NGEN:-64}
 PPL_TOKENS=${PPL_TOKENS:-4096}
 REPEATS=${REPEATS:-3}
+RAM_7B=${RAM_7B:-990000000}
 scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp}
 scratch7=${SCRATCH_7B:-/var/tmp/sf-7b-q4}
 out=${SF_BENCH_OUT:-$root/build/bench/ram-floor}
@@ -151,7 +153,7 @@ if has 7b; then
 			[ "$2" = full ] || c=(-c 512)
 			drop_all "$i"
 			res=$(capped 1000000000 "$bin/sf-run" "${c[@]}" -p "In the beginning" -n 16 \
-				--ignore-eos --temp 0 -t "$THREADS" --ram 950000000 --bench "$i" 2>"$out/7b.err") ||
+				--ignore-eos --temp 0 -t "$THREADS" --ram "$RAM_7B" --bench "$i" 2>"$out/7b.err") ||
 				{ log "7b $x: $(tail -1 "$out/7b.err")"; res='{}'; }
 			json "{\"part\": \"7b\", \"build\": \"$1\", \"context\": \"$2\", \"round\": $r, \"tg\": $(jq '.tg // 0' <<< "$res"), \"kv_positions\": $(jq '.memory.kv_positions // 0' <<< "$res"), \"peak_rss\": $(jq '.memory.peak_rss // 0' <<< "$res")}"
 			log "7b round $r, $x: $(jq -c '{tg, kv: .memory.kv_positions}' <<< "$res")"

@@ -101,8 +101,8 @@ struct sf_sparse_opts {
 	 * values; 0: not counted), the positions its context holds, and the
 	 * least of them --ram must leave room for (0: all). Its memory is
 	 * taken as positions fill, so it counts only the positions granted
-	 * (sf_sparse_memory.kv_positions): all when they fit in half of what
-	 * --ram leaves after the rest and an empty cache, else that half but
+	 * (sf_sparse_memory.kv_positions): all when they fit in a quarter of
+	 * what --ram leaves after the rest and an empty cache, else that quarter but
 	 * at least kv_least; without --ram or with --cache-ratio, all. */
 	uint64_t kv_position_bytes;
 	uint32_t kv_positions, kv_least;
