@@ -562,6 +562,7 @@ struct session {
 	struct sf_runstate state;
 	int positions;		/* of the context: state.seq_len, or fewer when --ram
 				 * leaves the KV cache room for no more */
+	size_t used;		/* positions the KV cache holds now */
 	struct sf_sampler sampler;
 	double prompt_s, decode_s;
 	size_t prompt_tokens, decode_tokens;
@@ -1234,6 +1235,7 @@ static int run(struct session *S, const struct options *o, const int32_t *tokens
 	}
 	S->prompt_s += t1 - t0;
 	S->decode_s += sf_now() - t1;
+	S->used = *pos;
 	return ret;
 }
 
@@ -1680,6 +1682,13 @@ static int write_stats(const struct session *S, const struct options *o, const c
 			(double)S->step_tokens : 0.0)))
 		ret = -ENOMEM;
 	if (!ret && S->draft && json_object_set_new(j, "speculative", speculative_json(S, o)))
+		ret = -ENOMEM;
+	/* the KV cache: its types and the bytes of the positions it holds */
+	if (!ret && json_object_set_new(j, "kv_cache", json_pack(
+			"{s:s, s:s, s:I, s:I}", "type_k", sf_kv_type_name(S->state.kv_k),
+			"type_v", sf_kv_type_name(S->state.kv_v), "positions", (json_int_t)S->used,
+			"bytes_in_use", (json_int_t)sf_state_kv_bytes(&S->model.cfg, (int)S->used,
+								       S->state.kv_k, S->state.kv_v))))
 		ret = -ENOMEM;
 	if (!ret && S->sparse) {
 		json_t *sp = sf_sparse_stats_json(S->sparse);

@@ -667,6 +667,9 @@ PINNED_07=2156
 	sf-run -p "$PROMPT" -n 4 -q --stats "$D/kv.json" -ctv q8_0 "$D/id.sfimg" > /dev/null
 	# mix4-1m: 4 layers, 2 KV heads of 32: f16 keys 128 bytes, q8_0 values 68, a position
 	jq -e '.memory.kv == 1024 * 4 * (128 + 68) and .memory.kv_positions == 1024' "$D/kv.json"
+	# in use: the prompt's positions and the 3 fed back of 4 tokens
+	jq -e '.kv_cache.type_v == "q8_0" and .kv_cache.bytes_in_use == .kv_cache.positions * 4 *
+		(128 + 68) and .kv_cache.positions == .prompt_tokens + 3' "$D/kv.json"
 	run --separate-stderr sf-run -ctk q4_0 -p x "$D/id.sfimg"
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-run: --cache-type-k: 'q4_0' is not f32, f16 or q8_0" ]
