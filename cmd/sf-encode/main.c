@@ -174,7 +174,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 			      o->dtype_name || o->quant_name))
 		sf_usage_error("--corpus, --budgets, --codes, --dense-layers, --dtype and --quant "
 			       "need --calibrate");
-	o->dtype = o->dtype_name ? sf_opt_dtype("--dtype", o->dtype_name, SF_OPT_DTYPES_TOP_BLOCKS) : SF_OPT_DTYPE_KEEP;
+	o->dtype = o->dtype_name ? sf_opt_dtype("--dtype", o->dtype_name, SF_OPT_DTYPES_TOP_BLOCKS)
+		   : SF_OPT_DTYPE_KEEP;
 	if (sf_quant_method_parse(o->quant_name ? o->quant_name : DEFAULT_QUANT, &o->quant))
 		sf_usage_error("--quant: '%s' is not rtn or search", o->quant_name);
 	if (o->quant_name && o->dtype == SF_OPT_DTYPE_KEEP)

@@ -385,13 +385,18 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	       sp->mem.simulate;
 }
 
+/* The KV cache's positions --ram must leave room for (kv_least, 0: all). */
+static uint64_t kv_least(const struct sf_sparse_opts *o)
+{
+	return o->kv_least && o->kv_least < o->kv_positions ? o->kv_least : o->kv_positions;
+}
+
 /* The KV cache's positions and bytes (sf_sparse_opts.kv_position_bytes
  * says how they are granted) beside the fixed memory and an empty cache. */
 static void size_kv(struct sf_sparse *sp, uint64_t fixed, uint64_t empty)
 {
 	const struct sf_sparse_opts *o = &sp->o;
-	uint64_t want = o->kv_positions, pb = o->kv_position_bytes, n = want;
-	uint64_t least = o->kv_least && o->kv_least < want ? o->kv_least : want;
+	uint64_t want = o->kv_positions, pb = o->kv_position_bytes, n = want, least = kv_least(o);
 
 	if (o->ram && o->cache_ratio < 0 && pb) {
 		/* a quarter: at the 7B shape in 1 GB the cache then keeps the
@@ -768,8 +773,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	uint64_t fixed = fixed_memory(sp, &fn), empty = sf_cache_footprint(&co);
 	/* read-ahead's buffers are the first thing a budget too small for them
 	 * beside the least KV cache gives up (--prefetch 0) */
-	uint64_t least_kv = (uint64_t)(o->kv_least && o->kv_least < o->kv_positions ?
-				       o->kv_least : o->kv_positions) * o->kv_position_bytes;
+	uint64_t least_kv = kv_least(o) * o->kv_position_bytes;
 	int prefetch = sp->o.prefetch;
 	sp->o.prefetch = 0;
 	sp->mem.least = fixed_memory(sp, &fn) + least_kv + empty;
