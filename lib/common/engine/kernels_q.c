@@ -79,13 +79,11 @@ size_t sf_qrun_end(const uint32_t *pos, size_t k0, size_t n)
 }
 
 /* Where the integer path's columns are: column k at cols[k] + off, or
- * (a slab's tile) at tile + pos[k] * stride; rows rows of dtype dt, at
- * positions pos[k]. */
+ * position pos[k] of a slab; rows rows of dtype dt, at positions pos[k]. */
 struct qsrc {
 	const void *const *cols;
 	size_t off;
-	const uint8_t *tile;
-	size_t stride;
+	const struct sf_qslab *slab;
 	const uint32_t *pos;
 	size_t rows;
 	enum sf_dtype dt;
@@ -93,7 +91,24 @@ struct qsrc {
 
 static inline const uint8_t *qsrc_col(const struct qsrc *q, size_t k)
 {
-	return q->cols ? (const uint8_t *)q->cols[k] + q->off : q->tile + q->pos[k] * q->stride;
+	return (const uint8_t *)q->cols[k] + q->off;
+}
+
+static const uint8_t *slab_scale_at(const struct sf_qslab *s, size_t p, size_t b);
+static int slab_code(const struct sf_qslab *s, size_t p, size_t j);
+
+/* Column k's scale of block b and code of row j, wherever it is. */
+static float qsrc_scale(const struct qsrc *q, size_t k, size_t b)
+{
+	return q->slab ? sf_quant_scale(slab_scale_at(q->slab, q->pos[k], b), 0)
+		       : sf_quant_scale(qsrc_col(q, k), b);
+}
+
+static int qsrc_code(const struct qsrc *q, size_t k, size_t j)
+{
+	return q->slab ? slab_code(q->slab, q->pos[k], j)
+		       : sf_q_code(top_codes_at(qsrc_col(q, k), q->dt, q->rows, j / SF_QBLOCK),
+				   q->dt, j % SF_QBLOCK);
 }
 
 /* The integer path as kernels_q.h states it, one row and run at a time. */
@@ -110,15 +125,14 @@ static void qint_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct qs
 				size_t b = j / SF_QBLOCK;
 				float v[SF_QRUN], amax = 0.0f;
 				for (size_t k = k0; k < k1; k++) {
-					v[k - k0] = X[k * ldx + t] * sf_quant_scale(qsrc_col(q, k), b);
+					v[k - k0] = X[k * ldx + t] * qsrc_scale(q, k, b);
 					amax = fmaxf(amax, fabsf(v[k - k0]));
 				}
 				float id = amax > 0.0f ? 127.0f / amax : 0.0f;
 				int32_t sum = 0;
 				for (size_t k = k0; k < k1; k++) {
-					const uint8_t *c = top_codes_at(qsrc_col(q, k), q->dt, q->rows, b);
 					int qk = (int)nearbyintf(v[k - k0] * id);
-					sum += qk * sf_q_code(c, q->dt, j % SF_QBLOCK);
+					sum += qk * qsrc_code(q, k, j);
 				}
 				y[j] = fmaf(amax / 127.0f, (float)sum, y[j]);
 			}
@@ -135,71 +149,134 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
 }
 
 // ----------------------------------------------------------------------------
-// slabs: tiles of columns
+// slabs: tiles of runs, quads interleaved by row (kernels_q.h)
 
-/* Blocks of tile c of a slab, and its bytes a position. */
+/* Blocks of tile c of a slab, runs of it, and the bytes of a run in a
+ * tile of nb blocks. */
 static size_t tile_blocks(const struct sf_qslab *s, size_t c)
 {
 	size_t nb = sf_q_blocks(s->rows) - c * SF_QSLAB_BLOCKS;
 	return nb < SF_QSLAB_BLOCKS ? nb : SF_QSLAB_BLOCKS;
 }
 
-static size_t tile_stride(const struct sf_qslab *s, size_t c)
+static size_t slab_runs(size_t n)
 {
-	return (size_t)sf_dtype_col_bytes(s->dt, tile_blocks(s, c) * SF_QBLOCK);
+	return (n + SF_QRUN - 1) / SF_QRUN;
+}
+
+static size_t run_bytes(enum sf_dtype dt, size_t nb)
+{
+	return SF_QRUN * nb * (2 + top_code_bytes(dt));
+}
+
+/* Run g of tile c: the tiles before it are whole ones. */
+static uint8_t *run_at(const struct sf_qslab *s, size_t c, size_t g)
+{
+	return s->mem + c * slab_runs(s->n) * run_bytes(s->dt, SF_QSLAB_BLOCKS) +
+	       g * run_bytes(s->dt, tile_blocks(s, c));
+}
+
+/* Block b (of the tile, < nb) of a run's codes: its SF_QRUN / 4 quads. */
+static inline const uint8_t *run_codes(const uint8_t *run, enum sf_dtype dt, size_t nb, size_t b)
+{
+	return run + 2 * SF_QRUN * nb + b * SF_QRUN * top_code_bytes(dt);
+}
+
+/* Byte r of a block's codes (the column layout) of position c of a quad,
+ * in the quad's interleaved bytes. */
+static inline size_t quad_byte(size_t r, size_t c)
+{
+	return r / 16 * 64 + 4 * (r % 16) + c;
 }
 
 size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n)
 {
-	return (size_t)sf_dtype_col_bytes(dt, rows) * n;
+	return (size_t)sf_dtype_col_bytes(dt, rows) * SF_QRUN * slab_runs(n);
 }
 
 void sf_qslab_init(struct sf_qslab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n)
 {
 	*s = (struct sf_qslab){ .mem = mem, .n = n, .rows = rows, .dt = dt };
-}
-
-/* Tile c's memory: the tiles before it are whole ones. */
-static uint8_t *tile_at(const struct sf_qslab *s, size_t c)
-{
-	return s->mem + c * s->n * (size_t)sf_dtype_col_bytes(s->dt, SF_QSLAB_BLOCKS * SF_QBLOCK);
+	if (n % SF_QRUN)
+		for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(rows); c++)
+			memset(run_at(s, c, n / SF_QRUN), 0, run_bytes(dt, tile_blocks(s, c)));
 }
 
 void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col)
 {
-	size_t cb = top_code_bytes(s->dt);
+	size_t cb = top_code_bytes(s->dt), slot = p % SF_QRUN;
 	for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(s->rows); c++) {
 		size_t nb = tile_blocks(s, c), b0 = c * SF_QSLAB_BLOCKS;
-		uint8_t *t = tile_at(s, c) + p * tile_stride(s, c);
-		memcpy(t, sf_q_scale_at(col, b0), 2 * nb);
-		memcpy(t + 2 * nb, top_codes_at(col, s->dt, s->rows, b0), cb * nb);
+		uint8_t *run = run_at(s, c, p / SF_QRUN);
+		memcpy(run + 2 * nb * slot, sf_q_scale_at(col, b0), 2 * nb);
+		for (size_t b = 0; b < nb; b++) {
+			const uint8_t *src = top_codes_at(col, s->dt, s->rows, b0 + b);
+			uint8_t *quad = (uint8_t *)run_codes(run, s->dt, nb, b) + slot / 4 * 4 * cb;
+			for (size_t r = 0; r < cb; r++)
+				quad[quad_byte(r, slot % 4)] = src[r];
+		}
 	}
 }
 
-/* Rows [r0, r1) of a slab through fn, tile by tile: each tile is columns
- * of its blocks' rows, a position's after the one before. */
-typedef void qint_fn(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
-		     const float *X, size_t ldx, size_t T, size_t n);
-
-static void qslab_tiles(qint_fn *fn, float *Y, size_t ldy, size_t r0, size_t r1,
-			const struct sf_qslab *s, const uint32_t *pos, size_t k, const float *X,
-			size_t ldx, size_t T)
+/* Position p's scale of block b, and its code of row j. */
+static const uint8_t *slab_scale_at(const struct sf_qslab *s, size_t p, size_t b)
 {
-	const size_t tr = SF_QSLAB_BLOCKS * SF_QBLOCK;
-	for (size_t c = r0 / tr; c * tr < r1; c++) {
-		size_t a = r0 > c * tr ? r0 : c * tr, e = r1 < (c + 1) * tr ? r1 : (c + 1) * tr;
-		struct qsrc q = { .tile = tile_at(s, c), .stride = tile_stride(s, c), .pos = pos,
-				  .rows = tile_blocks(s, c) * SF_QBLOCK, .dt = s->dt };
-		if (q.rows > s->rows - c * tr)
-			q.rows = s->rows - c * tr;
-		fn(Y + (a - r0), ldy, a - c * tr, e - c * tr, &q, X, ldx, T, k);
-	}
+	size_t c = b / SF_QSLAB_BLOCKS;
+	return run_at(s, c, p / SF_QRUN) + 2 * (tile_blocks(s, c) * (p % SF_QRUN) +
+						b % SF_QSLAB_BLOCKS);
+}
+
+static int slab_code(const struct sf_qslab *s, size_t p, size_t j)
+{
+	size_t b = j / SF_QBLOCK, c = b / SF_QSLAB_BLOCKS, r = j % SF_QBLOCK;
+	const uint8_t *quad = run_codes(run_at(s, c, p / SF_QRUN), s->dt, tile_blocks(s, c),
+					b % SF_QSLAB_BLOCKS) +
+			      p % SF_QRUN / 4 * 4 * top_code_bytes(s->dt);
+	if (s->dt == SF_DTYPE_Q8)
+		return (int8_t)quad[quad_byte(r, p % 4)];
+	return (int)((quad[quad_byte(r % 16, p % 4)] >> (r / 16 * 4)) & 15) - 8;
 }
 
 void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
 		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
 {
-	qslab_tiles(qint_ref, Y, ldy, r0, r1, s, pos, k, X, ldx, T);
+	const struct qsrc q = { .slab = s, .pos = pos, .rows = s->rows, .dt = s->dt };
+	qint_ref(Y, ldy, r0, r1, &q, X, ldx, T, k);
+}
+
+/* A run of a slab as its kernels take it: the positions of pos[k0..k1)
+ * at their slots, and the quads that hold one. */
+struct slab_run {
+	const uint8_t *run;
+	uint8_t slot[SF_QRUN];
+	uint8_t quad[SF_QRUN / 4];
+	size_t nq;
+};
+
+static void slab_run_of(struct slab_run *r, const struct sf_qslab *s, size_t c,
+			const uint32_t *pos, size_t k0, size_t k1)
+{
+	unsigned quads = 0;
+	r->run = run_at(s, c, pos[k0] / SF_QRUN);
+	for (size_t k = k0; k < k1; k++) {
+		r->slot[k - k0] = (uint8_t)(pos[k] % SF_QRUN);
+		quads |= 1u << (pos[k] % SF_QRUN / 4);
+	}
+	r->nq = 0;
+	for (unsigned qd = 0; qd < SF_QRUN / 4; qd++)
+		if (quads >> qd & 1)
+			r->quad[r->nq++] = (uint8_t)qd;
+}
+
+/* Tokens [t0, t0 + nt) of the run's columns k0..k1 scattered to their
+ * slots: xd[slot * nt + t], 0 at the slots of no column. */
+static void slab_inputs(float *xd, const struct slab_run *r, const float *X, size_t ldx,
+			size_t k0, size_t k1, size_t t0, size_t nt)
+{
+	memset(xd, 0, SF_QRUN * nt * sizeof(float));
+	for (size_t k = k0; k < k1; k++)
+		for (size_t t = 0; t < nt; t++)
+			xd[r->slot[k - k0] * nt + t] = X[k * ldx + t0 + t];
 }
 
 /* The rows of [r0, r1) outside the whole blocks [s0, s1) of an integer
@@ -561,41 +638,81 @@ INL T256 void qprep256(struct qact256 *qa, const __m256 *sc, const float *X, siz
 	}
 }
 
+/* Tokens [0, NT)'s sums of a quad's block (w, as qcodes_quad256 gives
+ * it) into acc[t], the quad qd's activations of block i. */
+INL T256 void qdot256(__m256i (*acc)[4], const __m256i *w, const struct qact256 *qa, size_t qd,
+		      size_t i, enum sf_dtype dt, const int NT)
+{
+#pragma GCC unroll 2
+	for (int t = 0; t < NT; t++) {
+		__m256i a = _mm256_set1_epi32(qa[t].q[qd][i]);
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++)
+			acc[t][r] = dot4_256(acc[t][r], w[r], a, dt);
+	}
+}
+
+/* The 32 rows of block b of Y (y[t] at row 32 * b) += d * the integer
+ * sums acc[t] of block i of the activations. */
+INL T256 void qfinish256(float *const *y, const struct qact256 *qa, __m256i (*acc)[4], size_t b,
+			 size_t i, enum sf_dtype dt, const int NT)
+{
+#pragma GCC unroll 2
+	for (int t = 0; t < NT; t++) {
+		__m256i off = _mm256_set1_epi32(dt == SF_DTYPE_Q8 ? 0 : 8 * qa[t].sum[i]);
+		__m256 d = _mm256_set1_ps(qa[t].d[i]);
+		float *yb = y[t] + SF_QBLOCK * b;
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			__m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[t][r], off));
+			_mm256_storeu_ps(yb + 8 * r, _mm256_fmadd_ps(d, f, _mm256_loadu_ps(yb + 8 * r)));
+		}
+	}
+}
+
 /* Block b0 + i of a run's columns (col[k], quads of them) for tokens
  * [0, NT): their 32 rows of Y (y[t] at row 32 * (b0 + i)) += d * the
  * integer sums. */
 INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *const *col,
 		      size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
 {
-	__m256i acc[QI256_TOKENS][4];
-#pragma GCC unroll 2
-	for (int t = 0; t < NT; t++)
-#pragma GCC unroll 4
-		for (int r = 0; r < 4; r++)
-			acc[t][r] = _mm256_setzero_si256();
+	__m256i acc[QI256_TOKENS][4] = { 0 };
 	for (size_t qd = 0; qd < nq; qd++) {
 		const uint8_t *c[4];
 		for (int j = 0; j < 4; j++)
 			c[j] = top_codes_at(col[4 * qd + j], dt, rows, b);
 		__m256i w[4];
 		qcodes_quad256(c, dt, w);
-#pragma GCC unroll 2
-		for (int t = 0; t < NT; t++) {
-			__m256i a = _mm256_set1_epi32(qa[t].q[qd][i]);
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++)
-				acc[t][r] = dot4_256(acc[t][r], w[r], a, dt);
-		}
+		qdot256(acc, w, qa, qd, i, dt, NT);
 	}
-	for (int t = 0; t < NT; t++) {
-		__m256i off = _mm256_set1_epi32(dt == SF_DTYPE_Q8 ? 0 : 8 * qa[t].sum[i]);
-		__m256 d = _mm256_set1_ps(qa[t].d[i]);
-		float *yb = y[t] + SF_QBLOCK * b;
-		for (int r = 0; r < 4; r++) {
-			__m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[t][r], off));
-			_mm256_storeu_ps(yb + 8 * r, _mm256_fmadd_ps(d, f, _mm256_loadu_ps(yb + 8 * r)));
+	qfinish256(y, qa, acc, b, i, dt, NT);
+}
+
+/* The same over block b of a slab's run r (a tile of nb blocks), its
+ * quads already rows. */
+INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const struct slab_run *r,
+			   size_t nb, size_t b, size_t i, enum sf_dtype dt, const int NT)
+{
+	const uint8_t *blk = run_codes(r->run, dt, nb, b);
+	const size_t qb = 4 * top_code_bytes(dt);
+	__m256i acc[QI256_TOKENS][4] = { 0 };
+	for (size_t a = 0; a < r->nq; a++) {
+		const uint8_t *p = blk + r->quad[a] * qb;
+		__m256i w[4], m = _mm256_set1_epi8(15);
+		if (dt == SF_DTYPE_Q8) {
+			for (int h = 0; h < 4; h++)
+				w[h] = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+		} else {
+			__m256i lo = _mm256_loadu_si256((const __m256i *)p);
+			__m256i hi = _mm256_loadu_si256((const __m256i *)(p + 32));
+			w[0] = _mm256_and_si256(lo, m);
+			w[1] = _mm256_and_si256(hi, m);
+			w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
+			w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
 		}
+		qdot256(acc, w, qa, r->quad[a], i, dt, NT);
 	}
+	qfinish256(y, qa, acc, b, i, dt, NT);
 }
 
 /* The scales of nb <= 8 blocks from b of the column at col as floats,
@@ -642,6 +759,60 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const str
 		}
 	}
 	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
+}
+
+/* The rows of a slab's rows [r0, r1) outside its whole blocks [B0, B1). */
+static void qslab_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t B0, size_t B1,
+			const struct sf_qslab *s, const uint32_t *pos, size_t n, const float *X,
+			size_t ldx, size_t T)
+{
+	const struct qsrc q = { .slab = s, .pos = pos, .rows = s->rows, .dt = s->dt };
+	qint_edges(Y, ldy, r0, r1, B0 * SF_QBLOCK, B1 * SF_QBLOCK, &q, X, ldx, T, n);
+}
+
+/* A slab's whole blocks, tile by tile and run by run, QI256_BLOCKS blocks
+ * and QI256_TOKENS tokens at a time: the run's inputs at their slots (0 at
+ * the others, which changes no sum) through qprep256, then each block's
+ * quads that hold a position. */
+static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+			    const uint32_t *pos, size_t n, const float *X, size_t ldx, size_t T)
+{
+	const enum sf_dtype dt = s->dt;
+	size_t B0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK, B1 = r1 / SF_QBLOCK;
+
+	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
+		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
+		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			struct slab_run r;
+			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+			for (size_t b0 = e0; b0 < e1; b0 += QI256_BLOCKS) {
+				size_t nbc = e1 - b0 < QI256_BLOCKS ? e1 - b0 : QI256_BLOCKS;
+				__m256 sc[SF_QRUN];
+				for (size_t p = 0; p < SF_QRUN; p++)
+					sc[p] = scales256(r.run + 2 * nb * p, b0, nbc);
+				for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
+					float xd[SF_QRUN * QI256_TOKENS];
+					struct qact256 qa[QI256_TOKENS];
+					float *y[QI256_TOKENS] = { Y + t0 * ldy + base * SF_QBLOCK - r0,
+								   Y + (t0 + 1) * ldy + base * SF_QBLOCK - r0 };
+					nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
+					slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt);
+					if (nt == QI256_TOKENS) {
+						qprep256(qa, sc, xd, QI256_TOKENS, SF_QRUN, QI256_TOKENS);
+						for (size_t i = 0; i < nbc; i++)
+							qmac256_slab(y, qa, &r, nb, b0 + i, i, dt,
+								     QI256_TOKENS);
+					} else {
+						qprep256(qa, sc, xd, 1, SF_QRUN, 1);
+						for (size_t i = 0; i < nbc; i++)
+							qmac256_slab(y, qa, &r, nb, b0 + i, i, dt, 1);
+					}
+				}
+			}
+		}
+	}
+	qslab_edges(Y, ldy, r0, r1, B0, B1, s, pos, n, X, ldx, T);
 }
 
 // ----------------------------------------------------------------------------
@@ -705,6 +876,14 @@ INL T512I __m512i rows4x16_512(const uint8_t *const *c, size_t at)
 	return _mm512_permutexvar_epi8(_mm512_loadu_si512(idx), z);
 }
 
+/* q4 codes' bytes as rows: the low nibbles rows 0-15, the high 16-31. */
+INL T512I void nibbles512(__m512i p, __m512i *w0, __m512i *w1)
+{
+	__m512i m = _mm512_set1_epi8(15);
+	*w0 = _mm512_and_si512(p, m);
+	*w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+}
+
 /* Block b of four columns (col[0..3], rows rows) as rows: w0 rows 0-15,
  * w1 rows 16-31, lanes of four unsigned bytes, one per column (q4: code
  * + 8 as stored; q8: code + 128), for vpdpbusd. */
@@ -719,9 +898,50 @@ INL T512I void quad_rows512(const uint8_t *const *col, enum sf_dtype dt, size_t 
 		*w0 = _mm512_xor_si512(rows4x16_512(c, 0), flip);
 		*w1 = _mm512_xor_si512(rows4x16_512(c, 16), flip);
 	} else {
-		__m512i p = rows4x16_512(c, 0), m = _mm512_set1_epi8(15);
-		*w0 = _mm512_and_si512(p, m);
-		*w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
+		nibbles512(rows4x16_512(c, 0), w0, w1);
+	}
+}
+
+/* The same of a slab's quad at p, its bytes already rows. */
+INL T512I void slab_quad512(const uint8_t *p, enum sf_dtype dt, __m512i *w0, __m512i *w1)
+{
+	if (dt == SF_DTYPE_Q8) {
+		__m512i flip = _mm512_set1_epi8((char)0x80);
+		*w0 = _mm512_xor_si512(_mm512_loadu_si512(p), flip);
+		*w1 = _mm512_xor_si512(_mm512_loadu_si512(p + 64), flip);
+	} else {
+		nibbles512(_mm512_loadu_si512(p), w0, w1);
+	}
+}
+
+/* As qfinish256: y += d * (the sums less the codes' offset (q4: 8; q8:
+ * 128, the flip of slab_quad512 and quad_rows512) times the activations'
+ * sum). */
+INL T512I void qfinish512(float *const *y, const struct qact512 *qa, const __m512i *lo,
+			  const __m512i *hi, size_t b, size_t i, enum sf_dtype dt, const int NT)
+{
+#pragma GCC unroll 8
+	for (int t = 0; t < NT; t++) {
+		__m512i off = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qa[t].sum[i]);
+		__m512 d = _mm512_set1_ps(qa[t].d[i]);
+		float *yb = y[t] + SF_QBLOCK * b;
+		__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[t], off));
+		__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[t], off));
+		_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
+		_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
+	}
+}
+
+/* Tokens [0, NT)'s sums of a quad's block (w0 rows 0-15, w1 16-31) into
+ * lo[t], hi[t], the quad qd's activations of block i. */
+INL T512I void qdot512(__m512i *lo, __m512i *hi, __m512i w0, __m512i w1,
+		       const struct qact512 *qa, size_t qd, size_t i, const int NT)
+{
+#pragma GCC unroll 8
+	for (int t = 0; t < NT; t++) {
+		__m512i a = _mm512_set1_epi32(qa[t].q[qd][i]);
+		lo[t] = _mm512_dpbusd_epi32(lo[t], w0, a);
+		hi[t] = _mm512_dpbusd_epi32(hi[t], w1, a);
 	}
 }
 
@@ -738,23 +958,36 @@ INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t 
 	for (size_t qd = 0; qd < nq; qd++) {
 		__m512i w0, w1;
 		quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
-#pragma GCC unroll 8
-		for (int t = 0; t < NT; t++) {
-			__m512i a = _mm512_set1_epi32(qa[t].q[qd][i]);
-			lo[t] = _mm512_dpbusd_epi32(lo[t], w0, a);
-			hi[t] = _mm512_dpbusd_epi32(hi[t], w1, a);
-		}
+		qdot512(lo, hi, w0, w1, qa, qd, i, NT);
 	}
+	qfinish512(y, qa, lo, hi, b, i, dt, NT);
+}
+
+/* How far ahead of its block a slab's kernel asks for memory. */
+#ifndef QSLAB_AHEAD
+#define QSLAB_AHEAD 4096
+#endif
+
+/* As qmac256_slab. */
+INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const struct slab_run *r,
+			    size_t nb, size_t b, size_t i, enum sf_dtype dt, const int NT)
+{
+	const uint8_t *blk = run_codes(r->run, dt, nb, b);
+	const size_t qb = 4 * top_code_bytes(dt);
+	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
+	/* one stream of memory: what the prefetchers fetch of it alone
+	 * leaves the loads waiting */
+	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
+		__builtin_prefetch(blk + QSLAB_AHEAD + l);
 #pragma GCC unroll 8
-	for (int t = 0; t < NT; t++) {
-		__m512i off = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qa[t].sum[i]);
-		__m512 d = _mm512_set1_ps(qa[t].d[i]);
-		float *yb = y[t] + SF_QBLOCK * b;
-		__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[t], off));
-		__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[t], off));
-		_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
-		_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
+	for (int t = 0; t < NT; t++)
+		lo[t] = hi[t] = _mm512_setzero_si512();
+	for (size_t a = 0; a < r->nq; a++) {
+		__m512i w0, w1;
+		slab_quad512(blk + r->quad[a] * qb, dt, &w0, &w1);
+		qdot512(lo, hi, w0, w1, qa, r->quad[a], i, NT);
 	}
+	qfinish512(y, qa, lo, hi, b, i, dt, NT);
 }
 
 /* The next run's scales and codes of blocks [b, b + nb), asked of memory
@@ -859,76 +1092,70 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 				}
 			}
 			for (size_t b = c0; b < c1; b++) {
-				const struct qact512 *q = &qa[(b - c0) / QI512_BLOCKS];
-				size_t i = (b - c0) % QI512_BLOCKS;
-				__m512i off8 = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * q->sum[i]);
-				__m512 d = _mm512_set1_ps(q->d[i]);
-				float *yb = y + SF_QBLOCK * b;
-				__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-					_mm512_load_si512(acc[b - c0]), off8));
-				__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-					_mm512_load_si512(acc[b - c0] + 16), off8));
-				_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
-				_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
+				__m512i lo = _mm512_load_si512(acc[b - c0]);
+				__m512i hi = _mm512_load_si512(acc[b - c0] + 16);
+				qfinish512(&y, &qa[(b - c0) / QI512_BLOCKS], &lo, &hi, b,
+					   (b - c0) % QI512_BLOCKS, dt, 1);
 			}
 		}
 	}
 }
 
-/* One token over a slab's tile, whose columns follow one another: per
- * run, its inputs for the tile's blocks, then block by block the run's
- * quads into sums held in registers and y once per block and run, while
- * the next run's columns (the next stretch of memory) are asked for, a
- * few lines a block. */
-static T512I void qint512_tile(float *Y, size_t r0, const struct qsrc *q, const float *X,
-			       size_t n, size_t B0, size_t B1)
+/* NT tokens from t0 of a slab's run r over blocks [b0, b0 + nbc) of its
+ * tile (of nb blocks, its first block base): the run's inputs at their
+ * slots (0 at the others, which changes no sum), then each block's quads
+ * that hold a position. */
+INL T512I void qslab512_tokens(float *Y, size_t ldy, size_t r0, const struct slab_run *r,
+			       const __m512 *sc, size_t nb, size_t base, size_t b0, size_t nbc,
+			       enum sf_dtype dt, const float *X, size_t ldx, size_t k0, size_t k1,
+			       size_t t0, const int NT)
 {
-	const size_t rows = q->rows;
-	const enum sf_dtype dt = q->dt;
-	const uint32_t *pos = q->pos;
-	struct qact512 qa[SF_QSLAB_BLOCKS / QI512_BLOCKS];
-	float *y = Y - r0;
+	float xd[SF_QRUN * QI512_TOKENS];
+	struct qact512 qa[QI512_TOKENS];
+	float *y[QI512_TOKENS];
+	for (int t = 0; t < NT; t++)
+		y[t] = Y + (t0 + (size_t)t) * ldy + base * SF_QBLOCK - r0;
+	slab_inputs(xd, r, X, ldx, k0, k1, t0, (size_t)NT);
+	qprep512(qa, sc, xd, (size_t)NT, SF_QRUN, NT);
+	for (size_t i = 0; i < nbc; i++)
+		qmac512_slab(y, qa, r, nb, b0 + i, i, dt, NT);
+}
 
-	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-		const uint8_t *col[SF_QRUN];
-		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
-		for (size_t k = 0; k < 4 * nq; k++)
-			col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
-		for (size_t b0 = B0; b0 < B1; b0 += QI512_BLOCKS) {
-			size_t nb = B1 - b0 < QI512_BLOCKS ? B1 - b0 : QI512_BLOCKS;
-			__m512 sc[SF_QRUN];
-			for (size_t k = 0; k < m; k++)
-				sc[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-					(__mmask16)((1u << nb) - 1), sf_q_scale_at(col[k], b0)));
-			qprep512(&qa[(b0 - B0) / QI512_BLOCKS], sc, X + k0, 1, m, 1);
-		}
-		/* the next run's columns: [next, end) */
-		size_t k2 = k1 < n ? sf_qrun_end(pos, k1, n) : k1;
-		const uint8_t *next = k1 < n ? qsrc_col(q, k1) : NULL;
-		const uint8_t *end = k1 < n ? qsrc_col(q, k2 - 1) + q->stride : NULL;
-		size_t per = next ? (size_t)(end - next + 63) / 64 / (B1 - B0) + 1 : 0;
-		for (size_t b = B0; b < B1; b++) {
-			const struct qact512 *qb = &qa[(b - B0) / QI512_BLOCKS];
-			size_t i = (b - B0) % QI512_BLOCKS;
-			__m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-			for (size_t l = 0; l < per && next < end; l++, next += 64)
-				__builtin_prefetch(next);
-			for (size_t qd = 0; qd < nq; qd++) {
-				__m512i w0, w1;
-				quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
-				__m512i a = _mm512_set1_epi32(qb->q[qd][i]);
-				lo = _mm512_dpbusd_epi32(lo, w0, a);
-				hi = _mm512_dpbusd_epi32(hi, w1, a);
+/* A slab's whole blocks, tile by tile and run by run, each run read once
+ * in order, QI512_BLOCKS blocks and 8, 4 or 1 tokens at a time. */
+static T512I void qslab_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
+			       const struct sf_qslab *s, const uint32_t *pos, size_t n,
+			       const float *X, size_t ldx, size_t T)
+{
+	const enum sf_dtype dt = s->dt;
+	size_t B0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK, B1 = r1 / SF_QBLOCK;
+
+	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
+		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
+		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			struct slab_run r;
+			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+			for (size_t b0 = e0; b0 < e1; b0 += QI512_BLOCKS) {
+				size_t nbc = e1 - b0 < QI512_BLOCKS ? e1 - b0 : QI512_BLOCKS;
+				__m512 sc[SF_QRUN];
+				for (size_t p = 0; p < SF_QRUN; p++)
+					sc[p] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+						(__mmask16)((1u << nbc) - 1), r.run + 2 * (nb * p + b0)));
+				size_t t0 = 0;
+				for (; t0 + 8 <= T; t0 += 8)
+					qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
+							ldx, k0, k1, t0, 8);
+				for (; t0 + 4 <= T; t0 += 4)
+					qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
+							ldx, k0, k1, t0, 4);
+				for (; t0 < T; t0++)
+					qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
+							ldx, k0, k1, t0, 1);
 			}
-			__m512i off8 = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qb->sum[i]);
-			__m512 d = _mm512_set1_ps(qb->d[i]);
-			float *yb = y + SF_QBLOCK * b;
-			__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, off8));
-			__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, off8));
-			_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
-			_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
 		}
 	}
+	qslab_edges(Y, ldy, r0, r1, B0, B1, s, pos, n, X, ldx, T);
 }
 
 static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
@@ -940,10 +1167,7 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
 	if (T == 1 && s0 < s1) {
-		if (q->tile)
-			qint512_tile(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
-		else
-			qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+		qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
 		qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 		return;
 	}
@@ -1001,6 +1225,9 @@ void sf_qcolaccum(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 					      n);
 }
 
+typedef void qint_fn(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+		     const float *X, size_t ldx, size_t T, size_t n);
+
 static qint_fn *const qint_table[SF_NISA] = {
 	[SF_ISA_REF] = qint_ref,
 #if defined(__x86_64__)
@@ -1021,11 +1248,25 @@ enum sf_isa sf_qint_isa(void)
 	return isa;
 }
 
+typedef void qslab_fn(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
+
+static qslab_fn *const qslab_table[SF_NISA] = {
+	[SF_ISA_REF] = sf_qslab_int_ref,
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = qslab_avx2,
+	[SF_ISA_AVX512] = qslab_avx512,
+#else
+	[SF_ISA_AVX2] = sf_qslab_int_ref,
+	[SF_ISA_AVX512] = sf_qslab_int_ref,
+#endif
+};
+
 void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
 		  const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
 {
 	if (r0 < r1 && k && T)
-		qslab_tiles(qint_table[sf_qint_isa()], Y, ldy, r0, r1, s, pos, k, X, ldx, T);
+		qslab_table[sf_qint_isa()](Y, ldy, r0, r1, s, pos, k, X, ldx, T);
 }
 
 const char *sf_qcolaccum_int_kernel(void)

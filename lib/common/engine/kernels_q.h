@@ -49,19 +49,26 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
 			  const void *const *cols, const uint32_t *pos, size_t off,
 			  enum sf_dtype dt, const float *X, size_t ldx, size_t T, size_t n);
 /* A slab: one matrix's q8/q4 columns at positions p < n held for the
- * integer path when a group is held in RAM whole, cut into tiles of
- * SF_QSLAB_BLOCKS blocks: tile c holds, position after position, the
- * column layout of blocks [c * SF_QSLAB_BLOCKS, ...) of each position's
- * column, so the rows a thread computes lie in one stretch of memory that
- * the kernels stream in order. The same bytes as the columns. */
+ * integer path when a group is held in RAM whole, laid out as the
+ * integer kernels stream it. Tiles of SF_QSLAB_BLOCKS blocks of rows; in a
+ * tile, the positions' runs of SF_QRUN one after another (n rounded up,
+ * the missing positions' bytes 0); in a run, its positions' block scales
+ * (position by position, the tile's blocks each), then its codes block by
+ * block, a block's quads of four positions one after another, each quad
+ * interleaved by row: q4 64 bytes, byte 4r + c position c's byte r (rows r
+ * and r + 16); q8 128 bytes, byte 64h + 4r + c position c's code of row
+ * 16h + r. So a thread's rows are one stretch of memory read in order, and
+ * a quad's block is one load. The same bytes as the columns, rounded up to
+ * whole runs. */
 #define SF_QSLAB_BLOCKS 32
 struct sf_qslab {
 	uint8_t *mem;			/* (sf_qslab_bytes) */
 	size_t n, rows;
 	enum sf_dtype dt;
 };
-/* Bytes of a slab: n columns' bytes. */
+/* Bytes of a slab: the columns' bytes of n rounded up to whole runs. */
 size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n);
+/* Sets the missing positions' bytes of the last run to 0. */
 void sf_qslab_init(struct sf_qslab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n);
 /* Position p's column (rows s->rows, the column layout) into the slab. */
 void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col);
