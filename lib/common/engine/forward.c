@@ -285,84 +285,113 @@ struct attn_task {
 };
 
 /* Floats of one thread's widened KV rows: a chunk of positions of one
- * head at a time (at least 16 rows of the widest head a config allows). */
+ * KV head at a time (at least 16 rows of the widest head a config
+ * allows). */
 #define KV_CHUNK_FLOATS 16384
 
-/* out[p] = (q . key p) * scale for positions [p0, p0 + n) of a head's
- * keys at element off of layer l's rows: read in place when they are
- * f32, else widened a chunk at a time into buf (the same floats). */
-static void kv_dots(const struct sf_runstate *s, int l, size_t off, float *out, const float *q,
-		    size_t p0, size_t n, size_t hd, float scale, float *buf)
+/* Positions a chunk of the cache at type t holds: all of n in place when
+ * f32, else what fits the widening buffer. */
+static size_t kv_chunk(enum sf_kv_type t, size_t n, size_t hd)
 {
-	const uint8_t *rows = s->key_cache + ((size_t)l * s->seq_len + p0) * s->k_row;
+	return t == SF_KV_F32 ? n : KV_CHUNK_FLOATS / hd;
+}
 
-	if (s->kv_k == SF_KV_F32) {
-		sf_dot_rows(out, q, (const float *)rows + off, s->k_row / sizeof(float), n, hd, scale);
-		return;
+/* Positions [p0, p0 + m) of a KV head (element off of rows of row bytes
+ * of type t from cache): in place when f32, else widened into buf (the
+ * same floats). *ld: the rows' stride in floats. */
+static const float *kv_rows(const uint8_t *cache, enum sf_kv_type t, size_t row, size_t off,
+			    size_t p0, size_t m, size_t hd, float *buf, size_t *ld)
+{
+	if (t == SF_KV_F32) {
+		*ld = row / sizeof(float);
+		return (const float *)(cache + p0 * row) + off;
 	}
-	for (size_t c0 = 0, step = KV_CHUNK_FLOATS / hd; c0 < n; c0 += step) {
+	sf_kv_widen(buf, cache + p0 * row, t, row, off, m, hd);
+	*ld = hd;
+	return buf;
+}
+
+/* Query heads [h0, h1) of the KV head at element off, tokens [k0, k0 +
+ * nq) of the pass: each token's scores row, then their outputs together
+ * over the positions all of them see and each over the rest it sees,
+ * every sum in position order. Each chunk of keys and values is widened
+ * once for all of those heads and tokens. */
+static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, size_t k0,
+		   size_t nq, float *buf)
+{
+	const struct sf_config *c = t->c;
+	const struct sf_runstate *s = t->s;
+	size_t hd = (size_t)c->head_dim, qd = (size_t)c->n_heads * hd, ld;
+	size_t lrow = (size_t)t->layer * s->seq_len;
+	size_t shared = (size_t)t->pos + k0 + 1;	/* positions token k0 sees */
+	size_t n = shared + nq - 1, lds = s->seq_len;	/* positions the last one sees */
+	float scale = 1.0f / sqrtf((float)hd);
+	const uint8_t *keys = s->key_cache + lrow * s->k_row;
+	const uint8_t *vals = s->value_cache + lrow * s->v_row;
+
+	for (size_t c0 = 0, step = kv_chunk(s->kv_k, n, hd); c0 < n; c0 += step) {
 		size_t m = n - c0 < step ? n - c0 : step;
-		sf_kv_widen(buf, rows + c0 * s->k_row, s->kv_k, s->k_row, off, m, hd);
-		sf_dot_rows(out + c0, q, buf, hd, m, hd, scale);
+		const float *kr = kv_rows(keys, s->kv_k, s->k_row, off, c0, m, hd, buf, &ld);
+		for (size_t h = h0; h < h1; h++)
+			for (size_t j = 0; j < nq; j++) {
+				const float *q = t->q + (k0 + j) * qd + h * hd;
+				float *aj = s->att + (h * (size_t)att_queries(s->batch) + j) * lds;
+				if (c0 < shared + j)
+					sf_dot_rows(aj + c0, q, kr, ld,
+						    shared + j - c0 < m ? shared + j - c0 : m, hd,
+						    scale);
+			}
+	}
+	for (size_t h = h0; h < h1; h++)
+		for (size_t j = 0; j < nq; j++) {
+			sf_softmax(s->att + (h * (size_t)att_queries(s->batch) + j) * lds, shared + j);
+			memset(t->z + (k0 + j) * qd + h * hd, 0, hd * sizeof(float));
+		}
+	for (size_t c0 = 0, step = kv_chunk(s->kv_v, n, hd); c0 < n; c0 += step) {
+		size_t m = n - c0 < step ? n - c0 : step;
+		const float *vr = kv_rows(vals, s->kv_v, s->v_row, off, c0, m, hd, buf, &ld);
+		for (size_t h = h0; h < h1; h++) {
+			const float *att = s->att + h * (size_t)att_queries(s->batch) * lds;
+			float *z = t->z + k0 * qd + h * hd;
+			if (c0 < shared)
+				sf_axpy_rows(z, qd, att + c0, lds, nq, vr, ld,
+					     (shared - c0 < m ? shared - c0 : m), hd);
+			for (size_t j = 1; j < nq; j++) {
+				size_t p0 = c0 > shared ? c0 : shared, p1 = shared + j;
+				if (p1 > c0 + m)
+					p1 = c0 + m;
+				if (p0 < p1)
+					sf_axpy_rows(z + j * qd, 0, att + j * lds + p0, 0, 1,
+						     vr + (p0 - c0) * ld, ld, p1 - p0, hd);
+			}
+		}
 	}
 }
 
-/* sf_axpy_rows of nq outputs over positions [p0, p0 + n) of a head's
- * values: in place when f32, else a widened chunk at a time, each
- * output's sums in position order either way. */
-static void kv_axpys(const struct sf_runstate *s, int l, size_t off, float *y, size_t ldy,
-		     const float *att, size_t lds, size_t nq, size_t p0, size_t n, size_t hd,
-		     float *buf)
-{
-	const uint8_t *rows = s->value_cache + ((size_t)l * s->seq_len + p0) * s->v_row;
-
-	if (s->kv_v == SF_KV_F32) {
-		sf_axpy_rows(y, ldy, att, lds, nq, (const float *)rows + off, s->v_row / sizeof(float),
-			     n, hd);
-		return;
-	}
-	for (size_t c0 = 0, step = KV_CHUNK_FLOATS / hd; c0 < n; c0 += step) {
-		size_t m = n - c0 < step ? n - c0 : step;
-		sf_kv_widen(buf, rows + c0 * s->v_row, s->kv_v, s->v_row, off, m, hd);
-		sf_axpy_rows(y, ldy, att + c0, lds, nq, buf, hd, m, hd);
-	}
-}
+/* Work items: a KV head's query heads, in parts so that each worker has
+ * a few items to even out (a part widens the KV head's rows once for its
+ * heads), each part's tokens ATT_QUERIES at a time in turn (a head's
+ * scores rows hold that many). */
+#define ATT_ITEMS_PER_WORKER 4
 
 static void attn_worker(void *arg, int ith, int nth)
 {
 	const struct attn_task *t = arg;
 	const struct sf_config *c = t->c;
-	struct sf_runstate *s = t->s;
-	size_t hd = (size_t)c->head_dim;
-	int group = c->n_heads / c->n_kv_heads;	/* query heads per KV head */
-	float scale = 1.0f / sqrtf((float)hd);
+	size_t hd = (size_t)c->head_dim, kvh = (size_t)c->n_kv_heads, group = (size_t)c->n_heads / kvh;
+	size_t parts = (ATT_ITEMS_PER_WORKER * (size_t)nth + kvh - 1) / kvh, lo, hi;
 	float buf[KV_CHUNK_FLOATS];
-	size_t lo, hi;
 
-	/* by heads, each head's tokens a few at a time: their scores rows,
-	 * then their outputs together over the positions all of them see,
-	 * then each over the rest it sees (every sum in position order) */
-	sf_pool_split((size_t)c->n_heads, 1, ith, nth, &lo, &hi);
-	for (size_t h = lo; h < hi; h++)
-		for (int k0 = 0; k0 < t->T; k0 += ATT_QUERIES) {
-			size_t qd = (size_t)c->n_heads * hd, nq = (size_t)att_queries(t->T - k0);
-			size_t off = (h / group) * hd;	/* the KV head's elements in a row */
-			float *att = s->att + h * (size_t)att_queries(s->batch) * s->seq_len;
-			float *z = t->z + k0 * qd + h * hd;
-			size_t shared = (size_t)(t->pos + k0) + 1;	/* positions token k0 sees */
-
-			for (size_t j = 0; j < nq; j++) {
-				const float *q = t->q + (k0 + j) * qd + h * hd;
-				float *aj = att + j * s->seq_len;
-				kv_dots(s, t->layer, off, aj, q, 0, shared + j, hd, scale, buf);
-				sf_softmax(aj, shared + j);
-				memset(z + j * qd, 0, hd * sizeof(float));
-			}
-			kv_axpys(s, t->layer, off, z, qd, att, s->seq_len, nq, 0, shared, hd, buf);
-			for (size_t j = 1; j < nq; j++)
-				kv_axpys(s, t->layer, off, z + j * qd, 0, att + j * s->seq_len + shared, 0,
-					 1, shared, j, hd, buf);
-		}
+	if (parts > group)
+		parts = group;
+	sf_pool_split(kvh * parts, 1, ith, nth, &lo, &hi);
+	for (size_t it = lo; it < hi; it++) {
+		size_t g = it / parts, part = it % parts;
+		for (int k0 = 0; k0 < t->T; k0 += ATT_QUERIES)
+			attend(t, g * hd, g * group + part * group / parts,
+			       g * group + (part + 1) * group / parts, (size_t)k0,
+			       (size_t)att_queries(t->T - k0), buf);
+	}
 }
 
 // ----------------------------------------------------------------------------
