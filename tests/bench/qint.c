@@ -37,7 +37,7 @@ struct job {
 	size_t rows, cols, off;
 	enum sf_dtype dt;
 	const void *const *ptr;		/* (cols) the columns of the copy */
-	const struct sf_qslab *slab;	/* or the copy's slab */
+	const struct sf_slab *slab;	/* or the copy's slab */
 	const uint32_t *pos;
 	const float *x;
 	float *y;
@@ -106,12 +106,12 @@ int main(int argc, char **argv)
 		ptr[i] = W + i * cb;
 	size_t sb = sf_qslab_bytes(dt, rows, cols);
 	uint8_t *S = NULL;
-	struct sf_qslab *slab = malloc(copies * sizeof(*slab));
+	struct sf_slab *slab = malloc(copies * sizeof(*slab));
 	if (posix_memalign((void **)&S, 2u << 20, copies * sb))
 		return 1;
 	madvise(S, copies * sb, MADV_HUGEPAGE);
 	for (size_t c = 0; c < copies; c++) {
-		sf_qslab_init(&slab[c], S + c * sb, dt, rows, cols);
+		sf_slab_init(&slab[c], S + c * sb, dt, rows, cols);
 		for (size_t k = 0; k < cols; k++)
 			sf_qslab_put(&slab[c], k, W + k * cb);
 	}

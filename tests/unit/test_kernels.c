@@ -10,6 +10,7 @@
 
 #include "engine/cpu.h"
 #include "engine/kernels.h"
+#include "engine/kernels_q.h"
 #include "unit.h"
 
 #if defined(__x86_64__)
@@ -66,8 +67,7 @@ static void fill_w(void *p, float *wf, enum sf_dtype dt, size_t n)
 			wf[i] = sf_bf16_to_f32(h);
 			break;
 		}
-		case SF_DTYPE_Q8:
-		case SF_DTYPE_Q4:
+		default:
 			break;	/* block dtypes: test_quant */
 		}
 	}
@@ -384,6 +384,72 @@ static void test_colaccum_batch(const char *isa)
 	check_colaccum_batch(isa, SF_DTYPE_BF16, "bf16", 100, 9, 300);
 }
 
+/* A float slab of np positions (tiles of SF_FSLAB_ROWS rows, the last
+ * one short when rows is not a multiple) over rows [r0, r1), every
+ * position selected or about half: one token and a pass of T, bit for bit
+ * sf_colaccum / sf_colaccum_batch over the same columns, and the _ref. */
+static void check_fslab(const char *isa, enum sf_dtype dt, const char *dn, size_t rows,
+			size_t r0, size_t r1, size_t T, size_t np, int all)
+{
+	size_t es = esize(dt), ldy = r1 - r0 + 3, k = 0;
+	size_t ldx = (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD;
+	char *C = malloc(np * rows * es);
+	float *cf = malloc(np * rows * sizeof(float)), *X = calloc(np * ldx, sizeof(float));
+	float *Y = malloc(T * ldy * sizeof(float)), *Yr = malloc(T * ldy * sizeof(float)),
+	      *Yc = malloc(T * ldy * sizeof(float));
+	uint8_t *mem = malloc(sf_slab_bytes(dt, rows, np));
+	uint32_t *pos = malloc(np * 4), *sel = calloc(np * ldx, 4);
+	const void **cols = malloc(np * sizeof(*cols));
+	struct sf_slab sl;
+
+	fill_w(C, cf, dt, np * rows);
+	sf_slab_init(&sl, mem, dt, rows, np);
+	for (size_t p = 0; p < np; p++) {
+		sf_slab_put(&sl, p, C + p * rows * es);
+		if (all || rnd32() % 2) {
+			pos[k] = (uint32_t)p;
+			cols[k] = C + p * rows * es;
+			for (size_t t = 0; t < T; t++)
+				if (T == 1 || rnd32() % 3) {
+					sel[k * ldx + t] = ~0u;
+					X[k * ldx + t] = frand();
+				}
+			k++;
+		}
+	}
+	for (size_t i = 0; i < T * ldy; i++)
+		Y[i] = Yr[i] = Yc[i] = frand();
+	const uint32_t *sl_sel = T == 1 ? NULL : sel;
+	sf_slab_accum(Y, ldy, r0, r1, &sl, pos, k, X, sl_sel, T == 1 ? 1 : ldx, T);
+	sf_fslab_accum_ref(Yr, ldy, r0, r1, &sl, pos, k, X, sl_sel, T == 1 ? 1 : ldx, T);
+	if (T == 1)
+		sf_colaccum(Yc, r1 - r0, cols, r0 * es, dt, X, k);
+	else
+		sf_colaccum_batch(Yc, ldy, r1 - r0, cols, r0 * es, dt, X, sel, ldx, T, k);
+	CHECK(!memcmp(Y, Yr, T * ldy * sizeof(float)),
+	      "%s %s slab rows [%zu, %zu) of %zu, %zu tokens, %s: differs from the _ref", isa, dn,
+	      r0, r1, rows, T, all ? "all" : "some");
+	CHECK(!memcmp(Y, Yc, T * ldy * sizeof(float)),
+	      "%s %s slab rows [%zu, %zu) of %zu, %zu tokens, %s: differs from the columns", isa,
+	      dn, r0, r1, rows, T, all ? "all" : "some");
+	free(C), free(cf), free(X), free(Y), free(Yr), free(Yc), free(mem), free(pos), free(sel);
+	free(cols);
+}
+
+static void test_fslab(const char *isa)
+{
+	static const size_t sizes[][3] = {	/* rows, r0, r1 */
+		{ 64, 0, 64 }, { 200, 0, 200 }, { 200, 30, 131 }, { 7, 0, 7 }, { 130, 64, 129 },
+	};
+	static const size_t tv[] = { 1, 3, 9 };
+	for (int d = 0; d < 3; d++)
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+			for (size_t t = 0; t < sizeof(tv) / sizeof(tv[0]); t++)
+				for (int all = 0; all < 2; all++)
+					check_fslab(isa, dtypes[d], dtnames[d], sizes[i][0],
+						    sizes[i][1], sizes[i][2], tv[t], 37 + 5 * t, all);
+}
+
 // ----------------------------------------------------------------------------
 // the vector kernels: ref run first (selected), then isa
 
@@ -607,6 +673,7 @@ static void test_isa(enum sf_isa level)
 	test_matvec(isa);
 	test_colaccum(isa);
 	test_colaccum_batch(isa);
+	test_fslab(isa);
 	test_rmsnorm(level);
 	test_softmax(level);
 	test_swiglu(level);

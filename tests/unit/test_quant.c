@@ -266,9 +266,9 @@ static void check_slab_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	      *Yc = malloc(T * ldy * sizeof(float));
 	uint32_t *pos = malloc(np * sizeof(uint32_t));
 	const void **cols = malloc(np * sizeof(*cols));
-	struct sf_qslab sl;
+	struct sf_slab sl;
 
-	sf_qslab_init(&sl, mem, dt, rows, np);
+	sf_slab_init(&sl, mem, dt, rows, np);
 	for (size_t p = 0; p < np; p++) {
 		for (size_t i = 0; i < rows; i++)
 			col[i] = gauss() * 0.05f * (p % 5 == 1 ? 4.0f : 1.0f);

@@ -626,6 +626,24 @@ int main(void)
 		o = fractions(0.3, 0.25);
 		o.simulate = 1;
 		CHECK(!decode("sh.sfimg", &o, 1, NULL, &bfs, &e), "%s", e.msg);
+		/* the BF16 image's groups held whole (engine/kernels.h's float
+		 * slabs): the same floats, one token and passes, nothing read */
+		for (pass = 1; f32_activations && pass <= 7; pass += 6) {
+			struct result h;
+			sf_sparse_opts_default(&o);
+			o.prefetch = 0;
+			o.ram = 1ull << 30;
+			CHECK(!decode("sh.sfimg", &o, 2, NULL, &h, &e), "%s", e.msg);
+			CHECK(same(&h, &bf1) && h.uring_bytes == 0, "sh.sfimg pass %d: groups held: "
+			      "logits differ, or %llu bytes read", pass,
+			      (unsigned long long)h.uring_bytes);
+			o = fractions(0.3, 0.25);
+			o.ram = 1ull << 30;
+			CHECK(!decode("sh.sfimg", &o, 2, NULL, &h, &e), "%s", e.msg);
+			CHECK(same(&h, &bfs), "sh.sfimg pass %d: groups held, two tiers: logits differ",
+			      pass);
+		}
+		pass = 1;
 		for (int d = 0; d < 2; d++) {
 			const char *nm = qn[d];
 			CHECK(!imagetest_pack(tmpdir, nm, &M, model_dir, &pl, &Q, NULL, 0, qd[d], &e),

@@ -234,12 +234,30 @@ struct kern {
 		     float scale);
 	void (*axpys)(float *y, size_t ldy, const float *s, size_t lds, size_t nq, const float *X,
 		      size_t ldx, size_t n, size_t d);
+	/* a float slab's tile: y[j] += xv[k] * w_k[j], j < m <= SF_FSLAB_ROWS,
+	 * w_k at base + pos[k] * stride, k in turn */
+	void (*tile)(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
+		     enum sf_dtype dt, const float *xv, size_t n);
 };
+
+static void tile_ref(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
+		     enum sf_dtype dt, const float *xv, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *c = base + pos[k] * stride;
+		for (size_t j = 0; j < m; j++)
+			y[j] = fmaf(xv[k], ld_w(c, dt, j), y[j]);
+	}
+}
 
 static const struct kern kern_ref = {
 	sf_matmul_rows_ref, sf_colaccum_ref, widen_ref, strip_ref, rmsnorm_ref, softmax_ref,
-	swiglu_ref, dots_ref, axpys_ref,
+	swiglu_ref, dots_ref, axpys_ref, tile_ref,
 };
+
+/* How far ahead of its column a float slab's tile kernel asks for memory
+ * (one stream, positions one after another). */
+#define FSLAB_AHEAD 2048
 
 #if defined(__x86_64__)
 
@@ -710,9 +728,34 @@ static T256 void axpys_avx2(float *y, size_t ldy, const float *s, size_t lds, si
 		axpys1_avx2(y + q * ldy, s + q * lds, X, ldx, n, d);
 }
 
+/* A float slab's tile: 8-row vectors with their sums in registers across
+ * the columns, the rows past them scalar (each row one fused
+ * multiply-add a column in order, as the _ref). */
+static T256 void tile_avx2(float *y, size_t m, const uint8_t *base, size_t stride,
+			   const uint32_t *pos, enum sf_dtype dt, const float *xv, size_t n)
+{
+	size_t es = dt_size(dt), nv = m / 8;
+	__m256 acc[SF_FSLAB_ROWS / 8];
+
+	for (size_t v = 0; v < nv; v++)
+		acc[v] = _mm256_loadu_ps(y + 8 * v);
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *c = base + pos[k] * stride;
+		__m256 x = _mm256_set1_ps(xv[k]);
+		for (size_t o = 0; o < stride; o += 64)
+			__builtin_prefetch(c + FSLAB_AHEAD + o);
+		for (size_t v = 0; v < nv; v++)
+			acc[v] = _mm256_fmadd_ps(ld8(c + 8 * v * es, dt), x, acc[v]);
+		for (size_t j = 8 * nv; j < m; j++)
+			y[j] = fmaf(xv[k], ld_w(c, dt, j), y[j]);
+	}
+	for (size_t v = 0; v < nv; v++)
+		_mm256_storeu_ps(y + 8 * v, acc[v]);
+}
+
 static const struct kern kern_avx2 = {
 	matmul_avx2, colaccum_avx2, widen_avx2, strip_avx2, rmsnorm_avx2, softmax_avx2,
-	swiglu_avx2, dots_avx2, axpys_avx2,
+	swiglu_avx2, dots_avx2, axpys_avx2, tile_avx2,
 };
 
 // ----------------------------------------------------------------------------
@@ -1360,9 +1403,47 @@ static T512 void axpys_avx512(float *y, size_t ldy, const float *s, size_t lds, 
 	}
 }
 
+/* A float slab's tile, NV vectors of 16 rows (the last masked by km),
+ * their sums in registers across the columns. */
+INL T512 void tile512(float *y, const uint8_t *base, size_t stride, const uint32_t *pos,
+		      enum sf_dtype dt, const float *xv, size_t n, __mmask16 km, const int NV)
+{
+	size_t es = dt_size(dt);
+	__m512 acc[SF_FSLAB_ROWS / 16];
+#pragma GCC unroll 4
+	for (int v = 0; v < NV; v++)
+		acc[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? km : 0xffff, y + 16 * v);
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *c = base + pos[k] * stride;
+		__m512 x = _mm512_set1_ps(xv[k]);
+		for (size_t o = 0; o < stride; o += 64)
+			__builtin_prefetch(c + FSLAB_AHEAD + o);
+#pragma GCC unroll 4
+		for (int v = 0; v < NV; v++)
+			acc[v] = _mm512_fmadd_ps(v == NV - 1 ? ld16m(c + 16 * v * es, dt, km)
+							     : ld16(c + 16 * v * es, dt), x, acc[v]);
+	}
+#pragma GCC unroll 4
+	for (int v = 0; v < NV; v++)
+		_mm512_mask_storeu_ps(y + 16 * v, v == NV - 1 ? km : 0xffff, acc[v]);
+}
+
+static T512 void tile_avx512(float *y, size_t m, const uint8_t *base, size_t stride,
+			     const uint32_t *pos, enum sf_dtype dt, const float *xv, size_t n)
+{
+	__mmask16 km = m % 16 ? tailmask(m % 16) : (__mmask16)0xffff;
+	switch ((m + 15) / 16) {
+	case 4: tile512(y, base, stride, pos, dt, xv, n, km, 4); break;
+	case 3: tile512(y, base, stride, pos, dt, xv, n, km, 3); break;
+	case 2: tile512(y, base, stride, pos, dt, xv, n, km, 2); break;
+	case 1: tile512(y, base, stride, pos, dt, xv, n, km, 1); break;
+	default: break;
+	}
+}
+
 static const struct kern kern_avx512 = {
 	matmul_avx512, colaccum_avx512, widen_avx512, strip_avx512, rmsnorm_avx512, softmax_avx512,
-	swiglu_avx512, dots_avx512, axpys_avx512,
+	swiglu_avx512, dots_avx512, axpys_avx512, tile_avx512,
 };
 
 #endif /* __x86_64__ */
@@ -1414,11 +1495,11 @@ void sf_colaccum(float *y, size_t m, const void *const *cols, size_t off, enum s
  * block's strips are filled side by side first, because in an image the
  * columns lie a power of two apart, and read in place they would share a
  * few L1 sets and come from L2 for every group of tokens (half the speed). */
-void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,
-			const void *ctx, int scaled, const float *X, const uint32_t *sel, size_t ldx,
-			size_t T, size_t n)
+static void colaccum_strips_with(const struct kern *kern, float *Y, size_t ldy, size_t s0,
+				    size_t s1, sf_strip_fill *fill, const void *ctx, int scaled,
+				    const float *X, const uint32_t *sel, size_t ldx, size_t T,
+				    size_t n)
 {
-	const struct kern *kern = K();
 	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
 	float xs[SF_STRIP_COLUMNS];
 
@@ -1435,6 +1516,13 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 				    scaled ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T, kn);
 		}
 	}
+}
+
+void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fill *fill,
+			const void *ctx, int scaled, const float *X, const uint32_t *sel, size_t ldx,
+			size_t T, size_t n)
+{
+	colaccum_strips_with(K(), Y, ldy, s0, s1, fill, ctx, scaled, X, sel, ldx, T, n);
 }
 
 struct float_columns {
@@ -1457,6 +1545,102 @@ void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *const *cols, 
 {
 	struct float_columns f = { cols, off, dt, K()->widen };
 	sf_colaccum_strips(Y, ldy, 0, m, widen_column, &f, 0, X, sel, ldx, T, n);
+}
+
+// ----------------------------------------------------------------------------
+// float slabs (engine/kernels.h)
+
+/* Rows of tile c of a slab, and the tile's first byte: the tiles before
+ * it are whole ones. */
+static size_t ftile_rows(const struct sf_slab *s, size_t c)
+{
+	size_t r = s->rows - c * SF_FSLAB_ROWS;
+	return r < SF_FSLAB_ROWS ? r : SF_FSLAB_ROWS;
+}
+
+static const uint8_t *ftile_at(const struct sf_slab *s, size_t c)
+{
+	return s->mem + c * SF_FSLAB_ROWS * s->n * dt_size(s->dt);
+}
+
+size_t sf_fslab_bytes(enum sf_dtype dt, size_t rows, size_t n)
+{
+	return rows * n * dt_size(dt);
+}
+
+void sf_fslab_put(const struct sf_slab *s, size_t p, const void *col)
+{
+	size_t es = dt_size(s->dt);
+	for (size_t c = 0; c * SF_FSLAB_ROWS < s->rows; c++) {
+		size_t rows = ftile_rows(s, c);
+		memcpy((uint8_t *)ftile_at(s, c) + p * rows * es,
+		       (const uint8_t *)col + c * SF_FSLAB_ROWS * es, rows * es);
+	}
+}
+
+/* Rows [j0, j0 + rows) of position pos[k] of a slab as f32: a pass's
+ * strips (sf_colaccum_strips), which may cross tiles. */
+struct fslab_strips {
+	const struct sf_slab *s;
+	const uint32_t *pos;
+	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
+};
+
+static void fslab_fill(const void *ctx, size_t k, size_t j0, size_t rows, float *w, float *xs)
+{
+	const struct fslab_strips *f = ctx;
+	const struct sf_slab *s = f->s;
+	size_t es = dt_size(s->dt);
+	float piece[SF_STRIP_ROWS] __attribute__((aligned(64)));	/* widen stores aligned */
+	(void)xs;	/* no factor */
+	for (size_t j = j0; j < j0 + rows;) {
+		size_t c = j / SF_FSLAB_ROWS, tr = ftile_rows(s, c), in = j - c * SF_FSLAB_ROWS;
+		size_t m = tr - in < j0 + rows - j ? tr - in : j0 + rows - j;
+		const uint8_t *src = ftile_at(s, c) + (f->pos[k] * tr + in) * es;
+		if (j == j0) {
+			f->widen(w, src, s->dt, m);
+		} else {
+			f->widen(piece, src, s->dt, m);
+			memcpy(w + (j - j0), piece, m * sizeof(float));
+		}
+		j += m;
+	}
+}
+
+/* One token: the tiles' rows of [r0, r1) through the level's tile
+ * kernel; a pass: strips. */
+static void fslab_accum(const struct kern *kern, float *Y, size_t ldy, size_t r0, size_t r1,
+			const struct sf_slab *s, const uint32_t *pos, size_t k, const float *X,
+			const uint32_t *sel, size_t ldx, size_t T)
+{
+	if (r0 >= r1 || !k || !T)
+		return;
+	if (sel) {
+		struct fslab_strips f = { s, pos, kern->widen };
+		colaccum_strips_with(kern, Y, ldy, r0, r1, fslab_fill, &f, 0, X, sel, ldx, T, k);
+		return;
+	}
+	size_t es = dt_size(s->dt);
+	for (size_t c = r0 / SF_FSLAB_ROWS; c * SF_FSLAB_ROWS < r1; c++) {
+		size_t t0 = c * SF_FSLAB_ROWS, tr = ftile_rows(s, c);
+		size_t a = r0 > t0 ? r0 : t0, e = r1 < t0 + tr ? r1 : t0 + tr;
+		kern->tile(Y + (a - r0), e - a, ftile_at(s, c) + (a - t0) * es, tr * es, pos, s->dt,
+			   X, k);
+	}
+}
+
+void sf_fslab_accum(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+		    const uint32_t *pos, size_t k, const float *X, const uint32_t *sel,
+		    size_t ldx, size_t T)
+{
+	fslab_accum(K(), Y, ldy, r0, r1, s, pos, k, X, sel, ldx, T);
+}
+
+void sf_fslab_accum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+			const uint32_t *pos, size_t k, const float *X, const uint32_t *sel,
+			size_t ldx, size_t T)
+{
+	fslab_accum(&kern_ref, Y, ldy, r0, r1, s, pos, k, X, sel, ldx, T);
 }
 
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)

@@ -56,6 +56,30 @@ void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *const *co
 			   enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx,
 			   size_t T, size_t n);
 
+/* A slab: one matrix's top-tier columns at positions p < n held whole in
+ * RAM (a group held, online/sparse_slab.c), laid out as its kernels
+ * stream it. q8/q4: engine/kernels_q.h (sf_qslab_*). bf16/f16/f32 here:
+ * tiles of SF_FSLAB_ROWS rows, in a tile position after position, each
+ * position's rows of the tile (its column's bytes), so a thread's rows
+ * are one stretch of memory read in order. */
+struct sf_slab {
+	uint8_t *mem;			/* (sf_slab_bytes, engine/kernels_q.h) */
+	size_t n, rows;
+	enum sf_dtype dt;
+};
+#define SF_FSLAB_ROWS 64
+size_t sf_fslab_bytes(enum sf_dtype dt, size_t rows, size_t n);
+void sf_fslab_put(const struct sf_slab *s, size_t p, const void *col);
+/* sf_colaccum (sel NULL, T 1, ldx 1) or sf_colaccum_batch over positions
+ * pos[0..k) (ascending) of a slab, rows [r0, r1) (row r0 at Y): the same
+ * floats as over the same columns. */
+void sf_fslab_accum(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+		    const uint32_t *pos, size_t k, const float *X, const uint32_t *sel,
+		    size_t ldx, size_t T);
+void sf_fslab_accum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+			const uint32_t *pos, size_t k, const float *X, const uint32_t *sel,
+			size_t ldx, size_t T);
+
 /* The batched column-accumulate over any kind of column (float columns,
  * the middle tier's codes, q8/q4 blocks): rows [s0, s1) (row s0 at Y) in
  * strips of SF_STRIP_ROWS, columns in blocks of SF_STRIP_COLUMNS. fill

@@ -83,7 +83,7 @@ size_t sf_qrun_end(const uint32_t *pos, size_t k0, size_t n)
 struct qsrc {
 	const void *const *cols;
 	size_t off;
-	const struct sf_qslab *slab;
+	const struct sf_slab *slab;
 	const uint32_t *pos;
 	size_t rows;
 	enum sf_dtype dt;
@@ -94,8 +94,8 @@ static inline const uint8_t *qsrc_col(const struct qsrc *q, size_t k)
 	return (const uint8_t *)q->cols[k] + q->off;
 }
 
-static const uint8_t *slab_scale_at(const struct sf_qslab *s, size_t p, size_t b);
-static int slab_code(const struct sf_qslab *s, size_t p, size_t j);
+static const uint8_t *slab_scale_at(const struct sf_slab *s, size_t p, size_t b);
+static int slab_code(const struct sf_slab *s, size_t p, size_t j);
 
 /* Column k's scale of block b and code of row j, wherever it is. */
 static float qsrc_scale(const struct qsrc *q, size_t k, size_t b)
@@ -153,7 +153,7 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
 
 /* Blocks of tile c of a slab, runs of it, and the bytes of a run in a
  * tile of nb blocks. */
-static size_t tile_blocks(const struct sf_qslab *s, size_t c)
+static size_t tile_blocks(const struct sf_slab *s, size_t c)
 {
 	size_t nb = sf_q_blocks(s->rows) - c * SF_QSLAB_BLOCKS;
 	return nb < SF_QSLAB_BLOCKS ? nb : SF_QSLAB_BLOCKS;
@@ -170,7 +170,7 @@ static size_t run_bytes(enum sf_dtype dt, size_t nb)
 }
 
 /* Run g of tile c: the tiles before it are whole ones. */
-static uint8_t *run_at(const struct sf_qslab *s, size_t c, size_t g)
+static uint8_t *run_at(const struct sf_slab *s, size_t c, size_t g)
 {
 	return s->mem + c * slab_runs(s->n) * run_bytes(s->dt, SF_QSLAB_BLOCKS) +
 	       g * run_bytes(s->dt, tile_blocks(s, c));
@@ -194,15 +194,7 @@ size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n)
 	return (size_t)sf_dtype_col_bytes(dt, rows) * SF_QRUN * slab_runs(n);
 }
 
-void sf_qslab_init(struct sf_qslab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n)
-{
-	*s = (struct sf_qslab){ .mem = mem, .n = n, .rows = rows, .dt = dt };
-	if (n % SF_QRUN)
-		for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(rows); c++)
-			memset(run_at(s, c, n / SF_QRUN), 0, run_bytes(dt, tile_blocks(s, c)));
-}
-
-void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col)
+void sf_qslab_put(const struct sf_slab *s, size_t p, const uint8_t *col)
 {
 	size_t cb = top_code_bytes(s->dt), slot = p % SF_QRUN;
 	for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(s->rows); c++) {
@@ -219,14 +211,14 @@ void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col)
 }
 
 /* Position p's scale of block b, and its code of row j. */
-static const uint8_t *slab_scale_at(const struct sf_qslab *s, size_t p, size_t b)
+static const uint8_t *slab_scale_at(const struct sf_slab *s, size_t p, size_t b)
 {
 	size_t c = b / SF_QSLAB_BLOCKS;
 	return run_at(s, c, p / SF_QRUN) + 2 * (tile_blocks(s, c) * (p % SF_QRUN) +
 						b % SF_QSLAB_BLOCKS);
 }
 
-static int slab_code(const struct sf_qslab *s, size_t p, size_t j)
+static int slab_code(const struct sf_slab *s, size_t p, size_t j)
 {
 	size_t b = j / SF_QBLOCK, c = b / SF_QSLAB_BLOCKS, r = j % SF_QBLOCK;
 	const uint8_t *quad = run_codes(run_at(s, c, p / SF_QRUN), s->dt, tile_blocks(s, c),
@@ -237,7 +229,7 @@ static int slab_code(const struct sf_qslab *s, size_t p, size_t j)
 	return (int)((quad[quad_byte(r % 16, p % 4)] >> (r / 16 * 4)) & 15) - 8;
 }
 
-void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
 		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
 {
 	const struct qsrc q = { .slab = s, .pos = pos, .rows = s->rows, .dt = s->dt };
@@ -253,7 +245,7 @@ struct slab_run {
 	size_t nq;
 };
 
-static void slab_run_of(struct slab_run *r, const struct sf_qslab *s, size_t c,
+static void slab_run_of(struct slab_run *r, const struct sf_slab *s, size_t c,
 			const uint32_t *pos, size_t k0, size_t k1)
 {
 	unsigned quads = 0;
@@ -763,7 +755,7 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const str
 
 /* The rows of a slab's rows [r0, r1) outside its whole blocks [B0, B1). */
 static void qslab_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t B0, size_t B1,
-			const struct sf_qslab *s, const uint32_t *pos, size_t n, const float *X,
+			const struct sf_slab *s, const uint32_t *pos, size_t n, const float *X,
 			size_t ldx, size_t T)
 {
 	const struct qsrc q = { .slab = s, .pos = pos, .rows = s->rows, .dt = s->dt };
@@ -774,7 +766,7 @@ static void qslab_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t B0, s
  * and QI256_TOKENS tokens at a time: the run's inputs at their slots (0 at
  * the others, which changes no sum) through qprep256, then each block's
  * quads that hold a position. */
-static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
 			    const uint32_t *pos, size_t n, const float *X, size_t ldx, size_t T)
 {
 	const enum sf_dtype dt = s->dt;
@@ -1124,7 +1116,7 @@ INL T512I void qslab512_tokens(float *Y, size_t ldy, size_t r0, const struct sla
 /* A slab's whole blocks, tile by tile and run by run, each run read once
  * in order, QI512_BLOCKS blocks and 8, 4 or 1 tokens at a time. */
 static T512I void qslab_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
-			       const struct sf_qslab *s, const uint32_t *pos, size_t n,
+			       const struct sf_slab *s, const uint32_t *pos, size_t n,
 			       const float *X, size_t ldx, size_t T)
 {
 	const enum sf_dtype dt = s->dt;
@@ -1248,7 +1240,7 @@ enum sf_isa sf_qint_isa(void)
 	return isa;
 }
 
-typedef void qslab_fn(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+typedef void qslab_fn(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
 		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
 
 static qslab_fn *const qslab_table[SF_NISA] = {
@@ -1262,7 +1254,7 @@ static qslab_fn *const qslab_table[SF_NISA] = {
 #endif
 };
 
-void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
 		  const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T)
 {
 	if (r0 < r1 && k && T)
@@ -1296,4 +1288,35 @@ void sf_colaccum_span(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
 		sf_colaccum(Y, r1 - r0, cols, off, dt, X, n);
 	else
 		sf_colaccum_batch(Y, ldy, r1 - r0, cols, off, dt, X, sel, ldx, T, n);
+}
+
+size_t sf_slab_bytes(enum sf_dtype dt, size_t rows, size_t n)
+{
+	return sf_dtype_is_block(dt) ? sf_qslab_bytes(dt, rows, n) : sf_fslab_bytes(dt, rows, n);
+}
+
+void sf_slab_init(struct sf_slab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n)
+{
+	*s = (struct sf_slab){ .mem = mem, .n = n, .rows = rows, .dt = dt };
+	if (sf_dtype_is_block(dt) && n % SF_QRUN)
+		for (size_t c = 0; c * SF_QSLAB_BLOCKS < sf_q_blocks(rows); c++)
+			memset(run_at(s, c, n / SF_QRUN), 0, run_bytes(dt, tile_blocks(s, c)));
+}
+
+void sf_slab_put(const struct sf_slab *s, size_t p, const void *col)
+{
+	if (sf_dtype_is_block(s->dt))
+		sf_qslab_put(s, p, col);
+	else
+		sf_fslab_put(s, p, col);
+}
+
+void sf_slab_accum(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+		   const uint32_t *pos, size_t k, const float *X, const uint32_t *sel, size_t ldx,
+		   size_t T)
+{
+	if (sf_dtype_is_block(s->dt))
+		sf_qslab_int(Y, ldy, r0, r1, s, pos, k, X, ldx, T);
+	else
+		sf_fslab_accum(Y, ldy, r0, r1, s, pos, k, X, T == 1 ? NULL : sel, ldx, T);
 }

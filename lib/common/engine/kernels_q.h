@@ -11,6 +11,7 @@
 
 #include "base/vocab.h"
 #include "engine/cpu.h"
+#include "engine/kernels.h"
 
 /* For rows j in [r0, r1) of the columns k < n: Y[t * ldy + j - r0] +=
  * X[k * ldx + t] * w(k, j) for each token t < T whose sel[k * ldx + t] is
@@ -61,22 +62,14 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
  * a quad's block is one load. The same bytes as the columns, rounded up to
  * whole runs. */
 #define SF_QSLAB_BLOCKS 32
-struct sf_qslab {
-	uint8_t *mem;			/* (sf_qslab_bytes) */
-	size_t n, rows;
-	enum sf_dtype dt;
-};
 /* Bytes of a slab: the columns' bytes of n rounded up to whole runs. */
 size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n);
-/* Sets the missing positions' bytes of the last run to 0. */
-void sf_qslab_init(struct sf_qslab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n);
-/* Position p's column (rows s->rows, the column layout) into the slab. */
-void sf_qslab_put(const struct sf_qslab *s, size_t p, const uint8_t *col);
+void sf_qslab_put(const struct sf_slab *s, size_t p, const uint8_t *col);
 /* sf_qcolaccum_int over positions pos[0..k) (ascending) of a slab, X as
  * its: the same floats as over the same columns. */
-void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+void sf_qslab_int(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
 		  const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
-void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_qslab *s,
+void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
 		      const uint32_t *pos, size_t k, const float *X, size_t ldx, size_t T);
 
 /* The level of the integer paths (here and engine/kernels_qrows.h):
@@ -86,6 +79,18 @@ enum sf_isa sf_qint_isa(void);
 /* The path sf_qcolaccum_int and sf_qslab_int take here: "avx512vnni",
  * "avx2" or "ref". */
 const char *sf_qcolaccum_int_kernel(void);
+
+/* A slab of any top-tier dtype (engine/kernels.h): its bytes; init sets
+ * mem (and a q8/q4 slab's missing positions of its last run to 0); put
+ * writes position p's column (rows s->rows, the column layout) into it;
+ * accum is sf_colaccum_span over positions pos[0..k) of it (q8/q4: the
+ * integer path, sf_qslab_int). */
+size_t sf_slab_bytes(enum sf_dtype dt, size_t rows, size_t n);
+void sf_slab_init(struct sf_slab *s, uint8_t *mem, enum sf_dtype dt, size_t rows, size_t n);
+void sf_slab_put(const struct sf_slab *s, size_t p, const void *col);
+void sf_slab_accum(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+		   const uint32_t *pos, size_t k, const float *X, const uint32_t *sel, size_t ldx,
+		   size_t T);
 
 /* The same over any top-tier dtype (the sparse decoder's one call): block
  * dtypes here, element dtypes through sf_colaccum (sel NULL) or

@@ -246,7 +246,7 @@ struct compute_task {
 	const struct sf_run *spans;	/* rows computed (bundle rows); NULL: all */
 	uint32_t nspans;
 	unsigned weight_cost;		/* top-tier weights one weight costs */
-	const struct sf_qslab *slab;	/* (nmat) the group held whole; NULL: columns */
+	const struct sf_slab *slab;	/* (nmat) the group held whole; NULL: columns */
 };
 
 /* Worker ith of nth's share of the output rows of every matrix of the
@@ -290,8 +290,8 @@ static void top_worker(void *arg, int ith, int nth)
 				continue;
 			size_t rows = (size_t)G->mat[i].rows, off = (size_t)G->mat[i].offset;
 			if (t->slab)
-				sf_qslab_int(t->y[i] + r0, t->ld[i], r0, r1, &t->slab[i], sp->s.idx,
-					     sp->s.nidx, sp->s.xv, sp->s.ldx, (size_t)t->T);
+				sf_slab_accum(t->y[i] + r0, t->ld[i], r0, r1, &t->slab[i], sp->s.idx,
+					      sp->s.nidx, sp->s.xv, sp->s.sel, sp->s.ldx, (size_t)t->T);
 			else if (sf_dtype_is_block(G->mat[i].dtype) && !sp->o.f32_activations)
 				sf_qcolaccum_int(t->y[i] + r0, t->ld[i], r0, r1, rows, sp->s.cols,
 						 sp->s.idx, off, G->mat[i].dtype, sp->s.xv,

@@ -207,7 +207,7 @@ struct sparse_compute {
 struct sparse_slabs {
 	uint8_t *held;				/* (L * SF_NGROUPS) 1: held; NULL: none */
 	int groups;
-	struct sf_qslab *mat;			/* (L * SF_NGROUPS, SF_GROUP_MAX_MATRICES) */
+	struct sf_slab *mat;			/* (L * SF_NGROUPS, SF_GROUP_MAX_MATRICES) */
 	uint8_t *mem;				/* (mem.slabs bytes) every slab */
 };
 

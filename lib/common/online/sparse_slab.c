@@ -1,11 +1,12 @@
-/* Groups held whole (sparse_impl.h): when --ram leaves room for a q8 or
- * q4 group's whole top tier, it is read once at open into slabs, the
- * integer kernels' layout (engine/kernels_q.h), and computed from them
- * every pass with no cache lookups, reads or batches: a thread's rows are
- * one stretch of memory streamed in order. Which groups: every one when
- * all fit; at budget 1 (every entry top tier, so a group's every bundle
- * is read each pass) as many as fit in pass order, the cache taking the
- * rest; none otherwise, the cache holding the hot entries of all groups.
+/* Groups held whole (sparse_impl.h): when --ram leaves room for a
+ * group's whole top tier, it is read once at open into slabs, the layout
+ * its kernels stream (engine/kernels.h: bf16/f16/f32; engine/kernels_q.h:
+ * q8/q4, for the integer path), and computed from them every pass with no
+ * cache lookups, reads or batches: a thread's rows are one stretch of
+ * memory streamed in order. Which groups: every one when all fit; at
+ * budget 1 (every entry top tier, so a group's every bundle is read each
+ * pass) as many as fit in pass order, the cache taking the rest; none
+ * otherwise, the cache holding the hot entries of all groups.
  * man/sf-run.1 (--ram). */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,17 +18,17 @@
 #include "online/sparse_impl.h"
 
 /* The bytes of group G's slabs, 0 when it cannot be held (resident, or
- * a top tier not in blocks). */
-static uint64_t group_bytes(const struct sf_image_group *G)
+ * q8/q4 computed by the float path: --activations f32). */
+static uint64_t group_bytes(const struct sf_sparse *sp, const struct sf_image_group *G)
 {
 	uint64_t b = 0;
 
 	if (G->resident)
 		return 0;
 	for (int i = 0; i < G->nmat; i++) {
-		if (!sf_dtype_is_block(G->mat[i].dtype))
+		if (sf_dtype_is_block(G->mat[i].dtype) && sp->o.f32_activations)
 			return 0;
-		b += sf_qslab_bytes(G->mat[i].dtype, (size_t)G->mat[i].rows, G->entries);
+		b += sf_slab_bytes(G->mat[i].dtype, (size_t)G->mat[i].rows, G->entries);
 	}
 	return b;
 }
@@ -41,15 +42,15 @@ uint64_t sparse_slabs_plan(struct sf_sparse *sp, uint64_t room, uint64_t *offloa
 	uint64_t all = 0, taken = 0;
 	int dense = 1, any = 0;
 
-	if (!o->ram || o->simulate || o->cache_ratio >= 0 || o->pin || o->f32_activations)
+	if (!o->ram || o->simulate || o->cache_ratio >= 0 || o->pin)
 		return 0;
 	for (size_t gid = 0; gid < ng; gid++) {
 		const struct sf_image_group *G = &img->groups[gid];
-		uint64_t b = group_bytes(G);
+		uint64_t b = group_bytes(sp, G);
 		if (G->resident)
 			continue;
 		if (!b)
-			return 0;	/* a top tier of another dtype: none held */
+			return 0;	/* --activations f32: none held */
 		all += b;
 		any = 1;
 		dense &= sp->tiers.k_top[gid] == G->source_entries && !sp->tiers.k_mid[gid];
@@ -58,7 +59,7 @@ uint64_t sparse_slabs_plan(struct sf_sparse *sp, uint64_t room, uint64_t *offloa
 		return 0;
 	for (size_t gid = 0; gid < ng; gid++) {	/* pass order */
 		const struct sf_image_group *G = &img->groups[gid];
-		uint64_t b = group_bytes(G);
+		uint64_t b = group_bytes(sp, G);
 		if (G->resident)
 			continue;
 		if (taken + b > room)
@@ -92,13 +93,13 @@ int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e)
 #endif
 	for (size_t gid = 0; gid < ng; gid++) {
 		const struct sf_image_group *G = &img->groups[gid];
-		struct sf_qslab *s = sp->slab.mat + gid * SF_GROUP_MAX_MATRICES;
+		struct sf_slab *s = sp->slab.mat + gid * SF_GROUP_MAX_MATRICES;
 		if (!sp->slab.held[gid])
 			continue;
 		for (int i = 0; i < G->nmat; i++) {
-			sf_qslab_init(&s[i], sp->slab.mem + at, G->mat[i].dtype, (size_t)G->mat[i].rows,
+			sf_slab_init(&s[i], sp->slab.mem + at, G->mat[i].dtype, (size_t)G->mat[i].rows,
 				      G->entries);
-			at += sf_qslab_bytes(G->mat[i].dtype, (size_t)G->mat[i].rows, G->entries);
+			at += sf_slab_bytes(G->mat[i].dtype, (size_t)G->mat[i].rows, G->entries);
 		}
 		/* the region in pieces the read buffer holds, each bundle then
 		 * spread over its matrices' slabs */
@@ -111,7 +112,7 @@ int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e)
 				return ret;
 			for (uint32_t p = p0; p < p1; p++)
 				for (int i = 0; i < G->nmat; i++)
-					sf_qslab_put(&s[i], p, sp->io.arena + (uint64_t)(p - p0) * G->top_bytes +
+					sf_slab_put(&s[i], p, sp->io.arena + (uint64_t)(p - p0) * G->top_bytes +
 								       G->mat[i].offset);
 			/* read once: not worth the page cache's room */
 			posix_fadvise(img->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
