@@ -569,6 +569,8 @@ struct session {
 	size_t decode_steps;	/* forward passes after the prompt */
 	size_t step_tokens;	/* tokens those passes gave (more than one a pass with --draft) */
 	uint64_t bytes0;	/* IMAGE: bytes read when decoding began */
+	double *busy_at;	/* (threads) the pool's busy seconds when decoding began */
+	double *decode_busy;	/* (threads) and those decoding took, summed */
 	struct draft *draft;	/* --draft; NULL: none */
 	enum { STOP_NONE, STOP_EOS, STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT, STOP_INPUT,
 	       STOP_RAM } stop;
@@ -615,6 +617,8 @@ static void session_free(struct session *S)
 	sf_sampler_free(&S->sampler);
 	sf_state_free(&S->state);
 	sf_pool_destroy(S->pool);
+	free(S->busy_at);
+	free(S->decode_busy);
 	sf_tokenizer_close(S->tok);
 	sf_model_close(&S->model);
 	sf_image_close(&S->image);
@@ -911,6 +915,9 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 				  "positions", ctx, S->model.cfg.max_seq_len);
 	if ((ret = sf_pool_create(&S->pool, o->threads)))
 		return sf_err_set(e, ret, "thread pool of %d: %s", o->threads, sf_strerror(ret));
+	if (!(S->busy_at = calloc((size_t)o->threads, sizeof(double))) ||
+	    !(S->decode_busy = calloc((size_t)o->threads, sizeof(double))))
+		return sf_err_set(e, -ENOMEM, "thread pool of %d: %s", o->threads, strerror(ENOMEM));
 	/* --draft: a pass verifies a token and up to --draft-max proposals */
 	int batch = o->draft && o->draft_max + 1 > o->batch ? o->draft_max + 1 : o->batch;
 	batch = batch < ctx ? batch : ctx;
@@ -1157,6 +1164,16 @@ static int speculate(struct session *S, const struct options *o, float *logits, 
 	return ret;
 }
 
+/* The pool's busy seconds since decoding began, added to decode_busy. */
+static void add_busy(struct session *S)
+{
+	int n = sf_pool_size(S->pool);
+	double now[n];
+	sf_pool_busy(S->pool, now);
+	for (int i = 0; i < n; i++)
+		S->decode_busy[i] += now[i] - S->busy_at[i];
+}
+
 /* Feeds the n tokens at positions *pos on, in passes of up to the
  * state's batch, the last of which gives the first sample; then samples
  * up to -n tokens, written through d to the text, each one more decode
@@ -1194,6 +1211,7 @@ static int run(struct session *S, const struct options *o, const int32_t *tokens
 	S->prompt_tokens += at;
 	S->stop = limit == 0 ? STOP_LIMIT : STOP_NONE;
 	S->bytes0 = S->sparse ? sf_sparse_bytes_moved(S->sparse) : 0;
+	sf_pool_busy(S->pool, S->busy_at);
 	if (S->draft && logits && !ret) {
 		struct ids text = { 0 };
 		for (size_t i = 0; i < n && !ret; i++)
@@ -1235,6 +1253,7 @@ static int run(struct session *S, const struct options *o, const int32_t *tokens
 	}
 	S->prompt_s += t1 - t0;
 	S->decode_s += sf_now() - t1;
+	add_busy(S);
 	S->used = *pos;
 	return ret;
 }
@@ -1682,6 +1701,14 @@ static int write_stats(const struct session *S, const struct options *o, const c
 			(double)S->step_tokens : 0.0)))
 		ret = -ENOMEM;
 	if (!ret && S->draft && json_object_set_new(j, "speculative", speculative_json(S, o)))
+		ret = -ENOMEM;
+	/* each thread's share of the decode's wall time spent computing in
+	 * the pool's runs (the rest: waiting for the others, or serial) */
+	json_t *busy = json_array();
+	for (int i = 0; busy && i < sf_pool_size(S->pool); i++)
+		json_array_append_new(busy, json_real(S->decode_s > 0 ?
+						      S->decode_busy[i] / S->decode_s : 0.0));
+	if (!ret && (!busy || json_object_set_new(j, "decode_busy", busy)))
 		ret = -ENOMEM;
 	/* the KV cache: its types and the bytes of the positions it holds */
 	if (!ret && json_object_set_new(j, "kv_cache", json_pack(

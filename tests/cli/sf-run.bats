@@ -115,6 +115,11 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "$status" -eq 0 ]
 	[ "$(jq .decode_tokens "$BATS_TEST_TMPDIR/s.json")" = 20 ]
 	[ "$(jq '.decode_tokens_per_second > 0' "$BATS_TEST_TMPDIR/s.json")" = true ]
+	# one busy share per thread, each a fraction of the decode time
+	run sf-run --model "$MODEL" -p "The" -n 20 --ignore-eos -q -t 3 --stats "$BATS_TEST_TMPDIR/s.json"
+	[ "$status" -eq 0 ]
+	[ "$(jq '.decode_busy | length' "$BATS_TEST_TMPDIR/s.json")" = 3 ]
+	[ "$(jq '[.decode_busy[] | . > 0 and . <= 1] | all' "$BATS_TEST_TMPDIR/s.json")" = true ]
 }
 
 @test "a prompt longer than the context is refused" {

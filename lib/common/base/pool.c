@@ -44,10 +44,16 @@ struct sf_pool {
 	_Atomic int sleepers;			/* workers in (or entering) wait */
 	_Alignas(64) _Atomic unsigned pending;	/* futex word: workers not done */
 	_Atomic int caller_waits;
+	struct busy *busy;		/* (n) */
 #if !defined(__linux__)
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 #endif
+};
+
+/* A thread's time inside fn, on its own cache line (only it writes). */
+struct busy {
+	_Alignas(64) uint64_t ns;
 };
 
 struct worker_arg {
@@ -139,7 +145,9 @@ static void *worker_main(void *a)
 		seen = g;
 		if (atomic_load_explicit(&p->stop, memory_order_relaxed))
 			break;
+		uint64_t t0 = sf_now_ns();
 		p->fn(p->arg, ith, p->n);
+		p->busy[ith].ns += sf_now_ns() - t0;
 		/* release: our writes happen-before the caller's return */
 		if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waits))
 			word_wake(p, &p->pending);
@@ -169,6 +177,12 @@ int sf_pool_create(struct sf_pool **pp, int nthreads)
 	if (!p)
 		return -ENOMEM;
 	p->n = 1;
+	if (posix_memalign((void **)&p->busy, 64, (size_t)nthreads * sizeof(*p->busy))) {
+		free(p);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < nthreads; i++)
+		p->busy[i].ns = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	p->oversubscribed = ncpu > 0 && nthreads > ncpu;
 #if !defined(__linux__)
@@ -222,6 +236,7 @@ void sf_pool_destroy(struct sf_pool *p)
 	pthread_cond_destroy(&p->cv);
 #endif
 	free(p->threads);
+	free(p->busy);
 	free(p);
 }
 
@@ -232,8 +247,11 @@ int sf_pool_size(const struct sf_pool *p)
 
 void sf_pool_run(struct sf_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
 {
+	uint64_t t0 = sf_now_ns();
 	if (!p || p->n == 1) {
 		fn(arg, 0, 1);
+		if (p)
+			p->busy[0].ns += sf_now_ns() - t0;
 		return;
 	}
 	p->fn = fn;
@@ -242,6 +260,7 @@ void sf_pool_run(struct sf_pool *p, void (*fn)(void *arg, int ith, int nth), voi
 	publish(p);	/* releases fn, arg and pending to the workers */
 
 	fn(arg, 0, p->n);
+	p->busy[0].ns += sf_now_ns() - t0;
 
 	unsigned left;
 	while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {
@@ -274,4 +293,10 @@ void sf_pool_split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t 
 	size_t b1 = b0 + per + (i >= first);
 	*lo = b0 * align < n ? b0 * align : n;
 	*hi = b1 * align < n ? b1 * align : n;
+}
+
+void sf_pool_busy(const struct sf_pool *p, double *seconds)
+{
+	for (int i = 0; i < sf_pool_size(p); i++)
+		seconds[i] = p ? (double)p->busy[i].ns * 1e-9 : 0.0;
 }

@@ -18,6 +18,11 @@ int sf_pool_size(const struct sf_pool *p);
  * time, and not from inside fn. A NULL pool runs fn(arg, 0, 1). */
 void sf_pool_run(struct sf_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
+/* seconds[i] (sf_pool_size entries): the time thread i (0: the caller)
+ * has spent inside the runs' fn since the pool was made, read between
+ * runs: what is left of a span of wall time is waiting or serial work. */
+void sf_pool_busy(const struct sf_pool *p, double *seconds);
+
 /* [*lo, *hi) of n items for worker ith of nth, in contiguous chunks whose
  * starts are multiples of align (align >= 1). */
 void sf_pool_split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *hi);
