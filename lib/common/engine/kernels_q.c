@@ -834,17 +834,23 @@ INL T512I void qprep512(struct qact512 *qa, const __m512 *sc, const float *X, si
 		}
 		__mmask16 pos = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
 		__m512 id = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), amax);
-		__m512i sum = _mm512_setzero_si512(), byte = _mm512_set1_epi32(255);
+		/* four columns' codes (|q| <= 127) packed to bytes, per 128-bit
+		 * lane a0-3 b0-3 c0-3 d0-3, then each block's four side by side */
+		const __m512i lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
+			0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+		__m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
 		_mm512_storeu_ps(qa[t].d, _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
 		for (size_t k0 = 0; k0 < m; k0 += 4) {
-			__m512i word = _mm512_setzero_si512();
-			for (size_t c = 0; c < 4 && k0 + c < m; c++) {
-				__m512 v = _mm512_mul_ps(sc[k0 + c], _mm512_set1_ps(X[(k0 + c) * ldx + t]));
-				__m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, id));
-				sum = _mm512_add_epi32(sum, q);
-				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(q, byte),
-									       (unsigned)(8 * c)));
+			__m512i q[4];
+			for (size_t c = 0; c < 4; c++) {
+				__m512 v = _mm512_mul_ps(sc[k0 + c < m ? k0 + c : k0],
+							 _mm512_set1_ps(X[(k0 + c < m ? k0 + c : k0) * ldx + t]));
+				q[c] = k0 + c < m ? _mm512_cvtps_epi32(_mm512_mul_ps(v, id))
+						  : _mm512_setzero_si512();
 			}
+			__m512i word = _mm512_shuffle_epi8(_mm512_packs_epi16(
+				_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])), lanes);
+			sum = _mm512_dpbusd_epi32(sum, ones, word);
 			_mm512_storeu_si512(qa[t].q[k0 / 4], word);
 		}
 		_mm512_storeu_si512(qa[t].sum, sum);
