@@ -613,17 +613,24 @@ INL T256 void qprep256(struct qact256 *qa, const __m256 *sc, const float *X, siz
 		}
 		__m256 pos = _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ);
 		__m256 id = _mm256_and_ps(pos, _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
-		__m256i sum = _mm256_setzero_si256(), byte = _mm256_set1_epi32(255);
+		/* as qprep512: packed to bytes, each block's four side by side,
+		 * their sum by two multiply-adds with ones */
+		const __m256i lanes = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+			0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+		__m256i sum = _mm256_setzero_si256();
 		_mm256_storeu_ps(qa[t].d, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
 		for (size_t k0 = 0; k0 < m; k0 += 4) {
-			__m256i word = _mm256_setzero_si256();
-			for (size_t c = 0; c < 4 && k0 + c < m; c++) {
-				__m256 v = _mm256_mul_ps(sc[k0 + c], _mm256_set1_ps(X[(k0 + c) * ldx + t]));
-				__m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v, id));
-				sum = _mm256_add_epi32(sum, q);
-				word = _mm256_or_si256(word, _mm256_slli_epi32(_mm256_and_si256(q, byte),
-									       (int)(8 * c)));
+			__m256i q[4];
+			for (size_t c = 0; c < 4; c++) {
+				__m256 v = _mm256_mul_ps(sc[k0 + c < m ? k0 + c : k0],
+							 _mm256_set1_ps(X[(k0 + c < m ? k0 + c : k0) * ldx + t]));
+				q[c] = k0 + c < m ? _mm256_cvtps_epi32(_mm256_mul_ps(v, id))
+						  : _mm256_setzero_si256();
 			}
+			__m256i word = _mm256_shuffle_epi8(_mm256_packs_epi16(
+				_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), lanes);
+			sum = _mm256_add_epi32(sum, _mm256_madd_epi16(
+				_mm256_maddubs_epi16(_mm256_set1_epi8(1), word), _mm256_set1_epi16(1)));
 			_mm256_storeu_si256((__m256i *)qa[t].q[k0 / 4], word);
 		}
 		_mm256_storeu_si256((__m256i *)qa[t].sum, sum);
