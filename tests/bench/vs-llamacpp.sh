@@ -17,7 +17,8 @@
 #          where it runs) in memory cgroups of CGROUPS bytes (sf-run's
 #          --ram 95% of it), cold cache; fio's reads of the image in the
 #          same round
-# Writes runs.csv (config,round,pp,tg) and summary.json (medians and the
+# Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
+# averaged over its threads) and summary.json (medians and the
 # issue's ratios) under SF_BENCH_OUT; prints the table.
 #   tests/bench/vs-llamacpp.sh [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
@@ -85,7 +86,7 @@ sf() {	# RAM ARGS...: sf-run, capped by RAM (0: not)
 	shift
 	local cmd=(sf-run "$@" -f "$text" -n "$NGEN" --temp 0 --ignore-eos -t "$THREADS" --bench)
 	if [ "$ram" = 0 ]; then "${cmd[@]}"; else capped "$ram" "${cmd[@]}"; fi 2>/dev/null |
-		jq -r '"\(.pp),\(.tg)"'
+		jq -r '"\(.pp),\(.tg),\(.decode_busy | add / length)"'
 }
 lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 	local ram=$1 r
@@ -96,8 +97,8 @@ lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 		r=$(capped "$ram" "$LLAMACPP_BIN" $(llamacpp_opts) decode "$1" "$THREADS" "$NGEN" \
 			"$scratch/ids.json" 2>/dev/null) || r=
 	fi
-	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second)"' <<< "$r" ||
-		echo "0,0"
+	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second),"' <<< "$r" ||
+		echo "0,0,"
 }
 
 configs=()
@@ -130,7 +131,7 @@ run_config() {	# WHERE NAME
 	esac
 }
 
-echo "config,where,round,pp,tg" > "$out/runs.csv"
+echo "config,where,round,pp,tg,busy" > "$out/runs.csv"
 : > "$out/device.csv"
 for r in $(seq 1 "$REPEATS"); do
 	if [[ " $PARTS " == *" cgroup "* ]]; then
@@ -145,13 +146,14 @@ for r in $(seq 1 "$REPEATS"); do
 		drop_all
 		res=$(run_config "$1" "$2")
 		echo "$2,$1,$r,$res" >> "$out/runs.csv"
-		log "round $r: $2 at $1: pp,tg $res"
+		log "round $r: $2 at $1: pp,tg,busy $res"
 	done
 done
 
 # --- medians and the issue's ratios
-med() {	# NAME WHERE COLUMN(4 pp, 5 tg)
-	awk -F, -v n="$1" -v w="$2" -v c="$3" '$1 == n && $2 == w { print $c }' "$out/runs.csv" | median
+med() {	# NAME WHERE COLUMN(4 pp, 5 tg, 6 busy: sf-run's threads' mean share of the decode computing)
+	awk -F, -v n="$1" -v w="$2" -v c="$3" '$1 == n && $2 == w && $c != "" { print $c }' \
+		"$out/runs.csv" | median
 }
 {
 	echo "{"
@@ -162,12 +164,14 @@ med() {	# NAME WHERE COLUMN(4 pp, 5 tg)
 	sep=
 	for c in "${configs[@]}"; do
 		set -- $c
-		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5)}"
+		b=$(med "$2" "$1" 6)
+		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5), \"busy\": ${b:-null}}"
 		sep=,
 	done
 	echo "]}"
 } > "$out/summary.json"
-jq -r '.medians[] | [.where, .config, (.pp * 10 | round / 10), (.tg * 100 | round / 100)] | @tsv' \
+jq -r '.medians[] | [.where, .config, (.pp * 10 | round / 10), (.tg * 100 | round / 100),
+	(if .busy then "busy \(.busy * 100 | round)%" else "" end)] | @tsv' \
 	"$out/summary.json" | column -t
 ratio() {	# WHERE A B COLUMN: median A over median B
 	jq -r --arg w "$1" --arg a "$2" --arg b "$3" --arg c "$4" '
