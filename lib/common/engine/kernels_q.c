@@ -250,6 +250,12 @@ static void slab_run_of(struct slab_run *r, const struct sf_slab *s, size_t c,
 {
 	unsigned quads = 0;
 	r->run = run_at(s, c, pos[k0] / SF_QRUN);
+	if (k1 - k0 == SF_QRUN) {	/* whole: every slot, in order */
+		for (unsigned qd = 0; qd < SF_QRUN / 4; qd++)
+			r->quad[qd] = (uint8_t)qd;
+		r->nq = SF_QRUN / 4;
+		return;
+	}
 	for (size_t k = k0; k < k1; k++) {
 		r->slot[k - k0] = (uint8_t)(pos[k] % SF_QRUN);
 		quads |= 1u << (pos[k] % SF_QRUN / 4);
@@ -795,15 +801,21 @@ static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const st
 					struct qact256 qa[QI256_TOKENS];
 					float *y[QI256_TOKENS] = { Y + t0 * ldy + base * SF_QBLOCK - r0,
 								   Y + (t0 + 1) * ldy + base * SF_QBLOCK - r0 };
+					/* a whole run's inputs in place, else at their slots */
+					const float *x = X + k0 * ldx + t0;
+					size_t lx = ldx;
 					nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
-					slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt);
+					if (k1 - k0 < SF_QRUN) {
+						slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt);
+						x = xd, lx = nt;
+					}
 					if (nt == QI256_TOKENS) {
-						qprep256(qa, sc, xd, QI256_TOKENS, SF_QRUN, QI256_TOKENS);
+						qprep256(qa, sc, x, lx, SF_QRUN, QI256_TOKENS);
 						for (size_t i = 0; i < nbc; i++)
 							qmac256_slab(y, qa, &r, nb, b0 + i, i, dt,
 								     QI256_TOKENS);
 					} else {
-						qprep256(qa, sc, xd, 1, SF_QRUN, 1);
+						qprep256(qa, sc, x, lx, SF_QRUN, 1);
 						for (size_t i = 0; i < nbc; i++)
 							qmac256_slab(y, qa, &r, nb, b0 + i, i, dt, 1);
 					}
@@ -1120,8 +1132,12 @@ INL T512I void qslab512_tokens(float *Y, size_t ldy, size_t r0, const struct sla
 	float *y[QI512_TOKENS];
 	for (int t = 0; t < NT; t++)
 		y[t] = Y + (t0 + (size_t)t) * ldy + base * SF_QBLOCK - r0;
-	slab_inputs(xd, r, X, ldx, k0, k1, t0, (size_t)NT);
-	qprep512(qa, sc, xd, (size_t)NT, SF_QRUN, NT);
+	if (k1 - k0 == SF_QRUN) {	/* a whole run: its inputs in place */
+		qprep512(qa, sc, X + k0 * ldx + t0, ldx, SF_QRUN, NT);
+	} else {
+		slab_inputs(xd, r, X, ldx, k0, k1, t0, (size_t)NT);
+		qprep512(qa, sc, xd, (size_t)NT, SF_QRUN, NT);
+	}
 	for (size_t i = 0; i < nbc; i++)
 		qmac512_slab(y, qa, r, nb, b0 + i, i, dt, NT);
 }
