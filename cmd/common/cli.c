@@ -554,7 +554,7 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 	uint64_t dim = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
 	uint64_t kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
 	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + 3 * dim * (uint64_t)c->hidden_dim +
-			 (c->qkv_bias ? q + 2 * kv : 0);
+			 (c->qkv_bias ? q + 2 * kv : 0) + (c->qk_norm ? 2 * (uint64_t)c->head_dim : 0);
 	uint64_t params = (uint64_t)c->vocab_size * dim * (c->tie_embeddings ? 1 : 2) + dim +
 			  (uint64_t)c->n_layers * layer;
 

@@ -193,6 +193,17 @@ static void add_bias(float *y, const struct sf_weight *b)
 		y[i] += sf_weight_at(b, i);
 }
 
+/* Qwen3's RMSNorm of each head of x (heads, hd) over its own hd
+ * elements, before RoPE; nothing when the model has no such norm. */
+static void head_norm(float *x, const struct sf_weight *norm, size_t heads, size_t hd,
+		      float eps)
+{
+	if (!norm->data)
+		return;
+	for (size_t h = 0; h < heads; h++)
+		sf_rmsnorm(x + h * hd, x + h * hd, norm->data, norm->dtype, hd, eps);
+}
+
 static void observe(const struct sf_runstate *s, int layer, enum sf_group g, const float *in,
 		    int T, size_t n)
 {
@@ -429,6 +440,8 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		add_bias(q, &w->bq);
 		add_bias(k, &w->bk);
 		add_bias(v, &w->bv);
+		head_norm(q, &w->q_norm, (size_t)c->n_heads, hd, c->norm_eps);
+		head_norm(k, &w->k_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
 		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t);
 		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t);
 		sf_kv_put(s->key_cache + row * s->k_row, s->kv_k, k, kv_dim);

@@ -1,6 +1,7 @@
 /* The transformer forward pass for one token with a KV cache: RMSNorm,
  * GQA attention with rotate-half RoPE, SwiGLU FFN, tied or separate head,
- * exactly as Hugging Face's Llama/Mistral/Qwen2 compute it in float32.
+ * exactly as Hugging Face's Llama/Mistral/Qwen2/Qwen3 compute it in float32
+ * (Qwen3: each head's q and k RMSNormed before RoPE).
  * The matrices of each layer are applied group by group (attn_in, attn_out,
  * ffn_in, ffn_out), the unit every sparse stage works in. */
 #ifndef SF_FORWARD_H

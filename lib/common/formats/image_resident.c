@@ -56,6 +56,10 @@ void image_plan_tensors(struct plan *p)
 			T(bk, "self_attn.k_proj.bias", 1);
 			T(bv, "self_attn.v_proj.bias", 1);
 		}
+		if (m->cfg.qk_norm) {
+			T(q_norm, "self_attn.q_norm.weight", 1);
+			T(k_norm, "self_attn.k_norm.weight", 1);
+		}
 #undef T
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			struct pgroup *G = &p->g[l * SF_NGROUPS + g];

@@ -110,6 +110,9 @@ struct binder {
  * vectors (an image's embedding and head, sf_dtype_is_block). */
 #define BIND_OPTIONAL 1
 #define BIND_ROWS_QUANTIZED 2
+/* its shape follows head_dim: a mismatch names it, since a head_dim
+ * that disagrees with the tensors shows first there */
+#define BIND_HEAD_DIM 4
 
 /* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
  * cols == 0 (a vector, stored with cols = 1). */
@@ -140,6 +143,10 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 				 (unsigned long long)cols);
 		else
 			snprintf(want, sizeof(want), "[%llu]", (unsigned long long)rows);
+		if (flags & BIND_HEAD_DIM)
+			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
+					  "(head_dim %d)", st->paths[t->file], name, got, want,
+					  b->m->cfg.head_dim);
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s",
 				  st->paths[t->file], name, got, want);
 	}
@@ -176,25 +183,29 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 	int ret;
 
 	snprintf(p, sizeof(p), "model.layers.%d.", l);
-#define B(field, suffix, rows, cols) do { \
+#define B(field, suffix, rows, cols, flags) do { \
 		snprintf(n, sizeof(n), "%s%s", p, suffix); \
-		if ((ret = bind(b, &w->field, n, rows, cols, 0, e))) \
+		if ((ret = bind(b, &w->field, n, rows, cols, flags, e))) \
 			return ret; \
 	} while (0)
-	B(attn_norm, "input_layernorm.weight", dim, 0);
-	B(wq, "self_attn.q_proj.weight", q, dim);
-	B(wk, "self_attn.k_proj.weight", kv, dim);
-	B(wv, "self_attn.v_proj.weight", kv, dim);
-	B(wo, "self_attn.o_proj.weight", dim, q);
+	B(attn_norm, "input_layernorm.weight", dim, 0, 0);
+	B(wq, "self_attn.q_proj.weight", q, dim, BIND_HEAD_DIM);
+	B(wk, "self_attn.k_proj.weight", kv, dim, BIND_HEAD_DIM);
+	B(wv, "self_attn.v_proj.weight", kv, dim, BIND_HEAD_DIM);
+	B(wo, "self_attn.o_proj.weight", dim, q, BIND_HEAD_DIM);
 	if (c->qkv_bias) {
-		B(bq, "self_attn.q_proj.bias", q, 0);
-		B(bk, "self_attn.k_proj.bias", kv, 0);
-		B(bv, "self_attn.v_proj.bias", kv, 0);
+		B(bq, "self_attn.q_proj.bias", q, 0, BIND_HEAD_DIM);
+		B(bk, "self_attn.k_proj.bias", kv, 0, BIND_HEAD_DIM);
+		B(bv, "self_attn.v_proj.bias", kv, 0, BIND_HEAD_DIM);
 	}
-	B(ffn_norm, "post_attention_layernorm.weight", dim, 0);
-	B(w_gate, "mlp.gate_proj.weight", hid, dim);
-	B(w_up, "mlp.up_proj.weight", hid, dim);
-	B(w_down, "mlp.down_proj.weight", dim, hid);
+	if (c->qk_norm) {
+		B(q_norm, "self_attn.q_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
+		B(k_norm, "self_attn.k_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
+	}
+	B(ffn_norm, "post_attention_layernorm.weight", dim, 0, 0);
+	B(w_gate, "mlp.gate_proj.weight", hid, dim, 0);
+	B(w_up, "mlp.up_proj.weight", hid, dim, 0);
+	B(w_down, "mlp.down_proj.weight", dim, hid, 0);
 #undef B
 	return 0;
 }
@@ -207,14 +218,14 @@ uint64_t sf_model_bytes(const struct sf_model *m)
 	return n;
 }
 
-/* Layer l's tensors; the biases have data NULL when absent. */
-#define LAYER_TENSORS 12
+/* Layer l's tensors; the biases and q/k norms have data NULL when absent. */
+#define LAYER_TENSORS 14
 static void layer_tensors(const struct sf_model *m, int l, const struct sf_weight **all)
 {
 	const struct sf_layer_weights *w = &m->layers[l];
 	const struct sf_weight *t[LAYER_TENSORS] = { &w->attn_norm, &w->wq, &w->wk, &w->wv,
 						     &w->wo, &w->bq, &w->bk, &w->bv,
-						     &w->ffn_norm, &w->w_gate, &w->w_up,
+						     &w->q_norm, &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up,
 						     &w->w_down };
 	memcpy(all, t, sizeof(t));
 }

@@ -28,6 +28,7 @@ struct sf_layer_weights {
 	struct sf_weight wv;		/* (n_kv_heads * head_dim, dim) */
 	struct sf_weight wo;		/* (dim, n_heads * head_dim) */
 	struct sf_weight bq, bk, bv;	/* biases when cfg.qkv_bias, else data NULL */
+	struct sf_weight q_norm, k_norm;	/* (head_dim) when cfg.qk_norm, else data NULL */
 	struct sf_weight ffn_norm;	/* (dim) */
 	struct sf_weight w_gate;	/* (hidden_dim, dim) */
 	struct sf_weight w_up;		/* (hidden_dim, dim) */
