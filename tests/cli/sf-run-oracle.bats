@@ -1,0 +1,121 @@
+#!/usr/bin/env bats
+# sf-run --model against tests/oracle/hf_forward.py, a literal NumPy forward
+# of each architecture as transformers computes it, on tiny random F32
+# checkpoints the oracle writes (byte-level tokenizer of tests/fixtures):
+# the nll of a text within 2e-4 and the same greedy tokens. Llama checks
+# the oracle against the path the PyTorch references already vouch for;
+# Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head) then
+# rests on it, dense and from an image at budget 1. Needs /usr/bin/python3
+# with numpy (python3-numpy), else every test skips with one line.
+
+load helpers
+
+ORACLE=$SF_ROOT/tests/oracle/hf_forward.py
+PYTHON=${SF_PYTHON:-/usr/bin/python3}
+# no merge of the tokenizer inside, so that its ids are bytes; the
+# oracle's ids come from sf-run's own tokenization all the same
+TEXT="a big dog ran far away, and my cow ran home"
+NLL_TOL=2e-4
+
+setup_file() {
+	file_scratch sf-run-oracle
+	"$PYTHON" -c 'import numpy' 2> /dev/null || return 0
+	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
+	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
+	printf '%s\n' "$TEXT" > "$D/text.txt"
+}
+
+teardown_file() {
+	rm -rf "$D"
+}
+
+need_numpy() {
+	"$PYTHON" -c 'import numpy' 2> /dev/null ||
+		skip "no numpy for $PYTHON (apt install python3-numpy): the NumPy oracle not run"
+}
+
+# The f32 KV cache: the oracle's attention has no f16 rounding.
+exact() { sf-run -q -ctk f32 -ctv f32 "$@"; }
+
+# The text's token ids as sf-run gives them (BOS first), comma-separated.
+ids() {
+	sf-run -m "$1" -p "$TEXT" -n 0 --verbose-prompt -q 2>&1 | awk '$2 == "->" { print $1 }' |
+		paste -sd,
+}
+
+# sf-run's nll of the text (MODEL: a directory, or an image with -m
+# left out) and the oracle's, within NLL_TOL.
+nll_matches() {
+	local got=$1 want=$2
+	echo "nll: sf-run $got, oracle $want"
+	jq -n --argjson g "$got" --argjson w "$want" --argjson t "$NLL_TOL" -e '($g - $w | fabs) < $t'
+}
+
+check_arch() {
+	local m=$D/$1 ids got want
+	need_numpy
+	ids=$(ids "$m")
+	[ "$(echo "$ids" | tr , '\n' | wc -l)" -eq 44 ]
+	got=$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)
+	want=$("$PYTHON" "$ORACLE" nll "$m" "$ids")
+	nll_matches "$got" "$want"
+	run --separate-stderr exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos
+	[ "$status" -eq 0 ]
+	want=$("$PYTHON" "$ORACLE" greedy "$m" 16 "$ids")
+	echo "greedy: sf-run '$output', oracle '$want'"
+	[ "$output" = "$want" ]
+}
+
+@test "Llama (tied head): the nll within 2e-4 of the NumPy oracle, its greedy tokens" {
+	check_arch llama
+}
+
+@test "Qwen3 (q/k norms, head_dim 16 beside hidden / heads 12, untied head): the nll within 2e-4 of the oracle, its greedy tokens" {
+	check_arch qwen3
+}
+
+@test "a Qwen3 image at budget 1 gives the dense nll and greedy text" {
+	local dense got
+	need_numpy
+	sf-pack -q --model "$D/qwen3" -o "$D/qwen3.sfimg"
+	probe_direct "$D/qwen3.sfimg"
+	need_direct
+	sf-pack --info "$D/qwen3.sfimg" | jq -e '.model.arch == "Qwen3ForCausalLM"'
+	dense=$(exact -m "$D/qwen3" --ppl "$D/text.txt" --window 64 | jq .nll)
+	got=$(exact "$D/qwen3.sfimg" --ppl "$D/text.txt" --window 64 | jq .nll)
+	nll_matches "$got" "$dense"
+	[ "$(exact "$D/qwen3.sfimg" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" = \
+	  "$(exact -m "$D/qwen3" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" ]
+}
+
+# A copy of the Qwen3 checkpoint with tensor NAME replaced by N ones.
+with_tensor() {
+	local name=$1 n=$2 m=$BATS_TEST_TMPDIR/bad
+	cp -r "$D/qwen3" "$m"
+	(cd "$SF_ROOT/tests/oracle" && "$PYTHON" - "$m/model.safetensors" "$name" "$n") <<'EOF'
+import sys, numpy as np, hf_forward as h
+t = h.read_safetensors(sys.argv[1])
+t[sys.argv[2]] = np.ones(int(sys.argv[3]))
+h.write_safetensors(sys.argv[1], t)
+EOF
+	echo "$m"
+}
+
+@test "a q_norm of the wrong size: one line naming the tensor and head_dim, exit 1" {
+	local m
+	need_numpy
+	m=$(with_tensor model.layers.1.self_attn.q_norm.weight 12)
+	run --separate-stderr sf-run -m "$m" -p hi
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.q_norm.weight': shape [12], expected [16] (head_dim 16)" ]
+}
+
+@test "a head_dim that disagrees with the tensors: one line naming it, exit 1" {
+	local m=$BATS_TEST_TMPDIR/bad
+	need_numpy
+	cp -r "$D/qwen3" "$m"
+	jq '.head_dim = 12' "$D/qwen3/config.json" > "$m/config.json"
+	run --separate-stderr sf-run -m "$m" -p hi
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)" ]
+}
