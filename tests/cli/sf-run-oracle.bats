@@ -4,9 +4,10 @@
 # checkpoints the oracle writes (byte-level tokenizer of tests/fixtures):
 # the nll of a text within 2e-4 and the same greedy tokens. Llama checks
 # the oracle against the path the PyTorch references already vouch for;
-# Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head) then
-# rests on it, dense and from an image at budget 1. Needs /usr/bin/python3
-# with numpy (python3-numpy), else every test skips with one line.
+# Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head), dense
+# and from an image at budget 1, and Mixtral (4 experts, top 2) then rest
+# on it. Needs /usr/bin/python3 with numpy (python3-numpy), else every test
+# skips with one line.
 
 load helpers
 
@@ -22,6 +23,7 @@ setup_file() {
 	"$PYTHON" -c 'import numpy' 2> /dev/null || return 0
 	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
 	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
+	"$PYTHON" "$ORACLE" write "$D/mixtral" mixtral 7
 	printf '%s\n' "$TEXT" > "$D/text.txt"
 }
 
@@ -88,34 +90,95 @@ check_arch() {
 	  "$(exact -m "$D/qwen3" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" ]
 }
 
-# A copy of the Qwen3 checkpoint with tensor NAME replaced by N ones.
+# A copy of checkpoint ARCH with tensor NAME replaced by N ones, or
+# without it when N is 0.
 with_tensor() {
-	local name=$1 n=$2 m=$BATS_TEST_TMPDIR/bad
-	cp -r "$D/qwen3" "$m"
+	local arch=$1 name=$2 n=$3 m=$BATS_TEST_TMPDIR/bad
+	cp -r "$D/$arch" "$m"
 	(cd "$SF_ROOT/tests/oracle" && "$PYTHON" - "$m/model.safetensors" "$name" "$n") <<'EOF'
 import sys, numpy as np, hf_forward as h
 t = h.read_safetensors(sys.argv[1])
-t[sys.argv[2]] = np.ones(int(sys.argv[3]))
+if int(sys.argv[3]):
+    t[sys.argv[2]] = np.ones(int(sys.argv[3]))
+else:
+    del t[sys.argv[2]]
 h.write_safetensors(sys.argv[1], t)
 EOF
 	echo "$m"
 }
 
+# A copy of checkpoint ARCH with config.json through the jq FILTER.
+with_config() {
+	local arch=$1 filter=$2 m=$BATS_TEST_TMPDIR/bad
+	cp -r "$D/$arch" "$m"
+	jq "$filter" "$D/$arch/config.json" > "$m/config.json"
+	echo "$m"
+}
+
+# sf-run on model M: exit 1 and the one line WANT.
+refused() {
+	run --separate-stderr sf-run -m "$1" -p hi
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "$2" ]
+}
+
 @test "a q_norm of the wrong size: one line naming the tensor and head_dim, exit 1" {
 	local m
 	need_numpy
-	m=$(with_tensor model.layers.1.self_attn.q_norm.weight 12)
-	run --separate-stderr sf-run -m "$m" -p hi
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.q_norm.weight': shape [12], expected [16] (head_dim 16)" ]
+	m=$(with_tensor qwen3 model.layers.1.self_attn.q_norm.weight 12)
+	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.q_norm.weight': shape [12], expected [16] (head_dim 16)"
 }
 
 @test "a head_dim that disagrees with the tensors: one line naming it, exit 1" {
-	local m=$BATS_TEST_TMPDIR/bad
+	local m
 	need_numpy
-	cp -r "$D/qwen3" "$m"
-	jq '.head_dim = 12' "$D/qwen3/config.json" > "$m/config.json"
-	run --separate-stderr sf-run -m "$m" -p hi
+	m=$(with_config qwen3 '.head_dim = 12')
+	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)"
+}
+
+@test "Mixtral (4 experts, top 2): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	local one
+	check_arch mixtral
+	one=$(exact -m "$D/mixtral" --ppl "$D/text.txt" --window 64 -b 1 | jq .nll)
+	[ "$(exact -m "$D/mixtral" --ppl "$D/text.txt" --window 64 -b 7 -t 1 | jq .nll)" = "$one" ]
+}
+
+@test "Mixtral: an expert count that disagrees with the router, a missing expert, a top k above the count: one line, exit 1" {
+	local m
+	need_numpy
+	m=$(with_config mixtral '.num_local_experts = 3')
+	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight': shape [4, 48], expected [3, 48] (num_local_experts 3)"
+	rm -rf "$m"
+	m=$(with_tensor mixtral model.layers.1.block_sparse_moe.experts.3.w2.weight 0)
+	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w2.weight': missing"
+	rm -rf "$m"
+	m=$(with_config mixtral '.num_experts_per_tok = 5')
+	refused "$m" "sf-run: $m/config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4"
+}
+
+@test "Mixtral: sf-pack, sf-profile and sf-encode refuse a mixture of experts by name" {
+	local why="$D/mixtral: MixtralForCausalLM: a mixture of experts, which only sf-run --model runs (no traces, codes or images of experts yet)"
+	need_numpy
+	run --separate-stderr sf-pack --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfimg"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)" ]
+	[ "$stderr" = "sf-pack: $why" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	run --separate-stderr sf-profile --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sft" "$D/text.txt"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: $why" ]
+	run --separate-stderr sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-encode: $why" ]
+}
+
+@test "-v counts every parameter of each architecture's checkpoint" {
+	local a want
+	need_numpy
+	for a in llama qwen3 mixtral; do
+		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
+print(sum(a.size for a in h.read_safetensors(sys.argv[1]).values()))' "$D/$a/model.safetensors")
+		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v
+		[ "$status" -eq 0 ]
+		[[ "$stderr" == *", $want parameters, "* ]] || { echo "$a: $want: $stderr"; false; }
+	done
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The oracle of tests/cli/sf-run-oracle.bats: a literal NumPy forward pass
-of Hugging Face's LlamaForCausalLM and Qwen3ForCausalLM, in float64, as
-transformers' modeling_llama.py and modeling_qwen3.py compute it, and the
-writer of the tiny random F32 checkpoints it runs on.
+of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM,
+in float64, as transformers' modeling_llama.py, modeling_qwen3.py and
+modeling_mixtral.py compute it, and the writer of the tiny random F32
+checkpoints it runs on.
 
   hf_forward.py write DIR ARCH SEED     a checkpoint in Hugging Face layout
   hf_forward.py nll DIR IDS             mean nll of IDS[1:] given the prefix
@@ -31,6 +32,9 @@ SHAPES = {
                   tie_word_embeddings=True),
     "qwen3": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=16,
                   tie_word_embeddings=False, attention_bias=False),
+    # 4 experts, 2 a token: every expert has tokens, and none has all
+    "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral",
+                    tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2),
 }
 
 
@@ -95,9 +99,17 @@ def write(d, arch, seed):
             t[p + "self_attn.q_norm.weight"] = gain(hd)
             t[p + "self_attn.k_norm.weight"] = gain(hd)
         t[p + "post_attention_layernorm.weight"] = gain(dim)
-        t[p + "mlp.gate_proj.weight"] = mat(hid, dim)
-        t[p + "mlp.up_proj.weight"] = mat(hid, dim)
-        t[p + "mlp.down_proj.weight"] = mat(dim, hid)
+        if arch == "mixtral":
+            moe = p + "block_sparse_moe."
+            t[moe + "gate.weight"] = mat(c["num_local_experts"], dim)
+            for e in range(c["num_local_experts"]):
+                t[moe + "experts.%d.w1.weight" % e] = mat(hid, dim)
+                t[moe + "experts.%d.w3.weight" % e] = mat(hid, dim)
+                t[moe + "experts.%d.w2.weight" % e] = mat(dim, hid)
+        else:
+            t[p + "mlp.gate_proj.weight"] = mat(hid, dim)
+            t[p + "mlp.up_proj.weight"] = mat(hid, dim)
+            t[p + "mlp.down_proj.weight"] = mat(dim, hid)
     t["model.norm.weight"] = gain(dim)
     if not c["tie_word_embeddings"]:
         t["lm_head.weight"] = 3 * mat(c["vocab_size"], dim)
@@ -129,6 +141,27 @@ def rotate_half(x):
 
 def silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def mlp(h, w1, w3, w2):
+    return (silu(h @ w1.T) * (h @ w3.T)) @ w2.T
+
+
+def moe(h, w, p, c):
+    """MixtralSparseMoeBlock: softmax over the router logits, the top k,
+    renormalised; each expert on its tokens, added in expert order."""
+    z = h @ w[p + "gate.weight"].T  # (T, experts)
+    prob = np.exp(z - z.max(axis=-1, keepdims=True))
+    prob /= prob.sum(axis=-1, keepdims=True)
+    top = np.argsort(-prob, axis=-1, kind="stable")[:, :c["num_experts_per_tok"]]
+    out = np.zeros_like(h)
+    for e in range(c["num_local_experts"]):
+        x = p + "experts.%d." % e
+        for t in np.nonzero((top == e).any(axis=-1))[0]:
+            weight = prob[t, e] / prob[t, top[t]].sum()
+            out[t] += weight * mlp(h[t], w[x + "w1.weight"], w[x + "w3.weight"],
+                                   w[x + "w2.weight"])
+    return out
 
 
 def logits(d, ids):
@@ -166,8 +199,11 @@ def logits(d, ids):
         z = (s / s.sum(axis=-1, keepdims=True)) @ v  # (nh, T, hd)
         x = x + z.transpose(1, 0, 2).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
-        a = silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
-        x = x + a @ w[p + "mlp.down_proj.weight"].T
+        if "num_local_experts" in c:
+            x = x + moe(h, w, p + "block_sparse_moe.", c)
+        else:
+            x = x + mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                        w[p + "mlp.down_proj.weight"])
     x = rmsnorm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return x @ head.T

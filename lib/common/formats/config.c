@@ -1,4 +1,4 @@
-/* config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM into a
+/* config.json of a Hugging Face Llama, Mistral, Mixtral, Qwen2 or Qwen3 causal LM into a
  * struct sf_config, with Hugging Face's defaults for absent fields and a
  * refusal, by name, of every feature the decoder does not implement. */
 #include "formats/config.h"
@@ -25,6 +25,7 @@
 #define SEQ_MAX (1 << 24)
 
 #define QWEN3_HEAD_DIM 128	/* Qwen3Config's head_dim when absent */
+#define EXPERTS_MAX 1024
 
 static const struct {
 	const char *arch;	/* architectures[0] */
@@ -33,6 +34,7 @@ static const struct {
 } archs[] = {
 	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA },
 	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL },
+	{ "MixtralForCausalLM", "mixtral", SF_ARCH_MIXTRAL },
 	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2 },
 	{ "Qwen3ForCausalLM", "qwen3", SF_ARCH_QWEN3 },
 };
@@ -145,7 +147,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
@@ -157,7 +159,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2 or qwen3)",
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, mixtral, qwen2 or qwen3)",
 				  path, name);
 	}
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
@@ -242,6 +244,25 @@ static int parse_eos(const char *path, json_t *root, struct sf_config *c, struct
 	return 0;
 }
 
+/* Mixtral's experts: num_local_experts and num_experts_per_tok, with
+ * MixtralConfig's defaults (8 and 2); a top-k above the count refused. */
+static int parse_experts(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	int ret;
+
+	if (c->arch != SF_ARCH_MIXTRAL)
+		return 0;
+	if ((ret = get_int(path, root, "", "num_local_experts", 0, 8, 1, EXPERTS_MAX, &c->n_experts,
+			   e)) ||
+	    (ret = get_int(path, root, "", "num_experts_per_tok", 0, 2, 1, EXPERTS_MAX,
+			   &c->n_experts_used, e)))
+		return ret;
+	if (c->n_experts_used > c->n_experts)
+		return sf_err_set(e, SF_EFORMAT, "%s: 'num_experts_per_tok' %d is above "
+				  "'num_local_experts' %d", path, c->n_experts_used, c->n_experts);
+	return 0;
+}
+
 /* Features of these architectures that the decoder does not compute. */
 static int refuse_unsupported(const char *path, json_t *root, const struct sf_config *c,
 			      struct sf_err *e)
@@ -287,8 +308,8 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 {
 	int use = 0, ret;
 
-	if (c->arch == SF_ARCH_MISTRAL)
-		use = 1;	/* MistralConfig applies sliding_window whenever set */
+	if (c->arch == SF_ARCH_MISTRAL || c->arch == SF_ARCH_MIXTRAL)
+		use = 1;	/* their configs apply sliding_window whenever set */
 	else if ((c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN3) &&
 		 (ret = get_bool(path, root, "use_sliding_window", 0, &use, e)))
 		return ret;
@@ -385,6 +406,7 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
 	    (ret = refuse_unsupported(path, root, c, e)) ||
 	    (ret = parse_sliding_window(path, root, c, e)) ||
+	    (ret = parse_experts(path, root, c, e)) ||
 	    (ret = get_int(path, root, "", "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_id, e)) ||
 	    (ret = parse_eos(path, root, c, e)))
 		goto out;

@@ -1,5 +1,5 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
- * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Anything we do not implement is
+ * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Anything we do not implement is
  * refused by name. See man/sparseflash.7 for the supported fields. */
 #ifndef SF_CONFIG_H
 #define SF_CONFIG_H
@@ -7,7 +7,9 @@
 #include "base/err.h"
 #include "base/vocab.h"
 
-enum sf_arch { SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3 };
+enum sf_arch {
+	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL
+};
 
 #define SF_MAX_EOS 8
 
@@ -33,7 +35,10 @@ struct sf_config {
 	int bos_id;		/* -1 when absent */
 	int eos_ids[SF_MAX_EOS];
 	int n_eos;
-	int sliding_window;	/* Mistral, or Qwen2/3 with use_sliding_window; 0 when none */
+	int sliding_window;	/* Mistral, Mixtral, or Qwen2/3 with use_sliding_window;
+				 * 0 when none */
+	int n_experts;		/* Mixtral's num_local_experts; 0: a dense FFN */
+	int n_experts_used;	/* num_experts_per_tok: the top k of the router */
 };
 
 /* Reads PATH (DIR/config.json). Shape fields (hidden_size,
