@@ -115,25 +115,27 @@ with_config() {
 	echo "$m"
 }
 
-# sf-run on model M: exit 1 and the one line WANT.
+# The command after WANT: exit 1 and the one line WANT.
 refused() {
-	run --separate-stderr sf-run -m "$1" -p hi
+	local want=$1
+	shift
+	run --separate-stderr "$@"
 	[ "$status" -eq 1 ]
-	[ "$stderr" = "$2" ]
+	[ "$stderr" = "$want" ]
 }
 
 @test "a q_norm of the wrong size: one line naming the tensor and head_dim, exit 1" {
 	local m
 	need_numpy
 	m=$(with_tensor qwen3 model.layers.1.self_attn.q_norm.weight 12)
-	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.q_norm.weight': shape [12], expected [16] (head_dim 16)"
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.q_norm.weight': shape [12], expected [16] (head_dim 16)" sf-run -m "$m" -p hi
 }
 
 @test "a head_dim that disagrees with the tensors: one line naming it, exit 1" {
 	local m
 	need_numpy
 	m=$(with_config qwen3 '.head_dim = 12')
-	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)"
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)" sf-run -m "$m" -p hi
 }
 
 @test "Mixtral (4 experts, top 2): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
@@ -147,28 +149,23 @@ refused() {
 	local m
 	need_numpy
 	m=$(with_config mixtral '.num_local_experts = 3')
-	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight': shape [4, 48], expected [3, 48] (num_local_experts 3)"
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight': shape [4, 48], expected [3, 48] (num_local_experts 3)" sf-run -m "$m" -p hi
 	rm -rf "$m"
 	m=$(with_tensor mixtral model.layers.1.block_sparse_moe.experts.3.w2.weight 0)
-	refused "$m" "sf-run: $m/model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w2.weight': missing"
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w2.weight': missing" sf-run -m "$m" -p hi
 	rm -rf "$m"
 	m=$(with_config mixtral '.num_experts_per_tok = 5')
-	refused "$m" "sf-run: $m/config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4"
+	refused "sf-run: $m/config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4" sf-run -m "$m" -p hi
 }
 
 @test "Mixtral: sf-pack, sf-profile and sf-encode refuse a mixture of experts by name" {
 	local why="$D/mixtral: MixtralForCausalLM: a mixture of experts, which only sf-run --model runs (no traces, codes or images of experts yet)"
 	need_numpy
-	run --separate-stderr sf-pack --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfimg"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-pack: $why" ]
+	refused "sf-pack: $why" sf-pack --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfimg"
 	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
-	run --separate-stderr sf-profile --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sft" "$D/text.txt"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-profile: $why" ]
-	run --separate-stderr sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
-	[ "$status" -eq 1 ]
-	[ "$stderr" = "sf-encode: $why" ]
+	refused "sf-profile: $why" sf-profile --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sft" \
+		"$D/text.txt"
+	refused "sf-encode: $why" sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
 }
 
 @test "-v counts every parameter of each architecture's checkpoint" {

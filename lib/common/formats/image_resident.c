@@ -255,6 +255,9 @@ int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err
 
 	if (ret)
 		return ret;
+	/* sf-pack writes none; one made by hand is no image of groups */
+	if ((ret = sf_model_dense_ffn(m, img->path, e)))
+		goto out;
 	/* a resident group's matrices must have their bytes, a flash group's none */
 	for (int l = 0; l < img->cfg.n_layers; l++)
 		for (int g = 0; g < SF_NGROUPS; g++) {
