@@ -418,7 +418,7 @@ int sf_state_check_tokens(struct sf_runstate *s, const struct sf_config *c,
 // ----------------------------------------------------------------------------
 // a mixture of experts' FFN (Mixtral)
 
-/* Token t's route (n) from its router probabilities p (n): the k largest
+/* A token's route (n) from its router probabilities p (n): the k largest
  * (ties to the lower index, as a stable sort) keep their probability over
  * the sum of the k, every other expert 0. */
 static void route_top_k(float *route, const float *p, int n, int k)
@@ -482,7 +482,8 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 		}
 		for (int i = 0; i < n; i++) {
 			int t = s->moe_tok[i];
-			sf_axpy_f32(s->proj + t * dim, s->route[t * ne + e], s->moe_out + i * dim, dim);
+			sf_axpy_f32(s->proj + t * dim, s->route[t * ne + e], s->moe_out + i * dim,
+				    dim);
 		}
 	}
 }
@@ -567,9 +568,11 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		for (int t = 0; t < T; t++)
 			sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
 				  hidden);
-		float *y[] = { s->proj };
-		const struct sf_weight *mw[] = { &w->w_down };
-		apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
+		{
+			float *y[] = { s->proj };
+			const struct sf_weight *mw[] = { &w->w_down };
+			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
+		}
 	}
 	for (int t = 0; t < T; t++)
 		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);

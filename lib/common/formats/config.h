@@ -1,6 +1,7 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
- * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Anything we do not implement is
- * refused by name. See man/sparseflash.7 for the supported fields. */
+ * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+ * Anything we do not implement is refused by name. See man/sparseflash.7
+ * for the supported fields. */
 #ifndef SF_CONFIG_H
 #define SF_CONFIG_H
 

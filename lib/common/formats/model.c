@@ -147,11 +147,14 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 				 (unsigned long long)cols);
 		else
 			snprintf(want, sizeof(want), "[%llu]", (unsigned long long)rows);
-		if (flags & (BIND_HEAD_DIM | BIND_EXPERTS))
+		if (flags & BIND_HEAD_DIM)
 			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
-					  "(%s %d)", st->paths[t->file], name, got, want,
-					  flags & BIND_HEAD_DIM ? "head_dim" : "num_local_experts",
-					  flags & BIND_HEAD_DIM ? b->m->cfg.head_dim : b->m->cfg.n_experts);
+					  "(head_dim %d)", st->paths[t->file], name, got, want,
+					  b->m->cfg.head_dim);
+		if (flags & BIND_EXPERTS)
+			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
+					  "(num_local_experts %d)", st->paths[t->file], name, got, want,
+					  b->m->cfg.n_experts);
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s",
 				  st->paths[t->file], name, got, want);
 	}
@@ -245,8 +248,9 @@ static void layer_tensors(const struct sf_model *m, int l, const struct sf_weigh
 	const struct sf_layer_weights *w = &m->layers[l];
 	const struct sf_weight *t[LAYER_TENSORS] = { &w->attn_norm, &w->wq, &w->wk, &w->wv,
 						     &w->wo, &w->bq, &w->bk, &w->bv,
-						     &w->q_norm, &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up,
-						     &w->w_down, &w->router };
+						     &w->q_norm, &w->k_norm, &w->ffn_norm,
+						     &w->w_gate, &w->w_up, &w->w_down,
+						     &w->router };
 	memcpy(all, t, sizeof(t));
 }
 
