@@ -553,8 +553,12 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 	/* from the shapes, in 64 bits: a 7B model's count overflows int */
 	uint64_t dim = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
 	uint64_t kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
-	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + 3 * dim * (uint64_t)c->hidden_dim +
-			 (c->qkv_bias ? q + 2 * kv : 0);
+	uint64_t ffn = 3 * dim * (uint64_t)c->hidden_dim;
+	/* a mixture: each expert an FFN, and the router's row per expert */
+	uint64_t ffns = c->n_experts ? (uint64_t)c->n_experts * (ffn + dim) : ffn;
+	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + ffns +
+			 (c->qkv_bias ? q + 2 * kv : 0) +
+			 (c->qk_norm ? 2 * (uint64_t)c->head_dim : 0);
 	uint64_t params = (uint64_t)c->vocab_size * dim * (c->tie_embeddings ? 1 : 2) + dim +
 			  (uint64_t)c->n_layers * layer;
 

@@ -325,7 +325,8 @@ static int pack(const struct options *o)
 
 	if ((ret = sf_model_open(&m, o->model_dir, &e)))
 		goto out;
-	if ((ret = sf_tokenizer_open_model(NULL, o->model_dir, m.cfg.vocab_size, &e)) ||
+	if ((ret = sf_model_dense_ffn(&m, o->model_dir, &e)) ||
+	    (ret = sf_tokenizer_open_model(NULL, o->model_dir, m.cfg.vocab_size, &e)) ||
 	    (o->placement && (ret = sf_placement_read(&pl, o->placement, &e))) ||
 	    (o->codes && (ret = sf_sfq_open(&q, o->codes, &e))) ||
 	    (o->calib && (ret = sf_calib_load(&cal, o->calib, &e))) ||

@@ -215,6 +215,7 @@ static int session_open(struct session *S, struct options *o)
 	int ret;
 
 	if ((ret = sf_model_open(&S->model, o->model_dir, &e)) ||
+	    (ret = sf_model_dense_ffn(&S->model, o->model_dir, &e)) ||
 	    (ret = sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, &e)))
 		goto fail;
 	const struct sf_config *cfg = &S->model.cfg;

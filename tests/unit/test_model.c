@@ -236,6 +236,26 @@ static void test_config(void)
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("qwen2")));
 	CHECK(ret == 0 && c.arch == SF_ARCH_QWEN2 && c.qkv_bias, "model_type qwen2: %s", e.msg);
+	/* Qwen3: q/k norms, no biases; head_dim's default is 128, not
+	 * hidden / heads (a hidden_size no multiple of the heads is fine). */
+	j = with(base_config(), "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
+	j = with(j, "head_dim", NULL);
+	ret = VARIANT(with(j, "hidden_size", json_integer(130)));
+	CHECK(ret == 0 && c.arch == SF_ARCH_QWEN3 && c.qk_norm && !c.qkv_bias && c.head_dim == 128,
+	      "qwen3: %d %s", ret, e.msg);
+	j = with(base_config(), "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
+	ret = VARIANT(with(j, "attention_bias", json_true()));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'attention_bias': true unsupported");
+	/* Mixtral: MixtralConfig's 8 experts, 2 a token; a top k above the
+	 * count refused. */
+	ret = VARIANT(with(base_config(), "architectures", json_pack("[s]", "MixtralForCausalLM")));
+	CHECK(ret == 0 && c.arch == SF_ARCH_MIXTRAL && c.n_experts == 8 && c.n_experts_used == 2,
+	      "mixtral: %d %s", ret, e.msg);
+	j = with(base_config(), "architectures", json_pack("[s]", "MixtralForCausalLM"));
+	ret = VARIANT(with(j, "num_experts_per_tok", json_integer(9)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_experts_per_tok' 9 is above 'num_local_experts' 8");
+	ret = VARIANT(with(base_config(), "num_local_experts", json_integer(8)));
+	CHECK(ret == 0 && c.n_experts == 0, "num_local_experts outside Mixtral: %d %s", ret, e.msg);
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("gemma")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");
@@ -512,6 +532,13 @@ static void test_bad_models(void)
 			 ts.t, ts.n);
 	ret = sf_model_open(&m, dir, &e);
 	CHECK_ERR(ret, SF_EMISMATCH, &e, "tensor 'model.layers.0.self_attn.q_proj.bias': missing");
+
+	/* Qwen3 needs the q/k norms the file does not have. */
+	dir = make_model("qwen3", with(with(base_config(), "architectures",
+					    json_pack("[s]", "Qwen3ForCausalLM")),
+				       "head_dim", json_integer(32)), ts.t, ts.n);
+	ret = sf_model_open(&m, dir, &e);
+	CHECK_ERR(ret, SF_EMISMATCH, &e, "tensor 'model.layers.0.self_attn.q_norm.weight': missing");
 
 	/* An unused tensor would be silently ignored: refused. */
 	o = &ts.t[ts.n];

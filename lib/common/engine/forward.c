@@ -22,6 +22,7 @@
  * long context passes 2^32 floats. */
 struct state_sizes {
 	uint64_t dim, q, kv, hidden, att, vocab, rope;
+	uint64_t experts, moe_dim, moe_tok;	/* 0 without experts */
 };
 
 /* Tokens of a pass whose attention outputs a head computes together (the
@@ -47,6 +48,9 @@ static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, in
 	z.att = (uint64_t)c->n_heads * (uint64_t)att_queries(batch) * seq_len;
 	z.vocab = (uint64_t)rows * (uint64_t)c->vocab_size;
 	z.rope = (uint64_t)c->head_dim / 2;
+	z.experts = b * (uint64_t)c->n_experts;
+	z.moe_dim = c->n_experts ? z.dim : 0;
+	z.moe_tok = c->n_experts ? b : 0;
 	return z;
 }
 
@@ -58,8 +62,9 @@ static int logit_rows(const struct sf_state_opts *o)
 uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_opts *o)
 {
 	struct state_sizes z = state_sizes(c, o->seq_len, o->batch, logit_rows(o));
-	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab + z.rope;
-	return floats * sizeof(float);
+	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab + z.rope +
+			  2 * z.experts + 2 * z.moe_dim;
+	return floats * sizeof(float) + z.moe_tok * sizeof(int);
 }
 
 uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_type k,
@@ -146,9 +151,17 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	s->key_cache = map_zeros(s->k_map);
 	s->value_cache = map_zeros(s->v_map);
 	s->inv_freq = calloc(z.rope ? z.rope : 1, sizeof(float));
+	if (c->n_experts) {
+		s->router = calloc(z.experts, sizeof(float));
+		s->route = calloc(z.experts, sizeof(float));
+		s->moe_in = calloc(z.moe_dim, sizeof(float));
+		s->moe_out = calloc(z.moe_dim, sizeof(float));
+		s->moe_tok = calloc(z.moe_tok, sizeof(int));
+	}
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
-	    !s->inv_freq) {
+	    !s->inv_freq || (c->n_experts && (!s->router || !s->route || !s->moe_in ||
+					      !s->moe_out || !s->moe_tok))) {
 		uint64_t bytes = sf_state_buffer_bytes(c, o) + sf_state_kv_bytes(c, seq_len, k, v);
 		sf_state_free(s);
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
@@ -173,6 +186,11 @@ void sf_state_free(struct sf_runstate *s)
 	free(s->up);
 	free(s->act);
 	free(s->att);
+	free(s->router);
+	free(s->route);
+	free(s->moe_in);
+	free(s->moe_out);
+	free(s->moe_tok);
 	free(s->logits);
 	if (s->key_cache)
 		munmap(s->key_cache, (size_t)(s->k_map ? s->k_map : 1));
@@ -191,6 +209,17 @@ static void add_bias(float *y, const struct sf_weight *b)
 		return;
 	for (uint64_t i = 0; i < b->rows; i++)
 		y[i] += sf_weight_at(b, i);
+}
+
+/* Qwen3's RMSNorm of each head of x (heads, hd) over its own hd
+ * elements, before RoPE; nothing when the model has no such norm. */
+static void head_norm(float *x, const struct sf_weight *norm, size_t heads, size_t hd,
+		      float eps)
+{
+	if (!norm->data)
+		return;
+	for (size_t h = 0; h < heads; h++)
+		sf_rmsnorm(x + h * hd, x + h * hd, norm->data, norm->dtype, hd, eps);
 }
 
 static void observe(const struct sf_runstate *s, int layer, enum sf_group g, const float *in,
@@ -415,6 +444,79 @@ int sf_state_check_tokens(struct sf_runstate *s, const struct sf_config *c,
 	return 0;
 }
 
+// ----------------------------------------------------------------------------
+// a mixture of experts' FFN (Mixtral)
+
+/* A token's route (n) from its router probabilities p (n): the k largest
+ * (ties to the lower index, as a stable sort) keep their probability over
+ * the sum of the k, every other expert 0. */
+static void route_top_k(float *route, const float *p, int n, int k)
+{
+	float sum = 0.0f;
+
+	for (int e = 0; e < n; e++) {
+		int above = 0;	/* experts ranked before e */
+		for (int j = 0; j < n; j++)
+			above += p[j] > p[e] || (p[j] == p[e] && j < e);
+		route[e] = above < k ? p[e] : 0.0f;
+		sum += route[e];
+	}
+	for (int e = 0; e < n; e++)
+		route[e] /= sum;
+}
+
+/* s->proj (T, dim) = the sum over each token's picked experts, in expert
+ * order as transformers adds them, of its route weight times the expert's
+ * SwiGLU FFN of s->xb. An expert runs once on all the tokens that picked
+ * it, each token's floats those it would get alone. A picked expert whose
+ * weight underflowed to 0 adds nothing, and is skipped. */
+static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
+		    const struct sf_layer_weights *w, int T)
+{
+	size_t dim = (size_t)c->dim, hidden = (size_t)c->hidden_dim, ne = (size_t)c->n_experts;
+
+	{
+		float *y[] = { s->router };
+		const struct sf_weight *mw[] = { &w->router };
+		sf_group_dense_batch(s->pool, s->xb, dim, T, 1, y, mw);
+	}
+	for (int t = 0; t < T; t++) {
+		sf_softmax(s->router + t * ne, ne);
+		route_top_k(s->route + t * ne, s->router + t * ne, c->n_experts, c->n_experts_used);
+	}
+	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
+	for (size_t e = 0; e < ne; e++) {
+		const struct sf_expert_weights *x = &w->experts[e];
+		int n = 0;
+
+		for (int t = 0; t < T; t++)
+			if (s->route[t * ne + e] != 0.0f) {
+				memcpy(s->moe_in + n * dim, s->xb + t * dim, dim * sizeof(float));
+				s->moe_tok[n++] = t;
+			}
+		if (!n)
+			continue;
+		{
+			float *y[] = { s->gate, s->up };
+			const struct sf_weight *mw[] = { &x->w_gate, &x->w_up };
+			sf_group_dense_batch(s->pool, s->moe_in, dim, n, 2, y, mw);
+		}
+		for (int i = 0; i < n; i++)
+			sf_swiglu(s->act + i * hidden, s->gate + i * hidden, s->up + i * hidden,
+				  hidden);
+		{
+			float *y[] = { s->moe_out };
+			const struct sf_weight *mw[] = { &x->w_down };
+			sf_group_dense_batch(s->pool, s->act, hidden, n, 1, y, mw);
+		}
+		for (int i = 0; i < n; i++) {
+			int t = s->moe_tok[i];
+			sf_axpy_f32(s->proj + t * dim, s->route[t * ne + e], s->moe_out + i * dim,
+				    dim);
+		}
+	}
+}
+
 /* The first of T rows of n floats holding a NaN or an infinity, or -1:
  * a scan of the hidden state per layer, small beside the layer's products. */
 static int nonfinite_row(const float *x, int T, size_t n)
@@ -458,6 +560,8 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		add_bias(q, &w->bq);
 		add_bias(k, &w->bk);
 		add_bias(v, &w->bv);
+		head_norm(q, &w->q_norm, (size_t)c->n_heads, hd, c->norm_eps);
+		head_norm(k, &w->k_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
 		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t);
 		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t);
 		sf_kv_put(s->key_cache + row * s->k_row, s->kv_k, k, kv_dim);
@@ -477,22 +581,27 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 	for (int t = 0; t < T; t++)
 		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
 
-	// FFN: down(silu(gate(x)) * up(x)) on the normed residual
+	// FFN: down(silu(gate(x)) * up(x)) on the normed residual, or a
+	// mixture of such experts
 	for (int t = 0; t < T; t++)
 		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
 			   w->ffn_norm.dtype, dim, c->norm_eps);
-	{
-		float *y[] = { s->gate, s->up };
-		const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
-		apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
-	}
-	for (int t = 0; t < T; t++)
-		sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
-			  hidden);
-	{
-		float *y[] = { s->proj };
-		const struct sf_weight *mw[] = { &w->w_down };
-		apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
+	if (c->n_experts) {
+		moe_ffn(c, s, w, T);
+	} else {
+		{
+			float *y[] = { s->gate, s->up };
+			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
+			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
+		}
+		for (int t = 0; t < T; t++)
+			sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
+				  hidden);
+		{
+			float *y[] = { s->proj };
+			const struct sf_weight *mw[] = { &w->w_down };
+			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
+		}
 	}
 	for (int t = 0; t < T; t++)
 		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);

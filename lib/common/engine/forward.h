@@ -1,6 +1,8 @@
 /* The transformer forward pass for one token with a KV cache: RMSNorm,
  * GQA attention with rotate-half RoPE, SwiGLU FFN, tied or separate head,
- * exactly as Hugging Face's Llama/Mistral/Qwen2 compute it in float32.
+ * exactly as Hugging Face's Llama/Mistral/Qwen2/Qwen3 compute it in float32
+ * (Qwen3: each head's q and k RMSNormed before RoPE; Mixtral: the FFN
+ * a mixture of experts, the top k of the router's softmax, renormalised).
  * The matrices of each layer are applied group by group (attn_in, attn_out,
  * ffn_in, ffn_out), the unit every sparse stage works in. */
 #ifndef SF_FORWARD_H
@@ -68,6 +70,13 @@ struct sf_runstate {
 	size_t k_row, v_row;
 	uint64_t k_map, v_map;	/* bytes of the mappings */
 	float *inv_freq;	/* (head_dim / 2) RoPE inverse frequencies */
+	/* a mixture of experts' FFN (cfg.n_experts > 0), else NULL */
+	float *router;		/* (batch, n_experts) router logits, then probabilities */
+	float *route;		/* (batch, n_experts) renormalised weight of a picked
+				 * expert, 0 for the others */
+	float *moe_in;		/* (batch, dim) the normed x of one expert's tokens */
+	float *moe_out;		/* (batch, dim) their outputs of that expert */
+	int *moe_tok;		/* (batch) which tokens of the pass they are */
 
 	struct sf_pool *pool;	/* workers; NULL runs on the caller */
 	const struct sf_observer *observer;	/* NULL for none */

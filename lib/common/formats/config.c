@@ -1,4 +1,4 @@
-/* config.json of a Hugging Face Llama, Mistral or Qwen2 causal LM into a
+/* config.json of a Hugging Face Llama, Mistral, Mixtral, Qwen2 or Qwen3 causal LM into a
  * struct sf_config, with Hugging Face's defaults for absent fields and a
  * refusal, by name, of every feature the decoder does not implement. */
 #include "formats/config.h"
@@ -24,6 +24,9 @@
 #define VOCAB_MAX (4 << 20)
 #define SEQ_MAX (1 << 24)
 
+#define QWEN3_HEAD_DIM 128	/* Qwen3Config's head_dim when absent */
+#define EXPERTS_MAX 1024
+
 static const struct {
 	const char *arch;	/* architectures[0] */
 	const char *type;	/* model_type */
@@ -31,7 +34,9 @@ static const struct {
 } archs[] = {
 	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA },
 	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL },
+	{ "MixtralForCausalLM", "mixtral", SF_ARCH_MIXTRAL },
 	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2 },
+	{ "Qwen3ForCausalLM", "qwen3", SF_ARCH_QWEN3 },
 };
 
 const char *sf_arch_name(enum sf_arch a)
@@ -142,7 +147,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
@@ -154,7 +159,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral or qwen2)",
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, mixtral, qwen2 or qwen3)",
 				  path, name);
 	}
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
@@ -239,6 +244,25 @@ static int parse_eos(const char *path, json_t *root, struct sf_config *c, struct
 	return 0;
 }
 
+/* Mixtral's experts: num_local_experts and num_experts_per_tok, with
+ * MixtralConfig's defaults (8 and 2); a top-k above the count refused. */
+static int parse_experts(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	int ret;
+
+	if (c->arch != SF_ARCH_MIXTRAL)
+		return 0;
+	if ((ret = get_int(path, root, "", "num_local_experts", 0, 8, 1, EXPERTS_MAX, &c->n_experts,
+			   e)) ||
+	    (ret = get_int(path, root, "", "num_experts_per_tok", 0, 2, 1, EXPERTS_MAX,
+			   &c->n_experts_used, e)))
+		return ret;
+	if (c->n_experts_used > c->n_experts)
+		return sf_err_set(e, SF_EFORMAT, "%s: 'num_experts_per_tok' %d is above "
+				  "'num_local_experts' %d", path, c->n_experts_used, c->n_experts);
+	return 0;
+}
+
 /* Features of these architectures that the decoder does not compute. */
 static int refuse_unsupported(const char *path, json_t *root, const struct sf_config *c,
 			      struct sf_err *e)
@@ -257,15 +281,18 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 			return sf_err_set(e, SF_EUNSUPPORTED,
 					  "%s: 'hidden_act': '%.60s' unsupported (only silu)", path, s);
 	}
-	/* Only LlamaConfig reads these; Mistral and Qwen2 build their
-	 * Linear layers without them. */
-	if (c->arch == SF_ARCH_LLAMA) {
+	/* Only LlamaConfig and Qwen3Config read attention_bias, only
+	 * LlamaConfig mlp_bias; Mistral and Qwen2 build their Linear layers
+	 * without them. */
+	if (c->arch == SF_ARCH_LLAMA || c->arch == SF_ARCH_QWEN3) {
 		if ((ret = get_bool(path, root, "attention_bias", 0, &b, e)))
 			return ret;
 		if (b)
 			return sf_err_set(e, SF_EUNSUPPORTED,
-					  "%s: 'attention_bias': true unsupported (Llama's q/k/v/o biases)",
+					  "%s: 'attention_bias': true unsupported (q/k/v/o biases)",
 					  path);
+	}
+	if (c->arch == SF_ARCH_LLAMA) {
 		if ((ret = get_bool(path, root, "mlp_bias", 0, &b, e)))
 			return ret;
 		if (b)
@@ -281,9 +308,9 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 {
 	int use = 0, ret;
 
-	if (c->arch == SF_ARCH_MISTRAL)
-		use = 1;	/* MistralConfig applies sliding_window whenever set */
-	else if (c->arch == SF_ARCH_QWEN2 &&
+	if (c->arch == SF_ARCH_MISTRAL || c->arch == SF_ARCH_MIXTRAL)
+		use = 1;	/* their configs apply sliding_window whenever set */
+	else if ((c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN3) &&
 		 (ret = get_bool(path, root, "use_sliding_window", 0, &use, e)))
 		return ret;
 	if (!use)
@@ -349,10 +376,12 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 		goto out;
 	v = json_object_get(root, "head_dim");
 	head_dim_default = !v || json_is_null(v);
-	if ((ret = get_int(path, root, "", "head_dim", 0, c->dim / c->n_heads, 1, HEAD_DIM_MAX,
-			   &c->head_dim, e)))
+	/* Qwen3Config's own default is 128, whatever hidden_size says. */
+	if ((ret = get_int(path, root, "", "head_dim", 0,
+			   c->arch == SF_ARCH_QWEN3 ? QWEN3_HEAD_DIM : c->dim / c->n_heads, 1,
+			   HEAD_DIM_MAX, &c->head_dim, e)))
 		goto out;
-	if (head_dim_default && c->dim % c->n_heads) {
+	if (head_dim_default && c->arch != SF_ARCH_QWEN3 && c->dim % c->n_heads) {
 		ret = sf_err_set(e, SF_EFORMAT,
 				 "%s: 'hidden_size' %d is not a multiple of 'num_attention_heads' %d",
 				 path, c->dim, c->n_heads);
@@ -370,17 +399,19 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 				 path, c->head_dim);
 		goto out;
 	}
-	/* 1e-6 is LlamaConfig's, MistralConfig's and Qwen2Config's default. */
+	/* 1e-6 is the default of every config here. */
 	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, 1e-6, 0, 0, 1, &c->norm_eps, e)) ||
 	    (ret = get_num(path, root, "", "rope_theta", 0, 10000.0, 0, 0, 1e12, &c->rope_theta, e)) ||
 	    (ret = parse_rope_scaling(path, root, c, e)) ||
 	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
 	    (ret = refuse_unsupported(path, root, c, e)) ||
 	    (ret = parse_sliding_window(path, root, c, e)) ||
+	    (ret = parse_experts(path, root, c, e)) ||
 	    (ret = get_int(path, root, "", "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_id, e)) ||
 	    (ret = parse_eos(path, root, c, e)))
 		goto out;
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
+	c->qk_norm = c->arch == SF_ARCH_QWEN3;
 	ret = 0;
 out:
 	json_decref(root);

@@ -1,13 +1,16 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
- * MistralForCausalLM, Qwen2ForCausalLM. Anything we do not implement is
- * refused by name. See man/sparseflash.7 for the supported fields. */
+ * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+ * Anything we do not implement is refused by name. See man/sparseflash.7
+ * for the supported fields. */
 #ifndef SF_CONFIG_H
 #define SF_CONFIG_H
 
 #include "base/err.h"
 #include "base/vocab.h"
 
-enum sf_arch { SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2 };
+enum sf_arch {
+	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL
+};
 
 #define SF_MAX_EOS 8
 
@@ -18,7 +21,7 @@ struct sf_config {
 	int n_layers;
 	int n_heads;
 	int n_kv_heads;
-	int head_dim;		/* head_dim, else dim / n_heads */
+	int head_dim;		/* head_dim, else dim / n_heads (Qwen3: 128) */
 	int vocab_size;
 	int max_seq_len;	/* max_position_embeddings, or sliding_window when
 				 * that is smaller (so attention stays exact) */
@@ -28,11 +31,15 @@ struct sf_config {
 	float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
 	int rope_orig_max_pos;	/* original_max_position_embeddings */
 	int tie_embeddings;
-	int qkv_bias;		/* Qwen2, or attention_bias */
+	int qkv_bias;		/* Qwen2 */
+	int qk_norm;		/* Qwen3: RMSNorm of each head's q and k before RoPE */
 	int bos_id;		/* -1 when absent */
 	int eos_ids[SF_MAX_EOS];
 	int n_eos;
-	int sliding_window;	/* Mistral, or Qwen2 with use_sliding_window; 0 when none */
+	int sliding_window;	/* Mistral, Mixtral, or Qwen2/3 with use_sliding_window;
+				 * 0 when none */
+	int n_experts;		/* Mixtral's num_local_experts; 0: a dense FFN */
+	int n_experts_used;	/* num_experts_per_tok: the top k of the router */
 };
 
 /* Reads PATH (DIR/config.json). Shape fields (hidden_size,

@@ -56,6 +56,10 @@ void image_plan_tensors(struct plan *p)
 			T(bk, "self_attn.k_proj.bias", 1);
 			T(bv, "self_attn.v_proj.bias", 1);
 		}
+		if (m->cfg.qk_norm) {
+			T(q_norm, "self_attn.q_norm.weight", 1);
+			T(k_norm, "self_attn.k_norm.weight", 1);
+		}
 #undef T
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
@@ -251,6 +255,9 @@ int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err
 
 	if (ret)
 		return ret;
+	/* sf-pack writes none; one made by hand is no image of groups */
+	if ((ret = sf_model_dense_ffn(m, img->path, e)))
+		goto out;
 	/* a resident group's matrices must have their bytes, a flash group's none */
 	for (int l = 0; l < img->cfg.n_layers; l++)
 		for (int g = 0; g < SF_NGROUPS; g++) {

@@ -92,6 +92,8 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 	for (int i = 0; i < c->n_eos; i++)
 		fnv_feed(h, "%s%d", i ? "," : "", c->eos_ids[i]);
 	fnv_feed(h, "\n");
+	if (c->n_experts)	/* mixtures only: every other fingerprint stays */
+		fnv_feed(h, "experts=%d\nexperts_used=%d\n", c->n_experts, c->n_experts_used);
 }
 
 // --- binding
@@ -110,6 +112,11 @@ struct binder {
  * vectors (an image's embedding and head, sf_dtype_is_block). */
 #define BIND_OPTIONAL 1
 #define BIND_ROWS_QUANTIZED 2
+/* its shape follows head_dim: a mismatch names it, since a head_dim
+ * that disagrees with the tensors shows first there */
+#define BIND_HEAD_DIM 4
+/* its shape follows num_local_experts */
+#define BIND_EXPERTS 8
 
 /* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
  * cols == 0 (a vector, stored with cols = 1). */
@@ -140,6 +147,14 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 				 (unsigned long long)cols);
 		else
 			snprintf(want, sizeof(want), "[%llu]", (unsigned long long)rows);
+		if (flags & BIND_HEAD_DIM)
+			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
+					  "(head_dim %d)", st->paths[t->file], name, got, want,
+					  b->m->cfg.head_dim);
+		if (flags & BIND_EXPERTS)
+			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
+					  "(num_local_experts %d)", st->paths[t->file], name, got, want,
+					  b->m->cfg.n_experts);
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s",
 				  st->paths[t->file], name, got, want);
 	}
@@ -176,25 +191,44 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 	int ret;
 
 	snprintf(p, sizeof(p), "model.layers.%d.", l);
-#define B(field, suffix, rows, cols) do { \
+#define B(field, suffix, rows, cols, flags) do { \
 		snprintf(n, sizeof(n), "%s%s", p, suffix); \
-		if ((ret = bind(b, &w->field, n, rows, cols, 0, e))) \
+		if ((ret = bind(b, &w->field, n, rows, cols, flags, e))) \
 			return ret; \
 	} while (0)
-	B(attn_norm, "input_layernorm.weight", dim, 0);
-	B(wq, "self_attn.q_proj.weight", q, dim);
-	B(wk, "self_attn.k_proj.weight", kv, dim);
-	B(wv, "self_attn.v_proj.weight", kv, dim);
-	B(wo, "self_attn.o_proj.weight", dim, q);
+	B(attn_norm, "input_layernorm.weight", dim, 0, 0);
+	B(wq, "self_attn.q_proj.weight", q, dim, BIND_HEAD_DIM);
+	B(wk, "self_attn.k_proj.weight", kv, dim, BIND_HEAD_DIM);
+	B(wv, "self_attn.v_proj.weight", kv, dim, BIND_HEAD_DIM);
+	B(wo, "self_attn.o_proj.weight", dim, q, BIND_HEAD_DIM);
 	if (c->qkv_bias) {
-		B(bq, "self_attn.q_proj.bias", q, 0);
-		B(bk, "self_attn.k_proj.bias", kv, 0);
-		B(bv, "self_attn.v_proj.bias", kv, 0);
+		B(bq, "self_attn.q_proj.bias", q, 0, BIND_HEAD_DIM);
+		B(bk, "self_attn.k_proj.bias", kv, 0, BIND_HEAD_DIM);
+		B(bv, "self_attn.v_proj.bias", kv, 0, BIND_HEAD_DIM);
 	}
-	B(ffn_norm, "post_attention_layernorm.weight", dim, 0);
-	B(w_gate, "mlp.gate_proj.weight", hid, dim);
-	B(w_up, "mlp.up_proj.weight", hid, dim);
-	B(w_down, "mlp.down_proj.weight", dim, hid);
+	if (c->qk_norm) {
+		B(q_norm, "self_attn.q_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
+		B(k_norm, "self_attn.k_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
+	}
+	B(ffn_norm, "post_attention_layernorm.weight", dim, 0, 0);
+	if (!c->n_experts) {
+		B(w_gate, "mlp.gate_proj.weight", hid, dim, 0);
+		B(w_up, "mlp.up_proj.weight", hid, dim, 0);
+		B(w_down, "mlp.down_proj.weight", dim, hid, 0);
+		return 0;
+	}
+	B(router, "block_sparse_moe.gate.weight", (uint64_t)c->n_experts, dim, BIND_EXPERTS);
+	w->experts = b->m->experts + (size_t)l * (size_t)c->n_experts;
+	for (int x = 0; x < c->n_experts; x++) {
+		char ex[64];
+
+		snprintf(ex, sizeof(ex), "block_sparse_moe.experts.%d.w1.weight", x);
+		B(experts[x].w_gate, ex, hid, dim, 0);
+		snprintf(ex, sizeof(ex), "block_sparse_moe.experts.%d.w3.weight", x);
+		B(experts[x].w_up, ex, hid, dim, 0);
+		snprintf(ex, sizeof(ex), "block_sparse_moe.experts.%d.w2.weight", x);
+		B(experts[x].w_down, ex, dim, hid, 0);
+	}
 #undef B
 	return 0;
 }
@@ -207,16 +241,27 @@ uint64_t sf_model_bytes(const struct sf_model *m)
 	return n;
 }
 
-/* Layer l's tensors; the biases have data NULL when absent. */
-#define LAYER_TENSORS 12
+/* Layer l's tensors but its experts'; those a model lacks have data NULL. */
+#define LAYER_TENSORS 15
 static void layer_tensors(const struct sf_model *m, int l, const struct sf_weight **all)
 {
 	const struct sf_layer_weights *w = &m->layers[l];
 	const struct sf_weight *t[LAYER_TENSORS] = { &w->attn_norm, &w->wq, &w->wk, &w->wv,
 						     &w->wo, &w->bq, &w->bk, &w->bv,
-						     &w->ffn_norm, &w->w_gate, &w->w_up,
-						     &w->w_down };
+						     &w->q_norm, &w->k_norm, &w->ffn_norm,
+						     &w->w_gate, &w->w_up, &w->w_down,
+						     &w->router };
 	memcpy(all, t, sizeof(t));
+}
+
+/* Expert x's three matrices in layer l. */
+static void expert_tensors(const struct sf_model *m, int l, int x, const struct sf_weight **all)
+{
+	const struct sf_expert_weights *w = &m->layers[l].experts[x];
+
+	all[0] = &w->w_gate;
+	all[1] = &w->w_up;
+	all[2] = &w->w_down;
 }
 
 uint64_t sf_weight_bytes(const struct sf_weight *w)
@@ -237,6 +282,11 @@ uint64_t sf_model_layer_bytes(const struct sf_model *m, int l)
 	layer_tensors(m, l, all);
 	for (int i = 0; i < LAYER_TENSORS; i++)
 		n += sf_weight_bytes(all[i]);
+	for (int x = 0; x < m->cfg.n_experts; x++) {
+		expert_tensors(m, l, x, all);
+		for (int i = 0; i < 3; i++)
+			n += sf_weight_bytes(all[i]);
+	}
 	return n;
 }
 
@@ -269,6 +319,11 @@ void sf_model_release_layer(const struct sf_model *m, int l)
 	layer_tensors(m, l, all);
 	for (int i = 0; i < LAYER_TENSORS; i++)
 		sf_model_release(m, all[i]);
+	for (int x = 0; x < m->cfg.n_experts; x++) {
+		expert_tensors(m, l, x, all);
+		for (int i = 0; i < 3; i++)
+			sf_model_release(m, all[i]);
+	}
 }
 
 /* A tensor we did not bind would be silently ignored (an o_proj bias, an
@@ -340,6 +395,7 @@ void sf_model_close(struct sf_model *m)
 		return;
 	sf_safetensors_close(&m->st);
 	free(m->layers);
+	free(m->experts);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -357,7 +413,11 @@ static int bind_all(struct sf_model *m, const struct sf_safetensors *st, int sam
 	m->source = b.source;
 	b.used = calloc(st->ntensors ? st->ntensors : 1, 1);
 	m->layers = calloc((size_t)m->cfg.n_layers, sizeof(*m->layers));
-	if (!b.used || !m->layers) {
+	/* at most LAYERS_MAX * EXPERTS_MAX (2^20) of them */
+	if (m->cfg.n_experts)
+		m->experts = calloc((size_t)m->cfg.n_layers * (size_t)m->cfg.n_experts,
+				    sizeof(*m->experts));
+	if (!b.used || !m->layers || (m->cfg.n_experts && !m->experts)) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", b.source);
 		goto out;
 	}
@@ -428,6 +488,15 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 	if ((ret = bind_all(m, st, 0, e)))
 		sf_model_close(m);
 	return ret;
+}
+
+int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err *e)
+{
+	if (!m->cfg.n_experts)
+		return 0;
+	return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s: a mixture of experts, which only "
+			  "sf-run --model runs (no traces, codes or images of experts yet)", dir,
+			  sf_arch_name(m->cfg.arch));
 }
 
 // --- fingerprints in artifacts

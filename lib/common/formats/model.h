@@ -21,6 +21,13 @@ struct sf_weight {
 	uint64_t rows, cols;
 };
 
+/* One of a mixture's experts: Mixtral's w1, w3 and w2. */
+struct sf_expert_weights {
+	struct sf_weight w_gate;	/* (hidden_dim, dim) w1 */
+	struct sf_weight w_up;		/* (hidden_dim, dim) w3 */
+	struct sf_weight w_down;	/* (dim, hidden_dim) w2 */
+};
+
 struct sf_layer_weights {
 	struct sf_weight attn_norm;	/* (dim) */
 	struct sf_weight wq;		/* (n_heads * head_dim, dim) */
@@ -28,10 +35,15 @@ struct sf_layer_weights {
 	struct sf_weight wv;		/* (n_kv_heads * head_dim, dim) */
 	struct sf_weight wo;		/* (dim, n_heads * head_dim) */
 	struct sf_weight bq, bk, bv;	/* biases when cfg.qkv_bias, else data NULL */
+	struct sf_weight q_norm, k_norm;	/* (head_dim) when cfg.qk_norm, else data NULL */
 	struct sf_weight ffn_norm;	/* (dim) */
+	/* the dense FFN; data NULL in a mixture of experts */
 	struct sf_weight w_gate;	/* (hidden_dim, dim) */
 	struct sf_weight w_up;		/* (hidden_dim, dim) */
 	struct sf_weight w_down;	/* (dim, hidden_dim) */
+	/* a mixture's (cfg.n_experts > 0) router and experts, else NULL data */
+	struct sf_weight router;	/* (n_experts, dim) block_sparse_moe.gate */
+	struct sf_expert_weights *experts;	/* (n_experts) */
 };
 
 #define SF_FINGERPRINT_LEN 16	/* hex digits */
@@ -58,6 +70,8 @@ struct sf_model {
 	struct sf_weight final_norm;	/* (dim) */
 	struct sf_weight lm_head;	/* (vocab_size, dim): embed when tied */
 	struct sf_layer_weights *layers;	/* (n_layers) */
+	struct sf_expert_weights *experts;	/* (n_layers * n_experts): layers[l].experts
+						 * point in */
 	/* Stages refuse artifacts whose fingerprint differs (see model.c).
 	 * sf_model_bind leaves weights empty: its caller supplies it. */
 	struct sf_fingerprint fingerprint;
@@ -83,6 +97,10 @@ int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e);
 int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
 		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
+/* 0, or SF_EUNSUPPORTED naming DIR when m is a mixture of experts: what
+ * works on a layer's four groups (traces, codes, images) takes a dense
+ * FFN only, where sf-run --model runs both. */
+int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err *e);
 /* The bytes of m's tensors (0 for a model bound to another's), of one
  * weight (0 when it has no data), of layer l's tensors, and of the
  * weights a pass that releases each layer after it holds at most: all

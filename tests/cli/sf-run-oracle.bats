@@ -1,0 +1,181 @@
+#!/usr/bin/env bats
+# sf-run --model against tests/oracle/hf_forward.py, a literal NumPy forward
+# of each architecture as transformers computes it, on tiny random F32
+# checkpoints the oracle writes (byte-level tokenizer of tests/fixtures):
+# the nll of a text within 2e-4 and the same greedy tokens. Llama checks
+# the oracle against the path the PyTorch references already vouch for;
+# Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head), dense
+# and from an image at budget 1, and Mixtral (4 experts, top 2) then rest
+# on it. Needs /usr/bin/python3 with numpy (python3-numpy), else every test
+# skips with one line.
+
+load helpers
+
+ORACLE=$SF_ROOT/tests/oracle/hf_forward.py
+PYTHON=${SF_PYTHON:-/usr/bin/python3}
+# no merge of the tokenizer inside, so that its ids are bytes; the
+# oracle's ids come from sf-run's own tokenization all the same
+TEXT="a big dog ran far away, and my cow ran home"
+NLL_TOL=2e-4
+
+setup_file() {
+	file_scratch sf-run-oracle
+	"$PYTHON" -c 'import numpy' 2> /dev/null || return 0
+	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
+	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
+	"$PYTHON" "$ORACLE" write "$D/mixtral" mixtral 7
+	printf '%s\n' "$TEXT" > "$D/text.txt"
+}
+
+teardown_file() {
+	rm -rf "$D"
+}
+
+need_numpy() {
+	"$PYTHON" -c 'import numpy' 2> /dev/null ||
+		skip "no numpy for $PYTHON (apt install python3-numpy): the NumPy oracle not run"
+}
+
+# The f32 KV cache: the oracle's attention has no f16 rounding.
+exact() { sf-run -q -ctk f32 -ctv f32 "$@"; }
+
+# The text's token ids as sf-run gives them (BOS first), comma-separated.
+ids() {
+	sf-run -m "$1" -p "$TEXT" -n 0 --verbose-prompt -q 2>&1 | awk '$2 == "->" { print $1 }' |
+		paste -sd,
+}
+
+# sf-run's nll of the text (MODEL: a directory, or an image with -m
+# left out) and the oracle's, within NLL_TOL.
+nll_matches() {
+	local got=$1 want=$2
+	echo "nll: sf-run $got, oracle $want"
+	jq -n --argjson g "$got" --argjson w "$want" --argjson t "$NLL_TOL" -e '($g - $w | fabs) < $t'
+}
+
+check_arch() {
+	local m=$D/$1 ids got want
+	need_numpy
+	ids=$(ids "$m")
+	[ "$(echo "$ids" | tr , '\n' | wc -l)" -eq 44 ]
+	got=$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)
+	want=$("$PYTHON" "$ORACLE" nll "$m" "$ids")
+	nll_matches "$got" "$want"
+	run --separate-stderr exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos
+	[ "$status" -eq 0 ]
+	want=$("$PYTHON" "$ORACLE" greedy "$m" 16 "$ids")
+	echo "greedy: sf-run '$output', oracle '$want'"
+	[ "$output" = "$want" ]
+}
+
+@test "Llama (tied head): the nll within 2e-4 of the NumPy oracle, its greedy tokens" {
+	check_arch llama
+}
+
+@test "Qwen3 (q/k norms, head_dim 16 beside hidden / heads 12, untied head): the nll within 2e-4 of the oracle, its greedy tokens" {
+	check_arch qwen3
+}
+
+@test "a Qwen3 image at budget 1 gives the dense nll and greedy text" {
+	local dense got
+	need_numpy
+	sf-pack -q --model "$D/qwen3" -o "$D/qwen3.sfimg"
+	probe_direct "$D/qwen3.sfimg"
+	need_direct
+	sf-pack --info "$D/qwen3.sfimg" | jq -e '.model.arch == "Qwen3ForCausalLM"'
+	dense=$(exact -m "$D/qwen3" --ppl "$D/text.txt" --window 64 | jq .nll)
+	got=$(exact "$D/qwen3.sfimg" --ppl "$D/text.txt" --window 64 | jq .nll)
+	nll_matches "$got" "$dense"
+	[ "$(exact "$D/qwen3.sfimg" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" = \
+	  "$(exact -m "$D/qwen3" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" ]
+}
+
+# A copy of checkpoint ARCH with tensor NAME replaced by N ones, or
+# without it when N is 0.
+with_tensor() {
+	local arch=$1 name=$2 n=$3 m=$BATS_TEST_TMPDIR/bad
+	cp -r "$D/$arch" "$m"
+	(cd "$SF_ROOT/tests/oracle" && "$PYTHON" - "$m/model.safetensors" "$name" "$n") <<'EOF'
+import sys, numpy as np, hf_forward as h
+t = h.read_safetensors(sys.argv[1])
+if int(sys.argv[3]):
+    t[sys.argv[2]] = np.ones(int(sys.argv[3]))
+else:
+    del t[sys.argv[2]]
+h.write_safetensors(sys.argv[1], t)
+EOF
+	echo "$m"
+}
+
+# A copy of checkpoint ARCH with config.json through the jq FILTER.
+with_config() {
+	local arch=$1 filter=$2 m=$BATS_TEST_TMPDIR/bad
+	cp -r "$D/$arch" "$m"
+	jq "$filter" "$D/$arch/config.json" > "$m/config.json"
+	echo "$m"
+}
+
+# The command after WANT: exit 1 and the one line WANT.
+refused() {
+	local want=$1
+	shift
+	run --separate-stderr "$@"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "$want" ]
+}
+
+@test "a q_norm of the wrong size: one line naming the tensor and head_dim, exit 1" {
+	local m
+	need_numpy
+	m=$(with_tensor qwen3 model.layers.1.self_attn.q_norm.weight 12)
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.q_norm.weight': shape [12], expected [16] (head_dim 16)" sf-run -m "$m" -p hi
+}
+
+@test "a head_dim that disagrees with the tensors: one line naming it, exit 1" {
+	local m
+	need_numpy
+	m=$(with_config qwen3 '.head_dim = 12')
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)" sf-run -m "$m" -p hi
+}
+
+@test "Mixtral (4 experts, top 2): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	local one
+	check_arch mixtral
+	one=$(exact -m "$D/mixtral" --ppl "$D/text.txt" --window 64 -b 1 | jq .nll)
+	[ "$(exact -m "$D/mixtral" --ppl "$D/text.txt" --window 64 -b 7 -t 1 | jq .nll)" = "$one" ]
+}
+
+@test "Mixtral: an expert count that disagrees with the router, a missing expert, a top k above the count: one line, exit 1" {
+	local m
+	need_numpy
+	m=$(with_config mixtral '.num_local_experts = 3')
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight': shape [4, 48], expected [3, 48] (num_local_experts 3)" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_tensor mixtral model.layers.1.block_sparse_moe.experts.3.w2.weight 0)
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w2.weight': missing" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_config mixtral '.num_experts_per_tok = 5')
+	refused "sf-run: $m/config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4" sf-run -m "$m" -p hi
+}
+
+@test "Mixtral: sf-pack, sf-profile and sf-encode refuse a mixture of experts by name" {
+	local why="$D/mixtral: MixtralForCausalLM: a mixture of experts, which only sf-run --model runs (no traces, codes or images of experts yet)"
+	need_numpy
+	refused "sf-pack: $why" sf-pack --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	refused "sf-profile: $why" sf-profile --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sft" \
+		"$D/text.txt"
+	refused "sf-encode: $why" sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
+}
+
+@test "-v counts every parameter of each architecture's checkpoint" {
+	local a want
+	need_numpy
+	for a in llama qwen3 mixtral; do
+		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
+print(sum(a.size for a in h.read_safetensors(sys.argv[1]).values()))' "$D/$a/model.safetensors")
+		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v
+		[ "$status" -eq 0 ]
+		[[ "$stderr" == *", $want parameters, "* ]] || { echo "$a: $want: $stderr"; false; }
+	done
+}
