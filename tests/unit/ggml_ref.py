@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
-"""ggml_ref: random rows of every tensor type sparseflash dequantizes, and
-llama.cpp's own dequantization of them (gguf-py's quants module), for
-tests/unit/test_ggml.c to compare with base/ggml.c bit for bit.
+"""ggml_ref: a GGUF written by llama.cpp's own gguf-py (GGUFWriter) with
+metadata of every value type and, for every tensor type sparseflash
+dequantizes, random rows and gguf-py's dequantization of them (its quants
+module), for tests/unit/test_ggml.c to read with formats/gguf.c and compare
+with base/ggml.c bit for bit.
 
 Each row is random bytes with every f16 scale (d, dmin, m) replaced by a
 random finite f16, so no NaN or infinity hides a difference; F32, F16 and
 BF16 rows are random finite values. An odd number of rows, several blocks
-each. Output, little-endian, one record per type: u32 type, u32 rows,
-u32 elements per row, the rows' bytes, then rows * elements f32.
+each. Tensors: "q.TYPE" the rows as stored, "want.TYPE" their F32 values.
 
-Usage: PYTHONPATH=llama.cpp/gguf-py ggml_ref.py OUT [SEED]"""
-import struct
+Usage: PYTHONPATH=llama.cpp/gguf-py ggml_ref.py OUT.gguf [SEED]"""
 import sys
 
 import numpy as np
-from gguf import GGMLQuantizationType as T, GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T, GGML_QUANT_SIZES, GGUFValueType as V, GGUFWriter
 from gguf.quants import dequantize
 
 # the byte offsets of each block's f16 scales (ggml-common.h)
@@ -47,18 +47,32 @@ def rows_of(rng, qtype):
         data = blocks.reshape(-1)
     data = np.ascontiguousarray(data).reshape(ROWS, -1)
     out = np.asarray(dequantize(data, qtype), dtype=np.float32).reshape(ROWS, n)
-    return n, data, out
+    return data, out
 
 
 def main():
     rng = np.random.default_rng(int(sys.argv[2]) if len(sys.argv) > 2 else 34)
-    with open(sys.argv[1], "wb") as f:
-        for qtype in (T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-                      T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K):
-            n, data, out = rows_of(rng, qtype)
-            f.write(struct.pack("<III", int(qtype), ROWS, n))
-            f.write(data.tobytes())
-            f.write(out.astype("<f4").tobytes())
+    w = GGUFWriter(sys.argv[1], "llama")
+    w.add_custom_alignment(64)
+    for key, val, vtype in (("u8", 200, V.UINT8), ("i8", -100, V.INT8), ("u16", 60000, V.UINT16),
+                            ("i16", -30000, V.INT16), ("u32", 4000000000, V.UINT32),
+                            ("i32", -2000000000, V.INT32), ("f32", 0.25, V.FLOAT32),
+                            ("bool", True, V.BOOL), ("string", "h\u00e9llo", V.STRING),
+                            ("u64", 1 << 40, V.UINT64), ("i64", -(1 << 40), V.INT64),
+                            ("f64", 0.5, V.FLOAT64)):
+        w.add_key_value("test." + key, val, vtype)
+    w.add_key_value("test.arr_str", ["a", "", "ccc"], V.ARRAY, V.STRING)
+    w.add_key_value("test.arr_i32", [1, -2, 3], V.ARRAY, V.INT32)
+    w.add_key_value("test.arr_f32", [0.5, -1.5], V.ARRAY, V.FLOAT32)
+    for qtype in (T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
+                  T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K):
+        data, out = rows_of(rng, qtype)
+        w.add_tensor("q." + qtype.name, data, raw_shape=data.shape, raw_dtype=qtype)
+        w.add_tensor("want." + qtype.name, out)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 main()

@@ -1,7 +1,8 @@
 /* Unit test of lib/common/base/ggml.c: the type table, hand-made blocks
- * of known value, then every handled type against llama.cpp's own
- * dequantization (gguf-py's quants module, through tests/unit/ggml_ref.py)
- * on random rows, bit for bit. gguf-py comes from $SF_GGUF_PY, else
+ * of known value, then a GGUF written by llama.cpp's own gguf-py
+ * (tests/unit/ggml_ref.py) read by formats/gguf.c: metadata of every value
+ * type, and every handled tensor type's random rows dequantized by us and
+ * by gguf-py's quants module, bit for bit. gguf-py comes from $SF_GGUF_PY, else
  * $LLAMACPP_DIR/llama.cpp/gguf-py, else /var/tmp/sf-llamacpp/llama.cpp/gguf-py
  * (where tests/bench/llamacpp.bash's llamacpp_setup puts it; make
  * check-full sets it up): without it that comparison is skipped (exit 77)
@@ -14,6 +15,7 @@
 #include "base/bytes.h"
 #include "base/ggml.h"
 #include "base/vocab.h"
+#include "formats/gguf.h"
 #include "unit.h"
 
 static void test_table(void)
@@ -74,55 +76,82 @@ static const char *gguf_py_dir(void)
 	return stat(dir, &sb) == 0 ? dir : NULL;
 }
 
-static uint32_t get32(FILE *f)
+/* The metadata gguf-py wrote, read back through every getter. */
+static void check_metadata(const struct sf_gguf *g)
 {
-	unsigned char b[4] = { 0 };
-	return fread(b, 1, 4, f) == 4 ? sf_get_le32(b) : 0;
+	const struct sf_gguf_kv *kv;
+	struct sf_err e;
+	uint32_t u;
+	int32_t i;
+	float f;
+	int b;
+	const char *s;
+	uint64_t len;
+
+	CHECK(g->version == 3 && g->alignment == 64, "version %u, alignment %u", g->version,
+	      g->alignment);
+	CHECK(!sf_gguf_get_u32(g, "test.u8", &u, &e) && u == 200, "u8");
+	CHECK(!sf_gguf_get_i32(g, "test.i8", &i, &e) && i == -100, "i8");
+	CHECK(!sf_gguf_get_u32(g, "test.u16", &u, &e) && u == 60000, "u16");
+	CHECK(!sf_gguf_get_i32(g, "test.i16", &i, &e) && i == -30000, "i16");
+	CHECK(!sf_gguf_get_u32(g, "test.u32", &u, &e) && u == 4000000000u, "u32");
+	CHECK(!sf_gguf_get_i32(g, "test.i32", &i, &e) && i == -2000000000, "i32");
+	CHECK(!sf_gguf_get_f32(g, "test.f32", &f, &e) && f == 0.25f, "f32");
+	CHECK(!sf_gguf_get_f32(g, "test.f64", &f, &e) && f == 0.5f, "f64");
+	CHECK(!sf_gguf_get_bool(g, "test.bool", &b, &e) && b == 1, "bool");
+	CHECK(!sf_gguf_get_str(g, "test.string", &s, &len, &e) && len == 6 &&
+	      !memcmp(s, "h\xc3\xa9llo", 6), "string");
+	CHECK(sf_gguf_get_u32(g, "test.u64", &u, &e) == SF_EFORMAT, "u64 2^40 is no u32");
+	CHECK(sf_gguf_get_u32(g, "test.i64", &u, &e) == SF_EFORMAT, "negative is no u32");
+	CHECK(!sf_gguf_get_str(g, "general.architecture", &s, &len, &e) && len == 5 &&
+	      !memcmp(s, "llama", 5), "general.architecture");
+	CHECK(!sf_gguf_get_arr(g, "test.arr_str", SF_GGUF_STRING, &kv, &e) && kv->n == 3 &&
+	      !memcmp(sf_gguf_arr_str(kv, 0, &len), "a", 1) && len == 1 &&
+	      (sf_gguf_arr_str(kv, 1, &len), len == 0) &&
+	      !memcmp(sf_gguf_arr_str(kv, 2, &len), "ccc", 3) && len == 3, "array of strings");
+	CHECK(!sf_gguf_get_arr(g, "test.arr_i32", SF_GGUF_I32, &kv, &e) && kv->n == 3 &&
+	      sf_gguf_arr_i32(kv, 1) == -2, "array of i32");
+	CHECK(!sf_gguf_get_arr(g, "test.arr_f32", SF_GGUF_F32, &kv, &e) && kv->n == 2 &&
+	      sf_gguf_arr_f32(kv, 1) == -1.5f, "array of f32");
 }
 
-/* Every record of ggml_ref.py's output: our rows against gguf-py's. */
-static void compare_records(const char *path)
+/* Each tensor q.TYPE against want.TYPE: our rows against gguf-py's. */
+static void compare_tensors(const struct sf_gguf *g)
 {
-	FILE *f = fopen(path, "rb");
 	int types = 0;
 
-	CHECK(f, "%s: cannot open", path);
-	if (!f)
-		return;
-	for (;;) {
-		uint32_t type = get32(f), rows = get32(f), n = get32(f);
-		uint64_t rb = 0;
+	for (size_t k = 0; k < g->ntensors; k++) {
+		const struct sf_gguf_tensor *q = &g->tensors[k], *want;
+		char name[64];
 
-		if (feof(f))
-			break;
-		CHECK(sf_ggml_type_supported(type) && sf_ggml_row_bytes(type, n, &rb) == 0 && rows,
-		      "type %u, %u x %u: bad record", type, rows, n);
-		if (!rows || !rb)
-			break;
-		uint8_t *data = malloc(rows * rb);
-		float *want = malloc(sizeof(float) * rows * n), *got = malloc(sizeof(float) * n);
-		CHECK(fread(data, 1, rows * rb, f) == rows * rb &&
-		      fread(want, sizeof(float), (size_t)rows * n, f) == (size_t)rows * n,
-		      "%s: short record", path);
-		size_t diff = 0, first = 0;
-		float first_got = 0.0f;
-		for (uint32_t r = 0; r < rows; r++) {
-			sf_ggml_dequant_row(type, data + r * rb, got, n);
-			for (uint32_t i = 0; i < n; i++)
-				if (memcmp(&got[i], &want[(size_t)r * n + i], 4) && !diff++) {
-					first = (size_t)r * n + i;
+		if (strncmp(q->name, "q.", 2))
+			continue;
+		snprintf(name, sizeof(name), "want.%s", q->name + 2);
+		want = sf_gguf_tensor(g, name);
+		CHECK(want && want->type == SF_GGML_F32 && want->ne[0] == q->ne[0] &&
+		      want->ne[1] == q->ne[1] && q->ne[1] % 2, "%s: no %s of its shape", q->name, name);
+		CHECK(!strcmp(q->name + 2, sf_ggml_type_name(q->type)), "%s: type %s", q->name,
+		      sf_ggml_type_name(q->type));
+		if (!want)
+			continue;
+		size_t n = (size_t)q->ne[0], rows = (size_t)q->ne[1], diff = 0, first = 0;
+		uint64_t rb = q->nbytes / rows;
+		float *got = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n), first_got = 0;
+		for (size_t r = 0; r < rows; r++) {
+			sf_ggml_dequant_row(q->type, (const uint8_t *)q->data + r * rb, got, n);
+			sf_ggml_dequant_row(SF_GGML_F32, (const uint8_t *)want->data + r * n * 4, ref, n);
+			for (size_t i = 0; i < n; i++)
+				if (memcmp(&got[i], &ref[i], 4) && !diff++) {
+					first = r * n + i;
 					first_got = got[i];
 				}
 		}
-		CHECK(!diff, "%s: %zu of %u elements differ from gguf-py's, first %zu: %a vs %a",
-		      sf_ggml_type_name(type), diff, rows * n, first, (double)first_got,
-		      (double)want[first]);
+		CHECK(!diff, "%s: %zu of %zu elements differ from gguf-py's, first %zu (%a)", q->name,
+		      diff, rows * n, first, (double)first_got);
 		types++;
-		free(data);
-		free(want);
 		free(got);
+		free(ref);
 	}
-	fclose(f);
 	CHECK(types == 13, "%d types compared, expected 13", types);
 }
 
@@ -140,12 +169,22 @@ int main(void)
 		unit_skip("gguf-py not found ($SF_GGUF_PY, $LLAMACPP_DIR/llama.cpp/gguf-py or "
 			  "/var/tmp/sf-llamacpp; tests/bench/llamacpp.bash's llamacpp_setup): "
 			  "dequantizers not compared with llama.cpp's");
-	snprintf(out, sizeof(out), "%s/ggml_ref.bin", tmp);
+	snprintf(out, sizeof(out), "%s/ggml_ref.gguf", tmp);
 	snprintf(cmd, sizeof(cmd), "PYTHONPATH='%s' '%s' '%s/tests/unit/ggml_ref.py' '%s'", py,
 		 python, unit_env("SF_ROOT", "."), out);
 	CHECK(system(cmd) == 0, "%s failed", cmd);
-	if (!unit_failures)
-		compare_records(out);
+	if (!unit_failures) {
+		struct sf_gguf g;
+		struct sf_err e;
+		int ret = sf_gguf_open(&g, out, &e);
+
+		CHECK(ret == 0, "%s", e.msg);
+		if (!ret) {
+			check_metadata(&g);
+			compare_tensors(&g);
+			sf_gguf_close(&g);
+		}
+	}
 	remove(out);
 	return unit_exit();
 }
