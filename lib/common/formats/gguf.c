@@ -56,8 +56,9 @@ static int need(struct cursor *c, uint64_t n, const char *what, const char *name
 	if (n <= c->size - c->off)
 		return 0;
 	return sf_err_set(c->e, SF_EFORMAT,
-			  "%s: %s%s%s: %llu bytes at offset %llu run past the end of the file (%llu bytes)",
-			  c->path, what, name ? " " : "", name ? name : "", (unsigned long long)n,
+			  "%s: %s%s%s%s: %llu bytes at offset %llu run past the end of the file (%llu bytes)",
+			  c->path, what, name ? " '" : "", name ? name : "", name ? "'" : "",
+			  (unsigned long long)n,
 			  (unsigned long long)c->off, (unsigned long long)c->size);
 }
 
