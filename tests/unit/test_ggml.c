@@ -2,20 +2,17 @@
  * of known value, then a GGUF written by llama.cpp's own gguf-py
  * (tests/unit/ggml_ref.py) read by formats/gguf.c: metadata of every value
  * type, and every handled tensor type's random rows dequantized by us and
- * by gguf-py's quants module, bit for bit. gguf-py comes from $SF_GGUF_PY, else
- * $LLAMACPP_DIR/llama.cpp/gguf-py, else /var/tmp/sf-llamacpp/llama.cpp/gguf-py
- * (where tests/bench/llamacpp.bash's llamacpp_setup puts it; make
- * check-full sets it up): without it that comparison is skipped (exit 77)
- * after the other checks pass. */
+ * by gguf-py's quants module, bit for bit. Without gguf-py (ggufpy.h)
+ * that part is skipped (exit 77) after the other checks pass. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/bytes.h"
 #include "base/ggml.h"
 #include "base/vocab.h"
 #include "formats/gguf.h"
+#include "ggufpy.h"
 #include "unit.h"
 
 static void test_table(void)
@@ -62,18 +59,6 @@ static void test_known_blocks(void)
 	for (int i = 0; i < 16; i++)
 		ok &= y[i] == 2.0f * (float)(i - 8) && y[16 + i] == 2.0f * (float)(7 - i);
 	CHECK(ok, "Q4_0 block");
-}
-
-static const char *gguf_py_dir(void)
-{
-	static char dir[4200];
-	const char *d = unit_env("SF_GGUF_PY", NULL);
-	struct stat sb;
-
-	if (d)
-		return d;
-	snprintf(dir, sizeof(dir), "%s/llama.cpp/gguf-py", unit_env("LLAMACPP_DIR", "/var/tmp/sf-llamacpp"));
-	return stat(dir, &sb) == 0 ? dir : NULL;
 }
 
 /* The metadata gguf-py wrote, read back through every getter. */
@@ -157,22 +142,18 @@ static void compare_tensors(const struct sf_gguf *g)
 
 int main(void)
 {
-	const char *py = gguf_py_dir(), *tmp = unit_env("SF_TMP", "/tmp");
-	const char *python = unit_env("PYTHON", "/usr/bin/python3");
-	char cmd[16384], out[4200];
+	const char *py = unit_gguf_py(), *tmp = unit_env("SF_TMP", "/tmp");
+	char out[4200], args[4300];
 
 	test_table();
 	test_known_blocks();
 	if (unit_failures)
 		return unit_exit();
 	if (!py)
-		unit_skip("gguf-py not found ($SF_GGUF_PY, $LLAMACPP_DIR/llama.cpp/gguf-py or "
-			  "/var/tmp/sf-llamacpp; tests/bench/llamacpp.bash's llamacpp_setup): "
-			  "dequantizers not compared with llama.cpp's");
+		unit_skip(UNIT_NO_GGUF_PY ": dequantizers not compared with llama.cpp's");
 	snprintf(out, sizeof(out), "%s/ggml_ref.gguf", tmp);
-	snprintf(cmd, sizeof(cmd), "PYTHONPATH='%s' '%s' '%s/tests/unit/ggml_ref.py' '%s'", py,
-		 python, unit_env("SF_ROOT", "."), out);
-	CHECK(system(cmd) == 0, "%s failed", cmd);
+	snprintf(args, sizeof(args), "'%s'", out);
+	CHECK(unit_gguf_py_run(py, "tests/unit/ggml_ref.py", args) == 0, "ggml_ref.py %s failed", out);
 	if (!unit_failures) {
 		struct sf_gguf g;
 		struct sf_err e;
