@@ -272,7 +272,7 @@ static void tensor_file(struct gb *b, uint32_t alignment, size_t n, uint32_t n_d
 	if (alignment)
 		gb_kv_u32(b, "general.alignment", alignment);
 	for (size_t i = 0; i < n; i++) {
-		char name[16];
+		char name[32];
 		snprintf(name, sizeof(name), "t%zu", i);
 		gb_tensor(b, name, n_dims, ne, type, offsets[i]);
 	}

@@ -516,7 +516,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	const char *name;
 	char arch[32];
 	uint64_t len;
-	int ret, head_dim_default, v_len, rope_dims;
+	int ret, head_dim_default, v_len, rope_dims, eos, eot;
 
 	memset(c, 0, sizeof(*c));
 	if ((ret = sf_gguf_get_str(g, "general.architecture", &name, &len, e)))
@@ -574,13 +574,14 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	    (ret = gguf_num(g, arch, "rope.freq_base", 10000.0, 0, 1e12, &c->rope_theta, e)) ||
 	    (ret = gguf_refuse_unsupported(g, arch, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
-	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &c->eos_ids[0], e)) ||
-	    (ret = gguf_token(g, "tokenizer.ggml.eot_token_id", c->vocab_size, &c->eos_ids[1], e)))
+	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
+	    (ret = gguf_token(g, "tokenizer.ggml.eot_token_id", c->vocab_size, &eot, e)))
 		goto out;
 	/* the end of a turn ends generation as the end of text does */
-	c->n_eos = c->eos_ids[0] >= 0;
-	if (c->eos_ids[1] >= 0 && c->eos_ids[1] != c->eos_ids[0])
-		c->eos_ids[c->n_eos++] = c->eos_ids[1];
+	if (eos >= 0)
+		c->eos_ids[c->n_eos++] = eos;
+	if (eot >= 0 && eot != eos)
+		c->eos_ids[c->n_eos++] = eot;
 	/* llama.cpp's converters leave the head out when tied */
 	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
