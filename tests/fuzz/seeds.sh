@@ -3,8 +3,7 @@
 # model and the stages' real outputs (nothing binary is committed): a tiny
 # model made by mkmodel with the embedded tokenizer, its trace, .sfc,
 # placement.json, .sfq of both methods, calib.json and images, GGUF files
-# from mkgguf, plus the
-# small text seeds committed under tests/fuzz/seeds/.
+# from mkgguf, plus the small text seeds committed under tests/fuzz/seeds/.
 # Usage: seeds.sh BIN_DIR FIXTURES_DIR OUT_DIR   (run from the repository)
 set -euo pipefail
 BIN=$1 FIX=$2 OUT=$3
