@@ -226,32 +226,13 @@ static void scale_min_k4(const uint8_t *q, int s, int *sc, int *m)
 	}
 }
 
-/* Q4_K: f16 d, f16 dmin, 12 bytes of scales and mins per 32 elements,
- * 128 bytes of nibbles (element 64 c + 32 h + l: nibble h of byte 32 c +
- * l); y = (d * sc) * q - dmin * m. */
-static void block_q4_k(const uint8_t *b, float *y)
+/* Q4_K and Q5_K: f16 d, f16 dmin, 12 bytes of scales and mins per 32
+ * elements; Q5_K's 32 bytes of fifth bits (element 32 s + l is bit s of
+ * byte l; qh NULL for Q4_K), then 128 bytes of nibbles (element 64 c +
+ * 32 h + l: nibble h of byte 32 c + l); y = (d * sc) * q - dmin * m. */
+static void block_k4(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *y)
 {
 	float d = f16_at(b), dmin = f16_at(b + 2);
-	const uint8_t *qs = b + 16;
-
-	for (int s = 0; s < 8; s++) {
-		int sc, m;
-		scale_min_k4(b + 4, s, &sc, &m);
-		float ds = d * (float)sc, dm = dmin * (float)m;
-		const uint8_t *q = qs + s / 2 * 32;
-		int shift = s % 2 * 4;
-
-		for (int l = 0; l < 32; l++)
-			y[32 * s + l] = ds * (float)((q[l] >> shift) & 15) - dm;
-	}
-}
-
-/* Q5_K: Q4_K's d, dmin and scales, 32 bytes of fifth bits (element 32 s
- * + l is bit s of byte l), then Q4_K's nibbles. */
-static void block_q5_k(const uint8_t *b, float *y)
-{
-	float d = f16_at(b), dmin = f16_at(b + 2);
-	const uint8_t *qh = b + 16, *qs = b + 48;
 
 	for (int s = 0; s < 8; s++) {
 		int sc, m;
@@ -261,10 +242,22 @@ static void block_q5_k(const uint8_t *b, float *y)
 		int shift = s % 2 * 4;
 
 		for (int l = 0; l < 32; l++) {
-			int v = ((q[l] >> shift) & 15) | ((qh[l] >> s) & 1) << 4;
+			int v = (q[l] >> shift) & 15;
+			if (qh)
+				v |= ((qh[l] >> s) & 1) << 4;
 			y[32 * s + l] = ds * (float)v - dm;
 		}
 	}
+}
+
+static void block_q4_k(const uint8_t *b, float *y)
+{
+	block_k4(b, NULL, b + 16, y);
+}
+
+static void block_q5_k(const uint8_t *b, float *y)
+{
+	block_k4(b, b + 16, b + 48, y);
 }
 
 /* Q6_K: 128 bytes of low nibbles (element 128 c + 64 h + l: nibble h of

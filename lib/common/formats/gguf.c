@@ -491,40 +491,26 @@ void sf_gguf_close(struct sf_gguf *g)
 
 // --- lookups and typed getters
 
+/* bsearch's comparisons of a name with a pair's key or a tensor's name */
+static int cmp_key(const void *key, const void *kv)
+{
+	return strcmp(key, ((const struct sf_gguf_kv *)kv)->key);
+}
+
+static int cmp_name(const void *name, const void *t)
+{
+	return strcmp(name, ((const struct sf_gguf_tensor *)t)->name);
+}
+
 const struct sf_gguf_kv *sf_gguf_find(const struct sf_gguf *g, const char *key)
 {
-	size_t lo = 0, hi = g->nkvs;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(key, g->kvs[mid].key);
-
-		if (!c)
-			return &g->kvs[mid];
-		if (c < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return NULL;
+	return g->nkvs ? bsearch(key, g->kvs, g->nkvs, sizeof(*g->kvs), cmp_key) : NULL;
 }
 
 const struct sf_gguf_tensor *sf_gguf_tensor(const struct sf_gguf *g, const char *name)
 {
-	size_t lo = 0, hi = g->ntensors;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(name, g->tensors[mid].name);
-
-		if (!c)
-			return &g->tensors[mid];
-		if (c < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return NULL;
+	return g->ntensors ? bsearch(name, g->tensors, g->ntensors, sizeof(*g->tensors), cmp_name)
+			   : NULL;
 }
 
 /* The pair for key, or -ENOENT with "PATH: key 'K': missing". */
@@ -627,15 +613,24 @@ int sf_gguf_get_f32(const struct sf_gguf *g, const char *key, float *out, struct
 	return 0;
 }
 
+/* The pair for key, which must hold a value of type. */
+static int lookup_as(const struct sf_gguf *g, const char *key, enum sf_gguf_vtype type,
+		     const struct sf_gguf_kv **kv, struct sf_err *e)
+{
+	int ret = lookup(g, key, kv, e);
+
+	if (!ret && (*kv)->type != type)
+		ret = wrong_type(g, *kv, vtype_names[type], e);
+	return ret;
+}
+
 int sf_gguf_get_bool(const struct sf_gguf *g, const char *key, int *out, struct sf_err *e)
 {
 	const struct sf_gguf_kv *kv;
-	int ret = lookup(g, key, &kv, e);
+	int ret = lookup_as(g, key, SF_GGUF_BOOL, &kv, e);
 
 	if (ret)
 		return ret;
-	if (kv->type != SF_GGUF_BOOL)
-		return wrong_type(g, kv, "BOOL", e);
 	if (kv->val[0] > 1)
 		return sf_err_set(e, SF_EFORMAT, "%s: key '%s': BOOL byte %u, expected 0 or 1",
 				  g->path, key, kv->val[0]);
@@ -647,12 +642,10 @@ int sf_gguf_get_str(const struct sf_gguf *g, const char *key, const char **s, ui
 		    struct sf_err *e)
 {
 	const struct sf_gguf_kv *kv;
-	int ret = lookup(g, key, &kv, e);
+	int ret = lookup_as(g, key, SF_GGUF_STRING, &kv, e);
 
 	if (ret)
 		return ret;
-	if (kv->type != SF_GGUF_STRING)
-		return wrong_type(g, kv, "STRING", e);
 	*len = sf_get_le64(kv->val);
 	*s = (const char *)kv->val + 8;
 	return 0;
