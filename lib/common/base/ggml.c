@@ -16,22 +16,39 @@ struct type_info {
 	int supported;
 };
 
+/* Block bytes of the types read, as ggml-common.h's structs add up */
+#define QK SF_GGML_QK
+#define QK_K SF_GGML_QK_K
+#define Q8_0_BYTES (2 + QK)
+#define Q4_0_BYTES (2 + QK / 2)
+#define Q4_1_BYTES (2 + 2 + QK / 2)
+#define Q5_0_BYTES (2 + 4 + QK / 2)
+#define Q5_1_BYTES (2 + 2 + 4 + QK / 2)
+#define Q2_K_BYTES (QK_K / 16 + QK_K / 4 + 2 + 2)
+#define Q3_K_BYTES (QK_K / 8 + QK_K / 4 + 12 + 2)
+#define Q4_K_BYTES (2 + 2 + 12 + QK_K / 2)
+#define Q5_K_BYTES (2 + 2 + 12 + QK_K / 8 + QK_K / 2)
+#define Q6_K_BYTES (QK_K / 2 + QK_K / 4 + QK_K / 16 + 2)
+_Static_assert(Q8_0_BYTES == 34 && Q4_0_BYTES == 18 && Q4_1_BYTES == 20 && Q5_0_BYTES == 22 &&
+	       Q5_1_BYTES == 24 && Q2_K_BYTES == 84 && Q3_K_BYTES == 110 && Q4_K_BYTES == 144 &&
+	       Q5_K_BYTES == 176 && Q6_K_BYTES == 210, "ggml's block sizes (gguf-py's GGML_QUANT_SIZES)");
+
 /* ggml.h's GGML_TYPE_* and gguf-py's GGML_QUANT_SIZES; the gaps are types
  * ggml removed. */
 static const struct type_info types[] = {
 	[0] = { "F32", 1, 4, 1 },
 	[1] = { "F16", 1, 2, 1 },
-	[2] = { "Q4_0", 32, 2 + 16, 1 },
-	[3] = { "Q4_1", 32, 2 + 2 + 16, 1 },
-	[6] = { "Q5_0", 32, 2 + 4 + 16, 1 },
-	[7] = { "Q5_1", 32, 2 + 2 + 4 + 16, 1 },
-	[8] = { "Q8_0", 32, 2 + 32, 1 },
+	[2] = { "Q4_0", QK, Q4_0_BYTES, 1 },
+	[3] = { "Q4_1", QK, Q4_1_BYTES, 1 },
+	[6] = { "Q5_0", QK, Q5_0_BYTES, 1 },
+	[7] = { "Q5_1", QK, Q5_1_BYTES, 1 },
+	[8] = { "Q8_0", QK, Q8_0_BYTES, 1 },
 	[9] = { "Q8_1", 32, 4 + 4 + 32, 0 },
-	[10] = { "Q2_K", 256, 2 + 2 + 256 / 16 + 256 / 4, 1 },
-	[11] = { "Q3_K", 256, 2 + 256 / 4 + 256 / 8 + 12, 1 },
-	[12] = { "Q4_K", 256, 2 + 2 + 256 / 2 + 12, 1 },
-	[13] = { "Q5_K", 256, 2 + 2 + 256 / 2 + 256 / 8 + 12, 1 },
-	[14] = { "Q6_K", 256, 2 + 256 / 2 + 256 / 4 + 256 / 16, 1 },
+	[10] = { "Q2_K", QK_K, Q2_K_BYTES, 1 },
+	[11] = { "Q3_K", QK_K, Q3_K_BYTES, 1 },
+	[12] = { "Q4_K", QK_K, Q4_K_BYTES, 1 },
+	[13] = { "Q5_K", QK_K, Q5_K_BYTES, 1 },
+	[14] = { "Q6_K", QK_K, Q6_K_BYTES, 1 },
 	[15] = { "Q8_K", 256, 4 + 256 + 256 / 8, 0 },
 	[16] = { "IQ2_XXS", 256, 2 + 256 / 4, 0 },
 	[17] = { "IQ2_XS", 256, 2 + 256 / 4 + 256 / 32, 0 },
@@ -55,10 +72,6 @@ static const struct type_info types[] = {
 	[41] = { "Q1_0", 128, 2 + 16, 0 },
 	[42] = { "Q2_0", 64, 2 + 16, 0 },
 };
-
-_Static_assert(2 + 16 == 18 && 2 + 2 + 64 + 16 == 84 && 2 + 64 + 32 + 12 == 110 &&
-	       2 + 2 + 128 + 12 == 144 && 2 + 2 + 128 + 32 + 12 == 176 &&
-	       2 + 128 + 64 + 16 == 210, "ggml block sizes (ggml-common.h)");
 
 static const struct type_info *info(uint32_t type)
 {
