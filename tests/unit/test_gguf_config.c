@@ -3,7 +3,7 @@
  * config, each refusal with the key it names, then the shared mix4-5m
  * converted by tests/bench/llamacpp/hf2gguf.py (llama.cpp's gguf-py),
  * whose config must equal the one config.json gives and whose tensors
- * hold the safetensors' bytes. That last part is
+ * hold the safetensors' bytes (q and k rows where sf_gguf_rope_row says). That last part is
  * skipped (exit 77) without gguf-py or ../shared. */
 #include <errno.h>
 #include <stdarg.h>
@@ -163,6 +163,21 @@ static void test_mix4_5m(const char *py)
 		      t->ne[0] == s->shape[1] && t->ne[1] == s->shape[0] && t->nbytes == s->nbytes &&
 		      !memcmp(t->data, s->data, s->nbytes), "%s differs from %s", pairs[i][0],
 		      pairs[i][1]);
+	}
+	/* q and k: every Hugging Face row where sf_gguf_rope_row says */
+	const char *qk[2][2] = { { "blk.2.attn_q.weight", "model.layers.2.self_attn.q_proj.weight" },
+				 { "blk.2.attn_k.weight", "model.layers.2.self_attn.k_proj.weight" } };
+	for (int i = 0; i < 2; i++) {
+		const struct sf_gguf_tensor *t = sf_gguf_tensor(&g, qk[i][0]);
+		const struct sf_tensor *s = sf_safetensors_find(&st, qk[i][1]);
+		size_t row = (size_t)want.dim * 2, bad = 0;
+
+		CHECK(t && s && t->nbytes == s->nbytes && s->shape[0] % (uint64_t)want.head_dim == 0,
+		      "%s", qk[i][0]);
+		for (uint64_t r = 0; t && s && t->nbytes == s->nbytes && r < s->shape[0]; r++)
+			bad += !!memcmp((const char *)t->data + sf_gguf_rope_row(r, (uint64_t)want.head_dim) * row,
+					(const char *)s->data + r * row, row);
+		CHECK(t && s && !bad, "%s: %zu rows not where sf_gguf_rope_row puts them", qk[i][0], bad);
 	}
 	sf_safetensors_close(&st);
 	sf_gguf_close(&g);

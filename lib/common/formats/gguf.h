@@ -102,6 +102,19 @@ uint32_t sf_gguf_arr_u32(const struct sf_gguf_kv *kv, uint64_t i);
 float sf_gguf_arr_f32(const struct sf_gguf_kv *kv, uint64_t i);
 const char *sf_gguf_arr_str(const struct sf_gguf_kv *kv, uint64_t i, uint64_t *len);
 
+/* The row of a llama-architecture GGUF's attn_q or attn_k weight that
+ * holds row hf_row of Hugging Face's q_proj or k_proj: llama.cpp's
+ * converters reorder each head's rows from rotate-half pairs (i, i +
+ * head_dim / 2) to adjacent ones (2i, 2i + 1) for its RoPE, so row
+ * h * head_dim + k * head_dim / 2 + i is stored at h * head_dim + 2i + k.
+ * qwen2 files keep Hugging Face's order. */
+static inline uint64_t sf_gguf_rope_row(uint64_t hf_row, uint64_t head_dim)
+{
+	uint64_t in_head = hf_row % head_dim, half = head_dim / 2;
+
+	return hf_row - in_head + 2 * (in_head % half) + in_head / half;
+}
+
 /* "U32", "STRING", ...; "?" for a number outside the enum. */
 const char *sf_gguf_vtype_name(uint32_t t);
 
