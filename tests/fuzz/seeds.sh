@@ -2,8 +2,8 @@
 # Seed corpora for the fuzz harnesses, made at fuzz time from the embedded
 # model and the stages' real outputs (nothing binary is committed): a tiny
 # model made by mkmodel with the embedded tokenizer, its trace, .sfc,
-# placement.json, .sfq of both methods, calib.json and images, plus the
-# small text seeds committed under tests/fuzz/seeds/.
+# placement.json, .sfq of both methods, calib.json and images, GGUF files
+# from mkgguf, plus the small text seeds committed under tests/fuzz/seeds/.
 # Usage: seeds.sh BIN_DIR FIXTURES_DIR OUT_DIR   (run from the repository)
 set -euo pipefail
 BIN=$1 FIX=$2 OUT=$3
@@ -13,7 +13,7 @@ W=$OUT/work
 
 rm -rf "$OUT"
 mkdir -p "$W"
-for h in safetensors config tokenizer binding corpus trace coact placement codes calib image; do
+for h in safetensors gguf config tokenizer binding corpus trace coact placement codes calib image; do
 	mkdir -p "$OUT/$h"
 	if [ -d "$ROOT/tests/fuzz/seeds/$h" ]; then cp "$ROOT/tests/fuzz/seeds/$h"/* "$OUT/$h/"; fi
 done
@@ -26,6 +26,11 @@ done
 	--layers 1 --heads 2 --kv-heads 1 --vocab 1024 --max-pos 32 --tokenizer "$MODEL" >/dev/null
 cp "$W/tiny/model.safetensors" "$OUT/safetensors/tiny.safetensors"
 cp "$W/qwen/model.safetensors" "$OUT/safetensors/qwen.safetensors"
+
+# every metadata value type and every tensor type read; version 2 and a
+# 64-byte alignment too
+"$FIX/mkgguf" "$OUT/gguf/types.gguf"
+"$FIX/mkgguf" "$OUT/gguf/v2-align64.gguf" 2 64
 
 cp "$MODEL/config.json" "$OUT/config/mix4-1m.json"
 cp "$W/qwen/config.json" "$OUT/config/tiny-qwen2.json"

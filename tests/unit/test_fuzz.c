@@ -27,6 +27,9 @@
 #define LLVMFuzzerTestOneInput fuzz_corpus
 #include "../fuzz/fuzz_corpus.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_gguf
+#include "../fuzz/fuzz_gguf.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_image
 #include "../fuzz/fuzz_image.c"
 #undef LLVMFuzzerTestOneInput
@@ -48,7 +51,8 @@ static const struct {
 	int (*run)(const uint8_t *data, size_t size);
 } harnesses[] = {
 	{ "binding", fuzz_binding }, { "calib", fuzz_calib }, { "coact", fuzz_coact }, { "codes", fuzz_codes },
-	{ "config", fuzz_config }, { "corpus", fuzz_corpus }, { "image", fuzz_image },
+	{ "config", fuzz_config }, { "corpus", fuzz_corpus }, { "gguf", fuzz_gguf },
+	{ "image", fuzz_image },
 	{ "placement", fuzz_placement }, { "safetensors", fuzz_safetensors },
 	{ "tokenizer", fuzz_tokenizer }, { "trace", fuzz_trace },
 };

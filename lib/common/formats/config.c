@@ -322,6 +322,32 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 	return 0;
 }
 
+/* What config.json and a GGUF call the fields check_heads names. */
+struct head_names {
+	const char *dim, *heads, *kv_heads, *head_dim;
+};
+static const struct head_names json_names = {
+	"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+};
+
+/* The heads divide as attention needs (head_dim_default: head_dim was
+ * not given, so dim must split into the heads). */
+static int check_heads(const char *path, const struct sf_config *c, int head_dim_default,
+		       const struct head_names *n, struct sf_err *e)
+{
+	if (head_dim_default && c->dim % c->n_heads)
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s' %d is not a multiple of '%s' %d", path,
+				  n->dim, c->dim, n->heads, c->n_heads);
+	if (c->n_heads % c->n_kv_heads)
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s' %d is not a multiple of '%s' %d", path,
+				  n->heads, c->n_heads, n->kv_heads, c->n_kv_heads);
+	/* Rotate-half RoPE pairs element i with i + head_dim / 2. */
+	if (c->head_dim % 2)
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s' %d is odd, expected even for RoPE", path,
+				  n->head_dim, c->head_dim);
+	return 0;
+}
+
 int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 {
 	char *text = NULL;
@@ -381,24 +407,10 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 			   c->arch == SF_ARCH_QWEN3 ? QWEN3_HEAD_DIM : c->dim / c->n_heads, 1,
 			   HEAD_DIM_MAX, &c->head_dim, e)))
 		goto out;
-	if (head_dim_default && c->arch != SF_ARCH_QWEN3 && c->dim % c->n_heads) {
-		ret = sf_err_set(e, SF_EFORMAT,
-				 "%s: 'hidden_size' %d is not a multiple of 'num_attention_heads' %d",
-				 path, c->dim, c->n_heads);
+	/* Qwen3's head_dim need not divide hidden_size */
+	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3, &json_names,
+			       e)))
 		goto out;
-	}
-	if (c->n_heads % c->n_kv_heads) {
-		ret = sf_err_set(e, SF_EFORMAT,
-				 "%s: 'num_attention_heads' %d is not a multiple of 'num_key_value_heads' %d",
-				 path, c->n_heads, c->n_kv_heads);
-		goto out;
-	}
-	/* Rotate-half RoPE pairs element i with i + head_dim / 2. */
-	if (c->head_dim % 2) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: 'head_dim' %d is odd, expected even for RoPE",
-				 path, c->head_dim);
-		goto out;
-	}
 	/* 1e-6 is the default of every config here. */
 	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, 1e-6, 0, 0, 1, &c->norm_eps, e)) ||
 	    (ret = get_num(path, root, "", "rope_theta", 0, 10000.0, 0, 0, 1e12, &c->rope_theta, e)) ||
@@ -429,4 +441,186 @@ size_t sf_group_entries(const struct sf_config *c, enum sf_group g)
 	case SF_GROUP_FFN_OUT: return (size_t)c->hidden_dim;
 	default: return 0;
 	}
+}
+
+// --- a GGUF's metadata (llama.cpp's LLM_KV keys)
+
+/* ARCH.SUFFIX as an integer in [min, max]; absent: def, or an error when
+ * required. */
+static int gguf_int(const struct sf_gguf *g, const char *arch, const char *suffix, int required,
+		    int def, long long min, long long max, int *out, struct sf_err *e)
+{
+	char key[128];
+	int32_t v;
+	int ret;
+
+	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+	ret = sf_gguf_get_i32(g, key, &v, e);
+	if (ret == -ENOENT && !required) {
+		*out = def;
+		return 0;
+	}
+	if (ret)
+		return ret;
+	if (v < min || v > max)
+		return sf_err_set(e, SF_ELIMIT, "%s: key '%s': %d, expected %lld..%lld", g->path, key,
+				  (int)v, min, max);
+	*out = (int)v;
+	return 0;
+}
+
+/* ARCH.SUFFIX as a number in (lo, hi]; absent: def. */
+static int gguf_num(const struct sf_gguf *g, const char *arch, const char *suffix, double def,
+		    double lo, double hi, float *out, struct sf_err *e)
+{
+	char key[128];
+	int ret;
+
+	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+	ret = sf_gguf_get_f32(g, key, out, e);
+	if (ret == -ENOENT) {
+		*out = (float)def;
+		return 0;
+	}
+	if (ret)
+		return ret;
+	if (!(*out > lo && *out <= hi))
+		return sf_err_set(e, SF_ELIMIT, "%s: key '%s': %g, expected above %g and at most %g",
+				  g->path, key, (double)*out, lo, hi);
+	return 0;
+}
+
+/* A token id key, -1 when absent. */
+static int gguf_token(const struct sf_gguf *g, const char *key, int vocab, int *out,
+		      struct sf_err *e)
+{
+	uint32_t v;
+	int ret = sf_gguf_get_u32(g, key, &v, e);
+
+	*out = -1;
+	if (ret == -ENOENT)
+		return 0;
+	if (ret)
+		return ret;
+	if (v >= (uint32_t)vocab)
+		return sf_err_set(e, SF_EFORMAT, "%s: key '%s': %u, expected 0..%d", g->path, key, v,
+				  vocab - 1);
+	*out = (int)v;
+	return 0;
+}
+
+/* What llama.cpp can store but the decoder does not compute. */
+static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, struct sf_err *e)
+{
+	char key[128];
+	const char *s;
+	uint64_t len;
+	int experts, ret;
+
+	if ((ret = gguf_int(g, arch, "expert_count", 0, 0, 0, INT32_MAX, &experts, e)))
+		return ret;
+	if (experts)
+		return sf_err_set(e, SF_EUNSUPPORTED,
+				  "%s: key '%s.expert_count': %d, mixtures of experts unsupported",
+				  g->path, arch, experts);
+	snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+	ret = sf_gguf_get_str(g, key, &s, &len, e);
+	if (ret && ret != -ENOENT)
+		return ret;
+	if (!ret && !(len == 4 && !memcmp(s, "none", 4)))
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s': '%.*s' unsupported (only none)",
+				  g->path, key, len > 60 ? 60 : (int)len, s);
+	/* convert_hf_to_gguf.py stores llama3's rope_scaling as per-frequency
+	 * factors in this tensor, not as keys */
+	if (sf_gguf_tensor(g, "rope_freqs.weight"))
+		return sf_err_set(e, SF_EUNSUPPORTED,
+				  "%s: tensor 'rope_freqs.weight': RoPE frequency factors unsupported",
+				  g->path);
+	return 0;
+}
+
+int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e)
+{
+	static const struct head_names gguf_names = {
+		"embedding_length", "attention.head_count", "attention.head_count_kv",
+		"attention.key_length",
+	};
+	const struct sf_gguf_kv *tokens;
+	const char *name;
+	char arch[32];
+	uint64_t len;
+	int ret, head_dim_default, v_len, rope_dims, eos, eot;
+
+	memset(c, 0, sizeof(*c));
+	if ((ret = sf_gguf_get_str(g, "general.architecture", &name, &len, e)))
+		goto out;
+	if (len == 5 && !memcmp(name, "llama", 5)) {
+		c->arch = SF_ARCH_LLAMA;
+	} else if (len == 5 && !memcmp(name, "qwen2", 5)) {
+		c->arch = SF_ARCH_QWEN2;
+	} else {
+		ret = sf_err_set(e, SF_EUNSUPPORTED,
+				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama or qwen2)",
+				 g->path, len > 60 ? 60 : (int)len, name);
+		goto out;
+	}
+	memcpy(arch, name, len);
+	arch[len] = 0;
+	if ((ret = gguf_int(g, arch, "embedding_length", 1, 0, 1, DIM_MAX, &c->dim, e)) ||
+	    (ret = gguf_int(g, arch, "feed_forward_length", 1, 0, 1, HIDDEN_MAX, &c->hidden_dim, e)) ||
+	    (ret = gguf_int(g, arch, "block_count", 1, 0, 1, LAYERS_MAX, &c->n_layers, e)) ||
+	    (ret = gguf_int(g, arch, "attention.head_count", 1, 0, 1, HEADS_MAX, &c->n_heads, e)) ||
+	    (ret = gguf_int(g, arch, "attention.head_count_kv", 0, c->n_heads, 1, HEADS_MAX,
+			    &c->n_kv_heads, e)) ||
+	    (ret = gguf_int(g, arch, "context_length", 1, 0, 1, SEQ_MAX, &c->max_seq_len, e)) ||
+	    (ret = gguf_int(g, arch, "attention.key_length", 0, 0, 1, HEAD_DIM_MAX, &c->head_dim, e)))
+		goto out;
+	head_dim_default = !c->head_dim;
+	if (head_dim_default)
+		c->head_dim = c->dim / c->n_heads;
+	if ((ret = check_heads(g->path, c, head_dim_default, &gguf_names, e)) ||
+	    (ret = gguf_int(g, arch, "attention.value_length", 0, c->head_dim, 1, HEAD_DIM_MAX,
+			    &v_len, e)) ||
+	    (ret = gguf_int(g, arch, "rope.dimension_count", 0, c->head_dim, 1, HEAD_DIM_MAX,
+			    &rope_dims, e)))
+		goto out;
+	if (v_len != c->head_dim || rope_dims != c->head_dim) {
+		ret = sf_err_set(e, SF_EUNSUPPORTED,
+				 "%s: '%s.attention.value_length' %d and '%s.rope.dimension_count' %d, "
+				 "expected the key length %d (partial RoPE or other value heads unsupported)",
+				 g->path, arch, v_len, arch, rope_dims, c->head_dim);
+		goto out;
+	}
+	/* the vocabulary: its own key, else the tokenizer's token list */
+	ret = gguf_int(g, arch, "vocab_size", 0, 0, 1, VOCAB_MAX, &c->vocab_size, e);
+	if (!ret && !c->vocab_size) {
+		ret = sf_gguf_get_arr(g, "tokenizer.ggml.tokens", SF_GGUF_STRING, &tokens, e);
+		if (!ret && (tokens->n < 1 || tokens->n > VOCAB_MAX))
+			ret = sf_err_set(e, SF_ELIMIT, "%s: key 'tokenizer.ggml.tokens': %llu tokens, expected 1..%d",
+					 g->path, (unsigned long long)tokens->n, VOCAB_MAX);
+		if (!ret)
+			c->vocab_size = (int)tokens->n;
+	}
+	if (ret)
+		goto out;
+	if ((ret = gguf_num(g, arch, "attention.layer_norm_rms_epsilon", 1e-6, 0, 1, &c->norm_eps, e)) ||
+	    (ret = gguf_num(g, arch, "rope.freq_base", 10000.0, 0, 1e12, &c->rope_theta, e)) ||
+	    (ret = gguf_refuse_unsupported(g, arch, e)) ||
+	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
+	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
+	    (ret = gguf_token(g, "tokenizer.ggml.eot_token_id", c->vocab_size, &eot, e)))
+		goto out;
+	/* the end of a turn ends generation as the end of text does */
+	if (eos >= 0)
+		c->eos_ids[c->n_eos++] = eos;
+	if (eot >= 0 && eot != eos)
+		c->eos_ids[c->n_eos++] = eot;
+	/* llama.cpp's converters leave the head out when tied */
+	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
+	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
+	ret = 0;
+out:
+	if (ret)
+		memset(c, 0, sizeof(*c));
+	return ret;
 }

@@ -1,12 +1,14 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
- * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
- * Anything we do not implement is refused by name. See man/sparseflash.7
- * for the supported fields. */
+ * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM;
+ * or the llama and qwen2 families from a GGUF's metadata. Anything we do
+ * not implement is refused by name. See man/sparseflash.7 for the
+ * supported fields. */
 #ifndef SF_CONFIG_H
 #define SF_CONFIG_H
 
 #include "base/err.h"
 #include "base/vocab.h"
+#include "formats/gguf.h"
 
 enum sf_arch {
 	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL
@@ -52,6 +54,17 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
  * stands for the file in messages. */
 int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
 		    struct sf_err *e);
+/* The same from a GGUF's metadata, llama.cpp's keys: general.architecture
+ * llama or qwen2 (others refused by name), ARCH.embedding_length,
+ * feed_forward_length, block_count, attention.head_count and
+ * context_length required; attention.head_count_kv, attention.key_length
+ * (= value_length = rope.dimension_count), vocab_size (else the length of
+ * tokenizer.ggml.tokens), attention.layer_norm_rms_epsilon (1e-6),
+ * rope.freq_base (10000) and tokenizer.ggml.bos/eos/eot_token_id
+ * optional; tied embeddings when there is no output.weight tensor.
+ * Refused: experts, RoPE scaling, rope_freqs.weight. Returns 0 or an
+ * error naming the key; *c is zeroed on failure. */
+int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e);
 const char *sf_arch_name(enum sf_arch a);
 
 /* Entries of a group: the length of its input vector. */
