@@ -981,9 +981,7 @@ INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t 
 }
 
 /* How far ahead of its block a slab's kernel asks for memory. */
-#ifndef QSLAB_AHEAD
 #define QSLAB_AHEAD 4096
-#endif
 
 /* As qmac256_slab. */
 INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const struct slab_run *r,
