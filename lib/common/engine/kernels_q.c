@@ -788,36 +788,41 @@ static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const st
 	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
 		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
 		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
-		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-			struct slab_run r;
-			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
-			for (size_t b0 = e0; b0 < e1; b0 += QI256_BLOCKS) {
-				size_t nbc = e1 - b0 < QI256_BLOCKS ? e1 - b0 : QI256_BLOCKS;
-				__m256 sc[SF_QRUN];
-				for (size_t p = 0; p < SF_QRUN; p++)
-					sc[p] = scales256(r.run + 2 * nb * p, b0, nbc);
-				for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
-					float xd[SF_QRUN * QI256_TOKENS];
-					struct qact256 qa[QI256_TOKENS];
-					float *y[QI256_TOKENS] = { Y + t0 * ldy + base * SF_QBLOCK - r0,
-								   Y + (t0 + 1) * ldy + base * SF_QBLOCK - r0 };
-					/* a whole run's inputs in place, else at their slots */
-					const float *x = X + k0 * ldx + t0;
-					size_t lx = ldx;
-					nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
-					if (k1 - k0 < SF_QRUN) {
-						slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt);
-						x = xd, lx = nt;
-					}
-					if (nt == QI256_TOKENS) {
-						qprep256(qa, sc, x, lx, SF_QRUN, QI256_TOKENS);
-						for (size_t i = 0; i < nbc; i++)
-							qmac256_slab(y, qa, &r, nb, b0 + i, i, dt,
-								     QI256_TOKENS);
-					} else {
-						qprep256(qa, sc, x, lx, SF_QRUN, 1);
-						for (size_t i = 0; i < nbc; i++)
-							qmac256_slab(y, qa, &r, nb, b0 + i, i, dt, 1);
+		/* as qslab_avx512 */
+		size_t span = T == 1 ? e1 - e0 : QI256_BLOCKS;
+		for (size_t a0 = e0; a0 < e1; a0 += span) {
+			for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+				struct slab_run r;
+				size_t a1 = e1 - a0 < span ? e1 : a0 + span;
+				slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+				for (size_t b0 = a0; b0 < a1; b0 += QI256_BLOCKS) {
+					size_t nbc = a1 - b0 < QI256_BLOCKS ? a1 - b0 : QI256_BLOCKS;
+					__m256 sc[SF_QRUN];
+					for (size_t p = 0; p < SF_QRUN; p++)
+						sc[p] = scales256(r.run + 2 * nb * p, b0, nbc);
+					for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
+						float xd[SF_QRUN * QI256_TOKENS];
+						struct qact256 qa[QI256_TOKENS];
+						float *y[QI256_TOKENS] = { Y + t0 * ldy + base * SF_QBLOCK - r0,
+									   Y + (t0 + 1) * ldy + base * SF_QBLOCK - r0 };
+						/* a whole run's inputs in place, else at their slots */
+						const float *x = X + k0 * ldx + t0;
+						size_t lx = ldx;
+						nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
+						if (k1 - k0 < SF_QRUN) {
+							slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt);
+							x = xd, lx = nt;
+						}
+						if (nt == QI256_TOKENS) {
+							qprep256(qa, sc, x, lx, SF_QRUN, QI256_TOKENS);
+							for (size_t i = 0; i < nbc; i++)
+								qmac256_slab(y, qa, &r, nb, b0 + i, i, dt,
+									     QI256_TOKENS);
+						} else {
+							qprep256(qa, sc, x, lx, SF_QRUN, 1);
+							for (size_t i = 0; i < nbc; i++)
+								qmac256_slab(y, qa, &r, nb, b0 + i, i, dt, 1);
+						}
 					}
 				}
 			}
@@ -1152,25 +1157,32 @@ static T512I void qslab_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
 		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
 		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
-		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-			struct slab_run r;
-			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
-			for (size_t b0 = e0; b0 < e1; b0 += QI512_BLOCKS) {
-				size_t nbc = e1 - b0 < QI512_BLOCKS ? e1 - b0 : QI512_BLOCKS;
-				__m512 sc[SF_QRUN];
-				for (size_t p = 0; p < SF_QRUN; p++)
-					sc[p] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-						(__mmask16)((1u << nbc) - 1), r.run + 2 * (nb * p + b0)));
-				size_t t0 = 0;
-				for (; t0 + 8 <= T; t0 += 8)
-					qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
-							ldx, k0, k1, t0, 8);
-				for (; t0 + 4 <= T; t0 += 4)
-					qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
-							ldx, k0, k1, t0, 4);
-				for (; t0 < T; t0++)
-					qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
-							ldx, k0, k1, t0, 1);
+		/* one token: run by run down the tile, its memory in order; a
+		 * pass: QI512_BLOCKS blocks at a time over every run, so that
+		 * their rows of Y stay in the caches */
+		size_t span = T == 1 ? e1 - e0 : QI512_BLOCKS;
+		for (size_t a0 = e0; a0 < e1; a0 += span) {
+			for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+				struct slab_run r;
+				size_t a1 = e1 - a0 < span ? e1 : a0 + span;
+				slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+				for (size_t b0 = a0; b0 < a1; b0 += QI512_BLOCKS) {
+					size_t nbc = a1 - b0 < QI512_BLOCKS ? a1 - b0 : QI512_BLOCKS;
+					__m512 sc[SF_QRUN];
+					for (size_t p = 0; p < SF_QRUN; p++)
+						sc[p] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+							(__mmask16)((1u << nbc) - 1), r.run + 2 * (nb * p + b0)));
+					size_t t0 = 0;
+					for (; t0 + 8 <= T; t0 += 8)
+						qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
+								ldx, k0, k1, t0, 8);
+					for (; t0 + 4 <= T; t0 += 4)
+						qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
+								ldx, k0, k1, t0, 4);
+					for (; t0 < T; t0++)
+						qslab512_tokens(Y, ldy, r0, &r, sc, nb, base, b0, nbc, dt, X,
+								ldx, k0, k1, t0, 1);
+				}
 			}
 		}
 	}
