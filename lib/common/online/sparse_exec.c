@@ -556,12 +556,23 @@ static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
 static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
 			 struct compute_task *t, const uint64_t *tbits)
 {
+	const uint32_t *perm = gp->G->perm;
 	t->slab = sp->slab.mat + (size_t)gp->gid * SF_GROUP_MAX_MATRICES;
-	for (size_t i = 0; i < gp->nt; i++) {
-		uint32_t p = sp->s.tpos[i];
-		sp->s.idx[sp->s.nidx] = p;
-		gather_inputs(sp, t, gp->in, gp->n, tbits, p, gp->G->perm[p]);
-		sp->s.nidx++;
+	if (t->T == 1) {	/* gather_inputs' one token, without a call a position */
+		uint32_t *idx = sp->s.idx + sp->s.nidx;
+		float *x = sp->s.xv + sp->s.nidx;
+		for (size_t i = 0; i < gp->nt; i++) {
+			idx[i] = sp->s.tpos[i];
+			x[i] = gp->in[perm[idx[i]]];
+		}
+		sp->s.nidx += gp->nt;
+	} else {
+		for (size_t i = 0; i < gp->nt; i++) {
+			uint32_t p = sp->s.tpos[i];
+			sp->s.idx[sp->s.nidx] = p;
+			gather_inputs(sp, t, gp->in, gp->n, tbits, p, perm[p]);
+			sp->s.nidx++;
+		}
 	}
 	flush(sp, top_worker, t);
 	t->slab = NULL;
