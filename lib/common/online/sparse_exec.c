@@ -358,9 +358,11 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 /* The inputs of position p, whose entry is j, into the batch's next
  * row: the one token's, or per token its input where its selection of
  * the tier (tbits: (T, words) positions) holds p, else 0 and not
- * selected (the padding too). */
-static void gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *in,
-			  size_t n, const uint64_t *tbits, uint32_t p, uint32_t j)
+ * selected (the padding too). Inlined: a call a position, on the
+ * caller between groups, kept the other threads waiting. */
+static inline __attribute__((always_inline)) void
+gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *in, size_t n,
+	      const uint64_t *tbits, uint32_t p, uint32_t j)
 {
 	struct sparse_scratch *s = &sp->s;
 	float *x = s->xv + s->nidx * s->ldx;
@@ -558,21 +560,11 @@ static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
 {
 	const uint32_t *perm = gp->G->perm;
 	t->slab = sp->slab.mat + (size_t)gp->gid * SF_GROUP_MAX_MATRICES;
-	if (t->T == 1) {	/* gather_inputs' one token, without a call a position */
-		uint32_t *idx = sp->s.idx + sp->s.nidx;
-		float *x = sp->s.xv + sp->s.nidx;
-		for (size_t i = 0; i < gp->nt; i++) {
-			idx[i] = sp->s.tpos[i];
-			x[i] = gp->in[perm[idx[i]]];
-		}
-		sp->s.nidx += gp->nt;
-	} else {
-		for (size_t i = 0; i < gp->nt; i++) {
-			uint32_t p = sp->s.tpos[i];
-			sp->s.idx[sp->s.nidx] = p;
-			gather_inputs(sp, t, gp->in, gp->n, tbits, p, perm[p]);
-			sp->s.nidx++;
-		}
+	for (size_t i = 0; i < gp->nt; i++) {
+		uint32_t p = sp->s.tpos[i];
+		sp->s.idx[sp->s.nidx] = p;
+		gather_inputs(sp, t, gp->in, gp->n, tbits, p, perm[p]);
+		sp->s.nidx++;
 	}
 	flush(sp, top_worker, t);
 	t->slab = NULL;
