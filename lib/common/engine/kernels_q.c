@@ -266,15 +266,23 @@ static void slab_run_of(struct slab_run *r, const struct sf_slab *s, size_t c,
 			r->quad[r->nq++] = (uint8_t)qd;
 }
 
-/* Tokens [t0, t0 + nt) of the run's columns k0..k1 scattered to their
- * slots: xd[slot * nt + t], 0 at the slots of no column. */
-static void slab_inputs(float *xd, const struct slab_run *r, const float *X, size_t ldx,
-			size_t k0, size_t k1, size_t t0, size_t nt)
+/* Tokens [t0, t0 + nt) of the run's columns k0..k1 by slot, as the
+ * preparations take them (returned, their stride *lx): a whole run's in
+ * place; else scattered into xd, xd[slot * nt + t], 0 at the slots of no
+ * column. */
+static const float *slab_inputs(float *xd, const struct slab_run *r, const float *X, size_t ldx,
+				size_t k0, size_t k1, size_t t0, size_t nt, size_t *lx)
 {
+	if (k1 - k0 == SF_QRUN) {
+		*lx = ldx;
+		return X + k0 * ldx + t0;
+	}
 	memset(xd, 0, SF_QRUN * nt * sizeof(float));
 	for (size_t k = k0; k < k1; k++)
 		for (size_t t = 0; t < nt; t++)
 			xd[r->slot[k - k0] * nt + t] = X[k * ldx + t0 + t];
+	*lx = nt;
+	return xd;
 }
 
 /* The rows of [r0, r1) outside the whole blocks [s0, s1) of an integer
@@ -570,6 +578,17 @@ INL T256 void rows4x16_256(__m128i c0, __m128i c1, __m128i c2, __m128i c3, __m25
 	*hi = _mm256_set_m128i(_mm_unpackhi_epi16(t1, t3), _mm_unpacklo_epi16(t1, t3));
 }
 
+/* q4 codes' bytes as rows (lo rows 0-7 and 16-23, hi 8-15 and 24-31):
+ * w[r] rows 8r to 8r + 7. */
+INL T256 void nibbles256(__m256i lo, __m256i hi, __m256i *w)
+{
+	__m256i m = _mm256_set1_epi8(15);
+	w[0] = _mm256_and_si256(lo, m);
+	w[1] = _mm256_and_si256(hi, m);
+	w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
+	w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
+}
+
 /* The codes of one block of four columns (c[j] column j's) as rows: w[r]
  * rows 8r to 8r + 7, lanes of four bytes, one per column (q4: code + 8;
  * q8: the code). */
@@ -584,14 +603,11 @@ INL T256 void qcodes_quad256(const uint8_t *const *c, enum sf_dtype dt, __m256i 
 				     &w[2 * h], &w[2 * h + 1]);
 		return;
 	}
-	__m256i lo, hi, m = _mm256_set1_epi8(15);
+	__m256i lo, hi;
 	rows4x16_256(_mm_loadu_si128((const __m128i *)c[0]), _mm_loadu_si128((const __m128i *)c[1]),
 		     _mm_loadu_si128((const __m128i *)c[2]), _mm_loadu_si128((const __m128i *)c[3]),
 		     &lo, &hi);
-	w[0] = _mm256_and_si256(lo, m);
-	w[1] = _mm256_and_si256(hi, m);
-	w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
-	w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
+	nibbles256(lo, hi, w);
 }
 
 /* acc += per lane the four products of its bytes w (q4: unsigned; q8:
@@ -703,17 +719,13 @@ INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const stru
 	__m256i acc[QI256_TOKENS][4] = { 0 };
 	for (size_t a = 0; a < r->nq; a++) {
 		const uint8_t *p = blk + r->quad[a] * qb;
-		__m256i w[4], m = _mm256_set1_epi8(15);
+		__m256i w[4];
 		if (dt == SF_DTYPE_Q8) {
 			for (int h = 0; h < 4; h++)
 				w[h] = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
 		} else {
-			__m256i lo = _mm256_loadu_si256((const __m256i *)p);
-			__m256i hi = _mm256_loadu_si256((const __m256i *)(p + 32));
-			w[0] = _mm256_and_si256(lo, m);
-			w[1] = _mm256_and_si256(hi, m);
-			w[2] = _mm256_and_si256(_mm256_srli_epi16(lo, 4), m);
-			w[3] = _mm256_and_si256(_mm256_srli_epi16(hi, 4), m);
+			nibbles256(_mm256_loadu_si256((const __m256i *)p),
+				   _mm256_loadu_si256((const __m256i *)(p + 32)), w);
 		}
 		qdot256(acc, w, qa, r->quad[a], i, dt, NT);
 	}
@@ -805,14 +817,10 @@ static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const st
 						struct qact256 qa[QI256_TOKENS];
 						float *y[QI256_TOKENS] = { Y + t0 * ldy + base * SF_QBLOCK - r0,
 									   Y + (t0 + 1) * ldy + base * SF_QBLOCK - r0 };
-						/* a whole run's inputs in place, else at their slots */
-						const float *x = X + k0 * ldx + t0;
-						size_t lx = ldx;
+						size_t lx;
 						nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
-						if (k1 - k0 < SF_QRUN) {
-							slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt);
-							x = xd, lx = nt;
-						}
+						const float *x = slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt,
+									     &lx);
 						if (nt == QI256_TOKENS) {
 							qprep256(qa, sc, x, lx, SF_QRUN, QI256_TOKENS);
 							for (size_t i = 0; i < nbc; i++)
@@ -1135,12 +1143,9 @@ INL T512I void qslab512_tokens(float *Y, size_t ldy, size_t r0, const struct sla
 	float *y[QI512_TOKENS];
 	for (int t = 0; t < NT; t++)
 		y[t] = Y + (t0 + (size_t)t) * ldy + base * SF_QBLOCK - r0;
-	if (k1 - k0 == SF_QRUN) {	/* a whole run: its inputs in place */
-		qprep512(qa, sc, X + k0 * ldx + t0, ldx, SF_QRUN, NT);
-	} else {
-		slab_inputs(xd, r, X, ldx, k0, k1, t0, (size_t)NT);
-		qprep512(qa, sc, xd, (size_t)NT, SF_QRUN, NT);
-	}
+	size_t lx;
+	const float *x = slab_inputs(xd, r, X, ldx, k0, k1, t0, (size_t)NT, &lx);
+	qprep512(qa, sc, x, lx, SF_QRUN, NT);
 	for (size_t i = 0; i < nbc; i++)
 		qmac512_slab(y, qa, r, nb, b0 + i, i, dt, NT);
 }
