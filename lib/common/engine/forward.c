@@ -562,8 +562,8 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		add_bias(v, &w->bv);
 		head_norm(q, &w->q_norm, (size_t)c->n_heads, hd, c->norm_eps);
 		head_norm(k, &w->k_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
-		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t);
-		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t);
+		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t, c->rope_interleaved);
+		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t, c->rope_interleaved);
 		sf_kv_put(s->key_cache + row * s->k_row, s->kv_k, k, kv_dim);
 		sf_kv_put(s->value_cache + row * s->v_row, s->kv_v, v, kv_dim);
 	}

@@ -161,18 +161,20 @@ static void axpys_ref(float *y, size_t ldy, const float *s, size_t lds, size_t n
 // ----------------------------------------------------------------------------
 // RoPE (scalar only: a few hundred sin/cos per token are not worth SIMD)
 
-void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos)
+void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos,
+	     int interleaved)
 {
 	size_t half = head_dim / 2;
 	for (size_t i = 0; i < half; i++) {
 		/* float product then float cos/sin, as torch computes freqs */
 		float a = (float)pos * inv_freq[i];
 		float c = cosf(a), s = sinf(a);
+		size_t i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
 		for (size_t h = 0; h < n_heads; h++) {
 			float *vh = v + h * head_dim;
-			float x1 = vh[i], x2 = vh[i + half];
-			vh[i] = x1 * c - x2 * s;
-			vh[i + half] = x2 * c + x1 * s;
+			float x1 = vh[i1], x2 = vh[i2];
+			vh[i1] = x1 * c - x2 * s;
+			vh[i2] = x2 * c + x1 * s;
 		}
 	}
 }

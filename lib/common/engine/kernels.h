@@ -103,8 +103,11 @@ void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, siz
 
 /* Rotate-half RoPE on n_heads head vectors of head_dim side by side, all
  * at position pos, with inverse frequencies inv_freq[head_dim / 2] (see
- * sf_rope_inv_freq): each angle's cos and sin serve every head. */
-void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos);
+ * sf_rope_inv_freq): each angle's cos and sin serve every head. Frequency
+ * i turns the pair (i, i + head_dim / 2), or with interleaved (a llama
+ * GGUF's rows, sf_config.rope_interleaved) the pair (2i, 2i + 1). */
+void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos,
+	     int interleaved);
 /* inv_freq[i] = theta^(-2i/head_dim), with Llama 3 rope_scaling applied
  * when factor > 0 (low, high: the frequency factors; orig: the original
  * max position). */

@@ -4,6 +4,7 @@
  * the decoder chain shared by whole and streaming decode. See tokenizer.h. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "engine/tokenizer.h"
+#include "formats/gguf.h"
 #include "formats/image.h"
 
 #include <errno.h>
@@ -1397,8 +1398,15 @@ int sf_tokenizer_open_model(struct sf_tokenizer **tp, const char *dir, int vocab
 			    struct sf_err *e)
 {
 	struct sf_tokenizer *t;
-	int r = sf_tokenizer_open(&t, dir, e);
+	struct sf_gguf g;
+	int r;
 
+	if (!sf_gguf_probe(dir)) {
+		r = sf_tokenizer_open(&t, dir, e);
+	} else if (!(r = sf_gguf_open(&g, dir, e))) {
+		r = sf_tokenizer_open_gguf(&t, &g, e);
+		sf_gguf_close(&g);
+	}
 	if (tp)
 		*tp = NULL;
 	if (r)

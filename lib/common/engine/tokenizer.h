@@ -31,6 +31,18 @@ int sf_tokenizer_open_mem(struct sf_tokenizer **t, const char *name, const char 
 struct sf_image;
 int sf_tokenizer_open_image(struct sf_tokenizer **t, const struct sf_image *img,
 			    struct sf_err *e);
+/* The same from a GGUF's metadata (tokenizer_gguf.c): tokenizer.ggml.model
+ * llama (SentencePiece BPE, merges by score) or gpt2 (byte-level BPE
+ * with the pre-tokenizers llama-bpe, qwen2 and gpt-2), tokens, token
+ * types, scores, merges, BOS/EOS/unknown ids, add_bos/add_eos/
+ * add_space_prefix and tokenizer.chat_template, encoding as llama.cpp
+ * does; messages name the file. sf_tokenizer_gguf_texts gives the
+ * tokenizer.json and tokenizer_config.json texts that stand for it
+ * (malloc'ed, NUL-terminated), which an image embeds. */
+struct sf_gguf;
+int sf_tokenizer_open_gguf(struct sf_tokenizer **t, const struct sf_gguf *g, struct sf_err *e);
+int sf_tokenizer_gguf_texts(const struct sf_gguf *g, char **tokenizer_json, char **config_json,
+			    struct sf_err *e);
 void sf_tokenizer_close(struct sf_tokenizer *t);	/* accepts NULL */
 
 /* Binds a tokenizer to a model whose embedding has vocab_size rows: every
@@ -41,8 +53,9 @@ void sf_tokenizer_close(struct sf_tokenizer *t);	/* accepts NULL */
  * lowest such id. sf_tokenizer_open_image checks against the image's
  * config itself. */
 int sf_tokenizer_check_model(const struct sf_tokenizer *t, int vocab_size, struct sf_err *e);
-/* sf_tokenizer_open of DIR, then sf_tokenizer_check_model; with t NULL
- * the tokenizer is only checked, then closed (sf-pack). */
+/* sf_tokenizer_open of DIR, or of a GGUF file's metadata, then
+ * sf_tokenizer_check_model; with t NULL the tokenizer is only checked,
+ * then closed (sf-pack). */
 int sf_tokenizer_open_model(struct sf_tokenizer **t, const char *dir, int vocab_size,
 			    struct sf_err *e);
 

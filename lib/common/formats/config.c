@@ -558,9 +558,12 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 		c->arch = SF_ARCH_LLAMA;
 	} else if (len == 5 && !memcmp(name, "qwen2", 5)) {
 		c->arch = SF_ARCH_QWEN2;
+	} else if (len == 5 && !memcmp(name, "qwen3", 5)) {
+		c->arch = SF_ARCH_QWEN3;
 	} else {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
-				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama or qwen2)",
+				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama, "
+				 "qwen2 or qwen3)",
 				 g->path, len > 60 ? 60 : (int)len, name);
 		goto out;
 	}
@@ -578,7 +581,9 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	head_dim_default = !c->head_dim;
 	if (head_dim_default)
 		c->head_dim = c->dim / c->n_heads;
-	if ((ret = check_heads(g->path, c, head_dim_default, &gguf_names, e)) ||
+	/* Qwen3's head_dim need not divide hidden_size */
+	if ((ret = check_heads(g->path, c, head_dim_default && c->arch != SF_ARCH_QWEN3, &gguf_names,
+			       e)) ||
 	    (ret = gguf_int(g, arch, "attention.value_length", 0, c->head_dim, 1, HEAD_DIM_MAX,
 			    &v_len, e)) ||
 	    (ret = gguf_int(g, arch, "rope.dimension_count", 0, c->head_dim, 1, HEAD_DIM_MAX,
@@ -618,6 +623,10 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	/* llama.cpp's converters leave the head out when tied */
 	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
+	c->qk_norm = c->arch == SF_ARCH_QWEN3;
+	/* llama.cpp's converters reorder llama's q and k rows for its RoPE
+	 * (sf_gguf_rope_row); qwen2 and qwen3 keep Hugging Face's */
+	c->rope_interleaved = c->arch == SF_ARCH_LLAMA;
 	ret = 0;
 out:
 	if (ret)

@@ -1,6 +1,6 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
  * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM;
- * or the llama and qwen2 families from a GGUF's metadata. Anything we do
+ * or the llama, qwen2 and qwen3 families from a GGUF's metadata. Anything we do
  * not implement is refused by name. See man/sparseflash.7 for the
  * supported fields. */
 #ifndef SF_CONFIG_H
@@ -35,6 +35,8 @@ struct sf_config {
 	int tie_embeddings;
 	int qkv_bias;		/* Qwen2 */
 	int qk_norm;		/* Qwen3: RMSNorm of each head's q and k before RoPE */
+	int rope_interleaved;	/* a llama GGUF's q and k rows: each head's RoPE pairs
+				 * adjacent (2i, 2i + 1), not (i, i + head_dim / 2) */
 	int bos_id;		/* -1 when absent */
 	int eos_ids[SF_MAX_EOS];
 	int n_eos;
@@ -55,7 +57,7 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
 int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
 		    struct sf_err *e);
 /* The same from a GGUF's metadata, llama.cpp's keys: general.architecture
- * llama or qwen2 (others refused by name), ARCH.embedding_length,
+ * llama, qwen2 or qwen3 (others refused by name), ARCH.embedding_length,
  * feed_forward_length, block_count, attention.head_count and
  * context_length required; attention.head_count_kv, attention.key_length
  * (= value_length = rope.dimension_count), vocab_size (else the length of

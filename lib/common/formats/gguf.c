@@ -469,6 +469,18 @@ out:
 	return ret;
 }
 
+int sf_gguf_probe(const char *path)
+{
+	char magic[4];
+	FILE *f = fopen(path, "rb");
+	int yes = f && fread(magic, 1, sizeof(magic), f) == sizeof(magic) &&
+		  !memcmp(magic, "GGUF", sizeof(magic));
+
+	if (f)
+		fclose(f);
+	return yes;
+}
+
 void sf_gguf_close(struct sf_gguf *g)
 {
 	if (!g)

@@ -75,6 +75,9 @@ struct sf_gguf {
  * *g is zeroed on failure. */
 int sf_gguf_open(struct sf_gguf *g, const char *path, struct sf_err *e);
 void sf_gguf_close(struct sf_gguf *g);	/* accepts a zeroed g */
+/* 1 when PATH is a file that starts with GGUF's magic (where a command
+ * takes a model directory or a GGUF file), else 0. */
+int sf_gguf_probe(const char *path);
 
 /* NULL when absent. Binary search. */
 const struct sf_gguf_kv *sf_gguf_find(const struct sf_gguf *g, const char *key);

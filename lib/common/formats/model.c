@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/bytes.h"
+#include "formats/model_gguf.h"
 
 // --- fingerprint
 
@@ -94,6 +95,8 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 	fnv_feed(h, "\n");
 	if (c->n_experts)	/* mixtures only: every other fingerprint stays */
 		fnv_feed(h, "experts=%d\nexperts_used=%d\n", c->n_experts, c->n_experts_used);
+	if (c->rope_interleaved)	/* a llama GGUF's only */
+		fnv_feed(h, "rope_interleaved=1\n");
 }
 
 // --- binding
@@ -106,6 +109,7 @@ struct binder {
 	uint64_t hash;		/* shape fingerprint */
 	uint64_t weights;	/* weights fingerprint, before the shape's digits */
 	int sample;		/* 1: every tensor has its bytes, hash them */
+	int block_rows;		/* 1: any matrix may have a block dtype (a GGUF's) */
 };
 
 /* bind's flags: the tensor may be absent; its rows may be quantized
@@ -160,8 +164,10 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 	}
 	/* The safetensors reader admits only F32, F16 and BF16, which
 	 * every kernel takes; an image's reader block dtypes too, which the
-	 * row products and lookups take on whole blocks. */
-	if (sf_dtype_is_block(t->dtype) && (!(flags & BIND_ROWS_QUANTIZED) || cols % SF_QBLOCK))
+	 * row products and lookups take on whole blocks, and a GGUF's in any
+	 * matrix. */
+	if (sf_dtype_is_block(t->dtype) &&
+	    (!(flags & BIND_ROWS_QUANTIZED || (b->block_rows && cols)) || cols % SF_QBLOCK))
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': dtype %s: only the embedding "
 				  "and output head may have a block dtype, with rows a multiple "
 				  "of %d", st->paths[t->file], name, sf_dtype_name(t->dtype),
@@ -396,16 +402,17 @@ void sf_model_close(struct sf_model *m)
 	sf_safetensors_close(&m->st);
 	free(m->layers);
 	free(m->experts);
+	free(m->converted);
 	memset(m, 0, sizeof(*m));
 }
 
 /* Binds every weight of m->cfg from st, then the shape fingerprint, and
  * with sample the weights fingerprint. */
 static int bind_all(struct sf_model *m, const struct sf_safetensors *st, int sample,
-		    struct sf_err *e)
+		    int block_rows, struct sf_err *e)
 {
 	struct binder b = { .m = m, .st = st, .hash = SF_FNV64_BASIS, .weights = SF_FNV64_BASIS,
-			    .sample = sample };
+			    .sample = sample, .block_rows = block_rows };
 	uint64_t vocab, dim;
 	int ret;
 
@@ -453,29 +460,77 @@ out:
 	return ret;
 }
 
-int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e)
+/* A GGUF's fingerprints are the file's own tensors' (their names, ggml
+ * types and shapes after the config; their sampled bytes), whatever the
+ * engine computes them as, so that every command agrees on one file. */
+static void gguf_fingerprint(struct sf_model *m, const struct sf_gguf *g)
 {
-	char *path = NULL;
-	size_t plen = strlen(dir) + sizeof("/config.json");
+	uint64_t shape = SF_FNV64_BASIS, weights = SF_FNV64_BASIS;
+
+	hash_config(&shape, &m->cfg);
+	for (size_t i = 0; i < g->ntensors; i++) {
+		const struct sf_gguf_tensor *t = &g->tensors[i];
+		fnv_feed(&shape, "%s %s %llux%llu\n", t->name, sf_ggml_type_name(t->type),
+			 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1]);
+		sample_tensor(&weights, t->data, t->nbytes);
+	}
+	snprintf(m->fingerprint.shape, sizeof(m->fingerprint.shape), "%016" PRIx64, shape);
+	weights = sf_fnv64(weights, m->fingerprint.shape, SF_FINGERPRINT_LEN);
+	snprintf(m->fingerprint.weights, sizeof(m->fingerprint.weights), "%016" PRIx64, weights);
+}
+
+static int open_gguf(struct sf_model *m, const char *path, int element_only, struct sf_err *e)
+{
+	struct sf_gguf g;
+	int ret;
+
+	if ((ret = sf_gguf_open(&g, path, e)))
+		return ret;
+	if (!(ret = sf_config_from_gguf(&m->cfg, &g, e)) &&
+	    !(ret = sf_gguf_model_tensors(&m->st, &m->converted, &g, &m->cfg, element_only, e)) &&
+	    !(ret = bind_all(m, &m->st, 0, 1, e)))
+		gguf_fingerprint(m, &g);	/* st holds the mapping g's tensors point in */
+	sf_gguf_close(&g);
+	return ret;
+}
+
+static int open_any(struct sf_model *m, const char *path, int element_only, struct sf_err *e)
+{
+	char *cfg = NULL;
+	size_t plen = strlen(path) + sizeof("/config.json");
 	int ret;
 
 	memset(m, 0, sizeof(*m));
-	path = malloc(plen);
-	if (!path) {
-		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", dir);
+	if (sf_gguf_probe(path)) {
+		ret = open_gguf(m, path, element_only, e);
 		goto out;
 	}
-	snprintf(path, plen, "%s/config.json", dir);
-	if ((ret = sf_config_load(&m->cfg, path, e)))
+	cfg = malloc(plen);
+	if (!cfg) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", path);
 		goto out;
-	if ((ret = sf_safetensors_open(&m->st, dir, e)))
+	}
+	snprintf(cfg, plen, "%s/config.json", path);
+	if ((ret = sf_config_load(&m->cfg, cfg, e)))
 		goto out;
-	ret = bind_all(m, &m->st, 1, e);
+	if ((ret = sf_safetensors_open(&m->st, path, e)))
+		goto out;
+	ret = bind_all(m, &m->st, 1, 0, e);
 out:
-	free(path);
+	free(cfg);
 	if (ret)
 		sf_model_close(m);
 	return ret;
+}
+
+int sf_model_open(struct sf_model *m, const char *path, struct sf_err *e)
+{
+	return open_any(m, path, 0, e);
+}
+
+int sf_model_open_elements(struct sf_model *m, const char *path, struct sf_err *e)
+{
+	return open_any(m, path, 1, e);
 }
 
 int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct sf_safetensors *st,
@@ -485,7 +540,7 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 
 	memset(m, 0, sizeof(*m));
 	m->cfg = *cfg;
-	if ((ret = bind_all(m, st, 0, e)))
+	if ((ret = bind_all(m, st, 0, 0, e)))
 		sf_model_close(m);
 	return ret;
 }

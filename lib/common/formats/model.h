@@ -77,14 +77,25 @@ struct sf_model {
 	struct sf_fingerprint fingerprint;
 	const char *source;	/* the weights' file, for messages: the safetensors
 				 * (index) of a directory, st's source when bound */
+	void *converted;	/* a GGUF's tensors that are not in the mapping as
+				 * the engine reads them (model_gguf.h), else NULL */
 };
 
 /* Loads DIR/config.json and DIR's safetensors and binds every weight.
  * Refused: a tensor missing or of the wrong shape (SF_EMISMATCH), and a
  * tensor the config does not use (SF_EUNSUPPORTED: it would be silently
  * ignored), except *.rotary_emb.inv_freq and, when tied, lm_head.weight,
- * which Hugging Face ignores too. On failure *m is zeroed. */
-int sf_model_open(struct sf_model *m, const char *dir, struct sf_err *e);
+ * which Hugging Face ignores too. On failure *m is zeroed.
+ * PATH may also be a GGUF file (told by its magic): the config from its
+ * metadata (sf_config_from_gguf), its tensors under Hugging Face's names,
+ * F32/F16/BF16 in the mapping, Q8_0 and Q4_0 matrices as Q8 and Q4 rows
+ * (the same codes and scales, which the row products take), every other
+ * type widened to F16 in memory; its fingerprints are over the file's own
+ * tensors, so that each open below agrees. */
+int sf_model_open(struct sf_model *m, const char *path, struct sf_err *e);
+/* The same with every weight in an element dtype (a GGUF's Q8_0 and Q4_0
+ * widened to F16 too): for the commands that read weights by column. */
+int sf_model_open_elements(struct sf_model *m, const char *path, struct sf_err *e);
 /* Binds a model to a tensor set that is not a directory's own (an
  * image's: tensors with data NULL stay on flash, their sf_weight has data
  * NULL and the forward pass must compute their group through an

@@ -94,6 +94,29 @@ def permute(w, n_head):
 
 # --- tokenizer
 
+# The split regexes of the pre-tokenizers llama.cpp names (Llama 3's with
+# ignore_merges, Qwen2's with single digits, GPT-2's)
+BPE_PRES = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)": "gpt-2",
+}
+
+
+def bpe_pre(path, pre):
+    """tokenizer.ggml.pre for a byte-level pre-tokenizer: its Split regex."""
+    steps = pre.get("pretokenizers", []) if pre and pre.get("type") == "Sequence" else [pre]
+    for step in steps:
+        if step and step.get("type") == "Split":
+            regex = step.get("pattern", {}).get("Regex")
+            if regex in BPE_PRES:
+                return BPE_PRES[regex]
+            fail(f"{path}: pre-tokenizer regex {regex!r}: not one llama.cpp names")
+    if any(step and step.get("type") == "ByteLevel" and step.get("use_regex", True) for step in steps):
+        return "gpt-2"
+    fail(f"{path}: pre-tokenizer {json.dumps(pre)[:80]}: not one llama.cpp names")
+
+
 def vocab_from_tokenizer(model_dir, n_vocab, writer, cfg):
     """Writes tokenizer.ggml.*: "llama" (SentencePiece-style BPE with byte
     fallback, merge ranks as scores), "gpt2" (byte-level BPE), or, with no
@@ -140,10 +163,8 @@ def vocab_from_tokenizer(model_dir, n_vocab, writer, cfg):
         writer.add_token_scores(scores)
         kind = "llama"
     else:
-        pre = json.dumps(tj.get("pre_tokenizer"))
         writer.add_tokenizer_model("gpt2")
-        # Llama 3's split regex -> llama.cpp's "llama-bpe" (ignore_merges too)
-        writer.add_tokenizer_pre("llama-bpe" if "(?i:'s|'t|'re|'ve|'m|'ll|'d)" in pre else "default")
+        writer.add_tokenizer_pre(bpe_pre(path, tj.get("pre_tokenizer")))
         writer.add_token_merges(merges)
         kind = "gpt2"
     writer.add_token_list(tokens)

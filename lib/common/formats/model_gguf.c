@@ -1,0 +1,214 @@
+/* A GGUF file as the tensor set of a model (sf_model_open of a .gguf):
+ * llama.cpp's tensor names turned into Hugging Face's, each tensor in the
+ * form the engine computes with. F32, F16 and BF16 stay in the mapping;
+ * Q8_0 and Q4_0 rows are our Q8 and Q4 rows (base/quant.h) with the
+ * same codes and scales, only the scales moved to the front of each row,
+ * which the row products (engine/kernels_qrows.h) compute on as llama.cpp
+ * does, the input rounded to int8 per block; the other types, which no
+ * kernel of ours reads yet, are widened to F16 (2^-11 relative error,
+ * far below their own). With element_only every quantized type is
+ * widened, for the commands that read weights by column. */
+#include "formats/model_gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/quant.h"
+
+/* llama.cpp's name of a layer tensor, after "blk.N.", and Hugging
+ * Face's, after "model.layers.N.". */
+static const char *const layer_names[][2] = {
+	{ "attn_norm.weight", "input_layernorm.weight" },
+	{ "attn_q.weight", "self_attn.q_proj.weight" },
+	{ "attn_k.weight", "self_attn.k_proj.weight" },
+	{ "attn_v.weight", "self_attn.v_proj.weight" },
+	{ "attn_output.weight", "self_attn.o_proj.weight" },
+	{ "attn_q.bias", "self_attn.q_proj.bias" },
+	{ "attn_k.bias", "self_attn.k_proj.bias" },
+	{ "attn_v.bias", "self_attn.v_proj.bias" },
+	{ "attn_q_norm.weight", "self_attn.q_norm.weight" },
+	{ "attn_k_norm.weight", "self_attn.k_norm.weight" },
+	{ "ffn_norm.weight", "post_attention_layernorm.weight" },
+	{ "ffn_gate.weight", "mlp.gate_proj.weight" },
+	{ "ffn_up.weight", "mlp.up_proj.weight" },
+	{ "ffn_down.weight", "mlp.down_proj.weight" },
+};
+static const char *const model_names[][2] = {
+	{ "token_embd.weight", "model.embed_tokens.weight" },
+	{ "output_norm.weight", "model.norm.weight" },
+	{ "output.weight", "lm_head.weight" },
+};
+
+/* Hugging Face's name of GGUF tensor NAME into hf, or -1 when llama.cpp
+ * names no tensor of the architectures we compute so. */
+static int hf_name(const char *name, int n_layers, char *hf, size_t cap)
+{
+	for (size_t i = 0; i < sizeof(model_names) / sizeof(model_names[0]); i++)
+		if (!strcmp(name, model_names[i][0]))
+			return snprintf(hf, cap, "%s", model_names[i][1]) < (int)cap ? 0 : -1;
+	int l, used = 0;
+	if (sscanf(name, "blk.%d.%n", &l, &used) != 1 || !used || l < 0 || l >= n_layers)
+		return -1;
+	for (size_t i = 0; i < sizeof(layer_names) / sizeof(layer_names[0]); i++)
+		if (!strcmp(name + used, layer_names[i][0]))
+			return snprintf(hf, cap, "model.layers.%d.%s", l, layer_names[i][1]) <
+			       (int)cap ? 0 : -1;
+	return -1;
+}
+
+/* What a tensor becomes: float types as they are, a vector of blocks
+ * F32 (norms and biases are read by element). */
+static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_only)
+{
+	switch (t->type) {
+	case SF_GGML_F32: return SF_DTYPE_F32;
+	case SF_GGML_F16: return SF_DTYPE_F16;
+	case SF_GGML_BF16: return SF_DTYPE_BF16;
+	default: break;
+	}
+	if (t->n_dims == 1)
+		return SF_DTYPE_F32;
+	if (!element_only && t->type == SF_GGML_Q8_0)
+		return SF_DTYPE_Q8;
+	if (!element_only && t->type == SF_GGML_Q4_0)
+		return SF_DTYPE_Q4;
+	return SF_DTYPE_F16;
+}
+
+static int in_place(const struct sf_gguf_tensor *t)
+{
+	return t->type == SF_GGML_F32 || t->type == SF_GGML_F16 || t->type == SF_GGML_BF16;
+}
+
+/* One row of cols elements of a Q8_0 or Q4_0 tensor as our row: the
+ * blocks' f16 scales first, then their codes (the same bytes). */
+static void repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type, size_t cols)
+{
+	size_t nb = cols / SF_GGML_QK, bb = sf_ggml_block_bytes(type), cb = bb - 2;
+
+	for (size_t b = 0; b < nb; b++) {
+		memcpy(dst + 2 * b, src + b * bb, 2);
+		memcpy(dst + 2 * nb + b * cb, src + b * bb + 2, cb);
+	}
+}
+
+/* Tensor t's rows (ne[1] of ne[0] elements), converted into dst in dt,
+ * sf_dtype_col_bytes(dt, ne[0]) bytes a row; row is room for ne[0]
+ * floats. */
+static void convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype dt, float *row)
+{
+	size_t cols = (size_t)t->ne[0], rows = (size_t)t->ne[1];
+	size_t src_row = (size_t)(t->nbytes / rows), dst_row = (size_t)sf_dtype_col_bytes(dt, cols);
+	const uint8_t *src = t->data;
+
+	for (size_t r = 0; r < rows; r++, src += src_row, dst += dst_row) {
+		if (sf_dtype_is_block(dt)) {
+			repack_row(dst, src, t->type, cols);
+			continue;
+		}
+		sf_ggml_dequant_row(t->type, src, row, cols);
+		if (dt == SF_DTYPE_F32) {
+			memcpy(dst, row, cols * sizeof(*row));
+			continue;
+		}
+		for (size_t i = 0; i < cols; i++) {
+			uint16_t h = sf_f32_to_f16(row[i]);
+			memcpy(dst + 2 * i, &h, 2);
+		}
+	}
+}
+
+static int tensor_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct sf_tensor *)a)->name, ((const struct sf_tensor *)b)->name);
+}
+
+int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf_gguf *g,
+			  const struct sf_config *cfg, int element_only, struct sf_err *e)
+{
+	uint64_t total = 0, cols_max = 1;
+	uint8_t *arena = NULL, *at;
+	float *row = NULL;
+	int ret;
+
+	memset(st, 0, sizeof(*st));
+	*converted = NULL;
+	st->tensors = calloc(g->ntensors ? g->ntensors : 1, sizeof(*st->tensors));
+	st->maps = calloc(1, sizeof(*st->maps));
+	st->map_sizes = calloc(1, sizeof(*st->map_sizes));
+	st->paths = calloc(1, sizeof(*st->paths));
+	if (!st->tensors || !st->maps || !st->map_sizes || !st->paths ||
+	    !(st->paths[0] = strdup(g->path))) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", g->path);
+		goto fail;
+	}
+	st->nfiles = 1;
+	/* names, shapes and what each tensor becomes, before any byte moves */
+	for (size_t i = 0; i < g->ntensors; i++) {
+		const struct sf_gguf_tensor *gt = &g->tensors[i];
+		struct sf_tensor *t = &st->tensors[i];
+		enum sf_dtype dt = engine_dtype(gt, element_only);
+
+		if (hf_name(gt->name, cfg->n_layers, t->name, sizeof(t->name))) {
+			ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s': not one %s computes",
+					 g->path, gt->name, sf_arch_name(cfg->arch));
+			goto fail;
+		}
+		if (gt->n_dims > 2) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %d dimensions, expected 1 or 2",
+					 g->path, gt->name, gt->n_dims);
+			goto fail;
+		}
+		/* ggml's ne[0] is the contiguous one: Hugging Face's last */
+		t->ndim = gt->n_dims;
+		t->shape[0] = gt->n_dims == 2 ? gt->ne[1] : gt->ne[0];
+		t->shape[1] = gt->n_dims == 2 ? gt->ne[0] : 0;
+		t->dtype = t->source_dtype = dt;
+		t->file = 0;
+		if (in_place(gt)) {
+			t->data = gt->data;
+			t->nbytes = gt->nbytes;
+			continue;
+		}
+		t->nbytes = sf_dtype_col_bytes(dt, gt->ne[0]) * gt->ne[1];
+		total += (t->nbytes + 63) / 64 * 64;
+		if (gt->ne[0] > cols_max)
+			cols_max = gt->ne[0];
+	}
+	st->ntensors = g->ntensors;
+	if (total && (!(arena = aligned_alloc(64, (size_t)total)) ||
+		      !(row = malloc((size_t)cols_max * sizeof(*row))))) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory converting %llu bytes of tensors",
+				 g->path, (unsigned long long)total);
+		goto fail;
+	}
+	at = arena;
+	for (size_t i = 0; i < g->ntensors; i++) {
+		struct sf_tensor *t = &st->tensors[i];
+		if (t->data)
+			continue;
+		convert(at, &g->tensors[i], t->dtype, row);
+		t->data = at;
+		at += (t->nbytes + 63) / 64 * 64;
+	}
+	free(row);
+	/* the mapping passes to st, whose release and close serve it; the
+	 * converted tensors' file pages are not needed again */
+	st->maps[0] = (void *)g->map;
+	st->map_sizes[0] = g->map_size;
+	g->map = NULL;
+	for (size_t i = 0; i < g->ntensors; i++)
+		if (!in_place(&g->tensors[i]))
+			sf_safetensors_release(st, g->tensors[i].data, (size_t)g->tensors[i].nbytes);
+	/* names differ as llama.cpp's do: the mapping is one to one */
+	qsort(st->tensors, st->ntensors, sizeof(*st->tensors), tensor_cmp);
+	*converted = arena;
+	return 0;
+fail:
+	free(row);
+	free(arena);
+	sf_safetensors_close(st);
+	return ret;
+}
