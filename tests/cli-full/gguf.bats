@@ -16,6 +16,41 @@ setup_file() {
 	PYTHON=$(sed -n 2p <<<"$got")
 	SF_UNIT=$(dirname "$SF_FIXTURES")/tests
 	export SF_GGUF_PY PYTHON SF_UNIT
+	[ -d "$SF_SHARED/models/mix4-5m" ] || return 0
+	# mix4-5m to GGUF by gguf-py, then quantized by llama.cpp's own
+	# quantizer; a byte-level (Llama 3) vocabulary and its Qwen2 variant
+	# on random weights
+	G=$BATS_FILE_TMPDIR
+	lc llamacpp_gguf "$SF_SHARED/models/mix4-5m" "$G/m5-bf16.gguf" bf16
+	for q in Q8_0 Q4_0 Q4_K_M; do
+		lc llamacpp_quantize "$G/m5-bf16.gguf" "$G/m5-$q.gguf" "$q"
+	done
+	"$SF_FIXTURES/mkmodel" -o "$G/bl" --vocab 268 --tokenizer "$SF_ROOT/tests/fixtures/bytelevel" >/dev/null
+	mkdir -p "$G/blq" && cp "$G/bl"/* "$G/blq/"
+	jq -c '.pre_tokenizer.pretokenizers[0].pattern.Regex |= sub("\\\\p\\{N\\}\\{1,3\\}"; "\\p{N}")
+		| .model.ignore_merges = false' "$G/bl/tokenizer.json" >"$G/blq/tokenizer.json"
+	lc llamacpp_gguf "$G/bl" "$G/bl.gguf"
+	lc llamacpp_gguf "$G/blq" "$G/blq.gguf"
+}
+
+# llama.cpp's helpers (tests/bench/llamacpp.bash), set up in setup_file
+lc() {
+	bash -c 'source "$1/tests/bench/llamacpp.bash" && llamacpp_setup "$2" >/dev/null && shift 2 && "$@"' \
+		_ "$SF_ROOT" "${LLAMACPP_DIR:-/var/tmp/sf-llamacpp}" "$@"
+}
+
+# The prompt ids sf-run gives TEXT with GGUF, comma-separated.
+sf_ids() {
+	sf-run --model "$1" -p "$2" -n 0 --verbose-prompt 2>&1 | awk '/ -> / { print $1 }' | paste -sd, -
+}
+
+# sf-run's and llama.cpp's mean nll on the first 4096 tokens of a test
+# split, in windows of 256, as "SF LC".
+nll_pair() {
+	local gguf=$1 text=$SF_SHARED/data/mix4/$2.test.txt sf lc
+	sf=$(sf-run --model "$gguf" --ppl "$text" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	lc=$(lc llamacpp_ppl "$gguf" 2 "$text" 4096 256 | jq .nll)
+	echo "$sf $lc"
 }
 
 @test "every handled tensor type dequantizes as gguf-py's does, bit for bit" {
@@ -31,4 +66,45 @@ setup_file() {
 	run "$SF_UNIT/test_gguf_config"
 	echo "$output"
 	[ "$status" -eq 0 ]
+}
+
+@test "sf-run --model on mix4-5m as a BF16 GGUF: the safetensors' nll within 1e-5, the same greedy text" {
+	need_shared
+	local m=$SF_SHARED/models/mix4-5m g=$BATS_FILE_TMPDIR/m5-bf16.gguf a b
+	a=$(sf-run --model "$m" --ppl "$SF_SHARED/data/mix4/kjv.test.txt" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	b=$(sf-run --model "$g" --ppl "$SF_SHARED/data/mix4/kjv.test.txt" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	echo "safetensors $a, gguf $b"
+	jq -n --argjson a "$a" --argjson b "$b" -e '($a - $b | fabs) < 1e-5'
+	a=$(sf-run --model "$m" -p "In the beginning" -n 48 --temp 0 2>/dev/null)
+	b=$(sf-run --model "$g" -p "In the beginning" -n 48 --temp 0 2>/dev/null)
+	echo "safetensors: $a"
+	echo "gguf:        $b"
+	[ -n "$a" ] && [ "$a" = "$b" ]
+}
+
+@test "sf-run --model on llama.cpp's Q8_0, Q4_0 and Q4_K_M of mix4-5m: nll within 0.005 of llama.cpp's on the same file" {
+	need_shared
+	local q genre got
+	for q in Q8_0 Q4_0 Q4_K_M; do
+		for genre in kjv man; do
+			got=$(nll_pair "$BATS_FILE_TMPDIR/m5-$q.gguf" "$genre")
+			echo "$q $genre: sf-run, llama.cpp nll: $got"
+			jq -n --argjson a "${got% *}" --argjson b "${got#* }" -e '($a - $b | fabs) < 0.005'
+		done
+	done
+}
+
+@test "a GGUF's tokenizer gives llama.cpp's ids: SentencePiece (mix4-5m), byte-level llama-bpe and qwen2" {
+	need_shared
+	local g=$BATS_FILE_TMPDIR f txt a b
+	for f in m5-Q4_K_M bl blq; do
+		for txt in "Once upon a time, it's 12345 o'clock!" \
+			$'  two spaces, a\ttab,\na newline;  \xc3\xbf\xe2\x82\xac \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x99\x82 SHOUTING' \
+			"$(head -c 2000 "$SF_SHARED/data/mix4/man.test.txt")" \
+			"$(head -c 2000 "$SF_SHARED/data/mix4/gcide.test.txt")"; do
+			a=$(sf_ids "$g/$f.gguf" "$txt")
+			b=$(lc llamacpp_tokenize "$g/$f.gguf" "$txt" | tr -d '[] ')
+			[ -n "$a" ] && [ "$a" = "$b" ] || { echo "$f: '${txt:0:40}': sf-run $a, llama.cpp $b"; return 1; }
+		done
+	done
 }
