@@ -620,7 +620,7 @@ int main(int argc, char **argv)
 		json_decref(p);
 		goto out;
 	}
-	if ((ret = sf_model_open(&m, o.model_dir, &e)) ||
+	if ((ret = sf_model_open_elements(&m, o.model_dir, &e)) ||
 	    (ret = sf_model_dense_ffn(&m, o.model_dir, &e))) {
 		sf_error("%s", e.msg);
 		goto out;

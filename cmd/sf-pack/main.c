@@ -14,6 +14,7 @@
 #include "formats/calib.h"
 #include "common/cli.h"
 #include "formats/codes.h"
+#include "formats/gguf.h"
 #include "formats/image.h"
 #include "formats/model.h"
 #include "engine/forward.h"
@@ -100,6 +101,20 @@ static const char *dtype_option(int dt)
 	return dt == SF_OPT_DTYPE_KEEP ? "keep" : names[dt];
 }
 
+/* The embedding's and the head's rows: as given, else after the top
+ * tier, llama.cpp's choice for its Q4_0 and Q8_0 files: the head keeps
+ * more bits (Q6_K), the embedding the matrices' type. */
+static void rows_dtypes(struct options *o)
+{
+	o->embed_dtype = o->embed_name ? sf_opt_dtype("--token-embedding-type", o->embed_name,
+						      SF_OPT_DTYPES_ROWS)
+		       : sf_dtype_is_block((enum sf_dtype)o->dtype) ? o->dtype : SF_OPT_DTYPE_KEEP;
+	o->head_dtype = o->head_name ? sf_opt_dtype("--output-tensor-type", o->head_name,
+						    SF_OPT_DTYPES_ROWS)
+		      : o->dtype == SF_DTYPE_Q4 ? SF_DTYPE_Q6
+		      : o->dtype == SF_DTYPE_Q8 ? SF_DTYPE_Q8 : SF_OPT_DTYPE_KEEP;
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
 	int c;
@@ -147,15 +162,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		sf_usage_error("-o: an image is written to a file, not to standard output");
 	_Static_assert(SF_OPT_DTYPE_KEEP == SF_IMAGE_DTYPE_KEEP, "one keep");
 	o->dtype = sf_opt_dtype("--dtype", o->dtype_name, SF_OPT_DTYPES_TOP);
-	/* llama.cpp's choice for its Q4_0 and Q8_0 files: the head keeps
-	 * more bits (Q6_K), the embedding the matrices' type */
-	o->embed_dtype = o->embed_name ? sf_opt_dtype("--token-embedding-type", o->embed_name,
-						      SF_OPT_DTYPES_ROWS)
-		       : sf_dtype_is_block((enum sf_dtype)o->dtype) ? o->dtype : SF_OPT_DTYPE_KEEP;
-	o->head_dtype = o->head_name ? sf_opt_dtype("--output-tensor-type", o->head_name,
-						    SF_OPT_DTYPES_ROWS)
-		      : o->dtype == SF_DTYPE_Q4 ? SF_DTYPE_Q6
-		      : o->dtype == SF_DTYPE_Q8 ? SF_DTYPE_Q8 : SF_OPT_DTYPE_KEEP;
+	rows_dtypes(o);
 	if (sf_quant_method_parse(o->quant_name, &o->quant))
 		sf_usage_error("--quant: '%s' is not rtn or search", o->quant_name);
 	if (o->quant_set && !quantizes(o))
@@ -301,7 +308,55 @@ static uint64_t pack_bytes(const struct sf_model *m, int dtype)
 	return most;
 }
 
-static int pack(const struct options *o)
+/* A GGUF model: the texts an image embeds, from its metadata, and with
+ * --dtype keep for a quantized file the top tier nearest its bits (the
+ * image's blocks run down columns, the file's along rows, so its blocks
+ * cannot be kept as they are): q8 from 7 bits a weight of its layers'
+ * matrices up, q4 below; said on stderr. */
+static int gguf_inputs(struct options *o, const struct sf_config *cfg, char **texts,
+		       struct sf_err *e)
+{
+	struct sf_gguf g;
+	uint64_t elems = 0, bytes = 0;
+	char types[160] = "";
+	int ret;
+
+	if ((ret = sf_gguf_open(&g, o->model_dir, e)))
+		return ret;
+	if ((ret = sf_tokenizer_gguf_texts(&g, &texts[1], &texts[2], e)))
+		goto out;
+	if (!(texts[0] = sf_config_json(cfg))) {
+		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", o->model_dir);
+		goto out;
+	}
+	for (size_t i = 0; i < g.ntensors; i++) {
+		const struct sf_gguf_tensor *t = &g.tensors[i];
+		const char *name = sf_ggml_type_name(t->type);
+		if (strncmp(t->name, "blk.", 4) || t->n_dims != 2)
+			continue;
+		elems += t->ne[0] * t->ne[1];
+		bytes += t->nbytes;
+		if (sf_ggml_block_elems(t->type) > 1 && !strstr(types, name) &&
+		    strlen(types) + strlen(name) + 2 < sizeof(types))
+			snprintf(types + strlen(types), sizeof(types) - strlen(types), "%s%s",
+				 *types ? ", " : "", name);
+	}
+	if (o->dtype == SF_OPT_DTYPE_KEEP && *types) {
+		o->dtype = bytes * 8 >= 7 * elems ? SF_DTYPE_Q8 : SF_DTYPE_Q4;
+		rows_dtypes(o);
+		if (!o->quiet)
+			fprintf(stderr, "%s: %s: its %s matrices (%.2f bits a weight) requantized to "
+				"%s columns, the image's top tier (--dtype chooses)\n", sf_progname,
+				o->model_dir, types, (double)bytes * 8 / (double)elems,
+				sf_dtype_name((enum sf_dtype)o->dtype));
+	}
+	ret = 0;
+out:
+	sf_gguf_close(&g);
+	return ret;
+}
+
+static int pack(struct options *o)
 {
 	const char *inputs[5], *const given[] = { o->placement, o->codes, o->calib, o->keep };
 	size_t ninputs = 0;
@@ -321,11 +376,13 @@ static int pack(const struct options *o)
 	struct sf_err e = { 0 };
 	uint64_t written = 0;
 	json_t *prod = NULL;
+	char *texts[3] = { NULL, NULL, NULL };
 	int ret;
 
-	if ((ret = sf_model_open(&m, o->model_dir, &e)))
+	if ((ret = sf_model_open_elements(&m, o->model_dir, &e)))
 		goto out;
-	if ((ret = sf_model_dense_ffn(&m, o->model_dir, &e)) ||
+	if ((sf_gguf_probe(o->model_dir) && (ret = gguf_inputs(o, &m.cfg, texts, &e))) ||
+	    (ret = sf_model_dense_ffn(&m, o->model_dir, &e)) ||
 	    (ret = sf_tokenizer_open_model(NULL, o->model_dir, m.cfg.vocab_size, &e)) ||
 	    (o->placement && (ret = sf_placement_read(&pl, o->placement, &e))) ||
 	    (o->codes && (ret = sf_sfq_open(&q, o->codes, &e))) ||
@@ -337,7 +394,7 @@ static int pack(const struct options *o)
 	prod = producer(o, embed_dtype);
 	sf_progress_init(&pr, o->progress, o->quiet, "MiB");
 	struct sf_image_pack_opts po = {
-		.model = &m, .model_dir = o->model_dir,
+		.model = &m, .model_dir = o->model_dir, .texts = { texts[0], texts[1], texts[2] },
 		.placement = o->placement ? &pl : NULL, .placement_path = o->placement,
 		.codes = o->codes ? &q : NULL, .codes_path = o->codes,
 		.calib = o->calib ? &cal : NULL, .calib_path = o->calib,
@@ -370,6 +427,8 @@ out:
 	sf_sfq_close(&q);
 	sf_placement_free(&pl);
 	sf_model_close(&m);
+	for (int i = 0; i < 3; i++)
+		free(texts[i]);
 	return ret;
 }
 

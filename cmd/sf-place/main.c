@@ -151,7 +151,7 @@ static int open_model(struct sf_model *m, const struct options *o,
 {
 	struct sf_err e = { 0 };
 
-	if (sf_model_open(m, o->model_dir, &e) ||
+	if (sf_model_open_elements(m, o->model_dir, &e) ||
 	    sf_fingerprint_check(fingerprint, name, what, &m->fingerprint, m->source, &e)) {
 		sf_error("%s", e.msg);
 		return -1;

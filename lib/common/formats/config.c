@@ -420,7 +420,8 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	    (ret = parse_sliding_window(path, root, c, e)) ||
 	    (ret = parse_experts(path, root, c, e)) ||
 	    (ret = get_int(path, root, "", "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_id, e)) ||
-	    (ret = parse_eos(path, root, c, e)))
+	    (ret = parse_eos(path, root, c, e)) ||
+	    (ret = get_bool(path, root, "rope_interleaved", 0, &c->rope_interleaved, e)))
 		goto out;
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
 	c->qk_norm = c->arch == SF_ARCH_QWEN3;
@@ -430,6 +431,41 @@ out:
 	if (ret)
 		memset(c, 0, sizeof(*c));
 	return ret;
+}
+
+char *sf_config_json(const struct sf_config *c)
+{
+	const char *arch = sf_arch_name(c->arch), *type = NULL;
+	json_t *o, *eos = json_array();
+	char *text = NULL;
+
+	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		if (archs[i].id == c->arch)
+			type = archs[i].type;
+	for (int i = 0; eos && i < c->n_eos; i++)
+		if (json_array_append_new(eos, json_integer(c->eos_ids[i])))
+			goto out;
+	/* floats as doubles: each parses back to the same float */
+	o = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:o*}",
+		      "architectures", arch, "model_type", type, "hidden_size", c->dim,
+		      "intermediate_size", c->hidden_dim, "num_hidden_layers", c->n_layers,
+		      "num_attention_heads", c->n_heads, "num_key_value_heads", c->n_kv_heads,
+		      "head_dim", c->head_dim, "vocab_size", c->vocab_size,
+		      "max_position_embeddings", c->max_seq_len, "rms_norm_eps", (double)c->norm_eps,
+		      "rope_theta", (double)c->rope_theta, "tie_word_embeddings", c->tie_embeddings,
+		      "eos_token_id", eos);
+	eos = NULL;
+	if (!o)
+		goto out;
+	if ((c->bos_id >= 0 && json_object_set_new(o, "bos_token_id", json_integer(c->bos_id))) ||
+	    (c->rope_interleaved && json_object_set_new(o, "rope_interleaved", json_true())))
+		goto done;
+	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+done:
+	json_decref(o);
+out:
+	json_decref(eos);
+	return text;
 }
 
 size_t sf_group_entries(const struct sf_config *c, enum sf_group g)

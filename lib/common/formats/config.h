@@ -68,6 +68,13 @@ int sf_config_parse(struct sf_config *c, const char *name, const char *text, siz
  * error naming the key; *c is zeroed on failure. */
 int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e);
 const char *sf_arch_name(enum sf_arch a);
+/* config.json's text for c (malloc'ed, NUL-terminated; NULL when out of
+ * memory), which sf_config_parse reads back into c: the config of a
+ * model that has none (a GGUF's, which an image embeds), with
+ * "rope_interleaved": true for a llama GGUF's q and k rows. Only what the
+ * GGUF path sets: no RoPE scaling, sliding window, biases' switches or
+ * experts, which sf_config_from_gguf refuses or derives from the arch. */
+char *sf_config_json(const struct sf_config *c);
 
 /* Entries of a group: the length of its input vector. */
 size_t sf_group_entries(const struct sf_config *c, enum sf_group g);

@@ -90,6 +90,12 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 		return ret;
 	for (int i = 0; i < 3; i++) {
 		char path[4096];
+		if (o->texts[0]) {
+			if (o->texts[i] && !(p->texts[i] = strdup(o->texts[i])))
+				return sf_err_set(e, -ENOMEM, "out of memory");
+			p->text_len[i] = o->texts[i] ? strlen(o->texts[i]) : 0;
+			continue;
+		}
 		snprintf(path, sizeof(path), "%s/%s", o->model_dir, files[i]);
 		if ((ret = sf_file_read(path, TEXT_MAX, SF_FILE_REGULAR | (i == 2 ? SF_FILE_OPTIONAL : 0),
 					&p->texts[i], &p->text_len[i], e)))

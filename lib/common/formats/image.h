@@ -253,6 +253,10 @@ void sf_image_keep_free(struct sf_image_keep *k);	/* accepts a zeroed k */
 struct sf_image_pack_opts {
 	const struct sf_model *model;
 	const char *model_dir;		/* its config.json and tokenizer files are copied */
+	/* those three texts (NUL-terminated, the last may be NULL) when the
+	 * model is a GGUF file, which has none: sf_config_json and
+	 * sf_tokenizer_gguf_texts of its metadata; texts[0] NULL otherwise */
+	const char *texts[3];
 	const struct sf_placement *placement;	/* NULL: identity everywhere */
 	const char *placement_path;
 	const struct sf_sfq *codes;	/* NULL: no middle tier */

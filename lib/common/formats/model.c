@@ -460,21 +460,15 @@ out:
 	return ret;
 }
 
-/* A GGUF's fingerprints are the file's own tensors' (their names, ggml
- * types and shapes after the config; their sampled bytes), whatever the
- * engine computes them as, so that every command agrees on one file. */
+/* A GGUF's weights fingerprint samples the file's own tensors, whatever
+ * the engine computes them as, so that every open of one file agrees (the
+ * shape fingerprint names each tensor's element dtype: model_gguf.c). */
 static void gguf_fingerprint(struct sf_model *m, const struct sf_gguf *g)
 {
-	uint64_t shape = SF_FNV64_BASIS, weights = SF_FNV64_BASIS;
+	uint64_t weights = SF_FNV64_BASIS;
 
-	hash_config(&shape, &m->cfg);
-	for (size_t i = 0; i < g->ntensors; i++) {
-		const struct sf_gguf_tensor *t = &g->tensors[i];
-		fnv_feed(&shape, "%s %s %llux%llu\n", t->name, sf_ggml_type_name(t->type),
-			 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1]);
-		sample_tensor(&weights, t->data, t->nbytes);
-	}
-	snprintf(m->fingerprint.shape, sizeof(m->fingerprint.shape), "%016" PRIx64, shape);
+	for (size_t i = 0; i < g->ntensors; i++)
+		sample_tensor(&weights, g->tensors[i].data, g->tensors[i].nbytes);
 	weights = sf_fnv64(weights, m->fingerprint.shape, SF_FINGERPRINT_LEN);
 	snprintf(m->fingerprint.weights, sizeof(m->fingerprint.weights), "%016" PRIx64, weights);
 }

@@ -165,7 +165,10 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		t->ndim = gt->n_dims;
 		t->shape[0] = gt->n_dims == 2 ? gt->ne[1] : gt->ne[0];
 		t->shape[1] = gt->n_dims == 2 ? gt->ne[0] : 0;
-		t->dtype = t->source_dtype = dt;
+		/* the shape fingerprint names what every open of the file
+		 * agrees on, and an image packed from it holds */
+		t->dtype = dt;
+		t->source_dtype = engine_dtype(gt, 1);
 		t->file = 0;
 		if (in_place(gt)) {
 			t->data = gt->data;
