@@ -39,9 +39,11 @@ lc() {
 		_ "$SF_ROOT" "${LLAMACPP_DIR:-/var/tmp/sf-llamacpp}" "$@"
 }
 
-# The prompt ids sf-run gives TEXT with GGUF, comma-separated.
+# The prompt ids sf-run gives TEXT with a GGUF or an image, comma-separated.
 sf_ids() {
-	sf-run --model "$1" -p "$2" -n 0 --verbose-prompt 2>&1 | awk '/ -> / { print $1 }' | paste -sd, -
+	local model=(--model "$1")
+	[[ $1 == *.sfimg ]] && model=("$1" --density 1)
+	sf-run "${model[@]}" -p "$2" -n 0 --verbose-prompt 2>&1 | awk '/ -> / { print $1 }' | paste -sd, -
 }
 
 # sf-run's and llama.cpp's mean nll on the first 4096 tokens of a test
@@ -107,4 +109,25 @@ nll_pair() {
 			[ -n "$a" ] && [ "$a" = "$b" ] || { echo "$f: '${txt:0:40}': sf-run $a, llama.cpp $b"; return 1; }
 		done
 	done
+}
+
+@test "the pipeline from llama.cpp's Q4_K_M of mix4-5m: artifacts agree on the file, the image within 0.01 nll of llama.cpp's" {
+	need_shared
+	local g=$BATS_FILE_TMPDIR m=$BATS_FILE_TMPDIR/m5-Q4_K_M.gguf d=$SF_SHARED/data/mix4 got
+	sf-profile -q -m "$m" --task kjv --max-tokens 2000 "$d/kjv.profile.txt" |
+		sf-coact -q -o "$g/kjv.sfc"
+	sf-place --method coact "$g/kjv.sfc" -o "$g/coact.json"
+	run --separate-stderr sf-pack --model "$m" --placement "$g/coact.json" -o "$g/q4km.sfimg"
+	[ "$status" -eq 0 ]
+	echo "$stderr"
+	[[ $stderr == *"Q4_K, Q6_K matrices"*"requantized to Q4 columns"* ]]
+	sf-pack --verify "$g/q4km.sfimg"
+	got=$(sf-run "$g/q4km.sfimg" --density 1 --ppl "$d/kjv.test.txt" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	got="$got $(lc llamacpp_ppl "$m" 2 "$d/kjv.test.txt" 4096 256 | jq .nll)"
+	echo "image, llama.cpp nll: $got"
+	jq -n --argjson a "${got% *}" --argjson b "${got#* }" -e '($a - $b | fabs) < 0.01'
+	sf-pack --info "$g/q4km.sfimg" | jq -e '.top_dtypes == ["Q4"]'
+	# the image carries the GGUF's tokenizer
+	[ "$(sf_ids "$g/q4km.sfimg" "In the beginning, it's 12345 o'clock")" = \
+	  "$(sf_ids "$m" "In the beginning, it's 12345 o'clock")" ]
 }
