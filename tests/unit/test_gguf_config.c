@@ -20,7 +20,7 @@
 static const char *tmpdir;
 
 /* Which key of the valid file to change: none, or one of these. */
-enum change { NONE, ARCH_QWEN3, NO_BLOCKS, EXPERTS, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED };
+enum change { NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED };
 
 /* A qwen2 file: 256 wide, 768 FFN, 3 layers, 8/2 heads, a vocabulary of 3
  * tokens from the token list, eps 1e-5, theta 1e6, BOS 1, EOS 2, EOT 0. */
@@ -31,7 +31,7 @@ static void qwen2_file(struct gb *b, enum change ch)
 
 	b->n = 0;
 	gb_header(b, 3, ch == UNTIED, (uint64_t)nkv);
-	gb_kv_str(b, "general.architecture", ch == ARCH_QWEN3 ? "qwen3" : "qwen2");
+	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma3" : "qwen2");
 	gb_kv_u32(b, "qwen2.embedding_length", 256);
 	gb_kv_u32(b, "qwen2.feed_forward_length", 768);
 	if (ch != NO_BLOCKS)
@@ -109,8 +109,8 @@ static void test_built(void)
 	CHECK(config_of(&b, &c, &e) == 0 && !c.tie_embeddings, "output.weight: untied");
 	free(b.p);
 
-	REFUSED(ARCH_QWEN3, SF_EUNSUPPORTED,
-		"key 'general.architecture': 'qwen3' unsupported (expected llama or qwen2)");
+	REFUSED(ARCH_GEMMA, SF_EUNSUPPORTED,
+		"key 'general.architecture': 'gemma3' unsupported (expected llama, qwen2 or qwen3)");
 	REFUSED(NO_BLOCKS, -ENOENT, "key 'qwen2.block_count': missing");
 	REFUSED(EXPERTS, SF_EUNSUPPORTED, "'qwen2.expert_count': 8, mixtures of experts unsupported");
 	REFUSED(YARN, SF_EUNSUPPORTED, "key 'qwen2.rope.scaling.type': 'yarn' unsupported");
@@ -140,6 +140,7 @@ static void test_mix4_5m(const char *py)
 	if (ret)
 		return;
 	CHECK(sf_config_from_gguf(&got, &g, &e) == 0, "%s", e.msg);
+	want.rope_interleaved = 1;	/* llama.cpp's order of the q and k rows */
 	CHECK(!memcmp(&got, &want, sizeof(got)),
 	      "differs: dim %d/%d ffn %d/%d layers %d/%d heads %d/%d kv %d/%d head_dim %d/%d vocab %d/%d "
 	      "ctx %d/%d eps %g/%g theta %g/%g tie %d/%d bos %d/%d eos %d:%d/%d:%d",
@@ -149,6 +150,13 @@ static void test_mix4_5m(const char *py)
 	      (double)got.norm_eps, (double)want.norm_eps, (double)got.rope_theta,
 	      (double)want.rope_theta, got.tie_embeddings, want.tie_embeddings, got.bos_id,
 	      want.bos_id, got.n_eos, got.eos_ids[0], want.n_eos, want.eos_ids[0]);
+	/* the config.json an image of the file embeds reads back the same */
+	char *text = sf_config_json(&got);
+	struct sf_config back;
+	CHECK(text && sf_config_parse(&back, "config.json", text, strlen(text), &e) == 0 &&
+	      !memcmp(&back, &got, sizeof(got)), "sf_config_json: '%s' reads back otherwise: %s",
+	      text ? text : "(null)", e.msg);
+	free(text);
 	/* every tensor of the model is there; the embedding's and a down
 	 * projection's BF16 bytes the safetensors' own */
 	CHECK(g.ntensors == 2 + 9 * (size_t)want.n_layers, "%zu tensors", g.ntensors);

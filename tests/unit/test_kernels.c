@@ -625,21 +625,24 @@ static void test_rope(void)
 			CHECK(fabs(inv[i] - want) <= 2e-7 * want, "inv_freq d %zu i %zu: %.9g, want %.9g",
 			      d, i, inv[i], want);
 		}
-		for (size_t pi = 0; pi < 6; pi++) {
+		/* pairs (i, i + h), or interleaved (2i, 2i + 1): a llama GGUF's rows */
+		for (size_t pi = 0; pi < 12; pi++) {
+			int inter = pi >= 6, pos = poss[pi % 6];
 			for (size_t i = 0; i < 3 * d; i++)
 				v[i] = v0[i] = frand();
-			sf_rope(v, 3, d, inv, poss[pi]);	/* three heads */
+			sf_rope(v, 3, d, inv, pos, inter);	/* three heads */
 			for (size_t j = 0; j < 3 * h; j++) {
 				/* the angle as torch forms it (a float product), then
 				 * exact trigonometry */
 				size_t i = j % h, o = j / h * d;
-				double a = (double)((float)poss[pi] * inv[i]);
-				double c = cos(a), s = sin(a), x1 = v0[o + i], x2 = v0[o + i + h];
+				size_t i1 = o + (inter ? 2 * i : i), i2 = o + (inter ? 2 * i + 1 : i + h);
+				double a = (double)((float)pos * inv[i]);
+				double c = cos(a), s = sin(a), x1 = v0[i1], x2 = v0[i2];
 				double w1 = x1 * c - x2 * s, w2 = x2 * c + x1 * s;
 				double tol = 3e-7 * (fabs(x1) + fabs(x2)) + 1e-7;
-				CHECK(fabs(v[o + i] - w1) <= tol && fabs(v[o + i + h] - w2) <= tol,
-				      "rope d %zu pos %d head %zu i %zu: %.9g %.9g, want %.9g %.9g",
-				      d, poss[pi], j / h, i, v[o + i], v[o + i + h], w1, w2);
+				CHECK(fabs(v[i1] - w1) <= tol && fabs(v[i2] - w2) <= tol,
+				      "rope d %zu pos %d interleaved %d head %zu i %zu: %.9g %.9g, "
+				      "want %.9g %.9g", d, pos, inter, j / h, i, v[i1], v[i2], w1, w2);
 			}
 		}
 	}
