@@ -46,7 +46,7 @@ enum { OPT_METHOD = SF_OPT_FIRST, OPT_SEED, OPT_LAYERS, OPT_GROUPS, OPT_STATS, O
        OPT_WINDOW, OPT_DENSE_LAYERS, OPT_DTYPE, OPT_QUANT };
 
 static const struct sf_opt options[] = {
-	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
+	{ "model", 'm', "MODEL", "Hugging Face model directory or GGUF file", NULL, 0 },
 	SF_OPT_OUTPUT("output file, \"-\" for standard output"),
 	{ "method", OPT_METHOD, "M", "trellis or scalar (default %s)", "trellis", 0 },
 	{ "seed", OPT_SEED, "N", "trellis codebook seed (default %s)",
@@ -83,11 +83,11 @@ static const struct sf_opt options[] = {
 _Static_assert(SF_CODES_DEFAULT_METHOD == SF_CODES_TRELLIS, "--help names trellis the default");
 
 static const struct sf_cmd cmd = {
-	"Usage: sf-encode --model DIR [options] -o FILE.sfq\n"
+	"Usage: sf-encode --model MODEL [options] -o FILE.sfq\n"
 	"       sf-encode --merge A.sfq B.sfq ... -o FILE.sfq\n"
 	"       sf-encode --merge A.json B.json ... -o calib.json\n"
 	"       sf-encode --info FILE.sfq\n"
-	"       sf-encode --model DIR --calibrate --corpus FILE --budgets LIST -o calib.json\n"
+	"       sf-encode --model MODEL --calibrate --corpus FILE --budgets LIST -o calib.json\n"
 	"Write the 2-bit middle-tier codes of every weight column, or calibrate\n"
 	"SpAx tier sizes per budget.\n",
 	options,
@@ -164,7 +164,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	} else if (o->ninputs) {
 		sf_usage_error("unexpected argument '%s'", o->inputs[0]);
 	} else if (!o->model_dir) {
-		sf_usage_error("--model DIR is required");
+		sf_usage_error("--model MODEL is required");
 	}
 	if (!o->output)
 		sf_usage_error("-o FILE is required");

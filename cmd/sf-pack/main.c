@@ -38,7 +38,7 @@ enum { O_PLACEMENT = SF_OPT_FIRST, O_CODES, O_CALIB, O_KEEP, O_RESIDENT, O_DTYPE
        O_EMBED_TYPE, O_HEAD_TYPE, O_VERIFY, O_INFO, O_DRY_RUN };
 
 static const struct sf_opt options[] = {
-	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
+	{ "model", 'm', "MODEL", "Hugging Face model directory or GGUF file", NULL, 0 },
 	SF_OPT_OUTPUT("the image (a regular file, not standard output)"),
 	{ "placement", O_PLACEMENT, "FILE", "placement.json from sf-place (default: identity)", NULL, 0 },
 	{ "codes", O_CODES, "FILE", "codes.sfq from sf-encode (default: no middle tier)", NULL, 0 },
@@ -67,10 +67,10 @@ static const struct sf_opt options[] = {
 };
 
 static const struct sf_cmd cmd = {
-	"Usage: sf-pack --model DIR [options] -o model.sfimg\n"
+	"Usage: sf-pack --model MODEL [options] -o model.sfimg\n"
 	"       sf-pack --verify IMAGE\n"
 	"       sf-pack --info IMAGE\n"
-	"       sf-pack --model DIR [options] --dry-run\n"
+	"       sf-pack --model MODEL [options] --dry-run\n"
 	"Pack a model into the flash image sf-run decodes from: the resident\n"
 	"weights, then per layer and group the top-tier bundles and middle-tier\n"
 	"codes in placement order, every region 4 KiB aligned and checksummed.\n",
@@ -153,7 +153,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		return;
 	}
 	if (!o->model_dir)
-		sf_usage_error("--model DIR is required");
+		sf_usage_error("--model MODEL is required");
 	if (o->dry_run && o->output)
 		sf_usage_error("--dry-run writes nothing: no -o");
 	if (!o->output && !o->dry_run)

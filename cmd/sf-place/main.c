@@ -56,7 +56,7 @@ static const struct sf_opt options[] = {
 	  "8G", 0 },
 	SF_OPT_OUTPUT("placement.json (default: standard output)"),
 	{ "eval", OPT_EVAL, "TRACE", "evaluate the placements given on TRACE (\"-\": stdin)", NULL, 0 },
-	{ "model", OPT_MODEL, "DIR", "the model: checks fingerprints, and gives --eval\n"
+	{ "model", OPT_MODEL, "MODEL", "the model: checks fingerprints, and gives --eval\n"
 	  "the bytes of each entry's bundle", NULL, 0 },
 	{ "json", OPT_JSON, NULL, "--eval: JSON on standard output", NULL, 0 },
 	SF_OPT_THREADS,
@@ -69,7 +69,7 @@ _Static_assert(DEFAULT_MAX_MEMORY == 8ull << 30, "--help says 8G");
 
 static const struct sf_cmd cmd = {
 	"Usage: sf-place [--method M] [--exact | --topk K] COACT.sfc [-o placement.json]\n"
-	"       sf-place --eval TRACE [--model DIR] [--json] PLACEMENT.json...\n"
+	"       sf-place --eval TRACE [--model MODEL] [--json] PLACEMENT.json...\n"
 	"Order each layer and group's entries on flash so that entries active\n"
 	"together are read together, or evaluate placements on a trace.\n",
 	options,

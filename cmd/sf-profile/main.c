@@ -47,7 +47,7 @@ enum { OPT_FORMAT = SF_OPT_FIRST, OPT_FIELD, OPT_COLUMN, OPT_TASK, OPT_DENSITY, 
        OPT_LAYERS, OPT_GROUPS, OPT_WINDOW, OPT_MAX_TOKENS, OPT_MAX_DOCS, OPT_DRY_RUN };
 
 static const struct sf_opt options[] = {
-	{ "model", 'm', "DIR", "Hugging Face model directory", NULL, 0 },
+	{ "model", 'm', "MODEL", "Hugging Face model directory or GGUF file", NULL, 0 },
 	SF_OPT_OUTPUT("trace to write (default: standard output)"),
 	{ "format", OPT_FORMAT, "F", "text, jsonl, alpaca or csv (default: from each file's\n"
 	  "name: .jsonl/.json, .csv, else text)", NULL, 0 },
@@ -84,7 +84,7 @@ static const struct sf_opt options[] = {
 };
 
 static const struct sf_cmd cmd = {
-	"Usage: sf-profile --model DIR [options] CORPUS...\n"
+	"Usage: sf-profile --model MODEL [options] CORPUS...\n"
 	"Run the dense model over corpora (teacher forcing) and write an activation\n"
 	"trace: per token, layer and group the active entries, and per entry the sum\n"
 	"of |value| (SelectInfer scores). CORPUS \"-\" is standard input.\n",
@@ -144,7 +144,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		}
 	}
 	if (!o->model_dir)
-		sf_usage_error("--model DIR is required");
+		sf_usage_error("--model MODEL is required");
 	if (have_density && have_threshold)
 		sf_usage_error("--density and --threshold cannot be combined");
 	if (optind == argc)

@@ -1,6 +1,6 @@
-/* sf-run: the decoder. With --model DIR it runs the dense model from a
- * Hugging Face directory in RAM; with IMAGE the sparse decoder reads the
- * flash groups of an sf-pack image per token (sparse.h). Generation from
+/* sf-run: the decoder. With --model MODEL it runs the dense model of a
+ * Hugging Face directory or a GGUF file in RAM; with IMAGE the sparse
+ * decoder reads the flash groups of an sf-pack image per token (sparse.h). Generation from
  * -p or stdin, streamed to stdout, teacher-forced perplexity with --ppl,
  * figures with --bench. See man/sf-run.1. */
 #include <errno.h>
@@ -21,6 +21,7 @@
 #include "engine/cpu.h"
 #include "engine/eval.h"
 #include "engine/forward.h"
+#include "formats/gguf.h"
 #include "formats/image.h"
 #include "engine/kernels.h"
 #include "formats/model.h"
@@ -105,7 +106,7 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
 enum { SPARSE = 1 };
 
 static const struct sf_opt options[] = {
-	{ "model", 'm', "DIR", "Hugging Face model directory (dense, in RAM)", NULL, 0 },
+	{ "model", 'm', "MODEL", "Hugging Face model directory or GGUF file\n(dense, in RAM)", NULL, 0 },
 	{ "prompt", 'p', "TEXT", "prompt (default: read standard input)", NULL, 0 },
 	{ "file", 'f', "FILE", "read the prompt from FILE (one final newline dropped)", NULL, 0 },
 	{ "n-predict", 'n', "N", "tokens to generate, -1 until EOS or the context\n"
@@ -244,14 +245,15 @@ static const struct sf_opt options[] = {
 };
 
 static const struct sf_cmd cmd = {
-	"Usage: sf-run --model DIR [options]\n"
+	"Usage: sf-run --model MODEL [options]\n"
 	"       sf-run [options] IMAGE\n"
 	"       sf-run --probe-device [DIR]\n"
 	"Run a language model: generate text, or measure perplexity; dense from\n"
-	"a model directory, or sparse from an sf-pack image on flash.\n",
+	"a model directory or GGUF file, or sparse from an sf-pack image on flash.\n",
 	options,
 	"  sf-run --model models/mix4-1m -p \"In the beginning\" -n 32 --temp 0\n"
 	"  sf-run --model models/mix4-1m --ppl test.txt --max-tokens 16384 | jq .ppl\n"
+	"  sf-run --model qwen2.5-0.5b-instruct-q8_0.gguf -cnv\n"
 	"  sf-run --model models/mix4-1m -cnv --chat-template chatml -p \"Be brief.\" -n 64\n"
 	"  sf-run --budget 0.5 -p \"In the beginning\" -n 32 --temp 0 mix4-1m.sfimg\n"
 	"  sf-run --density 0.4 --bench -n 64 -p Love mix4-1m.sfimg | jq .latency_seconds\n"
@@ -495,9 +497,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 	if (optind < argc)
 		sf_usage_error("unexpected argument '%s'", argv[optind]);
 	if (!o->model_dir && !o->image)
-		sf_usage_error("--model DIR is required");
+		sf_usage_error("--model MODEL is required");
 	if (o->model_dir && o->image)
-		sf_usage_error("--model DIR and IMAGE cannot be combined");
+		sf_usage_error("--model MODEL and IMAGE cannot be combined");
 	if (o->model_dir && o->sparse_set)
 		sf_usage_error("sparse decoding options need an IMAGE, not --model");
 	if (selects > 1)
@@ -625,7 +627,7 @@ static void session_free(struct session *S)
 	json_decref(S->ppl);
 }
 
-/* The model and tokenizer of --model DIR or of IMAGE. */
+/* The model and tokenizer of --model MODEL or of IMAGE. */
 static int open_model(struct session *S, const struct options *o, struct sf_err *e)
 {
 	int ret;
@@ -833,7 +835,7 @@ static int same_tokenizer(const struct session *S, const struct options *o, stru
 	return 0;
 }
 
-/* --draft PATH: a model directory in RAM, or an image decoded at
+/* --draft PATH: a model directory or GGUF file in RAM, or an image decoded at
  * --draft-budget (no cache, no RAM limit), with ctx positions; refused
  * when its tokenizer is not the model's. */
 static int open_draft(struct session *S, const struct options *o, int ctx, struct sf_err *e)
@@ -844,7 +846,7 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 
 	if (!(S->draft = D))
 		return sf_err_set(e, -ENOMEM, "--draft: %s", strerror(ENOMEM));
-	if (stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode)) {
+	if ((stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode)) || sf_gguf_probe(o->draft)) {
 		if ((ret = sf_model_open(&D->model, o->draft, e)) ||
 		    (ret = sf_tokenizer_open_model(&D->tok, o->draft, D->model.cfg.vocab_size, e)))
 			return ret;

@@ -13,7 +13,7 @@ info() { sf-encode --info "$1"; }
 @test "--help prints usage with an example and exits 0" {
 	run sf-encode --help
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"Usage: sf-encode --model DIR"* ]]
+	[[ "$output" == *"Usage: sf-encode --model MODEL"* ]]
 	[[ "$output" == *"Examples:"* ]]
 }
 

@@ -37,7 +37,7 @@ bytes() {
 @test "usage errors exit 2 with one line" {
 	run --separate-stderr sf-pack -o x.sfimg
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-pack: --model DIR is required" ]
+	[ "${stderr_lines[0]}" = "sf-pack: --model MODEL is required" ]
 	run --separate-stderr sf-pack --model "$MODEL" -o -
 	[ "$status" -eq 2 ]
 	[ "${stderr_lines[0]}" = "sf-pack: -o: an image is written to a file, not to standard output" ]

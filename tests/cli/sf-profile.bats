@@ -15,7 +15,7 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 @test "--help prints usage with an example and exits 0" {
 	run sf-profile --help
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"Usage: sf-profile --model DIR"* ]]
+	[[ "$output" == *"Usage: sf-profile --model MODEL"* ]]
 	[[ "$output" == *"Examples:"* ]]
 }
 

@@ -50,7 +50,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	[ "${lines[0]}" = "sf-run: sparse decoding options need an IMAGE, not --model" ]
 	run sf-run --model "$MODEL" -p x "$D/id.sfimg"
 	[ "$status" -eq 2 ]
-	[ "${lines[0]}" = "sf-run: --model DIR and IMAGE cannot be combined" ]
+	[ "${lines[0]}" = "sf-run: --model MODEL and IMAGE cannot be combined" ]
 	run sf-run --budget 0.5 --density 0.3 "$D/id.sfimg"
 	[ "$status" -eq 2 ]
 	[ "${lines[0]}" = "sf-run: --budget, --density and --k-top cannot be combined" ]

@@ -8,7 +8,7 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 @test "--help prints usage with an example and exits 0" {
 	run sf-run --help
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"Usage: sf-run --model DIR"* ]]
+	[[ "$output" == *"Usage: sf-run --model MODEL"* ]]
 	[[ "$output" == *"Examples:"* ]]
 }
 
@@ -50,7 +50,7 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 @test "a missing --model is a usage error" {
 	run sf-run -p hello
 	[ "$status" -eq 2 ]
-	[ "${lines[0]}" = "sf-run: --model DIR is required" ]
+	[ "${lines[0]}" = "sf-run: --model MODEL is required" ]
 }
 
 @test "a number out of range is a usage error naming the range" {
