@@ -90,7 +90,7 @@ struct sf_model {
  * metadata (sf_config_from_gguf), its tensors under Hugging Face's names,
  * F32/F16/BF16 in the mapping, Q8_0 and Q4_0 matrices as Q8 and Q4 rows
  * (the same codes and scales, which the row products take), every other
- * type widened to F16 in memory; its fingerprints are over the file's own
+ * type requantized to Q8 rows in memory; its fingerprints are over the file's own
  * tensors, so that each open below agrees. */
 int sf_model_open(struct sf_model *m, const char *path, struct sf_err *e);
 /* The same with every weight in an element dtype (a GGUF's Q8_0 and Q4_0

@@ -5,9 +5,11 @@
  * same codes and scales, only the scales moved to the front of each row,
  * which the row products (engine/kernels_qrows.h) compute on as llama.cpp
  * does, the input rounded to int8 per block; the other types, which no
- * kernel of ours reads yet, are widened to F16 (2^-11 relative error,
- * far below their own). With element_only every quantized type is
- * widened, for the commands that read weights by column. */
+ * kernel of ours reads yet, are requantized to Q8 rows (their at most
+ * 6.6 bits a weight rounded to 8 per block of 32: 8.5 bits a weight in
+ * RAM, near 1/254 of each block's largest weight added). With
+ * element_only every quantized matrix is widened to F16, for the commands
+ * that read weights by column. */
 #include "formats/model_gguf.h"
 
 #include <errno.h>
@@ -70,11 +72,9 @@ static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_on
 	}
 	if (t->n_dims == 1)
 		return SF_DTYPE_F32;
-	if (!element_only && t->type == SF_GGML_Q8_0)
-		return SF_DTYPE_Q8;
-	if (!element_only && t->type == SF_GGML_Q4_0)
-		return SF_DTYPE_Q4;
-	return SF_DTYPE_F16;
+	if (element_only)
+		return SF_DTYPE_F16;
+	return t->type == SF_GGML_Q4_0 ? SF_DTYPE_Q4 : SF_DTYPE_Q8;
 }
 
 static int in_place(const struct sf_gguf_tensor *t)
@@ -96,19 +96,26 @@ static void repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type,
 
 /* Tensor t's rows (ne[1] of ne[0] elements), converted into dst in dt,
  * sf_dtype_col_bytes(dt, ne[0]) bytes a row; row is room for ne[0]
- * floats. */
-static void convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype dt, float *row)
+ * floats. 0, or -ERANGE for a row q8 cannot hold (sf_quant_column). */
+static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype dt, float *row)
 {
 	size_t cols = (size_t)t->ne[0], rows = (size_t)t->ne[1];
 	size_t src_row = (size_t)(t->nbytes / rows), dst_row = (size_t)sf_dtype_col_bytes(dt, cols);
 	const uint8_t *src = t->data;
 
 	for (size_t r = 0; r < rows; r++, src += src_row, dst += dst_row) {
-		if (sf_dtype_is_block(dt)) {
+		if ((t->type == SF_GGML_Q8_0 && dt == SF_DTYPE_Q8) ||
+		    (t->type == SF_GGML_Q4_0 && dt == SF_DTYPE_Q4)) {
 			repack_row(dst, src, t->type, cols);
 			continue;
 		}
 		sf_ggml_dequant_row(t->type, src, row, cols);
+		if (dt == SF_DTYPE_Q8) {
+			/* at most 6.6 bits a weight rounded to 8 per block of 32 */
+			if (sf_quant_column(dst, dt, row, cols, SF_QUANT_RTN))
+				return -ERANGE;
+			continue;
+		}
 		if (dt == SF_DTYPE_F32) {
 			memcpy(dst, row, cols * sizeof(*row));
 			continue;
@@ -118,6 +125,7 @@ static void convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype 
 			memcpy(dst + 2 * i, &h, 2);
 		}
 	}
+	return 0;
 }
 
 static int tensor_cmp(const void *a, const void *b)
@@ -192,7 +200,12 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		struct sf_tensor *t = &st->tensors[i];
 		if (t->data)
 			continue;
-		convert(at, &g->tensors[i], t->dtype, row);
+		if (convert(at, &g->tensors[i], t->dtype, row)) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite or beyond "
+					 "what q8 blocks with an f16 scale hold", g->path,
+					 g->tensors[i].name);
+			goto fail;
+		}
 		t->data = at;
 		at += (t->nbytes + 63) / 64 * 64;
 	}

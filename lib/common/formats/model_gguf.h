@@ -8,10 +8,11 @@
 #include "formats/safetensors.h"
 
 /* Fills st with g's tensors under Hugging Face's names, sorted, in the
- * dtype the engine computes with: F32, F16 and BF16 in the mapping; with
- * element_only clear, Q8_0 and Q4_0 matrices as Q8 and Q4 rows; every
- * other block type F16 (F32 for a vector), converted into *converted
- * (one 64-byte aligned allocation, the caller frees). g's mapping passes
+ * dtype the engine computes with: F32, F16 and BF16 in the mapping; the
+ * other types converted into *converted (one 64-byte aligned allocation,
+ * the caller frees): with element_only clear, Q8_0 and Q4_0 matrices as
+ * Q8 and Q4 rows and every other block type's as Q8 rows; set, F16; a
+ * vector F32. g's mapping passes
  * to st (st->maps[0]: sf_safetensors_close unmaps it), so g must be
  * closed after. A tensor llama.cpp does not name for cfg's architecture
  * is refused by name. On failure st is zeroed and g still owns its
