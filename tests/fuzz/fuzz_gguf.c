@@ -1,8 +1,12 @@
 /* libFuzzer harness: one GGUF file through sf_gguf_open; every key the
  * reader accepts is read through its getter (each string of an array of
  * strings included), every tensor looked up by name and dequantized row
- * by row, so a range the reader let past its checks faults here. */
+ * by row, so a range the reader let past its checks faults here. Then
+ * what a command makes of it: the config, the tokenizer (encoding and
+ * decoding a text) and the model bound both ways (model_gguf.c). */
+#include "engine/tokenizer.h"
 #include "formats/gguf.h"
+#include "formats/model.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -60,7 +64,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						    (size_t)x->ne[0]);
 			free(y);
 		}
+		struct sf_config c;
+		struct sf_tokenizer *t;
+		struct sf_model m;
+		static const char text[] = "hello world, it's 12345 o'clock \xe2\x96\x81\xff";
+		if (sf_tokenizer_open_gguf(&t, &g, &e) == 0) {
+			int32_t *ids = NULL;
+			size_t n = 0, len;
+			char *out = NULL;
+			if (sf_tokenizer_encode(t, text, sizeof(text) - 1, 1, &ids, &n, &e) == 0 &&
+			    sf_tokenizer_decode(t, ids, n, 0, &out, &len, &e) == 0)
+				fuzz_touch(out, len);
+			free(ids);
+			free(out);
+			sf_tokenizer_close(t);
+		}
+		sf_config_from_gguf(&c, &g, &e);
 		sf_gguf_close(&g);
+		if (sf_model_open(&m, path, &e) == 0)
+			sf_model_close(&m);
+		if (sf_model_open_elements(&m, path, &e) == 0)
+			sf_model_close(&m);
 	}
 	close(fd);
 	return 0;

@@ -102,9 +102,9 @@ static int load_vocab(struct gtok *G, json_t *added)
 		uint64_t len;
 		const char *s = sf_gguf_arr_str(G->tokens, id, &len);
 		int type = type_of(G, id);
-		json_t *p = json_stringn(s, len);
+		json_t *p = memchr(s, 0, len) ? NULL : json_stringn(s, len);
 
-		if (!p || memchr(s, 0, len))
+		if (!p)
 			return sf_err_set(G->e, SF_EFORMAT, "%s: key 'tokenizer.ggml.tokens': token "
 					  "%llu: not UTF-8 text", G->g->path, (unsigned long long)id);
 		json_decref(p);

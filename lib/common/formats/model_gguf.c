@@ -164,9 +164,10 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 					 g->path, gt->name, sf_arch_name(cfg->arch));
 			goto fail;
 		}
-		if (gt->n_dims > 2) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %d dimensions, expected 1 or 2",
-					 g->path, gt->name, gt->n_dims);
+		if (gt->n_dims > 2 || !gt->ne[0] || !gt->ne[1]) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %d dimensions of [%llu, %llu], "
+					 "expected 1 or 2 of at least 1", g->path, gt->name, gt->n_dims,
+					 (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1]);
 			goto fail;
 		}
 		/* ggml's ne[0] is the contiguous one: Hugging Face's last */

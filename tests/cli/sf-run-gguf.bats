@@ -1,0 +1,56 @@
+#!/usr/bin/env bats
+# A GGUF without llama.cpp: mkgguf --model writes a one-layer llama with
+# Q8_0, F16, BF16, F32, Q4_0, Q4_1 and Q4_K matrices and a SentencePiece
+# vocabulary whose scores are chosen by hand (tests/fixtures/mkgguf.c).
+# llama.cpp itself as the oracle is tests/cli-full/gguf.bats.
+
+load helpers
+
+setup_file() {
+	export G=$BATS_FILE_TMPDIR
+	"$SF_FIXTURES/mkgguf" --model "$G/tiny.gguf"
+}
+
+ids() {
+	sf-run "$@" -n 0 --verbose-prompt 2>&1 | awk '/ -> / { print $1 }' | paste -sd, -
+}
+
+@test "a GGUF's SentencePiece vocabulary merges the highest score first, bytes for the rest" {
+	# ll, he, llo, then \u2581he + llo = \u2581hello; z is no piece: <0x7A>
+	[ "$(ids --model "$G/tiny.gguf" -p "hello zed")" = "1,271,259,125,261,266" ]
+	# the space prefix at the text's start only: he + llo, no \u2581
+	[ "$(ids --model "$G/tiny.gguf" -p "hellohello")" = "1,271,269,270" ]
+}
+
+@test "sf-run --model FILE.gguf generates and scores from mixed block types" {
+	run --separate-stderr sf-run --model "$G/tiny.gguf" -p "hello world" -n 8 --temp 0
+	[ "$status" -eq 0 ]
+	[[ $stderr == *"decode 8 tokens"* ]]
+	printf 'hello world\nhello hello world\n%.0s' 1 2 3 4 >"$G/t.txt"
+	run --separate-stderr sf-run --model "$G/tiny.gguf" --ppl "$G/t.txt" --window 32
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e '.tokens > 50 and (.nll | isfinite) and .nll > 0'
+}
+
+@test "sf-pack packs a GGUF: the image verifies and carries its tokenizer" {
+	run --separate-stderr sf-pack --model "$G/tiny.gguf" -o "$G/tiny.sfimg"
+	[ "$status" -eq 0 ]
+	[[ $stderr == "sf-pack: $G/tiny.gguf: its "*"Q4_K"*" matrices (6.24 bits a weight) requantized to Q4 columns"* ]]
+	sf-pack --verify "$G/tiny.sfimg"
+	[ "$(ids "$G/tiny.sfimg" --density 1 -p "hello zed")" = "1,271,259,125,261,266" ]
+	sf-run "$G/tiny.sfimg" --density 1 -p "hello" -n 4 --temp 0 >/dev/null
+}
+
+@test "a damaged GGUF: one line naming the file, exit 1" {
+	head -c 2000 "$G/tiny.gguf" >"$G/cut.gguf"
+	run --separate-stderr sf-run --model "$G/cut.gguf" -p hello
+	[ "$status" -eq 1 ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == "sf-run: $G/cut.gguf: "* ]]
+	# the tokenizer model renamed: refused by name
+	sed 's/tokenizer\.ggml\.model\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00llama/tokenizer.ggml.model\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00bertx/' \
+		"$G/tiny.gguf" >"$G/bert.gguf"
+	run --separate-stderr sf-run --model "$G/bert.gguf" -p hello
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $G/bert.gguf: key 'tokenizer.ggml.model': 'bertx' unsupported (llama or gpt2)" ]
+}
