@@ -31,6 +31,14 @@ setup_file() {
 		| .model.ignore_merges = false' "$G/bl/tokenizer.json" >"$G/blq/tokenizer.json"
 	lc llamacpp_gguf "$G/bl" "$G/bl.gguf"
 	lc llamacpp_gguf "$G/blq" "$G/blq.gguf"
+	# Llama 3's rope_scaling (an original context of 64, so that it
+	# matters within 256 positions), which llama.cpp stores as factors
+	mkdir -p "$G/m5s"
+	ln -sf "$SF_SHARED/models/mix4-5m"/{model.safetensors,tokenizer.json,tokenizer_config.json} "$G/m5s/"
+	jq '.rope_scaling = {rope_type: "llama3", factor: 8.0, low_freq_factor: 1.0,
+		high_freq_factor: 4.0, original_max_position_embeddings: 64}' \
+		"$SF_SHARED/models/mix4-5m/config.json" >"$G/m5s/config.json"
+	lc llamacpp_gguf "$G/m5s" "$G/m5s.gguf" bf16
 }
 
 # llama.cpp's helpers (tests/bench/llamacpp.bash), set up in setup_file
@@ -130,4 +138,19 @@ nll_pair() {
 	# the image carries the GGUF's tokenizer
 	[ "$(sf_ids "$g/q4km.sfimg" "In the beginning, it's 12345 o'clock")" = \
 	  "$(sf_ids "$m" "In the beginning, it's 12345 o'clock")" ]
+}
+
+@test "Llama 3's RoPE scaling as a GGUF's rope_freqs: the safetensors' nll, llama.cpp's, and an image's" {
+	need_shared
+	local g=$BATS_FILE_TMPDIR d=$SF_SHARED/data/mix4/kjv.test.txt a b c
+	a=$(sf-run --model "$g/m5s" --ppl "$d" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	b=$(nll_pair "$g/m5s.gguf" kjv)
+	sf-pack -q --model "$g/m5s.gguf" --dtype bf16 -o "$g/m5s.sfimg"
+	c=$(sf-run "$g/m5s.sfimg" --density 1 --ppl "$d" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	echo "safetensors $a; gguf, llama.cpp $b; image $c"
+	jq -n --argjson a "$a" --argjson b "${b% *}" --argjson l "${b#* }" --argjson c "$c" \
+		-e '($a - $b | fabs) < 1e-5 and ($b - $l | fabs) < 0.005 and ($c - $b | fabs) < 1e-4'
+	# without the scaling the same weights score otherwise
+	a=$(sf-run --model "$SF_SHARED/models/mix4-5m" --ppl "$d" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
+	jq -n --argjson a "$a" --argjson b "${b% *}" -e '($a - $b | fabs) > 0.05'
 }

@@ -170,6 +170,8 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	sf_rope_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
 			 c->rope_llama3 ? c->rope_factor : 0.0f, c->rope_low_freq_factor,
 			 c->rope_high_freq_factor, c->rope_orig_max_pos);
+	for (int i = 0; i < c->n_rope_freqs; i++)	/* llama.cpp's division */
+		s->inv_freq[i] /= c->rope_freqs[i];
 	return 0;
 }
 

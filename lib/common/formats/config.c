@@ -127,6 +127,29 @@ static int get_bool(const char *path, json_t *obj, const char *key, int def, int
 	return 0;
 }
 
+/* "rope_freqs": sparseflash's own key, in the config.json an image of a
+ * GGUF embeds (sf_config_json): head_dim / 2 factors above 0. */
+static int parse_rope_freqs(const char *path, json_t *root, struct sf_config *c,
+			    struct sf_err *e)
+{
+	json_t *v = json_object_get(root, "rope_freqs");
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) != (size_t)c->head_dim / 2)
+		return sf_err_set(e, SF_EFORMAT, "%s: 'rope_freqs': expected a list of %d numbers "
+				  "(head_dim / 2)", path, c->head_dim / 2);
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		double f = json_number_value(json_array_get(v, i));
+		if (!json_is_number(json_array_get(v, i)) || !(f > 0) || !isfinite((float)f))
+			return sf_err_set(e, SF_EFORMAT, "%s: 'rope_freqs[%zu]': expected a finite "
+					  "number above 0", path, i);
+		c->rope_freqs[i] = (float)f;
+	}
+	c->n_rope_freqs = c->head_dim / 2;
+	return 0;
+}
+
 static int parse_arch(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
 {
 	json_t *a = json_object_get(root, "architectures");
@@ -421,7 +444,8 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	    (ret = parse_experts(path, root, c, e)) ||
 	    (ret = get_int(path, root, "", "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_id, e)) ||
 	    (ret = parse_eos(path, root, c, e)) ||
-	    (ret = get_bool(path, root, "rope_interleaved", 0, &c->rope_interleaved, e)))
+	    (ret = get_bool(path, root, "rope_interleaved", 0, &c->rope_interleaved, e)) ||
+	    (ret = parse_rope_freqs(path, root, c, e)))
 		goto out;
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
 	c->qk_norm = c->arch == SF_ARCH_QWEN3;
@@ -460,6 +484,15 @@ char *sf_config_json(const struct sf_config *c)
 	if ((c->bos_id >= 0 && json_object_set_new(o, "bos_token_id", json_integer(c->bos_id))) ||
 	    (c->rope_interleaved && json_object_set_new(o, "rope_interleaved", json_true())))
 		goto done;
+	if (c->n_rope_freqs) {
+		json_t *f = json_array();
+		for (int i = 0; f && i < c->n_rope_freqs; i++)
+			if (json_array_append_new(f, json_real((double)c->rope_freqs[i])))
+				break;
+		if (json_object_set_new(o, "rope_freqs", f) ||
+		    json_array_size(f) != (size_t)c->n_rope_freqs)
+			goto done;
+	}
 	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 done:
 	json_decref(o);
@@ -566,12 +599,30 @@ static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, st
 	if (!ret && !(len == 4 && !memcmp(s, "none", 4)))
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s': '%.*s' unsupported (only none)",
 				  g->path, key, len > 60 ? 60 : (int)len, s);
-	/* convert_hf_to_gguf.py stores llama3's rope_scaling as per-frequency
-	 * factors in this tensor, not as keys */
-	if (sf_gguf_tensor(g, "rope_freqs.weight"))
-		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: tensor 'rope_freqs.weight': RoPE frequency factors unsupported",
-				  g->path);
+	return 0;
+}
+
+/* convert_hf_to_gguf.py stores llama3's rope_scaling as per-frequency
+ * factors in this tensor, not as keys: each frequency divided by one. */
+static int gguf_rope_freqs(const struct sf_gguf *g, struct sf_config *c, struct sf_err *e)
+{
+	const struct sf_gguf_tensor *t = sf_gguf_tensor(g, "rope_freqs.weight");
+
+	if (!t)
+		return 0;
+	if (t->type != SF_GGML_F32 || t->n_dims != 1 || t->ne[0] != (uint64_t)c->head_dim / 2)
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor 'rope_freqs.weight': %s [%llu], expected "
+				  "F32 [%d] (head_dim / 2)", g->path, sf_ggml_type_name(t->type),
+				  (unsigned long long)t->ne[0], c->head_dim / 2);
+	for (int i = 0; i < c->head_dim / 2; i++) {
+		float f;
+		memcpy(&f, (const char *)t->data + 4 * i, 4);
+		if (!(f > 0.0f) || !isfinite(f))
+			return sf_err_set(e, SF_EFORMAT, "%s: tensor 'rope_freqs.weight': factor %d is "
+					  "%g, expected a finite number above 0", g->path, i, (double)f);
+		c->rope_freqs[i] = f;
+	}
+	c->n_rope_freqs = c->head_dim / 2;
 	return 0;
 }
 
@@ -647,6 +698,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if ((ret = gguf_num(g, arch, "attention.layer_norm_rms_epsilon", 1e-6, 0, 1, &c->norm_eps, e)) ||
 	    (ret = gguf_num(g, arch, "rope.freq_base", 10000.0, 0, 1e12, &c->rope_theta, e)) ||
 	    (ret = gguf_refuse_unsupported(g, arch, e)) ||
+	    (ret = gguf_rope_freqs(g, c, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eot_token_id", c->vocab_size, &eot, e)))

@@ -15,6 +15,7 @@ enum sf_arch {
 };
 
 #define SF_MAX_EOS 8
+#define SF_ROPE_FREQS_MAX 512	/* head_dim / 2 at the largest head_dim */
 
 struct sf_config {
 	enum sf_arch arch;
@@ -37,6 +38,11 @@ struct sf_config {
 	int qk_norm;		/* Qwen3: RMSNorm of each head's q and k before RoPE */
 	int rope_interleaved;	/* a llama GGUF's q and k rows: each head's RoPE pairs
 				 * adjacent (2i, 2i + 1), not (i, i + head_dim / 2) */
+	/* a GGUF's rope_freqs.weight (Llama 3's rope_scaling as llama.cpp's
+	 * converters store it): frequency i divided by rope_freqs[i];
+	 * n_rope_freqs is head_dim / 2, or 0 */
+	int n_rope_freqs;
+	float rope_freqs[SF_ROPE_FREQS_MAX];
 	int bos_id;		/* -1 when absent */
 	int eos_ids[SF_MAX_EOS];
 	int n_eos;
@@ -64,14 +70,16 @@ int sf_config_parse(struct sf_config *c, const char *name, const char *text, siz
  * tokenizer.ggml.tokens), attention.layer_norm_rms_epsilon (1e-6),
  * rope.freq_base (10000) and tokenizer.ggml.bos/eos/eot_token_id
  * optional; tied embeddings when there is no output.weight tensor.
- * Refused: experts, RoPE scaling, rope_freqs.weight. Returns 0 or an
+ * rope_freqs.weight (F32, head_dim / 2 finite factors above 0) read into
+ * rope_freqs. Refused: experts, RoPE scaling keys. Returns 0 or an
  * error naming the key; *c is zeroed on failure. */
 int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e);
 const char *sf_arch_name(enum sf_arch a);
 /* config.json's text for c (malloc'ed, NUL-terminated; NULL when out of
  * memory), which sf_config_parse reads back into c: the config of a
  * model that has none (a GGUF's, which an image embeds), with
- * "rope_interleaved": true for a llama GGUF's q and k rows. Only what the
+ * "rope_interleaved": true for a llama GGUF's q and k rows and
+ * "rope_freqs": [...] for its frequency factors. Only what the
  * GGUF path sets: no RoPE scaling, sliding window, biases' switches or
  * experts, which sf_config_from_gguf refuses or derives from the arch. */
 char *sf_config_json(const struct sf_config *c);

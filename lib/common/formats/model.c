@@ -97,6 +97,8 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 		fnv_feed(h, "experts=%d\nexperts_used=%d\n", c->n_experts, c->n_experts_used);
 	if (c->rope_interleaved)	/* a llama GGUF's only */
 		fnv_feed(h, "rope_interleaved=1\n");
+	for (int i = 0; i < c->n_rope_freqs; i++)	/* a GGUF's rope_freqs.weight */
+		fnv_feed(h, "rope_freq=%08" PRIx32 "\n", float_bits(c->rope_freqs[i]));
 }
 
 // --- binding

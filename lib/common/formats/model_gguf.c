@@ -153,11 +153,16 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		goto fail;
 	}
 	st->nfiles = 1;
-	/* names, shapes and what each tensor becomes, before any byte moves */
+	/* names, shapes and what each tensor becomes, before any byte moves;
+	 * rope_freqs.weight is the config's (sf_config_from_gguf) */
 	for (size_t i = 0; i < g->ntensors; i++) {
 		const struct sf_gguf_tensor *gt = &g->tensors[i];
-		struct sf_tensor *t = &st->tensors[i];
+		struct sf_tensor *t = &st->tensors[st->ntensors];
 		enum sf_dtype dt = engine_dtype(gt, element_only);
+
+		if (!strcmp(gt->name, "rope_freqs.weight"))
+			continue;
+		st->ntensors++;
 
 		if (hf_name(gt->name, cfg->n_layers, t->name, sizeof(t->name))) {
 			ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s': not one %s computes",
@@ -189,7 +194,6 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		if (gt->ne[0] > cols_max)
 			cols_max = gt->ne[0];
 	}
-	st->ntensors = g->ntensors;
 	if (total && (!(arena = aligned_alloc(64, (size_t)total)) ||
 		      !(row = malloc((size_t)cols_max * sizeof(*row))))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory converting %llu bytes of tensors",
@@ -197,14 +201,17 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		goto fail;
 	}
 	at = arena;
-	for (size_t i = 0; i < g->ntensors; i++) {
-		struct sf_tensor *t = &st->tensors[i];
+	for (size_t i = 0, k = 0; i < g->ntensors; i++) {
+		const struct sf_gguf_tensor *gt = &g->tensors[i];
+		struct sf_tensor *t = &st->tensors[k];
+		if (!strcmp(gt->name, "rope_freqs.weight"))
+			continue;
+		k++;
 		if (t->data)
 			continue;
-		if (convert(at, &g->tensors[i], t->dtype, row)) {
+		if (convert(at, gt, t->dtype, row)) {
 			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite or beyond "
-					 "what q8 blocks with an f16 scale hold", g->path,
-					 g->tensors[i].name);
+					 "what q8 blocks with an f16 scale hold", g->path, gt->name);
 			goto fail;
 		}
 		t->data = at;

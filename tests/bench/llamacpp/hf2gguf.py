@@ -10,6 +10,7 @@ interleaved pairs llama.cpp's LLAMA graph uses.
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
 import argparse
 import json
+import math
 import re
 import struct
 import sys
@@ -191,6 +192,26 @@ def vocab_from_tokenizer(model_dir, n_vocab, writer, cfg):
     return kind
 
 
+def rope_factors(scaling, base, dim):
+    """Llama 3's rope_scaling as per-frequency divisors, as llama.cpp's
+    converter (conversion/llama.py, generate_extra_tensors) stores them."""
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    factor = scaling.get("factor", 8.0)
+    low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    old = scaling.get("original_max_position_embeddings", 8192)
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / float(f)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 # --- main
 
 def main():
@@ -204,8 +225,9 @@ def main():
     cfg = json.loads((a.model_dir / "config.json").read_text())
     if cfg.get("model_type") != "llama":
         fail(f"{a.model_dir}: model_type {cfg.get('model_type')!r}: only llama is converted")
-    if cfg.get("rope_scaling"):
-        fail(f"{a.model_dir}: rope_scaling {cfg['rope_scaling']}: not converted")
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
+        fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3 is converted")
     st = safetensors_index(a.model_dir)
     n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
@@ -251,6 +273,9 @@ def main():
         w.add_tensor_info(name, shape, np.dtype(np_type),
                           int(np.prod(shape)) * np.dtype(np_type).itemsize, raw_dtype=raw)
 
+    if scaling:
+        w.add_tensor_info("rope_freqs.weight", (head_dim // 2,), np.dtype(np.float32), head_dim * 2)
+
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -261,6 +286,8 @@ def main():
             t = permute(t, heads)
         t = convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype)
         w.write_tensor_data(np.ascontiguousarray(t))
+    if scaling:
+        w.write_tensor_data(rope_factors(scaling, float(cfg.get("rope_theta", 10000.0)), head_dim))
     w.close()
     print(f"hf2gguf: {a.model_dir}: {len(plan)} tensors, {outtype}, vocab {kind} ({n_vocab}), "
           f"{'tied' if tied else 'untied'} embeddings", file=sys.stderr)
