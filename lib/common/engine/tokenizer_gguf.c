@@ -82,6 +82,23 @@ static int opt_token(const struct gtok *G, const char *key, int64_t *out)
 	return 0;
 }
 
+/* An optional array of one value per token: *kv NULL when absent. */
+static int per_token(const struct gtok *G, const char *key, enum sf_gguf_vtype type,
+		     const struct sf_gguf_kv **kv)
+{
+	int r = sf_gguf_get_arr(G->g, key, type, kv, G->e);
+
+	if (r == -ENOENT)
+		*kv = NULL;
+	else if (r)
+		return r;
+	else if ((*kv)->n != G->tokens->n)
+		return sf_err_set(G->e, SF_EFORMAT, "%s: key '%s': %llu values for %llu tokens",
+				  G->g->path, key, (unsigned long long)(*kv)->n,
+				  (unsigned long long)G->tokens->n);
+	return 0;
+}
+
 static json_t *piece(const struct gtok *G, uint64_t id)
 {
 	uint64_t n;
@@ -216,10 +233,6 @@ static int spm_json(struct gtok *G, json_t *root, json_t *model, int space_prefi
 	if (!G->scores)
 		return sf_err_set(G->e, SF_EFORMAT, "%s: key 'tokenizer.ggml.scores': missing, which "
 				  "a llama vocabulary ranks its merges by", G->g->path);
-	if (G->scores->n != G->tokens->n)
-		return sf_err_set(G->e, SF_EFORMAT, "%s: key 'tokenizer.ggml.scores': %llu scores for "
-				  "%llu tokens", G->g->path, (unsigned long long)G->scores->n,
-				  (unsigned long long)G->tokens->n);
 	if ((space_prefix && json_array_append_new(norm, json_pack("{s:s, s:s}", "type", "Prepend",
 								   "prepend", "\u2581"))) ||
 	    json_array_append_new(norm, replace(" ", "\u2581")) ||
@@ -351,21 +364,8 @@ int sf_tokenizer_gguf_texts(const struct sf_gguf *g, char **tokenizer_json, char
 			       "1..%u", g->path, (unsigned long long)G.tokens->n, SF_TOKENIZER_MAX_VOCAB);
 		goto out;
 	}
-	r = sf_gguf_get_arr(g, "tokenizer.ggml.token_type", SF_GGUF_I32, &G.types, e);
-	if (r == -ENOENT)
-		G.types = NULL;
-	else if (r)
-		goto out;
-	else if (G.types->n != G.tokens->n) {
-		r = sf_err_set(e, SF_EFORMAT, "%s: key 'tokenizer.ggml.token_type': %llu types for "
-			       "%llu tokens", g->path, (unsigned long long)G.types->n,
-			       (unsigned long long)G.tokens->n);
-		goto out;
-	}
-	r = sf_gguf_get_arr(g, "tokenizer.ggml.scores", SF_GGUF_F32, &G.scores, e);
-	if (r == -ENOENT)
-		G.scores = NULL;
-	else if (r)
+	if ((r = per_token(&G, "tokenizer.ggml.token_type", SF_GGUF_I32, &G.types)) ||
+	    (r = per_token(&G, "tokenizer.ggml.scores", SF_GGUF_F32, &G.scores)))
 		goto out;
 	/* llama.cpp's defaults: SentencePiece adds BOS and a space in front */
 	add_bos = spm;
