@@ -39,6 +39,11 @@ setup_file() {
 		high_freq_factor: 4.0, original_max_position_embeddings: 64}' \
 		"$SF_SHARED/models/mix4-5m/config.json" >"$G/m5s/config.json"
 	lc llamacpp_gguf "$G/m5s" "$G/m5s.gguf" bf16
+	# Qwen3 (the NumPy oracle's random checkpoint) and Qwen2 (biases)
+	"$PYTHON" "$SF_ROOT/tests/oracle/hf_forward.py" write "$G/qwen3" qwen3 7
+	"$SF_FIXTURES/mkmodel" -o "$G/qwen2" --arch qwen2 --vocab 268 --no-tie \
+		--tokenizer "$SF_ROOT/tests/fixtures/bytelevel" >/dev/null
+	for m in qwen3 qwen2; do lc llamacpp_gguf "$G/$m" "$G/$m.gguf" f32; done
 }
 
 # llama.cpp's helpers (tests/bench/llamacpp.bash), set up in setup_file
@@ -153,4 +158,18 @@ nll_pair() {
 	# without the scaling the same weights score otherwise
 	a=$(sf-run --model "$SF_SHARED/models/mix4-5m" --ppl "$d" --max-tokens 4096 --window 256 2>/dev/null | jq .nll)
 	jq -n --argjson a "$a" --argjson b "${b% *}" -e '($a - $b | fabs) > 0.05'
+}
+
+@test "Qwen3 and Qwen2 GGUFs: the safetensors' nll, llama.cpp's within 0.005, llama.cpp's ids" {
+	local g=$BATS_FILE_TMPDIR m a b text="a big dog ran far away, and my cow ran home"
+	printf '%s\n%.0s' "$text" 1 2 3 4 5 6 7 8 >"$g/text.txt"
+	for m in qwen3 qwen2; do
+		a=$(sf-run -q -ctk f32 -ctv f32 --model "$g/$m" --ppl "$g/text.txt" --window 64 | jq .nll)
+		b=$(sf-run -q -ctk f32 -ctv f32 --model "$g/$m.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
+		b="$b $(lc llamacpp_ppl "$g/$m.gguf" 1 "$g/text.txt" 1000 64 | jq .nll)"
+		echo "$m: safetensors $a; gguf, llama.cpp $b"
+		jq -n --argjson a "$a" --argjson b "${b% *}" --argjson l "${b#* }" \
+			-e '($a - $b | fabs) < 1e-5 and ($b - $l | fabs) < 0.005'
+		[ "$(sf_ids "$g/$m.gguf" "$text")" = "$(lc llamacpp_tokenize "$g/$m.gguf" "$text" | tr -d '[] ')" ]
+	done
 }

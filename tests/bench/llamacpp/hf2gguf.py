@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""hf2gguf: a Hugging Face Llama checkpoint (config.json, model.safetensors or
-shards with model.safetensors.index.json, tokenizer.json when there is one)
-to a GGUF that llama.cpp loads, through gguf-py's GGUFWriter; numpy only.
-Used by tests/bench/llamacpp.bash (llamacpp_gguf); the tensors are streamed,
-so memory stays near one tensor. Q and K rows are permuted as llama.cpp's
+"""hf2gguf: a Hugging Face Llama, Qwen2 or Qwen3 checkpoint (config.json,
+model.safetensors or shards with model.safetensors.index.json,
+tokenizer.json when there is one) to a GGUF that llama.cpp loads, through
+gguf-py's GGUFWriter; numpy only. Used by tests/bench/llamacpp.bash
+(llamacpp_gguf); the tensors are streamed, so memory stays near one
+tensor. A Llama's Q and K rows are permuted as llama.cpp's
 convert_hf_to_gguf.py (LlamaModel.permute) does: rotate-half RoPE to the
-interleaved pairs llama.cpp's LLAMA graph uses.
+interleaved pairs llama.cpp's LLAMA graph uses (Qwen's graphs keep
+rotate-half).
 
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
 import argparse
@@ -223,8 +225,11 @@ def main():
     a = ap.parse_args()
 
     cfg = json.loads((a.model_dir / "config.json").read_text())
-    if cfg.get("model_type") != "llama":
-        fail(f"{a.model_dir}: model_type {cfg.get('model_type')!r}: only llama is converted")
+    archs = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2,
+             "qwen3": gguf.MODEL_ARCH.QWEN3}
+    model_type = cfg.get("model_type")
+    if model_type not in archs:
+        fail(f"{a.model_dir}: model_type {model_type!r}: only llama, qwen2 and qwen3 are converted")
     scaling = cfg.get("rope_scaling") or {}
     if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
         fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3 is converted")
@@ -238,7 +243,7 @@ def main():
     src_dtype = st["model.embed_tokens.weight"][1].lower()
     outtype = src_dtype if a.outtype == "auto" else a.outtype
 
-    w = gguf.GGUFWriter(a.out, "llama")
+    w = gguf.GGUFWriter(a.out, model_type)
     w.add_name(a.model_dir.resolve().name)
     w.add_file_type(FILE_TYPES[outtype])
     w.add_vocab_size(n_vocab)
@@ -256,7 +261,7 @@ def main():
     w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
     kind = vocab_from_tokenizer(a.model_dir, n_vocab, w, cfg)
 
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layer)
+    names = gguf.get_tensor_name_map(archs[model_type], n_layer)
     plan = []    # (gguf name, hf name, heads to permute by or 0)
     for hf in st:
         if re.search(r"rotary_emb\.inv_freq$", hf):
@@ -264,7 +269,8 @@ def main():
         name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
         if name is None:
             fail(f"{a.model_dir}: tensor {hf}: no llama.cpp name")
-        heads = n_head if re.search(r"q_proj\.(weight|bias)$", hf) else \
+        heads = 0 if model_type != "llama" else \
+            n_head if re.search(r"q_proj\.(weight|bias)$", hf) else \
             n_kv if re.search(r"k_proj\.(weight|bias)$", hf) else 0
         plan.append((name, hf, heads))
     for name, hf, heads in plan:
