@@ -947,8 +947,10 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 				     o->threads);
 		if (o->model_dir)
 			fprintf(stderr, "%s: memory: resident %llu bytes (the whole model, "
-				"mapped), flash 0\n", sf_progname,
-				(unsigned long long)sf_model_bytes(&S->model));
+				"%s), flash 0\n", sf_progname,
+				(unsigned long long)sf_model_bytes(&S->model),
+				S->model.converted ? "mapped, and a GGUF's blocks converted in RAM"
+						   : "mapped");
 	}
 	return 0;
 }
