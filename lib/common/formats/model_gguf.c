@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/pool.h"
 #include "base/quant.h"
 
 /* llama.cpp's name of a layer tensor, after "blk.N.", and Hugging
@@ -94,16 +96,19 @@ static void repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type,
 	}
 }
 
-/* Tensor t's rows (ne[1] of ne[0] elements), converted into dst in dt,
- * sf_dtype_col_bytes(dt, ne[0]) bytes a row; row is room for ne[0]
- * floats. 0, or -ERANGE for a row q8 cannot hold (sf_quant_column). */
-static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype dt, float *row)
+/* Rows [r0, r1) of tensor t (ne[1] rows of ne[0] elements), converted
+ * into dst in dt, sf_dtype_col_bytes(dt, ne[0]) bytes a row; row is room
+ * for ne[0] floats. 0, or -ERANGE for a row q8 cannot hold
+ * (sf_quant_column). */
+static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype dt, float *row,
+		   size_t r0, size_t r1)
 {
-	size_t cols = (size_t)t->ne[0], rows = (size_t)t->ne[1];
-	size_t src_row = (size_t)(t->nbytes / rows), dst_row = (size_t)sf_dtype_col_bytes(dt, cols);
-	const uint8_t *src = t->data;
+	size_t cols = (size_t)t->ne[0];
+	size_t src_row = (size_t)(t->nbytes / t->ne[1]), dst_row = (size_t)sf_dtype_col_bytes(dt, cols);
+	const uint8_t *src = (const uint8_t *)t->data + r0 * src_row;
 
-	for (size_t r = 0; r < rows; r++, src += src_row, dst += dst_row) {
+	dst += r0 * dst_row;
+	for (size_t r = r0; r < r1; r++, src += src_row, dst += dst_row) {
 		if ((t->type == SF_GGML_Q8_0 && dt == SF_DTYPE_Q8) ||
 		    (t->type == SF_GGML_Q4_0 && dt == SF_DTYPE_Q4)) {
 			repack_row(dst, src, t->type, cols);
@@ -128,6 +133,27 @@ static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype d
 	return 0;
 }
 
+#define SF_GGUF_CONVERT_THREADS 64
+
+/* One tensor converted by the pool's threads, each on its rows. */
+struct conversion {
+	uint8_t *dst;
+	const struct sf_gguf_tensor *t;
+	enum sf_dtype dt;
+	float *rows;		/* (nth * cols) */
+	size_t cols;
+	int ret[SF_GGUF_CONVERT_THREADS];
+};
+
+static void convert_worker(void *arg, int ith, int nth)
+{
+	struct conversion *c = arg;
+	size_t r0, r1;
+
+	sf_pool_split((size_t)c->t->ne[1], 1, ith, nth, &r0, &r1);
+	c->ret[ith] = convert(c->dst, c->t, c->dt, c->rows + (size_t)ith * c->cols, r0, r1);
+}
+
 static int tensor_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct sf_tensor *)a)->name, ((const struct sf_tensor *)b)->name);
@@ -138,7 +164,10 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 {
 	uint64_t total = 0, cols_max = 1;
 	uint8_t *arena = NULL, *at;
-	float *row = NULL;
+	struct conversion c = { 0 };
+	struct sf_pool *pool = NULL;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int nth = ncpu < 1 ? 1 : ncpu > SF_GGUF_CONVERT_THREADS ? SF_GGUF_CONVERT_THREADS : (int)ncpu;
 	int ret;
 
 	memset(st, 0, sizeof(*st));
@@ -194,10 +223,17 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		if (gt->ne[0] > cols_max)
 			cols_max = gt->ne[0];
 	}
+	c.cols = (size_t)cols_max;
 	if (total && (!(arena = aligned_alloc(64, (size_t)total)) ||
-		      !(row = malloc((size_t)cols_max * sizeof(*row))))) {
+		      !(c.rows = malloc((size_t)nth * c.cols * sizeof(*c.rows))))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory converting %llu bytes of tensors",
 				 g->path, (unsigned long long)total);
+		goto fail;
+	}
+	/* a pool of the machine's threads: a 7B Q4_K_M is minutes on one */
+	if (total && (ret = sf_pool_create(&pool, nth))) {
+		ret = sf_err_set(e, ret, "%s: %d threads to convert tensors: %s", g->path, nth,
+				 strerror(-ret));
 		goto fail;
 	}
 	at = arena;
@@ -209,15 +245,22 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		k++;
 		if (t->data)
 			continue;
-		if (convert(at, gt, t->dtype, row)) {
-			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite or beyond "
-					 "what q8 blocks with an f16 scale hold", g->path, gt->name);
-			goto fail;
-		}
+		c.dst = at;
+		c.t = gt;
+		c.dt = t->dtype;
+		sf_pool_run(pool, convert_worker, &c);
+		for (int x = 0; x < nth; x++)
+			if (c.ret[x]) {
+				ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite or "
+						 "beyond what q8 blocks with an f16 scale hold", g->path,
+						 gt->name);
+				goto fail;
+			}
 		t->data = at;
 		at += (t->nbytes + 63) / 64 * 64;
 	}
-	free(row);
+	free(c.rows);
+	sf_pool_destroy(pool);
 	/* the mapping passes to st, whose release and close serve it; the
 	 * converted tensors' file pages are not needed again */
 	st->maps[0] = (void *)g->map;
@@ -231,7 +274,8 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	*converted = arena;
 	return 0;
 fail:
-	free(row);
+	free(c.rows);
+	sf_pool_destroy(pool);
 	free(arena);
 	sf_safetensors_close(st);
 	return ret;
