@@ -8,6 +8,8 @@ SHARED  ?= $(abspath ../shared)
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -Ilib/common -Icmd
 LDLIBS  = -ljansson -lcsv -luring -lpcre2-8 -lutf8proc -lpthread -lm
+# a command's own libraries beyond LDLIBS
+LDLIBS_sf-serve = -lmicrohttpd
 
 ifeq ($(SANITIZE),1)
 BUILD   = build/san
@@ -72,7 +74,8 @@ $(CLI_LIB): $(CLI_OBJ)
 .SECONDEXPANSION:
 $(BINDIR)/%: $(LIB) $(CLI_LIB) $$(wildcard cmd/$$*/*.c) $(LIB_HDR) $(CLI_HDR)
 	@mkdir -p $(BINDIR)
-	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) \
+		$(LDLIBS_$*) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB) $(CLI_LIB)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,390 @@
+/* sf-serve's decoder: one thread serves the slots round-robin, each slot
+ * a job with its own KV cache; a round gives every busy slot one pass
+ * (a batch of its prompt, or one token). A request that is cancelled
+ * frees its slot at the next round. See serve.h and man/sf-serve.1. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/model.h"
+#include "serve.h"
+
+// --- buffers and jobs
+
+int sbuf_add(struct sbuf *b, const char *p, size_t n)
+{
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		char *q = realloc(b->p, cap);
+		if (!q)
+			return -ENOMEM;
+		b->p = q;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->n, p, n);
+	b->n += n;
+	b->p[b->n] = '\0';
+	return 0;
+}
+
+int sbuf_printf(struct sbuf *b, const char *fmt, ...)
+{
+	char small[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(small, sizeof(small), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	if ((size_t)n < sizeof(small))
+		return sbuf_add(b, small, (size_t)n);
+	char *big = malloc((size_t)n + 1);
+	if (!big)
+		return -ENOMEM;
+	va_start(ap, fmt);
+	vsnprintf(big, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	int ret = sbuf_add(b, big, (size_t)n);
+	free(big);
+	return ret;
+}
+
+void sbuf_free(struct sbuf *b)
+{
+	free(b->p);
+	*b = (struct sbuf){ 0 };
+}
+
+void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	free(j->prompt);
+	for (int i = 0; i < j->nstop; i++)
+		free(j->stop[i]);
+	sbuf_free(&j->text);
+	sbuf_free(&j->ends);
+	free(j);
+}
+
+/* Under mu: one reference less. */
+static void job_put(struct job *j)
+{
+	if (--j->refs == 0)
+		job_free(j);
+}
+
+void serve_job_release(struct server *s, struct job *j)
+{
+	if (!j->done) {
+		j->cancelled = 1;
+		pthread_cond_signal(&s->work);
+	}
+	job_put(j);
+}
+
+int serve_submit(struct server *s, struct job *j)
+{
+	pthread_mutex_lock(&s->mu);
+	int ret = s->draining || s->stopping ? -ESHUTDOWN
+		: s->busy + s->queued >= s->nslots + s->queue_max ? -EBUSY : 0;
+	if (!ret) {
+		j->refs++;
+		j->next = NULL;
+		if (s->tail)
+			s->tail->next = j;
+		else
+			s->head = j;
+		s->tail = j;
+		s->queued++;
+		pthread_cond_signal(&s->work);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ret;
+}
+
+// --- a job's text
+
+/* Under mu: the bytes added to the text, cut at the first stop string
+ * that appears; 1 when one did. ready: what no stop string can still
+ * take back (a tail that begins one is held). */
+static int add_text(struct job *j, const char *p, size_t n, int final)
+{
+	size_t from = j->text.n;
+
+	if (sbuf_add(&j->text, p, n))
+		return -ENOMEM;
+	if (j->nstop) {
+		size_t start = from + 1 > j->stop_max ? from + 1 - j->stop_max : 0;
+		size_t cut = j->text.n;
+		for (int i = 0; i < j->nstop; i++) {
+			size_t l = strlen(j->stop[i]);
+			const char *hit = memmem(j->text.p + start, j->text.n - start, j->stop[i], l);
+			if (hit && (size_t)(hit - j->text.p) < cut)
+				cut = (size_t)(hit - j->text.p);
+		}
+		if (cut < j->text.n) {
+			j->text.n = cut;
+			j->text.p[cut] = '\0';
+			j->ready = cut;
+			return 1;
+		}
+	}
+	size_t hold = 0;
+	for (int i = 0; i < j->nstop && !final; i++) {
+		size_t l = strlen(j->stop[i]);
+		for (size_t k = l - 1; k > hold; k--)
+			if (k <= j->text.n && !memcmp(j->text.p + j->text.n - k, j->stop[i], k)) {
+				hold = k;
+				break;
+			}
+	}
+	j->ready = j->text.n - hold;
+	return 0;
+}
+
+// --- the slots
+
+int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_v,
+		     struct sf_err *e)
+{
+	int ret;
+
+	if (!(s->slots = calloc((size_t)s->nslots, sizeof(*s->slots))))
+		return sf_err_set(e, -ENOMEM, "slots: %s", strerror(ENOMEM));
+	for (int i = 0; i < s->nslots; i++) {
+		struct sf_state_opts so = { .seq_len = s->ctx, .batch = s->batch, .kv_k = kv_k,
+					    .kv_v = kv_v, .last_logits = 1 };
+		if ((ret = sf_state_init_opts(&s->slots[i].st, &s->model.cfg, &so, e)))
+			return ret;
+		s->slots[i].st.pool = s->pool;
+		s->slots[i].st.exec = s->sparse ? sf_sparse_exec(s->sparse) : NULL;
+	}
+	return 0;
+}
+
+/* Under mu: the slot's job ends; the slot is free. */
+static void finish(struct server *s, struct slot *sl, enum finish f)
+{
+	struct job *j = sl->job;
+
+	j->finish = f;
+	j->done = 1;
+	j->ready = j->text.n;
+	s->completion_tokens += j->ntokens;
+	s->prompt_tokens += sl->at;
+	if (f == FINISH_CANCEL)
+		s->cancelled++;
+	sf_sampler_free(&sl->sampler);
+	sf_detok_free(&sl->detok);
+	sl->job = NULL;
+	s->busy--;
+	job_put(j);
+	pthread_cond_broadcast(&s->progress);
+}
+
+/* Outside mu: the job's sampler and its decoder, which has seen the
+ * prompt (how the first piece decodes depends on what precedes it, as in
+ * sf-run). */
+static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
+{
+	struct job *j = sl->job;
+	int ret;
+
+	sf_detok_init(&sl->detok, s->tok, SF_DECODE_SKIP_SPECIAL);
+	if ((ret = sf_sampler_init(&sl->sampler, s->model.cfg.vocab_size, j->temp, j->top_p,
+				   j->seed, e)) ||
+	    (ret = sf_sampler_set_penalty(&sl->sampler, j->repeat_penalty, j->repeat_last_n, e)))
+		return ret;
+	sl->sampler.top_k = j->top_k;
+	sl->sampler.min_p = j->min_p;
+	sf_sampler_set_penalties(&sl->sampler, j->freq_penalty, j->presence_penalty);
+	for (size_t i = 0; i < j->nprompt; i++) {
+		const char *p;
+		size_t n;
+		sf_sampler_accept(&sl->sampler, j->prompt[i]);
+		if ((ret = sf_detok_push(&sl->detok, j->prompt[i], &p, &n)))
+			return sf_err_set(e, ret, "the prompt: %s", sf_strerror(ret));
+	}
+	sl->at = sl->pos = 0;
+	sl->made = 0;
+	sl->logits = NULL;
+	return 0;
+}
+
+/* After a pass: the sparse decoder's read error or the pass's own. */
+static int pass_failed(struct server *s, struct slot *sl, struct sf_err *e)
+{
+	int ret = s->sparse ? sf_sparse_error(s->sparse, e) : 0;
+	return ret ? ret : sf_state_error(&sl->st, e);
+}
+
+/* One pass of a busy slot, outside mu but for publishing: a batch of its
+ * prompt, or a token sampled, its text added, and the pass that gives
+ * the next one's logits. */
+static void slot_step(struct server *s, struct slot *sl)
+{
+	struct job *j = sl->job;
+	struct sf_err e = { 0 };
+	enum finish f = FINISH_NONE;
+	const char *p = NULL;
+	size_t n = 0;
+	int ret = 0, stopped = 0;
+
+	if (sl->fresh) {
+		sl->fresh = 0;
+		if ((ret = slot_start(s, sl, &e)))
+			goto failed;
+	}
+	if (sl->at < j->nprompt) {
+		size_t left = j->nprompt - sl->at;
+		int T = left < (size_t)s->batch ? (int)left : s->batch;
+		sl->st.skip_logits = sl->at + (size_t)T < j->nprompt;
+		sl->logits = sf_forward_batch(&s->model, &sl->st, j->prompt + sl->at, T,
+					      (int)sl->at, 0);
+		if ((ret = pass_failed(s, sl, &e)))
+			goto failed;
+		sl->at += (size_t)T;
+		sl->pos = sl->at;
+		if (sl->at < j->nprompt || j->max_tokens != 0)
+			return;
+		f = FINISH_LENGTH;	/* max_tokens 0: the prompt only */
+		goto publish;
+	}
+	int32_t token = sf_sample(&sl->sampler, sl->logits);
+	sf_sampler_accept(&sl->sampler, token);
+	if (sf_cli_is_eos(&s->model, s->tok, token) || token == s->eot) {
+		f = FINISH_STOP;
+		goto publish;
+	}
+	sl->made++;
+	if ((ret = sf_detok_push(&sl->detok, token, &p, &n))) {
+		sf_err_set(&e, ret, "generation: %s", sf_strerror(ret));
+		goto failed;
+	}
+	pthread_mutex_lock(&s->mu);
+	j->ntokens++;
+	stopped = add_text(j, p, n, 0);
+	if (stopped >= 0 && sbuf_add(&j->ends, (const char *)&j->text.n, sizeof(size_t)))
+		stopped = -ENOMEM;
+	if (stopped < 0) {
+		pthread_mutex_unlock(&s->mu);
+		sf_err_set(&e, -ENOMEM, "generation: %s", strerror(ENOMEM));
+		goto failed;
+	}
+	if (stopped)
+		finish(s, sl, FINISH_STOP);
+	else
+		pthread_cond_broadcast(&s->progress);
+	pthread_mutex_unlock(&s->mu);
+	if (stopped)
+		return;
+	if (sl->made == j->max_tokens || sl->pos == (size_t)s->ctx) {
+		f = FINISH_LENGTH;
+		goto publish;
+	}
+	sl->logits = sf_forward(&s->model, &sl->st, token, (int)sl->pos++);
+	if ((ret = pass_failed(s, sl, &e)))
+		goto failed;
+	return;
+publish:
+	/* the end: what the decoder held back */
+	if ((ret = sf_detok_finish(&sl->detok, &p, &n))) {
+		sf_err_set(&e, ret, "generation: %s", sf_strerror(ret));
+		goto failed;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (add_text(j, p, n, 1) < 0)
+		snprintf(j->error, sizeof(j->error), "generation: %s", strerror(ENOMEM));
+	finish(s, sl, j->error[0] ? FINISH_ERROR : f);
+	pthread_mutex_unlock(&s->mu);
+	return;
+failed:
+	pthread_mutex_lock(&s->mu);
+	snprintf(j->error, sizeof(j->error), "%s", e.msg[0] ? e.msg : sf_strerror(ret));
+	s->errors++;
+	finish(s, sl, FINISH_ERROR);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *decoder(void *arg)
+{
+	struct server *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		/* cancelled jobs leave their slots; queued ones take the free slots */
+		for (int i = 0; i < s->nslots; i++) {
+			struct slot *sl = &s->slots[i];
+			if (sl->job && sl->job->cancelled)
+				finish(s, sl, FINISH_CANCEL);
+			while (!sl->job && s->head) {
+				struct job *j = s->head;
+				if (!(s->head = j->next))
+					s->tail = NULL;
+				s->queued--;
+				if (j->cancelled) {
+					j->done = 1;
+					j->finish = FINISH_CANCEL;
+					s->cancelled++;
+					job_put(j);
+					continue;
+				}
+				sl->job = j;
+				sl->fresh = 1;
+				s->busy++;
+			}
+		}
+		if (!s->busy) {
+			if (s->stopping)
+				break;
+			pthread_cond_wait(&s->work, &s->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&s->mu);
+		for (int i = 0; i < s->nslots; i++)
+			if (s->slots[i].job)	/* only this thread sets or clears it */
+				slot_step(s, &s->slots[i]);
+		pthread_mutex_lock(&s->mu);
+		if (s->sparse)
+			s->flash_bytes = sf_sparse_bytes_moved(s->sparse);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+int serve_decoder_start(struct server *s, struct sf_err *e)
+{
+	int ret = pthread_create(&s->decoder, NULL, decoder, s);
+	if (ret)
+		return sf_err_set(e, -ret, "decoder thread: %s", strerror(ret));
+	s->decoder_started = 1;
+	return 0;
+}
+
+void serve_slots_close(struct server *s)
+{
+	if (s->decoder_started) {
+		pthread_mutex_lock(&s->mu);
+		s->stopping = 1;
+		for (int i = 0; i < s->nslots; i++)
+			if (s->slots[i].job)
+				s->slots[i].job->cancelled = 1;
+		for (struct job *j = s->head; j; j = j->next)
+			j->cancelled = 1;
+		pthread_cond_signal(&s->work);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->decoder, NULL);
+		s->decoder_started = 0;
+	}
+	for (int i = 0; s->slots && i < s->nslots; i++)
+		sf_state_free(&s->slots[i].st);
+	free(s->slots);
+	s->slots = NULL;
+}
