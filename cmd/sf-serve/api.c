@@ -260,6 +260,7 @@ int api_parse(struct server *s, const char *body, size_t n, int chat, struct api
 	    (ret = get_int(req, "seed", INT64_MIN, INT64_MAX, &seed, err)) ||
 	    (ret = get_int(req, "n", 1, 1, &nchoices, err)) ||
 	    (ret = get_bool(req, "stream", &r->stream, err)) ||
+	    (ret = get_bool(req, "ignore_eos", &j->ignore_eos, err)) ||
 	    (ret = get_stop(req, j, err)))
 		goto out;
 	if ((so = json_object_get(req, "stream_options")) && !json_is_null(so)) {
@@ -298,6 +299,7 @@ int api_parse(struct server *s, const char *body, size_t n, int chat, struct api
 	/* no seed: one of its own */
 	j->seed = seed >= 0 || json_object_get(req, "seed") ? (uint64_t)seed
 		: (uint64_t)sf_now_ns() ^ ((uint64_t)(uintptr_t)j << 16);
+	j->answer = chat;
 	j->refs = 1;
 	r->job = j;
 	j = NULL;

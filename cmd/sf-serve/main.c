@@ -268,6 +268,11 @@ int main(int argc, char **argv)
 	s.quiet = o.quiet;
 	s.verbose = o.verbose;
 	s.created = time(NULL);
+	/* test only: a pause before each token, so that tests find slots busy
+	 * (the embedded model decodes a whole context in under a second) */
+	const char *delay = getenv("SF_SERVE_TOKEN_DELAY_MS");
+	if (delay && *delay)
+		s.delay_ms = (int)sf_opt_u64("SF_SERVE_TOKEN_DELAY_MS", delay, 0, 10000);
 	const char *name = o.mo.model_dir ? o.mo.model_dir : o.mo.image;
 	const char *base = strrchr(name, '/');
 	while (base && !base[1] && base > name) {	/* "models/mix4-1m/" */

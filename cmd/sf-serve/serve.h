@@ -47,6 +47,9 @@ struct job {
 	long max_tokens;	/* -1: until the end of text or the context is full */
 	float temp, top_p, min_p, repeat_penalty, freq_penalty, presence_penalty;
 	int top_k, repeat_last_n;
+	int ignore_eos;		/* llama-server's: past the end-of-text token */
+	int answer;		/* chat: the text decoded on its own, as sf-run -cnv's
+				 * answers; else after the prompt, as sf-run's text */
 	uint64_t seed;
 	char *stop[SERVE_MAX_STOPS];	/* the stop strings, NUL-terminated */
 	int nstop;
@@ -92,6 +95,7 @@ struct server {
 	size_t max_body;
 	const char *api_key;
 	int log_json, quiet, verbose;
+	int delay_ms;		/* test only (SF_SERVE_TOKEN_DELAY_MS): a pause a token */
 
 	struct slot *slots;
 	pthread_t decoder;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/model.h"
 #include "serve.h"
@@ -190,13 +191,16 @@ static void finish(struct server *s, struct slot *sl, enum finish f)
 }
 
 /* Outside mu: the job's sampler and its decoder, which has seen the
- * prompt (how the first piece decodes depends on what precedes it, as in
- * sf-run). */
+ * prompt unless the job is a chat's answer (how the first piece decodes
+ * depends on what precedes it: the same text as sf-run's, as sf-run
+ * -cnv's answer). */
 static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
 {
 	struct job *j = sl->job;
 	int ret;
 
+	if (s->delay_ms)	/* test only: SF_SERVE_TOKEN_DELAY_MS */
+		usleep((useconds_t)s->delay_ms * 1000);
 	sf_detok_init(&sl->detok, s->tok, SF_DECODE_SKIP_SPECIAL);
 	if ((ret = sf_sampler_init(&sl->sampler, s->model.cfg.vocab_size, j->temp, j->top_p,
 				   j->seed, e)) ||
@@ -209,7 +213,7 @@ static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
 		const char *p;
 		size_t n;
 		sf_sampler_accept(&sl->sampler, j->prompt[i]);
-		if ((ret = sf_detok_push(&sl->detok, j->prompt[i], &p, &n)))
+		if (!j->answer && (ret = sf_detok_push(&sl->detok, j->prompt[i], &p, &n)))
 			return sf_err_set(e, ret, "the prompt: %s", sf_strerror(ret));
 	}
 	sl->at = sl->pos = 0;
@@ -257,9 +261,11 @@ static void slot_step(struct server *s, struct slot *sl)
 		f = FINISH_LENGTH;	/* max_tokens 0: the prompt only */
 		goto publish;
 	}
+	if (s->delay_ms)
+		usleep((useconds_t)s->delay_ms * 1000);
 	int32_t token = sf_sample(&sl->sampler, sl->logits);
 	sf_sampler_accept(&sl->sampler, token);
-	if (sf_cli_is_eos(&s->model, s->tok, token) || token == s->eot) {
+	if ((sf_cli_is_eos(&s->model, s->tok, token) || token == s->eot) && !j->ignore_eos) {
 		f = FINISH_STOP;
 		goto publish;
 	}
