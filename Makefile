@@ -54,7 +54,7 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check check-full coverage lint unit cli install uninstall help demo bench clean
+.PHONY: all check check-full coverage lint unit cli install uninstall help demo serve bench clean
 all: $(BINS) $(FIXTURES)
 
 $(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
@@ -144,6 +144,7 @@ help:
 	@echo '  coverage        check built with --coverage, then line coverage per folder (lcov)'
 	@echo '  lint            the layout rules of lib/ (tests/lint/layers.sh)'
 	@echo '  demo            generate text with the embedded model: about 25 s with the build'
+	@echo '  serve           sf-serve on the embedded model at 127.0.0.1:8080 (PORT=)'
 	@echo '  bench           every tests/bench/*.sh, or BENCH=script'
 	@echo '  studies         the paper reproductions of docs/RESULTS.md (STUDY=, QUICK=1)'
 	@echo '  plots           redraw the studies'"'"' PNGs from their data into docs/img (STUDY=, IMG=)'
@@ -174,6 +175,11 @@ coverage:
 
 demo: all
 	$(BINDIR)/sf-run --model models/mix4-1m -p "In the beginning God created" -n 48 --seed 1
+
+# The OpenAI-compatible server on the embedded model (man/sf-serve.1)
+PORT ?= 8080
+serve: all
+	$(BINDIR)/sf-serve --model models/mix4-1m --port $(PORT)
 
 # Every benchmark script, or one: make bench BENCH=tests/bench/dense.sh
 BENCH ?= $(wildcard tests/bench/*.sh)
