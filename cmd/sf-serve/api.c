@@ -432,6 +432,13 @@ int api_metrics(struct sbuf *out, const struct server *s)
 		      (double)s->queued);
 	ret |= metric(out, "sf_slots_busy", "gauge", "slots generating", (double)s->busy);
 	ret |= metric(out, "sf_slots_total", "gauge", "slots (--parallel)", (double)s->nslots);
+	ret |= metric(out, "sf_decode_rounds_total", "counter", "the decoder's rounds",
+		      (double)s->rounds);
+	ret |= metric(out, "sf_batched_tokens_total", "counter", "tokens fed by the rounds' "
+		      "passes over the weights, one pass for every slot's next token",
+		      (double)s->round_tokens);
+	ret |= metric(out, "sf_batched_tokens_max", "gauge", "the most slots' tokens one pass "
+		      "over the weights fed", (double)s->pass_max);
 	if (s->sparse)
 		ret |= metric(out, "sf_flash_bytes_read_total", "counter", "bytes read from the image",
 			      (double)s->flash_bytes);

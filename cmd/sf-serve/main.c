@@ -219,8 +219,7 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 		so.device_iops = iops;
 		if ((ret = sf_sparse_open(&s->sparse, &s->image, &s->model, s->pool, &so, e)))
 			return ret;
-		for (int i = 0; i < s->nslots; i++)
-			s->slots[i].st.exec = sf_sparse_exec(s->sparse);
+		serve_slots_exec(s, sf_sparse_exec(s->sparse));
 	}
 	if (o->verbose)
 		sf_cli_model_summary(name, &s->model, s->ctx, o->threads);

@@ -98,6 +98,11 @@ struct server {
 	int delay_ms;		/* test only (SF_SERVE_TOKEN_DELAY_MS): a pause a token */
 
 	struct slot *slots;
+	struct sf_runstate pass;	/* the buffers of a round's pass (batch nslots) */
+	struct sf_runstate **pass_seqs;	/* (nslots) the round's slots' states */
+	struct slot **pass_slots;	/* (nslots) and the slots */
+	int32_t *pass_tokens;		/* (nslots) their tokens */
+	int *pass_pos;			/* (nslots) at these positions */
 	pthread_t decoder;
 	int decoder_started;
 
@@ -114,15 +119,20 @@ struct server {
 	uint64_t requests, errors, rejected, cancelled;
 	uint64_t prompt_tokens, completion_tokens;
 	uint64_t flash_bytes;		/* IMAGE: bytes read, after the last round */
+	uint64_t rounds, round_tokens;	/* the decoder's rounds, and the tokens their
+					 * batched passes fed */
+	int pass_max;			/* the most tokens one such pass fed */
 	uint64_t by_status[6];		/* 1xx .. 5xx */
 };
 
 /* slots.c: the decoder thread over nslots slots, each with its own KV
- * cache, served round-robin a token (or a prompt batch) at a time. */
+ * cache: a round gives each slot in its prompt a batch of it, and the
+ * next tokens of the others one pass together (sf_forward_multi). */
 int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_v,
 		     struct sf_err *e);
 void serve_slots_close(struct server *s);	/* stops the decoder first */
 int serve_decoder_start(struct server *s, struct sf_err *e);
+void serve_slots_exec(struct server *s, const struct sf_group_exec *exec);
 /* Queues j (a reference taken): 0, -EBUSY when the queue is full,
  * -ESHUTDOWN when draining. */
 int serve_submit(struct server *s, struct job *j);

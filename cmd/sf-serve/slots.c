@@ -1,7 +1,10 @@
-/* sf-serve's decoder: one thread serves the slots round-robin, each slot
- * a job with its own KV cache; a round gives every busy slot one pass
- * (a batch of its prompt, or one token). A request that is cancelled
- * frees its slot at the next round. See serve.h and man/sf-serve.1. */
+/* sf-serve's decoder: one thread serves the slots, each slot a job with
+ * its own KV cache. A round feeds each slot still in its prompt one batch
+ * of it (a pass of its own), samples a token in every slot past it, and
+ * runs those slots' tokens together in one pass over the weights
+ * (continuous batching, sf_forward_multi): from an image each group reads
+ * the union of their columns once. A request that is cancelled frees its
+ * slot at the next round. See serve.h and man/sf-serve.1. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -167,7 +170,27 @@ int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_
 		s->slots[i].st.pool = s->pool;
 		s->slots[i].st.exec = s->sparse ? sf_sparse_exec(s->sparse) : NULL;
 	}
+	/* the buffers of a pass of every slot's next token, with a row of
+	 * logits each; its own KV cache unused (mapped, never touched) */
+	struct sf_state_opts po = { .seq_len = s->ctx, .batch = s->nslots, .kv_k = kv_k,
+				    .kv_v = kv_v };
+	if ((ret = sf_state_init_opts(&s->pass, &s->model.cfg, &po, e)))
+		return ret;
+	s->pass.pool = s->pool;
+	if (!(s->pass_seqs = calloc((size_t)s->nslots, sizeof(*s->pass_seqs))) ||
+	    !(s->pass_slots = calloc((size_t)s->nslots, sizeof(*s->pass_slots))) ||
+	    !(s->pass_tokens = calloc((size_t)s->nslots, sizeof(*s->pass_tokens))) ||
+	    !(s->pass_pos = calloc((size_t)s->nslots, sizeof(*s->pass_pos))))
+		return sf_err_set(e, -ENOMEM, "slots: %s", strerror(ENOMEM));
 	return 0;
+}
+
+/* Sets the pass's exec (an image's decoder) as the slots'. */
+void serve_slots_exec(struct server *s, const struct sf_group_exec *exec)
+{
+	for (int i = 0; i < s->nslots; i++)
+		s->slots[i].st.exec = exec;
+	s->pass.exec = exec;
 }
 
 /* Under mu: the slot's job ends; the slot is free. */
@@ -229,10 +252,23 @@ static int pass_failed(struct server *s, struct slot *sl, struct sf_err *e)
 	return ret ? ret : sf_state_error(&sl->st, e);
 }
 
-/* One pass of a busy slot, outside mu but for publishing: a batch of its
- * prompt, or a token sampled, its text added, and the pass that gives
- * the next one's logits. */
-static void slot_step(struct server *s, struct slot *sl)
+/* Outside mu: the job of a slot fails with e's message. */
+static void fail(struct server *s, struct slot *sl, const struct sf_err *e, int ret)
+{
+	pthread_mutex_lock(&s->mu);
+	snprintf(sl->job->error, sizeof(sl->job->error), "%s", e->msg[0] ? e->msg
+		 : sf_strerror(ret));
+	s->errors++;
+	finish(s, sl, FINISH_ERROR);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* A busy slot's part of a round, outside mu but for publishing: a batch
+ * of its prompt (a pass of its own), or a token sampled and its text
+ * added. Returns 1 when the token is to be fed (*token: the round's pass
+ * gives the next logits), else 0 (the prompt's pass done, or the job
+ * ended). */
+static int slot_step(struct server *s, struct slot *sl, int32_t *token_out)
 {
 	struct job *j = sl->job;
 	struct sf_err e = { 0 };
@@ -241,6 +277,7 @@ static void slot_step(struct server *s, struct slot *sl)
 	size_t n = 0;
 	int ret = 0, stopped = 0;
 
+	*token_out = -1;
 	if (sl->fresh) {
 		sl->fresh = 0;
 		if ((ret = slot_start(s, sl, &e)))
@@ -257,7 +294,7 @@ static void slot_step(struct server *s, struct slot *sl)
 		sl->at += (size_t)T;
 		sl->pos = sl->at;
 		if (sl->at < j->nprompt || j->max_tokens != 0)
-			return;
+			return 0;
 		f = FINISH_LENGTH;	/* max_tokens 0: the prompt only */
 		goto publish;
 	}
@@ -290,15 +327,13 @@ static void slot_step(struct server *s, struct slot *sl)
 		pthread_cond_broadcast(&s->progress);
 	pthread_mutex_unlock(&s->mu);
 	if (stopped)
-		return;
+		return 0;
 	if (sl->made == j->max_tokens || sl->pos == (size_t)s->ctx) {
 		f = FINISH_LENGTH;
 		goto publish;
 	}
-	sl->logits = sf_forward(&s->model, &sl->st, token, (int)sl->pos++);
-	if ((ret = pass_failed(s, sl, &e)))
-		goto failed;
-	return;
+	*token_out = token;
+	return 1;
 publish:
 	/* the end: what the decoder held back */
 	if ((ret = sf_detok_finish(&sl->detok, &p, &n))) {
@@ -310,13 +345,36 @@ publish:
 		snprintf(j->error, sizeof(j->error), "generation: %s", strerror(ENOMEM));
 	finish(s, sl, j->error[0] ? FINISH_ERROR : f);
 	pthread_mutex_unlock(&s->mu);
-	return;
+	return 0;
 failed:
-	pthread_mutex_lock(&s->mu);
-	snprintf(j->error, sizeof(j->error), "%s", e.msg[0] ? e.msg : sf_strerror(ret));
-	s->errors++;
-	finish(s, sl, FINISH_ERROR);
-	pthread_mutex_unlock(&s->mu);
+	fail(s, sl, &e, ret);
+	return 0;
+}
+
+/* One pass over the weights for the n tokens the round's slots sampled:
+ * each slot's next logits, copied into its own state's row. */
+static void round_pass(struct server *s, int n)
+{
+	struct sf_err e = { 0 };
+	size_t vocab = (size_t)s->model.cfg.vocab_size;
+	float *lm = sf_forward_multi(&s->model, &s->pass, s->pass_seqs, s->pass_tokens,
+				     s->pass_pos, n);
+	int ret = s->sparse ? sf_sparse_error(s->sparse, &e) : 0;
+
+	if (!ret && !lm)
+		ret = sf_state_error(&s->pass, &e);
+	for (int i = 0; i < n; i++) {
+		struct slot *sl = s->pass_slots[i];
+		if (ret) {
+			fail(s, sl, &e, ret);
+			continue;
+		}
+		memcpy(sl->st.logits, lm + (size_t)i * vocab, vocab * sizeof(float));
+		sl->logits = sl->st.logits;
+		sl->pos++;
+	}
+	if (ret)	/* a failed pass stays failed: a fresh state for the next */
+		s->pass.err = (struct sf_err){ 0 };
 }
 
 static void *decoder(void *arg)
@@ -354,10 +412,26 @@ static void *decoder(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&s->mu);
-		for (int i = 0; i < s->nslots; i++)
-			if (s->slots[i].job)	/* only this thread sets or clears it */
-				slot_step(s, &s->slots[i]);
+		int n = 0;
+		for (int i = 0; i < s->nslots; i++) {
+			struct slot *sl = &s->slots[i];
+			int32_t token;
+			/* only this thread sets or clears sl->job */
+			if (sl->job && slot_step(s, sl, &token)) {
+				s->pass_slots[n] = sl;
+				s->pass_seqs[n] = &sl->st;
+				s->pass_tokens[n] = token;
+				s->pass_pos[n] = (int)sl->pos;
+				n++;
+			}
+		}
+		if (n)
+			round_pass(s, n);
 		pthread_mutex_lock(&s->mu);
+		s->rounds++;
+		s->round_tokens += (uint64_t)n;
+		if (n > s->pass_max)
+			s->pass_max = n;
 		if (s->sparse)
 			s->flash_bytes = sf_sparse_bytes_moved(s->sparse);
 	}
@@ -393,4 +467,9 @@ void serve_slots_close(struct server *s)
 		sf_state_free(&s->slots[i].st);
 	free(s->slots);
 	s->slots = NULL;
+	sf_state_free(&s->pass);
+	free(s->pass_seqs);
+	free(s->pass_slots);
+	free(s->pass_tokens);
+	free(s->pass_pos);
 }

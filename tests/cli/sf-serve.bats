@@ -236,16 +236,18 @@ metric() {
 	[ "$(metric sf_cancelled_total)" = 1 ]
 }
 
-@test "sf-serve: two slots answer at once, each its own text" {
-	start_server --parallel 2
-	want=$(sf-run --model "$MODEL" -p "Love" -n 20 --temp 0 -q)
-	post /v1/completions '{"prompt": "Love", "max_tokens": 20, "temperature": 0}' &
-	p1=$!
+@test "sf-serve: two slots decode together in one pass a token, each its own text (sf-run's)" {
+	SF_SERVE_TOKEN_DELAY_MS=5 start_server --parallel 2
+	curl -s -H 'Content-Type: application/json' \
+		-d '{"prompt": "Love", "max_tokens": 20, "temperature": 0}' \
+		"$URL/v1/completions" >"$BATS_TEST_TMPDIR/love" 3>&- &
+	CP=$!
 	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 20, "temperature": 0}'
+	wait "$CP"
+	CP=
 	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run --model "$MODEL" -p "In the beginning" -n 20 --temp 0 -q)" ]
-	wait "$p1"
-	post /v1/completions '{"prompt": "Love", "max_tokens": 20, "temperature": 0}'
-	[ "$(echo "$output" | jq -r .choices[0].text)" = "$want" ]
+	[ "$(jq -r .choices[0].text "$BATS_TEST_TMPDIR/love")" = "$(sf-run --model "$MODEL" -p "Love" -n 20 --temp 0 -q)" ]
+	[ "$(metric sf_batched_tokens_max)" = 2 ]
 }
 
 @test "sf-serve: SIGTERM finishes the request in flight, then exits 0; --log-format json" {
