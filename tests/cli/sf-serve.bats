@@ -6,11 +6,16 @@
 
 load helpers
 
-# Starts sf-serve with the arguments (after --model MODEL --port 0) and
-# waits until /health says ready; URL is its address, SP its pid.
+# Starts sf-serve with the arguments (after --model MODEL --port 0, or
+# with SERVE_IMAGE set that image instead of --model) and waits until
+# /health says ready; URL is its address, SP its pid.
 start_server() {
 	LOG=$BATS_TEST_TMPDIR/serve.log
-	sf-serve --model "$MODEL" --port 0 "$@" 2>"$LOG" 3>&- &
+	if [ -n "${SERVE_IMAGE:-}" ]; then
+		sf-serve --port 0 "$@" "$SERVE_IMAGE" 2>"$LOG" 3>&- &
+	else
+		sf-serve --model "$MODEL" --port 0 "$@" 2>"$LOG" 3>&- &
+	fi
 	SP=$!
 	local port=
 	for _ in $(seq 300); do
@@ -248,6 +253,16 @@ metric() {
 	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run --model "$MODEL" -p "In the beginning" -n 20 --temp 0 -q)" ]
 	[ "$(jq -r .choices[0].text "$BATS_TEST_TMPDIR/love")" = "$(sf-run --model "$MODEL" -p "Love" -n 20 --temp 0 -q)" ]
 	[ "$(metric sf_batched_tokens_max)" = 2 ]
+}
+
+@test "sf-serve: from an image, a greedy completion is sf-run IMAGE's text; /metrics counts the bytes read" {
+	img=$BATS_TEST_TMPDIR/id.sfimg
+	sf-pack -q --model "$MODEL" -o "$img"
+	SERVE_IMAGE=$img start_server --parallel 2
+	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 16, "temperature": 0}'
+	[ "$code" = 200 ]
+	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run -q -p "In the beginning" -n 16 --temp 0 "$img")" ]
+	[ "$(metric sf_flash_bytes_read_total)" -gt 0 ]
 }
 
 @test "sf-serve: SIGTERM finishes the request in flight, then exits 0; --log-format json" {
