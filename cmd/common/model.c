@@ -2,6 +2,7 @@
  * model.h. */
 #include "common/model.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,18 @@ int sf_model_opt(struct sf_model_opts *o, int key, const char *arg)
 	case SF_OPT_CHAT_TEMPLATE: o->chat_template = chat_template_opt(arg); return 1;
 	}
 	return 0;
+}
+
+void sf_model_opts_operands(struct sf_model_opts *o, int argc, char **argv)
+{
+	if (optind < argc)
+		o->image = argv[optind++];
+	if (optind < argc)
+		sf_usage_error("unexpected argument '%s'", argv[optind]);
+	if (!o->model_dir && !o->image)
+		sf_usage_error("--model DIR is required");
+	if (o->model_dir && o->image)
+		sf_usage_error("--model DIR and IMAGE cannot be combined");
 }
 
 void sf_cli_llama_names(int argc, char **argv, const struct sf_cmd *cmd)

@@ -51,6 +51,10 @@ void sf_model_opts_default(struct sf_model_opts *o);
  * error. */
 int sf_model_opt(struct sf_model_opts *o, int key, const char *arg);
 
+/* After the options: the one operand, IMAGE, and the model's usage
+ * errors (neither --model nor IMAGE, both, another operand). */
+void sf_model_opts_operands(struct sf_model_opts *o, int argc, char **argv);
+
 /* llama.cpp's "-cnv" is --conversation, "-ctk" and "-ctv" --cache-type-k
  * and --cache-type-v: rewritten in argv before getopt reads them as
  * "-c nv", "-c tk" (skipping the values of cmd's options that take one). */

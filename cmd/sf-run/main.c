@@ -425,14 +425,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		o->probe = optind < argc ? argv[optind] : ".";
 		return;
 	}
-	if (optind < argc)
-		o->mo.image = argv[optind++];
-	if (optind < argc)
-		sf_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!o->mo.model_dir && !o->mo.image)
-		sf_usage_error("--model DIR is required");
-	if (o->mo.model_dir && o->mo.image)
-		sf_usage_error("--model DIR and IMAGE cannot be combined");
+	sf_model_opts_operands(&o->mo, argc, argv);
 	if (o->mo.model_dir && o->sparse_set)
 		sf_usage_error("sparse decoding options need an IMAGE, not --model");
 	if (selects > 1)

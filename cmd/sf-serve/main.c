@@ -129,14 +129,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		default: sf_model_opt(&o->mo, c, optarg); break;
 		}
 	}
-	if (optind < argc)
-		o->mo.image = argv[optind++];
-	if (optind < argc)
-		sf_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!o->mo.model_dir && !o->mo.image)
-		sf_usage_error("--model DIR is required");
-	if (o->mo.model_dir && o->mo.image)
-		sf_usage_error("--model DIR and IMAGE cannot be combined");
+	sf_model_opts_operands(&o->mo, argc, argv);
 	if (o->mo.model_dir && o->budget < 1.0)
 		sf_usage_error("--budget needs an IMAGE, not --model");
 }

@@ -694,6 +694,18 @@ static int hook_tokens(int tokens)
 	return tokens > 1 ? tokens : 1;
 }
 
+/* Of n tokens, how many the hooks take in one pass now (a pass may
+ * change that): a token's floats do not depend on the tokens it shares a
+ * pass with. */
+static int pass_tokens(const struct sf_runstate *s, int n)
+{
+	if (s->observer && hook_tokens(s->observer->tokens) < n)
+		n = hook_tokens(s->observer->tokens);
+	if (s->exec && hook_tokens(s->exec->tokens) < n)
+		n = hook_tokens(s->exec->tokens);
+	return n;
+}
+
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 			int T, int pos, int all_logits)
 {
@@ -711,15 +723,9 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 			   "holds %d tokens a pass and %d positions", T, pos, s->batch, s->seq_len);
 		return NULL;
 	}
-	/* passes of as many tokens as the hooks take now (a pass may change
-	 * that): a token's floats do not depend on the tokens it shares a
-	 * pass with */
+	/* passes of as many tokens as the hooks take */
 	for (int t = 0, n; t < T; t += n) {
-		n = T - t;
-		if (s->observer && hook_tokens(s->observer->tokens) < n)
-			n = hook_tokens(s->observer->tokens);
-		if (s->exec && hook_tokens(s->exec->tokens) < n)
-			n = hook_tokens(s->exec->tokens);
+		n = pass_tokens(s, T - t);
 		enum head head = s->skip_logits ? HEAD_NONE : all_logits ? HEAD_ALL
 				 : t + n == T ? HEAD_LAST : HEAD_NONE;
 		if (forward(m, s, tokens + t, n, pos + t, m->cfg.n_layers, head,
@@ -747,11 +753,7 @@ float *sf_forward_multi(const struct sf_model *m, struct sf_runstate *s,
 			return NULL;
 		}
 	for (int t = 0, n; t < T; t += n) {
-		n = T - t;
-		if (s->observer && hook_tokens(s->observer->tokens) < n)
-			n = hook_tokens(s->observer->tokens);
-		if (s->exec && hook_tokens(s->exec->tokens) < n)
-			n = hook_tokens(s->exec->tokens);
+		n = pass_tokens(s, T - t);
 		struct multi mu = { seqs + t, pos + t };
 		if (forward(m, s, tokens + t, n, pos[t], m->cfg.n_layers, HEAD_ALL,
 			    s->logits + (size_t)t * vocab, &mu))
