@@ -278,6 +278,7 @@ int main(int argc, char **argv)
 	if (!o.alias && strchr(id, '/'))
 		*strchr(id, '/') = '\0';
 	s.model_id = id;
+	json_object_seed(0);	/* before any thread makes an object */
 	pthread_mutex_init(&s.mu, NULL);
 	pthread_cond_init(&s.work, NULL);
 	pthread_cond_init(&s.progress, NULL);

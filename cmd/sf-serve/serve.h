@@ -62,6 +62,7 @@ struct job {
 				 * stream's chunk a token */
 	enum finish finish;
 	int done, cancelled, refs;
+	int in_queue;		/* queued, not in a slot yet */
 	char error[SF_ERR_MAX];	/* FINISH_ERROR's message */
 	struct job *next;	/* in the queue */
 };

@@ -86,7 +86,22 @@ static void job_put(struct job *j)
 
 void serve_job_release(struct server *s, struct job *j)
 {
-	if (!j->done) {
+	if (j->in_queue) {	/* out of the queue at once: its place is free */
+		struct job **p = &s->head, *prev = NULL;
+		while (*p != j) {
+			prev = *p;
+			p = &(*p)->next;
+		}
+		*p = j->next;
+		if (s->tail == j)
+			s->tail = prev;
+		s->queued--;
+		j->in_queue = 0;
+		j->done = 1;
+		j->finish = FINISH_CANCEL;
+		s->cancelled++;
+		job_put(j);	/* the queue's reference */
+	} else if (!j->done) {
 		j->cancelled = 1;
 		pthread_cond_signal(&s->work);
 	}
@@ -100,6 +115,7 @@ int serve_submit(struct server *s, struct job *j)
 		: s->busy + s->queued >= s->nslots + s->queue_max ? -EBUSY : 0;
 	if (!ret) {
 		j->refs++;
+		j->in_queue = 1;
 		j->next = NULL;
 		if (s->tail)
 			s->tail->next = j;
@@ -388,18 +404,12 @@ static void *decoder(void *arg)
 			struct slot *sl = &s->slots[i];
 			if (sl->job && sl->job->cancelled)
 				finish(s, sl, FINISH_CANCEL);
-			while (!sl->job && s->head) {
+			while (!sl->job && s->head && !s->stopping) {
 				struct job *j = s->head;
 				if (!(s->head = j->next))
 					s->tail = NULL;
 				s->queued--;
-				if (j->cancelled) {
-					j->done = 1;
-					j->finish = FINISH_CANCEL;
-					s->cancelled++;
-					job_put(j);
-					continue;
-				}
+				j->in_queue = 0;
 				sl->job = j;
 				sl->fresh = 1;
 				s->busy++;
@@ -456,8 +466,6 @@ void serve_slots_close(struct server *s)
 		for (int i = 0; i < s->nslots; i++)
 			if (s->slots[i].job)
 				s->slots[i].job->cancelled = 1;
-		for (struct job *j = s->head; j; j = j->next)
-			j->cancelled = 1;
 		pthread_cond_signal(&s->work);
 		pthread_mutex_unlock(&s->mu);
 		pthread_join(s->decoder, NULL);

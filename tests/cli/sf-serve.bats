@@ -241,6 +241,22 @@ metric() {
 	[ "$(metric sf_cancelled_total)" = 1 ]
 }
 
+@test "sf-serve: a client that goes away while queued leaves the queue at once" {
+	SF_SERVE_TOKEN_DELAY_MS=20 start_server --parallel 1 --queue 1 -t 1
+	curl -sN -H 'Content-Type: application/json' \
+		-d '{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
+		"$URL/v1/completions" >"$BATS_TEST_TMPDIR/stream" 3>&- &
+	CP=$!
+	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
+	run curl -s --max-time 0.5 -H 'Content-Type: application/json' -d '{"prompt": "x"}' \
+		"$URL/v1/completions"
+	[ "$status" -eq 28 ]
+	for _ in $(seq 100); do [ "$(metric sf_queue_depth)" = 0 ] && break; sleep 0.05; done
+	[ "$(metric sf_queue_depth)" = 0 ]
+	[ "$(metric sf_cancelled_total)" = 1 ]
+	[ "$(metric sf_slots_busy)" = 1 ]
+}
+
 @test "sf-serve: two slots decode together in one pass a token, each its own text (sf-run's)" {
 	SF_SERVE_TOKEN_DELAY_MS=5 start_server --parallel 2
 	curl -s -H 'Content-Type: application/json' \
