@@ -426,6 +426,9 @@ int api_metrics(struct sbuf *out, const struct server *s)
 		      (double)s->errors);
 	ret |= metric(out, "sf_prompt_tokens_total", "counter", "prompt tokens fed",
 		      (double)s->prompt_tokens);
+	ret |= metric(out, "sf_prompt_tokens_cached_total", "counter", "prompt tokens whose keys "
+		      "and values a slot's KV cache held from the request before",
+		      (double)s->prompt_reused);
 	ret |= metric(out, "sf_completion_tokens_total", "counter", "tokens generated",
 		      (double)s->completion_tokens);
 	ret |= metric(out, "sf_queue_depth", "gauge", "requests waiting for a slot",

@@ -74,7 +74,11 @@ struct slot {
 	struct sf_detok detok;
 	struct job *job;	/* NULL: free */
 	int fresh;		/* job given, its sampler and decoder not set up yet */
-	size_t at;		/* prompt tokens fed */
+	size_t at;		/* prompt tokens fed (or kept from the job before) */
+	size_t reused;		/* of them, kept in the KV cache from the job before */
+	int32_t *hist;		/* (ctx) the tokens whose keys and values the KV cache
+				 * holds, at their positions */
+	size_t nhist;
 	size_t pos;		/* positions the KV cache holds */
 	long made;		/* tokens generated */
 	float *logits;		/* the last pass's, or NULL */
@@ -119,6 +123,7 @@ struct server {
 	int in_flight;			/* HTTP requests being answered */
 	uint64_t requests, errors, rejected, cancelled;
 	uint64_t prompt_tokens, completion_tokens;
+	uint64_t prompt_reused;		/* prompt tokens kept in a slot's KV cache */
 	uint64_t flash_bytes;		/* IMAGE: bytes read, after the last round */
 	uint64_t rounds, round_tokens;	/* the decoder's rounds, and the tokens their
 					 * batched passes fed */

@@ -185,6 +185,8 @@ int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_
 			return ret;
 		s->slots[i].st.pool = s->pool;
 		s->slots[i].st.exec = s->sparse ? sf_sparse_exec(s->sparse) : NULL;
+		if (!(s->slots[i].hist = malloc((size_t)s->ctx * sizeof(int32_t))))
+			return sf_err_set(e, -ENOMEM, "slots: %s", strerror(ENOMEM));
 	}
 	/* the buffers of a pass of every slot's next token, with a row of
 	 * logits each; its own KV cache unused (mapped, never touched) */
@@ -218,7 +220,8 @@ static void finish(struct server *s, struct slot *sl, enum finish f)
 	j->done = 1;
 	j->ready = j->text.n;
 	s->completion_tokens += j->ntokens;
-	s->prompt_tokens += sl->at;
+	s->prompt_tokens += sl->at > sl->reused ? sl->at - sl->reused : 0;
+	s->prompt_reused += sl->at > sl->reused ? sl->reused : sl->at;
 	if (f == FINISH_CANCEL)
 		s->cancelled++;
 	sf_sampler_free(&sl->sampler);
@@ -255,7 +258,12 @@ static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
 		if (!j->answer && (ret = sf_detok_push(&sl->detok, j->prompt[i], &p, &n)))
 			return sf_err_set(e, ret, "the prompt: %s", sf_strerror(ret));
 	}
-	sl->at = sl->pos = 0;
+	/* the KV cache holds the positions of the tokens before, as the
+	 * previous job fed them: those the prompt begins with are kept (the
+	 * floats a pass gives them again), the last prompt token fed anyway
+	 * for the logits */
+	sl->reused = sl->reused < j->nprompt ? sl->reused : j->nprompt - 1;
+	sl->at = sl->pos = sl->nhist = sl->reused;
 	sl->made = 0;
 	sl->logits = NULL;
 	return 0;
@@ -271,6 +279,7 @@ static int pass_failed(struct server *s, struct slot *sl, struct sf_err *e)
 /* Outside mu: the job of a slot fails with e's message. */
 static void fail(struct server *s, struct slot *sl, const struct sf_err *e, int ret)
 {
+	sl->nhist = 0;	/* what its KV cache holds is not known */
 	pthread_mutex_lock(&s->mu);
 	snprintf(sl->job->error, sizeof(sl->job->error), "%s", e->msg[0] ? e->msg
 		 : sf_strerror(ret));
@@ -307,8 +316,9 @@ static int slot_step(struct server *s, struct slot *sl, int32_t *token_out)
 					      (int)sl->at, 0);
 		if ((ret = pass_failed(s, sl, &e)))
 			goto failed;
+		memcpy(sl->hist + sl->at, j->prompt + sl->at, (size_t)T * sizeof(*sl->hist));
 		sl->at += (size_t)T;
-		sl->pos = sl->at;
+		sl->pos = sl->nhist = sl->at;
 		if (sl->at < j->nprompt || j->max_tokens != 0)
 			return 0;
 		f = FINISH_LENGTH;	/* max_tokens 0: the prompt only */
@@ -387,7 +397,8 @@ static void round_pass(struct server *s, int n)
 		}
 		memcpy(sl->st.logits, lm + (size_t)i * vocab, vocab * sizeof(float));
 		sl->logits = sl->st.logits;
-		sl->pos++;
+		sl->hist[sl->pos] = s->pass_tokens[i];
+		sl->nhist = ++sl->pos;
 	}
 	if (ret)	/* a failed pass stays failed: a fresh state for the next */
 		s->pass.err = (struct sf_err){ 0 };
@@ -399,21 +410,38 @@ static void *decoder(void *arg)
 
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		/* cancelled jobs leave their slots; queued ones take the free slots */
-		for (int i = 0; i < s->nslots; i++) {
-			struct slot *sl = &s->slots[i];
-			if (sl->job && sl->job->cancelled)
-				finish(s, sl, FINISH_CANCEL);
-			while (!sl->job && s->head && !s->stopping) {
-				struct job *j = s->head;
-				if (!(s->head = j->next))
-					s->tail = NULL;
-				s->queued--;
-				j->in_queue = 0;
-				sl->job = j;
-				sl->fresh = 1;
-				s->busy++;
+		/* cancelled jobs leave their slots */
+		for (int i = 0; i < s->nslots; i++)
+			if (s->slots[i].job && s->slots[i].job->cancelled)
+				finish(s, &s->slots[i], FINISH_CANCEL);
+		/* queued ones take the free slots, each the one whose KV cache
+		 * holds the longest start of its prompt */
+		while (s->head && !s->stopping) {
+			struct job *j = s->head;
+			struct slot *best = NULL;
+			size_t best_n = 0;
+			for (int i = 0; i < s->nslots; i++) {
+				struct slot *sl = &s->slots[i];
+				size_t n = 0;
+				if (sl->job)
+					continue;
+				while (n < sl->nhist && n < j->nprompt && sl->hist[n] == j->prompt[n])
+					n++;
+				if (!best || n > best_n) {
+					best = sl;
+					best_n = n;
+				}
 			}
+			if (!best)
+				break;
+			if (!(s->head = j->next))
+				s->tail = NULL;
+			s->queued--;
+			j->in_queue = 0;
+			best->job = j;
+			best->fresh = 1;
+			best->reused = best_n;
+			s->busy++;
 		}
 		if (!s->busy) {
 			if (s->stopping)
@@ -471,8 +499,10 @@ void serve_slots_close(struct server *s)
 		pthread_join(s->decoder, NULL);
 		s->decoder_started = 0;
 	}
-	for (int i = 0; s->slots && i < s->nslots; i++)
+	for (int i = 0; s->slots && i < s->nslots; i++) {
 		sf_state_free(&s->slots[i].st);
+		free(s->slots[i].hist);
+	}
 	free(s->slots);
 	s->slots = NULL;
 	sf_state_free(&s->pass);

@@ -257,6 +257,21 @@ metric() {
 	[ "$(metric sf_slots_busy)" = 1 ]
 }
 
+@test "sf-serve: a prompt that begins as the slot's last one reuses its KV cache; the text is the same" {
+	start_server --parallel 1
+	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 8, "temperature": 0}'
+	first=$(echo "$output" | jq -r .choices[0].text)
+	[ "$(metric sf_prompt_tokens_cached_total)" = 0 ]
+	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 8, "temperature": 0}'
+	[ "$(echo "$output" | jq -r .choices[0].text)" = "$first" ]
+	[ "$(metric sf_prompt_tokens_cached_total)" = 7 ]	# all but the last of 8
+	# the conversation goes on: the prompt and its answer, then more
+	prompt="In the beginning$first God"
+	post /v1/completions "$(jq -nc --arg p "$prompt" '{prompt: $p, max_tokens: 8, temperature: 0}')"
+	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run --model "$MODEL" -p "$prompt" -n 8 --temp 0 -q)" ]
+	[ "$(metric sf_prompt_tokens_cached_total)" -gt 14 ]
+}
+
 @test "sf-serve: two slots decode together in one pass a token, each its own text (sf-run's)" {
 	SF_SERVE_TOKEN_DELAY_MS=5 start_server --parallel 2
 	curl -s -H 'Content-Type: application/json' \
