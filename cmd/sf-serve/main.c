@@ -57,7 +57,7 @@ static const struct sf_opt options[] = {
 	{ "queue", OPT_QUEUE, "N", "requests waiting for a slot at most; past them 503\n"
 	  "(default %s)", SF_STR(SERVE_DEFAULT_QUEUE), 0 },
 	{ "max-body", OPT_MAX_BODY, "BYTES", "the largest request body; past it 413\n"
-	  "(default %s)", "1048576", 0 },
+	  "(default %s)", SF_STR(SERVE_DEFAULT_MAX_BODY), 0 },
 	{ "alias", OPT_ALIAS, "NAME", "the model's id in /v1/models and answers\n"
 	  "(default: the directory's or image's name)", NULL, 0 },
 	{ "log-format", OPT_LOG_FORMAT, "F", "the line per request on stderr: text or json\n"

@@ -24,7 +24,7 @@
 #define SERVE_DEFAULT_PORT 8080
 #define SERVE_DEFAULT_PARALLEL 2
 #define SERVE_DEFAULT_QUEUE 16
-#define SERVE_DEFAULT_MAX_BODY (1u << 20)
+#define SERVE_DEFAULT_MAX_BODY 1048576	/* 1 MiB */
 #define SERVE_MAX_STOPS 16
 #define SERVE_DRAIN_SECONDS 30	/* SIGTERM: how long the requests in flight may finish */
 
