@@ -12,10 +12,14 @@ setup_file() {
 	export SF_OPENAI_DIR=${SF_OPENAI_DIR:-/var/tmp/sf-openai}
 }
 
+# SIGTERM: sf-serve drains and must exit 0 (under SANITIZE=1, no leak).
 teardown() {
 	if [ -n "${SP:-}" ]; then
-		kill -9 "$SP" 2>/dev/null || true
-		wait "$SP" 2>/dev/null || true
+		local rc=0
+		kill -TERM "$SP" 2>/dev/null || true
+		wait "$SP" || rc=$?
+		SP=
+		[ "$rc" -eq 0 ] || { echo "sf-serve exited $rc"; cat "$LOG"; return 1; }
 	fi
 }
 

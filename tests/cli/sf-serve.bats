@@ -31,14 +31,19 @@ start_server() {
 	return 1
 }
 
+# The client first, then the server by SIGTERM: it drains and must exit
+# 0 (under SANITIZE=1, with no leak reported).
 teardown() {
-	if [ -n "${SP:-}" ]; then
-		kill -9 "$SP" 2>/dev/null || true
-		wait "$SP" 2>/dev/null || true
-	fi
 	if [ -n "${CP:-}" ]; then
 		kill -9 "$CP" 2>/dev/null || true
 		wait "$CP" 2>/dev/null || true
+	fi
+	if [ -n "${SP:-}" ]; then
+		local rc=0
+		kill -TERM "$SP" 2>/dev/null || true
+		wait "$SP" || rc=$?
+		SP=
+		[ "$rc" -eq 0 ] || { echo "sf-serve exited $rc"; cat "$LOG"; return 1; }
 	fi
 }
 
