@@ -5,22 +5,12 @@
 # is installed once into SF_OPENAI_DIR (default /var/tmp/sf-openai).
 
 load helpers
+load serve-helpers
 
 OPENAI_VERSION=4.104.0
 
 setup_file() {
 	export SF_OPENAI_DIR=${SF_OPENAI_DIR:-/var/tmp/sf-openai}
-}
-
-# SIGTERM: sf-serve drains and must exit 0 (under SANITIZE=1, no leak).
-teardown() {
-	if [ -n "${SP:-}" ]; then
-		local rc=0
-		kill -TERM "$SP" 2>/dev/null || true
-		wait "$SP" || rc=$?
-		SP=
-		[ "$rc" -eq 0 ] || { echo "sf-serve exited $rc"; cat "$LOG"; return 1; }
-	fi
 }
 
 need_openai() {
@@ -35,27 +25,18 @@ need_openai() {
 
 @test "sf-serve: OpenAI's Node client: models, completion, chat, a stream with usage, errors, an abort" {
 	need_openai
-	LOG=$BATS_TEST_TMPDIR/serve.log
-	SF_SERVE_TOKEN_DELAY_MS=5 sf-serve --model "$MODEL" --port 0 --api-key s3cret --parallel 2 \
-		2>"$LOG" 3>&- &
-	SP=$!
-	local port=
-	for _ in $(seq 300); do
-		port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$LOG")
-		[ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-		sleep 0.05
-	done
-	run node "$SF_ROOT/tests/clients/openai.mjs" "$SF_OPENAI_DIR" "http://127.0.0.1:$port/v1"
+	SF_SERVE_TOKEN_DELAY_MS=5 start_server --api-key s3cret --parallel 2
+	run node "$SF_ROOT/tests/clients/openai.mjs" "$SF_OPENAI_DIR" "$URL/v1"
 	echo "$output"
 	[ "$status" -eq 0 ]
 	want=$(sf-run --model "$MODEL" -p "In the beginning" -n 16 --temp 0 -q | jq -Rs 'rtrimstr("\n")')
 	[ "$(echo "$output" | sed -n 's/^text //p')" = "$want" ]
 	# the aborted stream freed its slot
 	for _ in $(seq 100); do
-		[ "$(curl -s -H 'Authorization: Bearer s3cret' "http://127.0.0.1:$port/metrics" |
+		[ "$(curl -s -H 'Authorization: Bearer s3cret' "$URL/metrics" |
 			sed -n 's/^sf_slots_busy //p')" = 0 ] && break
 		sleep 0.05
 	done
-	[ "$(curl -s -H 'Authorization: Bearer s3cret' "http://127.0.0.1:$port/metrics" |
+	[ "$(curl -s -H 'Authorization: Bearer s3cret' "$URL/metrics" |
 		sed -n 's/^sf_cancelled_total //p')" = 1 ]
 }
