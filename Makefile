@@ -8,6 +8,8 @@ SHARED  ?= $(abspath ../shared)
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -Ilib/common -Icmd
 LDLIBS  = -ljansson -lcsv -luring -lpcre2-8 -lutf8proc -lpthread -lm
+# a command's own libraries beyond LDLIBS
+LDLIBS_sf-serve = -lmicrohttpd
 
 ifeq ($(SANITIZE),1)
 BUILD   = build/san
@@ -52,7 +54,7 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check check-full coverage lint unit cli install uninstall help demo bench clean
+.PHONY: all check check-full coverage lint unit cli install uninstall help demo serve bench clean
 all: $(BINS) $(FIXTURES)
 
 $(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
@@ -72,7 +74,8 @@ $(CLI_LIB): $(CLI_OBJ)
 .SECONDEXPANSION:
 $(BINDIR)/%: $(LIB) $(CLI_LIB) $$(wildcard cmd/$$*/*.c) $(LIB_HDR) $(CLI_HDR)
 	@mkdir -p $(BINDIR)
-	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(wildcard cmd/$*/*.c) $(CLI_LIB) $(LIB) $(ALL_LDFLAGS) \
+		$(LDLIBS_$*) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB) $(CLI_LIB)
 	@mkdir -p $(dir $@)
@@ -141,6 +144,7 @@ help:
 	@echo '  coverage        check built with --coverage, then line coverage per folder (lcov)'
 	@echo '  lint            the layout rules of lib/ (tests/lint/layers.sh)'
 	@echo '  demo            generate text with the embedded model: about 25 s with the build'
+	@echo '  serve           sf-serve on the embedded model at 127.0.0.1:8080 (PORT=)'
 	@echo '  bench           every tests/bench/*.sh, or BENCH=script'
 	@echo '  studies         the paper reproductions of docs/RESULTS.md (STUDY=, QUICK=1)'
 	@echo '  plots           redraw the studies'"'"' PNGs from their data into docs/img (STUDY=, IMG=)'
@@ -171,6 +175,11 @@ coverage:
 
 demo: all
 	$(BINDIR)/sf-run --model models/mix4-1m -p "In the beginning God created" -n 48 --seed 1
+
+# The OpenAI-compatible server on the embedded model (man/sf-serve.1)
+PORT ?= 8080
+serve: all
+	$(BINDIR)/sf-serve --model models/mix4-1m --port $(PORT)
 
 # Every benchmark script, or one: make bench BENCH=tests/bench/dense.sh
 BENCH ?= $(wildcard tests/bench/*.sh)

@@ -1,7 +1,7 @@
 # bash completion of the sparseflash commands (installed by make install
 # under share/bash-completion/completions, one name per command). Options
 # come from the command's own --help, so they never drift from it, and
-# sf-run's --chat-template names from its own refusal of an unknown one;
+# sf-run's and sf-serve's --chat-template names from its own refusal of an unknown one;
 # other words complete as file names.
 _sparseflash() {
 	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
@@ -18,4 +18,4 @@ _sparseflash() {
 		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
 	fi
 }
-complete -o filenames -F _sparseflash sf-profile sf-coact sf-place sf-encode sf-pack sf-run
+complete -o filenames -F _sparseflash sf-profile sf-coact sf-place sf-encode sf-pack sf-run sf-serve

@@ -35,15 +35,8 @@
 #include "online/uring.h"
 #include "common/device.h"
 #include "common/ram.h"
+#include "common/model.h"
 
-#define DEFAULT_N_PREDICT 256
-#define DEFAULT_TEMP 0.8
-#define DEFAULT_TOP_P 0.95
-#define DEFAULT_SEED 42
-#define DEFAULT_TOP_K 0		/* off: llama.cpp's 40 would change the default text */
-#define DEFAULT_MIN_P 0.0
-#define DEFAULT_REPEAT_PENALTY 1.0
-#define DEFAULT_REPEAT_LAST_N 64
 #define DEFAULT_WINDOW 256
 #define MAX_PROMPT_BYTES (64u << 20)
 #define DEFAULT_LATENCIES 65536	/* --ppl tokens whose latency --bench ranks */
@@ -53,8 +46,8 @@
 #define DEFAULT_THREADS_DRAFT 1
 
 struct options {
-	const char *model_dir;
-	const char *image;		/* the positional IMAGE: sparse decoding */
+	struct sf_model_opts mo;	/* --model or IMAGE (sparse decoding), -c, -ctk, -ctv,
+					 * --chat-template */
 	const char *prompt;		/* NULL: read stdin */
 	const char *prompt_file;	/* -f */
 	const char *ppl_file;
@@ -66,14 +59,11 @@ struct options {
 	int top_k, repeat_last_n;
 	uint64_t seed;
 	int threads;
-	int ctx;			/* 0: the model's max_position_embeddings */
-	enum sf_kv_type kv_k, kv_v;	/* -ctk, -ctv */
 	int batch;			/* tokens per weight pass: the prompt, --ppl */
 	uint64_t max_tokens;		/* --ppl: 0 for all */
 	int window;
 	int ignore_eos, echo, verbose, quiet, progress;
 	int conversation, verbose_prompt;
-	int chat_template;		/* --chat-template; -1: the model's */
 	struct sf_sparse_opts sparse;
 	int sparse_set;			/* an option only the sparse decoder takes */
 	int bench;
@@ -100,44 +90,40 @@ enum { OPT_TEMP = SF_OPT_FIRST, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_REPEAT_PENA
        OPT_CACHE_POLICY, OPT_SEG_ADMIT, OPT_RAM, OPT_CACHE_RATIO, OPT_SIMULATE, OPT_BENCH,
        OPT_PIN, OPT_PIN_RATIO, OPT_PIN_DELTA, OPT_COMPUTE_RATIO, OPT_STATIC, OPT_COMPUTE_DELTA,
        OPT_ALPHA, OPT_BETA, OPT_DENSE_LAYERS, OPT_FREE_RIDERS, OPT_CONVERSATION,
-       OPT_CHAT_TEMPLATE, OPT_VERBOSE_PROMPT, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN,
-       OPT_DRAFT_P_MIN, OPT_DRAFT_FIXED, OPT_DRAFT_BUDGET, OPT_THREADS_DRAFT, OPT_CACHE_TYPE_K,
-       OPT_CACHE_TYPE_V };
+       OPT_VERBOSE_PROMPT, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN,
+       OPT_DRAFT_P_MIN, OPT_DRAFT_FIXED, OPT_DRAFT_BUDGET, OPT_THREADS_DRAFT };
 enum { SPARSE = 1 };
 
 static const struct sf_opt options[] = {
-	{ "model", 'm', "MODEL", "Hugging Face model directory or GGUF file\n(dense, in RAM)", NULL, 0 },
+	SF_OPT_MODEL,
 	{ "prompt", 'p', "TEXT", "prompt (default: read standard input)", NULL, 0 },
 	{ "file", 'f', "FILE", "read the prompt from FILE (one final newline dropped)", NULL, 0 },
 	{ "n-predict", 'n', "N", "tokens to generate, -1 until EOS or the context\n"
-	  "is full (default %s)", SF_STR(DEFAULT_N_PREDICT), 0 },
-	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", SF_STR(DEFAULT_TEMP), 0 },
-	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", SF_STR(DEFAULT_TOP_P), 0 },
+	  "is full (default %s)", SF_STR(SF_DEFAULT_N_PREDICT), 0 },
+	{ "temp", OPT_TEMP, "T", "temperature, 0 for greedy (default %s)", SF_STR(SF_DEFAULT_TEMP), 0 },
+	{ "top-p", OPT_TOP_P, "P", "nucleus sampling threshold (default %s)", SF_STR(SF_DEFAULT_TOP_P), 0 },
 	{ "top-k", OPT_TOP_K, "K", "sample from the K most likely tokens, 0 for all\n"
-	  "(default %s)", SF_STR(DEFAULT_TOP_K), 0 },
+	  "(default %s)", SF_STR(SF_DEFAULT_TOP_K), 0 },
 	{ "min-p", OPT_MIN_P, "P", "drop tokens less likely than P times the most\n"
 	  "likely one (default %s)", "0", 0 },
 	{ "repeat-penalty", OPT_REPEAT_PENALTY, "R", "divide the logits of recent tokens by R\n"
 	  "(multiply if negative); 1 for none (default %s)", "1", 0 },
 	{ "repeat-last-n", OPT_REPEAT_LAST_N, "N", "recent: the last N tokens of the text\n"
-	  "(default %s)", SF_STR(DEFAULT_REPEAT_LAST_N), 0 },
-	{ "seed", 's', "N", "sampling seed (default %s)", SF_STR(DEFAULT_SEED), 0 },
+	  "(default %s)", SF_STR(SF_DEFAULT_REPEAT_LAST_N), 0 },
+	{ "seed", 's', "N", "sampling seed (default %s)", SF_STR(SF_DEFAULT_SEED), 0 },
 	{ "ignore-eos", OPT_IGNORE_EOS, NULL, "keep generating past the end-of-text token", NULL, 0 },
 	{ "conversation", OPT_CONVERSATION, NULL, "chat (also -cnv): a user turn per line of standard\n"
 	  "input, in the model's chat template; -p or -f is the\n"
 	  "system message, -n bounds each answer", NULL, 0 },
-	{ "chat-template", OPT_CHAT_TEMPLATE, "NAME", "--conversation's template when the model has none,\n"
+	{ "chat-template", SF_OPT_CHAT_TEMPLATE, "NAME", "--conversation's template when the model has none,\n"
 	  "or instead of its own: chatml, llama2, llama3,\n"
 	  "gemma, ... (sf-run(1), Conversation)", NULL, 0 },
 	{ "verbose-prompt", OPT_VERBOSE_PROMPT, NULL, "print the prompt (each turn of --conversation)\n"
 	  "and its tokens on standard error", NULL, 0 },
 	{ "echo", OPT_ECHO, NULL, "print the prompt before the generated text\n"
 	  "(default: not printed)", NULL, 0 },
-	{ "ctx-size", 'c', "N", "context length (default: the model's)", NULL, 0 },
-	{ "cache-type-k", OPT_CACHE_TYPE_K, "T", "the KV cache's keys: f32, f16 or q8_0 (also -ctk)\n"
-	  "(default %s)", "f16", 0 },
-	{ "cache-type-v", OPT_CACHE_TYPE_V, "T", "the KV cache's values: f32, f16 or q8_0 (also\n"
-	  "-ctv) (default %s)", "f16", 0 },
+	SF_OPT_CTX("context length (default: the model's)"),
+	SF_OPT_CACHE_TYPES,
 	{ "batch-size", 'b', "N", "tokens per pass over the weights for the prompt and\n"
 	  "--ppl (default %s); the output is the same", SF_STR(SF_RUN_DEFAULT_BATCH), 0 },
 	SF_OPT_THREADS,
@@ -261,49 +247,6 @@ static const struct sf_cmd cmd = {
 	"         --free-riders --density 0.5 -p \"In the beginning\" mix4-1m.sfimg\n",
 };
 
-/* llama.cpp's "-cnv" is --conversation, "-ctk" and "-ctv" --cache-type-k
- * and --cache-type-v (before getopt reads them as "-c nv", "-c tk"); the
- * llama.cpp options no command takes are refused by sf_cli_getopt. */
-static void llama_cpp_names(int argc, char **argv)
-{
-	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
-		const char *a = argv[i];
-		const struct sf_opt *p = NULL;
-		if (!strcmp(a, "-cnv")) {
-			argv[i] = (char *)"--conversation";
-			continue;
-		}
-		if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
-			argv[i] = (char *)(a[3] == 'k' ? "--cache-type-k" : "--cache-type-v");
-			i++;
-			continue;
-		}
-		/* skip the value of an option that takes one */
-		if (a[0] == '-' && a[1] && !a[2])
-			p = sf_cli_opt(&cmd, (unsigned char)a[1]);
-		else if (!strncmp(a, "--", 2) && !strchr(a, '='))
-			for (const struct sf_opt *q = options; q->name; q++)
-				if (*q->name && !strcmp(q->name, a + 2))
-					p = q;
-		if (p && p->arg)
-			i++;
-	}
-}
-
-/* --chat-template NAME: a usage error lists the names. */
-static int chat_template_opt(const char *name)
-{
-	char list[512] = "";
-	int id = sf_chat_find(name);
-
-	if (id >= 0)
-		return id;
-	for (int i = 0; i < sf_chat_count(); i++)
-		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
-			 sf_chat_name(i));
-	sf_usage_error("--chat-template: '%s' is not one of %s", name, list);
-}
-
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	const struct sf_opt *opt;
@@ -311,24 +254,23 @@ static void parse_options(int argc, char **argv, struct options *o)
 	int c, probe = 0, selects = 0, k_mid_set = 0, pin_opt = 0, compute_opt = 0;
 
 	*o = (struct options){
-		.n_predict = DEFAULT_N_PREDICT, .temp = DEFAULT_TEMP, .top_p = DEFAULT_TOP_P,
-		.top_k = DEFAULT_TOP_K, .min_p = DEFAULT_MIN_P,
-		.repeat_penalty = DEFAULT_REPEAT_PENALTY, .repeat_last_n = DEFAULT_REPEAT_LAST_N,
-		.seed = DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = SF_RUN_DEFAULT_BATCH,
+		.n_predict = SF_DEFAULT_N_PREDICT, .temp = SF_DEFAULT_TEMP, .top_p = SF_DEFAULT_TOP_P,
+		.top_k = SF_DEFAULT_TOP_K, .min_p = SF_DEFAULT_MIN_P,
+		.repeat_penalty = SF_DEFAULT_REPEAT_PENALTY, .repeat_last_n = SF_DEFAULT_REPEAT_LAST_N,
+		.seed = SF_DEFAULT_SEED, .window = DEFAULT_WINDOW, .batch = SF_RUN_DEFAULT_BATCH,
 		.threads = sf_cli_threads_default(),
 		.pin_ratio = SF_SELECT_DEFAULT_GAMMA, .pin_delta = SF_SELECT_DEFAULT_LOAD_DELTA,
 		.rho = -1, .compute_delta = SF_SELECT_DEFAULT_COMPUTE_DELTA,
 		.alpha = SF_SELECT_DEFAULT_ALPHA, .beta = SF_SELECT_DEFAULT_BETA,
-		.chat_template = -1,
 		.draft_max = SF_SPEC_DEFAULT_MAX, .draft_min = SF_SPEC_DEFAULT_MIN,
 		.draft_p_min = SF_SPEC_DEFAULT_P_MIN, .draft_budget = 1.0,
-		.draft_threads = DEFAULT_THREADS_DRAFT, .kv_k = SF_KV_F16, .kv_v = SF_KV_F16,
+		.draft_threads = DEFAULT_THREADS_DRAFT,
 	};
+	sf_model_opts_default(&o->mo);
 	sf_sparse_opts_default(so);
-	llama_cpp_names(argc, argv);
+	sf_cli_llama_names(argc, argv, &cmd);
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
-		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
 		case 'p': o->prompt = optarg; break;
 		case 'n':
 			if (strcmp(optarg, "-1") == 0)
@@ -351,15 +293,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case OPT_IGNORE_EOS: o->ignore_eos = 1; break;
 		case OPT_ECHO: o->echo = 1; break;
 		case OPT_CONVERSATION: o->conversation = 1; break;
-		case OPT_CHAT_TEMPLATE: o->chat_template = chat_template_opt(optarg); break;
 		case OPT_VERBOSE_PROMPT: o->verbose_prompt = 1; break;
-		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
-		case OPT_CACHE_TYPE_K:
-		case OPT_CACHE_TYPE_V:
-			if (sf_kv_type_parse(optarg, c == OPT_CACHE_TYPE_K ? &o->kv_k : &o->kv_v))
-				sf_usage_error("--cache-type-%c: '%s' is not f32, f16 or q8_0",
-					       c == OPT_CACHE_TYPE_K ? 'k' : 'v', optarg);
-			break;
 		case 'b': o->batch = (int)sf_opt_u64("--batch-size", optarg, 1, SF_BATCH_MAX); break;
 		case 't': o->threads = sf_opt_threads(optarg); break;
 		case OPT_PPL: o->ppl_file = optarg; break;
@@ -482,6 +416,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
+		default: sf_model_opt(&o->mo, c, optarg); break;
 		}
 		if ((opt = sf_cli_opt(&cmd, c)) && (opt->flags & SPARSE))
 			o->sparse_set = 1;
@@ -492,15 +427,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		o->probe = optind < argc ? argv[optind] : ".";
 		return;
 	}
-	if (optind < argc)
-		o->image = argv[optind++];
-	if (optind < argc)
-		sf_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!o->model_dir && !o->image)
-		sf_usage_error("--model MODEL is required");
-	if (o->model_dir && o->image)
-		sf_usage_error("--model MODEL and IMAGE cannot be combined");
-	if (o->model_dir && o->sparse_set)
+	sf_model_opts_operands(&o->mo, argc, argv);
+	if (o->mo.model_dir && o->sparse_set)
 		sf_usage_error("sparse decoding options need an IMAGE, not --model");
 	if (selects > 1)
 		sf_usage_error("--budget, --density and --k-top cannot be combined");
@@ -519,7 +447,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("--ppl and --%s cannot be combined", o->prompt ? "prompt" : "file");
 	if (o->prompt && o->prompt_file)
 		sf_usage_error("--prompt and --file cannot be combined");
-	if (o->chat_template >= 0 && !o->conversation)
+	if (o->mo.chat_template >= 0 && !o->conversation)
 		sf_usage_error("--chat-template needs --conversation");
 	if (o->conversation && (o->ppl_file || o->bench || o->echo))
 		sf_usage_error("--conversation and --%s cannot be combined",
@@ -534,8 +462,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 		sf_usage_error("--draft-min %d: more than --draft-max %d", o->draft_min,
 			       o->draft_max);
 	struct stat st;
-	if (o->draft && o->draft_budget < 1.0 && stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode))
-		sf_usage_error("--draft-budget needs a draft image, not a model directory");
+	if (o->draft && o->draft_budget < 1.0 &&
+	    ((stat(o->draft, &st) == 0 && S_ISDIR(st.st_mode)) || sf_gguf_probe(o->draft)))
+		sf_usage_error("--draft-budget needs a draft image, not a model directory or GGUF");
 	if (o->conversation && o->prompt_file && !strcmp(o->prompt_file, "-"))
 		sf_usage_error("--conversation reads the turns from standard input: the system "
 			       "message cannot come from it (-f -)");
@@ -630,17 +559,11 @@ static void session_free(struct session *S)
 /* The model and tokenizer of --model MODEL or of IMAGE. */
 static int open_model(struct session *S, const struct options *o, struct sf_err *e)
 {
-	int ret;
-
-	if (o->model_dir)
-		return (ret = sf_model_open(&S->model, o->model_dir, e)) ? ret
-			: sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, e);
 	unsigned flags = o->sparse.simulate ? 0 : SF_IMAGE_OPEN_EMBED_ON_FLASH |
 		(o->head_on_flash ? SF_IMAGE_OPEN_HEAD_ON_FLASH : 0);
-	if ((ret = sf_image_open_flags(&S->image, o->image, flags, e)) ||
-	    (ret = sf_image_model(&S->image, &S->model, e)))
-		return ret;
-	return sf_tokenizer_open_image(&S->tok, &S->image, e);
+
+	return sf_cli_open_model(o->mo.model_dir, o->mo.image, flags, &S->image, &S->model,
+				 &S->tok, e);
 }
 
 /* The pinning order of --pin's score files: a task file and a model file
@@ -729,11 +652,11 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	int ret;
 
 	/* -c and --ppl's windows need every position; else the least */
-	sf_cli_kv_opts(&so, &S->state, &S->model.cfg, o->ctx || o->ppl_file ? S->state.seq_len
+	sf_cli_kv_opts(&so, &S->state, &S->model.cfg, o->mo.ctx || o->ppl_file ? S->state.seq_len
 			: SF_RUN_KV_LEAST < S->state.seq_len ? SF_RUN_KV_LEAST : S->state.seq_len);
 	so.max_tokens = tokens;
 	so.tokens = S->state.batch;
-	if ((ret = sf_device_load(o->image, &peak, &iops, &buffered, e)) < 0)
+	if ((ret = sf_device_load(o->mo.image, &peak, &iops, &buffered, e)) < 0)
 		return ret;
 	/* O_DIRECT whatever the probe found for the page cache: it times reads
 	 * of a file it has just written, which a host may serve from its own
@@ -756,7 +679,7 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 	so.compute_static = o->static_file ? &stat : NULL;
 	so.compute_static_name = o->static_file;
 	if (o->read_log) {
-		const char *inputs[] = { o->image, NULL };
+		const char *inputs[] = { o->mo.image, NULL };
 		if ((ret = sf_outfile_open(&S->read_log, o->read_log, 0, inputs, e)))
 			goto out;
 		so.on_read = log_read;
@@ -810,7 +733,7 @@ static int sparse_failed(const struct session *S, struct sf_err *e)
 static int same_tokenizer(const struct session *S, const struct options *o, struct sf_err *e)
 {
 	const struct sf_tokenizer *a = S->tok, *b = S->draft->tok;
-	const char *name = o->model_dir ? o->model_dir : o->image;
+	const char *name = o->mo.model_dir ? o->mo.model_dir : o->mo.image;
 	int n = sf_tokenizer_vocab_size(a);
 
 	if (sf_tokenizer_vocab_size(b) != n)
@@ -863,8 +786,8 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 				  "context is %d: give --ctx-size", o->draft,
 				  D->model.cfg.max_seq_len, ctx);
 	int batch = o->batch < ctx ? o->batch : ctx;
-	struct sf_state_opts so_state = { .seq_len = ctx, .batch = batch, .kv_k = o->kv_k,
-					  .kv_v = o->kv_v };
+	struct sf_state_opts so_state = { .seq_len = ctx, .batch = batch, .kv_k = o->mo.kv_k,
+					  .kv_v = o->mo.kv_v };
 	if ((ret = sf_state_init_opts(&D->state, &D->model.cfg, &so_state, e)) ||
 	    (ret = sf_sampler_init(&D->sampler, D->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed ^ 0x5eed5eedu, e)) ||
@@ -924,8 +847,8 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	int batch = o->draft && o->draft_max + 1 > o->batch ? o->draft_max + 1 : o->batch;
 	batch = batch < ctx ? batch : ctx;
 	/* every token's logits for --ppl and --draft's checks; else the last's */
-	struct sf_state_opts so_state = { .seq_len = ctx, .batch = batch, .kv_k = o->kv_k,
-					  .kv_v = o->kv_v, .last_logits = !o->ppl_file && !o->draft };
+	struct sf_state_opts so_state = { .seq_len = ctx, .batch = batch, .kv_k = o->mo.kv_k,
+					  .kv_v = o->mo.kv_v, .last_logits = !o->ppl_file && !o->draft };
 	if ((ret = sf_state_init_opts(&S->state, &S->model.cfg, &so_state, e)) ||
 	    (ret = sf_sampler_init(&S->sampler, S->model.cfg.vocab_size, (float)o->temp,
 				   (float)o->top_p, o->seed, e)) ||
@@ -936,16 +859,16 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	S->sampler.min_p = (float)o->min_p;
 	S->state.pool = S->pool;
 	S->positions = ctx;
-	if (o->image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
+	if (o->mo.image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)
 			 : (uint64_t)ctx, e)))
 		return ret;
 	if (o->draft && (ret = open_draft(S, o, ctx, e)))
 		return ret;
 	if (o->verbose) {
-		sf_cli_model_summary(o->model_dir ? o->model_dir : o->image, &S->model, ctx,
+		sf_cli_model_summary(o->mo.model_dir ? o->mo.model_dir : o->mo.image, &S->model, ctx,
 				     o->threads);
-		if (o->model_dir)
+		if (o->mo.model_dir)
 			fprintf(stderr, "%s: memory: resident %llu bytes (the whole model, "
 				"%s), flash 0\n", sf_progname,
 				(unsigned long long)sf_model_bytes(&S->model),
@@ -1035,12 +958,7 @@ static int emit(struct session *S, struct sf_detok *d, int32_t id, struct sf_err
 /* End of text: the tokenizer's EOS or any of config.json's eos_token_id. */
 static int is_eos(const struct session *S, int32_t token)
 {
-	if (token == sf_tokenizer_eos(S->tok))
-		return 1;
-	for (int i = 0; i < S->model.cfg.n_eos; i++)
-		if (token == S->model.cfg.eos_ids[i])
-			return 1;
-	return 0;
+	return sf_cli_is_eos(&S->model, S->tok, token);
 }
 
 /* The prompt's text: -p, the file of -f, or standard input (not with
@@ -1336,47 +1254,6 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 
 // --- conversation
 
-/* The chat template: --chat-template's, else the one tokenizer_config.json
- * names by its markers. */
-static int chat_template(const struct session *S, const struct options *o, int *tmpl,
-			 struct sf_err *e)
-{
-	const char *name = o->model_dir ? o->model_dir : o->image;
-	const char *j = sf_tokenizer_chat_template(S->tok);
-
-	if ((*tmpl = o->chat_template) >= 0)
-		return 0;
-	if (!j)
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: no chat_template in tokenizer_config.json: "
-				  "give --chat-template NAME", name);
-	if ((*tmpl = sf_chat_detect(j)) < 0)
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: tokenizer_config.json's chat_template is "
-				  "none of the templates sf-run writes: give --chat-template NAME",
-				  name);
-	return 0;
-}
-
-/* The one token that is the template's end-of-turn marker, or -1 when it
- * has none, the vocabulary spells it in several, or it is the end of
- * text (</s>), which ends an answer anyway. */
-static int end_of_turn(const struct session *S, int tmpl, int32_t *id, struct sf_err *e)
-{
-	const char *m = sf_chat_end_of_turn(tmpl);
-	int32_t *ids;
-	size_t n;
-	int ret;
-
-	*id = -1;
-	if (!m)
-		return 0;
-	if ((ret = sf_tokenizer_encode(S->tok, m, strlen(m), 0, &ids, &n, e)))
-		return ret;
-	if (n == 1 && !is_eos(S, ids[0]))
-		*id = ids[0];
-	free(ids);
-	return 0;
-}
-
 /* Standard input line by line through poll(2) and read(2): poll is
  * never restarted after a signal, so Ctrl-C at the prompt is seen at
  * once. */
@@ -1473,14 +1350,16 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 	size_t len, n, pos = 0;
 	int tmpl, ret, tty = isatty(STDIN_FILENO);
 
-	if ((ret = chat_template(S, o, &tmpl, e)) || (ret = prompt_text(o, &buf, &system, &len, e)) ||
+	if ((ret = sf_cli_chat_template(S->tok, o->mo.chat_template, o->mo.model_dir ?
+					o->mo.model_dir : o->mo.image, &tmpl, e)) ||
+	    (ret = prompt_text(o, &buf, &system, &len, e)) ||
 	    (ret = sf_chat_init(&chat, tmpl, system, e)))
 		goto out;
-	if ((ret = end_of_turn(S, tmpl, &S->eot, e)))
+	if ((ret = sf_cli_end_of_turn(&S->model, S->tok, tmpl, &S->eot, e)))
 		goto out;
 	if (o->verbose) {
 		fprintf(stderr, "%s: chat template %s (%s); answers end at ", sf_progname,
-			sf_chat_name(tmpl), o->chat_template >= 0 ? "--chat-template"
+			sf_chat_name(tmpl), o->mo.chat_template >= 0 ? "--chat-template"
 			: "tokenizer_config.json");
 		if (S->eot >= 0)
 			fprintf(stderr, "'%s' (token %d) or ", sf_chat_end_of_turn(tmpl), S->eot);
@@ -1686,7 +1565,7 @@ static int write_stats(const struct session *S, const struct options *o, const c
 	double dr = S->decode_s > 0 ? (double)S->step_tokens / S->decode_s : 0.0;
 	json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
 			      "mode", o->ppl_file ? "ppl" : o->conversation ? "conversation" : "generate",
-			      "model", o->model_dir ? o->model_dir : o->image,
+			      "model", o->mo.model_dir ? o->mo.model_dir : o->mo.image,
 			      "threads", o->threads, "kernels", sf_isa_name(sf_cpu_isa()),
 			      "prompt_tokens", (json_int_t)S->prompt_tokens,
 			      "prompt_seconds", S->prompt_s, "prompt_tokens_per_second", pr,
@@ -1793,12 +1672,12 @@ int main(int argc, char **argv)
 		ret = probe(o.probe, &e);
 		goto out;
 	}
-	if (o.image && fault && *fault && (ret = sf_uring_fault_parse(fault, &o.sparse.fault, &e)))
+	if (o.mo.image && fault && *fault && (ret = sf_uring_fault_parse(fault, &o.sparse.fault, &e)))
 		goto out;
 
 	/* --stats -: standard output holds only JSON, the text goes to stderr */
 	S.text = o.stats_file && strcmp(o.stats_file, "-") == 0 ? stderr : stdout;
-	int ctx = o.ppl_file ? o.window + 1 : o.ctx;
+	int ctx = o.ppl_file ? o.window + 1 : o.mo.ctx;
 	ret = session_open(&S, &o, ctx, &e);
 	if (!ret)
 		ret = o.ppl_file ? perplexity(&S, &o, &e) : o.conversation ? conversation(&S, &o, &e)
@@ -1812,7 +1691,7 @@ int main(int argc, char **argv)
 	if (!ret && S.stop == STOP_RAM)	/* the text so far is out: say why it ends */
 		ret = sf_err_set(&e, SF_ELIMIT, "%s: the context reached %d positions, all that "
 				 "--ram %llu leaves the KV cache room for: give more --ram, or -c",
-				 o.image, S.positions, (unsigned long long)o.sparse.ram);
+				 o.mo.image, S.positions, (unsigned long long)o.sparse.ram);
 	sf_sparse_close(S.sparse);	/* its last reads logged */
 	S.sparse = NULL;
 	if (!ret && S.read_log.f)

@@ -46,7 +46,7 @@ gen() { sf-run -p "$PROMPT" -n 40 --temp 0 -q "$@"; }
 	[ "${lines[0]}" = "sf-run: --draft-min 5: more than --draft-max 4" ]
 	run sf-run --model "$MODEL" --draft "$MODEL" --draft-budget 0.5 -p x
 	[ "$status" -eq 2 ]
-	[ "${lines[0]}" = "sf-run: --draft-budget needs a draft image, not a model directory" ]
+	[ "${lines[0]}" = "sf-run: --draft-budget needs a draft image, not a model directory or GGUF" ]
 	run sf-run --model "$MODEL" --draft "$MODEL" --draft-max 0 -p x
 	[ "$status" -eq 2 ]
 	[ "${lines[0]}" = "sf-run: --draft-max: 0 is out of range: expected 1..256" ]

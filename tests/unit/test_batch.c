@@ -127,6 +127,72 @@ static void check_release(const struct sf_model *m, const int32_t *ids)
 	sf_state_free(&rel);
 }
 
+/* Continuous batching: three sequences, each with its own KV cache and
+ * prefix (of different lengths, in f16 and f32 caches), a token of each
+ * in one pass: each row the logits a one-token pass of that sequence
+ * gives, and its KV cache the same, for several passes in turn. */
+static void check_multi(const struct sf_model *m, const int32_t *ids, int nth)
+{
+	enum { N = 3, STEPS = 5 };
+	static const int prefix[N] = { 1, 9, 4 };
+	struct sf_runstate alone[N], seq[N], pass;
+	struct sf_runstate *seqs[N];
+	struct sf_pool *pool = NULL;
+	struct sf_err e = { 0 };
+	size_t vocab = (size_t)m->cfg.vocab_size;
+	int seq_len = 32, pos[N];
+	int32_t tok[N];
+
+	CHECK(sf_pool_create(&pool, nth) == 0, "pool of %d", nth);
+	for (int i = 0; i < N; i++) {
+		struct sf_state_opts o = { .seq_len = seq_len, .batch = 4, .last_logits = 1,
+					   .kv_k = i == 1 ? SF_KV_F32 : SF_KV_F16,
+					   .kv_v = i == 1 ? SF_KV_F32 : SF_KV_F16 };
+		CHECK(sf_state_init_opts(&alone[i], &m->cfg, &o, &e) == 0, "%s", e.msg);
+		CHECK(sf_state_init_opts(&seq[i], &m->cfg, &o, &e) == 0, "%s", e.msg);
+		alone[i].pool = seq[i].pool = pool;
+		seqs[i] = &seq[i];
+		for (int p = 0; p < prefix[i]; p++) {
+			sf_forward(m, &alone[i], ids[i * 40 + p], p);
+			sf_forward(m, &seq[i], ids[i * 40 + p], p);
+		}
+		pos[i] = prefix[i];
+	}
+	struct sf_state_opts po = { .seq_len = seq_len, .batch = N };
+	CHECK(sf_state_init_opts(&pass, &m->cfg, &po, &e) == 0, "%s", e.msg);
+	pass.pool = pool;
+	for (int step = 0; step < STEPS; step++) {
+		for (int i = 0; i < N; i++)
+			tok[i] = ids[i * 40 + pos[i]];
+		/* every sequence, then the last two alone */
+		int first = step == STEPS - 1 ? 1 : 0;
+		float *lm = sf_forward_multi(m, &pass, seqs + first, tok + first, pos + first,
+					     N - first);
+		CHECK(lm != NULL, "-t %d step %d: the pass failed", nth, step);
+		for (int i = first; lm && i < N; i++) {
+			float *l1 = sf_forward(m, &alone[i], tok[i], pos[i]);
+			CHECK(!memcmp(l1, lm + (size_t)(i - first) * vocab, vocab * sizeof(float)),
+			      "-t %d step %d: sequence %d's logits differ", nth, step, i);
+			pos[i]++;
+		}
+	}
+	for (int i = 0; i < N; i++) {
+		size_t kv = (size_t)m->cfg.n_layers * (size_t)seq_len * seq[i].k_row;
+		CHECK(!memcmp(alone[i].key_cache, seq[i].key_cache, kv) &&
+		      !memcmp(alone[i].value_cache, seq[i].value_cache, kv),
+		      "-t %d: sequence %d's KV cache differs", nth, i);
+	}
+	/* more sequences than the pass holds, a position past a cache: refused */
+	CHECK(!sf_forward_multi(m, &pass, seqs, tok, pos, N + 1) &&
+	      sf_state_error(&pass, &e) == -EINVAL, "%d sequences in a pass of %d", N + 1, N);
+	for (int i = 0; i < N; i++) {
+		sf_state_free(&alone[i]);
+		sf_state_free(&seq[i]);
+	}
+	sf_state_free(&pass);
+	sf_pool_destroy(pool);
+}
+
 static void check_model(const char *dir)
 {
 	static const int blocks[] = { 1, 2, 7, 64, 300 };
@@ -180,6 +246,8 @@ static void check_model(const char *dir)
 		sf_state_free(&bat);
 		sf_pool_destroy(pool);
 	}
+	check_multi(&m, ids, 1);
+	check_multi(&m, ids, 2);
 	check_layers(&m, ids, 1);
 	check_layers(&m, ids, 37);
 	check_release(&m, ids);

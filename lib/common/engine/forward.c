@@ -535,7 +535,16 @@ static int nonfinite_row(const float *x, int T, size_t n)
  * runs it, and the products run over all T tokens with each (row, token)
  * computed as for one token, so every token gets the floats it would get
  * alone. */
-static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos)
+/* A pass of tokens of several sequences (sf_forward_multi): token t at
+ * position pos[t] of the sequence whose KV cache seqs[t] holds. NULL in
+ * a pass of one sequence's consecutive positions. */
+struct multi {
+	struct sf_runstate *const *seqs;	/* (T) */
+	const int *pos;			/* (T) */
+};
+
+static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos,
+		 const struct multi *mu)
 {
 	const struct sf_config *c = &m->cfg;
 	size_t dim = (size_t)c->dim;
@@ -558,19 +567,30 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 	}
 	for (int t = 0; t < T; t++) {
 		float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
-		size_t row = (size_t)l * s->seq_len + pos + t;
+		struct sf_runstate *kvs = mu ? mu->seqs[t] : s;	/* whose KV cache */
+		int p = mu ? mu->pos[t] : pos + t;
+		size_t row = (size_t)l * kvs->seq_len + (size_t)p;
 		add_bias(q, &w->bq);
 		add_bias(k, &w->bk);
 		add_bias(v, &w->bv);
 		head_norm(q, &w->q_norm, (size_t)c->n_heads, hd, c->norm_eps);
 		head_norm(k, &w->k_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
-		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, pos + t, c->rope_interleaved);
-		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, pos + t, c->rope_interleaved);
-		sf_kv_put(s->key_cache + row * s->k_row, s->kv_k, k, kv_dim);
-		sf_kv_put(s->value_cache + row * s->v_row, s->kv_v, v, kv_dim);
+		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, p, c->rope_interleaved);
+		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, p, c->rope_interleaved);
+		sf_kv_put(kvs->key_cache + row * kvs->k_row, kvs->kv_k, k, kv_dim);
+		sf_kv_put(kvs->value_cache + row * kvs->v_row, kvs->kv_v, v, kv_dim);
 	}
-	/* every key of the block is cached first; token t reads up to pos + t */
-	{
+	/* every key of the block is cached first; token t reads up to pos + t;
+	 * of several sequences, each token alone over its own cache, as a
+	 * one-token pass of its sequence attends (with that state's scores) */
+	if (mu) {
+		for (int t = 0; t < T; t++) {
+			struct attn_task at = { .c = c, .s = mu->seqs[t], .q = s->q + t * q_dim,
+						.z = s->z + t * q_dim, .layer = l,
+						.pos = mu->pos[t], .T = 1 };
+			run(s->pool, attn_worker, &at);
+		}
+	} else {
 		struct attn_task at = { .c = c, .s = s, .q = s->q, .z = s->z, .layer = l,
 					.pos = pos, .T = T };
 		run(s->pool, attn_worker, &at);
@@ -619,7 +639,8 @@ enum head { HEAD_NONE, HEAD_LAST, HEAD_ALL };
 
 /* The pass through the first nlayers layers, then the head. */
 static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
-		   int T, int pos, int nlayers, enum head head, float *logits)
+		   int T, int pos, int nlayers, enum head head, float *logits,
+		   const struct multi *mu)
 {
 	const struct sf_config *c = &m->cfg;
 	size_t dim = (size_t)c->dim;
@@ -634,7 +655,7 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 			sf_weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
 
 	for (int l = 0; l < nlayers; l++) {
-		if (layer(m, s, l, T, pos))
+		if (layer(m, s, l, T, pos, mu))
 			return -1;
 		if (s->release_weights)
 			sf_model_release_layer(m, l);
@@ -675,6 +696,18 @@ static int hook_tokens(int tokens)
 	return tokens > 1 ? tokens : 1;
 }
 
+/* Of n tokens, how many the hooks take in one pass now (a pass may
+ * change that): a token's floats do not depend on the tokens it shares a
+ * pass with. */
+static int pass_tokens(const struct sf_runstate *s, int n)
+{
+	if (s->observer && hook_tokens(s->observer->tokens) < n)
+		n = hook_tokens(s->observer->tokens);
+	if (s->exec && hook_tokens(s->exec->tokens) < n)
+		n = hook_tokens(s->exec->tokens);
+	return n;
+}
+
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 			int T, int pos, int all_logits)
 {
@@ -692,22 +725,43 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 			   "holds %d tokens a pass and %d positions", T, pos, s->batch, s->seq_len);
 		return NULL;
 	}
-	/* passes of as many tokens as the hooks take now (a pass may change
-	 * that): a token's floats do not depend on the tokens it shares a
-	 * pass with */
+	/* passes of as many tokens as the hooks take */
 	for (int t = 0, n; t < T; t += n) {
-		n = T - t;
-		if (s->observer && hook_tokens(s->observer->tokens) < n)
-			n = hook_tokens(s->observer->tokens);
-		if (s->exec && hook_tokens(s->exec->tokens) < n)
-			n = hook_tokens(s->exec->tokens);
+		n = pass_tokens(s, T - t);
 		enum head head = s->skip_logits ? HEAD_NONE : all_logits ? HEAD_ALL
 				 : t + n == T ? HEAD_LAST : HEAD_NONE;
 		if (forward(m, s, tokens + t, n, pos + t, m->cfg.n_layers, head,
-			    s->logits + (all_logits ? (size_t)t * vocab : 0)))
+			    s->logits + (all_logits ? (size_t)t * vocab : 0), NULL))
 			return NULL;
 	}
 	return s->skip_logits ? NULL : s->logits;
+}
+
+float *sf_forward_multi(const struct sf_model *m, struct sf_runstate *s,
+			struct sf_runstate *const *seqs, const int32_t *tokens, const int *pos, int T)
+{
+	size_t vocab = (size_t)m->cfg.vocab_size;
+
+	if (T < 1 || T > s->batch || s->logit_rows < T) {
+		sf_err_set(&s->err, -EINVAL, "a pass of %d sequences' tokens: the state holds %d "
+			   "tokens a pass and %d rows of logits", T, s->batch, s->logit_rows);
+		return NULL;
+	}
+	for (int t = 0; t < T; t++)
+		if (pos[t] < 0 || pos[t] >= seqs[t]->seq_len) {
+			sf_err_set(&s->err, -EINVAL, "a pass of %d sequences' tokens: token %d at "
+				   "position %d of a cache of %d positions", T, t, pos[t],
+				   seqs[t]->seq_len);
+			return NULL;
+		}
+	for (int t = 0, n; t < T; t += n) {
+		n = pass_tokens(s, T - t);
+		struct multi mu = { seqs + t, pos + t };
+		if (forward(m, s, tokens + t, n, pos[t], m->cfg.n_layers, HEAD_ALL,
+			    s->logits + (size_t)t * vocab, &mu))
+			return NULL;
+	}
+	return s->logits;
 }
 
 /* A pass of T tokens at pos through layer l (the last of a prefix) that
@@ -733,7 +787,7 @@ int sf_forward_layer(const struct sf_model *m, struct sf_runstate *s, int l, int
 {
 	if (check_pass(m, s, l, T, pos))
 		return -1;
-	return layer(m, s, l, T, pos) ? -1 : 0;
+	return layer(m, s, l, T, pos, NULL) ? -1 : 0;
 }
 
 int sf_forward_layers(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
@@ -741,5 +795,5 @@ int sf_forward_layers(const struct sf_model *m, struct sf_runstate *s, const int
 {
 	if (check_pass(m, s, nlayers - 1, T, pos))
 		return -1;
-	return forward(m, s, tokens, T, pos, nlayers, HEAD_NONE, NULL);
+	return forward(m, s, tokens, T, pos, nlayers, HEAD_NONE, NULL, NULL);
 }

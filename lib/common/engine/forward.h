@@ -138,6 +138,21 @@ float *sf_forward(const struct sf_model *m, struct sf_runstate *s, int32_t token
 float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const int32_t *tokens,
 			int T, int pos, int all_logits);
 
+/* Continuous batching: one pass over the weights for the next token of
+ * T sequences, each with its own KV cache: token t at position pos[t]
+ * of the sequence whose state is seqs[t] (its positions before pos[t]
+ * in that cache; pos[t] < its seq_len), the keys and values written
+ * there and attended there. s holds the pass's buffers: T within its
+ * batch and its rows of logits (a state without last_logits), its own
+ * KV cache unused. Returns the logits (T, vocab_size), each row the
+ * floats sf_forward(m, seqs[t], tokens[t], pos[t]) gives (the products
+ * of a pass are per token, attention is each token's alone); from an
+ * image, each group reads the union of the T tokens' columns once. NULL
+ * on failure, kept for sf_state_error(s). */
+float *sf_forward_multi(const struct sf_model *m, struct sf_runstate *s,
+			struct sf_runstate *const *seqs, const int32_t *tokens, const int *pos,
+			int T);
+
 /* Runs layer l alone on the residual stream the caller put in s->x
  * (T, dim), for tokens at positions pos .. pos + T - 1 (T within s->batch
  * and what the hooks take; layer l's KV cache must hold the positions

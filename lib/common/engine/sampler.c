@@ -17,6 +17,7 @@ int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, flo
 	s->top_k = 0;
 	s->min_p = 0.0f;
 	s->penalty = 1.0f;
+	s->freq_penalty = s->presence_penalty = 0.0f;
 	s->last_n = 0;
 	s->recent = NULL;
 	s->nrecent = s->head = 0;
@@ -51,6 +52,12 @@ int sf_sampler_set_penalty(struct sf_sampler *s, float penalty, int last_n, stru
 	if (last_n && !(s->recent = malloc((size_t)last_n * sizeof(*s->recent))))
 		return sf_err_set(e, -ENOMEM, "sampler: %s", sf_strerror(-ENOMEM));
 	return 0;
+}
+
+void sf_sampler_set_penalties(struct sf_sampler *s, float freq, float presence)
+{
+	s->freq_penalty = freq;
+	s->presence_penalty = presence;
 }
 
 void sf_sampler_accept(struct sf_sampler *s, int32_t token)
@@ -152,8 +159,16 @@ static void penalise(struct sf_sampler *s, float *logits)
 			continue;
 		for (int j = 0; j < i && !seen; j++)
 			seen = s->recent[j] == t;
-		if (!seen)
+		if (seen)
+			continue;
+		if (s->penalty != 1.0f)
 			logits[t] = logits[t] > 0 ? logits[t] / s->penalty : logits[t] * s->penalty;
+		if (s->freq_penalty != 0.0f || s->presence_penalty != 0.0f) {
+			int count = 0;
+			for (int j = i; j < s->nrecent; j++)
+				count += s->recent[j] == t;
+			logits[t] -= (float)count * s->freq_penalty + s->presence_penalty;
+		}
 	}
 }
 
@@ -197,7 +212,7 @@ static void keep_truncated(struct sf_sampler *s, const float *p, int *last, floa
  * none, 2 top-p alone, 3 top-k or min-p (with top-p). */
 static int scale(struct sf_sampler *s, float *logits)
 {
-	if (s->penalty != 1.0f)
+	if (s->penalty != 1.0f || s->freq_penalty != 0.0f || s->presence_penalty != 0.0f)
 		penalise(s, logits);
 	if (s->temperature == 0.0f)
 		return 0;

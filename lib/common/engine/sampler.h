@@ -2,7 +2,8 @@
  * softmax at the temperature with optional top-k, min-p and top-p
  * (nucleus) truncation, in llama.cpp's order, from a seeded generator so
  * the same seed gives the same text. A repetition penalty on the last
- * tokens seen applies before all of them, greedy included. */
+ * tokens seen applies before all of them, greedy included, and the
+ * frequency and presence penalties of OpenAI's API after it. */
 #ifndef SF_SAMPLER_H
 #define SF_SAMPLER_H
 
@@ -23,6 +24,8 @@ struct sf_sampler {
 	int top_k;		/* 0: no truncation */
 	float min_p;		/* 0: none; else drop p < min_p * the largest p */
 	float penalty;		/* 1: none; else a seen token's logit / penalty if > 0, * if not */
+	float freq_penalty;	/* 0: none; else a seen token's logit - freq_penalty * its count */
+	float presence_penalty;	/* 0: none; else a seen token's logit - presence_penalty */
 	int last_n;		/* tokens the penalty looks back on */
 	int32_t *recent;	/* (last_n) ring of the last tokens accepted */
 	int nrecent, head;
@@ -35,6 +38,10 @@ int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, flo
 void sf_sampler_free(struct sf_sampler *s);	/* accepts a zeroed s */
 /* The repetition penalty (> 0; 1 is none) on the last last_n tokens. */
 int sf_sampler_set_penalty(struct sf_sampler *s, float penalty, int last_n, struct sf_err *e);
+/* OpenAI's frequency and presence penalties (llama.cpp's), on the same
+ * window of last_n tokens as the repetition penalty, after it: a seen
+ * token's logit less freq * its count in the window, less presence. */
+void sf_sampler_set_penalties(struct sf_sampler *s, float freq, float presence);
 /* A token of the text (the prompt's, then each one sampled), for the
  * penalty's window. */
 void sf_sampler_accept(struct sf_sampler *s, int32_t token);

@@ -1,0 +1,43 @@
+# sf-serve's tests' set-up (sf-serve.bats, sf-serve-openai.bats): a server
+# on a loopback port the kernel picks, waited for, and ended by SIGTERM.
+
+# Starts sf-serve with the arguments (after --model MODEL --port 0, or
+# with SERVE_IMAGE set that image instead of --model) and waits until
+# /health says ready; URL is its address, SP its pid.
+start_server() {
+	LOG=$BATS_TEST_TMPDIR/serve.log
+	if [ -n "${SERVE_IMAGE:-}" ]; then
+		sf-serve --port 0 "$@" "$SERVE_IMAGE" 2>"$LOG" 3>&- &
+	else
+		sf-serve --model "$MODEL" --port 0 "$@" 2>"$LOG" 3>&- &
+	fi
+	SP=$!
+	local port=
+	for _ in $(seq 300); do
+		port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$LOG")
+		if [ -n "$port" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ]; then
+			URL=http://127.0.0.1:$port
+			return 0
+		fi
+		kill -0 "$SP" 2>/dev/null || { cat "$LOG"; return 1; }
+		sleep 0.05
+	done
+	cat "$LOG"
+	return 1
+}
+
+# The client first, then the server by SIGTERM: it drains and must exit
+# 0 (under SANITIZE=1, with no leak reported).
+teardown() {
+	if [ -n "${CP:-}" ]; then
+		kill -9 "$CP" 2>/dev/null || true
+		wait "$CP" 2>/dev/null || true
+	fi
+	if [ -n "${SP:-}" ]; then
+		local rc=0
+		kill -TERM "$SP" 2>/dev/null || true
+		wait "$SP" || rc=$?
+		SP=
+		[ "$rc" -eq 0 ] || { echo "sf-serve exited $rc"; cat "$LOG"; return 1; }
+	fi
+}
