@@ -106,7 +106,7 @@ check: all $(UNITS)
 # reference.json (test_forward's logits, sf-run's ids and text), the man pages'
 # examples, the artifacts rules and study scripts, the artifacts through a
 # one-node Slurm cluster on localhost, longer pool races
-check-full: check
+check-full: check $(BENCHES)
 	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool %/test_forward,$(UNITS))
 	@$(TEST_ENV) SF_FULL=1 tests/run-cli tests/cli-full
 
