@@ -12,8 +12,10 @@
 # Writes $out/placement.csv (density,genre,placement,runs,read length,KiB),
 # groups.csv (per group kind, all genres), bound.csv; the traces and
 # placements stay in $out/work (WORK=) so a rerun skips them.
-# Run time on the shared 2-core EPYC, mix4-46m, defaults: about 4 min per
-# density (profiling is most of it), 20 min for the five.
+# Run time: bounded by the tokens (8 traces and one co-activation pass per
+# density); on the shared 2-core EPYC under load 6-11, mix4-46m with
+# TEST_TOKENS=4000, 41 minutes for the five densities, profiling most of
+# it; QUICK=1 (mix4-1m, one density) 2 s.
 . "$(dirname "$0")/study-lib.bash"
 
 if [ -n "$QUICK" ]; then
