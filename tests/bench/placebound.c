@@ -321,7 +321,6 @@ int main(int argc, char **argv)
 {
 	struct sf_coact c = { 0 };
 	struct sf_err e = { 0 };
-
 	int steps = argc > 2 ? atoi(argv[2]) : 100;
 	uint32_t rk = argc > 3 ? (uint32_t)atoi(argv[3]) : 16;
 
@@ -358,8 +357,7 @@ int main(int argc, char **argv)
 		}
 		runs[2] = sf_place_expected_runs(&s, perm);
 		t0 = now();
-		if (refine(&s, rk, 50, perm,
-				    NULL, &rounds, &e)) {
+		if (refine(&s, rk, 50, perm, NULL, &rounds, &e)) {
 			fprintf(stderr, "placebound: %s\n", e.msg);
 			return 1;
 		}
