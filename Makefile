@@ -105,11 +105,12 @@ check: all $(UNITS)
 	@$(TEST_ENV) tests/run-cli tests/cli
 	@tests/lint/layers.sh
 
-# check, then the long runs: every reference perplexity, the man pages'
+# check, then the long runs: every reference perplexity, mix4-46m's whole
+# reference.json (test_forward's logits, sf-run's ids and text), the man pages'
 # examples, the artifacts rules and study scripts, the artifacts through a
 # one-node Slurm cluster on localhost, longer pool races
-check-full: check
-	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool,$(UNITS))
+check-full: check $(BENCHES)
+	@$(TEST_ENV) SF_FULL=1 tests/run-unit $(filter %/test_pool %/test_forward,$(UNITS))
 	@$(TEST_ENV) SF_FULL=1 tests/run-cli tests/cli-full
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the commands, man pages,

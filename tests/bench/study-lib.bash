@@ -4,7 +4,8 @@
 # gnuplot and the closing table. Sourced, not run.
 #   QUICK=1          the fast mix4-1m variant (make check, tests/cli/bench.bats)
 #   STUDY_OUT=dir    results (default build/studies/NAME)
-#   ART=dir          the artifacts (default build/artifacts/mix4-5m or mix4-1m-quick)
+#   MODEL=dir        the model (default ../shared/models/mix4-5m; QUICK: mix4-1m)
+#   ART=dir          the artifacts (default build/artifacts/MODEL's name or mix4-1m-quick)
 #   REPEATS, N, PPL_TOKENS, JOBS  runs per latency point, tokens generated,
 #                    test tokens per perplexity, parallel perplexity jobs
 #   CALIB_TOKENS, BUDGETS, METHODS, PLACEMENTS  the artifacts' (mix4-5m:
@@ -38,12 +39,12 @@ if [ -n "$QUICK" ]; then
 	ART_OPTS=(PROFILE_TOKENS=200 CALIB_TOKENS=8 CALIB_WINDOW=8 BUDGETS=0.3,0.6 METHODS=scalar)
 	GENRES=${QUICK_GENRES:-kjv man}
 else
-	model=$shared/models/mix4-5m
+	model=${MODEL:-$shared/models/mix4-5m}
 	N=${N:-48}
 	REPEATS=${REPEATS:-3}
 	PPL_TOKENS=${PPL_TOKENS:-1024}
 	WINDOW=${WINDOW:-256}
-	art=${ART:-$root/build/artifacts/mix4-5m}
+	art=${ART:-$root/build/artifacts/$(basename "$model")}
 	ART_OPTS=(PROFILE_TOKENS=4000 CALIB_TOKENS="${CALIB_TOKENS:-256}" CALIB_WINDOW=128
 		  "METHODS=${METHODS:-trellis scalar}" ${PLACEMENTS:+"PLACEMENTS=$PLACEMENTS"}
 		  ${BUDGETS:+"BUDGETS=$BUDGETS"})

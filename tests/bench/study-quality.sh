@@ -3,7 +3,11 @@
 # every genre's test split against the budget for TEAL (one tier, the
 # density is the budget), SpAx with two-scale scalar codes and SpAx with
 # trellis codes (calibrated tiers), budgets 0.1 to 1, and the budget each
-# needs at +10% and +20%. Perplexity through --simulate (equal to the
+# needs at +10% and +20%; and SelectInfer's selective computation
+# (--compute-ratio RHO with the artifacts' model scores as --static, the
+# budget being RHO: the share of FFN neurons computed in the layers it
+# restricts, --dense-layers' default leaving the first and last whole),
+# when the artifacts hold scores.json. Perplexity through --simulate (equal to the
 # flash path, tests/cli/sf-run-image.bats), so it is exact and not noisy.
 # Writes quality.csv, summary.json, quality.png. docs/RESULTS.md.
 #   tests/bench/study-quality.sh   [QUICK=1] [PPL_TOKENS=1024] [STUDY_OUT=dir]
@@ -17,6 +21,9 @@ done
 img0=$art/identity-${methods[0]}.sfimg
 teal_grid=${TEAL_GRID:-0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1}
 [ -n "$QUICK" ] && teal_grid=${TEAL_GRID:-0.3 0.6 1}
+rho_grid=${RHO_GRID:-0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9}
+[ -n "$QUICK" ] && rho_grid=${RHO_GRID:-0.3 0.6}
+[ -f "$art/scores.json" ] || rho_grid=
 
 # one line per point: genre,method,budget,realised,ppl
 point() {	# genre method budget realised sf-run-args...
@@ -32,6 +39,10 @@ for g in $GENRES; do
 	pool_run point "$g" dense 1 1 --model "$model"
 	for d in $teal_grid; do
 		pool_run point "$g" teal "$d" "$d" --density "$d" --simulate "$img0"
+	done
+	for r in $rho_grid; do
+		pool_run point "$g" selectinfer "$r" "$r" --compute-ratio "$r" --static "$art/scores.json" \
+			--simulate "$img0"
 	done
 	for m in "${methods[@]}"; do
 		for b in $(budgets_of "$art/identity-$m.sfimg"); do

@@ -115,6 +115,20 @@ has_png() {	# the plot, when gnuplot is there to draw it
 		(map(select(.collapse_gap == "auto"))[0].requests_per_token)' "$D/placement/flash.jsonl"
 }
 
+@test "study placement-real: every density, genre and placement; coact beats identity, no order beats Held-Karp" {
+	need_shared
+	run --separate-stderr study placement-real
+	[ "$status" -eq 0 ]
+	# QUICK: density 0.3, kjv and man and their mean, 3 placements
+	[ "$(($(wc -l < "$D/placement-real/placement.csv") - 1))" -eq 9 ]
+	awk -F, '$2 == "all" { r[$3] = $5 } END { exit !(r["coact"] < r["identity"]) }' \
+		"$D/placement-real/placement.csv"
+	# on the statistics it was learned on: identity <= coact <= 2-opt <= the bounds
+	[ -s "$D/placement-real/bound.csv" ]
+	awk -F, 'NR > 1 { ok = $2 <= $4 && $4 <= $5 && $5 <= $6 + 1e-3 && $6 <= $7 + 1e-3 }
+		END { exit !(NR == 2 && ok) }' "$D/placement-real/bound.csv"
+}
+
 @test "study cache: a larger cache hits more and moves fewer bytes" {
 	need_shared
 	run --separate-stderr study cache
