@@ -1240,6 +1240,9 @@ static int generate(struct session *S, const struct options *o, struct sf_err *e
 		else if (o->echo && !o->bench)
 			ret = write_out(S, p, n, e);
 	}
+	/* what the prompt still holds back is the prompt's: not given out */
+	if (!ret && !(o->echo && !o->bench) && (ret = sf_detok_mark(&detok)))
+		sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
 	sf_cli_interruptible(1);	/* Ctrl-C: the text so far, the timings */
 	if (!ret)
 		ret = run(S, o, prompt, np, &pos, 0, &detok, NULL, e);

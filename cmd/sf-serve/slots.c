@@ -258,6 +258,9 @@ static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
 		if (!j->answer && (ret = sf_detok_push(&sl->detok, j->prompt[i], &p, &n)))
 			return sf_err_set(e, ret, "the prompt: %s", sf_strerror(ret));
 	}
+	/* what the prompt still holds back is not the completion's */
+	if (!j->answer && (ret = sf_detok_mark(&sl->detok)))
+		return sf_err_set(e, ret, "the prompt: %s", sf_strerror(ret));
 	/* the KV cache holds the positions of the tokens before, as the
 	 * previous job fed them: those the prompt begins with are kept (the
 	 * floats a pass gives them again), the last prompt token fed anyway

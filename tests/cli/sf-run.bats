@@ -414,3 +414,14 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "${stderr_lines[2]}" = "   743 -> '▁In'" ]
 	[ "$(printf '%s\n' "${stderr_lines[@]:1:12}" | awk '{ printf "%s%s", (NR > 1 ? "," : ""), $1 }')" = "$(ref '.encode[0].ids | join(",")')" ]
 }
+
+@test "a prompt's last character, held back for the bytes that may follow, is not given out with the text" {
+	# é is two byte-fallback tokens in mix4-1m's vocabulary
+	run --separate-stderr sf-run --model "$MODEL" -p "un café" -n 0
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	local echoed generated
+	echoed=$(sf-run --model "$MODEL" -p "un café" -n 8 --temp 0 --echo 2>/dev/null)
+	generated=$(sf-run --model "$MODEL" -p "un café" -n 8 --temp 0 2>/dev/null)
+	[ -n "$generated" ] && [ "$echoed" = "un café$generated" ]
+}

@@ -115,11 +115,18 @@ struct sf_detok {
 	size_t captmp, captmp2;
 	char *pend;		/* clean_up_tokenization_spaces: text not given out yet */
 	size_t npend, cappend;
+	size_t skip;		/* bytes still to leave out (sf_detok_mark) */
 };
 void sf_detok_init(struct sf_detok *d, const struct sf_tokenizer *t, int flags);
 /* *out stays valid until the next call on d. Returns 0 or -ENOMEM. */
 int sf_detok_push(struct sf_detok *d, int32_t id, const char **out, size_t *len);
 int sf_detok_finish(struct sf_detok *d, const char **out, size_t *len);
+/* The text pushed so far is not to be given out (a prompt not echoed)
+ * though it shapes what follows: the bytes it still holds back, as
+ * finishing here would give them, are left out of the next calls'
+ * output. Exact when no held character or clean-up spans the mark.
+ * Returns 0 or -ENOMEM. */
+int sf_detok_mark(struct sf_detok *d);
 void sf_detok_free(struct sf_detok *d);	/* accepts NULL; d may be reused after init */
 
 #endif

@@ -61,6 +61,17 @@ static int dt_emit(struct sf_detok *d, const char *s, size_t n)
 	return 0;
 }
 
+/* What a call gives out: the output less the bytes sf_detok_mark left
+ * out. */
+static void dt_result(struct sf_detok *d, const char **out, size_t *len)
+{
+	size_t drop = d->skip < d->nout ? d->skip : d->nout;
+
+	d->skip -= drop;
+	*out = d->out ? d->out + drop : "";
+	*len = d->nout - drop;
+}
+
 static const char fffd[] = "\xEF\xBF\xBD";
 
 /* A finished run of <0xNN> tokens: its text when it is valid UTF-8 as a
@@ -269,8 +280,7 @@ int sf_detok_push(struct sf_detok *d, int32_t id, const char **out, size_t *len)
 	}
 	if (t->clean_up && (r = dt_clean_up(d, false)))
 		return r;
-	*out = d->out ? d->out : "";
-	*len = d->nout;
+	dt_result(d, out, len);
 	return 0;
 }
 
@@ -286,9 +296,38 @@ int sf_detok_finish(struct sf_detok *d, const char **out, size_t *len)
 		r = dt_clean_up(d, true);
 	if (r)
 		return r;
-	*out = d->out ? d->out : "";
-	*len = d->nout;
+	dt_result(d, out, len);
 	return 0;
+}
+
+int sf_detok_mark(struct sf_detok *d)
+{
+	/* finish a copy: what the held bytes give if the text ended here */
+	struct sf_detok c = *d;
+	const char *out;
+	size_t n;
+	int r;
+
+	c.out = c.tmp = c.tmp2 = NULL;
+	c.capout = c.captmp = c.captmp2 = 0;
+	c.hold = d->nhold ? malloc(d->nhold) : NULL;
+	c.pend = d->npend ? malloc(d->npend) : NULL;
+	c.caphold = d->nhold;
+	c.cappend = d->npend;
+	if ((d->nhold && !c.hold) || (d->npend && !c.pend)) {
+		sf_detok_free(&c);
+		return -ENOMEM;
+	}
+	if (d->nhold)
+		memcpy(c.hold, d->hold, d->nhold);
+	if (d->npend)
+		memcpy(c.pend, d->pend, d->npend);
+	c.skip = 0;
+	r = sf_detok_finish(&c, &out, &n);
+	sf_detok_free(&c);
+	if (!r)
+		d->skip = n;
+	return r;
 }
 
 int sf_tokenizer_decode(const struct sf_tokenizer *t, const int32_t *ids, size_t n, int flags,
