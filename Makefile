@@ -1,6 +1,8 @@
 # sparseflash: `make` builds every command into bin/, `make check` runs
 # every test, `make check SANITIZE=1` the same under ASan and UBSan,
 # `make coverage` the same with gcov and prints line coverage per folder.
+# ARCH=arm64 cross-builds into build/arm64 with Debian's aarch64 toolchain
+# and runs make check's tests under qemu-user (mk/arm64.mk).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -24,6 +26,8 @@ BUILD   = build/opt
 BINDIR  = bin
 CFLAGS_OPT = -O2
 endif
+
+include mk/arm64.mk
 
 # O=DIR puts every build product under DIR (parallel work trees).
 ifneq ($(O),)
@@ -88,18 +92,18 @@ $(BUILD)/fixtures/%: tests/fixtures/%.c $(LIB) $(CLI_LIB)
 
 # Environment every test reads: where the binaries, fixtures, embedded
 # model and ../shared are.
-TEST_ENV = SF_BIN=$(abspath $(BINDIR)) SF_FIXTURES=$(abspath $(BUILD)/fixtures) \
-	SF_ROOT=$(CURDIR) SF_SHARED=$(SHARED) SF_TMP=$(abspath $(BUILD)/tmp) \
+TEST_ENV = SF_BIN=$(abspath $(RUN_BINDIR)) SF_FIXTURES=$(abspath $(RUN_FIXTURES)) \
+	SF_EXEC="$(TEST_EXEC)" SF_ROOT=$(CURDIR) SF_SHARED=$(SHARED) SF_TMP=$(abspath $(BUILD)/tmp) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 
 # The architecture's include and no-print rules (tests/lint/layers.sh)
 lint:
 	@tests/lint/layers.sh
 
-check: all $(UNITS)
+check: all $(UNITS) $(RUN_WRAPPERS)
 	@mkdir -p $(BUILD)/tmp
 	@$(TEST_ENV) tests/run-unit $(UNITS)
-	@$(TEST_ENV) tests/run-cli tests/cli
+	@$(TEST_ENV) tests/run-cli $(CLI_TESTS)
 	@tests/lint/layers.sh
 
 # check, then the long runs: every reference perplexity, the man pages'
@@ -153,6 +157,7 @@ help:
 	@echo 'Variables:'
 	@echo '  SANITIZE=1      build and test under AddressSanitizer and UBSan'
 	@echo '  COVERAGE=1      build with --coverage into build/cov (what make coverage uses)'
+	@echo '  ARCH=arm64      cross-build into build/arm64; check runs the tests under qemu-aarch64'
 	@echo '  O=DIR           put every build product under DIR'
 	@echo '  SHARED=DIR      the shared models and data (default ../shared)'
 	@echo '  PREFIX=DIR      install prefix (default /usr/local); DESTDIR= staging root'
