@@ -291,6 +291,8 @@ static const struct accum_path {
 	[SF_ISA_AVX2] = { NULL, NULL, NULL, NULL, 0 },
 	[SF_ISA_AVX512] = { NULL, NULL, NULL, NULL, 0 },
 #endif
+	[SF_ISA_NEON] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_DOTPROD] = { NULL, NULL, NULL, NULL, 0 },
 };
 
 /* The SIMD paths' rows: a scalar head [r0, *a) up to a whole step, whole

@@ -320,6 +320,8 @@ static qr_rows_fn *const qr_table[SF_NISA] = {
 	[SF_ISA_AVX2] = qr_rows_ref,
 	[SF_ISA_AVX512] = qr_rows_ref,
 #endif
+	[SF_ISA_NEON] = qr_rows_ref,
+	[SF_ISA_DOTPROD] = qr_rows_ref,
 };
 
 void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,

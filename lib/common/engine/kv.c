@@ -172,6 +172,8 @@ static kv_widen_fn *const kv_widen_table[SF_NISA] = {
 	[SF_ISA_AVX2] = sf_kv_widen_ref,
 	[SF_ISA_AVX512] = sf_kv_widen_ref,
 #endif
+	[SF_ISA_NEON] = sf_kv_widen_ref,
+	[SF_ISA_DOTPROD] = sf_kv_widen_ref,
 };
 
 void sf_kv_widen(float *out, const void *rows, enum sf_kv_type t, size_t ld, size_t off,

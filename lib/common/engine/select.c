@@ -253,6 +253,8 @@ static void (*const topk_table[SF_NISA])(const float *, uint32_t, uint32_t, uint
 #else
 	[SF_ISA_AVX512] = sf_select_topk_ref,
 #endif
+	[SF_ISA_NEON] = sf_select_topk_ref,
+	[SF_ISA_DOTPROD] = sf_select_topk_ref,
 };
 
 static uint32_t (*const abs_sum_table[SF_NISA])(const float *, uint32_t, double *) = {
@@ -263,6 +265,8 @@ static uint32_t (*const abs_sum_table[SF_NISA])(const float *, uint32_t, double 
 #else
 	[SF_ISA_AVX512] = sf_select_abs_sum_ref,
 #endif
+	[SF_ISA_NEON] = sf_select_abs_sum_ref,
+	[SF_ISA_DOTPROD] = sf_select_abs_sum_ref,
 };
 
 void sf_select_topk(const float *x, uint32_t n, uint32_t k, uint64_t *bits,

@@ -103,6 +103,8 @@ static const struct {
 	[SF_ISA_AVX2] = { "ref", sf_coact_pairs_ref },
 	[SF_ISA_AVX512] = { "ref", sf_coact_pairs_ref },
 #endif
+	[SF_ISA_NEON] = { "ref", sf_coact_pairs_ref },
+	[SF_ISA_DOTPROD] = { "ref", sf_coact_pairs_ref },
 };
 
 /* The level the pair kernels use: sf_cpu_isa(), one below when AVX-512
