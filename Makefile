@@ -27,13 +27,13 @@ BINDIR  = bin
 CFLAGS_OPT = -O2
 endif
 
-include mk/arm64.mk
-
 # O=DIR puts every build product under DIR (parallel work trees).
 ifneq ($(O),)
 BUILD   = $(O)
 BINDIR  = $(O)/bin
 endif
+
+include mk/arm64.mk
 
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS_OPT) $(CFLAGS)
 ALL_LDFLAGS = $(LDFLAGS_MODE) $(LDFLAGS)
@@ -56,7 +56,7 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check check-full coverage lint unit cli install uninstall help demo bench clean
+.PHONY: all check check-kernels check-full coverage lint unit cli install uninstall help demo bench clean
 all: $(BINS) $(FIXTURES)
 
 $(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
@@ -106,6 +106,14 @@ check: all $(UNITS) $(RUN_WRAPPERS)
 	@$(TEST_ENV) tests/run-cli $(CLI_TESTS)
 	@tests/lint/layers.sh
 
+# The unit tests that compare every kernel family's levels with its _ref
+# (on arm64 once per QEMU_CPU: with and without dot product)
+KERNEL_UNITS = $(addprefix $(BUILD)/tests/,test_kernels test_matmul test_quant test_codes \
+	test_kv test_coact test_trace test_trellis)
+check-kernels: $(KERNEL_UNITS)
+	@mkdir -p $(BUILD)/tmp
+	@$(TEST_ENV) tests/run-unit $(KERNEL_UNITS)
+
 # check, then the long runs: every reference perplexity, the man pages'
 # examples, the artifacts rules and study scripts, the artifacts through a
 # one-node Slurm cluster on localhost, longer pool races
@@ -141,6 +149,7 @@ help:
 	@echo 'Targets:'
 	@echo '  all (default)   build the commands into bin/ and the test fixtures'
 	@echo '  check           unit, command and layout tests: about 1.5 min'
+	@echo '  check-kernels   the unit tests of the kernel families alone (SIMD levels against _ref)'
 	@echo '  check-full      check, then the long runs CI also does: about 2 min'
 	@echo '  coverage        check built with --coverage, then line coverage per folder (lcov)'
 	@echo '  lint            the layout rules of lib/ (tests/lint/layers.sh)'

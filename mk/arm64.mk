@@ -1,7 +1,7 @@
 # make ARCH=arm64: cross-build every command, fixture and unit test for
 # aarch64 with Debian's gcc-aarch64-linux-gnu and the arm64 libraries of
 # dpkg multiarch (libjansson-dev:arm64 and the rest, .ci/run installs
-# them), into build/arm64 beside the native build. make check ARCH=arm64
+# them), into build/arm64 (or O=) beside the native build. make check ARCH=arm64
 # runs the tests under qemu-user: the unit tests as `qemu-aarch64 TEST`,
 # the commands and fixtures through wrapper scripts in build/arm64/qemu
 # that the bats tests find as SF_BIN and SF_FIXTURES. QEMU_CPU picks the
@@ -19,8 +19,10 @@ $(error ARCH=arm64 builds without SANITIZE and COVERAGE: their runtimes are not 
 endif
 CC       = aarch64-linux-gnu-gcc
 AR       = aarch64-linux-gnu-ar
+ifeq ($(O),)
 BUILD    = build/arm64
 BINDIR   = build/arm64/bin
+endif
 QEMU    ?= qemu-aarch64
 QEMU_CPU ?= max
 export QEMU_CPU

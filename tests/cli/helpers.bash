@@ -60,6 +60,21 @@ need_direct() {
 	[ "$DIRECT" = 1 ] || skip "O_DIRECT refused where the images are ($D): $(cat "$D/direct.err")"
 }
 
+# Whether sf-run reads IMAGE through io_uring: in setup_file, sets URING
+# to 1 or 0. qemu-user (make check ARCH=arm64) does not pass io_uring
+# through, and sf-run falls back to pread; a test of the ring's own
+# figures starts with need_uring.
+probe_uring() {
+	export URING=0
+	if "$SF_BIN/sf-run" -p x -n 1 --temp 0 -q -v "$1" 2>&1 >/dev/null | grep -q "reads: io_uring"; then
+		URING=1
+	fi
+}
+
+need_uring() {
+	[ "$URING" = 1 ] || skip "io_uring unavailable here (under qemu-user, say): sf-run reads with its pread fallback"
+}
+
 # Resident-set figures are the program's own only without the sanitizers,
 # whose shadow memory is part of the resident set.
 need_plain_build() {
