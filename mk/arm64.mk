@@ -27,6 +27,13 @@ QEMU    ?= qemu-aarch64
 QEMU_CPU ?= max
 export QEMU_CPU
 TEST_EXEC    = $(QEMU)
+# Under qemu the tests run many times slower: without ../shared (the
+# shared models' tests are the native run's; SHARED=DIR brings them
+# back), and of the command tests those of sf-run (the embedded model's
+# reference text among them) and of images (the sparse decoder and its
+# pread fallback) and sf-pack; CLI_TESTS=tests/cli runs them all.
+SHARED       = $(abspath $(BUILD))/no-shared
+CLI_TESTS    = tests/cli/sf-run.bats tests/cli/sf-run-image.bats tests/cli/sf-pack.bats
 RUN_BINDIR   = $(BUILD)/qemu/bin
 RUN_FIXTURES = $(BUILD)/qemu/fixtures
 RUN_WRAPPERS = $(BINS:$(BINDIR)/%=$(RUN_BINDIR)/%) $(FIXTURES:$(BUILD)/fixtures/%=$(RUN_FIXTURES)/%)

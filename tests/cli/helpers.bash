@@ -75,6 +75,13 @@ need_uring() {
 	[ "$URING" = 1 ] || skip "io_uring unavailable here (under qemu-user, say): sf-run reads with its pread fallback"
 }
 
+# Under qemu-user (make check ARCH=arm64 sets SF_EXEC) a command cannot
+# execute itself again through /proc/self/exe (sf-pack --dry-run's --info):
+# without binfmt_misc the kernel does not run an aarch64 binary.
+need_self_exec() {
+	[ -z "${SF_EXEC:-}" ] || skip "runs itself again, which $SF_EXEC cannot without binfmt_misc"
+}
+
 # Resident-set figures are the program's own only without the sanitizers,
 # whose shadow memory is part of the resident set.
 need_plain_build() {
