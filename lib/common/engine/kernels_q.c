@@ -1518,7 +1518,7 @@ INL void qrun_n(float *const *y, const float32x4_t *sc, const float *X, size_t l
 	struct qactn qa[QIN_TOKENS];
 	qprep_n(qa, sc, X, ldx, m, NT);
 	for (size_t i = 0; i < nb; i++) {
-		int32x4_t acc[QIN_TOKENS][8] = { { vdupq_n_s32(0) } };
+		int32x4_t acc[QIN_TOKENS][8];
 		for (int t = 0; t < NT; t++)
 			for (int r = 0; r < 8; r++)
 				acc[t][r] = vdupq_n_s32(0);
