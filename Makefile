@@ -49,7 +49,7 @@ CLI_LIB  = $(BUILD)/libsfcli.a
 CMDS     = $(notdir $(wildcard cmd/sf-*))
 BINS     = $(CMDS:%=$(BINDIR)/%)
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
-UNITS    = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+UNITS    = $(filter-out $(UNIT_SKIP:%=$(BUILD)/tests/%),$(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%))
 FIXTURE_SRC = $(wildcard tests/fixtures/*.c)
 FIXTURES = $(FIXTURE_SRC:tests/fixtures/%.c=$(BUILD)/fixtures/%)
 BENCH_SRC = $(wildcard tests/bench/*.c)
