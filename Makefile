@@ -1,6 +1,8 @@
 # sparseflash: `make` builds every command into bin/, `make check` runs
 # every test, `make check SANITIZE=1` the same under ASan and UBSan,
 # `make coverage` the same with gcov and prints line coverage per folder.
+# ARCH=arm64 cross-builds into build/arm64 with Debian's aarch64 toolchain
+# and runs make check's tests under qemu-user (mk/arm64.mk).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -33,6 +35,8 @@ BUILD   = $(O)
 BINDIR  = $(O)/bin
 endif
 
+include mk/arm64.mk
+
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS_OPT) $(CFLAGS)
 ALL_LDFLAGS = $(LDFLAGS_MODE) $(LDFLAGS)
 
@@ -47,14 +51,14 @@ CLI_LIB  = $(BUILD)/libsfcli.a
 CMDS     = $(notdir $(wildcard cmd/sf-*))
 BINS     = $(CMDS:%=$(BINDIR)/%)
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
-UNITS    = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+UNITS    = $(filter-out $(UNIT_SKIP:%=$(BUILD)/tests/%),$(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%))
 FIXTURE_SRC = $(wildcard tests/fixtures/*.c)
 FIXTURES = $(FIXTURE_SRC:tests/fixtures/%.c=$(BUILD)/fixtures/%)
 BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCHES  = $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 MAN      = $(wildcard man/*.[1-9])
 
-.PHONY: all check check-full coverage lint unit cli install uninstall help demo serve bench clean
+.PHONY: all check check-kernels check-full coverage lint unit cli install uninstall help demo serve bench clean
 all: $(BINS) $(FIXTURES)
 
 $(BUILD)/%.o: %.c $(LIB_HDR) $(CLI_HDR)
@@ -91,19 +95,27 @@ $(BUILD)/fixtures/%: tests/fixtures/%.c $(LIB) $(CLI_LIB)
 
 # Environment every test reads: where the binaries, fixtures, embedded
 # model and ../shared are.
-TEST_ENV = SF_BIN=$(abspath $(BINDIR)) SF_FIXTURES=$(abspath $(BUILD)/fixtures) \
-	SF_ROOT=$(CURDIR) SF_SHARED=$(SHARED) SF_TMP=$(abspath $(BUILD)/tmp) \
+TEST_ENV = SF_BIN=$(abspath $(RUN_BINDIR)) SF_FIXTURES=$(abspath $(RUN_FIXTURES)) \
+	SF_EXEC="$(TEST_EXEC)" SF_ROOT=$(CURDIR) SF_SHARED=$(SHARED) SF_TMP=$(abspath $(BUILD)/tmp) \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 
 # The architecture's include and no-print rules (tests/lint/layers.sh)
 lint:
 	@tests/lint/layers.sh
 
-check: all $(UNITS)
+check: all $(UNITS) $(RUN_WRAPPERS)
 	@mkdir -p $(BUILD)/tmp
 	@$(TEST_ENV) tests/run-unit $(UNITS)
-	@$(TEST_ENV) tests/run-cli tests/cli
+	@$(TEST_ENV) tests/run-cli $(CLI_TESTS)
 	@tests/lint/layers.sh
+
+# The unit tests of the dense and quantized kernels against their _ref
+# alone: on arm64 the families with a dot-product level, run again under
+# a QEMU_CPU without it (.ci/run: cortex-a53)
+KERNEL_UNITS = $(addprefix $(BUILD)/tests/,test_kernels test_matmul test_quant)
+check-kernels: $(KERNEL_UNITS)
+	@mkdir -p $(BUILD)/tmp
+	@$(TEST_ENV) tests/run-unit $(KERNEL_UNITS)
 
 # check, then the long runs: every reference perplexity, mix4-46m's whole
 # reference.json (test_forward's logits, sf-run's ids and text), the man pages'
@@ -141,6 +153,7 @@ help:
 	@echo 'Targets:'
 	@echo '  all (default)   build the commands into bin/ and the test fixtures'
 	@echo '  check           unit, command and layout tests: about 1.5 min'
+	@echo '  check-kernels   the dense and quantized kernels'"'"' unit tests alone (each level against _ref)'
 	@echo '  check-full      check, then the long runs CI also does: about 2 min'
 	@echo '  coverage        check built with --coverage, then line coverage per folder (lcov)'
 	@echo '  lint            the layout rules of lib/ (tests/lint/layers.sh)'
@@ -158,6 +171,7 @@ help:
 	@echo 'Variables:'
 	@echo '  SANITIZE=1      build and test under AddressSanitizer and UBSan'
 	@echo '  COVERAGE=1      build with --coverage into build/cov (what make coverage uses)'
+	@echo '  ARCH=arm64      cross-build into build/arm64; check runs the tests under qemu-aarch64'
 	@echo '  O=DIR           put every build product under DIR'
 	@echo '  SHARED=DIR      the shared models and data (default ../shared)'
 	@echo '  PREFIX=DIR      install prefix (default /usr/local); DESTDIR= staging root'

@@ -60,6 +60,28 @@ need_direct() {
 	[ "$DIRECT" = 1 ] || skip "O_DIRECT refused where the images are ($D): $(cat "$D/direct.err")"
 }
 
+# Whether sf-run reads IMAGE through io_uring: in setup_file, sets URING
+# to 1 or 0. qemu-user (make check ARCH=arm64) does not pass io_uring
+# through, and sf-run falls back to pread; a test of the ring's own
+# figures starts with need_uring.
+probe_uring() {
+	export URING=0
+	if "$SF_BIN/sf-run" -p x -n 1 --temp 0 -q -v "$1" 2>&1 >/dev/null | grep -q "reads: io_uring"; then
+		URING=1
+	fi
+}
+
+need_uring() {
+	[ "$URING" = 1 ] || skip "io_uring unavailable here (under qemu-user, say): sf-run reads with its pread fallback"
+}
+
+# Under qemu-user (make check ARCH=arm64 sets SF_EXEC) a command cannot
+# execute itself again through /proc/self/exe (sf-pack --dry-run's --info):
+# without binfmt_misc the kernel does not run an aarch64 binary.
+need_self_exec() {
+	[ -z "${SF_EXEC:-}" ] || skip "runs itself again, which $SF_EXEC cannot without binfmt_misc"
+}
+
 # Resident-set figures are the program's own only without the sanitizers,
 # whose shadow memory is part of the resident set.
 need_plain_build() {

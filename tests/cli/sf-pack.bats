@@ -261,6 +261,7 @@ bytes() {
 }
 
 @test "--dry-run: the image's size and resident bytes before packing, nothing written" {
+	need_self_exec
 	local before; before=$(ls -A "$D")
 	run --separate-stderr sf-pack --model "$MODEL" --placement "$D/coact.json" --codes "$D/codes.sfq" \
 		--resident attention --dtype f16 --dry-run
@@ -291,6 +292,7 @@ bytes() {
 
 @test "--dry-run and --info: the least --ram is what sf-run needs: it runs there, and not 10% below" {
 	need_plain_build
+	need_self_exec
 	local img=$BATS_TEST_TMPDIR/ram.sfimg ram info
 	ram=$(sf-pack --model "$MODEL" --dry-run | jq .ram_at_least)
 	sf-pack -q --model "$MODEL" -o "$img"

@@ -28,6 +28,7 @@ setup_file() {
 	export PROMPT="In the beginning"
 	"$SF_BIN/sf-run" --model "$MODEL" -p "$PROMPT" -n 24 --temp 0 -q > "$D/dense.txt"
 	probe_direct "$D/id.sfimg"
+	probe_uring "$D/id.sfimg"
 }
 
 teardown_file() {
@@ -281,6 +282,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 
 @test "--bench prints figures that jq reads; bytes counted equal the ring's" {
 	need_direct
+	need_uring
 	run --separate-stderr sf-run -p "$PROMPT" -n 8 --temp 0 --bench --budget 0.5 \
 		--cache-ratio 0.2 "$D/coact.sfimg"
 	[ "$status" -eq 0 ]
@@ -361,6 +363,7 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 
 @test "collapse auto reads the device figures --probe-device stored, the page cache's never; a damaged file is refused" {
 	need_direct
+	need_uring
 	local x=$D/xdg2 f
 	f=$x/sparseflash/device-$(stat -c %Hd-%Ld "$D/id.sfimg").json
 	mkdir -p "$x/sparseflash"

@@ -155,8 +155,13 @@ static void test_lazy(const struct sf_model *m)
 	long after = rss_pages();
 	long page = sysconf(_SC_PAGESIZE);
 	uint64_t kv = sf_state_kv_bytes(&c, c.max_seq_len, SF_KV_F32, SF_KV_F32);
-	CHECK((uint64_t)(after - before) * (uint64_t)page < kv / 64, "a %llu-byte cache took %ld "
-	      "pages before any position", (unsigned long long)kv, after - before);
+	/* under an emulator (make check ARCH=arm64 sets SF_EXEC) the resident
+	 * set is the emulator's, whose bookkeeping grows with every mapping */
+	if (*unit_env("SF_EXEC", ""))
+		printf("lazy cache: resident pages not checked under %s\n", unit_env("SF_EXEC", ""));
+	else
+		CHECK((uint64_t)(after - before) * (uint64_t)page < kv / 64, "a %llu-byte cache "
+		      "took %ld pages before any position", (unsigned long long)kv, after - before);
 	sf_state_free(&s);
 	c.head_dim = 48;
 	o = (struct sf_state_opts){ .seq_len = 16, .batch = 1, .kv_k = SF_KV_F16, .kv_v = SF_KV_Q8_0 };

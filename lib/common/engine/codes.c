@@ -1,5 +1,5 @@
 /* The middle tier's kernels: a record decoded, and decode-accumulate
- * (AVX-512 and AVX2 beside the plain C _ref, bit-identical), dispatched
+ * (AVX-512, AVX2 and NEON beside the plain C _ref, bit-identical), dispatched
  * by the level engine/cpu.h names. See engine/codes.h; record layout in
  * man/sf-formats.5 (codes). */
 #include <math.h>
@@ -14,6 +14,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 // ----------------------------------------------------------------------------
@@ -273,6 +276,102 @@ static T256 void decode_scalar_avx2(const struct sf_codes_view *v, const uint8_t
 
 #endif
 
+#if defined(__aarch64__)
+
+/* NEON: 8 weights a step in two vectors; the trellis's codebook values
+ * loaded one by one (no gather), the scalar levels by a table lookup. */
+
+/* Trellis weights t..t+7, t a multiple of 8: their indices are 16-bit
+ * windows of the 16 codes t-8..t+7, one 32-bit word cut by shifts. */
+static inline void trellis8_n(const struct sf_codes_view *v, const uint8_t *codes, size_t t,
+			      float32x4_t *w)
+{
+	static const int32_t sh[8] = { -14, -12, -10, -8, -6, -4, -2, 0 };
+	uint32_t word = t ? get_be32(codes + t / 4 - 2) : (uint32_t)codes[0] << 8 | codes[1];
+	uint32x4_t wv = vdupq_n_u32(word), m = vdupq_n_u32(0xffff);
+	uint32_t ix[8];
+	vst1q_u32(ix, vandq_u32(vshlq_u32(wv, vld1q_s32(sh)), m));
+	vst1q_u32(ix + 4, vandq_u32(vshlq_u32(wv, vld1q_s32(sh + 4)), m));
+	float f[8];
+	for (int i = 0; i < 8; i++)
+		f[i] = v->codebook[ix[i]];
+	w[0] = vld1q_f32(f);
+	w[1] = vld1q_f32(f + 4);
+}
+
+/* Scalar weights t..t+7, t a multiple of 8: 8 codes are one 16-bit word;
+ * the level's four bytes come from the 4-entry table lut by TBL. */
+static inline void scalar8_n(const uint8_t *codes, size_t t, uint8x16_t lut, float32x4_t *w)
+{
+	static const int32_t sh[8] = { -14, -12, -10, -8, -6, -4, -2, 0 };
+	uint32x4_t wv = vdupq_n_u32((uint32_t)codes[t / 4] << 8 | codes[t / 4 + 1]);
+	for (int h = 0; h < 2; h++) {
+		uint32x4_t c = vandq_u32(vshlq_u32(wv, vld1q_s32(sh + 4 * h)), vdupq_n_u32(3));
+		/* bytes 4c .. 4c + 3 of the table: the level's float */
+		uint32x4_t ix = vmlaq_n_u32(vdupq_n_u32(0x03020100), c, 0x04040404);
+		w[h] = vreinterpretq_f32_u8(vqtbl1q_u8(lut, vreinterpretq_u8_u32(ix)));
+	}
+}
+
+static inline uint8x16_t levels_n(const uint8_t *rec)
+{
+	float s0 = sf_f16_to_f32(sf_get_le16(rec)), s1 = sf_f16_to_f32(sf_get_le16(rec + 2));
+	float l[4] = { sf_twoscale_level(0, s0, s1), sf_twoscale_level(1, s0, s1),
+		       sf_twoscale_level(2, s0, s1), sf_twoscale_level(3, s0, s1) };
+	return vreinterpretq_u8_f32(vld1q_f32(l));
+}
+
+static void accum_trellis_neon(float *y, const struct sf_codes_view *v, const uint8_t *rec,
+			       float x, size_t t0, size_t t1)
+{
+	float xs = x * sf_f16_to_f32(sf_get_le16(rec));
+	for (size_t t = t0; t < t1; t += 8) {
+		float32x4_t w[2];
+		trellis8_n(v, rec + 2, t, w);
+		vst1q_f32(y + t, vfmaq_n_f32(vld1q_f32(y + t), w[0], xs));
+		vst1q_f32(y + t + 4, vfmaq_n_f32(vld1q_f32(y + t + 4), w[1], xs));
+	}
+}
+
+static void accum_scalar_neon(float *y, const struct sf_codes_view *v, const uint8_t *rec,
+			      float x, size_t t0, size_t t1)
+{
+	(void)v;	/* the trellis kernel's signature */
+	uint8x16_t lut = levels_n(rec);
+	for (size_t t = t0; t < t1; t += 8) {
+		float32x4_t w[2];
+		scalar8_n(rec + 4, t, lut, w);
+		vst1q_f32(y + t, vfmaq_n_f32(vld1q_f32(y + t), w[0], x));
+		vst1q_f32(y + t + 4, vfmaq_n_f32(vld1q_f32(y + t + 4), w[1], x));
+	}
+}
+
+static void decode_trellis_neon(const struct sf_codes_view *v, const uint8_t *rec, size_t t0,
+				size_t t1, float *out)
+{
+	for (size_t t = t0; t < t1; t += 8) {
+		float32x4_t w[2];
+		trellis8_n(v, rec + 2, t, w);
+		vst1q_f32(out + (t - t0), w[0]);
+		vst1q_f32(out + (t - t0) + 4, w[1]);
+	}
+}
+
+static void decode_scalar_neon(const struct sf_codes_view *v, const uint8_t *rec, size_t t0,
+			       size_t t1, float *out)
+{
+	(void)v;
+	uint8x16_t lut = levels_n(rec);
+	for (size_t t = t0; t < t1; t += 8) {
+		float32x4_t w[2];
+		scalar8_n(rec + 4, t, lut, w);
+		vst1q_f32(out + (t - t0), w[0]);
+		vst1q_f32(out + (t - t0) + 4, w[1]);
+	}
+}
+
+#endif /* __aarch64__ */
+
 /* The dispatch table (engine/cpu.h): per level a column's accumulate
  * and decode per method, and the weights a SIMD step takes; step 0 is the
  * _ref. A level without its own paths repeats the one below. */
@@ -290,6 +389,15 @@ static const struct accum_path {
 #else
 	[SF_ISA_AVX2] = { NULL, NULL, NULL, NULL, 0 },
 	[SF_ISA_AVX512] = { NULL, NULL, NULL, NULL, 0 },
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = { accum_trellis_neon, accum_scalar_neon, decode_trellis_neon,
+			  decode_scalar_neon, 8 },
+	[SF_ISA_DOTPROD] = { accum_trellis_neon, accum_scalar_neon, decode_trellis_neon,
+			     decode_scalar_neon, 8 },
+#else
+	[SF_ISA_NEON] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_DOTPROD] = { NULL, NULL, NULL, NULL, 0 },
 #endif
 };
 

@@ -5,7 +5,12 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static const char *const isa_names[SF_NISA] = { "ref", "avx2", "avx512" };
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+static const char *const isa_names[SF_NISA] = { "ref", "avx2", "avx512", "neon", "dotprod" };
 
 const char *sf_isa_name(enum sf_isa isa)
 {
@@ -38,6 +43,12 @@ int sf_cpu_has(enum sf_isa isa)
 		       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
 		       __builtin_cpu_supports("avx512dq");
 #endif
+#if defined(__aarch64__)
+	case SF_ISA_NEON:
+		return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+	case SF_ISA_DOTPROD:
+		return sf_cpu_has(SF_ISA_NEON) && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP);
+#endif
 	default:
 		return 0;
 	}
@@ -57,6 +68,7 @@ int sf_cpu_has_feature(const char *name)
 	if (!strcmp(name, "avx512vbmi"))
 		return __builtin_cpu_supports("avx512vbmi");
 #endif
+
 	(void)name;
 	return 0;
 }

@@ -2,7 +2,9 @@
  * each family keeps a table of its implementations indexed by enum sf_isa,
  * a plain C _ref path that always compiles at SF_ISA_REF, and calls
  * table[sf_cpu_isa()]. A family without a path at some level repeats the
- * one below it in its table. */
+ * one below it on its architecture in its table (x86-64: AVX-512 over
+ * AVX2 over REF; aarch64: DOTPROD over NEON over REF), and every level of
+ * the other architecture holds the _ref (never chosen there). */
 #ifndef SF_CPU_H
 #define SF_CPU_H
 
@@ -10,10 +12,12 @@ enum sf_isa {
 	SF_ISA_REF,	/* portable C, the reference every other path is tested against */
 	SF_ISA_AVX2,	/* AVX2 + FMA + F16C (+ POPCNT) */
 	SF_ISA_AVX512,	/* AVX-512 F, BW, VL, DQ */
+	SF_ISA_NEON,	/* aarch64 Advanced SIMD (every ARMv8.0-A core) */
+	SF_ISA_DOTPROD,	/* NEON + ARMv8.2 dot product (SDOT/UDOT: HWCAP_ASIMDDP) */
 	SF_NISA
 };
 
-/* "ref", "avx2", "avx512". */
+/* "ref", "avx2", "avx512", "neon", "dotprod". */
 const char *sf_isa_name(enum sf_isa isa);
 /* 0 and *isa set, or -EINVAL for an unknown name. */
 int sf_isa_parse(const char *name, enum sf_isa *isa);

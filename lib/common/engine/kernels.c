@@ -1,7 +1,8 @@
 /* Compute kernels of the decoder (see kernels.h): a scalar _ref for each,
  * AVX2+FMA and AVX-512 variants compiled here through target attributes so
- * the build needs no -m flags, and the family's table indexed by the level
- * engine/cpu.h chose. */
+ * the build needs no -m flags, NEON variants on aarch64 (its base
+ * instruction set: the dot-product level has no float path of its own),
+ * and the family's table indexed by the level engine/cpu.h chose. */
 #include "engine/kernels.h"
 
 #include <math.h>
@@ -12,6 +13,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 static inline float ld_w(const void *p, enum sf_dtype dt, size_t i)
@@ -1450,6 +1454,421 @@ static const struct kern kern_avx512 = {
 
 #endif /* __x86_64__ */
 
+#if defined(__aarch64__)
+
+// ----------------------------------------------------------------------------
+// NEON (aarch64 Advanced SIMD, every ARMv8.0 core): 4 lanes, fused
+// multiply-adds as the x86 paths', f16 and bf16 widened by base
+// instructions (FCVTL, USHLL), scalar tails
+
+#define INL static inline __attribute__((always_inline))
+
+INL float32x4_t ld4n(const void *p, enum sf_dtype dt)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16:
+		return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)p), 16));
+	case SF_DTYPE_F16:
+		return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p)));
+	default:
+		return vld1q_f32((const float *)p);
+	}
+}
+
+/* One row by TB tokens: four accumulators over each 16-column step, the
+ * first over the 4-column steps after, then their sum and the scalar
+ * tail. A token's operations are the same for any TB (TB = 4 shares each
+ * weight load over four tokens), so a batched product gives the one-token
+ * floats. */
+INL void mmn_row(float *y, size_t ldy, const char *w, enum sf_dtype dt, size_t cols,
+		 const float *x, size_t ldx, const int TB)
+{
+	size_t es = dt_size(dt), c = 0;
+	float32x4_t a[4][4];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < TB; t++)
+		a[t][0] = a[t][1] = a[t][2] = a[t][3] = vdupq_n_f32(0.0f);
+	for (; c + 16 <= cols; c += 16) {
+		float32x4_t w0 = ld4n(w + c * es, dt), w1 = ld4n(w + (c + 4) * es, dt);
+		float32x4_t w2 = ld4n(w + (c + 8) * es, dt), w3 = ld4n(w + (c + 12) * es, dt);
+#pragma GCC unroll 4
+		for (int t = 0; t < TB; t++) {
+			const float *xt = x + t * ldx + c;
+			a[t][0] = vfmaq_f32(a[t][0], w0, vld1q_f32(xt));
+			a[t][1] = vfmaq_f32(a[t][1], w1, vld1q_f32(xt + 4));
+			a[t][2] = vfmaq_f32(a[t][2], w2, vld1q_f32(xt + 8));
+			a[t][3] = vfmaq_f32(a[t][3], w3, vld1q_f32(xt + 12));
+		}
+	}
+	for (; c + 4 <= cols; c += 4) {
+		float32x4_t w0 = ld4n(w + c * es, dt);
+#pragma GCC unroll 4
+		for (int t = 0; t < TB; t++)
+			a[t][0] = vfmaq_f32(a[t][0], w0, vld1q_f32(x + t * ldx + c));
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < TB; t++) {
+		float s = vaddvq_f32(vaddq_f32(vaddq_f32(a[t][0], a[t][1]),
+					       vaddq_f32(a[t][2], a[t][3])));
+		for (size_t cc = c; cc < cols; cc++)
+			s += ld_w(w, dt, cc) * x[t * ldx + cc];
+		y[t * ldy] = s;
+	}
+}
+
+/* Row by row, tokens four at a time, then two, one. */
+INL void mmn(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols, const float *x,
+	     size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	size_t rs = cols * dt_size(dt);
+
+	for (size_t r = r0; r < r1; r++) {
+		float *yr = y + (r - r0);
+		const char *wr = (const char *)W + r * rs;
+		size_t t = 0;
+		for (; t + 4 <= T; t += 4)
+			mmn_row(yr + t * ldy, ldy, wr, dt, cols, x + t * ldx, ldx, 4);
+		if (t + 2 <= T) {
+			mmn_row(yr + t * ldy, ldy, wr, dt, cols, x + t * ldx, ldx, 2);
+			t += 2;
+		}
+		if (t < T)
+			mmn_row(yr + t * ldy, ldy, wr, dt, cols, x + t * ldx, ldx, 1);
+	}
+}
+
+static void matmul_neon(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+			const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	/* one instance per dtype so the loads are resolved at compile time */
+	switch (dt) {
+	case SF_DTYPE_BF16: mmn(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
+	case SF_DTYPE_F16: mmn(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
+	default: mmn(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
+	}
+}
+
+/* Four columns per pass: y is loaded and stored once for four FMAs, each
+ * element's in the columns' order (the _ref's floats). */
+INL void can(float *y, size_t m, const void *const *cols, size_t off, enum sf_dtype dt,
+	     const float *xv, size_t n)
+{
+	size_t es = dt_size(dt), k = 0;
+
+	for (; k + 4 <= n; k += 4) {
+		const char *c0 = (const char *)cols[k] + off;
+		const char *c1 = (const char *)cols[k + 1] + off;
+		const char *c2 = (const char *)cols[k + 2] + off;
+		const char *c3 = (const char *)cols[k + 3] + off;
+		size_t j = 0;
+		for (; j + 4 <= m; j += 4) {
+			float32x4_t t = vld1q_f32(y + j);
+			t = vfmaq_n_f32(t, ld4n(c0 + j * es, dt), xv[k]);
+			t = vfmaq_n_f32(t, ld4n(c1 + j * es, dt), xv[k + 1]);
+			t = vfmaq_n_f32(t, ld4n(c2 + j * es, dt), xv[k + 2]);
+			t = vfmaq_n_f32(t, ld4n(c3 + j * es, dt), xv[k + 3]);
+			vst1q_f32(y + j, t);
+		}
+		for (; j < m; j++) {
+			float t = y[j];
+			t = fmaf(xv[k], ld_w(c0, dt, j), t);
+			t = fmaf(xv[k + 1], ld_w(c1, dt, j), t);
+			t = fmaf(xv[k + 2], ld_w(c2, dt, j), t);
+			t = fmaf(xv[k + 3], ld_w(c3, dt, j), t);
+			y[j] = t;
+		}
+	}
+	for (; k < n; k++) {
+		const char *c0 = (const char *)cols[k] + off;
+		size_t j = 0;
+		for (; j + 4 <= m; j += 4)
+			vst1q_f32(y + j, vfmaq_n_f32(vld1q_f32(y + j), ld4n(c0 + j * es, dt), xv[k]));
+		for (; j < m; j++)
+			y[j] = fmaf(xv[k], ld_w(c0, dt, j), y[j]);
+	}
+}
+
+static void colaccum_neon(float *y, size_t m, const void *const *cols, size_t off,
+			  enum sf_dtype dt, const float *xv, size_t n)
+{
+	switch (dt) {
+	case SF_DTYPE_BF16: can(y, m, cols, off, SF_DTYPE_BF16, xv, n); break;
+	case SF_DTYPE_F16: can(y, m, cols, off, SF_DTYPE_F16, xv, n); break;
+	default: can(y, m, cols, off, SF_DTYPE_F32, xv, n); break;
+	}
+}
+
+static void widen_neon(float *w, const void *c, enum sf_dtype dt, size_t m)
+{
+	size_t es = dt_size(dt), j = 0;
+
+	for (; j + 4 <= m; j += 4)
+		vst1q_f32(w + j, ld4n((const char *)c + j * es, dt));
+	for (; j < m; j++)
+		w[j] = ld_w(c, dt, j);
+}
+
+/* NV vectors of rows from j0, tokens four at a time with their sums in
+ * registers across the n columns, each column's weights loaded once for
+ * the four; a token that did not select a column keeps its sum (the
+ * multiply-add selected away). The tokens past T read sel 0 (ldx pads
+ * them) and are neither loaded nor stored. */
+#define STRIPN_TOKENS 4
+INL void stripn(float *Y, size_t ldy, size_t j0, const float (*W)[SF_STRIP_ROWS],
+		const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		size_t n, const int NV, const int scaled)
+{
+	for (size_t t0 = 0; t0 < T; t0 += STRIPN_TOKENS) {
+		float32x4_t a[STRIPN_TOKENS][4];
+#pragma GCC unroll 4
+		for (size_t t = 0; t < STRIPN_TOKENS; t++)
+#pragma GCC unroll 4
+			for (int v = 0; v < NV; v++)
+				a[t][v] = t0 + t < T ? vld1q_f32(Y + (t0 + t) * ldy + j0 + 4 * v)
+						     : vdupq_n_f32(0.0f);
+		for (size_t k = 0; k < n; k++) {
+			float32x4_t c[4];
+#pragma GCC unroll 4
+			for (int v = 0; v < NV; v++)
+				c[v] = vld1q_f32(W[k] + j0 + 4 * v);
+			const float *x = X + k * ldx + t0;
+			const uint32_t *s = sel + k * ldx + t0;
+#pragma GCC unroll 4
+			for (size_t t = 0; t < STRIPN_TOKENS; t++) {
+				float32x4_t xb = vdupq_n_f32(scaled ? x[t] * xs[k] : x[t]);
+				uint32x4_t mk = vdupq_n_u32(s[t]);
+#pragma GCC unroll 4
+				for (int v = 0; v < NV; v++)
+					a[t][v] = vbslq_f32(mk, vfmaq_f32(a[t][v], c[v], xb), a[t][v]);
+			}
+		}
+		for (size_t t = 0; t < STRIPN_TOKENS && t0 + t < T; t++)
+#pragma GCC unroll 4
+			for (int v = 0; v < NV; v++)
+				vst1q_f32(Y + (t0 + t) * ldy + j0 + 4 * v, a[t][v]);
+	}
+}
+
+/* 16 rows at a time, then 4, then the rows past the last whole vector
+ * scalar, each the _ref's fused multiply-add a selected column. */
+INL void strip_neon_with(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+			 const float *xs, const float *X, const uint32_t *sel, size_t ldx,
+			 size_t T, size_t n, const int scaled)
+{
+	size_t j0 = 0;
+	for (; j0 + 16 <= m; j0 += 16)
+		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 4, scaled);
+	for (; j0 + 4 <= m; j0 += 4)
+		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 1, scaled);
+	if (j0 < m)
+		strip_ref(Y + j0, ldy, m - j0, (const float (*)[SF_STRIP_ROWS])(W[0] + j0), xs, X,
+			  sel, ldx, T, n);
+}
+
+static void strip_neon(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
+		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
+		       size_t n)
+{
+	if (xs)
+		strip_neon_with(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1);
+	else
+		strip_neon_with(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
+}
+
+static void rmsnorm_neon(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n,
+			 float eps)
+{
+	float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		float32x4_t v0 = vld1q_f32(x + i), v1 = vld1q_f32(x + i + 4);
+		a0 = vfmaq_f32(a0, v0, v0);
+		a1 = vfmaq_f32(a1, v1, v1);
+	}
+	float ss = vaddvq_f32(vaddq_f32(a0, a1));
+	for (; i < n; i++)
+		ss += x[i] * x[i];
+	float r = 1.0f / sqrtf(ss / (float)n + eps);
+	size_t es = dt_size(dt);
+	for (i = 0; i + 4 <= n; i += 4)
+		vst1q_f32(out + i, vmulq_f32(ld4n((const char *)w + i * es, dt),
+					     vmulq_n_f32(vld1q_f32(x + i), r)));
+	for (; i < n; i++)
+		out[i] = ld_w(w, dt, i) * (x[i] * r);
+}
+
+/* e^x as exp256 (the AVX2 path) computes it: 2^n * e^r with |r| <=
+ * ln2/2 and Taylor to degree 7; NaN kept (FMAX and FMIN return it),
+ * results beyond float range set by the masks. */
+INL float32x4_t expn(float32x4_t x)
+{
+	uint32x4_t big = vcgtq_f32(x, vdupq_n_f32(88.72283935546875f));
+	uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(-87.33654475f));
+	float32x4_t xc = vminq_f32(vdupq_n_f32(88.3762626647949f),
+				   vmaxq_f32(vdupq_n_f32(-87.33654475f), x));
+	float32x4_t n = vrndnq_f32(vmulq_n_f32(xc, 1.44269504088896341f));
+	float32x4_t r = vfmsq_n_f32(xc, n, 0.693359375f);
+	r = vfmsq_n_f32(r, n, -2.12194440e-4f);
+	float32x4_t p = vdupq_n_f32(1.0f / 5040);
+	p = vfmaq_f32(vdupq_n_f32(1.0f / 720), p, r);
+	p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
+	p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
+	p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
+	p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+	p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+	p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+	int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+	float32x4_t res = vmulq_f32(p, vreinterpretq_f32_s32(e));
+	res = vbslq_f32(tiny, vdupq_n_f32(0.0f), res);
+	return vbslq_f32(big, vdupq_n_f32(INFINITY), res);
+}
+
+static void softmax_neon(float *x, size_t n)
+{
+	if (n == 0)
+		return;
+	size_t i = 0;
+	float mx = x[0];
+	if (n >= 4) {
+		float32x4_t m = vld1q_f32(x);
+		for (i = 4; i + 4 <= n; i += 4)
+			m = vmaxq_f32(m, vld1q_f32(x + i));
+		mx = vmaxvq_f32(m);
+	}
+	for (; i < n; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	float32x4_t acc = vdupq_n_f32(0.0f);
+	for (i = 0; i + 4 <= n; i += 4) {
+		float32x4_t e = expn(vsubq_f32(vld1q_f32(x + i), vdupq_n_f32(mx)));
+		vst1q_f32(x + i, e);
+		acc = vaddq_f32(acc, e);
+	}
+	float sum = vaddvq_f32(acc);
+	for (; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	float is = 1.0f / sum;
+	for (i = 0; i + 4 <= n; i += 4)
+		vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), is));
+	for (; i < n; i++)
+		x[i] *= is;
+}
+
+static void swiglu_neon(float *a, const float *g, const float *u, size_t n)
+{
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		float32x4_t gv = vld1q_f32(g + i);
+		float32x4_t s = vdivq_f32(gv, vaddq_f32(vdupq_n_f32(1.0f), expn(vnegq_f32(gv))));
+		vst1q_f32(a + i, vmulq_f32(s, vld1q_f32(u + i)));
+	}
+	for (; i < n; i++)
+		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+INL float dotn(const float *a, const float *b, size_t n)
+{
+	float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		a0 = vfmaq_f32(a0, vld1q_f32(a + i), vld1q_f32(b + i));
+		a1 = vfmaq_f32(a1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+	}
+	for (; i + 4 <= n; i += 4)
+		a0 = vfmaq_f32(a0, vld1q_f32(a + i), vld1q_f32(b + i));
+	float s = vaddvq_f32(vaddq_f32(a0, a1));
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static void dots_neon(float *out, const float *q, const float *keys, size_t ldk, size_t n,
+		      size_t d, float scale)
+{
+	for (size_t p = 0; p < n; p++)
+		out[p] = dotn(q, keys + p * ldk, d) * scale;
+}
+
+/* NV vectors of y from y + i over every row, in registers */
+INL void axpysn_span(float *y, const float *s, const float *X, size_t ldx, size_t n,
+		     const int NV)
+{
+	float32x4_t acc[8];
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
+		acc[v] = vld1q_f32(y + 4 * v);
+	for (size_t p = 0; p < n; p++) {
+		const float *x = X + p * ldx;
+#pragma GCC unroll 8
+		for (int v = 0; v < NV; v++)
+			acc[v] = vfmaq_n_f32(acc[v], vld1q_f32(x + 4 * v), s[p]);
+	}
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
+		vst1q_f32(y + 4 * v, acc[v]);
+}
+
+static void axpys1_neon(float *y, const float *s, const float *X, size_t ldx, size_t n, size_t d)
+{
+	size_t i = 0;
+	for (; i + 32 <= d; i += 32)
+		axpysn_span(y + i, s, X + i, ldx, n, 8);
+	switch ((d - i) / 4) {
+	case 7: axpysn_span(y + i, s, X + i, ldx, n, 7); break;
+	case 6: axpysn_span(y + i, s, X + i, ldx, n, 6); break;
+	case 5: axpysn_span(y + i, s, X + i, ldx, n, 5); break;
+	case 4: axpysn_span(y + i, s, X + i, ldx, n, 4); break;
+	case 3: axpysn_span(y + i, s, X + i, ldx, n, 3); break;
+	case 2: axpysn_span(y + i, s, X + i, ldx, n, 2); break;
+	case 1: axpysn_span(y + i, s, X + i, ldx, n, 1); break;
+	}
+	/* the tail scalar, the same products and sums for any n */
+	for (i += (d - i) / 4 * 4; i < d; i++)
+		for (size_t p = 0; p < n; p++)
+			y[i] += s[p] * X[p * ldx + i];
+}
+
+static void axpys_neon(float *y, size_t ldy, const float *s, size_t lds, size_t nq,
+		       const float *X, size_t ldx, size_t n, size_t d)
+{
+	for (size_t q = 0; q < nq; q++)
+		axpys1_neon(y + q * ldy, s + q * lds, X, ldx, n, d);
+}
+
+/* A float slab's tile: 4-row vectors with their sums in registers across
+ * the columns, the rows past them scalar (each row one fused
+ * multiply-add a column in order, as the _ref). */
+static void tile_neon(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
+		      enum sf_dtype dt, const float *xv, size_t n)
+{
+	size_t es = dt_size(dt), nv = m / 4;
+	float32x4_t acc[SF_FSLAB_ROWS / 4];
+
+	for (size_t v = 0; v < nv; v++)
+		acc[v] = vld1q_f32(y + 4 * v);
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *c = base + pos[k] * stride;
+		for (size_t o = 0; o < stride; o += 64)
+			__builtin_prefetch(c + FSLAB_AHEAD + o);
+		for (size_t v = 0; v < nv; v++)
+			acc[v] = vfmaq_n_f32(acc[v], ld4n(c + 4 * v * es, dt), xv[k]);
+		for (size_t j = 4 * nv; j < m; j++)
+			y[j] = fmaf(xv[k], ld_w(c, dt, j), y[j]);
+	}
+	for (size_t v = 0; v < nv; v++)
+		vst1q_f32(y + 4 * v, acc[v]);
+}
+
+static const struct kern kern_neon = {
+	matmul_neon, colaccum_neon, widen_neon, strip_neon, rmsnorm_neon, softmax_neon,
+	swiglu_neon, dots_neon, axpys_neon, tile_neon,
+};
+
+#endif /* __aarch64__ */
+
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h)
 
@@ -1461,6 +1880,13 @@ static const struct kern *const kern_table[SF_NISA] = {
 #else
 	[SF_ISA_AVX2] = &kern_ref,
 	[SF_ISA_AVX512] = &kern_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = &kern_neon,
+	[SF_ISA_DOTPROD] = &kern_neon,
+#else
+	[SF_ISA_NEON] = &kern_ref,
+	[SF_ISA_DOTPROD] = &kern_ref,
 #endif
 };
 

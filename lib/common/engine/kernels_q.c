@@ -18,6 +18,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 /* sf_q_code_bytes and sf_q_codes_at for a top tier's dtypes alone (q8,
  * q4): one test where theirs has two (q6), which in the hot loops below
@@ -300,7 +303,7 @@ static void qint_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t s0, si
 		qint_ref(Y + (s1 - r0), ldy, s1, r1, q, X, ldx, T, n);
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
 
 /* Rows [j0, j0 + nr) of the column at col (of rows rows) as f32 into w,
  * j0 and nr multiples of 16 (a SIMD path's dequantization). */
@@ -355,6 +358,19 @@ static inline void q_prefetch(const void *const *cols, size_t off, enum sf_dtype
 			__builtin_prefetch(p);
 	}
 }
+
+/* The rows of a slab's rows [r0, r1) outside its whole blocks [B0, B1). */
+static void qslab_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t B0, size_t B1,
+			const struct sf_slab *s, const uint32_t *pos, size_t n, const float *X,
+			size_t ldx, size_t T)
+{
+	const struct qsrc q = { .slab = s, .pos = pos, .rows = s->rows, .dt = s->dt };
+	qint_edges(Y, ldy, r0, r1, B0 * SF_QBLOCK, B1 * SF_QBLOCK, &q, X, ldx, T, n);
+}
+
+#endif
+
+#if defined(__x86_64__)
 
 /* Block b's scale by the F16C instruction (exact, as the library's
  * conversion): no call in the loops, which would spill the sums. */
@@ -776,15 +792,6 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const str
 		}
 	}
 	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
-}
-
-/* The rows of a slab's rows [r0, r1) outside its whole blocks [B0, B1). */
-static void qslab_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t B0, size_t B1,
-			const struct sf_slab *s, const uint32_t *pos, size_t n, const float *X,
-			size_t ldx, size_t T)
-{
-	const struct qsrc q = { .slab = s, .pos = pos, .rows = s->rows, .dt = s->dt };
-	qint_edges(Y, ldy, r0, r1, B0 * SF_QBLOCK, B1 * SF_QBLOCK, &q, X, ldx, T, n);
 }
 
 /* A slab's whole blocks, tile by tile and run by run, QI256_BLOCKS blocks
@@ -1234,6 +1241,419 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 
 #endif /* __x86_64__ */
 
+#if defined(__aarch64__)
+
+// ----------------------------------------------------------------------------
+// NEON: a float path of 16 rows (half a block) as four vectors of 4, and
+// the integer products, a block's 32 rows as eight vectors of four sums,
+// by SDOT (the dot-product level) or widening multiplies (plain NEON)
+
+#define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
+
+/* Block b's scale, exact (FCVT, as the library's conversion) and inline. */
+static inline float qscale_n(const uint8_t *col, size_t b)
+{
+	__fp16 h;
+	memcpy(&h, sf_q_scale_at(col, b), sizeof(h));
+	return (float)h;
+}
+
+/* The 16 signed codes of rows [j0, j0 + 16) (j0 a multiple of 16) of the
+ * column at col: q8's bytes, q4's nibbles less 8. */
+INL int8x16_t codes16_n(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j0)
+{
+	const uint8_t *b = q_codes(col, dt, rows, j0);
+	if (dt == SF_DTYPE_Q8)
+		return vld1q_s8((const int8_t *)b + 16 * (j0 / 16 % 2));
+	uint8x16_t c = vld1q_u8(b);
+	c = j0 / 16 % 2 ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));
+	return vsubq_s8(vreinterpretq_s8_u8(c), vdupq_n_s8(8));
+}
+
+/* The 16 weights of rows [j0, j0 + 16) as floats: code times scale. */
+INL void deq16_n(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j0, float32x4_t *w)
+{
+	int8x16_t c = codes16_n(col, dt, rows, j0);
+	int16x8_t lo = vmovl_s8(vget_low_s8(c)), hi = vmovl_high_s8(c);
+	float s = qscale_n(col, j0 / SF_QBLOCK);
+	w[0] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), s);
+	w[1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), s);
+	w[2] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), s);
+	w[3] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), s);
+}
+
+/* One token, NC columns (4 or 1) a sweep down the rows, as qca256_cols:
+ * y loaded and stored once a strip for the NC, every row taking the
+ * columns in turn. */
+INL void qcan_cols(float *y, size_t r0, size_t s0, size_t s1, size_t rows,
+		   const void *const *cols, size_t off, enum sf_dtype dt, const float *X, const int NC)
+{
+	const uint8_t *col[4];
+#pragma GCC unroll 4
+	for (int i = 0; i < NC; i++)
+		col[i] = (const uint8_t *)cols[i] + off;
+	for (size_t j0 = s0; j0 < s1; j0 += 16) {
+		float *yj = y + (j0 - r0);
+		float32x4_t a[4] = { vld1q_f32(yj), vld1q_f32(yj + 4), vld1q_f32(yj + 8),
+				     vld1q_f32(yj + 12) };
+#pragma GCC unroll 4
+		for (int i = 0; i < NC; i++) {
+			float32x4_t w[4];
+			deq16_n(col[i], dt, rows, j0, w);
+#pragma GCC unroll 4
+			for (int v = 0; v < 4; v++)
+				a[v] = vfmaq_n_f32(a[v], w[v], X[i]);
+		}
+#pragma GCC unroll 4
+		for (int v = 0; v < 4; v++)
+			vst1q_f32(yj + 4 * v, a[v]);
+	}
+}
+
+INL void qcan(float *y, size_t r0, size_t s0, size_t s1, size_t rows, const void *const *cols,
+	      size_t off, enum sf_dtype dt, const float *X, size_t n)
+{
+	size_t k = 0;
+	for (; k + 4 <= n; k += 4) {
+		if (k + 8 <= n)
+			q_prefetch(cols + k + 4, off, dt, rows, s0, s1);
+		qcan_cols(y, r0, s0, s1, rows, cols + k, off, dt, X + k, 4);
+	}
+	for (; k < n; k++)
+		qcan_cols(y, r0, s0, s1, rows, cols + k, off, dt, X + k, 1);
+}
+
+static void qwiden_neon(float *w, const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j0,
+			size_t nr)
+{
+	for (size_t j = j0; j < j0 + nr; j += 16) {
+		float32x4_t v[4];
+		deq16_n(col, dt, rows, j, v);
+		for (int i = 0; i < 4; i++)
+			vst1q_f32(w + (j - j0) + 4 * i, v[i]);
+	}
+}
+
+static void qcolaccum_neon(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
+			   const void *const *cols, size_t off, enum sf_dtype dt, const float *X,
+			   const uint32_t *sel, size_t ldx, size_t T, size_t n)
+{
+	if (sel) {
+		qpass(Y, ldy, r0, r1, rows, cols, off, dt, X, sel, ldx, T, n, qwiden_neon);
+		return;
+	}
+	size_t s0 = (r0 + 15) / 16 * 16, s1 = r1 / 16 * 16;
+	if (s0 < s1 && dt == SF_DTYPE_Q8)
+		qcan(Y, r0, s0, s1, rows, cols, off, SF_DTYPE_Q8, X, n);
+	else if (s0 < s1)
+		qcan(Y, r0, s0, s1, rows, cols, off, SF_DTYPE_Q4, X, n);
+	edges_ref(Y, ldy, r0, r1, s0, s1, rows, cols, off, dt, X, sel, ldx, T, n);
+}
+
+/* The integer products: blocks four at a time (one vector of their
+ * scales), tokens two at a time. */
+#define QIN_BLOCKS 4
+#define QIN_TOKENS 2
+
+/* A run's activations for one token over blocks [b0, b0 + QIN_BLOCKS):
+ * per quad of columns and block the four int8 codes as one int32 (byte
+ * c: column 4 * quad + c), and per block the factor d. */
+struct qactn {
+	int32_t q[SF_QRUN / 4][QIN_BLOCKS];
+	float d[QIN_BLOCKS];
+};
+
+/* The activations of columns [0, m) of a run for tokens [0, NT), each as
+ * qint_ref rounds it: sc[k] the scales of column k's blocks. */
+INL void qprep_n(struct qactn *qa, const float32x4_t *sc, const float *X, size_t ldx, size_t m,
+		 const int NT)
+{
+	/* the bytes of four columns' four blocks to four blocks' columns */
+	static const uint8_t by_block[16] = { 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15 };
+	const uint8x16_t lanes = vld1q_u8(by_block);
+
+	for (int t = 0; t < NT; t++) {
+		float32x4_t amax = vdupq_n_f32(0.0f);
+		for (size_t k = 0; k < m; k++)
+			amax = vmaxq_f32(amax, vabsq_f32(vmulq_n_f32(sc[k], X[k * ldx + t])));
+		float32x4_t id = vbslq_f32(vcgtq_f32(amax, vdupq_n_f32(0.0f)),
+					   vdivq_f32(vdupq_n_f32(127.0f), amax), vdupq_n_f32(0.0f));
+		vst1q_f32(qa[t].d, vdivq_f32(amax, vdupq_n_f32(127.0f)));
+		for (size_t k0 = 0; k0 < m; k0 += 4) {
+			int16x4_t q[4];
+			for (size_t c = 0; c < 4; c++) {
+				size_t k = k0 + c < m ? k0 + c : k0;
+				float32x4_t v = vmulq_n_f32(sc[k], X[k * ldx + t]);
+				q[c] = k0 + c < m ? vmovn_s32(vcvtnq_s32_f32(vmulq_f32(v, id)))
+						  : vdup_n_s16(0);
+			}
+			int8x16_t cols = vcombine_s8(vmovn_s16(vcombine_s16(q[0], q[1])),
+						     vmovn_s16(vcombine_s16(q[2], q[3])));
+			vst1q_s32(qa[t].q[k0 / 4],
+				  vreinterpretq_s32_s8(vqtbl1q_s8(cols, lanes)));
+		}
+	}
+}
+
+/* Four columns' 16 codes (c[j] column j's) to rows: r[i] rows 4i to
+ * 4i + 3, four bytes a row, byte j column j's. */
+INL void rows4x16_n(int8x16_t c0, int8x16_t c1, int8x16_t c2, int8x16_t c3, int8x16_t *r)
+{
+	int16x8_t t0 = vreinterpretq_s16_s8(vzip1q_s8(c0, c1));
+	int16x8_t t1 = vreinterpretq_s16_s8(vzip2q_s8(c0, c1));
+	int16x8_t t2 = vreinterpretq_s16_s8(vzip1q_s8(c2, c3));
+	int16x8_t t3 = vreinterpretq_s16_s8(vzip2q_s8(c2, c3));
+	r[0] = vreinterpretq_s8_s16(vzip1q_s16(t0, t2));
+	r[1] = vreinterpretq_s8_s16(vzip2q_s16(t0, t2));
+	r[2] = vreinterpretq_s8_s16(vzip1q_s16(t1, t3));
+	r[3] = vreinterpretq_s8_s16(vzip2q_s16(t1, t3));
+}
+
+/* q4's bytes as rows (byte r: row r's nibble low, row r + 16's high) to
+ * the signed codes of rows 0-15 (w[0..3]) and 16-31 (w[4..7]). */
+INL void nibbles_n(const uint8x16_t *p, int8x16_t *w)
+{
+	for (int i = 0; i < 4; i++) {
+		w[i] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(p[i], vdupq_n_u8(15))), vdupq_n_s8(8));
+		w[4 + i] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(p[i], 4)), vdupq_n_s8(8));
+	}
+}
+
+/* Block b of four columns (col[j] column j's) as rows: w[i] rows 4i to
+ * 4i + 3, the signed codes. */
+INL void quad_rows_n(const uint8_t *const *col, enum sf_dtype dt, size_t rows, size_t b,
+		     int8x16_t *w)
+{
+	const uint8_t *c[4];
+	for (int j = 0; j < 4; j++)
+		c[j] = top_codes_at(col[j], dt, rows, b);
+	if (dt == SF_DTYPE_Q8) {
+		for (int h = 0; h < 2; h++)
+			rows4x16_n(vld1q_s8((const int8_t *)c[0] + 16 * h),
+				   vld1q_s8((const int8_t *)c[1] + 16 * h),
+				   vld1q_s8((const int8_t *)c[2] + 16 * h),
+				   vld1q_s8((const int8_t *)c[3] + 16 * h), w + 4 * h);
+		return;
+	}
+	int8x16_t r[4];
+	uint8x16_t p[4];
+	rows4x16_n(vld1q_s8((const int8_t *)c[0]), vld1q_s8((const int8_t *)c[1]),
+		   vld1q_s8((const int8_t *)c[2]), vld1q_s8((const int8_t *)c[3]), r);
+	for (int i = 0; i < 4; i++)
+		p[i] = vreinterpretq_u8_s8(r[i]);
+	nibbles_n(p, w);
+}
+
+/* A slab's quad of a block, its bytes already rows (quad_byte). */
+INL void slab_quad_n(const uint8_t *p, enum sf_dtype dt, int8x16_t *w)
+{
+	if (dt == SF_DTYPE_Q8) {
+		for (int i = 0; i < 8; i++)
+			w[i] = vld1q_s8((const int8_t *)p + 16 * i);
+		return;
+	}
+	uint8x16_t q[4] = { vld1q_u8(p), vld1q_u8(p + 16), vld1q_u8(p + 32), vld1q_u8(p + 48) };
+	nibbles_n(q, w);
+}
+
+static TDOT int32x4_t sdot_n(int32x4_t acc, int8x16_t w, int8x16_t a)
+{
+	return vdotq_s32(acc, w, a);
+}
+
+/* acc += per lane (a row) the four products of its bytes of w and a: by
+ * SDOT, or by widening multiplies whose pairs fit int16 (|code| <= 128,
+ * |activation| <= 127). */
+INL int32x4_t dot4_n(int32x4_t acc, int8x16_t w, int8x16_t a, const int dot)
+{
+	if (dot)
+		return sdot_n(acc, w, a);
+	int16x8_t p = vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)), vmull_high_s8(w, a));
+	return vpadalq_s16(acc, p);
+}
+
+/* Tokens [0, NT)'s sums of a quad's block w into acc[t], quad qd's
+ * activations of block i. */
+INL void qdot_n(int32x4_t (*acc)[8], const int8x16_t *w, const struct qactn *qa, size_t qd,
+		size_t i, const int NT, const int dot)
+{
+#pragma GCC unroll 2
+	for (int t = 0; t < NT; t++) {
+		int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(qa[t].q[qd][i]));
+#pragma GCC unroll 8
+		for (int r = 0; r < 8; r++)
+			acc[t][r] = dot4_n(acc[t][r], w[r], a, dot);
+	}
+}
+
+/* The 32 rows of block b of Y (y[t] at row 32 * b) += d * the integer
+ * sums acc[t] of block i of the activations. */
+INL void qfinish_n(float *const *y, const struct qactn *qa, int32x4_t (*acc)[8], size_t b,
+		   size_t i, const int NT)
+{
+#pragma GCC unroll 2
+	for (int t = 0; t < NT; t++) {
+		float *yb = y[t] + SF_QBLOCK * b;
+#pragma GCC unroll 8
+		for (int r = 0; r < 8; r++)
+			vst1q_f32(yb + 4 * r, vfmaq_n_f32(vld1q_f32(yb + 4 * r),
+							  vcvtq_f32_s32(acc[t][r]), qa[t].d[i]));
+	}
+}
+
+/* The scales of nb <= 4 blocks from b at col as floats, 0 past them. */
+INL float32x4_t scales_n(const uint8_t *col, size_t b, size_t nb)
+{
+	uint16_t h[QIN_BLOCKS] = { 0 };
+	memcpy(h, sf_q_scale_at(col, b), 2 * nb);
+	return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+/* Blocks [b0, b0 + nb) of a run's columns (col[k], nq quads) for tokens
+ * [0, NT) of X: prepared once, then each block's quads. */
+INL void qrun_n(float *const *y, const float32x4_t *sc, const float *X, size_t ldx, size_t m,
+		const uint8_t *const *col, size_t nq, size_t rows, size_t b0, size_t nb,
+		enum sf_dtype dt, const int NT, const int dot)
+{
+	struct qactn qa[QIN_TOKENS];
+	qprep_n(qa, sc, X, ldx, m, NT);
+	for (size_t i = 0; i < nb; i++) {
+		int32x4_t acc[QIN_TOKENS][8];
+		for (int t = 0; t < NT; t++)
+			for (int r = 0; r < 8; r++)
+				acc[t][r] = vdupq_n_s32(0);
+		for (size_t qd = 0; qd < nq; qd++) {
+			int8x16_t w[8];
+			quad_rows_n(col + 4 * qd, dt, rows, b0 + i, w);
+			qdot_n(acc, w, qa, qd, i, NT, dot);
+		}
+		qfinish_n(y, qa, acc, b0 + i, i, NT);
+	}
+}
+
+INL void qint_n(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q, const float *X,
+		size_t ldx, size_t T, size_t n, const int dot)
+{
+	const size_t rows = q->rows;
+	const enum sf_dtype dt = q->dt;
+	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
+
+	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QIN_BLOCKS) {
+		size_t nb = s1 / SF_QBLOCK - b0 < QIN_BLOCKS ? s1 / SF_QBLOCK - b0 : QIN_BLOCKS;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			const uint8_t *col[SF_QRUN];
+			float32x4_t sc[SF_QRUN];
+			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0, nq = (m + 3) / 4;
+			for (size_t k = 0; k < 4 * nq; k++)
+				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+			for (size_t k = 0; k < m; k++)
+				sc[k] = scales_n(col[k], b0, nb);
+			for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
+				float *y[QIN_TOKENS] = { Y + t0 * ldy - r0, Y + (t0 + 1) * ldy - r0 };
+				const float *x = X + k0 * ldx + t0;
+				nt = T - t0 >= QIN_TOKENS ? QIN_TOKENS : 1;
+				if (nt == QIN_TOKENS)
+					qrun_n(y, sc, x, ldx, m, col, nq, rows, b0, nb, dt, QIN_TOKENS,
+					       dot);
+				else
+					qrun_n(y, sc, x, ldx, m, col, nq, rows, b0, nb, dt, 1, dot);
+			}
+		}
+	}
+	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
+}
+
+static void qint_neon(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+		      const float *X, size_t ldx, size_t T, size_t n)
+{
+	qint_n(Y, ldy, r0, r1, q, X, ldx, T, n, 0);
+}
+
+static TDOT void qint_dotprod(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+			      const float *X, size_t ldx, size_t T, size_t n)
+{
+	qint_n(Y, ldy, r0, r1, q, X, ldx, T, n, 1);
+}
+
+/* Block b0 + i .. of a slab's run r (a tile of nb blocks) for tokens
+ * [0, NT): as qrun_n, the quads that hold a position already rows. */
+INL void qslab_run_n(float *const *y, const float32x4_t *sc, const float *x, size_t lx,
+		     const struct slab_run *r, size_t nb, size_t b0, size_t nbc, enum sf_dtype dt,
+		     const int NT, const int dot)
+{
+	const size_t qb = 4 * top_code_bytes(dt);
+	struct qactn qa[QIN_TOKENS];
+	qprep_n(qa, sc, x, lx, SF_QRUN, NT);
+	for (size_t i = 0; i < nbc; i++) {
+		const uint8_t *blk = run_codes(r->run, dt, nb, b0 + i);
+		int32x4_t acc[QIN_TOKENS][8];
+		for (int t = 0; t < NT; t++)
+			for (int v = 0; v < 8; v++)
+				acc[t][v] = vdupq_n_s32(0);
+		for (size_t a = 0; a < r->nq; a++) {
+			int8x16_t w[8];
+			slab_quad_n(blk + r->quad[a] * qb, dt, w);
+			qdot_n(acc, w, qa, r->quad[a], i, NT, dot);
+		}
+		qfinish_n(y, qa, acc, b0 + i, i, NT);
+	}
+}
+
+/* A slab's whole blocks, tile by tile, run by run, QIN_BLOCKS blocks and
+ * QIN_TOKENS tokens at a time: the run's inputs at their slots (0 at the
+ * others, which changes no sum), then each block's quads that hold a
+ * position. */
+INL void qslab_n(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+		 const uint32_t *pos, size_t n, const float *X, size_t ldx, size_t T, const int dot)
+{
+	const enum sf_dtype dt = s->dt;
+	size_t B0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK, B1 = r1 / SF_QBLOCK;
+
+	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
+		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
+		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			struct slab_run r;
+			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+			for (size_t b0 = e0; b0 < e1; b0 += QIN_BLOCKS) {
+				size_t nbc = e1 - b0 < QIN_BLOCKS ? e1 - b0 : QIN_BLOCKS;
+				float32x4_t sc[SF_QRUN];
+				for (size_t p = 0; p < SF_QRUN; p++)
+					sc[p] = scales_n(r.run + 2 * nb * p, b0, nbc);
+				for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
+					float xd[SF_QRUN * QIN_TOKENS];
+					float *y[QIN_TOKENS] = { Y + t0 * ldy + base * SF_QBLOCK - r0,
+								 Y + (t0 + 1) * ldy + base * SF_QBLOCK - r0 };
+					size_t lx;
+					nt = T - t0 >= QIN_TOKENS ? QIN_TOKENS : 1;
+					const float *x = slab_inputs(xd, &r, X, ldx, k0, k1, t0, nt, &lx);
+					if (nt == QIN_TOKENS)
+						qslab_run_n(y, sc, x, lx, &r, nb, b0, nbc, dt, QIN_TOKENS,
+							    dot);
+					else
+						qslab_run_n(y, sc, x, lx, &r, nb, b0, nbc, dt, 1, dot);
+				}
+			}
+		}
+	}
+	qslab_edges(Y, ldy, r0, r1, B0, B1, s, pos, n, X, ldx, T);
+}
+
+static void qslab_neon(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+		       const uint32_t *pos, size_t n, const float *X, size_t ldx, size_t T)
+{
+	qslab_n(Y, ldy, r0, r1, s, pos, n, X, ldx, T, 0);
+}
+
+static TDOT void qslab_dotprod(float *Y, size_t ldy, size_t r0, size_t r1,
+			       const struct sf_slab *s, const uint32_t *pos, size_t n,
+			       const float *X, size_t ldx, size_t T)
+{
+	qslab_n(Y, ldy, r0, r1, s, pos, n, X, ldx, T, 1);
+}
+
+#endif /* __aarch64__ */
+
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h)
 
@@ -1249,6 +1669,13 @@ static qcolaccum_fn *const qcolaccum_table[SF_NISA] = {
 #else
 	[SF_ISA_AVX2] = sf_qcolaccum_ref,
 	[SF_ISA_AVX512] = sf_qcolaccum_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = qcolaccum_neon,
+	[SF_ISA_DOTPROD] = qcolaccum_neon,
+#else
+	[SF_ISA_NEON] = sf_qcolaccum_ref,
+	[SF_ISA_DOTPROD] = sf_qcolaccum_ref,
 #endif
 };
 
@@ -1273,6 +1700,13 @@ static qint_fn *const qint_table[SF_NISA] = {
 	[SF_ISA_AVX2] = qint_ref,
 	[SF_ISA_AVX512] = qint_ref,
 #endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = qint_neon,
+	[SF_ISA_DOTPROD] = qint_dotprod,
+#else
+	[SF_ISA_NEON] = qint_ref,
+	[SF_ISA_DOTPROD] = qint_ref,
+#endif
 };
 
 enum sf_isa sf_qint_isa(void)
@@ -1295,6 +1729,13 @@ static qslab_fn *const qslab_table[SF_NISA] = {
 #else
 	[SF_ISA_AVX2] = sf_qslab_int_ref,
 	[SF_ISA_AVX512] = sf_qslab_int_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = qslab_neon,
+	[SF_ISA_DOTPROD] = qslab_dotprod,
+#else
+	[SF_ISA_NEON] = sf_qslab_int_ref,
+	[SF_ISA_DOTPROD] = sf_qslab_int_ref,
 #endif
 };
 

@@ -77,7 +77,7 @@ void sf_qslab_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct s
  * call, so nothing is cached to race on. */
 enum sf_isa sf_qint_isa(void);
 /* The path sf_qcolaccum_int and sf_qslab_int take here: "avx512vnni",
- * "avx2" or "ref". */
+ * "avx2", "dotprod" (SDOT), "neon" or "ref". */
 const char *sf_qcolaccum_int_kernel(void);
 
 /* A slab of any top-tier dtype (engine/kernels.h): its bytes; init sets

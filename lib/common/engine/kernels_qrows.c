@@ -1,6 +1,7 @@
 /* Row products over q8, q6 and q4 rows (see kernels_qrows.h): the _ref,
- * AVX2 (a block a vector, two vectors of sums) and AVX-512 with VNNI and
- * VBMI (two blocks a vector). Tokens go a few at a time: their inputs
+ * AVX2 (a block a vector, two vectors of sums), AVX-512 with VNNI and
+ * VBMI (two blocks a vector), and NEON with SDOT or without (a block two
+ * vectors, four of sums). Tokens go a few at a time: their inputs
  * rounded once per call, each row's codes unpacked once for all of them. */
 #include "engine/kernels_qrows.h"
 
@@ -14,6 +15,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 /* Rounded inputs of a few tokens live on the stack: at most this many
@@ -307,6 +311,119 @@ static T512I void qr_rows_avx512(float *y, size_t ldy, const uint8_t *W, enum sf
 
 #endif /* __x86_64__ */
 
+#if defined(__aarch64__)
+
+// ----------------------------------------------------------------------------
+// NEON: a block's 32 codes as two vectors of signed bytes; SDOT (the
+// dot-product level) or widening multiplies (plain NEON) give the eight
+// runs' sums; blocks alternate between two pairs of vectors of sums
+
+#define INL static inline __attribute__((always_inline))
+#define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
+
+/* Block b's codes (at c), rows 0-15 into *lo, 16-31 into *hi. */
+INL void qr_unpack_n(const uint8_t *c, enum sf_dtype dt, int8x16_t *lo, int8x16_t *hi)
+{
+	if (dt == SF_DTYPE_Q8) {
+		*lo = vld1q_s8((const int8_t *)c);
+		*hi = vld1q_s8((const int8_t *)c + 16);
+		return;
+	}
+	uint8x16_t v = vld1q_u8(c), l = vandq_u8(v, vdupq_n_u8(15)), h = vshrq_n_u8(v, 4);
+	if (dt == SF_DTYPE_Q6) {
+		/* row i's high bits: bits 2 * (i / 8) of byte 16 + i % 8 */
+		static const int8_t shl[16] = { 0, 0, 0, 0, 0, 0, 0, 0, -2, -2, -2, -2, -2, -2, -2, -2 };
+		static const int8_t shh[16] = { -4, -4, -4, -4, -4, -4, -4, -4,
+						-6, -6, -6, -6, -6, -6, -6, -6 };
+		uint8x8_t h8 = vld1_u8(c + 16);
+		uint8x16_t hv = vcombine_u8(h8, h8), three = vdupq_n_u8(3);
+		l = vorrq_u8(l, vshlq_n_u8(vandq_u8(vshlq_u8(hv, vld1q_s8(shl)), three), 4));
+		h = vorrq_u8(h, vshlq_n_u8(vandq_u8(vshlq_u8(hv, vld1q_s8(shh)), three), 4));
+	}
+	int8x16_t bias = vdupq_n_s8((int8_t)sf_q_bias(dt));
+	*lo = vsubq_s8(vreinterpretq_s8_u8(l), bias);
+	*hi = vsubq_s8(vreinterpretq_s8_u8(h), bias);
+}
+
+static TDOT int32x4_t qr_sdot(int8x16_t w, int8x16_t q)
+{
+	return vdotq_s32(vdupq_n_s32(0), w, q);
+}
+
+/* The sums of the four runs of four bytes of w times q: by SDOT, or by
+ * widening multiplies whose pairs fit int16. */
+INL int32x4_t qr_dot4(int8x16_t w, int8x16_t q, const int dot)
+{
+	if (dot)
+		return qr_sdot(w, q);
+	int16x8_t p = vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(q)), vmull_high_s8(w, q));
+	return vpaddlq_s16(p);
+}
+
+/* The _ref's tree: sum[i] += sum[i + 8], + 4, + 2, + 1. */
+INL float qr_reduce_n(const float32x4_t *a)
+{
+	float32x4_t s = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
+	float32x2_t h = vadd_f32(vget_low_f32(s), vget_high_f32(s));
+	return vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
+}
+
+/* One row for the nt tokens: acc[t][2 * (b % 2) + h], runs 4h to 4h + 3
+ * of the blocks of b's parity, as the _ref's sum[(b % 2) * 8 + g]. */
+INL void qr_row_n(float *y, size_t ldy, const uint8_t *row, enum sf_dtype dt, size_t cols,
+		  const struct qr_input *in, size_t nt, const int dot)
+{
+	const size_t nb = cols / SF_QBLOCK;
+	float32x4_t acc[QR_TOKENS][4];
+
+	for (size_t t = 0; t < nt; t++)
+		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vdupq_n_f32(0.0f);
+	for (size_t b = 0; b < nb; b++) {
+		const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
+		/* the rows stream: ask for the bytes a row ahead */
+		__builtin_prefetch(c + QR_AHEAD);
+		int8x16_t lo, hi;
+		qr_unpack_n(c, dt, &lo, &hi);
+		float ws = sf_quant_scale(row, b);
+		for (size_t t = 0; t < nt; t++) {
+			const int8_t *q = in->q + t * cols + b * SF_QBLOCK;
+			float s = ws * in->d[t * nb + b];
+			float32x4_t *a = acc[t] + 2 * (b % 2);
+			a[0] = vfmaq_n_f32(a[0], vcvtq_f32_s32(qr_dot4(lo, vld1q_s8(q), dot)), s);
+			a[1] = vfmaq_n_f32(a[1], vcvtq_f32_s32(qr_dot4(hi, vld1q_s8(q + 16), dot)), s);
+		}
+	}
+	for (size_t t = 0; t < nt; t++)
+		y[t * ldy] = qr_reduce_n(acc[t]);
+}
+
+INL void qr_rows_n(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt, size_t cols,
+		   const struct qr_input *in, size_t r0, size_t r1, const int dot)
+{
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
+
+	for (size_t r = r0; r < r1; r++) {
+		if (in->nt == 1)
+			qr_row_n(y + r - r0, ldy, W + r * rb, dt, cols, in, 1, dot);
+		else
+			qr_row_n(y + r - r0, ldy, W + r * rb, dt, cols, in, in->nt, dot);
+	}
+}
+
+static void qr_rows_neon(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt, size_t cols,
+			 const struct qr_input *in, size_t r0, size_t r1)
+{
+	qr_rows_n(y, ldy, W, dt, cols, in, r0, r1, 0);
+}
+
+static TDOT void qr_rows_dotprod(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt,
+				 size_t cols, const struct qr_input *in, size_t r0, size_t r1)
+{
+	qr_rows_n(y, ldy, W, dt, cols, in, r0, r1, 1);
+}
+
+#endif /* __aarch64__ */
+
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h), at the level
 // of the integer column products (sf_qint_isa)
@@ -319,6 +436,13 @@ static qr_rows_fn *const qr_table[SF_NISA] = {
 #else
 	[SF_ISA_AVX2] = qr_rows_ref,
 	[SF_ISA_AVX512] = qr_rows_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = qr_rows_neon,
+	[SF_ISA_DOTPROD] = qr_rows_dotprod,
+#else
+	[SF_ISA_NEON] = qr_rows_ref,
+	[SF_ISA_DOTPROD] = qr_rows_ref,
 #endif
 };
 

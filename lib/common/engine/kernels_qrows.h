@@ -25,7 +25,8 @@ void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size
 		     const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
-/* The path sf_qmatmul_rows takes here: "avx512vnni", "avx2" or "ref". */
+/* The path sf_qmatmul_rows takes here: "avx512vnni", "avx2", "dotprod",
+ * "neon" or "ref". */
 const char *sf_qmatmul_rows_kernel(void);
 
 #endif

@@ -11,6 +11,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 static const char *const type_names[] = { "f32", "f16", "q8_0" };
 
@@ -160,6 +163,41 @@ static T512 void kv_widen_avx512(float *out, const void *rows, enum sf_kv_type t
 
 #endif /* __x86_64__ */
 
+#if defined(__aarch64__)
+
+/* NEON: f16 four at a time (FCVTL); q8_0 a block at a time, its scale
+ * times the codes widened to f32 (one rounding, as kv_at); f32 and the
+ * tails as the _ref. */
+static void kv_widen_neon(float *out, const void *rows, enum sf_kv_type t, size_t ld, size_t off,
+			  size_t n, size_t d)
+{
+	for (size_t p = 0; p < n; p++) {
+		const uint8_t *r = (const uint8_t *)rows + p * ld;
+		float *o = out + p * d;
+		size_t i = 0;
+		if (t == SF_KV_F16)
+			for (; i + 4 <= d; i += 4)
+				vst1q_f32(o + i, vcvt_f32_f16(vreinterpret_f16_u16(
+					vld1_u16((const uint16_t *)(r + 2 * (off + i))))));
+		if (t == SF_KV_Q8_0)
+			for (; i < d; i += SF_KV_Q8_0_BLOCK) {
+				const uint8_t *b = r + (off + i) / SF_KV_Q8_0_BLOCK * SF_KV_Q8_0_BYTES;
+				float s = sf_f16_to_f32(sf_get_le16(b));
+				for (size_t j = 0; j < SF_KV_Q8_0_BLOCK; j += 8) {
+					int16x8_t c = vmovl_s8(vld1_s8((const int8_t *)(b + 2 + j)));
+					vst1q_f32(o + i + j, vmulq_n_f32(vcvtq_f32_s32(
+						vmovl_s16(vget_low_s16(c))), s));
+					vst1q_f32(o + i + j + 4, vmulq_n_f32(vcvtq_f32_s32(
+						vmovl_high_s16(c)), s));
+				}
+			}
+		if (i < d)
+			sf_kv_widen_ref(o + i, r, t, ld, off + i, 1, d - i);
+	}
+}
+
+#endif /* __aarch64__ */
+
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h)
 
@@ -171,6 +209,13 @@ static kv_widen_fn *const kv_widen_table[SF_NISA] = {
 #else
 	[SF_ISA_AVX2] = sf_kv_widen_ref,
 	[SF_ISA_AVX512] = sf_kv_widen_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = kv_widen_neon,
+	[SF_ISA_DOTPROD] = kv_widen_neon,
+#else
+	[SF_ISA_NEON] = sf_kv_widen_ref,
+	[SF_ISA_DOTPROD] = sf_kv_widen_ref,
 #endif
 };
 

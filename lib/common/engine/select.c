@@ -1,6 +1,7 @@
 /* Selection kernels (see select.h): the radix-select top-k and the |x|
- * sums in plain C, their AVX-512 twins through target attributes, and the
- * family's tables indexed by the level engine/cpu.h chose. */
+ * sums in plain C, their AVX-512 twins through target attributes, their
+ * NEON twins on aarch64, and the family's tables indexed by the level
+ * engine/cpu.h chose. */
 #include "engine/select.h"
 
 #include <math.h>
@@ -10,6 +11,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 // ----------------------------------------------------------------------------
@@ -241,6 +245,96 @@ static void topk_avx512_k(const float *x, uint32_t n, uint32_t k, uint64_t *bits
 #endif
 
 // ----------------------------------------------------------------------------
+// NEON: 4 keys a step, the tail of n % 4 in plain C
+
+#if defined(__aarch64__)
+
+/* The keys of x[i..i + 4). */
+static inline uint32x4_t keys4(const float *x, uint32_t i)
+{
+	return vandq_u32(vreinterpretq_u32_f32(vld1q_f32(x + i)), vdupq_n_u32(0x7fffffff));
+}
+
+/* How many keys of x[0..n) are >= bound. */
+static uint32_t count_ge_neon(const float *x, uint32_t n, uint32_t bound)
+{
+	uint32x4_t cnt = vdupq_n_u32(0), b = vdupq_n_u32(bound);
+	uint32_t i = 0, c;
+	for (; i + 4 <= n; i += 4)
+		cnt = vsubq_u32(cnt, vcgeq_u32(keys4(x, i), b));	/* true is ~0: -1 */
+	c = vaddvq_u32(cnt);
+	for (; i < n; i++)
+		c += mag_key(x[i]) >= bound;
+	return c;
+}
+
+/* topk_avx512's bound search with vectors of four: the largest T with k
+ * keys >= T, bit by bit from the bits the smallest and largest key do not
+ * share; then the keys above T, and of those equal to T the lowest
+ * indices. */
+static void topk_neon_k(const float *x, uint32_t n, uint32_t k, uint64_t *bits,
+			uint32_t *scratch)
+{
+	uint32_t words = (n + 63) / 64, i = 0;
+
+	if (!k) {	/* the search needs a key to find */
+		sf_select_topk_ref(x, n, k, bits, scratch);
+		return;
+	}
+	uint32x4_t vmax = vdupq_n_u32(0), vmin = vdupq_n_u32(0x7fffffff);
+	for (; i + 4 <= n; i += 4) {
+		uint32x4_t key = keys4(x, i);
+		vmax = vmaxq_u32(vmax, key);
+		vmin = vminq_u32(vmin, key);
+	}
+	uint32_t hi = vmaxvq_u32(vmax), lo = vminvq_u32(vmin);
+	for (; i < n; i++) {
+		uint32_t key = mag_key(x[i]);
+		hi = key > hi ? key : hi;
+		lo = key < lo ? key : lo;
+	}
+	int top = hi == lo ? -1 : 31 - __builtin_clz(hi ^ lo);
+	uint32_t thr = top < 0 ? hi : hi & ~((2u << top) - 1);
+	for (int bit = top; bit >= 0; bit--) {
+		uint32_t count = count_ge_neon(x, n, thr | 1u << bit);
+		if (count >= k)
+			thr |= 1u << bit;
+		if (count == k)
+			break;	/* the keys >= thr are the k: below, those > thr and the ties */
+	}
+	uint32_t need = k;
+	memset(bits, 0, (size_t)words * 8);
+	for (i = 0; i < n; i++)
+		if (mag_key(x[i]) > thr) {
+			bits[i / 64] |= 1ull << (i % 64);
+			need--;
+		}
+	for (i = 0; need && i < n; i++)
+		if (mag_key(x[i]) == thr) {
+			bits[i / 64] |= 1ull << (i % 64);
+			need--;
+		}
+}
+
+/* The same sums as the _ref: each float widened exactly and added alone. */
+static uint32_t abs_sum_neon(const float *x, uint32_t n, double *sum)
+{
+	uint32x4_t worst = vdupq_n_u32(0);
+	uint32_t i = 0, w;
+	for (; i + 4 <= n; i += 4) {
+		uint32x4_t u = keys4(x, i);
+		float32x4_t a = vreinterpretq_f32_u32(u);
+		worst = vmaxq_u32(worst, u);
+		vst1q_f64(sum + i, vaddq_f64(vld1q_f64(sum + i), vcvt_f64_f32(vget_low_f32(a))));
+		vst1q_f64(sum + i + 2, vaddq_f64(vld1q_f64(sum + i + 2), vcvt_high_f64_f32(a)));
+	}
+	w = vmaxvq_u32(worst);
+	uint32_t tail = sf_select_abs_sum_ref(x + i, n - i, sum + i);
+	return tail > w ? tail : w;
+}
+#endif
+
+// ----------------------------------------------------------------------------
 // the family's tables, indexed by enum sf_isa (engine/cpu.h); AVX2 has no
 // path of its own and repeats the reference
 
@@ -253,6 +347,13 @@ static void (*const topk_table[SF_NISA])(const float *, uint32_t, uint32_t, uint
 #else
 	[SF_ISA_AVX512] = sf_select_topk_ref,
 #endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = topk_neon_k,
+	[SF_ISA_DOTPROD] = topk_neon_k,
+#else
+	[SF_ISA_NEON] = sf_select_topk_ref,
+	[SF_ISA_DOTPROD] = sf_select_topk_ref,
+#endif
 };
 
 static uint32_t (*const abs_sum_table[SF_NISA])(const float *, uint32_t, double *) = {
@@ -262,6 +363,13 @@ static uint32_t (*const abs_sum_table[SF_NISA])(const float *, uint32_t, double 
 	[SF_ISA_AVX512] = abs_sum_avx512,
 #else
 	[SF_ISA_AVX512] = sf_select_abs_sum_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = abs_sum_neon,
+	[SF_ISA_DOTPROD] = abs_sum_neon,
+#else
+	[SF_ISA_NEON] = sf_select_abs_sum_ref,
+	[SF_ISA_DOTPROD] = sf_select_abs_sum_ref,
 #endif
 };
 

@@ -14,6 +14,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 /* Rows of the triangle a worker takes at a time, and the width of the
  * column tiles: two tiles of bit vectors (2 x 32 x 512 bytes) stay in L1. */
@@ -85,12 +88,37 @@ TVPOPCNT static void pairs_avx512(const uint64_t *bits, size_t stride, size_t wo
 }
 #endif
 
+#if defined(__aarch64__)
+/* CNT on 128 bits at a time, the byte counts widened into 32-bit sums;
+ * one horizontal add per pair and pass. */
+INL uint64_t and_count_neon(const uint64_t *a, const uint64_t *b, size_t words)
+{
+	uint32x4_t acc = vdupq_n_u32(0);
+	size_t w = 0;
+	for (; w + 2 <= words; w += 2) {
+		uint8x16_t c = vcntq_u8(vreinterpretq_u8_u64(vandq_u64(vld1q_u64(a + w),
+								      vld1q_u64(b + w))));
+		acc = vpadalq_u16(acc, vpaddlq_u8(c));
+	}
+	uint64_t c = vaddlvq_u32(acc);
+	if (w < words)
+		c += (uint64_t)__builtin_popcountll(a[w] & b[w]);
+	return c;
+}
+
+static void pairs_neon(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
+		       uint32_t i0, uint32_t i1, uint32_t *pairs)
+{
+	pairs_tiles(bits, stride, words, n, i0, i1, pairs, and_count_neon);
+}
+#endif
+
 typedef void pairs_fn(const uint64_t *, size_t, size_t, uint32_t, uint32_t, uint32_t,
 		      uint32_t *);
 
 /* The family's table, indexed by enum sf_isa: POPCNT belongs to the AVX2
  * level, VPOPCNTQ to AVX-512 when the CPU has avx512vpopcntdq beside it
- * (pairs_level). */
+ * (pairs_level), CNT to both aarch64 levels. */
 static const struct {
 	const char *name;
 	pairs_fn *fn;
@@ -102,6 +130,13 @@ static const struct {
 #else
 	[SF_ISA_AVX2] = { "ref", sf_coact_pairs_ref },
 	[SF_ISA_AVX512] = { "ref", sf_coact_pairs_ref },
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = { "neon", pairs_neon },
+	[SF_ISA_DOTPROD] = { "neon", pairs_neon },
+#else
+	[SF_ISA_NEON] = { "ref", sf_coact_pairs_ref },
+	[SF_ISA_DOTPROD] = { "ref", sf_coact_pairs_ref },
 #endif
 };
 

@@ -32,8 +32,8 @@ void sf_coact_pairs(const uint64_t *bits, size_t stride, size_t words, uint32_t 
 		    uint32_t i0, uint32_t i1, uint32_t *pairs);
 void sf_coact_pairs_ref(const uint64_t *bits, size_t stride, size_t words, uint32_t n,
 			uint32_t i0, uint32_t i1, uint32_t *pairs);
-/* The pair kernel sf_coact_pairs runs now: "avx512" (VPOPCNTQ), "popcnt"
- * or "ref". */
+/* The pair kernel sf_coact_pairs runs now: "avx512" (VPOPCNTQ), "popcnt",
+ * "neon" (CNT, aarch64) or "ref". */
 const char *sf_coact_kernel(void);
 
 #endif

@@ -425,6 +425,8 @@ static encode_fn *const encode_paths[SF_NISA] = {
 	[SF_ISA_AVX2] = sf_trellis_encode_ref,
 	[SF_ISA_AVX512] = sf_trellis_encode_ref,
 #endif
+	[SF_ISA_NEON] = sf_trellis_encode_ref,
+	[SF_ISA_DOTPROD] = sf_trellis_encode_ref,
 };
 
 void sf_trellis_encode(const float *const *x, int n, size_t m, uint8_t *const *codes,
