@@ -1,5 +1,6 @@
-# sf-serve's tests' set-up (sf-serve.bats, sf-serve-openai.bats): a server
-# on a loopback port the kernel picks, waited for, and ended by SIGTERM.
+# sf-serve's tests' set-up (sf-serve.bats, sf-serve-openai.bats,
+# sf-serve-ollama.bats): a server on a loopback port the kernel picks,
+# waited for, and ended by SIGTERM; a POST and a metric's value.
 
 # Starts sf-serve with the arguments (after --model MODEL --port 0, or
 # with SERVE_IMAGE set that image instead of --model) and waits until
@@ -40,4 +41,19 @@ teardown() {
 		SP=
 		[ "$rc" -eq 0 ] || { echo "sf-serve exited $rc"; cat "$LOG"; return 1; }
 	fi
+}
+
+# POST body to path: the body in $output, the status in $code.
+post() {
+	local path=$1 body=$2
+	shift 2
+	output=$(curl -s -w '\n%{http_code}' "$@" -H 'Content-Type: application/json' \
+		--data-binary "$body" "$URL$path")
+	code=${output##*$'\n'}
+	output=${output%$'\n'*}
+}
+
+# The value of a metric line of /metrics.
+metric() {
+	curl -s "$URL/metrics" | sed -n "s/^$1 //p"
 }

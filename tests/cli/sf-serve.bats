@@ -7,21 +7,6 @@
 load helpers
 load serve-helpers
 
-# POST body to path: the body in $output, the status in $code.
-post() {
-	local path=$1 body=$2
-	shift 2
-	output=$(curl -s -w '\n%{http_code}' "$@" -H 'Content-Type: application/json' \
-		--data-binary "$body" "$URL$path")
-	code=${output##*$'\n'}
-	output=${output%$'\n'*}
-}
-
-# The value of a metric line of /metrics.
-metric() {
-	curl -s "$URL/metrics" | sed -n "s/^$1 //p"
-}
-
 @test "sf-serve: --help lists the options; no model is a usage error" {
 	run sf-serve --help
 	[ "$status" -eq 0 ]
