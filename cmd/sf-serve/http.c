@@ -245,7 +245,8 @@ static enum MHD_Result completion(struct request *q, struct MHD_Connection *c, i
 	return send_json(q, c, failed ? 500 : 200, answer, NULL);
 }
 
-/* The endpoints past /health: OpenAI's (also without /v1) and ollama's. */
+/* The endpoints past /health: OpenAI's (those but /metrics also under
+ * /v1) and ollama's. */
 enum ep_kind { EP_MODELS, EP_METRICS, EP_COMPLETION, EP_CHAT, EP_TAGS, EP_VERSION, EP_SHOW };
 static const struct endpoint {
 	const char *path;
@@ -253,11 +254,8 @@ static const struct endpoint {
 	int post;
 	enum api_wire wire;
 } endpoints[] = {
-	{ "/v1/models", EP_MODELS, 0, WIRE_OPENAI },
 	{ "/models", EP_MODELS, 0, WIRE_OPENAI },
-	{ "/v1/completions", EP_COMPLETION, 1, WIRE_OPENAI },
 	{ "/completions", EP_COMPLETION, 1, WIRE_OPENAI },
-	{ "/v1/chat/completions", EP_CHAT, 1, WIRE_OPENAI },
 	{ "/chat/completions", EP_CHAT, 1, WIRE_OPENAI },
 	{ "/metrics", EP_METRICS, 0, WIRE_OPENAI },
 	{ "/api/tags", EP_TAGS, 0, WIRE_OLLAMA },
@@ -269,9 +267,12 @@ static const struct endpoint {
 
 static const struct endpoint *find_endpoint(const char *path)
 {
-	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++)
-		if (!strcmp(path, endpoints[i].path))
-			return &endpoints[i];
+	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
+		const struct endpoint *ep = &endpoints[i];
+		if (!strcmp(path, ep->path) || (ep->wire == WIRE_OPENAI && ep->kind != EP_METRICS &&
+						!strncmp(path, "/v1/", 4) && !strcmp(path + 3, ep->path)))
+			return ep;
+	}
 	return NULL;
 }
 

@@ -57,3 +57,22 @@ post() {
 metric() {
 	curl -s "$URL/metrics" | sed -n "s/^$1 //p"
 }
+
+# A client streaming BODY from PATH in the background (CP its pid, its
+# output in $BATS_TEST_TMPDIR/stream), waited for until its first bytes.
+stream_in_background() {
+	curl -sN -H 'Content-Type: application/json' --data-binary "$2" "$URL$1" \
+		>"$BATS_TEST_TMPDIR/stream" 3>&- &
+	CP=$!
+	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
+	[ -s "$BATS_TEST_TMPDIR/stream" ]
+}
+
+# The client CP goes away; waits until the server has freed its slot.
+drop_client() {
+	kill "$CP"
+	wait "$CP" || true
+	CP=
+	for _ in $(seq 100); do [ "$(metric sf_slots_busy)" = 0 ] && break; sleep 0.05; done
+	[ "$(metric sf_slots_busy)" = 0 ]
+}

@@ -83,40 +83,32 @@ split_stream() {
 
 @test "sf-serve ollama: errors are {\"error\": ...}: malformed 400, unknown model 404, wrong types 400" {
 	start_server
+	# each case: the status, the path, the body, then the answer
+	while IFS='|' read -r want path body answer; do
+		post "$path" "$body"
+		echo "$path $body: $code $output"
+		[ "$code" = "$want" ]
+		[ "$output" = "$answer" ]
+	done <<-'EOF'
+	404|/api/chat|{"model": "mistral", "messages": [{"role": "user", "content": "x"}]}|{"error":"model 'mistral' not found"}
+	400|/api/generate|{"prompt": "x"}|{"error":"model is required"}
+	400|/api/generate|{"model": "mix4-1m", "prompt": "x", "options": {"temperature": "hot"}}|{"error":"'temperature': expected a number"}
+	400|/api/generate|{"model": "mix4-1m", "prompt": "x", "options": [1]}|{"error":"'options': expected an object"}
+	400|/api/generate|{"model": "mix4-1m", "prompt": 5}|{"error":"'prompt': expected a string (or an array of one string)"}
+	400|/api/chat|{"model": "mix4-1m", "messages": [{"role": "wizard", "content": "x"}]}|{"error":"'messages[0].role': 'wizard' is not system, developer, user or assistant"}
+	404|/api/nothing|{}|{"error":"no such endpoint"}
+	EOF
 	post /api/generate '{"model": "mix4-1m", "prompt": '
 	[ "$code" = 400 ]
-	[ "$(echo "$output" | jq -r '.error | type')" = string ]
 	[[ "$(echo "$output" | jq -r .error)" == "the body is not JSON: "* ]]
-	post /api/chat '{"model": "mistral", "messages": [{"role": "user", "content": "x"}]}'
-	[ "$code" = 404 ]
-	[ "$output" = '{"error":"model '"'"'mistral'"'"' not found"}' ]
-	post /api/generate '{"prompt": "x"}'
-	[ "$code" = 400 ]
-	[ "$output" = '{"error":"model is required"}' ]
-	post /api/generate '{"model": "mix4-1m", "prompt": "x", "options": {"temperature": "hot"}}'
-	[ "$code" = 400 ]
-	[ "$output" = '{"error":"'"'"'temperature'"'"': expected a number"}' ]
-	post /api/generate '{"model": "mix4-1m", "prompt": "x", "options": [1]}'
-	[ "$code" = 400 ]
-	post /api/chat '{"model": "mix4-1m", "messages": [{"role": "wizard", "content": "x"}]}'
-	[ "$code" = 400 ]
-	run curl -s -w '\n%{http_code}' "$URL/api/nothing"
-	[ "${lines[1]}" = 404 ]
-	[ "${lines[0]}" = '{"error":"no such endpoint"}' ]
 	[ "$(curl -s "$URL/health")" = '{"status":"ok"}' ]
 }
 
 @test "sf-serve ollama: a streaming client that goes away frees its slot" {
 	SF_SERVE_TOKEN_DELAY_MS=20 start_server --parallel 1 -t 1
-	curl -sN -d '{"model": "mix4-1m", "prompt": "In the beginning", "options": {"num_predict": 1000, "ignore_eos": true}}' \
-		"$URL/api/generate" >"$BATS_TEST_TMPDIR/stream" 3>&- &
-	CP=$!
-	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
+	stream_in_background /api/generate '{"model": "mix4-1m", "prompt": "In the beginning", "options": {"num_predict": 1000, "ignore_eos": true}}'
 	[ "$(metric sf_slots_busy)" = 1 ]
-	kill "$CP"
-	wait "$CP" || true
-	CP=
-	for _ in $(seq 100); do [ "$(metric sf_slots_busy)" = 0 ] && break; sleep 0.05; done
-	[ "$(metric sf_slots_busy)" = 0 ]
+	[ "$(head -n 1 "$BATS_TEST_TMPDIR/stream" | jq -r .done)" = false ]
+	drop_client
 	[ "$(metric sf_cancelled_total)" = 1 ]
 }

@@ -160,11 +160,7 @@ load serve-helpers
 @test "sf-serve: a full queue is 503 with Retry-After; /health answers while busy; a client that goes away frees its slot" {
 	SF_SERVE_TOKEN_DELAY_MS=20 start_server --parallel 1 --queue 0 -t 1
 	long='{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}'
-	curl -sN -H 'Content-Type: application/json' --data-binary "$long" "$URL/v1/completions" \
-		>"$BATS_TEST_TMPDIR/stream" 3>&- &
-	CP=$!
-	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
-	[ -s "$BATS_TEST_TMPDIR/stream" ]
+	stream_in_background /v1/completions "$long"
 	[ "$(metric sf_slots_busy)" = 1 ]
 	run curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$URL/health"
 	[ "$output" = 200 ]
@@ -172,11 +168,7 @@ load serve-helpers
 	[[ "$output" == "HTTP/1.1 503"* ]]
 	[[ "$output" == *"Retry-After: 1"* ]]
 	[[ "$output" == *'"code":"queue_full"'* ]]
-	kill "$CP"
-	wait "$CP" || true
-	CP=
-	for _ in $(seq 100); do [ "$(metric sf_slots_busy)" = 0 ] && break; sleep 0.05; done
-	[ "$(metric sf_slots_busy)" = 0 ]
+	drop_client
 	[ "$(metric sf_cancelled_total)" = 1 ]
 	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 4}'
 	[ "$code" = 200 ]
@@ -193,11 +185,7 @@ load serve-helpers
 
 @test "sf-serve: a client that goes away while queued leaves the queue at once" {
 	SF_SERVE_TOKEN_DELAY_MS=20 start_server --parallel 1 --queue 1 -t 1
-	curl -sN -H 'Content-Type: application/json' \
-		-d '{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
-		"$URL/v1/completions" >"$BATS_TEST_TMPDIR/stream" 3>&- &
-	CP=$!
-	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
+	stream_in_background /v1/completions '{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}'
 	run curl -s --max-time 0.5 -H 'Content-Type: application/json' -d '{"prompt": "x"}' \
 		"$URL/v1/completions"
 	[ "$status" -eq 28 ]
