@@ -690,8 +690,16 @@ int api_metrics(struct sbuf *out, const struct server *s)
 		      (double)s->round_tokens);
 	ret |= metric(out, "sf_batched_tokens_max", "gauge", "the most slots' tokens one pass "
 		      "over the weights fed", (double)s->pass_max);
-	if (s->sparse)
+	if (s->sparse) {
 		ret |= metric(out, "sf_flash_bytes_read_total", "counter", "bytes read from the image",
 			      (double)s->flash_bytes);
+		ret |= metric(out, "sf_cache_lookups_total", "counter", "the column cache's lookups",
+			      (double)s->cache_lookups);
+		ret |= metric(out, "sf_cache_hits_total", "counter", "the column cache's hits",
+			      (double)s->cache_hits);
+		ret |= metric(out, "sf_cache_hit_ratio", "gauge", "the column cache's hits over its "
+			      "lookups so far (0 before any)", s->cache_lookups
+			      ? (double)s->cache_hits / (double)s->cache_lookups : 0.0);
+	}
 	return ret ? -ENOMEM : 0;
 }

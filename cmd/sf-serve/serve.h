@@ -133,6 +133,8 @@ struct server {
 	uint64_t prompt_tokens, completion_tokens;
 	uint64_t prompt_reused;		/* prompt tokens kept in a slot's KV cache */
 	uint64_t flash_bytes;		/* IMAGE: bytes read, after the last round */
+	uint64_t cache_lookups, cache_hits;	/* IMAGE: the column cache's, after the
+						 * last round (sf_sparse_cache_counts) */
 	uint64_t rounds, round_tokens;	/* the decoder's rounds, and the tokens their
 					 * batched passes fed */
 	int pass_max;			/* the most tokens one such pass fed */

@@ -477,8 +477,10 @@ static void *decoder(void *arg)
 		s->round_tokens += (uint64_t)n;
 		if (n > s->pass_max)
 			s->pass_max = n;
-		if (s->sparse)
+		if (s->sparse) {
 			s->flash_bytes = sf_sparse_bytes_moved(s->sparse);
+			sf_sparse_cache_counts(s->sparse, &s->cache_lookups, &s->cache_hits);
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;

@@ -7,6 +7,7 @@
 # /health says ready; URL is its address, SP its pid.
 start_server() {
 	LOG=$BATS_TEST_TMPDIR/serve.log
+	: >"$LOG"	# before the server's own redirection: read at once below
 	if [ -n "${SERVE_IMAGE:-}" ]; then
 		sf-serve --port 0 "$@" "$SERVE_IMAGE" 2>"$LOG" 3>&- &
 	else

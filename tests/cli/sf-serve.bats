@@ -224,7 +224,7 @@ load serve-helpers
 	[ "$(metric sf_batched_tokens_max)" = 2 ]
 }
 
-@test "sf-serve: from an image, a greedy completion is sf-run IMAGE's text; /metrics counts the bytes read" {
+@test "sf-serve: from an image, a greedy completion is sf-run IMAGE's text; /metrics counts the bytes read and the cache's hits" {
 	img=$BATS_TEST_TMPDIR/id.sfimg
 	sf-pack -q --model "$MODEL" -o "$img"
 	SERVE_IMAGE=$img start_server --parallel 2
@@ -232,6 +232,10 @@ load serve-helpers
 	[ "$code" = 200 ]
 	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run -q -p "In the beginning" -n 16 --temp 0 "$img")" ]
 	[ "$(metric sf_flash_bytes_read_total)" -gt 0 ]
+	# the column cache's counters, and a ratio of them in [0, 1]
+	[ "$(metric sf_cache_hits_total)" -le "$(metric sf_cache_lookups_total)" ]
+	ratio=$(metric sf_cache_hit_ratio)
+	jq -ne --argjson r "$ratio" '$r >= 0 and $r <= 1'
 }
 
 @test "sf-serve: SIGTERM finishes the request in flight, then exits 0; --log-format json" {
