@@ -1,8 +1,9 @@
 /* sf-serve's HTTP front end on libmicrohttpd, a thread per connection:
- * routes, the API key, CORS, bounded bodies, answers whole or streamed as
- * server-sent events (each token's text flushed as it comes), a client
- * that goes away cancelling its job, one log line per request. See
- * man/sf-serve.1. */
+ * routes (OpenAI's and ollama's in one table), the API key, CORS, bounded
+ * bodies, answers whole or streamed (server-sent events, or ollama's
+ * newline-delimited JSON; each token's text flushed as it comes), a
+ * client that goes away cancelling its job, one log line per request.
+ * See man/sf-serve.1. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
