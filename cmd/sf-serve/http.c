@@ -1,8 +1,9 @@
 /* sf-serve's HTTP front end on libmicrohttpd, a thread per connection:
- * routes, the API key, CORS, bounded bodies, answers whole or streamed as
- * server-sent events (each token's text flushed as it comes), a client
- * that goes away cancelling its job, one log line per request. See
- * man/sf-serve.1. */
+ * routes (OpenAI's and ollama's in one table), the API key, CORS, bounded
+ * bodies, answers whole or streamed (server-sent events, or ollama's
+ * newline-delimited JSON; each token's text flushed as it comes), a
+ * client that goes away cancelling its job, one log line per request.
+ * See man/sf-serve.1. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -77,10 +78,12 @@ static enum MHD_Result send_json(struct request *q, struct MHD_Connection *c, in
 	return ret;
 }
 
+/* An error in the shape of the request's API (OpenAI's, or ollama's
+ * under /api/). */
 static enum MHD_Result send_error(struct request *q, struct MHD_Connection *c, int status,
 				  const char *code, const char *msg)
 {
-	return send_json(q, c, status, api_error(msg, api_error_type(status), code),
+	return send_json(q, c, status, api_error_of(q->api.wire, status, code, msg),
 			 status == 503 ? "1" : NULL);
 }
 
@@ -160,11 +163,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			q->sent = to;
 		}
 		if (j->done && j->finish == FINISH_ERROR) {
-			json_t *e = api_error(j->error, "server_error", NULL);
-			char *d = json_dumps(e, JSON_COMPACT);
-			ret = ret || !d || sbuf_printf(&q->out, "data: %s\n\ndata: [DONE]\n\n", d);
-			free(d);
-			json_decref(e);
+			ret = ret || api_stream_error(&q->out, &q->api, j->error);
 			q->phase = 1;
 		} else if (j->done) {
 			ret = ret || api_chunk(&q->out, s, &q->api, q->id, q->created, CHUNK_FINISH,
@@ -172,7 +171,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			if (q->api.include_usage)
 				ret = ret || api_chunk(&q->out, s, &q->api, q->id, q->created,
 						       CHUNK_USAGE, NULL, 0, j);
-			ret = ret || sbuf_add(&q->out, "data: [DONE]\n\n", 14);
+			ret = ret || api_stream_end(&q->out, &q->api);
 			q->phase = 1;
 		}
 		if (q->phase)
@@ -183,15 +182,19 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 }
 
-/* POST /v1/completions and /v1/chat/completions. */
+/* POST /v1/completions and /v1/chat/completions, ollama's /api/generate
+ * and /api/chat: one request core, the answer in the wire's shape. */
 static enum MHD_Result completion(struct request *q, struct MHD_Connection *c, int chat)
 {
 	struct server *s = q->s;
 	json_t *err = NULL;
-	int status = api_parse(s, q->body.p ? q->body.p : "", q->body.n, chat, &q->api, &err);
+	int status = api_parse(s, q->body.p ? q->body.p : "", q->body.n, chat, q->api.wire,
+			       &q->api, &err);
 
 	if (status)
 		return send_json(q, c, status, err, NULL);
+	if (q->api.load)	/* ollama's "load the model": it is */
+		return send_json(q, c, 200, api_answer(s, &q->api, NULL, 0, "", 0, NULL), NULL);
 	static unsigned long long counter;
 	snprintf(q->id, sizeof(q->id), "%s-%llx%llx", chat ? "chatcmpl" : "cmpl",
 		 (unsigned long long)time(NULL), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
@@ -214,7 +217,8 @@ static enum MHD_Result completion(struct request *q, struct MHD_Connection *c, i
 									   stream_read, q, NULL);
 		if (!r)
 			return MHD_NO;
-		MHD_add_response_header(r, "Content-Type", "text/event-stream");
+		MHD_add_response_header(r, "Content-Type", q->api.wire == WIRE_OLLAMA
+					? "application/x-ndjson" : "text/event-stream");
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
 		add_cors(r);
 		q->status = 200;
@@ -233,13 +237,44 @@ static enum MHD_Result completion(struct request *q, struct MHD_Connection *c, i
 		q->status = 499;	/* nginx's "client closed request", for the log */
 		return MHD_NO;
 	}
-	json_t *answer = j->finish == FINISH_ERROR ? api_error(j->error, "server_error", NULL)
+	json_t *answer = j->finish == FINISH_ERROR ? api_error_of(q->api.wire, 500, NULL, j->error)
 		: api_answer(s, &q->api, q->id, q->created, j->text.p ? j->text.p : "",
 			     j->text.n, j);
 	int failed = j->finish == FINISH_ERROR;
 	drop_job(q);
 	pthread_mutex_unlock(&s->mu);
 	return send_json(q, c, failed ? 500 : 200, answer, NULL);
+}
+
+/* The endpoints past /health: OpenAI's (those but /metrics also under
+ * /v1) and ollama's. */
+enum ep_kind { EP_MODELS, EP_METRICS, EP_COMPLETION, EP_CHAT, EP_TAGS, EP_VERSION, EP_SHOW };
+static const struct endpoint {
+	const char *path;
+	enum ep_kind kind;
+	int post;
+	enum api_wire wire;
+} endpoints[] = {
+	{ "/models", EP_MODELS, 0, WIRE_OPENAI },
+	{ "/completions", EP_COMPLETION, 1, WIRE_OPENAI },
+	{ "/chat/completions", EP_CHAT, 1, WIRE_OPENAI },
+	{ "/metrics", EP_METRICS, 0, WIRE_OPENAI },
+	{ "/api/tags", EP_TAGS, 0, WIRE_OLLAMA },
+	{ "/api/version", EP_VERSION, 0, WIRE_OLLAMA },
+	{ "/api/show", EP_SHOW, 1, WIRE_OLLAMA },
+	{ "/api/generate", EP_COMPLETION, 1, WIRE_OLLAMA },
+	{ "/api/chat", EP_CHAT, 1, WIRE_OLLAMA },
+};
+
+static const struct endpoint *find_endpoint(const char *path)
+{
+	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
+		const struct endpoint *ep = &endpoints[i];
+		if (!strcmp(path, ep->path) || (ep->wire == WIRE_OPENAI && ep->kind != EP_METRICS &&
+						!strncmp(path, "/v1/", 4) && !strcmp(path + 3, ep->path)))
+			return ep;
+	}
+	return NULL;
 }
 
 static enum MHD_Result route(struct request *q, struct MHD_Connection *c)
@@ -268,6 +303,11 @@ static enum MHD_Result route(struct request *q, struct MHD_Connection *c)
 		return ready ? send_json(q, c, 200, json_pack("{s:s}", "status", "ok"), NULL)
 			: send_error(q, c, 503, "loading", "the model is loading");
 	}
+	if (!strcmp(p, "/") && get)	/* ollama's heartbeat, which its clients ask first */
+		return send_buf(q, c, 200, "text/plain; charset=utf-8", "Ollama is running", 17,
+				NULL);
+	if (!strncmp(p, "/api/", 5))	/* errors in ollama's shape */
+		q->api.wire = WIRE_OLLAMA;
 	if (s->api_key) {
 		const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 							       MHD_HTTP_HEADER_AUTHORIZATION);
@@ -275,16 +315,14 @@ static enum MHD_Result route(struct request *q, struct MHD_Connection *c)
 			return send_error(q, c, 401, "invalid_api_key", auth ? "invalid API key"
 					  : "an API key is required: Authorization: Bearer KEY");
 	}
-	if (!strncmp(p, "/v1/", 4))
-		p += 3;
-	int models = !strcmp(p, "/models"), metrics = !strcmp(q->path, "/metrics"),
-		cmpl = !strcmp(p, "/completions"), chat = !strcmp(p, "/chat/completions");
-	if (!models && !metrics && !cmpl && !chat)
+	const struct endpoint *ep = find_endpoint(q->path);
+	if (!ep)
 		return send_error(q, c, 404, "not_found", "no such endpoint");
-	if (((models || metrics) && !get) || ((cmpl || chat) && !post))
-		return send_error(q, c, 405, "method_not_allowed", models || metrics
-				  ? "this endpoint takes GET" : "this endpoint takes POST");
-	if (metrics) {
+	q->api.wire = ep->wire;
+	if ((ep->post && !post) || (!ep->post && !get))
+		return send_error(q, c, 405, "method_not_allowed", ep->post
+				  ? "this endpoint takes POST" : "this endpoint takes GET");
+	if (ep->kind == EP_METRICS) {
 		struct sbuf b = { 0 };
 		pthread_mutex_lock(&s->mu);
 		int ret = api_metrics(&b, s);
@@ -294,16 +332,25 @@ static enum MHD_Result route(struct request *q, struct MHD_Connection *c)
 		sbuf_free(&b);
 		return mr;
 	}
+	if (ep->kind == EP_VERSION)
+		return send_json(q, c, 200, api_version(), NULL);
 	if (!ready)
 		return send_error(q, c, 503, "loading", "the model is loading");
-	if (models)
+	if (ep->kind == EP_MODELS)
 		return send_json(q, c, 200, api_models(s), NULL);
+	if (ep->kind == EP_TAGS)
+		return send_json(q, c, 200, api_tags(s), NULL);
 	if (q->too_large) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "the body is larger than %zu bytes", s->max_body);
 		return send_error(q, c, 413, "request_too_large", msg);
 	}
-	return completion(q, c, chat);
+	if (ep->kind == EP_SHOW) {
+		json_t *out;
+		int status = api_show(s, q->body.p ? q->body.p : "", q->body.n, &out);
+		return send_json(q, c, status ? status : 200, out, NULL);
+	}
+	return completion(q, c, ep->kind == EP_CHAT);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,

@@ -1,9 +1,12 @@
 /* sf-serve: an OpenAI-compatible HTTP server over one model, dense from a
  * model directory in RAM (--model MODEL) or sparse from an sf-pack image.
  * /v1/completions, /v1/chat/completions (streamed as server-sent events
- * with "stream": true), /v1/models, /health and /metrics; requests decode
- * in --parallel slots, each with its own KV cache. See man/sf-serve.1. */
+ * with "stream": true), /v1/models, /health and /metrics, and ollama's
+ * /api/generate, /api/chat, /api/tags, /api/show and /api/version;
+ * requests decode in --parallel slots, each with its own KV cache. See
+ * man/sf-serve.1. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -12,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,7 +76,8 @@ static const struct sf_cmd cmd = {
 	"       sf-serve [options] IMAGE\n"
 	"Serve a language model over HTTP with OpenAI's API: /v1/completions,\n"
 	"/v1/chat/completions (streamed with \"stream\": true), /v1/models,\n"
-	"/health and /metrics.\n",
+	"/health and /metrics; and with ollama's: /api/generate, /api/chat,\n"
+	"/api/tags, /api/show and /api/version.\n",
 	options,
 	"  sf-serve --model models/mix4-1m --port 8080\n"
 	"  curl -s localhost:8080/v1/completions -d '{\"prompt\": \"In the beginning\",\n"
@@ -171,6 +176,33 @@ static int listen_on(const char *host, int port, int *bound, struct sf_err *e)
 	return fd;
 }
 
+/* The bytes of the model's files (a directory's regular files, one level)
+ * and its time of change, for ollama's /api/tags; 0 when not known. */
+static void model_files(const char *path, uint64_t *bytes, time_t *mtime)
+{
+	struct stat st;
+	DIR *d;
+
+	*bytes = 0;
+	*mtime = 0;
+	if (stat(path, &st))
+		return;
+	*mtime = st.st_mtime;
+	if (!S_ISDIR(st.st_mode) || !(d = opendir(path))) {
+		*bytes = (uint64_t)st.st_size;
+		return;
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		struct stat f;
+		if (!fstatat(dirfd(d), de->d_name, &f, 0) && S_ISREG(f.st_mode)) {
+			*bytes += (uint64_t)f.st_size;
+			if (f.st_mtime > *mtime)
+				*mtime = f.st_mtime;
+		}
+	}
+	closedir(d);
+}
+
 /* The model, the slots and the decoder. */
 static int load(struct server *s, const struct options *o, struct sf_err *e)
 {
@@ -185,7 +217,9 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 		return sf_err_set(e, -EINVAL, "--ctx-size %d: the model supports at most %d "
 				  "positions", s->ctx, s->model.cfg.max_seq_len);
 	s->batch = o->batch < s->ctx ? o->batch : s->ctx;
+	s->own_tmpl = 1;
 	if ((ret = sf_cli_chat_template(s->tok, o->mo.chat_template, name, &s->tmpl, e))) {
+		s->own_tmpl = 0;
 		/* as llama-server: chatml when the model names none we know */
 		s->tmpl = sf_chat_find("chatml");
 		if (o->verbose)
@@ -216,6 +250,7 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 	}
 	if (o->verbose)
 		sf_cli_model_summary(name, &s->model, s->ctx, o->threads);
+	model_files(name, &s->model_bytes, &s->model_mtime);
 	return serve_decoder_start(s, e);
 }
 

@@ -1,6 +1,6 @@
 /* sf-serve's parts: the server's state, a request's job and the slots
- * that decode the jobs (slots.c), the OpenAI requests and answers in JSON
- * (api.c), the HTTP front end on libmicrohttpd (http.c) and main.c's
+ * that decode the jobs (slots.c), the requests and answers in JSON in
+ * OpenAI's and ollama's shapes (api.c), the HTTP front end on libmicrohttpd (http.c) and main.c's
  * options. See man/sf-serve.1. */
 #ifndef SF_SERVE_H
 #define SF_SERVE_H
@@ -27,6 +27,7 @@
 #define SERVE_DEFAULT_MAX_BODY 1048576	/* 1 MiB */
 #define SERVE_MAX_STOPS 16
 #define SERVE_DRAIN_SECONDS 30	/* SIGTERM: how long the requests in flight may finish */
+#define SERVE_OLLAMA_VERSION "0.9.0"	/* /api/version: the ollama API level answered */
 
 /* A growing byte buffer. */
 struct sbuf {
@@ -64,6 +65,9 @@ struct job {
 	int done, cancelled, refs;
 	int in_queue;		/* queued, not in a slot yet */
 	char error[SF_ERR_MAX];	/* FINISH_ERROR's message */
+	/* when (sf_now_ns) it was queued, took a slot, had its prompt fed and
+	 * ended: ollama's durations */
+	uint64_t t_submit, t_start, t_prompt, t_done;
 	struct job *next;	/* in the queue */
 };
 void job_free(struct job *j);	/* accepts NULL */
@@ -92,6 +96,10 @@ struct server {
 	struct sf_sparse *sparse;	/* IMAGE; NULL for --model */
 	struct sf_pool *pool;
 	int ctx, batch, tmpl;
+	int own_tmpl;		/* tmpl is the model's or --chat-template's, not the
+				 * chatml fallback: ollama's /api/generate uses it */
+	uint64_t model_bytes;	/* the model's files, for /api/tags */
+	time_t model_mtime;
 	int32_t eot;		/* the chat template's end-of-turn token, or -1 */
 	const char *model_id;
 	time_t created;
@@ -125,6 +133,8 @@ struct server {
 	uint64_t prompt_tokens, completion_tokens;
 	uint64_t prompt_reused;		/* prompt tokens kept in a slot's KV cache */
 	uint64_t flash_bytes;		/* IMAGE: bytes read, after the last round */
+	uint64_t cache_lookups, cache_hits;	/* IMAGE: the column cache's, after the
+						 * last round (sf_sparse_cache_counts) */
 	uint64_t rounds, round_tokens;	/* the decoder's rounds, and the tokens their
 					 * batched passes fed */
 	int pass_max;			/* the most tokens one such pass fed */
@@ -146,28 +156,46 @@ int serve_submit(struct server *s, struct job *j);
  * at the next round) and the reference dropped. */
 void serve_job_release(struct server *s, struct job *j);
 
-/* api.c: the OpenAI requests and answers. */
+/* api.c: the requests and answers, one request core in two wire
+ * formats: OpenAI's (/v1/...: server-sent events, errors as
+ * {"error":{"message","type","code"}}) and ollama's (/api/...: the
+ * sampling fields under "options", newline-delimited JSON, errors as
+ * {"error":"..."}). */
+enum api_wire { WIRE_OPENAI, WIRE_OLLAMA };
 struct api_req {
+	enum api_wire wire;
 	int chat, stream, include_usage;
+	int load;		/* ollama: no prompt or messages, "load the model" */
 	struct job *job;
 };
 /* Parses a completion (chat: chat completion) request body into r (its
  * job tokenized); 0, or the HTTP status of the failure with *err set to
- * the OpenAI error (a new reference). */
-int api_parse(struct server *s, const char *body, size_t n, int chat, struct api_req *r,
-	      json_t **err);
+ * the error in the wire's shape (a new reference). */
+int api_parse(struct server *s, const char *body, size_t n, int chat, enum api_wire wire,
+	      struct api_req *r, json_t **err);
 json_t *api_error(const char *message, const char *type, const char *code);
+/* An error of that status in the wire's shape. */
+json_t *api_error_of(enum api_wire wire, int status, const char *code, const char *message);
 const char *api_error_type(int status);
-/* The whole answer of a finished job. */
+/* The whole answer of a finished job (ollama: with r->load, of none). */
 json_t *api_answer(const struct server *s, const struct api_req *r, const char *id,
 		   time_t created, const char *text, size_t n, const struct job *j);
 /* A stream's chunk: role (chat's first), a content delta, the finish or
- * the usage; appended as "data: JSON\n\n" to out. */
+ * the usage; appended to out as "data: JSON\n\n" (OpenAI's) or a line
+ * of JSON (ollama's, which has no role or usage chunks). */
 enum api_chunk { CHUNK_ROLE, CHUNK_DELTA, CHUNK_FINISH, CHUNK_USAGE };
 int api_chunk(struct sbuf *out, const struct server *s, const struct api_req *r,
 	      const char *id, time_t created, enum api_chunk kind, const char *text, size_t n,
 	      const struct job *j);
+/* A stream's end after the finish, or a failure's message in its place. */
+int api_stream_end(struct sbuf *out, const struct api_req *r);
+int api_stream_error(struct sbuf *out, const struct api_req *r, const char *message);
 json_t *api_models(const struct server *s);
+/* ollama's /api/tags and /api/version; /api/show of the body: 0 and
+ * *out the answer, or the status with *out the error. */
+json_t *api_tags(const struct server *s);
+json_t *api_version(void);
+int api_show(const struct server *s, const char *body, size_t n, json_t **out);
 /* The Prometheus text of /metrics (under mu). */
 int api_metrics(struct sbuf *out, const struct server *s);
 /* json_dumps that never fails on a text of invalid UTF-8 (bytes replaced

@@ -114,6 +114,7 @@ int serve_submit(struct server *s, struct job *j)
 	int ret = s->draining || s->stopping ? -ESHUTDOWN
 		: s->busy + s->queued >= s->nslots + s->queue_max ? -EBUSY : 0;
 	if (!ret) {
+		j->t_submit = sf_now_ns();
 		j->refs++;
 		j->in_queue = 1;
 		j->next = NULL;
@@ -218,6 +219,9 @@ static void finish(struct server *s, struct slot *sl, enum finish f)
 
 	j->finish = f;
 	j->done = 1;
+	j->t_done = sf_now_ns();
+	if (!j->t_prompt)	/* ended in its prompt */
+		j->t_prompt = j->t_start ? j->t_done : 0;
 	j->ready = j->text.n;
 	s->completion_tokens += j->ntokens;
 	s->prompt_tokens += sl->at > sl->reused ? sl->at - sl->reused : 0;
@@ -243,6 +247,7 @@ static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
 
 	if (s->delay_ms)	/* test only: SF_SERVE_TOKEN_DELAY_MS */
 		usleep((useconds_t)s->delay_ms * 1000);
+	j->t_start = sf_now_ns();
 	sf_detok_init(&sl->detok, s->tok, SF_DECODE_SKIP_SPECIAL);
 	if ((ret = sf_sampler_init(&sl->sampler, s->model.cfg.vocab_size, j->temp, j->top_p,
 				   j->seed, e)) ||
@@ -322,6 +327,8 @@ static int slot_step(struct server *s, struct slot *sl, int32_t *token_out)
 		memcpy(sl->hist + sl->at, j->prompt + sl->at, (size_t)T * sizeof(*sl->hist));
 		sl->at += (size_t)T;
 		sl->pos = sl->nhist = sl->at;
+		if (sl->at == j->nprompt)
+			j->t_prompt = sf_now_ns();
 		if (sl->at < j->nprompt || j->max_tokens != 0)
 			return 0;
 		f = FINISH_LENGTH;	/* max_tokens 0: the prompt only */
@@ -473,8 +480,10 @@ static void *decoder(void *arg)
 		s->round_tokens += (uint64_t)n;
 		if (n > s->pass_max)
 			s->pass_max = n;
-		if (s->sparse)
+		if (s->sparse) {
 			s->flash_bytes = sf_sparse_bytes_moved(s->sparse);
+			sf_sparse_cache_counts(s->sparse, &s->cache_lookups, &s->cache_hits);
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;

@@ -7,21 +7,6 @@
 load helpers
 load serve-helpers
 
-# POST body to path: the body in $output, the status in $code.
-post() {
-	local path=$1 body=$2
-	shift 2
-	output=$(curl -s -w '\n%{http_code}' "$@" -H 'Content-Type: application/json' \
-		--data-binary "$body" "$URL$path")
-	code=${output##*$'\n'}
-	output=${output%$'\n'*}
-}
-
-# The value of a metric line of /metrics.
-metric() {
-	curl -s "$URL/metrics" | sed -n "s/^$1 //p"
-}
-
 @test "sf-serve: --help lists the options; no model is a usage error" {
 	run sf-serve --help
 	[ "$status" -eq 0 ]
@@ -175,11 +160,7 @@ metric() {
 @test "sf-serve: a full queue is 503 with Retry-After; /health answers while busy; a client that goes away frees its slot" {
 	SF_SERVE_TOKEN_DELAY_MS=20 start_server --parallel 1 --queue 0 -t 1
 	long='{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}'
-	curl -sN -H 'Content-Type: application/json' --data-binary "$long" "$URL/v1/completions" \
-		>"$BATS_TEST_TMPDIR/stream" 3>&- &
-	CP=$!
-	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
-	[ -s "$BATS_TEST_TMPDIR/stream" ]
+	stream_in_background /v1/completions "$long"
 	[ "$(metric sf_slots_busy)" = 1 ]
 	run curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$URL/health"
 	[ "$output" = 200 ]
@@ -187,11 +168,7 @@ metric() {
 	[[ "$output" == "HTTP/1.1 503"* ]]
 	[[ "$output" == *"Retry-After: 1"* ]]
 	[[ "$output" == *'"code":"queue_full"'* ]]
-	kill "$CP"
-	wait "$CP" || true
-	CP=
-	for _ in $(seq 100); do [ "$(metric sf_slots_busy)" = 0 ] && break; sleep 0.05; done
-	[ "$(metric sf_slots_busy)" = 0 ]
+	drop_client
 	[ "$(metric sf_cancelled_total)" = 1 ]
 	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 4}'
 	[ "$code" = 200 ]
@@ -208,11 +185,7 @@ metric() {
 
 @test "sf-serve: a client that goes away while queued leaves the queue at once" {
 	SF_SERVE_TOKEN_DELAY_MS=20 start_server --parallel 1 --queue 1 -t 1
-	curl -sN -H 'Content-Type: application/json' \
-		-d '{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
-		"$URL/v1/completions" >"$BATS_TEST_TMPDIR/stream" 3>&- &
-	CP=$!
-	for _ in $(seq 200); do [ -s "$BATS_TEST_TMPDIR/stream" ] && break; sleep 0.05; done
+	stream_in_background /v1/completions '{"prompt": "In the beginning", "max_tokens": 1000, "ignore_eos": true, "stream": true}'
 	run curl -s --max-time 0.5 -H 'Content-Type: application/json' -d '{"prompt": "x"}' \
 		"$URL/v1/completions"
 	[ "$status" -eq 28 ]
@@ -251,7 +224,7 @@ metric() {
 	[ "$(metric sf_batched_tokens_max)" = 2 ]
 }
 
-@test "sf-serve: from an image, a greedy completion is sf-run IMAGE's text; /metrics counts the bytes read" {
+@test "sf-serve: from an image, a greedy completion is sf-run IMAGE's text; /metrics counts the bytes read and the cache's hits" {
 	img=$BATS_TEST_TMPDIR/id.sfimg
 	sf-pack -q --model "$MODEL" -o "$img"
 	SERVE_IMAGE=$img start_server --parallel 2
@@ -259,6 +232,10 @@ metric() {
 	[ "$code" = 200 ]
 	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run -q -p "In the beginning" -n 16 --temp 0 "$img")" ]
 	[ "$(metric sf_flash_bytes_read_total)" -gt 0 ]
+	# the column cache's counters, and a ratio of them in [0, 1]
+	[ "$(metric sf_cache_hits_total)" -le "$(metric sf_cache_lookups_total)" ]
+	ratio=$(metric sf_cache_hit_ratio)
+	jq -ne --argjson r "$ratio" '$r >= 0 and $r <= 1'
 }
 
 @test "sf-serve: SIGTERM finishes the request in flight, then exits 0; --log-format json" {

@@ -215,6 +215,11 @@ int sf_sparse_prefetch(const struct sf_sparse *sp);
  * bytes over a span of passes, e.g. speculative decoding's per token. */
 uint64_t sf_sparse_bytes_moved(const struct sf_sparse *sp);
 
+/* The column cache's lookups and hits so far (every group's; 0 without
+ * a cache): a few sums, cheap enough for every decode step, unlike
+ * sf_sparse_stats_json. */
+void sf_sparse_cache_counts(const struct sf_sparse *sp, uint64_t *lookups, uint64_t *hits);
+
 /* The --bench / --stats figures so far (see man/sf-run.1): a new object. */
 json_t *sf_sparse_stats_json(struct sf_sparse *sp);
 

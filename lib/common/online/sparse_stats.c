@@ -134,6 +134,16 @@ uint64_t sf_sparse_bytes_moved(const struct sf_sparse *sp)
 	return sp->st.bytes_moved;
 }
 
+void sf_sparse_cache_counts(const struct sf_sparse *sp, uint64_t *lookups, uint64_t *hits)
+{
+	struct sf_cache_stats cs = { 0 };
+
+	if (sp->cache.c)
+		sf_cache_stats(sp->cache.c, SF_NGROUPS, &cs);
+	*lookups = cs.lookups;
+	*hits = cs.hits;
+}
+
 json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 {
 	const struct sparse_stats *st = &sp->st;
