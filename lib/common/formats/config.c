@@ -606,7 +606,7 @@ static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, st
  * factors in this tensor, not as keys: each frequency divided by one. */
 static int gguf_rope_freqs(const struct sf_gguf *g, struct sf_config *c, struct sf_err *e)
 {
-	const struct sf_gguf_tensor *t = sf_gguf_tensor(g, "rope_freqs.weight");
+	const struct sf_gguf_tensor *t = sf_gguf_tensor(g, SF_GGUF_ROPE_FREQS);
 
 	if (!t)
 		return 0;

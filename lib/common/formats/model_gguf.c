@@ -164,6 +164,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 {
 	uint64_t total = 0, cols_max = 1;
 	uint8_t *arena = NULL, *at;
+	const struct sf_gguf_tensor **src = NULL;	/* (st->ntensors) each one's own */
 	struct conversion c = { 0 };
 	struct sf_pool *pool = NULL;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -176,7 +177,8 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	st->maps = calloc(1, sizeof(*st->maps));
 	st->map_sizes = calloc(1, sizeof(*st->map_sizes));
 	st->paths = calloc(1, sizeof(*st->paths));
-	if (!st->tensors || !st->maps || !st->map_sizes || !st->paths ||
+	src = calloc(g->ntensors ? g->ntensors : 1, sizeof(*src));
+	if (!st->tensors || !st->maps || !st->map_sizes || !st->paths || !src ||
 	    !(st->paths[0] = strdup(g->path))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", g->path);
 		goto fail;
@@ -189,9 +191,9 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		struct sf_tensor *t = &st->tensors[st->ntensors];
 		enum sf_dtype dt = engine_dtype(gt, element_only);
 
-		if (!strcmp(gt->name, "rope_freqs.weight"))
+		if (!strcmp(gt->name, SF_GGUF_ROPE_FREQS))
 			continue;
-		st->ntensors++;
+		src[st->ntensors++] = gt;
 
 		if (hf_name(gt->name, cfg->n_layers, t->name, sizeof(t->name))) {
 			ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s': not one %s computes",
@@ -237,29 +239,26 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		goto fail;
 	}
 	at = arena;
-	for (size_t i = 0, k = 0; i < g->ntensors; i++) {
-		const struct sf_gguf_tensor *gt = &g->tensors[i];
+	for (size_t k = 0; k < st->ntensors; k++) {
 		struct sf_tensor *t = &st->tensors[k];
-		if (!strcmp(gt->name, "rope_freqs.weight"))
-			continue;
-		k++;
 		if (t->data)
 			continue;
 		c.dst = at;
-		c.t = gt;
+		c.t = src[k];
 		c.dt = t->dtype;
 		sf_pool_run(pool, convert_worker, &c);
 		for (int x = 0; x < nth; x++)
 			if (c.ret[x]) {
 				ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite or "
 						 "beyond what q8 blocks with an f16 scale hold", g->path,
-						 gt->name);
+						 src[k]->name);
 				goto fail;
 			}
 		t->data = at;
 		at += (t->nbytes + 63) / 64 * 64;
 	}
 	free(c.rows);
+	free(src);
 	sf_pool_destroy(pool);
 	/* the mapping passes to st, whose release and close serve it; the
 	 * converted tensors' file pages are not needed again */
@@ -275,6 +274,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	return 0;
 fail:
 	free(c.rows);
+	free(src);
 	sf_pool_destroy(pool);
 	free(arena);
 	sf_safetensors_close(st);
