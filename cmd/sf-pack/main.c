@@ -308,7 +308,8 @@ static uint64_t pack_bytes(const struct sf_model *m, int dtype)
 	return most;
 }
 
-/* A GGUF model: the texts an image embeds, from its metadata, and with
+/* A GGUF model: the texts an image embeds, from its metadata (its
+ * tokenizer checked against the model in them), and with
  * --dtype keep for a quantized file the top tier nearest its bits (the
  * image's blocks run down columns, the file's along rows, so its blocks
  * cannot be kept as they are): q8 from 7 bits a weight of its layers'
@@ -317,13 +318,21 @@ static int gguf_inputs(struct options *o, const struct sf_config *cfg, char **te
 		       struct sf_err *e)
 {
 	struct sf_gguf g;
+	struct sf_tokenizer *tok;
 	uint64_t elems = 0, bytes = 0;
 	char types[160] = "";
 	int ret;
 
 	if ((ret = sf_gguf_open(&g, o->model_dir, e)))
 		return ret;
-	if ((ret = sf_tokenizer_gguf_texts(&g, &texts[1], &texts[2], e)))
+	/* the tokenizer checked in the texts the image will hold */
+	if ((ret = sf_tokenizer_gguf_texts(&g, &texts[1], &texts[2], e)) ||
+	    (ret = sf_tokenizer_open_mem(&tok, o->model_dir, texts[1], strlen(texts[1]), texts[2],
+					 strlen(texts[2]), e)))
+		goto out;
+	ret = sf_tokenizer_check_model(tok, cfg->vocab_size, e);
+	sf_tokenizer_close(tok);
+	if (ret)
 		goto out;
 	if (!(texts[0] = sf_config_json(cfg))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", o->model_dir);
@@ -381,9 +390,10 @@ static int pack(struct options *o)
 
 	if ((ret = sf_model_open_elements(&m, o->model_dir, &e)))
 		goto out;
-	if ((sf_gguf_probe(o->model_dir) && (ret = gguf_inputs(o, &m.cfg, texts, &e))) ||
+	int gguf = sf_gguf_probe(o->model_dir);
+	if ((gguf && (ret = gguf_inputs(o, &m.cfg, texts, &e))) ||
 	    (ret = sf_model_dense_ffn(&m, o->model_dir, &e)) ||
-	    (ret = sf_tokenizer_open_model(NULL, o->model_dir, m.cfg.vocab_size, &e)) ||
+	    (!gguf && (ret = sf_tokenizer_open_model(NULL, o->model_dir, m.cfg.vocab_size, &e))) ||
 	    (o->placement && (ret = sf_placement_read(&pl, o->placement, &e))) ||
 	    (o->codes && (ret = sf_sfq_open(&q, o->codes, &e))) ||
 	    (o->calib && (ret = sf_calib_load(&cal, o->calib, &e))) ||
