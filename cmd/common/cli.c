@@ -554,11 +554,14 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 	uint64_t dim = (uint64_t)c->dim, q = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
 	uint64_t kv = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
 	uint64_t ffn = 3 * dim * (uint64_t)c->hidden_dim;
-	/* a mixture: each expert an FFN, and the router's row per expert */
+	/* a mixture: each expert an FFN, and the router's row per expert;
+	 * a shared expert an FFN of its width and its gate's row */
 	uint64_t ffns = c->n_experts ? (uint64_t)c->n_experts * (ffn + dim) : ffn;
-	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + ffns +
-			 (c->qkv_bias ? q + 2 * kv : 0) +
-			 (c->qk_norm ? 2 * (uint64_t)c->head_dim : 0);
+	uint64_t shared = c->shared_hidden_dim ? 3 * dim * (uint64_t)c->shared_hidden_dim + dim : 0;
+	uint64_t qk = c->qk_norm == SF_QK_NORM_HEAD ? 2 * (uint64_t)c->head_dim
+		      : c->qk_norm == SF_QK_NORM_ALL ? q + kv : 0;
+	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + ffns + shared +
+			 (c->qkv_bias ? q + 2 * kv : 0) + qk;
 	uint64_t params = (uint64_t)c->vocab_size * dim * (c->tie_embeddings ? 1 : 2) + dim +
 			  (uint64_t)c->n_layers * layer;
 

@@ -1,11 +1,15 @@
 #!/usr/bin/python3
 """The oracle of tests/cli/sf-run-oracle.bats: a literal NumPy forward pass
-of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM,
-in float64, as transformers' modeling_llama.py, modeling_qwen3.py and
-modeling_mixtral.py compute it, and the writer of the tiny random F32
-checkpoints it runs on.
+of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM and the mixtures of
+experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and
+OlmoeForCausalLM, in float64, as transformers' modeling_llama.py,
+modeling_qwen3.py, modeling_mixtral.py, modeling_qwen2_moe.py,
+modeling_qwen3_moe.py and modeling_olmoe.py compute it, and the writer of
+the tiny random F32 checkpoints it runs on.
 
-  hf_forward.py write DIR ARCH SEED     a checkpoint in Hugging Face layout
+  hf_forward.py write DIR ARCH SEED [SHARDS]
+                                        a checkpoint in Hugging Face layout,
+                                        in SHARDS files behind an index
   hf_forward.py nll DIR IDS             mean nll of IDS[1:] given the prefix
   hf_forward.py greedy DIR N IDS        the text of N greedy tokens after IDS
 
@@ -35,7 +39,28 @@ SHAPES = {
     # 4 experts, 2 a token: every expert has tokens, and none has all
     "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral",
                     tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2),
+    # the top 2 not renormalised; experts narrower than intermediate_size
+    # (which only dense layers would use) and a wider shared expert;
+    # Qwen2's q/k/v biases
+    "qwen2_moe": dict(architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe",
+                      tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=32, shared_expert_intermediate_size=80,
+                      norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[]),
+    # Qwen3's per-head q/k norms and head_dim, 8 experts, 3 a token, renormalised
+    "qwen3_moe": dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+                      head_dim=16, tie_word_embeddings=False, attention_bias=False,
+                      num_experts=8, num_experts_per_tok=3, moe_intermediate_size=40,
+                      norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[]),
+    # q/k norms over the whole projection, clip_qkv low enough to clip,
+    # 8 experts of intermediate_size, 3 a token, not renormalised, and
+    # rms_norm_eps left to OlmoeConfig's 1e-5
+    "olmoe": dict(architectures=["OlmoeForCausalLM"], model_type="olmoe",
+                  tie_word_embeddings=False, num_experts=8, num_experts_per_tok=3,
+                  norm_topk_prob=False, clip_qkv=2.5, rms_norm_eps=None),
 }
+
+# rms_norm_eps where the config leaves it out: each config class's default
+EPS = {"mixtral": 1e-5, "olmoe": 1e-5}
 
 
 # --- checkpoint
@@ -55,6 +80,35 @@ def write_safetensors(path, tensors):
             f.write(a.tobytes())
 
 
+def write_shards(d, tensors, n):
+    """tensors in n files model-0000i-of-0000n.safetensors beside
+    model.safetensors.index.json, as transformers' save_pretrained shards."""
+    names = list(tensors)
+    weight_map, total = {}, 0
+    for i in range(n):
+        f = "model-%05d-of-%05d.safetensors" % (i + 1, n)
+        part = {k: tensors[k] for k in names[i::n]}
+        write_safetensors(os.path.join(d, f), part)
+        for k, a in part.items():
+            weight_map[k] = f
+            total += a.size * 4
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
+
+
+def read_checkpoint(d):
+    """Every tensor of the checkpoint in d, one file or shards."""
+    index = os.path.join(d, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return read_safetensors(os.path.join(d, "model.safetensors"))
+    with open(index) as f:
+        files = sorted(set(json.load(f)["weight_map"].values()))
+    out = {}
+    for f in files:
+        out.update(read_safetensors(os.path.join(d, f)))
+    return out
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -70,12 +124,24 @@ def head_dim(c):
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
 
-def write(d, arch, seed):
+def moe_names(c):
+    """A mixture's prefix in a layer and its experts' three matrices."""
+    if c["model_type"] == "mixtral":
+        return "block_sparse_moe.", ("w1", "w3", "w2")
+    return "mlp.", ("gate_proj", "up_proj", "down_proj")
+
+
+def n_experts(c):
+    return c.get("num_local_experts") or c.get("num_experts") or 0
+
+
+def write(d, arch, seed, shards=1):
     c = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=268, max_position_embeddings=256,
              rms_norm_eps=1e-6, rope_theta=10000.0, hidden_act="silu", bos_token_id=265,
              eos_token_id=266, torch_dtype="float32")
     c.update(SHAPES[arch])
+    c = {k: v for k, v in c.items() if v is not None}
     rng = np.random.default_rng(seed)
     dim, hid, hd = c["hidden_size"], c["intermediate_size"], head_dim(c)
     q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
@@ -95,17 +161,34 @@ def write(d, arch, seed):
         t[p + "self_attn.k_proj.weight"] = mat(kv, dim)
         t[p + "self_attn.v_proj.weight"] = mat(kv, dim)
         t[p + "self_attn.o_proj.weight"] = mat(dim, q)
-        if arch == "qwen3":
+        if arch == "qwen2_moe":  # biases large enough to matter
+            t[p + "self_attn.q_proj.bias"] = 0.5 * rng.standard_normal(q)
+            t[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(kv)
+            t[p + "self_attn.v_proj.bias"] = 0.5 * rng.standard_normal(kv)
+        if arch in ("qwen3", "qwen3_moe"):
             t[p + "self_attn.q_norm.weight"] = gain(hd)
             t[p + "self_attn.k_norm.weight"] = gain(hd)
+        if arch == "olmoe":
+            t[p + "self_attn.q_norm.weight"] = gain(q)
+            t[p + "self_attn.k_norm.weight"] = gain(kv)
         t[p + "post_attention_layernorm.weight"] = gain(dim)
-        if arch == "mixtral":
-            moe = p + "block_sparse_moe."
-            t[moe + "gate.weight"] = mat(c["num_local_experts"], dim)
-            for e in range(c["num_local_experts"]):
-                t[moe + "experts.%d.w1.weight" % e] = mat(hid, dim)
-                t[moe + "experts.%d.w3.weight" % e] = mat(hid, dim)
-                t[moe + "experts.%d.w2.weight" % e] = mat(dim, hid)
+        if n_experts(c):
+            moe, mats = moe_names(c)
+            moe = p + moe
+            ehid = c.get("moe_intermediate_size", hid)
+            # a sharper router, so that the top k are seldom near ties
+            t[moe + "gate.weight"] = 3 * mat(n_experts(c), dim)
+            for e in range(n_experts(c)):
+                x = moe + "experts.%d." % e
+                t[x + mats[0] + ".weight"] = mat(ehid, dim)
+                t[x + mats[1] + ".weight"] = mat(ehid, dim)
+                t[x + mats[2] + ".weight"] = mat(dim, ehid)
+            if "shared_expert_intermediate_size" in c:
+                sh = c["shared_expert_intermediate_size"]
+                t[moe + "shared_expert.gate_proj.weight"] = mat(sh, dim)
+                t[moe + "shared_expert.up_proj.weight"] = mat(sh, dim)
+                t[moe + "shared_expert.down_proj.weight"] = mat(dim, sh)
+                t[moe + "shared_expert_gate.weight"] = mat(1, dim)
         else:
             t[p + "mlp.gate_proj.weight"] = mat(hid, dim)
             t[p + "mlp.up_proj.weight"] = mat(hid, dim)
@@ -120,7 +203,10 @@ def write(d, arch, seed):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=1)
-    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    if shards > 1:
+        write_shards(d, t, shards)
+    else:
+        write_safetensors(os.path.join(d, "model.safetensors"), t)
     shutil.copy(TOKENIZER, os.path.join(d, "tokenizer.json"))
     # BOS first, as the fixture's; no clean-up, so the text is the tokens'
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
@@ -147,20 +233,33 @@ def mlp(h, w1, w3, w2):
     return (silu(h @ w1.T) * (h @ w3.T)) @ w2.T
 
 
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
 def moe(h, w, p, c):
-    """MixtralSparseMoeBlock: softmax over the router logits, the top k,
-    renormalised; each expert on its tokens, added in expert order."""
+    """MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock,
+    OlmoeSparseMoeBlock: softmax over the router logits, the top k,
+    renormalised always (Mixtral) or when norm_topk_prob; each expert on its
+    tokens, added in expert order; then Qwen2-MoE's shared expert times
+    sigmoid of its gate."""
+    _, mats = moe_names(c)
     z = h @ w[p + "gate.weight"].T  # (T, experts)
     prob = np.exp(z - z.max(axis=-1, keepdims=True))
     prob /= prob.sum(axis=-1, keepdims=True)
     top = np.argsort(-prob, axis=-1, kind="stable")[:, :c["num_experts_per_tok"]]
+    renorm = c["model_type"] == "mixtral" or c.get("norm_topk_prob", False)
     out = np.zeros_like(h)
-    for e in range(c["num_local_experts"]):
+    for e in range(n_experts(c)):
         x = p + "experts.%d." % e
         for t in np.nonzero((top == e).any(axis=-1))[0]:
-            weight = prob[t, e] / prob[t, top[t]].sum()
-            out[t] += weight * mlp(h[t], w[x + "w1.weight"], w[x + "w3.weight"],
-                                   w[x + "w2.weight"])
+            weight = prob[t, e] / (prob[t, top[t]].sum() if renorm else 1.0)
+            out[t] += weight * mlp(h[t], *(w[x + m + ".weight"] for m in mats))
+    if p + "shared_expert_gate.weight" in w:
+        x = p + "shared_expert."
+        shared = mlp(h, w[x + "gate_proj.weight"], w[x + "up_proj.weight"],
+                     w[x + "down_proj.weight"])
+        out = out + sigmoid(h @ w[p + "shared_expert_gate.weight"].T) * shared
     return out
 
 
@@ -168,9 +267,8 @@ def logits(d, ids):
     """Every position's logits (T, vocab) for the tokens ids."""
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
-    w = {k: v.astype(np.float64) for k, v in
-         read_safetensors(os.path.join(d, "model.safetensors")).items()}
-    eps, hd = c["rms_norm_eps"], head_dim(c)
+    w = {k: v.astype(np.float64) for k, v in read_checkpoint(d).items()}
+    eps, hd = c.get("rms_norm_eps", EPS.get(c["model_type"], 1e-6)), head_dim(c)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     T = len(ids)
 
@@ -184,10 +282,22 @@ def logits(d, ids):
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nh, hd).transpose(1, 0, 2)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd).transpose(1, 0, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd).transpose(1, 0, 2)
-        if p + "self_attn.q_norm.weight" in w:  # Qwen3: per head, before RoPE
+        q = h @ w[p + "self_attn.q_proj.weight"].T
+        k = h @ w[p + "self_attn.k_proj.weight"].T
+        v = h @ w[p + "self_attn.v_proj.weight"].T
+        if p + "self_attn.q_proj.bias" in w:  # Qwen2, Qwen2-MoE
+            q = q + w[p + "self_attn.q_proj.bias"]
+            k = k + w[p + "self_attn.k_proj.bias"]
+            v = v + w[p + "self_attn.v_proj.bias"]
+        if c["model_type"] == "olmoe":  # over the whole projection, then clip_qkv
+            q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
+            if c.get("clip_qkv") is not None:
+                q, k, v = (np.clip(a, -c["clip_qkv"], c["clip_qkv"]) for a in (q, k, v))
+        q = q.reshape(T, nh, hd).transpose(1, 0, 2)
+        k = k.reshape(T, nkv, hd).transpose(1, 0, 2)
+        v = v.reshape(T, nkv, hd).transpose(1, 0, 2)
+        if c["model_type"] in ("qwen3", "qwen3_moe"):  # per head, before RoPE
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
@@ -199,8 +309,8 @@ def logits(d, ids):
         z = (s / s.sum(axis=-1, keepdims=True)) @ v  # (nh, T, hd)
         x = x + z.transpose(1, 0, 2).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
-        if "num_local_experts" in c:
-            x = x + moe(h, w, p + "block_sparse_moe.", c)
+        if n_experts(c):
+            x = x + moe(h, w, p + moe_names(c)[0], c)
         else:
             x = x + mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
                         w[p + "mlp.down_proj.weight"])
@@ -231,8 +341,8 @@ def text(ids):
 
 
 def main(argv):
-    if len(argv) == 5 and argv[1] == "write":
-        write(argv[2], argv[3], int(argv[4]))
+    if len(argv) in (5, 6) and argv[1] == "write":
+        write(argv[2], argv[3], int(argv[4]), int(argv[5]) if len(argv) == 6 else 1)
     elif len(argv) == 4 and argv[1] == "nll":
         print("%.9f" % nll(argv[2], [int(i) for i in argv[3].split(",")]))
     elif len(argv) == 5 and argv[1] == "greedy":

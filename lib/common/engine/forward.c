@@ -23,6 +23,7 @@
 struct state_sizes {
 	uint64_t dim, q, kv, hidden, att, vocab, rope;
 	uint64_t experts, moe_dim, moe_tok;	/* 0 without experts */
+	uint64_t shared;	/* 0 without a shared expert */
 };
 
 /* Tokens of a pass whose attention outputs a head computes together (the
@@ -44,13 +45,16 @@ static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, in
 	z.dim = b * (uint64_t)c->dim;
 	z.q = b * (uint64_t)c->n_heads * c->head_dim;
 	z.kv = b * (uint64_t)c->n_kv_heads * c->head_dim;
-	z.hidden = b * (uint64_t)c->hidden_dim;
+	/* the FFN's, an expert's or the shared expert's, the widest */
+	z.hidden = b * (uint64_t)(c->shared_hidden_dim > c->hidden_dim ? c->shared_hidden_dim
+								     : c->hidden_dim);
 	z.att = (uint64_t)c->n_heads * (uint64_t)att_queries(batch) * seq_len;
 	z.vocab = (uint64_t)rows * (uint64_t)c->vocab_size;
 	z.rope = (uint64_t)c->head_dim / 2;
 	z.experts = b * (uint64_t)c->n_experts;
 	z.moe_dim = c->n_experts ? z.dim : 0;
 	z.moe_tok = c->n_experts ? b : 0;
+	z.shared = c->shared_hidden_dim ? b : 0;
 	return z;
 }
 
@@ -63,7 +67,7 @@ uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_
 {
 	struct state_sizes z = state_sizes(c, o->seq_len, o->batch, logit_rows(o));
 	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab + z.rope +
-			  2 * z.experts + 2 * z.moe_dim;
+			  2 * z.experts + 2 * z.moe_dim + z.shared;
 	return floats * sizeof(float) + z.moe_tok * sizeof(int);
 }
 
@@ -158,10 +162,13 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		s->moe_out = calloc(z.moe_dim, sizeof(float));
 		s->moe_tok = calloc(z.moe_tok, sizeof(int));
 	}
+	if (c->shared_hidden_dim)
+		s->shared_gate = calloc(z.shared, sizeof(float));
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
 	    !s->inv_freq || (c->n_experts && (!s->router || !s->route || !s->moe_in ||
-					      !s->moe_out || !s->moe_tok))) {
+					      !s->moe_out || !s->moe_tok)) ||
+	    (c->shared_hidden_dim && !s->shared_gate)) {
 		uint64_t bytes = sf_state_buffer_bytes(c, o) + sf_state_kv_bytes(c, seq_len, k, v);
 		sf_state_free(s);
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
@@ -193,6 +200,7 @@ void sf_state_free(struct sf_runstate *s)
 	free(s->moe_in);
 	free(s->moe_out);
 	free(s->moe_tok);
+	free(s->shared_gate);
 	free(s->logits);
 	if (s->key_cache)
 		munmap(s->key_cache, (size_t)(s->k_map ? s->k_map : 1));
@@ -213,15 +221,26 @@ static void add_bias(float *y, const struct sf_weight *b)
 		y[i] += sf_weight_at(b, i);
 }
 
-/* Qwen3's RMSNorm of each head of x (heads, hd) over its own hd
- * elements, before RoPE; nothing when the model has no such norm. */
-static void head_norm(float *x, const struct sf_weight *norm, size_t heads, size_t hd,
-		      float eps)
+/* The RMSNorm of q or k x (heads, hd) before RoPE: Qwen3's of each
+ * head over its own hd elements, OLMoE's over the whole projection;
+ * nothing when the model has no such norm. */
+static void qk_norm(float *x, const struct sf_weight *norm, enum sf_qk_norm kind, size_t heads,
+		    size_t hd, float eps)
 {
-	if (!norm->data)
+	if (kind == SF_QK_NORM_ALL)
+		sf_rmsnorm(x, x, norm->data, norm->dtype, heads * hd, eps);
+	else if (kind == SF_QK_NORM_HEAD)
+		for (size_t h = 0; h < heads; h++)
+			sf_rmsnorm(x + h * hd, x + h * hd, norm->data, norm->dtype, hd, eps);
+}
+
+/* OLMoE's clip_qkv: x (n) clamped to [-clip, clip]; nothing when 0. */
+static void clip(float *x, size_t n, float clip)
+{
+	if (clip <= 0.0f)
 		return;
-	for (size_t h = 0; h < heads; h++)
-		sf_rmsnorm(x + h * hd, x + h * hd, norm->data, norm->dtype, hd, eps);
+	for (size_t i = 0; i < n; i++)
+		x[i] = x[i] < -clip ? -clip : x[i] > clip ? clip : x[i];
 }
 
 static void observe(const struct sf_runstate *s, int layer, enum sf_group g, const float *in,
@@ -447,12 +466,12 @@ int sf_state_check_tokens(struct sf_runstate *s, const struct sf_config *c,
 }
 
 // ----------------------------------------------------------------------------
-// a mixture of experts' FFN (Mixtral)
+// a mixture of experts' FFN (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE)
 
 /* A token's route (n) from its router probabilities p (n): the k largest
- * (ties to the lower index, as a stable sort) keep their probability over
- * the sum of the k, every other expert 0. */
-static void route_top_k(float *route, const float *p, int n, int k)
+ * (ties to the lower index, as a stable sort) keep their probability,
+ * over the sum of the k when renorm, every other expert 0. */
+static void route_top_k(float *route, const float *p, int n, int k, int renorm)
 {
 	float sum = 0.0f;
 
@@ -463,32 +482,59 @@ static void route_top_k(float *route, const float *p, int n, int k)
 		route[e] = above < k ? p[e] : 0.0f;
 		sum += route[e];
 	}
-	for (int e = 0; e < n; e++)
-		route[e] /= sum;
+	if (renorm)
+		for (int e = 0; e < n; e++)
+			route[e] /= sum;
+}
+
+/* One expert's SwiGLU FFN x on the n tokens in in (n, dim): out (n, dim)
+ * = down(silu(gate in) * up in), its width the rows of w_gate; s->gate,
+ * s->up and s->act hold the hidden values. */
+static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
+		       const struct sf_expert_weights *x, const float *in, int n, float *out)
+{
+	size_t dim = (size_t)c->dim, hidden = (size_t)x->w_gate.rows;
+
+	{
+		float *y[] = { s->gate, s->up };
+		const struct sf_weight *mw[] = { &x->w_gate, &x->w_up };
+		sf_group_dense_batch(s->pool, in, dim, n, 2, y, mw);
+	}
+	for (int i = 0; i < n; i++)
+		sf_swiglu(s->act + i * hidden, s->gate + i * hidden, s->up + i * hidden, hidden);
+	{
+		float *y[] = { out };
+		const struct sf_weight *mw[] = { &x->w_down };
+		sf_group_dense_batch(s->pool, s->act, hidden, n, 1, y, mw);
+	}
 }
 
 /* s->proj (T, dim) = the sum over each token's picked experts, in expert
  * order as transformers adds them, of its route weight times the expert's
- * SwiGLU FFN of s->xb. An expert runs once on all the tokens that picked
- * it, each token's floats those it would get alone. A picked expert whose
- * weight underflowed to 0 adds nothing, and is skipped. */
+ * SwiGLU FFN of s->xb; then, in Qwen2-MoE, plus the shared expert's FFN
+ * scaled by sigmoid(shared_gate xb). Only the picked experts run, each
+ * once on all the tokens that picked it (its weights streamed once for
+ * the pass), each token's floats those it would get alone. A picked
+ * expert whose weight underflowed to 0 adds nothing, and is skipped. */
 static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 		    const struct sf_layer_weights *w, int T)
 {
-	size_t dim = (size_t)c->dim, hidden = (size_t)c->hidden_dim, ne = (size_t)c->n_experts;
+	size_t dim = (size_t)c->dim, ne = (size_t)c->n_experts;
+	int shared = w->shared_gate.data != NULL;
 
+	/* the router's logits, and the shared expert's gate, on the same input */
 	{
-		float *y[] = { s->router };
-		const struct sf_weight *mw[] = { &w->router };
-		sf_group_dense_batch(s->pool, s->xb, dim, T, 1, y, mw);
+		float *y[] = { s->router, s->shared_gate };
+		const struct sf_weight *mw[] = { &w->router, &w->shared_gate };
+		sf_group_dense_batch(s->pool, s->xb, dim, T, shared ? 2 : 1, y, mw);
 	}
 	for (int t = 0; t < T; t++) {
 		sf_softmax(s->router + t * ne, ne);
-		route_top_k(s->route + t * ne, s->router + t * ne, c->n_experts, c->n_experts_used);
+		route_top_k(s->route + t * ne, s->router + t * ne, c->n_experts, c->n_experts_used,
+			    c->norm_topk);
 	}
 	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
 	for (size_t e = 0; e < ne; e++) {
-		const struct sf_expert_weights *x = &w->experts[e];
 		int n = 0;
 
 		for (int t = 0; t < T; t++)
@@ -498,25 +544,19 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 			}
 		if (!n)
 			continue;
-		{
-			float *y[] = { s->gate, s->up };
-			const struct sf_weight *mw[] = { &x->w_gate, &x->w_up };
-			sf_group_dense_batch(s->pool, s->moe_in, dim, n, 2, y, mw);
-		}
-		for (int i = 0; i < n; i++)
-			sf_swiglu(s->act + i * hidden, s->gate + i * hidden, s->up + i * hidden,
-				  hidden);
-		{
-			float *y[] = { s->moe_out };
-			const struct sf_weight *mw[] = { &x->w_down };
-			sf_group_dense_batch(s->pool, s->act, hidden, n, 1, y, mw);
-		}
+		expert_ffn(c, s, &w->experts[e], s->moe_in, n, s->moe_out);
 		for (int i = 0; i < n; i++) {
 			int t = s->moe_tok[i];
 			sf_axpy_f32(s->proj + t * dim, s->route[t * ne + e], s->moe_out + i * dim,
 				    dim);
 		}
 	}
+	if (!shared)
+		return;
+	expert_ffn(c, s, &w->shared, s->xb, T, s->moe_out);
+	for (int t = 0; t < T; t++)
+		sf_axpy_f32(s->proj + t * dim, 1.0f / (1.0f + expf(-s->shared_gate[t])),
+			    s->moe_out + t * dim, dim);
 }
 
 /* The first of T rows of n floats holding a NaN or an infinity, or -1:
@@ -573,8 +613,11 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		add_bias(q, &w->bq);
 		add_bias(k, &w->bk);
 		add_bias(v, &w->bv);
-		head_norm(q, &w->q_norm, (size_t)c->n_heads, hd, c->norm_eps);
-		head_norm(k, &w->k_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
+		qk_norm(q, &w->q_norm, c->qk_norm, (size_t)c->n_heads, hd, c->norm_eps);
+		qk_norm(k, &w->k_norm, c->qk_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
+		clip(q, q_dim, c->clip_qkv);
+		clip(k, kv_dim, c->clip_qkv);
+		clip(v, kv_dim, c->clip_qkv);
 		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, p, c->rope_interleaved);
 		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, p, c->rope_interleaved);
 		sf_kv_put(kvs->key_cache + row * kvs->k_row, kvs->kv_k, k, kv_dim);

@@ -1,8 +1,10 @@
 /* The transformer forward pass for one token with a KV cache: RMSNorm,
  * GQA attention with rotate-half RoPE, SwiGLU FFN, tied or separate head,
  * exactly as Hugging Face's Llama/Mistral/Qwen2/Qwen3 compute it in float32
- * (Qwen3: each head's q and k RMSNormed before RoPE; Mixtral: the FFN
- * a mixture of experts, the top k of the router's softmax, renormalised).
+ * (Qwen3: each head's q and k RMSNormed before RoPE), and the mixtures of
+ * experts Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE (q and k RMSNormed
+ * whole, clip_qkv): the FFN the top k of the router's softmax,
+ * renormalised where the model says, plus Qwen2-MoE's gated shared expert.
  * The matrices of each layer are applied group by group (attn_in, attn_out,
  * ffn_in, ffn_out), the unit every sparse stage works in. */
 #ifndef SF_FORWARD_H
@@ -57,8 +59,8 @@ struct sf_runstate {
 	float *k, *v;		/* (batch, n_kv_heads * head_dim), these positions */
 	float *z;		/* (batch, n_heads * head_dim) attention output: attn_out's input */
 	float *proj;		/* (batch, dim) output of o and down before the residual add */
-	float *gate, *up;	/* (batch, hidden_dim) */
-	float *act;		/* (batch, hidden_dim) silu(gate) * up: ffn_out's input */
+	float *gate, *up;	/* (batch, max(hidden_dim, shared_hidden_dim)) */
+	float *act;		/* (batch, the same) silu(gate) * up: ffn_out's input */
 	float *att;		/* (n_heads, min(batch, 4), seq_len) scores of a head's tokens */
 	float *logits;		/* (logit_rows, vocab_size) */
 	int logit_rows;		/* batch, or 1 (sf_state_opts.last_logits) */
@@ -77,6 +79,8 @@ struct sf_runstate {
 	float *moe_in;		/* (batch, dim) the normed x of one expert's tokens */
 	float *moe_out;		/* (batch, dim) their outputs of that expert */
 	int *moe_tok;		/* (batch) which tokens of the pass they are */
+	float *shared_gate;	/* (batch) the shared expert's gate logit (Qwen2-MoE),
+				 * else NULL */
 
 	struct sf_pool *pool;	/* workers; NULL runs on the caller */
 	const struct sf_observer *observer;	/* NULL for none */

@@ -1,4 +1,5 @@
-/* config.json of a Hugging Face Llama, Mistral, Mixtral, Qwen2 or Qwen3 causal LM into a
+/* config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM,
+ * or of the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE or OLMoE, into a
  * struct sf_config, with Hugging Face's defaults for absent fields and a
  * refusal, by name, of every feature the decoder does not implement. */
 #include "formats/config.h"
@@ -31,20 +32,38 @@ static const struct {
 	const char *arch;	/* architectures[0] */
 	const char *type;	/* model_type */
 	enum sf_arch id;
+	double eps;		/* the config class's rms_norm_eps */
 } archs[] = {
-	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA },
-	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL },
-	{ "MixtralForCausalLM", "mixtral", SF_ARCH_MIXTRAL },
-	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2 },
-	{ "Qwen3ForCausalLM", "qwen3", SF_ARCH_QWEN3 },
+	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA, 1e-6 },
+	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL, 1e-6 },
+	{ "MixtralForCausalLM", "mixtral", SF_ARCH_MIXTRAL, 1e-5 },
+	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2, 1e-6 },
+	{ "Qwen3ForCausalLM", "qwen3", SF_ARCH_QWEN3, 1e-6 },
+	{ "Qwen2MoeForCausalLM", "qwen2_moe", SF_ARCH_QWEN2_MOE, 1e-6 },
+	{ "Qwen3MoeForCausalLM", "qwen3_moe", SF_ARCH_QWEN3_MOE, 1e-6 },
+	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5 },
 };
+#define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
 const char *sf_arch_name(enum sf_arch a)
 {
-	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+	for (size_t i = 0; i < NARCHS; i++)
 		if (archs[i].id == a)
 			return archs[i].arch;
 	return "?";
+}
+
+static double arch_eps(enum sf_arch a)
+{
+	for (size_t i = 0; i < NARCHS; i++)
+		if (archs[i].id == a)
+			return archs[i].eps;
+	return 1e-6;
+}
+
+const char *sf_config_experts_key(const struct sf_config *c)
+{
+	return c->arch == SF_ARCH_MIXTRAL ? "num_local_experts" : "num_experts";
 }
 
 static const char *json_type_word(const json_t *v)
@@ -164,25 +183,25 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 					  "%s: 'architectures': expected a non-empty array of strings",
 					  path);
 		name = json_string_value(json_array_get(a, 0));
-		for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		for (size_t i = 0; i < NARCHS; i++)
 			if (!strcmp(name, archs[i].arch)) {
 				c->arch = archs[i].id;
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM or OlmoeForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
 		const char *name = json_string_value(t);
 
-		for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		for (size_t i = 0; i < NARCHS; i++)
 			if (!strcmp(name, archs[i].type)) {
 				c->arch = archs[i].id;
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, mixtral, qwen2 or qwen3)",
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or olmoe)",
 				  path, name);
 	}
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
@@ -267,23 +286,76 @@ static int parse_eos(const char *path, json_t *root, struct sf_config *c, struct
 	return 0;
 }
 
-/* Mixtral's experts: num_local_experts and num_experts_per_tok, with
- * MixtralConfig's defaults (8 and 2); a top-k above the count refused. */
+/* The mixtures' config classes: expert count and top k by default, and
+ * what else their routers and experts read. */
+static const struct {
+	enum sf_arch arch;
+	int experts, used;	/* the config class's defaults */
+	int moe_hidden;		/* 1: moe_intermediate_size gives the experts' width */
+	int shared;		/* 1: a shared expert (shared_expert_intermediate_size) */
+	int sparse_step;	/* 1: decoder_sparse_step and mlp_only_layers exist */
+} moes[] = {
+	{ SF_ARCH_MIXTRAL, 8, 2, 0, 0, 0 },
+	{ SF_ARCH_QWEN2_MOE, 60, 4, 1, 1, 1 },
+	{ SF_ARCH_QWEN3_MOE, 128, 8, 1, 0, 1 },
+	{ SF_ARCH_OLMOE, 64, 8, 0, 0, 0 },
+};
+
+/* Qwen2/3-MoE put a dense FFN in place of the experts in the layers
+ * decoder_sparse_step skips or mlp_only_layers names; only the common
+ * case, every layer a mixture, is computed. */
+static int check_all_moe(const char *path, json_t *root, struct sf_err *e)
+{
+	json_t *v = json_object_get(root, "mlp_only_layers");
+	int step, ret;
+
+	if ((ret = get_int(path, root, "", "decoder_sparse_step", 0, 1, 1, LAYERS_MAX, &step, e)))
+		return ret;
+	if (step != 1)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'decoder_sparse_step': %d unsupported "
+				  "(only 1: dense layers among the mixtures are not computed)", path,
+				  step);
+	if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'mlp_only_layers': unsupported unless "
+				  "empty (dense layers among the mixtures are not computed)", path);
+	return 0;
+}
+
+/* A mixture's experts: their count and top k with the config class's
+ * defaults, a top k above the count refused; norm_topk_prob (Mixtral
+ * always renormalises); the experts' and the shared expert's widths. */
 static int parse_experts(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
 {
+	const char *key = sf_config_experts_key(c);
+	size_t i;
 	int ret;
 
-	if (c->arch != SF_ARCH_MIXTRAL)
+	for (i = 0; i < sizeof(moes) / sizeof(moes[0]) && moes[i].arch != c->arch; i++)
+		;
+	if (i == sizeof(moes) / sizeof(moes[0]))
 		return 0;
-	if ((ret = get_int(path, root, "", "num_local_experts", 0, 8, 1, EXPERTS_MAX, &c->n_experts,
+	if ((ret = get_int(path, root, "", key, 0, moes[i].experts, 1, EXPERTS_MAX, &c->n_experts,
 			   e)) ||
-	    (ret = get_int(path, root, "", "num_experts_per_tok", 0, 2, 1, EXPERTS_MAX,
+	    (ret = get_int(path, root, "", "num_experts_per_tok", 0, moes[i].used, 1, EXPERTS_MAX,
 			   &c->n_experts_used, e)))
 		return ret;
 	if (c->n_experts_used > c->n_experts)
-		return sf_err_set(e, SF_EFORMAT, "%s: 'num_experts_per_tok' %d is above "
-				  "'num_local_experts' %d", path, c->n_experts_used, c->n_experts);
-	return 0;
+		return sf_err_set(e, SF_EFORMAT, "%s: 'num_experts_per_tok' %d is above '%s' %d",
+				  path, c->n_experts_used, key, c->n_experts);
+	c->norm_topk = 1;
+	if (c->arch != SF_ARCH_MIXTRAL &&
+	    (ret = get_bool(path, root, "norm_topk_prob", 0, &c->norm_topk, e)))
+		return ret;
+	/* required, as the other shapes: the class's defaults are a large model's */
+	if (moes[i].moe_hidden &&
+	    (ret = get_int(path, root, "", "moe_intermediate_size", 1, 0, 1, HIDDEN_MAX,
+			   &c->hidden_dim, e)))
+		return ret;
+	if (moes[i].shared &&
+	    (ret = get_int(path, root, "", "shared_expert_intermediate_size", 1, 0, 1, HIDDEN_MAX,
+			   &c->shared_hidden_dim, e)))
+		return ret;
+	return moes[i].sparse_step ? check_all_moe(path, root, e) : 0;
 }
 
 /* Features of these architectures that the decoder does not compute. */
@@ -304,10 +376,11 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 			return sf_err_set(e, SF_EUNSUPPORTED,
 					  "%s: 'hidden_act': '%.60s' unsupported (only silu)", path, s);
 	}
-	/* Only LlamaConfig and Qwen3Config read attention_bias, only
-	 * LlamaConfig mlp_bias; Mistral and Qwen2 build their Linear layers
-	 * without them. */
-	if (c->arch == SF_ARCH_LLAMA || c->arch == SF_ARCH_QWEN3) {
+	/* Only LlamaConfig, Qwen3Config, Qwen3MoeConfig and OlmoeConfig read
+	 * attention_bias, only LlamaConfig mlp_bias; Mistral, Mixtral, Qwen2
+	 * and Qwen2-MoE build their Linear layers without them. */
+	if (c->arch == SF_ARCH_LLAMA || c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ||
+	    c->arch == SF_ARCH_OLMOE) {
 		if ((ret = get_bool(path, root, "attention_bias", 0, &b, e)))
 			return ret;
 		if (b)
@@ -333,7 +406,8 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 
 	if (c->arch == SF_ARCH_MISTRAL || c->arch == SF_ARCH_MIXTRAL)
 		use = 1;	/* their configs apply sliding_window whenever set */
-	else if ((c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN3) &&
+	else if ((c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN3 ||
+		  c->arch == SF_ARCH_QWEN2_MOE || c->arch == SF_ARCH_QWEN3_MOE) &&
 		 (ret = get_bool(path, root, "use_sliding_window", 0, &use, e)))
 		return ret;
 	if (!use)
@@ -434,8 +508,8 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3, &json_names,
 			       e)))
 		goto out;
-	/* 1e-6 is the default of every config here. */
-	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, 1e-6, 0, 0, 1, &c->norm_eps, e)) ||
+	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, arch_eps(c->arch), 0, 0, 1,
+			   &c->norm_eps, e)) ||
 	    (ret = get_num(path, root, "", "rope_theta", 0, 10000.0, 0, 0, 1e12, &c->rope_theta, e)) ||
 	    (ret = parse_rope_scaling(path, root, c, e)) ||
 	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
@@ -447,8 +521,17 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	    (ret = get_bool(path, root, "rope_interleaved", 0, &c->rope_interleaved, e)) ||
 	    (ret = parse_rope_freqs(path, root, c, e)))
 		goto out;
+	/* Qwen2MoeConfig reads qkv_bias (true by default); Qwen2's are always there */
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
-	c->qk_norm = c->arch == SF_ARCH_QWEN3;
+	if (c->arch == SF_ARCH_QWEN2_MOE &&
+	    (ret = get_bool(path, root, "qkv_bias", 1, &c->qkv_bias, e)))
+		goto out;
+	c->qk_norm = c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ? SF_QK_NORM_HEAD
+		     : c->arch == SF_ARCH_OLMOE ? SF_QK_NORM_ALL : SF_QK_NORM_NONE;
+	/* OlmoeConfig's clip_qkv: null, or a bound above 0 */
+	if (c->arch == SF_ARCH_OLMOE &&
+	    (ret = get_num(path, root, "", "clip_qkv", 0, 0, 0, 0, 1e30, &c->clip_qkv, e)))
+		goto out;
 	ret = 0;
 out:
 	json_decref(root);
@@ -463,7 +546,7 @@ char *sf_config_json(const struct sf_config *c)
 	json_t *o, *eos = json_array();
 	char *text = NULL;
 
-	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+	for (size_t i = 0; i < NARCHS; i++)
 		if (archs[i].id == c->arch)
 			type = archs[i].type;
 	for (int i = 0; eos && i < c->n_eos; i++)
@@ -711,7 +794,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	/* llama.cpp's converters leave the head out when tied */
 	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
-	c->qk_norm = c->arch == SF_ARCH_QWEN3;
+	c->qk_norm = c->arch == SF_ARCH_QWEN3 ? SF_QK_NORM_HEAD : SF_QK_NORM_NONE;
 	/* llama.cpp's converters reorder llama's q and k rows for its RoPE
 	 * (sf_gguf_rope_row); qwen2 and qwen3 keep Hugging Face's */
 	c->rope_interleaved = c->arch == SF_ARCH_LLAMA;

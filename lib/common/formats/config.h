@@ -1,6 +1,8 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
- * MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM;
- * or the llama, qwen2 and qwen3 families from a GGUF's metadata. Anything we do
+ * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and the mixtures
+ * of experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
+ * OlmoeForCausalLM; or the llama, qwen2 and qwen3 families from a GGUF's
+ * metadata. Anything we do
  * not implement is refused by name. See man/sparseflash.7 for the
  * supported fields. */
 #ifndef SF_CONFIG_H
@@ -11,8 +13,15 @@
 #include "formats/gguf.h"
 
 enum sf_arch {
-	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL
+	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL,
+	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE
 };
+
+/* RMSNorm of q and k before RoPE: none; each head over its head_dim
+ * elements (Qwen3, Qwen3-MoE: gains of head_dim); or the whole projection
+ * before it is split into heads (OLMoE: gains of n_heads * head_dim for q,
+ * n_kv_heads * head_dim for k). */
+enum sf_qk_norm { SF_QK_NORM_NONE, SF_QK_NORM_HEAD, SF_QK_NORM_ALL };
 
 #define SF_MAX_EOS 8
 #define SF_ROPE_FREQS_MAX 512	/* head_dim / 2 at the largest head_dim */
@@ -20,7 +29,8 @@ enum sf_arch {
 struct sf_config {
 	enum sf_arch arch;
 	int dim;		/* hidden_size */
-	int hidden_dim;		/* intermediate_size */
+	int hidden_dim;		/* intermediate_size; of a mixture, each expert's
+				 * (moe_intermediate_size in Qwen2/3-MoE) */
 	int n_layers;
 	int n_heads;
 	int n_kv_heads;
@@ -35,7 +45,9 @@ struct sf_config {
 	int rope_orig_max_pos;	/* original_max_position_embeddings */
 	int tie_embeddings;
 	int qkv_bias;		/* Qwen2 */
-	int qk_norm;		/* Qwen3: RMSNorm of each head's q and k before RoPE */
+	enum sf_qk_norm qk_norm;	/* Qwen3 and Qwen3-MoE per head, OLMoE whole */
+	float clip_qkv;		/* OLMoE: q, k and v clamped to [-clip_qkv, clip_qkv]
+				 * after the norms; 0 when none */
 	int rope_interleaved;	/* a llama GGUF's q and k rows: each head's RoPE pairs
 				 * adjacent (2i, 2i + 1), not (i, i + head_dim / 2) */
 	/* a GGUF's rope_freqs.weight (Llama 3's rope_scaling as llama.cpp's
@@ -48,8 +60,14 @@ struct sf_config {
 	int n_eos;
 	int sliding_window;	/* Mistral, Mixtral, or Qwen2/3 with use_sliding_window;
 				 * 0 when none */
-	int n_experts;		/* Mixtral's num_local_experts; 0: a dense FFN */
+	int n_experts;		/* Mixtral's num_local_experts, the others'
+				 * num_experts; 0: a dense FFN */
 	int n_experts_used;	/* num_experts_per_tok: the top k of the router */
+	int norm_topk;		/* the top k's probabilities renormalised to sum 1
+				 * (Mixtral always, the others' norm_topk_prob) */
+	int shared_hidden_dim;	/* Qwen2-MoE's shared_expert_intermediate_size:
+				 * the shared expert every token takes, scaled by
+				 * sigmoid(shared_expert_gate x); 0: none */
 };
 
 /* Reads PATH (DIR/config.json). Shape fields (hidden_size,
@@ -75,6 +93,9 @@ int sf_config_parse(struct sf_config *c, const char *name, const char *text, siz
  * error naming the key; *c is zeroed on failure. */
 int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e);
 const char *sf_arch_name(enum sf_arch a);
+/* The config.json key of c's expert count, for messages:
+ * "num_local_experts" (Mixtral) or "num_experts". */
+const char *sf_config_experts_key(const struct sf_config *c);
 /* config.json's text for c (malloc'ed, NUL-terminated; NULL when out of
  * memory), which sf_config_parse reads back into c: the config of a
  * model that has none (a GGUF's, which an image embeds), with

@@ -94,7 +94,12 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 		fnv_feed(h, "%s%d", i ? "," : "", c->eos_ids[i]);
 	fnv_feed(h, "\n");
 	if (c->n_experts)	/* mixtures only: every other fingerprint stays */
-		fnv_feed(h, "experts=%d\nexperts_used=%d\n", c->n_experts, c->n_experts_used);
+		fnv_feed(h, "experts=%d\nexperts_used=%d\nnorm_topk=%d\n", c->n_experts,
+			 c->n_experts_used, c->norm_topk);
+	if (c->shared_hidden_dim)	/* Qwen2-MoE's */
+		fnv_feed(h, "shared_hidden_dim=%d\n", c->shared_hidden_dim);
+	if (c->clip_qkv > 0.0f)	/* OLMoE's */
+		fnv_feed(h, "clip_qkv=%08" PRIx32 "\n", float_bits(c->clip_qkv));
 	if (c->rope_interleaved)	/* a llama GGUF's only */
 		fnv_feed(h, "rope_interleaved=1\n");
 	for (int i = 0; i < c->n_rope_freqs; i++)	/* a GGUF's rope_freqs.weight */
@@ -121,7 +126,7 @@ struct binder {
 /* its shape follows head_dim: a mismatch names it, since a head_dim
  * that disagrees with the tensors shows first there */
 #define BIND_HEAD_DIM 4
-/* its shape follows num_local_experts */
+/* its shape follows the expert count */
 #define BIND_EXPERTS 8
 
 /* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
@@ -159,8 +164,8 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 					  b->m->cfg.head_dim);
 		if (flags & BIND_EXPERTS)
 			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
-					  "(num_local_experts %d)", st->paths[t->file], name, got, want,
-					  b->m->cfg.n_experts);
+					  "(%s %d)", st->paths[t->file], name, got, want,
+					  sf_config_experts_key(&b->m->cfg), b->m->cfg.n_experts);
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s",
 				  st->paths[t->file], name, got, want);
 	}
@@ -214,9 +219,12 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(bk, "self_attn.k_proj.bias", kv, 0, BIND_HEAD_DIM);
 		B(bv, "self_attn.v_proj.bias", kv, 0, BIND_HEAD_DIM);
 	}
-	if (c->qk_norm) {
+	if (c->qk_norm == SF_QK_NORM_HEAD) {
 		B(q_norm, "self_attn.q_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
 		B(k_norm, "self_attn.k_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
+	} else if (c->qk_norm == SF_QK_NORM_ALL) {
+		B(q_norm, "self_attn.q_norm.weight", q, 0, BIND_HEAD_DIM);
+		B(k_norm, "self_attn.k_norm.weight", kv, 0, BIND_HEAD_DIM);
 	}
 	B(ffn_norm, "post_attention_layernorm.weight", dim, 0, 0);
 	if (!c->n_experts) {
@@ -225,17 +233,34 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(w_down, "mlp.down_proj.weight", dim, hid, 0);
 		return 0;
 	}
-	B(router, "block_sparse_moe.gate.weight", (uint64_t)c->n_experts, dim, BIND_EXPERTS);
-	w->experts = b->m->experts + (size_t)l * (size_t)c->n_experts;
-	for (int x = 0; x < c->n_experts; x++) {
-		char ex[64];
+	/* Mixtral's block_sparse_moe.experts.E.w1/w3/w2, the others'
+	 * mlp.experts.E.gate_proj/up_proj/down_proj */
+	{
+		int mixtral = c->arch == SF_ARCH_MIXTRAL;
+		const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+		const char *mats[3] = { mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj",
+					mixtral ? "w2" : "down_proj" };
+		char ex[96];
 
-		snprintf(ex, sizeof(ex), "block_sparse_moe.experts.%d.w1.weight", x);
-		B(experts[x].w_gate, ex, hid, dim, 0);
-		snprintf(ex, sizeof(ex), "block_sparse_moe.experts.%d.w3.weight", x);
-		B(experts[x].w_up, ex, hid, dim, 0);
-		snprintf(ex, sizeof(ex), "block_sparse_moe.experts.%d.w2.weight", x);
-		B(experts[x].w_down, ex, dim, hid, 0);
+		snprintf(ex, sizeof(ex), "%s.gate.weight", moe);
+		B(router, ex, (uint64_t)c->n_experts, dim, BIND_EXPERTS);
+		w->experts = b->m->experts + (size_t)l * (size_t)c->n_experts;
+		for (int x = 0; x < c->n_experts; x++) {
+			snprintf(ex, sizeof(ex), "%s.experts.%d.%s.weight", moe, x, mats[0]);
+			B(experts[x].w_gate, ex, hid, dim, 0);
+			snprintf(ex, sizeof(ex), "%s.experts.%d.%s.weight", moe, x, mats[1]);
+			B(experts[x].w_up, ex, hid, dim, 0);
+			snprintf(ex, sizeof(ex), "%s.experts.%d.%s.weight", moe, x, mats[2]);
+			B(experts[x].w_down, ex, dim, hid, 0);
+		}
+	}
+	if (c->shared_hidden_dim) {
+		uint64_t sh = (uint64_t)c->shared_hidden_dim;
+
+		B(shared.w_gate, "mlp.shared_expert.gate_proj.weight", sh, dim, 0);
+		B(shared.w_up, "mlp.shared_expert.up_proj.weight", sh, dim, 0);
+		B(shared.w_down, "mlp.shared_expert.down_proj.weight", dim, sh, 0);
+		B(shared_gate, "mlp.shared_expert_gate.weight", 1, dim, 0);
 	}
 #undef B
 	return 0;
@@ -249,8 +274,9 @@ uint64_t sf_model_bytes(const struct sf_model *m)
 	return n;
 }
 
-/* Layer l's tensors but its experts'; those a model lacks have data NULL. */
-#define LAYER_TENSORS 15
+/* Layer l's tensors but its routed experts'; those a model lacks have
+ * data NULL. */
+#define LAYER_TENSORS 19
 static void layer_tensors(const struct sf_model *m, int l, const struct sf_weight **all)
 {
 	const struct sf_layer_weights *w = &m->layers[l];
@@ -258,7 +284,9 @@ static void layer_tensors(const struct sf_model *m, int l, const struct sf_weigh
 						     &w->wo, &w->bq, &w->bk, &w->bv,
 						     &w->q_norm, &w->k_norm, &w->ffn_norm,
 						     &w->w_gate, &w->w_up, &w->w_down,
-						     &w->router };
+						     &w->router, &w->shared.w_gate,
+						     &w->shared.w_up, &w->shared.w_down,
+						     &w->shared_gate };
 	memcpy(all, t, sizeof(t));
 }
 

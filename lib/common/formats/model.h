@@ -21,7 +21,9 @@ struct sf_weight {
 	uint64_t rows, cols;
 };
 
-/* One of a mixture's experts: Mixtral's w1, w3 and w2. */
+/* One of a mixture's experts (Mixtral's w1, w3 and w2, the others'
+ * gate_proj, up_proj and down_proj), or Qwen2-MoE's shared expert, whose
+ * width is shared_hidden_dim in place of hidden_dim. */
 struct sf_expert_weights {
 	struct sf_weight w_gate;	/* (hidden_dim, dim) w1 */
 	struct sf_weight w_up;		/* (hidden_dim, dim) w3 */
@@ -35,15 +37,20 @@ struct sf_layer_weights {
 	struct sf_weight wv;		/* (n_kv_heads * head_dim, dim) */
 	struct sf_weight wo;		/* (dim, n_heads * head_dim) */
 	struct sf_weight bq, bk, bv;	/* biases when cfg.qkv_bias, else data NULL */
-	struct sf_weight q_norm, k_norm;	/* (head_dim) when cfg.qk_norm, else data NULL */
+	/* cfg.qk_norm's gains, else data NULL: (head_dim) each per head,
+	 * (n_heads * head_dim) and (n_kv_heads * head_dim) over the whole */
+	struct sf_weight q_norm, k_norm;
 	struct sf_weight ffn_norm;	/* (dim) */
 	/* the dense FFN; data NULL in a mixture of experts */
 	struct sf_weight w_gate;	/* (hidden_dim, dim) */
 	struct sf_weight w_up;		/* (hidden_dim, dim) */
 	struct sf_weight w_down;	/* (dim, hidden_dim) */
 	/* a mixture's (cfg.n_experts > 0) router and experts, else NULL data */
-	struct sf_weight router;	/* (n_experts, dim) block_sparse_moe.gate */
+	struct sf_weight router;	/* (n_experts, dim) block_sparse_moe.gate, mlp.gate */
 	struct sf_expert_weights *experts;	/* (n_experts) */
+	/* Qwen2-MoE's (cfg.shared_hidden_dim > 0), else NULL data */
+	struct sf_expert_weights shared;	/* mlp.shared_expert */
+	struct sf_weight shared_gate;	/* (1, dim) mlp.shared_expert_gate */
 };
 
 #define SF_FINGERPRINT_LEN 16	/* hex digits */
