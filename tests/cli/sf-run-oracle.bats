@@ -5,8 +5,10 @@
 # the nll of a text within 2e-4 and the same greedy tokens. Llama checks
 # the oracle against the path the PyTorch references already vouch for;
 # Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head), dense
-# and from an image at budget 1, and Mixtral (4 experts, top 2) then rest
-# on it. Needs /usr/bin/python3 with numpy (python3-numpy), else every test
+# and from an image at budget 1, and the mixtures of experts Mixtral (4
+# experts, top 2), Qwen2-MoE (a gated shared expert, biases, two shards),
+# Qwen3-MoE and OLMoE (q/k norms over the whole projection, clip_qkv) then
+# rest on it. Needs /usr/bin/python3 with numpy (python3-numpy), else every test
 # skips with one line.
 
 load helpers
@@ -24,6 +26,9 @@ setup_file() {
 	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
 	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
 	"$PYTHON" "$ORACLE" write "$D/mixtral" mixtral 7
+	"$PYTHON" "$ORACLE" write "$D/qwen2_moe" qwen2_moe 7 2
+	"$PYTHON" "$ORACLE" write "$D/qwen3_moe" qwen3_moe 7
+	"$PYTHON" "$ORACLE" write "$D/olmoe" olmoe 7
 	printf '%s\n' "$TEXT" > "$D/text.txt"
 }
 
@@ -158,6 +163,60 @@ refused() {
 	refused "sf-run: $m/config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4" sf-run -m "$m" -p hi
 }
 
+# The nll of a pass of one token and of 7 tokens on one thread: the same
+# floats, the experts run on each one's tokens together.
+same_at_any_batch() {
+	local one
+	one=$(exact -m "$D/$1" --ppl "$D/text.txt" --window 64 -b 1 | jq .nll)
+	[ "$(exact -m "$D/$1" --ppl "$D/text.txt" --window 64 -b 7 -t 1 | jq .nll)" = "$one" ]
+}
+
+@test "Qwen2-MoE (4 experts, top 2 not renormalised, a shared expert under a sigmoid gate, q/k/v biases, two shards): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	check_arch qwen2_moe
+	same_at_any_batch qwen2_moe
+}
+
+@test "Qwen3-MoE (per-head q/k norms, head_dim 16, 8 experts, top 3 renormalised): the nll within 2e-4 of the oracle, its greedy tokens" {
+	check_arch qwen3_moe
+}
+
+@test "OLMoE (q/k norms over the whole projection, clip_qkv, 8 experts, top 3 not renormalised, eps 1e-5 by default): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	check_arch olmoe
+	same_at_any_batch olmoe
+}
+
+@test "Qwen3-MoE and OLMoE: an expert count that disagrees with the router, a missing expert, a top k above the count, zero experts: one line, exit 1" {
+	local m
+	need_numpy
+	m=$(with_config qwen3_moe '.num_experts = 9')
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.mlp.gate.weight': shape [8, 48], expected [9, 48] (num_experts 9)" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_tensor olmoe model.layers.1.mlp.experts.7.up_proj.weight 0)
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.mlp.experts.7.up_proj.weight': missing" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_config olmoe '.num_experts_per_tok = 9')
+	refused "sf-run: $m/config.json: 'num_experts_per_tok' 9 is above 'num_experts' 8" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_config olmoe '.num_experts = 0')
+	refused "sf-run: $m/config.json: 'num_experts': 0, expected 1..1024" sf-run -m "$m" -p hi
+}
+
+@test "Qwen2-MoE: a missing shared expert, dense layers among the mixtures (decoder_sparse_step, mlp_only_layers): one line, exit 1" {
+	local m
+	need_numpy
+	m=$(with_config qwen2_moe '.decoder_sparse_step = 2')
+	refused "sf-run: $m/config.json: 'decoder_sparse_step': 2 unsupported (only 1: dense layers among the mixtures are not computed)" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_config qwen2_moe '.mlp_only_layers = [1]')
+	refused "sf-run: $m/config.json: 'mlp_only_layers': unsupported unless empty (dense layers among the mixtures are not computed)" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_config qwen2_moe 'del(.shared_expert_intermediate_size)')
+	refused "sf-run: $m/config.json: 'shared_expert_intermediate_size': missing" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	m=$(with_config qwen2_moe '.shared_expert_intermediate_size = 64')
+	refused "sf-run: $m/model-00002-of-00002.safetensors: tensor 'model.layers.0.mlp.shared_expert.gate_proj.weight': shape [80, 48], expected [64, 48]" sf-run -m "$m" -p hi
+}
+
 @test "Mixtral: sf-pack, sf-profile and sf-encode refuse a mixture of experts by name" {
 	local why="$D/mixtral: MixtralForCausalLM: a mixture of experts, which only sf-run --model runs (no traces, codes or images of experts yet)"
 	need_numpy
@@ -166,14 +225,16 @@ refused() {
 	refused "sf-profile: $why" sf-profile --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sft" \
 		"$D/text.txt"
 	refused "sf-encode: $why" sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
+	refused "sf-pack: $D/olmoe: OlmoeForCausalLM: a mixture of experts, which only sf-run --model runs (no traces, codes or images of experts yet)" \
+		sf-pack --model "$D/olmoe" -o "$BATS_TEST_TMPDIR/x.sfimg"
 }
 
 @test "-v counts every parameter of each architecture's checkpoint" {
 	local a want
 	need_numpy
-	for a in llama qwen3 mixtral; do
+	for a in llama qwen3 mixtral qwen2_moe qwen3_moe olmoe; do
 		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
-print(sum(a.size for a in h.read_safetensors(sys.argv[1]).values()))' "$D/$a/model.safetensors")
+print(sum(a.size for a in h.read_checkpoint(sys.argv[1]).values()))' "$D/$a")
 		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v
 		[ "$status" -eq 0 ]
 		[[ "$stderr" == *", $want parameters, "* ]] || { echo "$a: $want: $stderr"; false; }

@@ -256,6 +256,51 @@ static void test_config(void)
 	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_experts_per_tok' 9 is above 'num_local_experts' 8");
 	ret = VARIANT(with(base_config(), "num_local_experts", json_integer(8)));
 	CHECK(ret == 0 && c.n_experts == 0, "num_local_experts outside Mixtral: %d %s", ret, e.msg);
+	/* Qwen2-MoE: Qwen2MoeConfig's 60 experts, 4 a token, not renormalised;
+	 * the experts' width moe_intermediate_size, a shared expert; biases
+	 * unless qkv_bias is false; only every layer a mixture. */
+	j = with(base_config(), "architectures", json_pack("[s]", "Qwen2MoeForCausalLM"));
+	j = with(j, "moe_intermediate_size", json_integer(64));
+	j = with(j, "shared_expert_intermediate_size", json_integer(512));
+	ret = VARIANT(json_deep_copy(j));
+	CHECK(ret == 0 && c.arch == SF_ARCH_QWEN2_MOE && c.n_experts == 60 && c.n_experts_used == 4 &&
+	      !c.norm_topk && c.hidden_dim == 64 && c.shared_hidden_dim == 512 && c.qkv_bias &&
+	      !c.qk_norm, "qwen2_moe: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "qkv_bias", json_false()));
+	CHECK(ret == 0 && !c.qkv_bias, "qwen2_moe qkv_bias false: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "decoder_sparse_step", json_integer(2)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'decoder_sparse_step': 2 unsupported");
+	ret = VARIANT(with(json_deep_copy(j), "mlp_only_layers", json_pack("[i]", 0)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'mlp_only_layers': unsupported unless empty");
+	ret = VARIANT(with(j, "moe_intermediate_size", NULL));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'moe_intermediate_size': missing");
+	/* Qwen3-MoE: per-head q/k norms, head_dim from hidden / heads when
+	 * absent (its config class has none), 128 experts, 8 a token */
+	j = with(base_config(), "architectures", json_pack("[s]", "Qwen3MoeForCausalLM"));
+	j = with(j, "head_dim", NULL);
+	j = with(j, "norm_topk_prob", json_true());
+	ret = VARIANT(with(j, "moe_intermediate_size", json_integer(96)));
+	CHECK(ret == 0 && c.arch == SF_ARCH_QWEN3_MOE && c.qk_norm == SF_QK_NORM_HEAD &&
+	      c.head_dim == 32 && c.n_experts == 128 && c.n_experts_used == 8 && c.norm_topk &&
+	      c.hidden_dim == 96 && !c.shared_hidden_dim && !c.qkv_bias, "qwen3_moe: %d %s", ret,
+	      e.msg);
+	/* OLMoE: q/k norms over the whole projection, 64 experts, 8 a token,
+	 * OlmoeConfig's eps 1e-5, clip_qkv null or above 0 */
+	j = with(base_config(), "architectures", NULL);
+	j = with(j, "model_type", json_string("olmoe"));
+	j = with(j, "rms_norm_eps", NULL);
+	ret = VARIANT(json_deep_copy(j));
+	CHECK(ret == 0 && c.arch == SF_ARCH_OLMOE && c.qk_norm == SF_QK_NORM_ALL &&
+	      c.n_experts == 64 && c.n_experts_used == 8 && !c.norm_topk && c.hidden_dim == 384 &&
+	      c.norm_eps == 1e-5f && c.clip_qkv == 0.0f, "olmoe: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "clip_qkv", json_real(8.0)));
+	CHECK(ret == 0 && c.clip_qkv == 8.0f, "olmoe clip_qkv: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "clip_qkv", json_integer(0)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'clip_qkv': 0, expected above 0");
+	ret = VARIANT(with(json_deep_copy(j), "num_experts", json_integer(0)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'num_experts': 0, expected 1..1024");
+	ret = VARIANT(with(j, "attention_bias", json_true()));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'attention_bias': true unsupported");
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("gemma")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");
