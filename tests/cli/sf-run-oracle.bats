@@ -22,6 +22,7 @@ NLL_TOL=2e-4
 
 setup_file() {
 	file_scratch sf-run-oracle
+	printf '%s\n' "$TEXT" > "$D/text.txt"
 	"$PYTHON" -c 'import numpy' 2> /dev/null || return 0
 	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
 	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
@@ -29,7 +30,6 @@ setup_file() {
 	"$PYTHON" "$ORACLE" write "$D/qwen2_moe" qwen2_moe 7 2
 	"$PYTHON" "$ORACLE" write "$D/qwen3_moe" qwen3_moe 7
 	"$PYTHON" "$ORACLE" write "$D/olmoe" olmoe 7
-	printf '%s\n' "$TEXT" > "$D/text.txt"
 }
 
 teardown_file() {
@@ -239,4 +239,13 @@ print(sum(a.size for a in h.read_checkpoint(sys.argv[1]).values()))' "$D/$a")
 		[ "$status" -eq 0 ]
 		[[ "$stderr" == *", $want parameters, "* ]] || { echo "$a: $want: $stderr"; false; }
 	done
+}
+
+@test "mkmodel --arch mixtral: a random BF16 Mixtral in two shards opens, the same nll at any -b" {
+	local m=$BATS_TEST_TMPDIR/mix one
+	"$SF_FIXTURES/mkmodel" -o "$m" --arch mixtral --experts 4 --experts-used 2 --layers 2 \
+		--hidden 64 --intermediate 96 --shards 2 --tokenizer "$SF_ROOT/models/mix4-1m"
+	jq -e '.num_local_experts == 4 and .num_experts_per_tok == 2' "$m/config.json"
+	one=$(exact -m "$m" --ppl "$D/text.txt" --window 64 -b 1 | jq .nll)
+	[ "$(exact -m "$m" --ppl "$D/text.txt" --window 64 -b 7 | jq .nll)" = "$one" ]
 }
