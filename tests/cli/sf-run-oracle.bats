@@ -150,17 +150,28 @@ refused() {
 	[ "$(exact -m "$D/mixtral" --ppl "$D/text.txt" --window 64 -b 7 -t 1 | jq .nll)" = "$one" ]
 }
 
+# sf-run -m on a copy of checkpoint ARCH with config.json through the jq
+# FILTER, or without tensor NAME: exit 1 and the one line "sf-run:
+# COPY/WHY", WHY naming the file in the copy.
+refuses_config() {
+	local arch=$1 filter=$2 why=$3 m
+	m=$(with_config "$arch" "$filter")
+	refused "sf-run: $m/$why" sf-run -m "$m" -p hi
+	rm -rf "$m"
+}
+
+refuses_without() {
+	local arch=$1 name=$2 why=$3 m
+	m=$(with_tensor "$arch" "$name" 0)
+	refused "sf-run: $m/$why" sf-run -m "$m" -p hi
+	rm -rf "$m"
+}
+
 @test "Mixtral: an expert count that disagrees with the router, a missing expert, a top k above the count: one line, exit 1" {
-	local m
 	need_numpy
-	m=$(with_config mixtral '.num_local_experts = 3')
-	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight': shape [4, 48], expected [3, 48] (num_local_experts 3)" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_tensor mixtral model.layers.1.block_sparse_moe.experts.3.w2.weight 0)
-	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w2.weight': missing" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_config mixtral '.num_experts_per_tok = 5')
-	refused "sf-run: $m/config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4" sf-run -m "$m" -p hi
+	refuses_config mixtral '.num_local_experts = 3' "model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight': shape [4, 48], expected [3, 48] (num_local_experts 3)"
+	refuses_without mixtral model.layers.1.block_sparse_moe.experts.3.w2.weight "model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w2.weight': missing"
+	refuses_config mixtral '.num_experts_per_tok = 5' "config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4"
 }
 
 # The nll of a pass of one token and of 7 tokens on one thread: the same
@@ -186,35 +197,19 @@ same_at_any_batch() {
 }
 
 @test "Qwen3-MoE and OLMoE: an expert count that disagrees with the router, a missing expert, a top k above the count, zero experts: one line, exit 1" {
-	local m
 	need_numpy
-	m=$(with_config qwen3_moe '.num_experts = 9')
-	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.mlp.gate.weight': shape [8, 48], expected [9, 48] (num_experts 9)" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_tensor olmoe model.layers.1.mlp.experts.7.up_proj.weight 0)
-	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.mlp.experts.7.up_proj.weight': missing" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_config olmoe '.num_experts_per_tok = 9')
-	refused "sf-run: $m/config.json: 'num_experts_per_tok' 9 is above 'num_experts' 8" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_config olmoe '.num_experts = 0')
-	refused "sf-run: $m/config.json: 'num_experts': 0, expected 1..1024" sf-run -m "$m" -p hi
+	refuses_config qwen3_moe '.num_experts = 9' "model.safetensors: tensor 'model.layers.0.mlp.gate.weight': shape [8, 48], expected [9, 48] (num_experts 9)"
+	refuses_without olmoe model.layers.1.mlp.experts.7.up_proj.weight "model.safetensors: tensor 'model.layers.1.mlp.experts.7.up_proj.weight': missing"
+	refuses_config olmoe '.num_experts_per_tok = 9' "config.json: 'num_experts_per_tok' 9 is above 'num_experts' 8"
+	refuses_config olmoe '.num_experts = 0' "config.json: 'num_experts': 0, expected 1..1024"
 }
 
 @test "Qwen2-MoE: a missing shared expert, dense layers among the mixtures (decoder_sparse_step, mlp_only_layers): one line, exit 1" {
-	local m
 	need_numpy
-	m=$(with_config qwen2_moe '.decoder_sparse_step = 2')
-	refused "sf-run: $m/config.json: 'decoder_sparse_step': 2 unsupported (only 1: dense layers among the mixtures are not computed)" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_config qwen2_moe '.mlp_only_layers = [1]')
-	refused "sf-run: $m/config.json: 'mlp_only_layers': unsupported unless empty (dense layers among the mixtures are not computed)" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_config qwen2_moe 'del(.shared_expert_intermediate_size)')
-	refused "sf-run: $m/config.json: 'shared_expert_intermediate_size': missing" sf-run -m "$m" -p hi
-	rm -rf "$m"
-	m=$(with_config qwen2_moe '.shared_expert_intermediate_size = 64')
-	refused "sf-run: $m/model-00002-of-00002.safetensors: tensor 'model.layers.0.mlp.shared_expert.gate_proj.weight': shape [80, 48], expected [64, 48]" sf-run -m "$m" -p hi
+	refuses_config qwen2_moe '.decoder_sparse_step = 2' "config.json: 'decoder_sparse_step': 2 unsupported (only 1: dense layers among the mixtures are not computed)"
+	refuses_config qwen2_moe '.mlp_only_layers = [1]' "config.json: 'mlp_only_layers': unsupported unless empty (dense layers among the mixtures are not computed)"
+	refuses_config qwen2_moe 'del(.shared_expert_intermediate_size)' "config.json: 'shared_expert_intermediate_size': missing"
+	refuses_config qwen2_moe '.shared_expert_intermediate_size = 64' "model-00002-of-00002.safetensors: tensor 'model.layers.0.mlp.shared_expert.gate_proj.weight': shape [80, 48], expected [64, 48]"
 }
 
 @test "Mixtral: sf-pack, sf-profile and sf-encode refuse a mixture of experts by name" {
