@@ -224,6 +224,22 @@ load serve-helpers
 	[ "$(metric sf_batched_tokens_max)" = 2 ]
 }
 
+@test "sf-serve: a mixture of experts (a random Mixtral) in two slots: each greedy completion is sf-run's text" {
+	MODEL=$BATS_TEST_TMPDIR/mixtral
+	"$SF_FIXTURES/mkmodel" -o "$MODEL" --arch mixtral --experts 4 --experts-used 2 \
+		--layers 2 --tokenizer "$SF_ROOT/models/mix4-1m"
+	SF_SERVE_TOKEN_DELAY_MS=5 start_server --parallel 2
+	curl -s -H 'Content-Type: application/json' \
+		-d '{"prompt": "Love", "max_tokens": 12, "temperature": 0}' \
+		"$URL/v1/completions" >"$BATS_TEST_TMPDIR/love" 3>&- &
+	CP=$!
+	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 12, "temperature": 0}'
+	wait "$CP"
+	CP=
+	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run --model "$MODEL" -p "In the beginning" -n 12 --temp 0 -q)" ]
+	[ "$(jq -r .choices[0].text "$BATS_TEST_TMPDIR/love")" = "$(sf-run --model "$MODEL" -p "Love" -n 12 --temp 0 -q)" ]
+}
+
 @test "sf-serve: from an image, a greedy completion is sf-run IMAGE's text; /metrics counts the bytes read and the cache's hits" {
 	img=$BATS_TEST_TMPDIR/id.sfimg
 	sf-pack -q --model "$MODEL" -o "$img"
