@@ -341,9 +341,10 @@ static int gguf_inputs(struct options *o, const struct sf_config *cfg, char **te
 	for (size_t i = 0; i < g.ntensors; i++) {
 		const struct sf_gguf_tensor *t = &g.tensors[i];
 		const char *name = sf_ggml_type_name(t->type);
-		if (strncmp(t->name, "blk.", 4) || t->n_dims != 2)
+		if (strncmp(t->name, "blk.", 4) || t->n_dims < 2)
 			continue;
-		elems += t->ne[0] * t->ne[1];
+		/* a mixture's experts stacked in three dimensions */
+		elems += t->ne[0] * t->ne[1] * t->ne[2];
 		bytes += t->nbytes;
 		if (sf_ggml_block_elems(t->type) > 1 && !strstr(types, name) &&
 		    strlen(types) + strlen(name) + 2 < sizeof(types))

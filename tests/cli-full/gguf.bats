@@ -44,6 +44,24 @@ setup_file() {
 	"$SF_FIXTURES/mkmodel" -o "$G/qwen2" --arch qwen2 --vocab 268 --no-tie \
 		--tokenizer "$SF_ROOT/tests/fixtures/bytelevel" >/dev/null
 	for m in qwen3 qwen2; do lc llamacpp_gguf "$G/$m" "$G/$m.gguf" f32; done
+	# the mixtures (the NumPy oracle's random checkpoints): OLMoE as
+	# llama.cpp's graph computes it, without GQA or clip_qkv (OLMoE-1B-7B
+	# has neither); Mixtral and Qwen2-MoE also 64 wide, for the block types
+	for m in mixtral qwen2_moe qwen3_moe olmoe; do
+		"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
+if sys.argv[3] == "olmoe": h.SHAPES["olmoe"].update(num_key_value_heads=4, clip_qkv=None)
+h.write(sys.argv[2], sys.argv[3], 7)' "$SF_ROOT/tests/oracle" "$G/$m" "$m"
+		lc llamacpp_gguf "$G/$m" "$G/$m.gguf" f32
+	done
+	for m in mixtral qwen2_moe; do
+		"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
+h.SHAPES[sys.argv[3]].update(hidden_size=64, intermediate_size=128); h.write(sys.argv[2], sys.argv[3], 7)' \
+			"$SF_ROOT/tests/oracle" "$G/${m}64" "$m"
+		lc llamacpp_gguf "$G/${m}64" "$G/${m}64.gguf" f32
+		for q in Q8_0 Q4_0 Q4_K_M; do
+			lc llamacpp_quantize "$G/${m}64.gguf" "$G/${m}64-$q.gguf" "$q"
+		done
+	done
 }
 
 # llama.cpp's helpers (tests/bench/llamacpp.bash), set up in setup_file
@@ -171,5 +189,35 @@ nll_pair() {
 		jq -n --argjson a "$a" --argjson b "${b% *}" --argjson l "${b#* }" \
 			-e '($a - $b | fabs) < 1e-5 and ($b - $l | fabs) < 0.005'
 		[ "$(sf_ids "$g/$m.gguf" "$text")" = "$(lc llamacpp_tokenize "$g/$m.gguf" "$text" | tr -d '[] ')" ]
+	done
+}
+
+@test "mixtures as GGUFs (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): the safetensors' nll, llama.cpp's within 0.002" {
+	local g=$BATS_FILE_TMPDIR m a b text="a big dog ran far away, and my cow ran home"
+	printf '%s\n%.0s' "$text" 1 2 3 4 5 6 7 8 >"$g/text.txt"
+	for m in mixtral qwen2_moe qwen3_moe olmoe; do
+		a=$(sf-run -q -ctk f32 -ctv f32 --model "$g/$m" --ppl "$g/text.txt" --window 64 | jq .nll)
+		b=$(sf-run -q -ctk f32 -ctv f32 --model "$g/$m.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
+		b="$b $(lc llamacpp_ppl "$g/$m.gguf" 1 "$g/text.txt" 1000 64 | jq .nll)"
+		echo "$m: safetensors $a; gguf, llama.cpp $b"
+		jq -n --argjson a "$a" --argjson b "${b% *}" --argjson l "${b#* }" \
+			-e '($a - $b | fabs) < 1e-6 and ($b - $l | fabs) < 0.002'
+	done
+}
+
+# Random routers over few experts: a token whose top experts are near a tie
+# takes another expert for a rounding's difference, so the nll of two
+# engines on one quantized file differs more than a dense model's (0.005);
+# an expert misread (another's bytes, another order) moves it by tenths.
+@test "llama.cpp's Q8_0, Q4_0 and Q4_K_M of a Mixtral and a Qwen2-MoE: nll within 0.03 of llama.cpp's" {
+	local g=$BATS_FILE_TMPDIR m q a l
+	printf '%s\n%.0s' "a big dog ran far away, and my cow ran home" 1 2 3 4 5 6 7 8 >"$g/text.txt"
+	for m in mixtral qwen2_moe; do
+		for q in Q8_0 Q4_0 Q4_K_M; do
+			a=$(sf-run -q -ctk f32 -ctv f32 --model "$g/${m}64-$q.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
+			l=$(lc llamacpp_ppl "$g/${m}64-$q.gguf" 1 "$g/text.txt" 1000 64 | jq .nll)
+			echo "$m $q: sf-run $a, llama.cpp $l"
+			jq -n --argjson a "$a" --argjson l "$l" -e '($a - $l | fabs) < 0.03'
+		done
 	done
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # A GGUF without llama.cpp: mkgguf --model writes a one-layer llama with
 # Q8_0, F16, BF16, F32, Q4_0, Q4_1 and Q4_K matrices and a SentencePiece
-# vocabulary whose scores are chosen by hand (tests/fixtures/mkgguf.c).
+# vocabulary whose scores are chosen by hand, --moe and --moe-split a
+# Mixtral of 3 experts in Q4_0, Q4_1 and Q8_0 (tests/fixtures/mkgguf.c).
 # llama.cpp itself as the oracle is tests/cli-full/gguf.bats.
 
 load helpers
@@ -9,6 +10,8 @@ load helpers
 setup_file() {
 	export G=$BATS_FILE_TMPDIR
 	"$SF_FIXTURES/mkgguf" --model "$G/tiny.gguf"
+	"$SF_FIXTURES/mkgguf" --moe "$G/moe.gguf"
+	"$SF_FIXTURES/mkgguf" --moe-split "$G/moe-split.gguf"
 }
 
 ids() {
@@ -53,4 +56,35 @@ ids() {
 	run --separate-stderr sf-run --model "$G/bert.gguf" -p hello
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-run: $G/bert.gguf: key 'tokenizer.ggml.model': 'bertx' unsupported (llama or gpt2)" ]
+}
+
+@test "a Mixtral GGUF: experts stacked as llama.cpp writes them give the floats of one tensor an expert" {
+	printf 'hello world\nhello hello world\n%.0s' 1 2 3 4 >"$G/t.txt"
+	run --separate-stderr sf-run -v --model "$G/moe.gguf" --ppl "$G/t.txt" --window 32
+	[ "$status" -eq 0 ]
+	[[ $stderr == *"MixtralForCausalLM"* ]]
+	local a b c
+	a=$(echo "$output" | jq .nll)
+	b=$(sf-run -q --model "$G/moe-split.gguf" --ppl "$G/t.txt" --window 32 | jq .nll)
+	c=$(sf-run -q --model "$G/tiny.gguf" --ppl "$G/t.txt" --window 32 | jq .nll)
+	echo "stacked $a, split $b, the dense llama $c"
+	[ "$a" = "$b" ] && [ "$a" != "$c" ]
+}
+
+@test "a Mixtral GGUF whose expert counts disagree: one line naming the file and the key or tensor, exit 1" {
+	sed 's/llama\.expert_count\x04\x00\x00\x00\x03/llama.expert_count\x04\x00\x00\x00\x02/' \
+		"$G/moe.gguf" >"$G/bad.gguf"
+	run --separate-stderr sf-run --model "$G/bad.gguf" -p hello
+	[ "$status" -eq 1 ]
+	[[ $stderr =~ ^"sf-run: $G/bad.gguf: tensor 'blk.0.ffn_"(gate|up|down)"_exps.weight': 3 experts, expected 'expert_count' 2"$ ]]
+	sed 's/llama\.expert_used_count\x04\x00\x00\x00\x02/llama.expert_used_count\x04\x00\x00\x00\x04/' \
+		"$G/moe.gguf" >"$G/bad.gguf"
+	run --separate-stderr sf-run --model "$G/bad.gguf" -p hello
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $G/bad.gguf: key 'llama.expert_used_count' 4 is above 'llama.expert_count' 3" ]
+	# an expert beyond the count
+	sed 's/blk\.0\.ffn_up\.2\.weight/blk.0.ffn_up.7.weight/' "$G/moe-split.gguf" >"$G/bad.gguf"
+	run --separate-stderr sf-run --model "$G/bad.gguf" -p hello
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $G/bad.gguf: tensor 'blk.0.ffn_up.7.weight': not one MixtralForCausalLM computes" ]
 }

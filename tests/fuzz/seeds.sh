@@ -33,6 +33,7 @@ cp "$W/qwen/model.safetensors" "$OUT/safetensors/qwen.safetensors"
 "$FIX/mkgguf" "$OUT/gguf/v2-align64.gguf" 2 64
 # a whole model with a tokenizer: what sf-run and sf-pack make of a file
 "$FIX/mkgguf" --model "$OUT/gguf/model.gguf"
+"$FIX/mkgguf" --moe "$OUT/gguf/moe.gguf"
 
 cp "$MODEL/config.json" "$OUT/config/mix4-1m.json"
 cp "$W/qwen/config.json" "$OUT/config/tiny-qwen2.json"

@@ -19,27 +19,45 @@
 
 static const char *tmpdir;
 
-/* Which key of the valid file to change: none, or one of these. */
-enum change { NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED };
+/* Which key of the valid file to change: none, or one of these; the
+ * MOE ones make it a qwen2moe file. */
+enum change {
+	NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED, MOE,
+	MOE_TOPK, MOE_NO_EXPERTS, MOE_SCALE
+};
+
+/* ARCH.NAME of the file's architecture as a u32 key. */
+static void kv_u32(struct gb *b, const char *arch, const char *name, uint32_t v)
+{
+	char key[96];
+	snprintf(key, sizeof(key), "%s.%s", arch, name);
+	gb_kv_u32(b, key, v);
+}
 
 /* A qwen2 file: 256 wide, 768 FFN, 3 layers, 8/2 heads, a vocabulary of 3
- * tokens from the token list, eps 1e-5, theta 1e6, BOS 1, EOS 2, EOT 0. */
+ * tokens from the token list, eps 1e-5, theta 1e6, BOS 1, EOS 2, EOT 0.
+ * qwen2moe: 8 experts of 64, 2 a token, a shared one of 128. */
 static void qwen2_file(struct gb *b, enum change ch)
 {
 	uint64_t ne[1] = { 32 };
-	int nkv = ch == NO_BLOCKS ? 9 : ch == EXPERTS || ch == YARN || ch == ROPE_DIMS ? 11 : 10;
+	int moe = ch >= MOE;
+	const char *a = moe ? "qwen2moe" : "qwen2";
+	int nkv = ch == NO_BLOCKS ? 9 : ch == EXPERTS || ch == YARN || ch == ROPE_DIMS ? 11 :
+		  ch == MOE_NO_EXPERTS ? 12 : ch == MOE_SCALE ? 15 : moe ? 14 : 10;
+	char key[96];
 
 	b->n = 0;
 	gb_header(b, 3, ch == UNTIED, (uint64_t)nkv);
-	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma3" : "qwen2");
-	gb_kv_u32(b, "qwen2.embedding_length", 256);
-	gb_kv_u32(b, "qwen2.feed_forward_length", 768);
+	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma3" : a);
+	kv_u32(b, a, "embedding_length", 256);
+	kv_u32(b, a, "feed_forward_length", 768);
 	if (ch != NO_BLOCKS)
-		gb_kv_u32(b, "qwen2.block_count", 3);
-	gb_kv_u32(b, "qwen2.attention.head_count", ch == HEADS_7 ? 7 : 8);
-	gb_kv_u32(b, "qwen2.attention.head_count_kv", 2);
-	gb_kv_u32(b, "qwen2.context_length", 4096);
-	gb_key(b, "qwen2.attention.layer_norm_rms_epsilon", 6);
+		kv_u32(b, a, "block_count", 3);
+	kv_u32(b, a, "attention.head_count", ch == HEADS_7 ? 7 : 8);
+	kv_u32(b, a, "attention.head_count_kv", 2);
+	kv_u32(b, a, "context_length", 4096);
+	snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", a);
+	gb_key(b, key, 6);
 	gb_u32(b, 0x3727c5acu);	/* 1e-5f */
 	gb_key(b, "tokenizer.ggml.tokens", 9);
 	gb_u32(b, 8);
@@ -50,6 +68,18 @@ static void qwen2_file(struct gb *b, enum change ch)
 	gb_kv_u32(b, "tokenizer.ggml.bos_token_id", ch == BIG_BOS ? 3 : 1);
 	if (ch == EXPERTS)
 		gb_kv_u32(b, "qwen2.expert_count", 8);
+	if (moe && ch != MOE_NO_EXPERTS) {
+		kv_u32(b, a, "expert_count", 8);
+		kv_u32(b, a, "expert_used_count", ch == MOE_TOPK ? 9 : 2);
+	}
+	if (moe) {
+		kv_u32(b, a, "expert_feed_forward_length", 64);
+		kv_u32(b, a, "expert_shared_feed_forward_length", 128);
+	}
+	if (ch == MOE_SCALE) {
+		gb_key(b, "qwen2moe.expert_weights_scale", 6);
+		gb_u32(b, 0x40000000u);	/* 2.0f */
+	}
 	if (ch == YARN)
 		gb_kv_str(b, "qwen2.rope.scaling.type", "yarn");
 	if (ch == ROPE_DIMS)
@@ -107,12 +137,25 @@ static void test_built(void)
 	      c.bos_id, c.n_eos);
 	qwen2_file(&b, UNTIED);
 	CHECK(config_of(&b, &c, &e) == 0 && !c.tie_embeddings, "output.weight: untied");
+	/* the expert keys; llama.cpp's qwen2moe graph never renormalises */
+	qwen2_file(&b, MOE);
+	CHECK(config_of(&b, &c, &e) == 0, "%s", e.msg);
+	CHECK(c.arch == SF_ARCH_QWEN2_MOE && c.n_experts == 8 && c.n_experts_used == 2 &&
+	      c.hidden_dim == 64 && c.shared_hidden_dim == 128 && !c.norm_topk && c.qkv_bias &&
+	      !c.rope_interleaved, "qwen2moe: arch %d, %d experts, %d used, width %d, shared %d",
+	      (int)c.arch, c.n_experts, c.n_experts_used, c.hidden_dim, c.shared_hidden_dim);
 	free(b.p);
 
 	REFUSED(ARCH_GEMMA, SF_EUNSUPPORTED,
-		"key 'general.architecture': 'gemma3' unsupported (expected llama, qwen2 or qwen3)");
+		"key 'general.architecture': 'gemma3' unsupported (expected llama, qwen2, qwen3, "
+		"qwen2moe, qwen3moe or olmoe)");
 	REFUSED(NO_BLOCKS, -ENOENT, "key 'qwen2.block_count': missing");
-	REFUSED(EXPERTS, SF_EUNSUPPORTED, "'qwen2.expert_count': 8, mixtures of experts unsupported");
+	REFUSED(EXPERTS, SF_EUNSUPPORTED, "key 'qwen2.expert_count': 8, experts in architecture "
+		"qwen2 unsupported");
+	REFUSED(MOE_TOPK, SF_EFORMAT, "key 'qwen2moe.expert_used_count' 9 is above "
+		"'qwen2moe.expert_count' 8");
+	REFUSED(MOE_NO_EXPERTS, -ENOENT, "key 'qwen2moe.expert_count': missing");
+	REFUSED(MOE_SCALE, SF_EUNSUPPORTED, "key 'qwen2moe.expert_weights_scale': 2 unsupported");
 	REFUSED(YARN, SF_EUNSUPPORTED, "key 'qwen2.rope.scaling.type': 'yarn' unsupported");
 	REFUSED(HEADS_7, SF_EFORMAT, "'embedding_length' 256 is not a multiple of 'attention.head_count' 7");
 	REFUSED(ROPE_DIMS, SF_EUNSUPPORTED, "'qwen2.rope.dimension_count' 16");

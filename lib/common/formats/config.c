@@ -667,14 +667,15 @@ static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, st
 	char key[128];
 	const char *s;
 	uint64_t len;
-	int experts, ret;
+	float scale;
+	int ret;
 
-	if ((ret = gguf_int(g, arch, "expert_count", 0, 0, 0, INT32_MAX, &experts, e)))
+	if ((ret = gguf_num(g, arch, "expert_weights_scale", 1.0, -1, 1e9, &scale, e)))
 		return ret;
-	if (experts)
-		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: key '%s.expert_count': %d, mixtures of experts unsupported",
-				  g->path, arch, experts);
+	if (scale != 0.0f && scale != 1.0f)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.expert_weights_scale': %g "
+				  "unsupported (only 1: the experts' weights unscaled)", g->path, arch,
+				  (double)scale);
 	snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
 	ret = sf_gguf_get_str(g, key, &s, &len, e);
 	if (ret && ret != -ENOENT)
@@ -709,6 +710,61 @@ static int gguf_rope_freqs(const struct sf_gguf *g, struct sf_config *c, struct 
 	return 0;
 }
 
+/* llama.cpp's architectures we compute, and what its graph of each does
+ * that no key says: whether the router's top k is renormalised (Mixtral,
+ * which is llama with experts, and Qwen3-MoE; not Qwen2-MoE or OLMoE,
+ * whatever their checkpoints' norm_topk_prob was). */
+static const struct {
+	const char *name;
+	enum sf_arch arch;
+	int moe;		/* 1: experts required; llama: when it has them */
+	int norm_topk;
+} gguf_archs[] = {
+	{ "llama", SF_ARCH_LLAMA, 0, 1 },
+	{ "qwen2", SF_ARCH_QWEN2, 0, 0 },
+	{ "qwen3", SF_ARCH_QWEN3, 0, 0 },
+	{ "qwen2moe", SF_ARCH_QWEN2_MOE, 1, 0 },
+	{ "qwen3moe", SF_ARCH_QWEN3_MOE, 1, 1 },
+	{ "olmoe", SF_ARCH_OLMOE, 1, 0 },
+};
+
+/* A mixture's experts from the ARCH.expert_* keys: count, top k, their
+ * width (expert_feed_forward_length, else feed_forward_length) and
+ * Qwen2-MoE's shared expert's (else feed_forward_length, as llama.cpp). */
+static int gguf_experts(const struct sf_gguf *g, const char *arch, int a, struct sf_config *c,
+			struct sf_err *e)
+{
+	int dense_ff = c->hidden_dim, ret;
+
+	if ((ret = gguf_int(g, arch, "expert_count", gguf_archs[a].moe, 0,
+			    gguf_archs[a].moe ? 1 : 0, EXPERTS_MAX, &c->n_experts, e)))
+		return ret;
+	if (!c->n_experts)
+		return 0;
+	if (c->arch != SF_ARCH_LLAMA && !gguf_archs[a].moe)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.expert_count': %d, experts in "
+				  "architecture %s unsupported (llama.cpp's are llama, qwen2moe, "
+				  "qwen3moe, olmoe)", g->path, arch, c->n_experts, arch);
+	if (c->arch == SF_ARCH_LLAMA)
+		c->arch = SF_ARCH_MIXTRAL;
+	if ((ret = gguf_int(g, arch, "expert_used_count", 1, 0, 1, EXPERTS_MAX, &c->n_experts_used,
+			    e)))
+		return ret;
+	if (c->n_experts_used > c->n_experts)
+		return sf_err_set(e, SF_EFORMAT, "%s: key '%s.expert_used_count' %d is above '%s."
+				  "expert_count' %d", g->path, arch, c->n_experts_used, arch,
+				  c->n_experts);
+	if ((ret = gguf_int(g, arch, "expert_feed_forward_length", 0, dense_ff, 1, HIDDEN_MAX,
+			    &c->hidden_dim, e)))
+		return ret;
+	if (c->arch == SF_ARCH_QWEN2_MOE &&
+	    (ret = gguf_int(g, arch, "expert_shared_feed_forward_length", 0, dense_ff, 1,
+			    HIDDEN_MAX, &c->shared_hidden_dim, e)))
+		return ret;
+	c->norm_topk = gguf_archs[a].norm_topk;
+	return 0;
+}
+
 int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e)
 {
 	static const struct head_names gguf_names = {
@@ -720,23 +776,22 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	char arch[32];
 	uint64_t len;
 	int ret, head_dim_default, v_len, rope_dims, eos, eot;
+	size_t a;
 
 	memset(c, 0, sizeof(*c));
 	if ((ret = sf_gguf_get_str(g, "general.architecture", &name, &len, e)))
 		goto out;
-	if (len == 5 && !memcmp(name, "llama", 5)) {
-		c->arch = SF_ARCH_LLAMA;
-	} else if (len == 5 && !memcmp(name, "qwen2", 5)) {
-		c->arch = SF_ARCH_QWEN2;
-	} else if (len == 5 && !memcmp(name, "qwen3", 5)) {
-		c->arch = SF_ARCH_QWEN3;
-	} else {
+	for (a = 0; a < sizeof(gguf_archs) / sizeof(gguf_archs[0]); a++)
+		if (len == strlen(gguf_archs[a].name) && !memcmp(name, gguf_archs[a].name, len))
+			break;
+	if (a == sizeof(gguf_archs) / sizeof(gguf_archs[0])) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
 				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama, "
-				 "qwen2 or qwen3)",
+				 "qwen2, qwen3, qwen2moe, qwen3moe or olmoe)",
 				 g->path, len > 60 ? 60 : (int)len, name);
 		goto out;
 	}
+	c->arch = gguf_archs[a].arch;
 	memcpy(arch, name, len);
 	arch[len] = 0;
 	if ((ret = gguf_int(g, arch, "embedding_length", 1, 0, 1, DIM_MAX, &c->dim, e)) ||
@@ -781,6 +836,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if ((ret = gguf_num(g, arch, "attention.layer_norm_rms_epsilon", 1e-6, 0, 1, &c->norm_eps, e)) ||
 	    (ret = gguf_num(g, arch, "rope.freq_base", 10000.0, 0, 1e12, &c->rope_theta, e)) ||
 	    (ret = gguf_refuse_unsupported(g, arch, e)) ||
+	    (ret = gguf_experts(g, arch, (int)a, c, e)) ||
 	    (ret = gguf_rope_freqs(g, c, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
@@ -793,11 +849,13 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 		c->eos_ids[c->n_eos++] = eot;
 	/* llama.cpp's converters leave the head out when tied */
 	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
-	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
-	c->qk_norm = c->arch == SF_ARCH_QWEN3 ? SF_QK_NORM_HEAD : SF_QK_NORM_NONE;
-	/* llama.cpp's converters reorder llama's q and k rows for its RoPE
-	 * (sf_gguf_rope_row); qwen2 and qwen3 keep Hugging Face's */
-	c->rope_interleaved = c->arch == SF_ARCH_LLAMA;
+	c->qkv_bias = c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN2_MOE;
+	c->qk_norm = c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ? SF_QK_NORM_HEAD :
+		     c->arch == SF_ARCH_OLMOE ? SF_QK_NORM_ALL : SF_QK_NORM_NONE;
+	/* llama.cpp's converters reorder llama's (and Mixtral's) q and k rows
+	 * for its RoPE (sf_gguf_rope_row); the others keep Hugging Face's.
+	 * OLMoE's clip_qkv is not in its GGUF: llama.cpp computes none */
+	c->rope_interleaved = c->arch == SF_ARCH_LLAMA || c->arch == SF_ARCH_MIXTRAL;
 	ret = 0;
 out:
 	if (ret)

@@ -45,20 +45,59 @@ static const char *const model_names[][2] = {
 	{ "output.weight", "lm_head.weight" },
 };
 
-/* Hugging Face's name of GGUF tensor NAME into hf, or -1 when llama.cpp
- * names no tensor of the architectures we compute so. */
-static int hf_name(const char *name, int n_layers, char *hf, size_t cap)
+/* A mixture's tensors in llama.cpp's names, after "blk.N.": its router,
+ * Qwen2-MoE's shared expert and the gate of it, and the experts' three
+ * matrices, stacked (ffn_gate_exps: [n_experts, rows, cols]) or, in files
+ * older than llama.cpp's stacking, one tensor an expert (ffn_gate.E). */
+static const char *const expert_mats[3] = { "gate", "up", "down" };
+
+/* Hugging Face's name of GGUF tensor NAME (expert x of a stacked one, else
+ * -1) into hf, or -1 when llama.cpp names no tensor of the architectures
+ * we compute so. */
+static int hf_name(const char *name, const struct sf_config *cfg, int x, char *hf, size_t cap)
 {
-	for (size_t i = 0; i < sizeof(model_names) / sizeof(model_names[0]); i++)
+	int mixtral = cfg->arch == SF_ARCH_MIXTRAL;
+	const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+	const char *hf_mats[3] = { mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj",
+				   mixtral ? "w2" : "down_proj" };
+	char gguf[64];
+	int l, used = 0, n;
+
+	for (size_t i = 0; x < 0 && i < sizeof(model_names) / sizeof(model_names[0]); i++)
 		if (!strcmp(name, model_names[i][0]))
 			return snprintf(hf, cap, "%s", model_names[i][1]) < (int)cap ? 0 : -1;
-	int l, used = 0;
-	if (sscanf(name, "blk.%d.%n", &l, &used) != 1 || !used || l < 0 || l >= n_layers)
+	if (sscanf(name, "blk.%d.%n", &l, &used) != 1 || !used || l < 0 || l >= cfg->n_layers)
 		return -1;
-	for (size_t i = 0; i < sizeof(layer_names) / sizeof(layer_names[0]); i++)
-		if (!strcmp(name + used, layer_names[i][0]))
-			return snprintf(hf, cap, "model.layers.%d.%s", l, layer_names[i][1]) <
+	name += used;
+	n = snprintf(hf, cap, "model.layers.%d.", l);
+	hf += n;
+	cap -= (size_t)n;
+	for (size_t i = 0; x < 0 && i < sizeof(layer_names) / sizeof(layer_names[0]); i++)
+		if (!strcmp(name, layer_names[i][0]))
+			return snprintf(hf, cap, "%s", layer_names[i][1]) < (int)cap ? 0 : -1;
+	if (!cfg->n_experts)
+		return -1;
+	for (int m = 0; m < 3; m++) {
+		int e = -1;
+		snprintf(gguf, sizeof(gguf), "ffn_%s_exps.weight", expert_mats[m]);
+		if (x >= 0 && !strcmp(name, gguf))
+			e = x;
+		used = 0;
+		snprintf(gguf, sizeof(gguf), "ffn_%s.%%d.weight%%n", expert_mats[m]);
+		if (x < 0 && sscanf(name, gguf, &e, &used) == 1 && (!used || name[used]))
+			e = -1;
+		if (e >= 0 && e < cfg->n_experts)
+			return snprintf(hf, cap, "%s.experts.%d.%s.weight", moe, e, hf_mats[m]) <
 			       (int)cap ? 0 : -1;
+		snprintf(gguf, sizeof(gguf), "ffn_%s_shexp.weight", expert_mats[m]);
+		if (x < 0 && cfg->shared_hidden_dim && !strcmp(name, gguf))
+			return snprintf(hf, cap, "mlp.shared_expert.%s.weight", hf_mats[m]) <
+			       (int)cap ? 0 : -1;
+	}
+	if (x < 0 && !strcmp(name, "ffn_gate_inp.weight"))
+		return snprintf(hf, cap, "%s.gate.weight", moe) < (int)cap ? 0 : -1;
+	if (x < 0 && cfg->shared_hidden_dim && !strcmp(name, "ffn_gate_inp_shexp.weight"))
+		return snprintf(hf, cap, "mlp.shared_expert_gate.weight") < (int)cap ? 0 : -1;
 	return -1;
 }
 
@@ -165,6 +204,10 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	uint64_t total = 0, cols_max = 1;
 	uint8_t *arena = NULL, *at;
 	const struct sf_gguf_tensor **src = NULL;	/* (st->ntensors) each one's own */
+	struct sf_gguf_tensor *slices = NULL;	/* the stacked experts' one by one */
+	struct sf_gguf_tensor *slices_all = NULL;
+	int *xs = NULL;				/* (st->ntensors) each one's expert */
+	size_t nall = 0;
 	struct conversion c = { 0 };
 	struct sf_pool *pool = NULL;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -173,29 +216,60 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 
 	memset(st, 0, sizeof(*st));
 	*converted = NULL;
-	st->tensors = calloc(g->ntensors ? g->ntensors : 1, sizeof(*st->tensors));
+	/* a stacked expert tensor [n_experts, rows, cols] is n_experts
+	 * matrices, each a stretch of its bytes */
+	for (size_t i = 0; i < g->ntensors; i++)
+		nall += g->tensors[i].n_dims == 3 ? (size_t)g->tensors[i].ne[2] : 1;
+	st->tensors = calloc(nall ? nall : 1, sizeof(*st->tensors));
 	st->maps = calloc(1, sizeof(*st->maps));
 	st->map_sizes = calloc(1, sizeof(*st->map_sizes));
 	st->paths = calloc(1, sizeof(*st->paths));
-	src = calloc(g->ntensors ? g->ntensors : 1, sizeof(*src));
-	if (!st->tensors || !st->maps || !st->map_sizes || !st->paths || !src ||
+	src = calloc(nall ? nall : 1, sizeof(*src));
+	slices = slices_all = calloc(nall ? nall : 1, sizeof(*slices));
+	xs = calloc(nall ? nall : 1, sizeof(*xs));
+	if (!st->tensors || !st->maps || !st->map_sizes || !st->paths || !src || !slices || !xs ||
 	    !(st->paths[0] = strdup(g->path))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory", g->path);
 		goto fail;
 	}
 	st->nfiles = 1;
-	/* names, shapes and what each tensor becomes, before any byte moves;
+	/* the matrices: a stacked one's experts in turn, each a view of its
+	 * stretch of the bytes (x: its expert; -1 for the rest);
 	 * rope_freqs.weight is the config's (sf_config_from_gguf) */
 	for (size_t i = 0; i < g->ntensors; i++) {
 		const struct sf_gguf_tensor *gt = &g->tensors[i];
-		struct sf_tensor *t = &st->tensors[st->ntensors];
-		enum sf_dtype dt = engine_dtype(gt, element_only);
-
 		if (!strcmp(gt->name, SF_GGUF_ROPE_FREQS))
 			continue;
-		src[st->ntensors++] = gt;
+		if (gt->n_dims != 3) {
+			xs[st->ntensors] = -1;
+			src[st->ntensors++] = gt;
+			continue;
+		}
+		if (gt->ne[2] != (uint64_t)cfg->n_experts) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %llu experts, expected "
+					 "'expert_count' %d", g->path, gt->name,
+					 (unsigned long long)gt->ne[2], cfg->n_experts);
+			goto fail;
+		}
+		for (int x = 0; x < cfg->n_experts; x++) {
+			struct sf_gguf_tensor *sl = &slices[x];
+			*sl = *gt;
+			sl->n_dims = 2;
+			sl->ne[2] = 1;
+			sl->nbytes = gt->nbytes / gt->ne[2];
+			sl->data = (const uint8_t *)gt->data + (size_t)x * sl->nbytes;
+			xs[st->ntensors] = x;
+			src[st->ntensors++] = sl;
+		}
+		slices += cfg->n_experts;
+	}
+	/* names, shapes and what each matrix becomes, before any byte moves */
+	for (size_t k = 0; k < st->ntensors; k++) {
+		const struct sf_gguf_tensor *gt = src[k];
+		struct sf_tensor *t = &st->tensors[k];
+		enum sf_dtype dt = engine_dtype(gt, element_only);
 
-		if (hf_name(gt->name, cfg->n_layers, t->name, sizeof(t->name))) {
+		if (hf_name(gt->name, cfg, xs[k], t->name, sizeof(t->name))) {
 			ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s': not one %s computes",
 					 g->path, gt->name, sf_arch_name(cfg->arch));
 			goto fail;
@@ -206,10 +280,17 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 					 (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1]);
 			goto fail;
 		}
-		/* ggml's ne[0] is the contiguous one: Hugging Face's last */
+		/* ggml's ne[0] is the contiguous one: Hugging Face's last. The
+		 * shared expert's gate is a vector in llama.cpp, [1, dim] in
+		 * Hugging Face */
 		t->ndim = gt->n_dims;
 		t->shape[0] = gt->n_dims == 2 ? gt->ne[1] : gt->ne[0];
 		t->shape[1] = gt->n_dims == 2 ? gt->ne[0] : 0;
+		if (strstr(gt->name, ".ffn_gate_inp_shexp.")) {
+			t->ndim = 2;
+			t->shape[0] = gt->ne[1];
+			t->shape[1] = gt->ne[0];
+		}
 		/* the shape fingerprint names what every open of the file
 		 * agrees on, and an image packed from it holds */
 		t->dtype = dt;
@@ -259,6 +340,8 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	}
 	free(c.rows);
 	free(src);
+	free(slices_all);
+	free(xs);
 	sf_pool_destroy(pool);
 	/* the mapping passes to st, whose release and close serve it; the
 	 * converted tensors' file pages are not needed again */
@@ -275,6 +358,8 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 fail:
 	free(c.rows);
 	free(src);
+	free(slices_all);
+	free(xs);
 	sf_pool_destroy(pool);
 	free(arena);
 	sf_safetensors_close(st);

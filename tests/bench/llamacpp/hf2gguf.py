@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""hf2gguf: a Hugging Face Llama, Qwen2 or Qwen3 checkpoint (config.json,
+"""hf2gguf: a Hugging Face Llama, Qwen2, Qwen3 or mixture-of-experts
+(Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) checkpoint (config.json,
 model.safetensors or shards with model.safetensors.index.json,
 tokenizer.json when there is one) to a GGUF that llama.cpp loads, through
 gguf-py's GGUFWriter; numpy only. Used by tests/bench/llamacpp.bash
@@ -7,7 +8,10 @@ gguf-py's GGUFWriter; numpy only. Used by tests/bench/llamacpp.bash
 tensor. A Llama's Q and K rows are permuted as llama.cpp's
 convert_hf_to_gguf.py (LlamaModel.permute) does: rotate-half RoPE to the
 interleaved pairs llama.cpp's LLAMA graph uses (Qwen's graphs keep
-rotate-half).
+rotate-half). A mixture's experts are stacked into one tensor a matrix
+and layer ([experts, rows, cols], as convert_hf_to_gguf.py writes them);
+what llama.cpp's graphs of the mixtures cannot compute (OLMoE's clip_qkv,
+a router renormalised otherwise than they do) is refused.
 
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
 import argparse
@@ -217,7 +221,7 @@ def rope_factors(scaling, base, dim):
 # --- main
 
 def main():
-    ap = argparse.ArgumentParser(description="Hugging Face Llama safetensors to GGUF")
+    ap = argparse.ArgumentParser(description="Hugging Face safetensors to GGUF")
     ap.add_argument("model_dir", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--outtype", choices=["auto", "f32", "f16", "bf16"], default="auto",
@@ -225,11 +229,24 @@ def main():
     a = ap.parse_args()
 
     cfg = json.loads((a.model_dir / "config.json").read_text())
-    archs = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2,
-             "qwen3": gguf.MODEL_ARCH.QWEN3}
+    # model_type: llama.cpp's architecture, and for a mixture whether its
+    # graph renormalises the top k (a checkpoint saying otherwise is refused)
+    archs = {"llama": (gguf.MODEL_ARCH.LLAMA, None), "qwen2": (gguf.MODEL_ARCH.QWEN2, None),
+             "qwen3": (gguf.MODEL_ARCH.QWEN3, None), "mixtral": (gguf.MODEL_ARCH.LLAMA, True),
+             "qwen2_moe": (gguf.MODEL_ARCH.QWEN2MOE, False),
+             "qwen3_moe": (gguf.MODEL_ARCH.QWEN3MOE, True), "olmoe": (gguf.MODEL_ARCH.OLMOE, False)}
     model_type = cfg.get("model_type")
     if model_type not in archs:
-        fail(f"{a.model_dir}: model_type {model_type!r}: only llama, qwen2 and qwen3 are converted")
+        fail(f"{a.model_dir}: model_type {model_type!r}: only {', '.join(archs)} are converted")
+    arch, renorm = archs[model_type]
+    if renorm is not None and model_type != "mixtral" and \
+       bool(cfg.get("norm_topk_prob", False)) != renorm:
+        fail(f"{a.model_dir}: norm_topk_prob {cfg.get('norm_topk_prob')}: llama.cpp's "
+             f"{model_type} {'always' if renorm else 'never'} renormalises the top k")
+    if cfg.get("clip_qkv") is not None:
+        fail(f"{a.model_dir}: clip_qkv {cfg['clip_qkv']}: llama.cpp computes no clip_qkv")
+    if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+        fail(f"{a.model_dir}: dense layers among the experts are not converted")
     scaling = cfg.get("rope_scaling") or {}
     if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
         fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3 is converted")
@@ -243,7 +260,7 @@ def main():
     src_dtype = st["model.embed_tokens.weight"][1].lower()
     outtype = src_dtype if a.outtype == "auto" else a.outtype
 
-    w = gguf.GGUFWriter(a.out, model_type)
+    w = gguf.GGUFWriter(a.out, gguf.MODEL_ARCH_NAMES[arch])
     w.add_name(a.model_dir.resolve().name)
     w.add_file_type(FILE_TYPES[outtype])
     w.add_vocab_size(n_vocab)
@@ -258,23 +275,51 @@ def main():
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
-    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    eps = cfg.get("rms_norm_eps")
+    w.add_layer_norm_rms_eps(float(eps if eps is not None else
+                                   1e-5 if model_type in ("mixtral", "olmoe") else 1e-6))
+    if renorm is not None:
+        w.add_expert_count(cfg["num_local_experts" if model_type == "mixtral" else "num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+        if "moe_intermediate_size" in cfg:
+            w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        if "shared_expert_intermediate_size" in cfg:
+            w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     kind = vocab_from_tokenizer(a.model_dir, n_vocab, w, cfg)
 
-    names = gguf.get_tensor_name_map(archs[model_type], n_layer)
-    plan = []    # (gguf name, hf name, heads to permute by or 0)
+    names = gguf.get_tensor_name_map(arch, n_layer)
+    expert = re.compile(r"model\.layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts\.(\d+)\."
+                        r"(w1|w3|w2|gate_proj|up_proj|down_proj)\.weight$")
+    mats = {"w1": "gate", "gate_proj": "gate", "w3": "up", "up_proj": "up",
+            "w2": "down", "down_proj": "down"}
+    plan = []    # (gguf name, hf names (a mixture's experts in order), heads to permute by or 0)
+    stacks = {}  # a stacked tensor's gguf name: {expert: hf name}
     for hf in st:
         if re.search(r"rotary_emb\.inv_freq$", hf):
+            continue
+        m = expert.match(hf)
+        if m:
+            name = f"blk.{m[1]}.ffn_{mats[m[3]]}_exps.weight"
+            if name not in stacks:
+                stacks[name] = {}
+                plan.append((name, None, 0))
+            stacks[name][int(m[2])] = hf
             continue
         name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
         if name is None:
             fail(f"{a.model_dir}: tensor {hf}: no llama.cpp name")
-        heads = 0 if model_type != "llama" else \
+        heads = 0 if model_type not in ("llama", "mixtral") else \
             n_head if re.search(r"q_proj\.(weight|bias)$", hf) else \
             n_kv if re.search(r"k_proj\.(weight|bias)$", hf) else 0
-        plan.append((name, hf, heads))
-    for name, hf, heads in plan:
-        shape = st[hf][2]
+        plan.append((name, [hf], heads))
+    plan = [(name, hfs or [stacks[name][x] for x in sorted(stacks[name])], heads)
+            for name, hfs, heads in plan]
+    for name, hfs, heads in plan:
+        shape = st[hfs[0]][2]
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            shape = (shape[-1],)     # [1, hidden] in Hugging Face, a vector in llama.cpp
+        if len(hfs) > 1 or name.endswith("_exps.weight"):
+            shape = (len(hfs),) + shape
         np_type, raw = OUT_TYPES["f32" if len(shape) == 1 else outtype]
         w.add_tensor_info(name, shape, np.dtype(np_type),
                           int(np.prod(shape)) * np.dtype(np_type).itemsize, raw_dtype=raw)
@@ -285,13 +330,18 @@ def main():
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, hf, heads in plan:
-        entry = st[hf]
-        t = load(entry)
-        if heads:
-            t = permute(t, heads)
-        t = convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype)
-        w.write_tensor_data(np.ascontiguousarray(t))
+    for name, hfs, heads in plan:
+        ts = []
+        for hf in hfs:
+            entry = st[hf]
+            t = load(entry)
+            if heads:
+                t = permute(t, heads)
+            if name.endswith("ffn_gate_inp_shexp.weight"):
+                t = np.asarray(t).reshape(-1)
+            ts.append(convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype))
+        w.write_tensor_data(np.ascontiguousarray(np.stack(ts) if len(ts) > 1 or
+                                                 name.endswith("_exps.weight") else ts[0]))
     if scaling:
         w.write_tensor_data(rope_factors(scaling, float(cfg.get("rope_theta", 10000.0)), head_dim))
     w.close()
