@@ -17,10 +17,17 @@
 #          where it runs) in memory cgroups of CGROUPS bytes (sf-run's
 #          --ram 95% of it), cold cache; fio's reads of the image in the
 #          same round
+# SHAPE=mixtral instead: a Mixtral of 8 experts, 2 a token (hidden 2048,
+# experts of 5632, 16 layers, 32/8 heads, vocab 32000, BF16, 9.0 GB;
+# issue 33's speed study), its Q4_0 by llama.cpp's quantizer and sf-pack's
+# q4 image only (the BF16 GGUF is removed once quantized, for the disk);
+# ram adds nothing but sf-run --model on the Q4_0 file (sf-q4-gguf), and
+# the default cgroup is 25% of the q4 image.
+# Every shape also runs sf-run --model on llama.cpp's Q4_0 file in RAM.
 # Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
 # averaged over its threads) and summary.json (medians and the
 # issue's ratios) under SF_BENCH_OUT; prints the table.
-#   tests/bench/vs-llamacpp.sh [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
+#   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
 #       [SCRATCH=/var/tmp/sf-vs-llamacpp] [LLAMACPP_DIR=/var/tmp/sf-llamacpp] [QUICK=1]
 set -euo pipefail
@@ -29,18 +36,31 @@ export PATH=$root/bin:$PATH
 . "$root/tests/bench/llamacpp.bash"
 . "$root/tests/bench/flash-lib.bash"
 
+SHAPE=${SHAPE:-tinyllama}
 PARTS=${PARTS:-ram cgroup}
 REPEATS=${REPEATS:-3}
 THREADS=${THREADS:-2}
 PROMPT=${PROMPT:-512}
 NGEN=${NGEN:-64}
-CGROUPS=${CGROUPS:-660000000 330000000}
 RAM_ALL=${RAM_ALL:-4000000000}
-scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp}
-out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp}
-shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
+case $SHAPE in
+tinyllama)
+	CGROUPS=${CGROUPS:-660000000 330000000}
+	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp}
+	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp}
+	shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
+	ggufs=(Q4_0 Q8_0) dtypes=(q4 q8 bf16) ;;
+mixtral)
+	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp-mixtral}
+	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp-mixtral}
+	shape=(--arch mixtral --experts 8 --experts-used 2 --hidden 2048 --intermediate 5632
+	       --layers 16 --heads 32 --kv-heads 8 --vocab 32000)
+	ggufs=(Q4_0) dtypes=(q4) RAM_ALL=${RAM_ALL_MIXTRAL:-8000000000} ;;
+*) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama or mixtral" >&2; exit 2 ;;
+esac
 if [ -n "${QUICK:-}" ]; then
-	shape=(--hidden 512 --intermediate 1376 --layers 4 --heads 8 --kv-heads 2 --vocab 4096)
+	shape=("${shape[@]:0:$((${#shape[@]} - 12))}" --hidden 512 --intermediate 1376 --layers 4
+	       --heads 8 --kv-heads 2 --vocab 4096)
 	scratch=$scratch-quick CGROUPS=${CGROUPS_QUICK:-40000000} PROMPT=64 NGEN=16 REPEATS=1
 fi
 mkdir -p "$scratch" "$out"
@@ -56,13 +76,17 @@ if ! [ -f "$m/config.json" ]; then
 		--tokenizer "$root/models/mix4-1m" >/dev/null
 	mv "$m.tmp" "$m"
 fi
-[ -f "$scratch/bf16.gguf" ] || llamacpp_gguf "$m" "$scratch/bf16.gguf" bf16
-for t in Q4_0 Q8_0; do
-	[ -f "$scratch/$t.gguf" ] || llamacpp_quantize "$scratch/bf16.gguf" "$scratch/$t.gguf" "$t" >/dev/null
+for t in "${ggufs[@]}"; do
+	[ -f "$scratch/$t.gguf" ] && continue
+	[ -f "$scratch/bf16.gguf" ] || llamacpp_gguf "$m" "$scratch/bf16.gguf" bf16
+	llamacpp_quantize "$scratch/bf16.gguf" "$scratch/$t.gguf" "$t" >/dev/null
 done
-for dt in q4 q8 bf16; do
+[ "$SHAPE" = mixtral ] && rm -f "$scratch/bf16.gguf"
+for dt in "${dtypes[@]}"; do
 	[ -f "$scratch/$dt.sfimg" ] || sf-pack -q --model "$m" --dtype "${dt/bf16/keep}" -o "$scratch/$dt.sfimg"
 done
+# the mixture's cgroup: a quarter of its q4 image
+[ -z "${CGROUPS:-}" ] && CGROUPS=$(($(stat -c %s "$scratch/q4.sfimg") / 4))
 files=("$scratch"/*.gguf "$scratch"/*.sfimg "$m"/model.safetensors)
 drop_all() { for f in "${files[@]}"; do dd if="$f" iflag=nocache count=0 status=none; done; }
 
@@ -71,7 +95,7 @@ img=$scratch/q4.sfimg
 text=$(prompt_of "$PROMPT" "$scratch")
 sf_ids=$(sf-run "$img" -f "$text" -n 0 --verbose-prompt -t 1 2>&1 >/dev/null |
 	 sed -n 's/^ *\([0-9][0-9]*\) -> .*/\1/p' | paste -sd, -)
-llamacpp_tokenize "$scratch/bf16.gguf" "$(cat "$text")" > "$scratch/ids.json"
+llamacpp_tokenize "$scratch/Q4_0.gguf" "$(cat "$text")" > "$scratch/ids.json"
 ntok=$(jq length "$scratch/ids.json")
 if [ "$sf_ids" != "$(jq -r 'map(tostring) | join(",")' "$scratch/ids.json")" ]; then
 	log "the prompt's ids differ: sparseflash ${sf_ids:0:60}..., llama.cpp" \
@@ -104,8 +128,12 @@ lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 configs=()
 for p in $PARTS; do
 	case $p in
-	ram) configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram lc-q8" "ram lc-bf16"
-		       "ram sf-q4" "ram sf-q8" "ram sf-bf16-cache" "ram sf-dense") ;;
+	ram) if [ "$SHAPE" = mixtral ]; then
+		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-gguf" "ram sf-dense")
+	     else
+		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram lc-q8" "ram lc-bf16" "ram sf-q4"
+			  "ram sf-q4-gguf" "ram sf-q8" "ram sf-bf16-cache" "ram sf-dense")
+	     fi ;;
 	cgroup) for c in $CGROUPS; do configs+=("$c lc-q4-plain" "$c lc-q4-repack" "$c sf-q4"); done ;;
 	*) log "unknown part $p"; exit 2 ;;
 	esac
@@ -127,6 +155,7 @@ run_config() {	# WHERE NAME
 	sf-q4) sf "$ram" "$scratch/q4.sfimg" --ram "$sfram" ;;
 	sf-q8) sf "$ram" "$scratch/q8.sfimg" --ram "$sfram" ;;
 	sf-bf16-cache) sf "$ram" "$scratch/bf16.sfimg" --ram "$sfram" --seg-admit 1 ;;
+	sf-q4-gguf) sf "$ram" --model "$scratch/Q4_0.gguf" ;;
 	sf-dense) sf "$ram" --model "$m" ;;
 	esac
 }
@@ -181,6 +210,8 @@ ratio() {	# WHERE A B COLUMN: median A over median B
 		if $y > 0 then ($x / $y * 100 | round / 100) else "n/a" end' "$out/summary.json"
 }
 if [[ " $PARTS " == *" ram "* ]]; then
+	echo "in RAM, decode: --model Q4_0.gguf/best Q4_0 $(ratio ram sf-q4-gguf lc-q4-repack tg)" \
+	     "(repacked) $(ratio ram sf-q4-gguf lc-q4-plain tg) (plain)"
 	echo "in RAM, decode: q4/best Q4_0 $(ratio ram sf-q4 lc-q4-repack tg) (repacked)" \
 	     "$(ratio ram sf-q4 lc-q4-plain tg) (plain); q8/Q8_0 $(ratio ram sf-q8 lc-q8 tg);" \
 	     "BF16 image/dense engine $(ratio ram sf-bf16-cache sf-dense tg)"
