@@ -30,12 +30,12 @@ struct options {
 	struct sf_model_opts mo;	/* --model or IMAGE, -c, -ctk, -ctv, --chat-template */
 	const char *host, *api_key, *alias;
 	int port, threads, batch, parallel, queue, log_json, quiet, verbose;
-	uint64_t max_body;
+	uint64_t max_body, ram;
 	double budget;
 };
 
 enum { OPT_HOST = SF_OPT_FIRST, OPT_PORT, OPT_API_KEY, OPT_PARALLEL, OPT_QUEUE, OPT_MAX_BODY,
-       OPT_ALIAS, OPT_LOG_FORMAT, OPT_BUDGET };
+       OPT_ALIAS, OPT_LOG_FORMAT, OPT_BUDGET, OPT_RAM };
 
 static const struct sf_opt options[] = {
 	SF_OPT_MODEL,
@@ -47,6 +47,9 @@ static const struct sf_opt options[] = {
 	  "else chatml)", NULL, 0 },
 	{ "budget", OPT_BUDGET, "B", "IMAGE: the image's calibrated tier sizes for\n"
 	  "budget B; 1: every column top tier (default)", NULL, 0 },
+	{ "ram", OPT_RAM, "BYTES", "IMAGE: memory budget for everything sf-serve holds,\n"
+	  "every slot's KV cache included; the cache takes what\n"
+	  "is left (default: no limit, no cache)", NULL, 0 },
 	{ "batch-size", 'b', "N", "prompt tokens per pass over the weights (default %s)",
 	  SF_STR(SF_RUN_DEFAULT_BATCH), 0 },
 	SF_OPT_THREADS,
@@ -129,6 +132,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->log_json = !strcmp(optarg, "json");
 			break;
 		case OPT_BUDGET: o->budget = sf_opt_f64("--budget", optarg, 1e-6, 1.0); break;
+		case OPT_RAM: o->ram = sf_opt_u64("--ram", optarg, 1, UINT64_MAX); break;
 		case 'q': o->quiet = 1; break;
 		case 'v': o->verbose = 1; break;
 		default: sf_model_opt(&o->mo, c, optarg); break;
@@ -137,6 +141,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 	sf_model_opts_operands(&o->mo, argc, argv);
 	if (o->mo.model_dir && o->budget < 1.0)
 		sf_usage_error("--budget needs an IMAGE, not --model");
+	if (o->mo.model_dir && o->ram)
+		sf_usage_error("--ram needs an IMAGE, not --model");
 }
 
 /* The listening socket on host:port (port 0: the kernel's choice, read
@@ -234,12 +240,19 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 		return ret;
 	if (o->mo.image) {
 		struct sf_sparse_opts so;
+		struct sf_sparse_memory mem;
 		double peak = 0, iops = 0, buffered = 0;
 		sf_sparse_opts_default(&so);
 		so.budget = o->budget;
+		so.ram = o->ram;
 		so.tokens = s->batch;
 		so.max_tokens = (uint64_t)s->ctx;
-		sf_cli_kv_opts(&so, &s->slots[0].st, &s->model.cfg, s->ctx);
+		/* as sf-run's, for every slot: a state and a KV cache each, all
+		 * granted the same positions, and the pass of them all */
+		sf_cli_kv_opts(&so, &s->slots[0].st, &s->model.cfg,
+			       o->mo.ctx || SF_RUN_KV_LEAST > s->ctx ? s->ctx : SF_RUN_KV_LEAST);
+		so.state_bytes = so.state_bytes * (uint64_t)s->nslots + serve_pass_state_bytes(s);
+		so.kv_position_bytes *= (uint64_t)s->nslots;
 		if ((ret = sf_device_load(o->mo.image, &peak, &iops, &buffered, e)) < 0)
 			return ret;
 		so.device_peak = peak;
@@ -247,6 +260,20 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 		if ((ret = sf_sparse_open(&s->sparse, &s->image, &s->model, s->pool, &so, e)))
 			return ret;
 		serve_slots_exec(s, sf_sparse_exec(s->sparse));
+		/* a request beyond the positions granted is refused as one
+		 * beyond the context */
+		sf_sparse_memory(s->sparse, &mem);
+		if ((int)mem.kv_positions < s->ctx)
+			s->ctx = (int)mem.kv_positions;
+		if (o->verbose)
+			fprintf(stderr, "%s: memory: %llu bytes: process %llu, resident %llu, states "
+				"%llu, KV caches %llu (%d slots of %u positions), buffers %llu, "
+				"held groups %llu, cache %llu\n", sf_progname,
+				(unsigned long long)mem.total, (unsigned long long)mem.process,
+				(unsigned long long)mem.resident, (unsigned long long)mem.state,
+				(unsigned long long)mem.kv, s->nslots, mem.kv_positions,
+				(unsigned long long)mem.buffers, (unsigned long long)mem.slabs,
+				(unsigned long long)mem.cache);
 	}
 	if (o->verbose)
 		sf_cli_model_summary(name, &s->model, s->ctx, o->threads);

@@ -149,6 +149,8 @@ int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_
 void serve_slots_close(struct server *s);	/* stops the decoder first */
 int serve_decoder_start(struct server *s, struct sf_err *e);
 void serve_slots_exec(struct server *s, const struct sf_group_exec *exec);
+/* The bytes of the pass state's buffers (--ram counts them). */
+uint64_t serve_pass_state_bytes(const struct server *s);
 /* Queues j (a reference taken): 0, -EBUSY when the queue is full,
  * -ESHUTDOWN when draining. */
 int serve_submit(struct server *s, struct job *j);

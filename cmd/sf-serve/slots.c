@@ -172,6 +172,21 @@ static int add_text(struct job *j, const char *p, size_t n, int final)
 
 // --- the slots
 
+/* The state of a pass of every slot's next token: its buffers, with a
+ * row of logits each; its own KV cache unused (mapped, never touched). */
+static struct sf_state_opts pass_opts(const struct server *s, enum sf_kv_type kv_k,
+				      enum sf_kv_type kv_v)
+{
+	return (struct sf_state_opts){ .seq_len = s->ctx, .batch = s->nslots, .kv_k = kv_k,
+				       .kv_v = kv_v };
+}
+
+uint64_t serve_pass_state_bytes(const struct server *s)
+{
+	struct sf_state_opts po = pass_opts(s, s->pass.kv_k, s->pass.kv_v);
+	return sf_state_buffer_bytes(&s->model.cfg, &po);
+}
+
 int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_v,
 		     struct sf_err *e)
 {
@@ -189,10 +204,7 @@ int serve_slots_open(struct server *s, enum sf_kv_type kv_k, enum sf_kv_type kv_
 		if (!(s->slots[i].hist = malloc((size_t)s->ctx * sizeof(int32_t))))
 			return sf_err_set(e, -ENOMEM, "slots: %s", strerror(ENOMEM));
 	}
-	/* the buffers of a pass of every slot's next token, with a row of
-	 * logits each; its own KV cache unused (mapped, never touched) */
-	struct sf_state_opts po = { .seq_len = s->ctx, .batch = s->nslots, .kv_k = kv_k,
-				    .kv_v = kv_v };
+	struct sf_state_opts po = pass_opts(s, kv_k, kv_v);
 	if ((ret = sf_state_init_opts(&s->pass, &s->model.cfg, &po, e)))
 		return ret;
 	s->pass.pool = s->pool;

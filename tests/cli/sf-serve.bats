@@ -254,6 +254,32 @@ load serve-helpers
 	jq -ne --argjson r "$ratio" '$r >= 0 and $r <= 1'
 }
 
+@test "sf-serve: IMAGE --ram counts every slot's KV cache, caches columns in what is left, and gives sf-run's text" {
+	img=$BATS_TEST_TMPDIR/id.sfimg
+	sf-pack -q --model "$MODEL" -o "$img"
+	# too little: one line with the figures, the slots' KV caches among them
+	run --separate-stderr sf-serve "$img" --port 0 --parallel 3 --ram 1000 -q
+	[ "$status" -eq 1 ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr =~ ^"sf-serve: $img: --ram 1000: "[0-9]+" bytes needed: ".*"KV cache "[0-9]+" (128 positions)" ]]
+	local one=$(sf-serve "$img" --port 0 --parallel 1 --ram 1000 -q 2>&1 | sed -n 's/.*KV cache \([0-9]*\) .*/\1/p')
+	local three=$(echo "$stderr" | sed -n 's/.*KV cache \([0-9]*\) .*/\1/p')
+	[ "$three" -eq $((3 * one)) ]
+	SERVE_IMAGE=$img start_server --parallel 2 --ram 16000000 -v
+	grep -q "memory: .* KV caches [0-9]* (2 slots of [0-9]* positions)" "$LOG"
+	post /v1/completions '{"prompt": "In the beginning", "max_tokens": 16, "temperature": 0}'
+	[ "$code" = 200 ]
+	[ "$(echo "$output" | jq -r .choices[0].text)" = "$(sf-run -q -p "In the beginning" -n 16 --temp 0 "$img")" ]
+	# what is left holds groups whole or caches columns
+	local held cache
+	held=$(sed -n 's/.*held groups \([0-9]*\), cache \([0-9]*\)$/\1/p' "$LOG")
+	cache=$(sed -n 's/.*held groups \([0-9]*\), cache \([0-9]*\)$/\2/p' "$LOG")
+	[ $((held + cache)) -gt 1000000 ]
+	run sf-serve --model "$MODEL" --ram 1000000
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sf-serve: --ram needs an IMAGE, not --model" ]
+}
+
 @test "sf-serve: SIGTERM finishes the request in flight, then exits 0; --log-format json" {
 	SF_SERVE_TOKEN_DELAY_MS=2 start_server --parallel 1 -t 1 --log-format json
 	curl -s -H 'Content-Type: application/json' \
