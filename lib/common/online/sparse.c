@@ -389,8 +389,9 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 			   SF_GROUP_MAX_MATRICES * (uint64_t)sp->s.tokens * sp->s.rows_max *
 			   sizeof(float);
 	sp->mem.simulate = o->simulate && fn->hi > fn->lo ? fn->hi - fn->lo : 0;
-	/* a mixture's experts: one slot at least, read into as each runs */
-	sp->mem.experts = o->simulate ? sparse_experts_bytes(img, 0) : sparse_experts_bytes(img, 1);
+	/* a mixture's experts: a slot for each expert a token picks at least,
+	 * so that one token's reads are in flight together */
+	sp->mem.experts = sparse_experts_bytes(img, o->simulate ? 0 : img->cfg.n_experts_used);
 	return sp->mem.process + sp->mem.resident + sp->mem.state + sp->mem.buffers +
 	       sp->mem.simulate + sp->mem.experts;
 }
@@ -418,17 +419,19 @@ static void size_kv(struct sf_sparse *sp, uint64_t fixed, uint64_t empty)
 	sp->mem.kv = n * pb;
 }
 
-/* A mixture's expert slots of bytes from the cache's share: one at
- * least (in the fixed memory), at most every expert. */
+/* A mixture's expert slots with bytes of the cache's share: the
+ * experts a token picks at least (in the fixed memory), at most every
+ * expert. */
 static int expert_slots(const struct sf_sparse *sp, uint64_t bytes)
 {
 	const struct sf_image *img = sp->img;
 	uint64_t all = (uint64_t)img->cfg.n_layers * (uint64_t)img->experts.count;
+	uint64_t least = (uint64_t)img->cfg.n_experts_used;
 	uint64_t more = bytes / (sparse_experts_bytes(img, 2) - sparse_experts_bytes(img, 1));
 
 	if (!img->experts.count || sp->o.simulate)
 		return 0;
-	return (int)(1 + more < all ? 1 + more : all);
+	return (int)(least + more < all ? least + more : all);
 }
 
 /* The cache's slots per group kind (co->slots), each kind's share of the
@@ -441,7 +444,7 @@ static void size_cache(struct sf_sparse *sp, const struct flash_needs *fn,
 	const struct sf_sparse_opts *o = &sp->o;
 	uint64_t cache_bytes = 0, empty = sf_cache_footprint(co);
 	int fill = o->cache_ratio < 0 && o->ram;	/* the cache takes what is left */
-	uint64_t least = sp->mem.experts;	/* one expert slot, in fixed */
+	uint64_t least = sp->mem.experts;	/* the least expert slots, in fixed */
 
 	if (o->policy != SF_CACHE_NONE && !o->simulate) {
 		if (o->cache_ratio >= 0)
