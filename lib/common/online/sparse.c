@@ -474,6 +474,7 @@ static void size_cache(struct sf_sparse *sp, const struct flash_needs *fn,
 	}
 	if (sp->mem.experts < sparse_experts_bytes(sp->img, sp->xp.slots))
 		sp->mem.experts = sparse_experts_bytes(sp->img, sp->xp.slots);
+	sp->mem.expert_slots = (uint32_t)sp->xp.slots;
 }
 
 /* SF_ELIMIT with every figure when the total exceeds --ram. */
