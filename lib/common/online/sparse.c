@@ -269,6 +269,10 @@ static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
 	int L = img->cfg.n_layers, ret;
 	uint32_t n = (uint32_t)img->cfg.hidden_dim;
 
+	if (img->experts.count)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: --compute-ratio: a mixture of experts, "
+				  "whose experts are read whole (no neurons chosen inside them "
+				  "yet)", img->path);
 	for (int l = 0; l < L; l++) {
 		const struct sf_image_group *fi = sf_image_group(img, l, SF_GROUP_FFN_IN);
 		const struct sf_image_group *fo = sf_image_group(img, l, SF_GROUP_FFN_OUT);
