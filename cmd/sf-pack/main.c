@@ -393,7 +393,6 @@ static int pack(struct options *o)
 		goto out;
 	int gguf = sf_gguf_probe(o->model_dir);
 	if ((gguf && (ret = gguf_inputs(o, &m.cfg, texts, &e))) ||
-	    (ret = sf_model_dense_ffn(&m, o->model_dir, &e)) ||
 	    (!gguf && (ret = sf_tokenizer_open_model(NULL, o->model_dir, m.cfg.vocab_size, &e))) ||
 	    (o->placement && (ret = sf_placement_read(&pl, o->placement, &e))) ||
 	    (o->codes && (ret = sf_sfq_open(&q, o->codes, &e))) ||

@@ -709,6 +709,12 @@ static int open_sparse(struct session *S, const struct options *o, uint64_t toke
 			(unsigned long long)mem.slabs, (unsigned long long)mem.cache,
 			(unsigned long long)mem.simulate, (unsigned long long)mem.offloaded);
 		top_dtype_line(&S->image);
+		if (S->image.experts.count)
+			fprintf(stderr, "%s: experts: %d a layer, %d a token, records of %llu bytes "
+				"read whole; %u held in RAM (%llu bytes)\n", sf_progname,
+				S->image.experts.count, S->image.cfg.n_experts_used,
+				(unsigned long long)S->image.experts.record_bytes, mem.expert_slots,
+				(unsigned long long)mem.experts);
 		if (!so.simulate && so.prefetch && !sf_sparse_prefetch(S->sparse))
 			fprintf(stderr, "%s: no read-ahead: --ram %llu cannot hold its buffers\n",
 				sf_progname, (unsigned long long)so.ram);

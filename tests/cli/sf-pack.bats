@@ -149,23 +149,26 @@ bytes() {
 	run --separate-stderr sf-pack --info "$D/codes.sfq"
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $D/codes.sfq: not a sparseflash image (bad magic)" ]
-	cp "$D/plain.sfimg" "$D/v5.sfimg"
-	printf '\x05' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-pack --verify "$D/v5.sfimg"
+	cp "$D/plain.sfimg" "$D/v6.sfimg"
+	printf '\x06' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-pack --verify "$D/v6.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $D/v5.sfimg: image format version 5, expected 4" ]
-	# version 3 is version 4 without quantized embedding or head rows: read
-	printf '\x03' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
-	sf-pack --verify "$D/v5.sfimg"
-	[ "$(sf-pack --info "$D/v5.sfimg" | jq .version)" = 3 ]
-	printf '\x02' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-run -p hi "$D/v5.sfimg"
+	[ "${stderr_lines[0]}" = "sf-pack: $D/v6.sfimg: image format version 6, expected 5" ]
+	# versions 3 and 4 are version 5 without quantized embedding or head
+	# rows (3) and without experts (both): read
+	for v in 4 3; do
+		printf "\\x0$v" | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
+		sf-pack --verify "$D/v6.sfimg"
+		[ "$(sf-pack --info "$D/v6.sfimg" | jq .version)" = $v ]
+	done
+	printf '\x02' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v6.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v5.sfimg: image format version 2, expected 4: made before q8 and q4 columns held their scales first; pack it again" ]
-	printf '\x01' | dd of="$D/v5.sfimg" bs=1 seek=8 conv=notrunc status=none
-	run --separate-stderr sf-run -p hi "$D/v5.sfimg"
+	[ "${stderr_lines[0]}" = "sf-run: $D/v6.sfimg: image format version 2, expected 5: made before q8 and q4 columns held their scales first; pack it again" ]
+	printf '\x01' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
+	run --separate-stderr sf-run -p hi "$D/v6.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v5.sfimg: image format version 1, expected 4: made before fingerprints covered the weights; make it again" ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v6.sfimg: image format version 1, expected 5: made before fingerprints covered the weights; make it again" ]
 }
 
 @test "tier sizes from sf-encode --calibrate are carried in the header" {
@@ -201,7 +204,7 @@ bytes() {
 	# 1024 rows of 128: 4 blocks of 18 bytes (q4) and of 26 (q6)
 	jq -e '.token_embedding == {"dtype": "Q4", "source_dtype": "BF16", "bytes": 73728}' "$D/info.json"
 	jq -e '.output == {"dtype": "Q6", "source_dtype": "BF16", "bytes": 106496, "tied": false}' "$D/info.json"
-	jq -e '.version == 4 and .producer.options.output_tensor_type == "q6"' "$D/info.json"
+	jq -e '.version == 5 and .producer.options.output_tensor_type == "q6"' "$D/info.json"
 	sf-pack --model "$D/untied" --dtype q8 --output-tensor-type keep -o "$D/untied8.sfimg"
 	sf-pack --info "$D/untied8.sfimg" > "$D/info.json"
 	jq -e '.token_embedding.dtype == "Q8" and .output.dtype == "BF16"' "$D/info.json"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Seed corpora for the fuzz harnesses, made at fuzz time from the embedded
 # model and the stages' real outputs (nothing binary is committed): a tiny
-# model made by mkmodel with the embedded tokenizer, its trace, .sfc,
+# model made by mkmodel with the embedded tokenizer (and a Mixtral), its trace, .sfc,
 # placement.json, .sfq of both methods, calib.json and images, GGUF files
 # from mkgguf, plus the small text seeds committed under tests/fuzz/seeds/.
 # Usage: seeds.sh BIN_DIR FIXTURES_DIR OUT_DIR   (run from the repository)
@@ -85,5 +85,10 @@ cp "$W/calib.json" "$OUT/calib/"
 	--calib "$W/calib.json" --resident attention --dtype f16 -o "$W/full.sfimg"
 "$BIN/sf-pack" --model "$W/qwen" -o "$W/qwen.sfimg"
 "$BIN/sf-pack" --model "$W/tiny" --codes "$W/scalar.sfq" --dtype q4 -o "$W/q4.sfimg"
+# a mixture: its experts' regions and header table
+"$FIX/mkmodel" -o "$W/moe" --arch mixtral --experts 3 --experts-used 2 --hidden 16 \
+	--intermediate 32 --layers 1 --heads 2 --kv-heads 1 --vocab 1024 --max-pos 32 \
+	--tokenizer "$MODEL" >/dev/null
+"$BIN/sf-pack" --model "$W/moe" -o "$W/moe.sfimg"
 cp "$W"/*.sfimg "$OUT/image/"
 rm -rf "$W"

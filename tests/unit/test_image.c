@@ -454,6 +454,150 @@ static void verify_fails(const char *path, const char *want, int line)
 	check_err_at(line, ret, &e, want);
 }
 
+// --- a mixture of experts (a Mixtral by mkmodel, when the fixture is built)
+
+static void experts_count3(json_t *h)
+{
+	json_object_set_new(json_object_get(h, "experts"), "count", json_integer(3));
+}
+
+static void experts_none(json_t *h)
+{
+	json_object_set_new(h, "experts", json_null());
+}
+
+static void experts_record(json_t *h)
+{
+	json_t *x = json_object_get(h, "experts");
+	json_object_set_new(x, "record_bytes",
+			    json_integer(json_integer_value(json_object_get(x, "record_bytes")) + 4096));
+}
+
+static void experts_same_region(json_t *h)
+{
+	json_t *r = json_object_get(json_object_get(h, "experts"), "regions");
+	json_array_set(r, 1, json_array_get(r, 0));
+}
+
+static void experts_down_offset(json_t *h)
+{
+	json_t *m = json_array_get(json_object_get(json_object_get(h, "experts"), "matrices"), 2);
+	json_object_set_new(m, "offset", json_integer(json_integer_value(json_object_get(m, "offset")) + 64));
+}
+
+static void experts_ffn_on_flash(json_t *h)
+{
+	json_object_set_new(json_array_get(json_object_get(h, "groups"), SF_GROUP_FFN_IN), "resident",
+			    json_false());
+}
+
+/* the config's expert count against the image's table */
+static void experts_config(json_t *h)
+{
+	json_t *c = json_loads(json_string_value(json_object_get(h, "config")), 0, NULL);
+	json_object_set_new(c, "num_local_experts", json_integer(5));
+	char *t = json_dumps(c, JSON_COMPACT);
+	json_object_set_new(h, "config", json_string(t));
+	free(t);
+	json_decref(c);
+}
+
+/* A random Mixtral packed: each expert's record holds its three matrices
+ * byte for byte at the header's offsets, in the file; the router and the
+ * FFN norms resident; the model bound from the image is the model's
+ * shape. Expert tables that disagree with the config or the file: one
+ * line each. */
+static void check_experts(void)
+{
+	const char *fx = unit_env("SF_FIXTURES", NULL);
+	char mk[4200], cmd[16400], dir[4200], path[4200], dst[4200];
+	struct sf_model m, bound;
+	struct sf_image img;
+	struct sf_err e = { 0 };
+
+	if (!fx)
+		return;
+	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
+	if (access(mk, X_OK)) {
+		fprintf(stderr, "%s not built: images of experts not tested\n", mk);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/mk-mixtral", tmpdir);
+	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' --arch mixtral --experts 4 --experts-used 2 "
+		 "--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 "
+		 "--seed 5 --tokenizer '%s' > /dev/null", mk, dir, model_dir);
+	CHECK(system(cmd) == 0, "%s failed", cmd);
+	CHECK(!sf_model_open(&m, dir, &e), "%s", e.msg);
+	CHECK(!imagetest_pack(tmpdir, "moe.sfimg", &m, dir, NULL, NULL, NULL, 0,
+			      SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);
+	image_path(path, sizeof(path), "moe.sfimg");
+	CHECK(!sf_image_open(&img, path, &e), "%s", e.msg);
+	CHECK(img.version == SF_IMAGE_VERSION && img.experts.count == 4 &&
+	      img.experts.dtype == SF_DTYPE_BF16 && img.experts.record_bytes % SF_IMAGE_ALIGN == 0,
+	      "experts table");
+	for (int l = 0; l < m.cfg.n_layers; l++) {
+		CHECK(sf_image_group(&img, l, SF_GROUP_FFN_IN)->resident &&
+		      !sf_image_group(&img, l, SF_GROUP_FFN_OUT)->nmat, "layer %d FFN groups", l);
+		for (int x = 0; x < 4; x++) {
+			uint64_t off, len;
+			struct sf_expert_weights w;
+			const struct sf_expert_weights *want = &m.layers[l].experts[x];
+			sf_image_expert_range(&img, l, x, &off, &len);
+			CHECK(off % SF_IMAGE_ALIGN == 0 && off + len <= img.file_size, "expert range");
+			uint8_t *rec = malloc((size_t)len);
+			CHECK(pread(img.fd, rec, (size_t)len, (off_t)off) == (ssize_t)len, "read");
+			sf_image_expert_weights(&img, rec, &w);
+			const struct sf_weight *got[3] = { &w.w_gate, &w.w_up, &w.w_down };
+			const struct sf_weight *exp[3] = { &want->w_gate, &want->w_up, &want->w_down };
+			for (int i = 0; i < 3; i++)
+				CHECK(got[i]->rows == exp[i]->rows && got[i]->cols == exp[i]->cols &&
+				      !memcmp(got[i]->data, exp[i]->data,
+					      (size_t)(exp[i]->rows * exp[i]->cols * 2)),
+				      "layer %d expert %d matrix %d", l, x, i);
+			free(rec);
+		}
+	}
+	CHECK(!sf_image_verify(&img, &e), "%s", e.msg);
+	CHECK(!sf_image_model(&img, &bound, &e), "%s", e.msg);
+	CHECK(bound.layers[1].router.data && !bound.layers[1].experts[3].w_down.data &&
+	      !strcmp(bound.fingerprint.shape, m.fingerprint.shape), "bound mixture");
+	sf_model_close(&bound);
+	sf_image_close(&img);
+	/* the tables against the config and the regions */
+	image_path(dst, sizeof(dst), "moe-bad.sfimg");
+	struct { void (*fn)(json_t *); const char *want; } bad[] = {
+		{ experts_count3, "header: experts: count 3, the config gives 4 (num_local_experts)" },
+		{ experts_none, "a mixture of 4 experts (config.json) without experts in the image" },
+		{ experts_record, "header: experts: record_bytes" },
+		{ experts_same_region, "region 4 is not layer 1's own experts region" },
+		{ experts_down_offset, "matrices[2]: expected down of shape [64, 96] at offset" },
+		{ experts_ffn_on_flash, "layer 0 ffn_in: on flash in a mixture of experts" },
+		{ experts_config, "count 4, the config gives 5 (num_local_experts)" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK(!copy_file(path, dst), "copy");
+		patch_header(dst, bad[i].fn);
+		open_fails(dst, bad[i].want, __LINE__);
+	}
+	/* an image cut inside the last layer's experts */
+	struct stat st;
+	CHECK(!copy_file(path, dst) && !stat(dst, &st), "copy");
+	CHECK(!truncate(dst, st.st_size - SF_IMAGE_ALIGN), "truncate");
+	open_fails(dst, "region 'layer 1 experts'", __LINE__);
+	unlink(dst);
+	unlink(path);
+	/* what a mixture's image cannot hold yet */
+	struct sf_image_keep k = { 0 };
+	CHECK_ERR(imagetest_pack(tmpdir, "x.sfimg", &m, dir, NULL, NULL, &k, 0, SF_IMAGE_DTYPE_KEEP,
+				 &e), &e, "neurons.json: kept neurons of a mixture of experts");
+	CHECK_ERR(imagetest_pack(tmpdir, "x.sfimg", &m, dir, NULL, NULL, NULL,
+				 1u << SF_GROUP_FFN_IN, SF_IMAGE_DTYPE_KEEP, &e), &e,
+		  "--resident ffn_in or ffn_out: a mixture's FFN is its experts");
+	sf_model_close(&m);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0, "rm");
+}
+
 /* The embedding (tied: the head too) packed in q6, q8 and q4 rows: each
  * row sf_quant_column of the model's; the model bound from the image has
  * the model's shape fingerprint; its embedding lookups equal the whole
@@ -601,8 +745,8 @@ static void check_damage(const char *name)
 	CHECK(!truncate(dst, 100), "truncate");
 	open_fails(dst, "truncated?", __LINE__);
 	CHECK(!copy_file(src, dst), "copy");
-	flip(dst, 8);	/* version 4 -> 20 */
-	open_fails(dst, "image format version 20, expected 4", __LINE__);
+	flip(dst, 8);	/* version 5 -> 21 */
+	open_fails(dst, "image format version 21, expected 5", __LINE__);
 
 	CHECK(!copy_file(src, dst), "copy");
 	flip(dst, 0);
@@ -768,6 +912,7 @@ int main(void)
 	check_damage("d.sfimg");
 	check_mismatch();
 	check_keep_file();
+	check_experts();
 
 	sf_image_keep_free(&k);
 	sf_sfq_close(&qs);

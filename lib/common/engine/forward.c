@@ -515,9 +515,10 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
  * scaled by sigmoid(shared_gate xb). Only the picked experts run, each
  * once on all the tokens that picked it (its weights streamed once for
  * the pass), each token's floats those it would get alone. A picked
- * expert whose weight underflowed to 0 adds nothing, and is skipped. */
+ * expert whose weight underflowed to 0 adds nothing, and is skipped.
+ * Layer l's experts come from s->exec when it gives them (from flash). */
 static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
-		    const struct sf_layer_weights *w, int T)
+		    const struct sf_layer_weights *w, int l, int T)
 {
 	size_t dim = (size_t)c->dim, ne = (size_t)c->n_experts;
 	int shared = w->shared_gate.data != NULL;
@@ -534,7 +535,10 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 			    c->norm_topk);
 	}
 	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
+	if (s->exec && s->exec->experts)
+		s->exec->experts(s->exec->ctx, l, s->route, T);
 	for (size_t e = 0; e < ne; e++) {
+		const struct sf_expert_weights *xw = &w->experts[e];
 		int n = 0;
 
 		for (int t = 0; t < T; t++)
@@ -544,7 +548,9 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 			}
 		if (!n)
 			continue;
-		expert_ffn(c, s, &w->experts[e], s->moe_in, n, s->moe_out);
+		if (s->exec && s->exec->expert && !(xw = s->exec->expert(s->exec->ctx, l, (int)e)))
+			continue;
+		expert_ffn(c, s, xw, s->moe_in, n, s->moe_out);
 		for (int i = 0; i < n; i++) {
 			int t = s->moe_tok[i];
 			sf_axpy_f32(s->proj + t * dim, s->route[t * ne + e], s->moe_out + i * dim,
@@ -652,7 +658,7 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
 			   w->ffn_norm.dtype, dim, c->norm_eps);
 	if (c->n_experts) {
-		moe_ffn(c, s, w, T);
+		moe_ffn(c, s, w, l, T);
 	} else {
 		{
 			float *y[] = { s->gate, s->up };

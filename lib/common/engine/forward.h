@@ -40,6 +40,16 @@ struct sf_group_exec {
 	 * product does, from weights that are not in memory */
 	void (*embed)(void *ctx, int32_t token, float *out);
 	void (*head)(void *ctx, const float *x, float *logits);
+	/* NULL, or: a mixture's routed experts from weights not in memory.
+	 * experts is given the layer's routes of the pass before any expert
+	 * runs, route (T, n_experts) the weight of each token's picked
+	 * experts and 0 for the others, so that every picked expert's read
+	 * can be in flight; expert then gives each picked expert x in turn,
+	 * in expert order, its weights (valid until the next call), or NULL
+	 * when they cannot be had: the exec's failure, which it reports
+	 * after the pass, and the expert adds nothing. */
+	void (*experts)(void *ctx, int layer, const float *route, int T);
+	const struct sf_expert_weights *(*expert)(void *ctx, int layer, int x);
 	void *ctx;
 	int tokens;
 };

@@ -24,10 +24,10 @@
 
 #define TEXT_MAX ((uint64_t)256 << 20)	/* config and tokenizer files copied */
 #define WBUF (4u << 20)			/* write buffer */
-#define MAX_REGIONS (3 + 2 * SF_NGROUPS * 4096)
+#define MAX_REGIONS (3 + (2 * SF_NGROUPS + 1) * 4096)	/* + a layer's experts */
 
 static const char *const kind_names[SF_REGION_NKINDS] = {
-	"resident", "index", "codebook", "top", "mid",
+	"resident", "index", "codebook", "top", "mid", "experts",
 };
 
 const char *sf_image_kind_name(enum sf_image_kind k)
@@ -56,6 +56,7 @@ static void plan_free(struct plan *p)
 			free(p->g[i].rows);
 		}
 	free(p->g);
+	free(p->x.region);
 	free(p->t);
 	free(p->r);
 	for (int i = 0; i < 3; i++)
@@ -74,6 +75,8 @@ void image_add_region(struct plan *p, enum sf_image_kind kind, int layer, enum s
 	if (kind == SF_REGION_TOP || kind == SF_REGION_MID)
 		snprintf(r->name, sizeof(r->name), "layer %d %s %s", layer, sf_group_name(g),
 			 kind_names[kind]);
+	else if (kind == SF_REGION_EXPERTS)
+		snprintf(r->name, sizeof(r->name), "layer %d experts", layer);
 	else
 		snprintf(r->name, sizeof(r->name), "%s", kind_names[kind]);
 }
@@ -103,14 +106,18 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 	}
 	size_t ng = (size_t)p->nl * SF_NGROUPS;
 	p->g = calloc(ng, sizeof(*p->g));
-	p->t = calloc(3 + (size_t)p->nl * (5 + 7), sizeof(*p->t));
-	p->r = calloc(3 + 2 * ng, sizeof(*p->r));
+	/* per layer: 7 norms and biases, 7 resident matrices, a mixture's
+	 * router and shared expert's 5 */
+	p->t = calloc(3 + (size_t)p->nl * (7 + 7 + 5), sizeof(*p->t));
+	p->r = calloc(3 + 2 * ng + (size_t)p->nl, sizeof(*p->r));
 	if (!p->g || !p->t || !p->r)
 		return sf_err_set(e, -ENOMEM, "out of memory");
 	for (int l = 0; l < p->nl; l++)
 		for (int g = 0; g < SF_NGROUPS; g++)
 			if ((ret = image_plan_group(p, l, (enum sf_group)g, e)))
 				return ret;
+	if ((ret = image_plan_experts(p, e)))
+		return ret;
 	image_plan_tensors(p);
 	image_add_region(p, SF_REGION_INDEX, -1, 0, p->index_len);
 	if (o->codes && o->codes->method == SF_CODES_TRELLIS)
@@ -118,14 +125,21 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 	for (int l = 0; l < p->nl; l++)
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
-			if (G->resident)
-				continue;
-			G->top_region = (int)p->nr;
-			image_add_region(p, SF_REGION_TOP, l, (enum sf_group)g, G->entries * G->top_bytes);
-			if (G->sec) {
+			if (!G->resident) {
+				G->top_region = (int)p->nr;
+				image_add_region(p, SF_REGION_TOP, l, (enum sf_group)g,
+						 G->entries * G->top_bytes);
+			}
+			if (!G->resident && G->sec) {
 				G->mid_region = (int)p->nr;
 				image_add_region(p, SF_REGION_MID, l, (enum sf_group)g,
 						 G->entries * G->mid_bytes);
+			}
+			/* a layer's experts after its attention: in pass order */
+			if (g == SF_GROUP_ATTN_OUT && p->x.count) {
+				p->x.region[l] = (int)p->nr;
+				image_add_region(p, SF_REGION_EXPERTS, l, 0,
+						 (uint64_t)p->x.count * p->x.record_bytes);
 			}
 		}
 	return 0;
@@ -188,6 +202,7 @@ static json_t *header_json(const struct plan *p)
 	json_object_set_new(h, "regions", a);
 	json_object_set_new(h, "tensors", image_tensors_json(p));
 	json_object_set_new(h, "groups", image_groups_json(p));
+	json_object_set_new(h, "experts", image_experts_json(p));
 	return h;
 }
 
@@ -299,7 +314,7 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 		return sf_err_set(e, -EIO, "%s: region '%s' at %" PRIu64 ", planned at %" PRIu64,
 				  w->name, r->name, w->pos, r->offset);
 	w->crc = 0;
-	if (o->skeleton && (r->kind == SF_REGION_TOP || r->kind == SF_REGION_MID)) {
+	if (o->skeleton && r->kind >= SF_REGION_TOP) {
 		if ((ret = wr_flush(w, e)))	/* a hole: nothing written */
 			return ret;
 		w->pos = align_up(r->offset + r->length, SF_IMAGE_ALIGN);
@@ -326,6 +341,9 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 		break;
 	case SF_REGION_MID:
 		ret = image_write_mid(w, &p->g[r->layer * SF_NGROUPS + (int)r->g], e);
+		break;
+	case SF_REGION_EXPERTS:
+		ret = image_write_experts(w, p, r->layer, e);
 		break;
 	default:
 		break;
@@ -479,6 +497,7 @@ void sf_image_close(struct sf_image *img)
 	free(img->tensors.tensors);
 	free(img->u32);
 	free(img->cb);
+	free(img->experts.layer);
 	free(img->path);
 	memset(img, 0, sizeof(*img));
 	img->fd = -1;
@@ -805,13 +824,16 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 		if ((ret = image_check_keep(img, l, e)))
 			goto out;
 	}
+	if ((ret = image_open_experts(img, refs, e)))
+		goto out;
 	for (size_t i = 0; i < img->nregions; i++)
 		if (img->regions[i].kind >= SF_REGION_TOP && !refs[i]) {
 			ret = sf_err_set(e, SF_EFORMAT, "%s: region '%s' belongs to no group", path,
 					 img->regions[i].name);
 			goto out;
 		}
-	if ((ret = image_open_tensors(img, nflash, e)) || (ret = image_open_tiers(img, e)) ||
+	if ((ret = image_open_tensors(img, nflash + image_expert_tensors(&img->cfg), e)) ||
+	    (ret = image_open_tiers(img, e)) ||
 	    (ret = image_read_resident(img, open_flags, e)))
 		goto out;
 	/* the flash matrices join the tensor table without data, so binding
@@ -828,6 +850,8 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 		}
 	}
 	img->tensors.ntensors += nflash;
+	image_add_expert_tensors(img, img->tensors.tensors + img->tensors.ntensors);
+	img->tensors.ntensors += image_expert_tensors(&img->cfg);
 	qsort(img->tensors.tensors, img->tensors.ntensors, sizeof(struct sf_tensor), tensor_cmp);
 	for (size_t i = 1; i < img->tensors.ntensors; i++)
 		if (!strcmp(img->tensors.tensors[i].name, img->tensors.tensors[i - 1].name)) {
@@ -998,6 +1022,12 @@ json_t *sf_image_info_json(const struct sf_image *img)
 	json_object_set_new(o, "sizes", sizes);
 	json_object_set_new(o, "top_dtypes", dtypes);
 	json_object_set_new(o, "placement_methods", methods);
+	/* a mixture's routed experts: on flash, one record each */
+	json_object_set_new(o, "experts", !img->experts.count ? json_null() :
+			    json_pack("{s:i, s:i, s:s, s:I}", "count", img->experts.count, "used",
+				      img->cfg.n_experts_used, "dtype",
+				      sf_dtype_name(img->experts.dtype), "record_bytes",
+				      (json_int_t)img->experts.record_bytes));
 	json_object_set_new(o, "codes", img->has_codes ?
 			    json_pack("{s:s, s:I}", "method", sf_codes_method_name(img->codes_method),
 				      "seed", (json_int_t)img->codes_seed) : json_null());

@@ -22,9 +22,11 @@
 #include "formats/safetensors.h"
 
 #define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
-#define SF_IMAGE_VERSION 4	/* 3: q8/q4 columns hold their scales first;
-				 * 4: the embedding and head may be quantized */
-#define SF_IMAGE_VERSION_MIN 3	/* read too: the same layout, never quantized rows */
+#define SF_IMAGE_VERSION 5	/* 3: q8/q4 columns hold their scales first;
+				 * 4: the embedding and head may be quantized;
+				 * 5: a mixture's experts, one region a layer */
+#define SF_IMAGE_VERSION_MIN 3	/* read too: 3 never quantized rows; 3 and 4 never
+				 * experts (sf-pack refused mixtures then) */
 #define SF_IMAGE_PREAMBLE 32		/* bytes before the JSON header */
 #define SF_IMAGE_ALIGN 4096		/* every region starts on this */
 #define SF_IMAGE_TENSOR_ALIGN 64	/* resident tensors inside the blob */
@@ -37,6 +39,7 @@ enum sf_image_kind {
 	SF_REGION_CODEBOOK,	/* the trellis codebook, f32 little-endian */
 	SF_REGION_TOP,		/* a group's top-tier bundles */
 	SF_REGION_MID,		/* a group's middle-tier records */
+	SF_REGION_EXPERTS,	/* a mixture layer's routed experts, one record each */
 	SF_REGION_NKINDS
 };
 const char *sf_image_kind_name(enum sf_image_kind k);
@@ -91,6 +94,21 @@ struct sf_image_group {
 	const struct sf_image_region *top, *mid;	/* mid NULL without codes */
 };
 
+/* A mixture's routed experts (cfg.n_experts > 0): per layer one region
+ * of n_experts records of record_bytes, expert x's at x * record_bytes,
+ * each holding its gate (hidden_dim, dim), up (hidden_dim, dim) and down
+ * (dim, hidden_dim) row-major in dtype at off[0..2] (safetensors layout,
+ * so that one expert is one contiguous read and computes exactly as the
+ * dense engine does). record_bytes is a multiple of SF_IMAGE_ALIGN. */
+#define SF_IMAGE_EXPERT_MATRICES 3
+struct sf_image_experts {
+	int count;			/* per layer: cfg.n_experts; 0 without experts */
+	enum sf_dtype dtype;		/* F32, F16 or BF16: the model's */
+	uint64_t off[SF_IMAGE_EXPERT_MATRICES];	/* gate, up, down in a record */
+	uint64_t record_bytes;
+	const struct sf_image_region **layer;	/* (n_layers) each layer's region */
+};
+
 struct sf_image {
 	char *path;
 	int fd;				/* read-only, buffered: verify reads through it */
@@ -115,6 +133,7 @@ struct sf_image {
 	double *budgets, *realised;	/* (nbudgets) */
 	uint64_t *k;			/* (nbudgets, n_layers, SF_NGROUPS, 2): k_top, k_mid */
 	uint64_t kept_neurons;		/* over every layer; = n_layers * hidden_dim without --keep */
+	struct sf_image_experts experts;	/* count 0 for a dense model */
 	struct sf_safetensors tensors;	/* resident tensors (data in map) and flash
 					 * matrices (data NULL), sorted by name */
 	/* sf_image_open_flags: the byte ranges of the embedding and head
@@ -188,6 +207,20 @@ static inline void sf_image_align(uint64_t off, uint64_t len, uint64_t *aoff, ui
 	*aoff = off & ~(uint64_t)(SF_IMAGE_ALIGN - 1);
 	*alen = end - *aoff;
 }
+
+/* File bytes of expert x of layer l (img->experts.count > 0): one
+ * record, 4 KiB aligned, inside the file (checked at open). */
+static inline void sf_image_expert_range(const struct sf_image *img, int l, int x, uint64_t *off,
+					 uint64_t *len)
+{
+	*off = img->experts.layer[l]->offset + (uint64_t)x * img->experts.record_bytes;
+	*len = img->experts.record_bytes;
+}
+
+/* Expert x's weights in rec, the bytes of its record: data pointing into
+ * rec, shapes from the config. */
+void sf_image_expert_weights(const struct sf_image *img, const uint8_t *rec,
+			     struct sf_expert_weights *w);
 
 /* The codes view of matrix i for middle records read into buf, where buf
  * holds consecutive entries from some position a: column index p - a

@@ -43,6 +43,12 @@ int image_plan_group(struct plan *p, int l, enum sf_group g, struct sf_err *e)
 	G->nmat = sf_codes_group_matrices(m, l, g, w, names);
 	G->top_region = G->mid_region = -1;
 	G->method = "identity";
+	if (m->cfg.n_experts && (g == SF_GROUP_FFN_IN || g == SF_GROUP_FFN_OUT)) {
+		/* a mixture's FFN is its experts (image_experts.c): no matrices */
+		G->resident = 1;
+		G->nmat = 0;
+		return 0;
+	}
 	for (int i = 0; i < G->nmat; i++) {
 		G->mat[i].w = w[i];
 		G->mat[i].rows = w[i]->rows;
@@ -138,8 +144,23 @@ int image_plan_group(struct plan *p, int l, enum sf_group g, struct sf_err *e)
 int image_check_inputs(const struct sf_image_pack_opts *o, struct sf_err *e)
 {
 	const struct sf_model *m = o->model;
-
 	int ret;
+
+	/* a mixture's experts are whole records: no traces, codes, tiers or
+	 * kept neurons of experts yet */
+	if (m->cfg.n_experts) {
+		const char *what = o->codes ? o->codes_path : o->calib ? o->calib_path :
+				   o->keep ? o->keep_path : NULL;
+		if (what)
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s of a mixture of experts: its "
+					  "experts are packed whole (no codes, tiers or --keep of "
+					  "experts yet)", what, o->codes ? "codes" : o->calib ?
+					  "tier sizes" : "kept neurons");
+		if (o->resident & (1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT))
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: --resident ffn_in or ffn_out: a "
+					  "mixture's FFN is its experts, which stay on flash",
+					  m->source);
+	}
 
 	if (o->placement && (ret = sf_fingerprint_check(&o->placement->fingerprint,
 							o->placement_path, "placement",
@@ -485,6 +506,14 @@ int image_open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, ui
 	lw.w_gate.rows = hid; lw.w_up.rows = hid; lw.w_down.rows = dim;
 	shape.layers = &lw;
 	G->nmat = sf_codes_group_matrices(&shape, 0, g, w, names);
+	if (img->cfg.n_experts && (g == SF_GROUP_FFN_IN || g == SF_GROUP_FFN_OUT)) {
+		/* a mixture's FFN is its experts: the group is an empty resident one */
+		G->nmat = 0;
+		if (!G->resident)
+			return sf_err_set(e, SF_EFORMAT, "%s: %s: on flash in a mixture of experts "
+					  "(its experts hold the FFN): expected resident with no "
+					  "matrices", path, what);
+	}
 	if (!json_is_array(mats) || json_array_size(mats) != (size_t)G->nmat)
 		return sf_err_set(e, SF_EFORMAT, "%s: %s: \"matrices\" is not an array of %d", path,
 				  what, G->nmat);

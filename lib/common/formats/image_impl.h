@@ -58,9 +58,19 @@ struct pregion {
 	uint32_t crc;
 };
 
+/* A mixture's routed experts: the record layout (struct sf_image_experts)
+ * and each layer's region. */
+struct pexperts {
+	int count;		/* 0: a dense model */
+	enum sf_dtype dt;
+	uint64_t off[SF_IMAGE_EXPERT_MATRICES], record_bytes;
+	int *region;		/* (nl) */
+};
+
 struct plan {
 	const struct sf_image_pack_opts *o;
 	int nl;
+	struct pexperts x;
 	struct pgroup *g;	/* (nl * SF_NGROUPS) */
 	struct ptensor *t;
 	size_t nt;
@@ -81,6 +91,10 @@ void image_plan_tensors(struct plan *p);
  * inputs checked against the model first (image_groups.c). */
 int image_plan_group(struct plan *p, int l, enum sf_group g, struct sf_err *e);
 int image_check_inputs(const struct sf_image_pack_opts *o, struct sf_err *e);
+/* The experts' record layout (image_experts.c); the header's "experts"
+ * (null for a dense model); a layer's region of records. */
+int image_plan_experts(struct plan *p, struct sf_err *e);
+json_t *image_experts_json(const struct plan *p);
 /* The header's "tensors" and "groups" arrays. */
 json_t *image_tensors_json(const struct plan *p);
 json_t *image_groups_json(const struct plan *p);
@@ -111,6 +125,7 @@ int image_write_index(struct wr *w, const struct plan *p, struct sf_err *e);
 int image_write_top(struct wr *w, const struct sf_model *m, const struct pgroup *G,
 		    enum sf_quant_method qm, struct sf_err *e);
 int image_write_mid(struct wr *w, const struct pgroup *G, struct sf_err *e);
+int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err *e);
 
 // ----------------------------------------------------------------------------
 // reader
@@ -131,6 +146,12 @@ int image_open_group(struct sf_image *img, json_t *o, int l, enum sf_group g, ui
 		     uint8_t *seen, int *refs, struct sf_err *e);
 int image_check_keep(struct sf_image *img, int l, struct sf_err *e);
 int image_open_tiers(struct sf_image *img, struct sf_err *e);
+/* The header's "experts" against the config and its regions (refs:
+ * regions claimed so far), and the expert matrices' slots in the tensor
+ * table from *t on (nflash counted them: image_expert_tensors). */
+int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e);
+size_t image_expert_tensors(const struct sf_config *c);
+void image_add_expert_tensors(const struct sf_image *img, struct sf_tensor *t);
 
 static inline uint64_t align_up(uint64_t v, uint64_t a)
 {

@@ -60,13 +60,25 @@ void image_plan_tensors(struct plan *p)
 			T(q_norm, "self_attn.q_norm.weight", 1);
 			T(k_norm, "self_attn.k_norm.weight", 1);
 		}
-#undef T
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			struct pgroup *G = &p->g[l * SF_NGROUPS + g];
 			if (G->resident)
 				for (int i = 0; i < G->nmat; i++)
 					add_tensor(p, G->mat[i].tensor, G->mat[i].w, 2, -1);
 		}
+		/* a mixture's router and shared expert run every token */
+		if (m->cfg.n_experts) {
+			const char *moe = m->cfg.arch == SF_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+			snprintf(n, sizeof(n), "model.layers.%d.%s.gate.weight", l, moe);
+			add_tensor(p, n, &L->router, 2, -1);
+		}
+		if (m->cfg.shared_hidden_dim) {
+			T(shared.w_gate, "mlp.shared_expert.gate_proj.weight", 2);
+			T(shared.w_up, "mlp.shared_expert.up_proj.weight", 2);
+			T(shared.w_down, "mlp.shared_expert.down_proj.weight", 2);
+			T(shared_gate, "mlp.shared_expert_gate.weight", 2);
+		}
+#undef T
 	}
 	uint64_t off = 0;
 	for (size_t i = 0; i < p->nt; i++) {
@@ -255,17 +267,15 @@ int sf_image_model(const struct sf_image *img, struct sf_model *m, struct sf_err
 
 	if (ret)
 		return ret;
-	/* sf-pack writes none; one made by hand is no image of groups */
-	if ((ret = sf_model_dense_ffn(m, img->path, e)))
-		goto out;
-	/* a resident group's matrices must have their bytes, a flash group's none */
+	/* a resident group's matrices must have their bytes, a flash group's
+	 * none (a mixture's FFN groups have none: its experts are on flash) */
 	for (int l = 0; l < img->cfg.n_layers; l++)
 		for (int g = 0; g < SF_NGROUPS; g++) {
 			const struct sf_image_group *G = sf_image_group(img, l, (enum sf_group)g);
 			const struct sf_weight *w[SF_GROUP_MAX_MATRICES];
 			const char *names[SF_GROUP_MAX_MATRICES];
-			int n = sf_codes_group_matrices(m, l, (enum sf_group)g, w, names);
-			for (int i = 0; i < n; i++)
+			sf_codes_group_matrices(m, l, (enum sf_group)g, w, names);
+			for (int i = 0; i < G->nmat; i++)
 				if (!w[i]->data != !G->resident) {
 					ret = sf_err_set(e, SF_EFORMAT, "%s: %s: %s", img->path,
 							 G->mat[i].tensor, G->resident ?

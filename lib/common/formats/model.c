@@ -233,25 +233,23 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(w_down, "mlp.down_proj.weight", dim, hid, 0);
 		return 0;
 	}
-	/* Mixtral's block_sparse_moe.experts.E.w1/w3/w2, the others'
-	 * mlp.experts.E.gate_proj/up_proj/down_proj */
 	{
-		int mixtral = c->arch == SF_ARCH_MIXTRAL;
-		const char *moe = mixtral ? "block_sparse_moe" : "mlp";
-		const char *mats[3] = { mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj",
-					mixtral ? "w2" : "down_proj" };
 		char ex[96];
 
-		snprintf(ex, sizeof(ex), "%s.gate.weight", moe);
+		snprintf(ex, sizeof(ex), "%s.gate.weight",
+			 c->arch == SF_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp");
 		B(router, ex, (uint64_t)c->n_experts, dim, BIND_EXPERTS);
 		w->experts = b->m->experts + (size_t)l * (size_t)c->n_experts;
 		for (int x = 0; x < c->n_experts; x++) {
-			snprintf(ex, sizeof(ex), "%s.experts.%d.%s.weight", moe, x, mats[0]);
-			B(experts[x].w_gate, ex, hid, dim, 0);
-			snprintf(ex, sizeof(ex), "%s.experts.%d.%s.weight", moe, x, mats[1]);
-			B(experts[x].w_up, ex, hid, dim, 0);
-			snprintf(ex, sizeof(ex), "%s.experts.%d.%s.weight", moe, x, mats[2]);
-			B(experts[x].w_down, ex, dim, hid, 0);
+			/* names from the layer's prefix on, as B takes them */
+			char full[SF_TENSOR_NAME_MAX];
+			size_t skip = (size_t)snprintf(full, sizeof(full), "model.layers.%d.", l);
+			sf_model_expert_tensor(c, l, x, 0, full, sizeof(full));
+			B(experts[x].w_gate, full + skip, hid, dim, 0);
+			sf_model_expert_tensor(c, l, x, 1, full, sizeof(full));
+			B(experts[x].w_up, full + skip, hid, dim, 0);
+			sf_model_expert_tensor(c, l, x, 2, full, sizeof(full));
+			B(experts[x].w_down, full + skip, dim, hid, 0);
 		}
 	}
 	if (c->shared_hidden_dim) {
@@ -569,12 +567,22 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 	return ret;
 }
 
+void sf_model_expert_tensor(const struct sf_config *c, int l, int x, int i, char *buf, size_t n)
+{
+	static const char *const mixtral[3] = { "w1", "w3", "w2" };
+	static const char *const others[3] = { "gate_proj", "up_proj", "down_proj" };
+	int mx = c->arch == SF_ARCH_MIXTRAL;
+
+	snprintf(buf, n, "model.layers.%d.%s.experts.%d.%s.weight", l,
+		 mx ? "block_sparse_moe" : "mlp", x, (mx ? mixtral : others)[i]);
+}
+
 int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err *e)
 {
 	if (!m->cfg.n_experts)
 		return 0;
 	return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s: a mixture of experts, which only "
-			  "sf-run --model runs (no traces, codes or images of experts yet)", dir,
+			  "sf-run and sf-pack take (no traces or codes of experts yet)", dir,
 			  sf_arch_name(m->cfg.arch));
 }
 

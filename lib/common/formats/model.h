@@ -116,9 +116,14 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
 /* 0, or SF_EUNSUPPORTED naming DIR when m is a mixture of experts: what
- * works on a layer's four groups (traces, codes, images) takes a dense
- * FFN only, where sf-run --model runs both. */
+ * works on a layer's four groups (traces, codes) takes a dense FFN only,
+ * where sf-run --model and images run both. */
 int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err *e);
+/* The Hugging Face name of matrix i (0 gate, 1 up, 2 down) of routed
+ * expert x in layer l of a mixture of c's family: Mixtral's
+ * block_sparse_moe.experts.X.w1/w3/w2, the others'
+ * mlp.experts.X.gate_proj/up_proj/down_proj. */
+void sf_model_expert_tensor(const struct sf_config *c, int l, int x, int i, char *buf, size_t n);
 /* The bytes of m's tensors (0 for a model bound to another's), of one
  * weight (0 when it has no data), of layer l's tensors, and of the
  * weights a pass that releases each layer after it holds at most: all

@@ -147,6 +147,7 @@ struct flash_needs {
 	uint64_t slot[SF_NGROUPS];	/* the largest bundle, the cache's slot (--keep varies ffn_in's) */
 	uint64_t entries[SF_NGROUPS];	/* entries on flash */
 	uint64_t iobuf;			/* the largest group's mirrors: the read buffer */
+	uint64_t experts;		/* a mixture's expert records on flash */
 	uint64_t lo, hi;		/* the file span of every flash region (--simulate's copy) */
 };
 
@@ -190,6 +191,12 @@ static int measure_groups(struct sf_sparse *sp, struct flash_needs *fn, struct s
 			end = G->top->offset + sparse_round_up(G->top->length);
 		if (end > fn->hi)
 			fn->hi = end;
+	}
+	for (int l = 0; l < img->cfg.n_layers && img->experts.count; l++) {
+		const struct sf_image_region *R = img->experts.layer[l];
+		fn->experts += R->length;
+		fn->lo = R->offset < fn->lo ? R->offset : fn->lo;
+		fn->hi = R->offset + R->length > fn->hi ? R->offset + R->length : fn->hi;
 	}
 	return 0;
 }
@@ -262,6 +269,10 @@ static int setup_compute(struct sf_sparse *sp, struct sf_err *e)
 	int L = img->cfg.n_layers, ret;
 	uint32_t n = (uint32_t)img->cfg.hidden_dim;
 
+	if (img->experts.count)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: --compute-ratio: a mixture of experts, "
+				  "whose experts are read whole (no neurons chosen inside them "
+				  "yet)", img->path);
 	for (int l = 0; l < L; l++) {
 		const struct sf_image_group *fi = sf_image_group(img, l, SF_GROUP_FFN_IN);
 		const struct sf_image_group *fo = sf_image_group(img, l, SF_GROUP_FFN_OUT);
@@ -341,6 +352,7 @@ static void cache_opts(struct sf_sparse *sp, const struct flash_needs *fn,
 	sf_cache_opts_default(co);
 	co->policy = o->policy;
 	co->seg_admit = o->seg_admit;
+	sp->mem.offloaded = fn->experts;
 	for (int g = 0; g < SF_NGROUPS; g++) {
 		sp->mem.offloaded += fn->offloaded[g];
 		co->bundle_bytes[g] = fn->slot[g] ? fn->slot[g] : 1;
@@ -380,9 +392,12 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 			   sp->tiers.page_words * 8 +
 			   SF_GROUP_MAX_MATRICES * (uint64_t)sp->s.tokens * sp->s.rows_max *
 			   sizeof(float);
-	sp->mem.simulate = o->simulate && sp->s.nmax ? fn->hi - fn->lo : 0;
+	sp->mem.simulate = o->simulate && fn->hi > fn->lo ? fn->hi - fn->lo : 0;
+	/* a mixture's experts: a slot for each expert a token picks at least,
+	 * so that one token's reads are in flight together */
+	sp->mem.experts = sparse_experts_bytes(img, o->simulate ? 0 : img->cfg.n_experts_used);
 	return sp->mem.process + sp->mem.resident + sp->mem.state + sp->mem.buffers +
-	       sp->mem.simulate;
+	       sp->mem.simulate + sp->mem.experts;
 }
 
 /* The KV cache's positions --ram must leave room for (kv_least, 0: all). */
@@ -408,15 +423,32 @@ static void size_kv(struct sf_sparse *sp, uint64_t fixed, uint64_t empty)
 	sp->mem.kv = n * pb;
 }
 
+/* A mixture's expert slots with bytes of the cache's share: the
+ * experts a token picks at least (in the fixed memory), at most every
+ * expert. */
+static int expert_slots(const struct sf_sparse *sp, uint64_t bytes)
+{
+	const struct sf_image *img = sp->img;
+	uint64_t all = (uint64_t)img->cfg.n_layers * (uint64_t)img->experts.count;
+	uint64_t least = (uint64_t)img->cfg.n_experts_used;
+	uint64_t more = bytes / (sparse_experts_bytes(img, 2) - sparse_experts_bytes(img, 1));
+
+	if (!img->experts.count || sp->o.simulate)
+		return 0;
+	return (int)(least + more < all ? least + more : all);
+}
+
 /* The cache's slots per group kind (co->slots), each kind's share of the
  * bytes --cache-ratio gives or --ram leaves after fixed, and mem.cache and
- * mem.total with them. */
+ * mem.total with them; a mixture's expert slots (sp->xp.slots) take the
+ * experts' share. */
 static void size_cache(struct sf_sparse *sp, const struct flash_needs *fn,
 		       struct sf_cache_opts *co, const uint64_t *pinned, uint64_t fixed)
 {
 	const struct sf_sparse_opts *o = &sp->o;
 	uint64_t cache_bytes = 0, empty = sf_cache_footprint(co);
 	int fill = o->cache_ratio < 0 && o->ram;	/* the cache takes what is left */
+	uint64_t least = sp->mem.experts;	/* the least expert slots, in fixed */
 
 	if (o->policy != SF_CACHE_NONE && !o->simulate) {
 		if (o->cache_ratio >= 0)
@@ -435,12 +467,18 @@ static void size_cache(struct sf_sparse *sp, const struct flash_needs *fn,
 			co->slots[g] = (uint32_t)(slots < most ? slots : most);
 		}
 		uint64_t all = sf_cache_footprint(co);
+		sp->xp.slots = sp->mem.offloaded ? expert_slots(sp, (uint64_t)((double)cache_bytes *
+					(double)fn->experts / (double)sp->mem.offloaded)) : 0;
+		uint64_t xb = sparse_experts_bytes(sp->img, sp->xp.slots);
 		sp->mem.cache = all - sp->mem.pinned;
-		sp->mem.total = fixed + all;
+		sp->mem.total = fixed + all + (xb > least ? xb - least : 0);
 		if (!fill || !cache_bytes || sp->mem.total <= o->ram)
 			break;
 		cache_bytes = cache_bytes / 10 * 9;
 	}
+	if (sp->mem.experts < sparse_experts_bytes(sp->img, sp->xp.slots))
+		sp->mem.experts = sparse_experts_bytes(sp->img, sp->xp.slots);
+	sp->mem.expert_slots = (uint32_t)sp->xp.slots;
 }
 
 /* SF_ELIMIT with every figure when the total exceeds --ram. */
@@ -464,6 +502,12 @@ static int check_ram(const struct sf_sparse *sp, struct sf_err *e)
 			 (unsigned long long)sp->mem.slabs,
 			 (unsigned long long)sp->mem.cache,
 			 o->simulate ? ", --simulate copy" : "");
+	if (sp->img->experts.count) {
+		char tail[64];
+		snprintf(tail, sizeof(tail), ", experts %llu (%d slots)",
+			 (unsigned long long)sp->mem.experts, sp->xp.slots);
+		strncat(e->msg, tail, sizeof(e->msg) - strlen(e->msg) - 1);
+	}
 	if (o->simulate) {
 		char tail[48];
 		snprintf(tail, sizeof(tail), " %llu", (unsigned long long)sp->mem.simulate);
@@ -604,8 +648,8 @@ static int open_reads(struct sf_sparse *sp, const struct flash_needs *fn, struct
 	const struct sf_sparse_opts *o = &sp->o;
 	int ret;
 
-	if (sp->s.nmax == 0 && !img->left_on_flash)
-		return 0;	/* every group resident: nothing to read */
+	if (sp->s.nmax == 0 && !img->left_on_flash && !img->experts.count)
+		return 0;	/* every group resident, no experts: nothing to read */
 	if (o->simulate && img->left_on_flash)
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: --simulate with the embedding left on "
 				  "flash (sf_image_open_flags)", img->path);
@@ -799,6 +843,12 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	sp->cache.use = !o->simulate && (o->policy != SF_CACHE_NONE || sp->mem.pinned);
 	if ((ret = open_reads(sp, &fn, e)) || (ret = sparse_slabs_load(sp, sp->mem.slabs, e)))
 		goto out;
+	if ((ret = sparse_experts_open(sp, sp->xp.slots))) {
+		ret = sf_err_set(e, ret, "%s: %d expert slots of %llu bytes: %s", img->path,
+				 sp->xp.slots, (unsigned long long)img->experts.record_bytes,
+				 strerror(-ret));
+		goto out;
+	}
 	if (sp->mem.pinned && (ret = load_pins(sp, e)))
 		goto out;
 	/* borrowed for the set-up only */
@@ -828,6 +878,7 @@ void sf_sparse_close(struct sf_sparse *sp)
 	sparse_reads_close(sp);
 	sparse_head_close(sp);
 	sparse_slabs_free(sp);
+	sparse_experts_close(sp);
 	free(sp->io.order);
 	free(sp->io.seq);
 	free(sp->io.flash);

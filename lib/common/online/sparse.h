@@ -155,6 +155,9 @@ struct sf_sparse_memory {
 	uint64_t pinned;	/* the pinned set: slots and metadata */
 	uint64_t slabs;		/* groups held whole, in the integer kernels' layout */
 	uint64_t cache;		/* cache slots and metadata */
+	uint64_t experts;	/* a mixture's expert slots and lookups */
+	uint32_t expert_slots;	/* experts held: a token's picks at least; 0 with
+				 * --simulate or no experts */
 	uint64_t simulate;	/* --simulate: the flash regions in RAM */
 	uint64_t offloaded;	/* top-tier bytes on flash (what --cache-ratio scales) */
 	uint64_t total;

@@ -211,6 +211,26 @@ struct sparse_slabs {
 	uint8_t *mem;				/* (mem.slabs bytes) every slab */
 };
 
+/* A mixture's routed experts (sparse_experts.c): whole records in
+ * slots, the least recently used given up first; none with --simulate,
+ * whose flash copy holds them. Expert ids are layer * n + x. */
+struct sparse_experts {
+	int n;					/* experts a layer; 0: a dense model */
+	uint64_t record;			/* bytes of one (img->experts.record_bytes) */
+	int slots;
+	uint8_t *mem;				/* (slots, record) 4 KiB aligned */
+	long *held;				/* (slots) the expert id held, or -1 */
+	uint64_t *stamp;			/* (slots) last use; 0: free */
+	uint32_t *pending;			/* (slots) its reads not yet arrived */
+	int *slot_of;				/* (L * n) the slot holding it, or -1 */
+	uint8_t *picked;			/* (n) this pass's picks still to run */
+	uint64_t clock;
+	struct sf_expert_weights w;		/* the one handed to the forward pass */
+	/* figures: (layer, pass, expert) picks; (token, expert) routes;
+	 * picks found in a slot, picks read; bytes read */
+	uint64_t uses, tokens_routed, hits, misses, bytes;
+};
+
 /* Timing and the --stats figures. */
 struct sparse_stats {
 	uint64_t tokens;			/* tokens finished */
@@ -247,6 +267,7 @@ struct sf_sparse {
 	struct sparse_scratch s;
 	struct sparse_compute comp;
 	struct sparse_slabs slab;
+	struct sparse_experts xp;
 	struct sparse_stats st;
 	struct sf_sparse_memory mem;
 };
@@ -333,6 +354,25 @@ static inline int sparse_held(const struct sf_sparse *sp, long gid)
 {
 	return sp->slab.held && sp->slab.held[gid];
 }
+
+/* sparse_read.c: queues the read of [off, off + len) of the file (4 KiB
+ * aligned) into buf in requests of at most read_size, each tagged for
+ * expert slot and counted in *pending. */
+int sparse_read_record(struct sf_sparse *sp, uint32_t slot, uint8_t *buf, uint64_t off,
+		       uint64_t len, uint32_t *pending);
+
+/* sparse_experts.c: the bytes of slots records and the lookups; set-up
+ * (slots 0: --simulate's copy holds them) and the exec's hooks; a slot's
+ * request arrived; every read given up (after an error); the --stats
+ * figures (per: 1 / tokens). */
+uint64_t sparse_experts_bytes(const struct sf_image *img, int slots);
+int sparse_experts_open(struct sf_sparse *sp, int slots);
+void sparse_experts_close(struct sf_sparse *sp);
+void sparse_experts_plan(void *ctx, int layer, const float *route, int T);
+const struct sf_expert_weights *sparse_expert(void *ctx, int layer, int x);
+void sparse_experts_arrived(struct sf_sparse *sp, uint32_t slot);
+void sparse_experts_drain(struct sf_sparse *sp);
+json_t *sparse_experts_json(const struct sf_sparse *sp, double per);
 
 /* sparse_exec.c: the struct sf_group_exec function (ctx: the decoder). */
 void sf_sparse_group_exec(void *ctx, int layer, enum sf_group g, const float *in, int T,

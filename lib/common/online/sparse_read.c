@@ -93,6 +93,8 @@ static void arrived(struct sf_sparse *sp, uint64_t tag)
 {
 	if ((tag >> 32) == (uint64_t)sp->io.nbuf) {
 		sp->head.done[(uint32_t)tag] = 1;
+	} else if ((tag >> 32) == (uint64_t)sp->io.nbuf + 1) {
+		sparse_experts_arrived(sp, (uint32_t)tag);
 	} else {
 		struct iobuf *b = &sp->io.bufs[tag >> 32];
 		const struct req *q = &b->reqs[(uint32_t)tag];
@@ -146,6 +148,7 @@ void sparse_reads_drain(struct sf_sparse *sp)
 	}
 	if (sp->head.done)
 		memset(sp->head.done, 0, (size_t)sp->head.slots + 1);
+	sparse_experts_drain(sp);
 	sp->io.inflight = 0;
 }
 
@@ -586,6 +589,22 @@ static int head_read(struct sf_sparse *sp, int slot, uint8_t *buf, uint64_t off,
 		return ret;
 	sp->head.bytes += alen;
 	count_read(sp, alen);
+	return 0;
+}
+
+int sparse_read_record(struct sf_sparse *sp, uint32_t slot, uint8_t *buf, uint64_t off,
+		       uint64_t len, uint32_t *pending)
+{
+	uint64_t tag = ((uint64_t)sp->io.nbuf + 1) << 32 | slot;
+	int ret;
+
+	for (uint64_t at = 0; at < len; at += sp->io.read_size) {
+		uint32_t n = len - at < sp->io.read_size ? (uint32_t)(len - at) : sp->io.read_size;
+		if ((ret = queue_read(sp, off + at, n, buf + at, tag)))
+			return ret;
+		count_read(sp, n);
+		(*pending)++;
+	}
 	return 0;
 }
 

@@ -33,13 +33,14 @@ static json_t *memory_json(const struct sf_sparse *sp)
 	uint64_t peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024;
 
 	return json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I}",
+			 "s:I, s:I}",
 			 "process", (json_int_t)m->process, "resident", (json_int_t)m->resident,
 			 "state", (json_int_t)m->state, "kv", (json_int_t)m->kv,
 			 "kv_positions", (int)m->kv_positions,
 			 "buffers", (json_int_t)m->buffers, "pinned", (json_int_t)m->pinned,
 			 "held", (json_int_t)m->slabs, "held_groups", sp->slab.groups,
-			 "cache", (json_int_t)m->cache, "simulate", (json_int_t)m->simulate,
+			 "cache", (json_int_t)m->cache, "experts", (json_int_t)m->experts,
+			 "simulate", (json_int_t)m->simulate,
 			 "total", (json_int_t)m->total, "least", (json_int_t)m->least,
 			 "ram", (json_int_t)sp->o.ram,
 			 "peak_rss", (json_int_t)peak);
@@ -198,6 +199,8 @@ json_t *sf_sparse_stats_json(struct sf_sparse *sp)
 		"free_riders", (json_int_t)riders, "free_riders_per_token", (double)riders * per);
 	if (j && sp->comp.sc)
 		json_object_set_new(j, "compute", compute_json(&sp->comp));
+	if (j && sp->xp.n)
+		json_object_set_new(j, "experts", sparse_experts_json(sp, per));
 	if (j)
 		json_object_set_new(j, "requests", json_integer((json_int_t)st->requests));
 	int dt = sf_image_top_dtype(sp->img);

@@ -1,0 +1,235 @@
+/* The image's routed experts of a mixture: per layer one region of
+ * n_experts records, each expert's gate, up and down row-major in the
+ * model's dtype (man/sf-formats.5, IMAGE, "experts"); planned, written and
+ * read back. See formats/image_impl.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/jsonfile.h"
+#include "formats/image_impl.h"
+
+static const char *const mat_names[SF_IMAGE_EXPERT_MATRICES] = { "gate", "up", "down" };
+
+/* Matrix i's shape in a record: gate and up (hidden_dim, dim), down
+ * (dim, hidden_dim). */
+static void mat_shape(const struct sf_config *c, int i, uint64_t *rows, uint64_t *cols)
+{
+	*rows = i == 2 ? (uint64_t)c->dim : (uint64_t)c->hidden_dim;
+	*cols = i == 2 ? (uint64_t)c->hidden_dim : (uint64_t)c->dim;
+}
+
+/* The record of dtype dt: each matrix on a multiple of
+ * SF_IMAGE_TENSOR_ALIGN, the record a multiple of SF_IMAGE_ALIGN so that
+ * each expert is its own aligned read. */
+static uint64_t layout(const struct sf_config *c, enum sf_dtype dt,
+		       uint64_t off[SF_IMAGE_EXPERT_MATRICES])
+{
+	uint64_t at = 0, rows, cols;
+
+	for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++) {
+		mat_shape(c, i, &rows, &cols);
+		off[i] = align_up(at, SF_IMAGE_TENSOR_ALIGN);
+		at = off[i] + rows * cols * sf_dtype_size(dt);	/* < 2^62: config limits */
+	}
+	return align_up(at, SF_IMAGE_ALIGN);
+}
+
+// ----------------------------------------------------------------------------
+// writer
+
+int image_plan_experts(struct plan *p, struct sf_err *e)
+{
+	const struct sf_model *m = p->o->model;
+	const struct sf_config *c = &m->cfg;
+
+	if (!c->n_experts)
+		return 0;
+	p->x.count = c->n_experts;
+	p->x.dt = m->layers[0].experts[0].w_gate.dtype;
+	for (int l = 0; l < p->nl; l++)
+		for (int x = 0; x < c->n_experts; x++) {
+			const struct sf_expert_weights *w = &m->layers[l].experts[x];
+			const struct sf_weight *mw[3] = { &w->w_gate, &w->w_up, &w->w_down };
+			for (int i = 0; i < 3; i++)
+				if (mw[i]->dtype != p->x.dt || sf_dtype_is_block(mw[i]->dtype)) {
+					char name[SF_TENSOR_NAME_MAX];
+					sf_model_expert_tensor(c, l, x, i, name, sizeof(name));
+					return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s: %s, the first "
+							  "expert's %s: an image holds every expert in "
+							  "one of F32, F16, BF16", m->source, name,
+							  sf_dtype_name(mw[i]->dtype),
+							  sf_dtype_name(p->x.dt));
+				}
+		}
+	p->x.record_bytes = layout(c, p->x.dt, p->x.off);
+	if (!(p->x.region = calloc((size_t)p->nl, sizeof(*p->x.region))))
+		return sf_err_set(e, -ENOMEM, "out of memory");
+	return 0;
+}
+
+json_t *image_experts_json(const struct plan *p)
+{
+	const struct sf_config *c = &p->o->model->cfg;
+	json_t *mats, *regions;
+	uint64_t rows, cols;
+
+	if (!p->x.count)
+		return json_null();
+	mats = json_array();
+	regions = json_array();
+	for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++) {
+		mat_shape(c, i, &rows, &cols);
+		json_array_append_new(mats, json_pack("{s:s, s:[o, o], s:o}", "name", mat_names[i],
+						      "shape", ju(rows), ju(cols), "offset",
+						      ju(p->x.off[i])));
+	}
+	for (int l = 0; l < p->nl; l++)
+		json_array_append_new(regions, json_integer(p->x.region[l]));
+	return json_pack("{s:i, s:s, s:o, s:o, s:o}", "count", p->x.count, "dtype",
+			 sf_dtype_name(p->x.dt), "record_bytes", ju(p->x.record_bytes), "matrices",
+			 mats, "regions", regions);
+}
+
+/* Layer l's records: each expert's matrices byte for byte from the
+ * model, zero between them; each leaves the resident set once written. */
+int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err *e)
+{
+	const struct sf_model *m = p->o->model;
+	int ret = 0;
+
+	for (int x = 0; x < p->x.count && !ret; x++) {
+		const struct sf_expert_weights *ew = &m->layers[l].experts[x];
+		const struct sf_weight *mw[3] = { &ew->w_gate, &ew->w_up, &ew->w_down };
+		uint64_t at = 0;
+		for (int i = 0; i < 3 && !ret; i++) {
+			uint64_t len = mw[i]->rows * mw[i]->cols * sf_dtype_size(p->x.dt);
+			if (!(ret = image_wr_put(w, NULL, (size_t)(p->x.off[i] - at), 1, e)))
+				ret = image_wr_put(w, mw[i]->data, (size_t)len, 1, e);
+			at = p->x.off[i] + len;
+			sf_model_release(m, mw[i]);
+		}
+		if (!ret)
+			ret = image_wr_put(w, NULL, (size_t)(p->x.record_bytes - at), 1, e);
+	}
+	return ret;
+}
+
+// ----------------------------------------------------------------------------
+// reader
+
+size_t image_expert_tensors(const struct sf_config *c)
+{
+	return (size_t)c->n_layers * (size_t)c->n_experts * SF_IMAGE_EXPERT_MATRICES;
+}
+
+void image_add_expert_tensors(const struct sf_image *img, struct sf_tensor *t)
+{
+	const struct sf_config *c = &img->cfg;
+
+	for (int l = 0; l < c->n_layers && img->experts.count; l++)
+		for (int x = 0; x < c->n_experts; x++)
+			for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++, t++) {
+				sf_model_expert_tensor(c, l, x, i, t->name, sizeof(t->name));
+				t->dtype = t->source_dtype = img->experts.dtype;
+				t->ndim = 2;
+				mat_shape(c, i, &t->shape[0], &t->shape[1]);
+			}
+}
+
+int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e)
+{
+	const struct sf_config *c = &img->cfg;
+	json_t *o = json_object_get(img->header, "experts"), *mats, *regions;
+	char where[SF_ERR_MAX];
+	const char *dt;
+	uint64_t v, off[SF_IMAGE_EXPERT_MATRICES];
+	int ret;
+
+	snprintf(where, sizeof(where), "%s: header: experts", img->path);
+	if (!o || json_is_null(o)) {
+		if (c->n_experts)
+			return sf_err_set(e, SF_EFORMAT, "%s: a mixture of %d experts (config.json) "
+					  "without experts in the image%s", img->path, c->n_experts,
+					  img->version < 5 ? ": image format version below 5" : "");
+		return 0;
+	}
+	if (!c->n_experts || img->version < 5)
+		return sf_err_set(e, SF_EFORMAT, "%s: experts in an image of %s", where,
+				  c->n_experts ? "format version below 5" : "a dense model (config.json)");
+	if ((ret = sf_json_u64(o, "count", UINT32_MAX, &v, where, e)))
+		return ret;
+	if (v != (uint64_t)c->n_experts)
+		return sf_err_set(e, SF_EFORMAT, "%s: count %" PRIu64 ", the config gives %d (%s)",
+				  where, v, c->n_experts, sf_config_experts_key(c));
+	img->experts.count = c->n_experts;
+	if (sf_json_str(o, "dtype", &dt, where, e) || sf_dtype_parse(dt, &img->experts.dtype))
+		return sf_err_set(e, SF_EFORMAT, "%s: dtype missing or not F32, F16 or BF16", where);
+	img->experts.record_bytes = layout(c, img->experts.dtype, off);
+	if ((ret = sf_json_u64(o, "record_bytes", INT64_MAX, &v, where, e)))
+		return ret;
+	if (v != img->experts.record_bytes)
+		return sf_err_set(e, SF_EFORMAT, "%s: record_bytes %" PRIu64 ", expected %" PRIu64,
+				  where, v, img->experts.record_bytes);
+	mats = json_object_get(o, "matrices");
+	if (!json_is_array(mats) || json_array_size(mats) != SF_IMAGE_EXPERT_MATRICES)
+		return sf_err_set(e, SF_EFORMAT, "%s: \"matrices\" is not an array of %d", where,
+				  SF_IMAGE_EXPERT_MATRICES);
+	for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++) {
+		json_t *m = json_array_get(mats, (size_t)i), *sh = json_object_get(m, "shape");
+		uint64_t rows, cols;
+		const char *name;
+		mat_shape(c, i, &rows, &cols);
+		if (sf_json_str(m, "name", &name, where, e) || strcmp(name, mat_names[i]) ||
+		    !json_is_array(sh) || json_array_size(sh) != 2 ||
+		    json_integer_value(json_array_get(sh, 0)) != (json_int_t)rows ||
+		    json_integer_value(json_array_get(sh, 1)) != (json_int_t)cols ||
+		    sf_json_u64(m, "offset", INT64_MAX, &v, where, e) || v != off[i])
+			return sf_err_set(e, SF_EFORMAT, "%s: matrices[%d]: expected %s of shape "
+					  "[%" PRIu64 ", %" PRIu64 "] at offset %" PRIu64, where, i,
+					  mat_names[i], rows, cols, off[i]);
+		img->experts.off[i] = off[i];
+	}
+	regions = json_object_get(o, "regions");
+	if (!json_is_array(regions) || json_array_size(regions) != (size_t)c->n_layers)
+		return sf_err_set(e, SF_EFORMAT, "%s: \"regions\" is not an array of %d", where,
+				  c->n_layers);
+	if (!(img->experts.layer = calloc((size_t)c->n_layers, sizeof(*img->experts.layer))))
+		return sf_err_set(e, -ENOMEM, "%s: out of memory", img->path);
+	for (int l = 0; l < c->n_layers; l++) {
+		json_t *rv = json_array_get(regions, (size_t)l);
+		if (!json_is_integer(rv) || json_integer_value(rv) < 0 ||
+		    (size_t)json_integer_value(rv) >= img->nregions)
+			return sf_err_set(e, SF_EFORMAT, "%s: regions[%d] missing or out of range",
+					  where, l);
+		size_t ri = (size_t)json_integer_value(rv);
+		struct sf_image_region *R = &img->regions[ri];
+		if (R->kind != SF_REGION_EXPERTS || refs[ri]++)
+			return sf_err_set(e, SF_EFORMAT, "%s: regions[%d]: region %zu is not layer "
+					  "%d's own experts region", where, l, ri, l);
+		/* count * record_bytes: at most 2^10 records of under 2^62 bytes
+		 * each would overflow, so compare by division */
+		if (R->length % img->experts.record_bytes ||
+		    R->length / img->experts.record_bytes != (uint64_t)c->n_experts)
+			return sf_err_set(e, SF_EFORMAT, "%s: region '%s': %" PRIu64 " bytes, expected "
+					  "%d experts of %" PRIu64, img->path, R->name, R->length,
+					  c->n_experts, img->experts.record_bytes);
+		R->layer = l;
+		img->experts.layer[l] = R;
+	}
+	return 0;
+}
+
+void sf_image_expert_weights(const struct sf_image *img, const uint8_t *rec,
+			     struct sf_expert_weights *w)
+{
+	struct sf_weight *mw[3] = { &w->w_gate, &w->w_up, &w->w_down };
+
+	for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++) {
+		mat_shape(&img->cfg, i, &mw[i]->rows, &mw[i]->cols);
+		mw[i]->dtype = img->experts.dtype;
+		mw[i]->data = rec + img->experts.off[i];
+	}
+}

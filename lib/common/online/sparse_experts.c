@@ -1,0 +1,231 @@
+/* A mixture's routed experts from flash (sparse_impl.h): the forward
+ * pass's struct sf_group_exec experts/expert hooks. Per layer and pass
+ * the router's picks are known before any expert runs: each picked
+ * expert is looked up in the RAM slots, and those missing are read
+ * whole (one record, in requests of at most --read-size) into the slots
+ * least recently used, all in flight at once; each expert is then
+ * computed, in expert order, as soon as its record has arrived, once
+ * for all the tokens of the pass routed to it. An expert is the cache's
+ * unit: a slot holds one record, byte for byte the image's, so its
+ * products are the dense engine's. With --simulate the records are
+ * those of the flash regions in RAM. man/sf-run.1. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "online/sparse_impl.h"
+
+uint64_t sparse_experts_bytes(const struct sf_image *img, int slots)
+{
+	uint64_t ids = (uint64_t)img->cfg.n_layers * (uint64_t)img->experts.count;
+
+	if (!img->experts.count)
+		return 0;
+	return (uint64_t)slots * (img->experts.record_bytes + sizeof(long) + 2 * 8) +
+	       ids * sizeof(int) + (uint64_t)img->experts.count;
+}
+
+int sparse_experts_open(struct sf_sparse *sp, int slots)
+{
+	struct sparse_experts *x = &sp->xp;
+	const struct sf_image *img = sp->img;
+	size_t ids = (size_t)img->cfg.n_layers * (size_t)img->experts.count;
+
+	if (!img->experts.count)
+		return 0;
+	x->n = img->experts.count;
+	x->record = img->experts.record_bytes;
+	x->slots = slots;
+	sp->exec.experts = sparse_experts_plan;
+	sp->exec.expert = sparse_expert;
+	if (!(x->slot_of = malloc(ids * sizeof(*x->slot_of))) ||
+	    !(x->picked = calloc((size_t)x->n, 1)))
+		return -ENOMEM;
+	for (size_t i = 0; i < ids; i++)
+		x->slot_of[i] = -1;
+	if (!slots)
+		return 0;	/* --simulate: the records are in the flash copy */
+	if (posix_memalign((void **)&x->mem, SF_IMAGE_ALIGN, (size_t)(x->record * (uint64_t)slots))) {
+		x->mem = NULL;
+		return -ENOMEM;
+	}
+	x->held = malloc((size_t)slots * sizeof(*x->held));
+	x->stamp = calloc((size_t)slots, sizeof(*x->stamp));
+	x->pending = calloc((size_t)slots, sizeof(*x->pending));
+	if (!x->held || !x->stamp || !x->pending)
+		return -ENOMEM;
+	for (int s = 0; s < slots; s++)
+		x->held[s] = -1;
+	return 0;
+}
+
+void sparse_experts_close(struct sf_sparse *sp)
+{
+	free(sp->xp.mem);
+	free(sp->xp.held);
+	free(sp->xp.stamp);
+	free(sp->xp.pending);
+	free(sp->xp.slot_of);
+	free(sp->xp.picked);
+}
+
+/* Slot s forgets its expert. */
+static void forget(struct sparse_experts *x, int s)
+{
+	if (x->held[s] >= 0)
+		x->slot_of[x->held[s]] = -1;
+	x->held[s] = -1;
+	x->stamp[s] = 0;
+}
+
+void sparse_experts_drain(struct sf_sparse *sp)
+{
+	struct sparse_experts *x = &sp->xp;
+
+	/* a record whose reads were cut short holds no expert */
+	for (int s = 0; s < x->slots; s++)
+		if (x->pending[s]) {
+			x->pending[s] = 0;
+			forget(x, s);
+		}
+}
+
+/* The least recently used slot that does not hold an expert of layer l
+ * still to run in this pass (free slots first), or -1. */
+static int victim(const struct sparse_experts *x, int l)
+{
+	int best = -1;
+
+	for (int s = 0; s < x->slots; s++) {
+		long id = x->held[s];
+		if (id >= 0 && id / x->n == l && x->picked[id % x->n])
+			continue;
+		if (best < 0 || x->stamp[s] < x->stamp[best])
+			best = s;
+	}
+	return best;
+}
+
+/* Expert x of layer l into slot s: its record's reads queued. */
+static int read_into(struct sf_sparse *sp, int s, int l, int e)
+{
+	struct sparse_experts *x = &sp->xp;
+	long id = (long)l * x->n + e;
+	uint64_t off, len;
+	int ret;
+
+	forget(x, s);
+	sf_image_expert_range(sp->img, l, e, &off, &len);
+	if ((ret = sparse_read_record(sp, (uint32_t)s, x->mem + (uint64_t)s * x->record, off, len,
+				      &x->pending[s])))
+		return ret;
+	x->held[s] = id;
+	x->slot_of[id] = s;
+	x->stamp[s] = ++x->clock;
+	x->misses++;
+	x->bytes += len;
+	sp->st.bytes_needed += len;
+	return 0;
+}
+
+static void fail(struct sf_sparse *sp, int ret)
+{
+	if (!sp->failed)
+		sp->failed = ret;
+	sparse_reads_drain(sp);
+}
+
+void sparse_experts_plan(void *ctx, int l, const float *route, int T)
+{
+	struct sf_sparse *sp = ctx;
+	struct sparse_experts *x = &sp->xp;
+	int ret;
+
+	memset(x->picked, 0, (size_t)x->n);
+	for (int t = 0; t < T; t++)
+		for (int e = 0; e < x->n; e++)
+			if (route[(size_t)t * (size_t)x->n + (size_t)e] != 0.0f) {
+				x->tokens_routed++;
+				x->picked[e] = 1;
+			}
+	for (int e = 0; e < x->n; e++)
+		x->uses += x->picked[e];
+	if (sp->failed || !x->slots)
+		return;
+	/* hits stay; misses take the slots least recently used, in expert
+	 * order (the order they run in), while there are slots to take */
+	for (int e = 0; e < x->n; e++) {
+		long id = (long)l * x->n + e;
+		int s;
+		if (!x->picked[e])
+			continue;
+		if ((s = x->slot_of[id]) >= 0) {
+			x->hits++;
+			x->stamp[s] = ++x->clock;
+			continue;
+		}
+		if ((s = victim(x, l)) < 0)
+			break;
+		if ((ret = read_into(sp, s, l, e))) {
+			fail(sp, ret);
+			return;
+		}
+	}
+	if ((ret = sparse_submit(sp)))
+		fail(sp, ret);
+}
+
+const struct sf_expert_weights *sparse_expert(void *ctx, int l, int e)
+{
+	struct sf_sparse *sp = ctx;
+	struct sparse_experts *x = &sp->xp;
+	long id = (long)l * x->n + e;
+	const uint8_t *rec;
+	int s, ret;
+
+	if (sp->failed)
+		return NULL;
+	if (!x->slots) {	/* --simulate */
+		uint64_t off, len;
+		sf_image_expert_range(sp->img, l, e, &off, &len);
+		rec = sp->io.flash + (off - sp->io.flash_base);
+	} else {
+		/* not read ahead for want of slots: the ones before it are done */
+		if ((s = x->slot_of[id]) < 0 &&
+		    ((s = victim(x, l)) < 0 || (ret = read_into(sp, s, l, e)) ||
+		     (ret = sparse_submit(sp)))) {
+			fail(sp, s < 0 ? -ENOBUFS : ret);
+			return NULL;
+		}
+		while (x->pending[s])
+			if ((ret = sparse_reap(sp, 1))) {
+				fail(sp, ret);
+				return NULL;
+			}
+		rec = x->mem + (uint64_t)s * x->record;
+	}
+	x->picked[e] = 0;
+	sf_image_expert_weights(sp->img, rec, &x->w);
+	return &x->w;
+}
+
+void sparse_experts_arrived(struct sf_sparse *sp, uint32_t slot)
+{
+	sp->xp.pending[slot]--;
+}
+
+json_t *sparse_experts_json(const struct sf_sparse *sp, double per)
+{
+	const struct sparse_experts *x = &sp->xp;
+	uint64_t looked = x->hits + x->misses;
+
+	return json_pack("{s:i, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f}",
+			 "count", x->n, "used", sp->img->cfg.n_experts_used,
+			 "record_bytes", (json_int_t)x->record, "slots", x->slots,
+			 "uses", (json_int_t)x->uses, "tokens_routed", (json_int_t)x->tokens_routed,
+			 "hits", (json_int_t)x->hits, "misses", (json_int_t)x->misses,
+			 "hit_rate", looked ? (double)x->hits / (double)looked : 0.0,
+			 "bytes_read", (json_int_t)x->bytes,
+			 "reads_per_token", (double)x->misses * per,
+			 "uses_per_token", (double)x->uses * per);
+}

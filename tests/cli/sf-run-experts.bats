@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# Mixtures of experts from an image: sf-pack stores each routed expert as
+# one record on flash (router, attention, norms and a shared expert
+# resident), and sf-run IMAGE reads only the experts the router picks,
+# each once a pass, into expert slots that --ram and --cache-ratio size.
+# The oracle is sf-run --model: with attention resident the products are
+# the dense engine's on the same bytes, so the nll is equal bit for bit;
+# with attention on flash (the column path) within 2e-4, as the dense
+# images' tests allow. A random Mixtral by mkmodel; Qwen2-MoE (a gated
+# shared expert) from the NumPy oracle's writer when numpy is there.
+
+load helpers
+
+PYTHON=${SF_PYTHON:-/usr/bin/python3}
+TEXT="a big dog ran far away, and my cow ran home"
+NLL_TOL=2e-4
+
+setup_file() {
+	file_scratch sf-run-experts
+	"$SF_FIXTURES/mkmodel" -o "$D/mix" --arch mixtral --experts 4 --experts-used 2 --layers 2 \
+		--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --vocab 1024 --seed 3 \
+		--tokenizer "$MODEL" > /dev/null
+	"$SF_BIN/sf-pack" -q --model "$D/mix" -o "$D/mix.sfimg"
+	"$SF_BIN/sf-pack" -q --model "$D/mix" --resident attn_in,attn_out -o "$D/mixr.sfimg"
+	head -c 700 "$SF_ROOT/man/sf-run.1" > "$D/text.txt"
+	printf '%s\n' "$TEXT" > "$D/short.txt"
+	probe_direct "$D/mix.sfimg"
+	if "$PYTHON" -c 'import numpy' 2> /dev/null; then
+		"$PYTHON" "$SF_ROOT/tests/oracle/hf_forward.py" write "$D/qwen2_moe" qwen2_moe 7 2
+		"$SF_BIN/sf-pack" -q --model "$D/qwen2_moe" -o "$D/q.sfimg"
+		"$SF_BIN/sf-pack" -q --model "$D/qwen2_moe" --resident attn_in,attn_out -o "$D/qr.sfimg"
+	fi
+}
+
+teardown_file() {
+	rm -rf "$D"
+}
+
+nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/text.txt" --window 64 "$@" | jq .nll; }
+
+within() {
+	echo "nll: $1, dense $2"
+	jq -n --argjson g "$1" --argjson w "$2" --argjson t "$NLL_TOL" -e '($g - $w | fabs) < $t'
+}
+
+gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
+
+@test "Mixtral, attention resident: the dense nll bit for bit from reads and --simulate, at any -b, in few expert slots" {
+	local dense
+	need_direct
+	dense=$(nll -m "$D/mix")
+	[ "$(nll "$D/mixr.sfimg")" = "$dense" ]
+	[ "$(nll --simulate "$D/mixr.sfimg" -b 5)" = "$dense" ]
+	[ "$(nll -b 7 -t 1 "$D/mixr.sfimg")" = "$dense" ]
+	[ "$(nll -b 7 --cache-ratio 0.25 "$D/mixr.sfimg")" = "$dense" ]
+	[ "$(nll -b 3 --cache-policy none --read-size 4096 "$D/mixr.sfimg")" = "$dense" ]
+	[ "$(gen "$D/mixr.sfimg")" = "$(gen -m "$D/mix")" ]
+}
+
+@test "Mixtral, attention on flash: the nll within 2e-4 of the dense one, its greedy tokens, the same at any -b" {
+	local dense got
+	need_direct
+	dense=$(nll -m "$D/mix")
+	got=$(nll "$D/mix.sfimg")
+	within "$got" "$dense"
+	[ "$(nll -b 7 --cache-ratio 0.25 "$D/mix.sfimg")" = "$got" ]
+	[ "$(nll --simulate "$D/mix.sfimg")" = "$got" ]
+	[ "$(gen "$D/mix.sfimg")" = "$(gen -m "$D/mix")" ]
+}
+
+@test "--stats: each pick a hit or a read; every expert read once with room for all; without a cache the picks of a token, each pass" {
+	need_direct
+	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --cache-ratio 1 --stats "$D/all.json" \
+		"$D/mixr.sfimg" > /dev/null
+	jq -e '.experts | .count == 4 and .used == 2 and .slots == 8 and .hits + .misses == .uses
+		and .misses == 8 and .bytes_read == 8 * .record_bytes and .hit_rate > 0.5' "$D/all.json"
+	# no --ram, no --cache-ratio: no cache, a slot for each of a token's picks
+	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --stats "$D/two.json" "$D/mixr.sfimg" > /dev/null
+	jq -e '.experts | .slots == 2 and .hits + .misses == .uses and .misses > 8' "$D/two.json"
+	# a pass reads a picked expert once for all its tokens; 2 picks a token and layer
+	jq -e '.experts.misses <= .experts.uses and .experts.tokens_routed == 2 * 2 * .tokens' "$D/two.json"
+	jq -e '.memory.experts >= 2 * .experts.record_bytes' "$D/two.json"
+}
+
+@test "Qwen2-MoE (a gated shared expert, resident): the dense nll bit for bit with attention resident, within 2e-4 from flash; greedy tokens" {
+	local dense
+	"$PYTHON" -c 'import numpy' 2> /dev/null ||
+		skip "no numpy for $PYTHON (apt install python3-numpy): no Qwen2-MoE checkpoint"
+	need_direct
+	dense=$(sf-run -q -ctk f32 -ctv f32 -m "$D/qwen2_moe" --ppl "$D/short.txt" --window 64 | jq .nll)
+	[ "$(sf-run -q -ctk f32 -ctv f32 "$D/qr.sfimg" --ppl "$D/short.txt" --window 64 -b 5 \
+	     --cache-ratio 0.1 | jq .nll)" = "$dense" ]
+	within "$(sf-run -q -ctk f32 -ctv f32 "$D/q.sfimg" --ppl "$D/short.txt" --window 64 |
+		  jq .nll)" "$dense"
+	[ "$(gen -ctk f32 -ctv f32 "$D/q.sfimg")" = "$(gen -ctk f32 -ctv f32 -m "$D/qwen2_moe")" ]
+	sf-pack --info "$D/q.sfimg" | jq -e '.experts.count == 4 and .model.arch == "Qwen2MoeForCausalLM"'
+}
+
+@test "sf-pack: --info names the experts, --verify reads them; a resident FFN refused; a cut image one line, exit 1" {
+	sf-pack --verify "$D/mix.sfimg"
+	sf-pack --info "$D/mix.sfimg" | jq -e '.version == 5 and .experts.count == 4 and
+		.experts.used == 2 and .experts.dtype == "BF16" and .sizes.experts == 8 * .experts.record_bytes'
+	run --separate-stderr sf-pack --model "$D/mix" --resident ffn_in -o "$BATS_TEST_TMPDIR/x.sfimg"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-pack: $D/mix/model.safetensors: --resident ffn_in or ffn_out: a mixture's FFN is its experts, which stay on flash" ]
+	[ ! -e "$BATS_TEST_TMPDIR/x.sfimg" ]
+	local cut=$BATS_TEST_TMPDIR/cut.sfimg size
+	cp "$D/mix.sfimg" "$cut"
+	size=$(stat -c %s "$cut")
+	truncate -s $((size - 4096)) "$cut"
+	run --separate-stderr sf-run -p hi -n 1 "$cut"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $cut: region 'layer 1 experts' (bytes "*") extends past the end of the file ("*" bytes): truncated?" ]]
+}
+
+@test "a --ram too small names the expert slots in its figures" {
+	run --separate-stderr sf-run -p hi -n 1 --ram 1M "$D/mix.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "sf-run: $D/mix.sfimg: --ram 1048576: "*", experts "*" (2 slots); give --ram "*" or more" ]]
+}
