@@ -567,6 +567,19 @@ char *sf_config_json(const struct sf_config *c)
 	if ((c->bos_id >= 0 && json_object_set_new(o, "bos_token_id", json_integer(c->bos_id))) ||
 	    (c->rope_interleaved && json_object_set_new(o, "rope_interleaved", json_true())))
 		goto done;
+	/* a mixture's experts as its config class names them */
+	if (c->n_experts &&
+	    (json_object_set_new(o, sf_config_experts_key(c), json_integer(c->n_experts)) ||
+	     json_object_set_new(o, "num_experts_per_tok", json_integer(c->n_experts_used)) ||
+	     (c->arch != SF_ARCH_MIXTRAL &&
+	      json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk))) ||
+	     ((c->arch == SF_ARCH_QWEN2_MOE || c->arch == SF_ARCH_QWEN3_MOE) &&
+	      json_object_set_new(o, "moe_intermediate_size", json_integer(c->hidden_dim))) ||
+	     (c->shared_hidden_dim &&
+	      json_object_set_new(o, "shared_expert_intermediate_size",
+				  json_integer(c->shared_hidden_dim))) ||
+	     (c->clip_qkv > 0 && json_object_set_new(o, "clip_qkv", json_real((double)c->clip_qkv)))))
+		goto done;
 	if (c->n_rope_freqs) {
 		json_t *f = json_array();
 		for (int i = 0; f && i < c->n_rope_freqs; i++)

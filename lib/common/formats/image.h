@@ -103,7 +103,10 @@ struct sf_image_group {
 #define SF_IMAGE_EXPERT_MATRICES 3
 struct sf_image_experts {
 	int count;			/* per layer: cfg.n_experts; 0 without experts */
-	enum sf_dtype dtype;		/* F32, F16 or BF16: the model's */
+	enum sf_dtype dtype;		/* F32, F16 or BF16: the model's; or Q8, Q6 or
+					 * Q4 rows (sf-pack --dtype), each row its
+					 * blocks' scales then their codes */
+	enum sf_dtype source_dtype;	/* the model's (the shape fingerprint's) */
 	uint64_t off[SF_IMAGE_EXPERT_MATRICES];	/* gate, up, down in a record */
 	uint64_t record_bytes;
 	const struct sf_image_region **layer;	/* (n_layers) each layer's region */

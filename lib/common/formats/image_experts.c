@@ -1,7 +1,9 @@
 /* The image's routed experts of a mixture: per layer one region of
  * n_experts records, each expert's gate, up and down row-major in the
- * model's dtype (man/sf-formats.5, IMAGE, "experts"); planned, written and
- * read back. See formats/image_impl.h. */
+ * model's dtype, or quantized by rows to sf-pack's block dtype (what the
+ * row products of a GGUF's Q8_0 and Q4_0 take: an expert is read whole,
+ * so its blocks run along the rows); man/sf-formats.5, IMAGE, "experts".
+ * Planned, written and read back. See formats/image_impl.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,20 +23,35 @@ static void mat_shape(const struct sf_config *c, int i, uint64_t *rows, uint64_t
 	*cols = i == 2 ? (uint64_t)c->hidden_dim : (uint64_t)c->dim;
 }
 
+/* Bytes of matrix i of a record in dt. */
+static uint64_t mat_bytes(const struct sf_config *c, int i, enum sf_dtype dt)
+{
+	uint64_t rows, cols;
+
+	mat_shape(c, i, &rows, &cols);
+	/* < 2^62: config limits */
+	return rows * (sf_dtype_is_block(dt) ? sf_dtype_col_bytes(dt, cols) : cols * sf_dtype_size(dt));
+}
+
 /* The record of dtype dt: each matrix on a multiple of
  * SF_IMAGE_TENSOR_ALIGN, the record a multiple of SF_IMAGE_ALIGN so that
  * each expert is its own aligned read. */
 static uint64_t layout(const struct sf_config *c, enum sf_dtype dt,
 		       uint64_t off[SF_IMAGE_EXPERT_MATRICES])
 {
-	uint64_t at = 0, rows, cols;
+	uint64_t at = 0;
 
 	for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++) {
-		mat_shape(c, i, &rows, &cols);
 		off[i] = align_up(at, SF_IMAGE_TENSOR_ALIGN);
-		at = off[i] + rows * cols * sf_dtype_size(dt);	/* < 2^62: config limits */
+		at = off[i] + mat_bytes(c, i, dt);
 	}
 	return align_up(at, SF_IMAGE_ALIGN);
+}
+
+/* Block rows need whole blocks: the row products take no partial one. */
+static int block_rows_fit(const struct sf_config *c)
+{
+	return c->dim % SF_QBLOCK == 0 && c->hidden_dim % SF_QBLOCK == 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -48,7 +65,7 @@ int image_plan_experts(struct plan *p, struct sf_err *e)
 	if (!c->n_experts)
 		return 0;
 	p->x.count = c->n_experts;
-	p->x.dt = m->layers[0].experts[0].w_gate.dtype;
+	p->x.dt = p->x.source_dt = m->layers[0].experts[0].w_gate.dtype;
 	for (int l = 0; l < p->nl; l++)
 		for (int x = 0; x < c->n_experts; x++) {
 			const struct sf_expert_weights *w = &m->layers[l].experts[x];
@@ -64,6 +81,15 @@ int image_plan_experts(struct plan *p, struct sf_err *e)
 							  sf_dtype_name(p->x.dt));
 				}
 		}
+	/* a block dtype for the top tier quantizes the experts' rows too */
+	if (p->o->dtype != SF_IMAGE_DTYPE_KEEP && sf_dtype_is_block((enum sf_dtype)p->o->dtype)) {
+		if (!block_rows_fit(c))
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: --dtype %s: the experts' rows of "
+					  "%d and %d weights are not whole blocks of %d", m->source,
+					  sf_dtype_name((enum sf_dtype)p->o->dtype), c->dim,
+					  c->hidden_dim, SF_QBLOCK);
+		p->x.dt = (enum sf_dtype)p->o->dtype;
+	}
 	p->x.record_bytes = layout(c, p->x.dt, p->x.off);
 	if (!(p->x.region = calloc((size_t)p->nl, sizeof(*p->x.region))))
 		return sf_err_set(e, -ENOMEM, "out of memory");
@@ -88,13 +114,14 @@ json_t *image_experts_json(const struct plan *p)
 	}
 	for (int l = 0; l < p->nl; l++)
 		json_array_append_new(regions, json_integer(p->x.region[l]));
-	return json_pack("{s:i, s:s, s:o, s:o, s:o}", "count", p->x.count, "dtype",
-			 sf_dtype_name(p->x.dt), "record_bytes", ju(p->x.record_bytes), "matrices",
-			 mats, "regions", regions);
+	return json_pack("{s:i, s:s, s:s, s:o, s:o, s:o}", "count", p->x.count, "dtype",
+			 sf_dtype_name(p->x.dt), "source_dtype", sf_dtype_name(p->x.source_dt),
+			 "record_bytes", ju(p->x.record_bytes), "matrices", mats, "regions", regions);
 }
 
 /* Layer l's records: each expert's matrices byte for byte from the
- * model, zero between them; each leaves the resident set once written. */
+ * model or quantized by rows, zero between them; each leaves the resident
+ * set once written. */
 int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err *e)
 {
 	const struct sf_model *m = p->o->model;
@@ -105,8 +132,15 @@ int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err
 		const struct sf_weight *mw[3] = { &ew->w_gate, &ew->w_up, &ew->w_down };
 		uint64_t at = 0;
 		for (int i = 0; i < 3 && !ret; i++) {
-			uint64_t len = mw[i]->rows * mw[i]->cols * sf_dtype_size(p->x.dt);
-			if (!(ret = image_wr_put(w, NULL, (size_t)(p->x.off[i] - at), 1, e)))
+			uint64_t len = mat_bytes(&m->cfg, i, p->x.dt);
+			char name[SF_TENSOR_NAME_MAX];
+			sf_model_expert_tensor(&m->cfg, l, x, i, name, sizeof(name));
+			if ((ret = image_wr_put(w, NULL, (size_t)(p->x.off[i] - at), 1, e)))
+				break;
+			if (sf_dtype_is_block(p->x.dt))
+				ret = image_write_rows_quantized(w, name, mw[i], p->x.dt,
+								 p->o->quant, e);
+			else
 				ret = image_wr_put(w, mw[i]->data, (size_t)len, 1, e);
 			at = p->x.off[i] + len;
 			sf_model_release(m, mw[i]);
@@ -133,7 +167,8 @@ void image_add_expert_tensors(const struct sf_image *img, struct sf_tensor *t)
 		for (int x = 0; x < c->n_experts; x++)
 			for (int i = 0; i < SF_IMAGE_EXPERT_MATRICES; i++, t++) {
 				sf_model_expert_tensor(c, l, x, i, t->name, sizeof(t->name));
-				t->dtype = t->source_dtype = img->experts.dtype;
+				t->dtype = img->experts.dtype;
+				t->source_dtype = img->experts.source_dtype;
 				t->ndim = 2;
 				mat_shape(c, i, &t->shape[0], &t->shape[1]);
 			}
@@ -165,8 +200,17 @@ int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e)
 		return sf_err_set(e, SF_EFORMAT, "%s: count %" PRIu64 ", the config gives %d (%s)",
 				  where, v, c->n_experts, sf_config_experts_key(c));
 	img->experts.count = c->n_experts;
-	if (sf_json_str(o, "dtype", &dt, where, e) || sf_dtype_parse(dt, &img->experts.dtype))
-		return sf_err_set(e, SF_EFORMAT, "%s: dtype missing or not F32, F16 or BF16", where);
+	if (sf_json_str(o, "dtype", &dt, where, e) || sf_dtype_parse_any(dt, &img->experts.dtype) ||
+	    (sf_dtype_is_block(img->experts.dtype) && !block_rows_fit(c)))
+		return sf_err_set(e, SF_EFORMAT, "%s: dtype missing, or not F32, F16, BF16, or Q8, "
+				  "Q6 or Q4 over whole blocks", where);
+	if (sf_json_str(o, "source_dtype", &dt, where, e) ||
+	    sf_dtype_parse(dt, &img->experts.source_dtype) ||
+	    sf_dtype_is_block(img->experts.source_dtype) ||
+	    (!sf_dtype_is_block(img->experts.dtype) &&
+	     img->experts.source_dtype != img->experts.dtype))
+		return sf_err_set(e, SF_EFORMAT, "%s: source_dtype missing, or not F32, F16 or BF16 "
+				  "(dtype's own when that is one)", where);
 	img->experts.record_bytes = layout(c, img->experts.dtype, off);
 	if ((ret = sf_json_u64(o, "record_bytes", INT64_MAX, &v, where, e)))
 		return ret;

@@ -62,7 +62,7 @@ struct pregion {
  * and each layer's region. */
 struct pexperts {
 	int count;		/* 0: a dense model */
-	enum sf_dtype dt;
+	enum sf_dtype dt, source_dt;
 	uint64_t off[SF_IMAGE_EXPERT_MATRICES], record_bytes;
 	int *region;		/* (nl) */
 };
@@ -126,6 +126,10 @@ int image_write_top(struct wr *w, const struct sf_model *m, const struct pgroup 
 		    enum sf_quant_method qm, struct sf_err *e);
 int image_write_mid(struct wr *w, const struct pgroup *G, struct sf_err *e);
 int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err *e);
+/* Matrix src's rows quantized to block dtype dt one at a time, written
+ * (named name in errors). */
+int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_weight *src,
+			       enum sf_dtype dt, enum sf_quant_method quant, struct sf_err *e);
 
 // ----------------------------------------------------------------------------
 // reader

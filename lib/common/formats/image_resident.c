@@ -106,22 +106,21 @@ json_t *image_tensors_json(const struct plan *p)
 	return a;
 }
 
-/* A resident tensor's rows quantized to its block dtype, one at a time. */
-static int write_quantized(struct wr *w, const struct ptensor *t, enum sf_quant_method quant,
-			   struct sf_err *e)
+int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_weight *src,
+			       enum sf_dtype dt, enum sf_quant_method quant, struct sf_err *e)
 {
-	size_t cols = (size_t)t->w->cols, rb = (size_t)sf_dtype_col_bytes(t->dt, cols);
+	size_t cols = (size_t)src->cols, rb = (size_t)sf_dtype_col_bytes(dt, cols);
 	float *f = malloc(cols * sizeof(float));
 	uint8_t *q = malloc(rb);
 	int ret = 0;
 
 	if (!f || !q)
-		ret = sf_err_set(e, -ENOMEM, "%s: %s", t->name, sf_strerror(-ENOMEM));
-	for (uint64_t r = 0; r < t->w->rows && !ret; r++) {
-		sf_weight_row(f, t->w, r);
-		if (sf_quant_column(q, t->dt, f, cols, quant))
+		ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
+	for (uint64_t r = 0; r < src->rows && !ret; r++) {
+		sf_weight_row(f, src, r);
+		if (sf_quant_column(q, dt, f, cols, quant))
 			ret = sf_err_set(e, SF_ELIMIT, "%s: row %" PRIu64 ": a weight not finite or a "
-					 "block's scale beyond the F16 range", t->name, r);
+					 "block's scale beyond the F16 range", name, r);
 		else
 			ret = image_wr_put(w, q, rb, 1, e);
 	}
@@ -314,7 +313,7 @@ int image_write_resident(struct wr *w, const struct plan *p, const struct pregio
 		if (t->dt == t->w->dtype)
 			ret = image_wr_put(w, t->w->data, (size_t)t->len, 1, e);
 		else
-			ret = write_quantized(w, t, o->quant, e);
+			ret = image_write_rows_quantized(w, t->name, t->w, t->dt, o->quant, e);
 		sf_model_release(o->model, t->w);
 	}
 	if (!ret)

@@ -120,7 +120,7 @@ struct binder {
 };
 
 /* bind's flags: the tensor may be absent; its rows may be quantized
- * vectors (an image's embedding and head, sf_dtype_is_block). */
+ * vectors (an image's embedding, head and experts, sf_dtype_is_block). */
 #define BIND_OPTIONAL 1
 #define BIND_ROWS_QUANTIZED 2
 /* its shape follows head_dim: a mismatch names it, since a head_dim
@@ -245,11 +245,11 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 			char full[SF_TENSOR_NAME_MAX];
 			size_t skip = (size_t)snprintf(full, sizeof(full), "model.layers.%d.", l);
 			sf_model_expert_tensor(c, l, x, 0, full, sizeof(full));
-			B(experts[x].w_gate, full + skip, hid, dim, 0);
+			B(experts[x].w_gate, full + skip, hid, dim, BIND_ROWS_QUANTIZED);
 			sf_model_expert_tensor(c, l, x, 1, full, sizeof(full));
-			B(experts[x].w_up, full + skip, hid, dim, 0);
+			B(experts[x].w_up, full + skip, hid, dim, BIND_ROWS_QUANTIZED);
 			sf_model_expert_tensor(c, l, x, 2, full, sizeof(full));
-			B(experts[x].w_down, full + skip, dim, hid, 0);
+			B(experts[x].w_down, full + skip, dim, hid, BIND_ROWS_QUANTIZED);
 		}
 	}
 	if (c->shared_hidden_dim) {

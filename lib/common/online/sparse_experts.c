@@ -106,6 +106,25 @@ static int victim(const struct sparse_experts *x, int l)
 	return best;
 }
 
+/* When every slot holds an expert of layer l still to run (a pass picks
+ * more experts than there are slots, and the slots kept those picked
+ * again): the one that runs last, after e (those before e have run and
+ * left their slots), its reads done; it is read again at its turn. */
+static int evict_latest(struct sf_sparse *sp, int l, int e)
+{
+	struct sparse_experts *x = &sp->xp;
+	int best = -1, ret;
+
+	for (int s = 0; s < x->slots; s++)
+		if (x->held[s] / x->n == l && x->held[s] % x->n > e &&
+		    (best < 0 || x->held[s] > x->held[best]))
+			best = s;
+	while (best >= 0 && x->pending[best])
+		if ((ret = sparse_reap(sp, 1)))
+			return ret;
+	return best < 0 ? -ENOBUFS : best;
+}
+
 /* Expert x of layer l into slot s: its record's reads queued. */
 static int read_into(struct sf_sparse *sp, int s, int l, int e)
 {
@@ -192,9 +211,9 @@ const struct sf_expert_weights *sparse_expert(void *ctx, int l, int e)
 	} else {
 		/* not read ahead for want of slots: the ones before it are done */
 		if ((s = x->slot_of[id]) < 0 &&
-		    ((s = victim(x, l)) < 0 || (ret = read_into(sp, s, l, e)) ||
-		     (ret = sparse_submit(sp)))) {
-			fail(sp, s < 0 ? -ENOBUFS : ret);
+		    (((s = victim(x, l)) < 0 && (s = evict_latest(sp, l, e)) < 0) ||
+		     (ret = read_into(sp, s, l, e)) || (ret = sparse_submit(sp)))) {
+			fail(sp, s < 0 ? s : ret);
 			return NULL;
 		}
 		while (x->pending[s])
