@@ -440,9 +440,11 @@ static qr_rows_fn *const qr_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = qr_rows_neon,
 	[SF_ISA_DOTPROD] = qr_rows_dotprod,
+	[SF_ISA_I8MM] = qr_rows_dotprod,
 #else
 	[SF_ISA_NEON] = qr_rows_ref,
 	[SF_ISA_DOTPROD] = qr_rows_ref,
+	[SF_ISA_I8MM] = qr_rows_ref,
 #endif
 };
 
