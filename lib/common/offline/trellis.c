@@ -242,6 +242,17 @@ static uint32_t rotl14(uint32_t v, unsigned r)
 	return rotr14(v, (14 - r) % 14);
 }
 
+/* Group i of a step of rotation r: its row u (bits h and h + 1 clear, h
+ * = 12 - r) of cost returned, its codebook entries cbg's at *cg. */
+static INLINE uint16_t *group_at(uint16_t *cost, const uint32_t *cbg, uint32_t i, unsigned r,
+				 const uint32_t **cg)
+{
+	unsigned h = 12 - r;
+	uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
+	*cg = cbg + (size_t)rotl14(u, r) * 16;
+	return cost + (size_t)u * LANES;
+}
+
 /* The whole search, one instance per ISA (the steps inlined with their
  * renormalisation flags constant), then the traceback; FENCE makes the
  * trace's stores visible to it. Column k's lane in a row: itself for
@@ -319,9 +330,8 @@ static T512 INLINE void step_avx512(const uint32_t *cbg, const int16_t *xs, uint
 	__m512i least = _mm512_set1_epi16(-1);
 	_Alignas(64) uint64_t line[8];	/* the trace words of two groups */
 	for (uint32_t i = 0; i < NSTATES / 4; i++) {
-		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
-		const uint32_t *cg = cbg + (size_t)rotl14(u, r) * 16;
-		uint16_t *row = cost + (size_t)u * LANES;
+		const uint32_t *cg;
+		uint16_t *row = group_at(cost, cbg, i, r, &cg);
 		__m512i pv[4];
 #pragma GCC unroll 4
 		for (uint32_t p = 0; p < 4; p++) {
@@ -372,9 +382,8 @@ static T256 INLINE void step_avx2(const uint32_t *cbg, const int16_t *xs, uint16
 	__m256i least[2] = { _mm256_set1_epi16(-1), _mm256_set1_epi16(-1) };
 	_Alignas(32) uint64_t line[4];	/* the trace words of one group */
 	for (uint32_t i = 0; i < NSTATES / 4; i++) {
-		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
-		const uint32_t *cg = cbg + (size_t)rotl14(u, r) * 16;
-		uint16_t *row = cost + (size_t)u * LANES;
+		const uint32_t *cg;
+		uint16_t *row = group_at(cost, cbg, i, r, &cg);
 		__m256i pv[4][2];
 #pragma GCC unroll 4
 		for (uint32_t p = 0; p < 4; p++)
@@ -452,6 +461,18 @@ static INLINE uint16x8_t sq_hi_n(int16x8_t d)
 	return vreinterpretq_u16_s16(vuzp2q_s16(vreinterpretq_s16_s32(lo), vreinterpretq_s16_s32(hi)));
 }
 
+/* The metrics of the four states p << h of a group's row (p = 0..3), a
+ * row four vectors of eight columns, less base's where sub. */
+static INLINE void prev_rows_n(uint16x8_t (*pv)[4], const uint16_t *row, unsigned h, int sub,
+			       const uint16x8_t *bv)
+{
+#pragma GCC unroll 16
+	for (int k = 0; k < 16; k++) {
+		uint16x8_t m = vld1q_u16(row + ((size_t)(k >> 2) << h) * LANES + 8 * (k & 3));
+		pv[k >> 2][k & 3] = sub ? vqsubq_u16(m, bv[k & 3]) : m;
+	}
+}
+
 /* step_avx512 with a row as four vectors of eight columns (plain NEON,
  * every aarch64 core): the same saturating integer operations, the
  * choice bits by strict compares and gathered by choice_word_n. The trace
@@ -468,18 +489,10 @@ static INLINE void step_neon(const uint32_t *cbg, const int16_t *xs, uint16_t *c
 		least[v] = vdupq_n_u16(0xffff);
 	}
 	for (uint32_t i = 0; i < NSTATES / 4; i++) {
-		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
-		const uint32_t *cg = cbg + (size_t)rotl14(u, r) * 16;
-		uint16_t *row = cost + (size_t)u * LANES;
+		const uint32_t *cg;
+		uint16_t *row = group_at(cost, cbg, i, r, &cg);
 		uint16x8_t pv[4][4];
-#pragma GCC unroll 4
-		for (uint32_t p = 0; p < 4; p++)
-#pragma GCC unroll 4
-			for (int v = 0; v < 4; v++) {
-				pv[p][v] = vld1q_u16(row + ((size_t)p << h) * LANES + 8 * v);
-				if (sub)
-					pv[p][v] = vqsubq_u16(pv[p][v], bv[v]);
-			}
+		prev_rows_n(pv, row, h, sub, bv);
 #pragma GCC unroll 4
 		for (uint32_t c = 0; c < 4; c++) {
 			int16x8_t cv[4];
