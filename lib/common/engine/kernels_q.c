@@ -1517,8 +1517,8 @@ static TMM int32x4_t smmla_n(int32x4_t acc, int8x16_t w, int8x16_t a)
 	return vmmlaq_s32(acc, w, a);
 }
 
-/* The i8mm level's pair of tokens: two quads' blocks wa and wb (wb zero
- * past the run's last quad) against quads qa and qb (-1: none) of both
+/* The i8mm level's pair of tokens: two quads' blocks wa and wb (NULL:
+ * none, past the run's last quad) against quads qd and qe of both
  * tokens' activations of block i. SMMLA multiplies a 2x8 matrix by an
  * 8x2 one: here two rows' codes of the eight columns (one row's four of
  * wa, then its four of wb) by both tokens' eight activations, into acc2's
@@ -1526,28 +1526,33 @@ static TMM int32x4_t smmla_n(int32x4_t acc, int8x16_t w, int8x16_t a)
  * rows 4v + 2 and 4v + 3. The sums are SDOT's, added in another order:
  * integers, so exactly the same. */
 INL void qmm_n(int32x4_t *acc2, const int8x16_t *wa, const int8x16_t *wb,
-	       const struct qactn *qa, size_t qd, int qe, size_t i)
+	       const struct qactn *qa, size_t qd, size_t qe, size_t i)
 {
-	int32_t a[4] = { qa[0].q[qd][i], qe < 0 ? 0 : qa[0].q[qe][i], qa[1].q[qd][i],
-			 qe < 0 ? 0 : qa[1].q[qe][i] };
+	int32_t a[4] = { qa[0].q[qd][i], wb ? qa[0].q[qe][i] : 0, qa[1].q[qd][i],
+			 wb ? qa[1].q[qe][i] : 0 };
 	int8x16_t av = vreinterpretq_s8_s32(vld1q_s32(a));
 #pragma GCC unroll 8
 	for (int v = 0; v < 8; v++) {
-		int32x4_t a32 = vreinterpretq_s32_s8(wa[v]), b32 = vreinterpretq_s32_s8(wb[v]);
+		int32x4_t a32 = vreinterpretq_s32_s8(wa[v]);
+		int32x4_t b32 = wb ? vreinterpretq_s32_s8(wb[v]) : vdupq_n_s32(0);
 		acc2[2 * v] = smmla_n(acc2[2 * v], vreinterpretq_s8_s32(vzip1q_s32(a32, b32)), av);
 		acc2[2 * v + 1] =
 			smmla_n(acc2[2 * v + 1], vreinterpretq_s8_s32(vzip2q_s32(a32, b32)), av);
 	}
 }
 
-/* acc2's tiles as qfinish_n's sums: each token's four rows a vector. */
-INL void qmm_sums_n(int32x4_t (*acc)[8], const int32x4_t *acc2)
+/* acc2's tiles of block b (block i of the activations) into the pair of
+ * tokens' rows as qfinish_n: each token's four rows a vector, unzipped. */
+INL void qmm_finish_n(float *const *y, const struct qactn *qa, const int32x4_t *acc2, size_t b,
+		      size_t i)
 {
+	int32x4_t acc[QIN_TOKENS][8];
 #pragma GCC unroll 8
 	for (int v = 0; v < 8; v++) {
 		acc[0][v] = vuzp1q_s32(acc2[2 * v], acc2[2 * v + 1]);
 		acc[1][v] = vuzp2q_s32(acc2[2 * v], acc2[2 * v + 1]);
 	}
+	qfinish_n(y, qa, acc, b, i, QIN_TOKENS);
 }
 
 /* Blocks [b0, b0 + nb) of a run's columns (col[k], nq quads) for tokens
@@ -1563,21 +1568,18 @@ INL void qrun_n(float *const *y, const float32x4_t *sc, const float *X, size_t l
 	qprep_n(qa, sc, X, ldx, m, NT);
 	if (dot == 2 && NT == 2) {
 		for (size_t i = 0; i < nb; i++) {
-			int32x4_t acc2[16], acc[QIN_TOKENS][8];
+			int32x4_t acc2[16];
 			for (int v = 0; v < 16; v++)
 				acc2[v] = vdupq_n_s32(0);
 			for (size_t qd = 0; qd < nq; qd += 2) {
 				int8x16_t wa[8], wb[8];
+				int two = qd + 1 < nq;
 				quad_rows_n(col + 4 * qd, dt, rows, b0 + i, wa);
-				if (qd + 1 < nq)
+				if (two)
 					quad_rows_n(col + 4 * (qd + 1), dt, rows, b0 + i, wb);
-				else
-					for (int v = 0; v < 8; v++)
-						wb[v] = vdupq_n_s8(0);
-				qmm_n(acc2, wa, wb, qa, qd, qd + 1 < nq ? (int)qd + 1 : -1, i);
+				qmm_n(acc2, wa, two ? wb : NULL, qa, qd, qd + 1, i);
 			}
-			qmm_sums_n(acc, acc2);
-			qfinish_n(y, qa, acc, b0 + i, i, NT);
+			qmm_finish_n(y, qa, acc2, b0 + i, i);
 		}
 		return;
 	}
@@ -1658,7 +1660,7 @@ INL void qslab_run_n(float *const *y, const float32x4_t *sc, const float *x, siz
 	if (dot == 2 && NT == 2) {
 		for (size_t i = 0; i < nbc; i++) {
 			const uint8_t *blk = run_codes(r->run, dt, nb, b0 + i);
-			int32x4_t acc2[16], acc[QIN_TOKENS][8];
+			int32x4_t acc2[16];
 			for (int v = 0; v < 16; v++)
 				acc2[v] = vdupq_n_s32(0);
 			for (size_t a = 0; a < r->nq; a += 2) {
@@ -1667,13 +1669,10 @@ INL void qslab_run_n(float *const *y, const float32x4_t *sc, const float *x, siz
 				slab_quad_n(blk + r->quad[a] * qb, dt, wa);
 				if (two)
 					slab_quad_n(blk + r->quad[a + 1] * qb, dt, wb);
-				else
-					for (int v = 0; v < 8; v++)
-						wb[v] = vdupq_n_s8(0);
-				qmm_n(acc2, wa, wb, qa, r->quad[a], two ? r->quad[a + 1] : -1, i);
+				qmm_n(acc2, wa, two ? wb : NULL, qa, r->quad[a], two ? r->quad[a + 1] : 0,
+				      i);
 			}
-			qmm_sums_n(acc, acc2);
-			qfinish_n(y, qa, acc, b0 + i, i, NT);
+			qmm_finish_n(y, qa, acc2, b0 + i, i);
 		}
 		return;
 	}
