@@ -30,10 +30,12 @@ TEST_EXEC    = $(QEMU)
 # Under qemu the tests run about 14 times slower, so that CI stays within
 # its time: without ../shared (the shared models' tests are the native
 # run's; SHARED=DIR brings them back); every unit test but the four
-# longest, whose code has no architecture of its own (the batched forward
-# pass, image packing, speculative decoding, the trellis encoder on its
-# plain C path: 16 of the 41 minutes the units took on a loaded 2-core
-# machine; UNIT_SKIP= brings them back); and of the command tests those
+# longest (16 of the 41 minutes the units took on a loaded 2-core
+# machine; UNIT_SKIP= brings them back): three whose code has no
+# architecture of its own (the batched forward pass, image packing,
+# speculative decoding) and test_trellis, whose NEON search it compares
+# with the plain C one, slow under qemu (8 minutes there: run it alone,
+# under each QEMU_CPU, when trellis.c changes); and of the command tests those
 # of sf-run, the embedded model's reference text among them
 # (CLI_TESTS=tests/cli runs them all).
 SHARED       = $(abspath $(BUILD))/no-shared

@@ -395,9 +395,12 @@ static const struct accum_path {
 			  decode_scalar_neon, 8 },
 	[SF_ISA_DOTPROD] = { accum_trellis_neon, accum_scalar_neon, decode_trellis_neon,
 			     decode_scalar_neon, 8 },
+	[SF_ISA_I8MM] = { accum_trellis_neon, accum_scalar_neon, decode_trellis_neon,
+			  decode_scalar_neon, 8 },
 #else
 	[SF_ISA_NEON] = { NULL, NULL, NULL, NULL, 0 },
 	[SF_ISA_DOTPROD] = { NULL, NULL, NULL, NULL, 0 },
+	[SF_ISA_I8MM] = { NULL, NULL, NULL, NULL, 0 },
 #endif
 };
 

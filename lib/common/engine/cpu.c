@@ -10,7 +10,8 @@
 #include <sys/auxv.h>
 #endif
 
-static const char *const isa_names[SF_NISA] = { "ref", "avx2", "avx512", "neon", "dotprod" };
+static const char *const isa_names[SF_NISA] = { "ref", "avx2", "avx512", "neon", "dotprod",
+						  "i8mm" };
 
 const char *sf_isa_name(enum sf_isa isa)
 {
@@ -48,6 +49,8 @@ int sf_cpu_has(enum sf_isa isa)
 		return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
 	case SF_ISA_DOTPROD:
 		return sf_cpu_has(SF_ISA_NEON) && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP);
+	case SF_ISA_I8MM:
+		return sf_cpu_has(SF_ISA_DOTPROD) && (getauxval(AT_HWCAP2) & HWCAP2_I8MM);
 #endif
 	default:
 		return 0;

@@ -3,8 +3,8 @@
  * a plain C _ref path that always compiles at SF_ISA_REF, and calls
  * table[sf_cpu_isa()]. A family without a path at some level repeats the
  * one below it on its architecture in its table (x86-64: AVX-512 over
- * AVX2 over REF; aarch64: DOTPROD over NEON over REF), and every level of
- * the other architecture holds the _ref (never chosen there). */
+ * AVX2 over REF; aarch64: I8MM over DOTPROD over NEON over REF), and every
+ * level of the other architecture holds the _ref (never chosen there). */
 #ifndef SF_CPU_H
 #define SF_CPU_H
 
@@ -14,10 +14,11 @@ enum sf_isa {
 	SF_ISA_AVX512,	/* AVX-512 F, BW, VL, DQ */
 	SF_ISA_NEON,	/* aarch64 Advanced SIMD (every ARMv8.0-A core) */
 	SF_ISA_DOTPROD,	/* NEON + ARMv8.2 dot product (SDOT/UDOT: HWCAP_ASIMDDP) */
+	SF_ISA_I8MM,	/* DOTPROD + int8 matrix multiply (SMMLA: HWCAP2_I8MM) */
 	SF_NISA
 };
 
-/* "ref", "avx2", "avx512", "neon", "dotprod". */
+/* "ref", "avx2", "avx512", "neon", "dotprod", "i8mm". */
 const char *sf_isa_name(enum sf_isa isa);
 /* 0 and *isa set, or -EINVAL for an unknown name. */
 int sf_isa_parse(const char *name, enum sf_isa *isa);

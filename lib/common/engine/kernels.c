@@ -1884,9 +1884,11 @@ static const struct kern *const kern_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = &kern_neon,
 	[SF_ISA_DOTPROD] = &kern_neon,
+	[SF_ISA_I8MM] = &kern_neon,
 #else
 	[SF_ISA_NEON] = &kern_ref,
 	[SF_ISA_DOTPROD] = &kern_ref,
+	[SF_ISA_I8MM] = &kern_ref,
 #endif
 };
 

@@ -1246,9 +1246,12 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 // ----------------------------------------------------------------------------
 // NEON: a float path of 16 rows (half a block) as four vectors of 4, and
 // the integer products, a block's 32 rows as eight vectors of four sums,
-// by SDOT (the dot-product level) or widening multiplies (plain NEON)
+// by SDOT (the dot-product level) or widening multiplies (plain NEON);
+// at the i8mm level a pair of tokens by SMMLA, a block's 32 rows as
+// sixteen 2x2 tiles of rows by tokens
 
 #define TDOT __attribute__((target("arch=armv8.2-a+dotprod")))
+#define TMM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
 
 /* Block b's scale, exact (FCVT, as the library's conversion) and inline. */
 static inline float qscale_n(const uint8_t *col, size_t b)
@@ -1509,14 +1512,77 @@ INL float32x4_t scales_n(const uint8_t *col, size_t b, size_t nb)
 	return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
 }
 
+static TMM int32x4_t smmla_n(int32x4_t acc, int8x16_t w, int8x16_t a)
+{
+	return vmmlaq_s32(acc, w, a);
+}
+
+/* The i8mm level's pair of tokens: two quads' blocks wa and wb (NULL:
+ * none, past the run's last quad) against quads qd and qe of both
+ * tokens' activations of block i. SMMLA multiplies a 2x8 matrix by an
+ * 8x2 one: here two rows' codes of the eight columns (one row's four of
+ * wa, then its four of wb) by both tokens' eight activations, into acc2's
+ * 2x2 tile [row, token]; acc2[2v] holds rows 4v and 4v + 1, acc2[2v + 1]
+ * rows 4v + 2 and 4v + 3. The sums are SDOT's, added in another order:
+ * integers, so exactly the same. */
+INL void qmm_n(int32x4_t *acc2, const int8x16_t *wa, const int8x16_t *wb,
+	       const struct qactn *qa, size_t qd, size_t qe, size_t i)
+{
+	int32_t a[4] = { qa[0].q[qd][i], wb ? qa[0].q[qe][i] : 0, qa[1].q[qd][i],
+			 wb ? qa[1].q[qe][i] : 0 };
+	int8x16_t av = vreinterpretq_s8_s32(vld1q_s32(a));
+#pragma GCC unroll 8
+	for (int v = 0; v < 8; v++) {
+		int32x4_t a32 = vreinterpretq_s32_s8(wa[v]);
+		int32x4_t b32 = wb ? vreinterpretq_s32_s8(wb[v]) : vdupq_n_s32(0);
+		acc2[2 * v] = smmla_n(acc2[2 * v], vreinterpretq_s8_s32(vzip1q_s32(a32, b32)), av);
+		acc2[2 * v + 1] =
+			smmla_n(acc2[2 * v + 1], vreinterpretq_s8_s32(vzip2q_s32(a32, b32)), av);
+	}
+}
+
+/* acc2's tiles of block b (block i of the activations) into the pair of
+ * tokens' rows as qfinish_n: each token's four rows a vector, unzipped. */
+INL void qmm_finish_n(float *const *y, const struct qactn *qa, const int32x4_t *acc2, size_t b,
+		      size_t i)
+{
+	int32x4_t acc[QIN_TOKENS][8];
+#pragma GCC unroll 8
+	for (int v = 0; v < 8; v++) {
+		acc[0][v] = vuzp1q_s32(acc2[2 * v], acc2[2 * v + 1]);
+		acc[1][v] = vuzp2q_s32(acc2[2 * v], acc2[2 * v + 1]);
+	}
+	qfinish_n(y, qa, acc, b, i, QIN_TOKENS);
+}
+
 /* Blocks [b0, b0 + nb) of a run's columns (col[k], nq quads) for tokens
- * [0, NT) of X: prepared once, then each block's quads. */
+ * [0, NT) of X: prepared once, then each block's quads; at the i8mm level
+ * (dot 2) a pair of tokens takes the quads two at a time by SMMLA. One
+ * token stays on SDOT there: SMMLA's second token would be zeros, so it
+ * does SDOT's 16 products an instruction, after the zips. */
 INL void qrun_n(float *const *y, const float32x4_t *sc, const float *X, size_t ldx, size_t m,
 		const uint8_t *const *col, size_t nq, size_t rows, size_t b0, size_t nb,
 		enum sf_dtype dt, const int NT, const int dot)
 {
 	struct qactn qa[QIN_TOKENS];
 	qprep_n(qa, sc, X, ldx, m, NT);
+	if (dot == 2 && NT == 2) {
+		for (size_t i = 0; i < nb; i++) {
+			int32x4_t acc2[16];
+			for (int v = 0; v < 16; v++)
+				acc2[v] = vdupq_n_s32(0);
+			for (size_t qd = 0; qd < nq; qd += 2) {
+				int8x16_t wa[8], wb[8];
+				int two = qd + 1 < nq;
+				quad_rows_n(col + 4 * qd, dt, rows, b0 + i, wa);
+				if (two)
+					quad_rows_n(col + 4 * (qd + 1), dt, rows, b0 + i, wb);
+				qmm_n(acc2, wa, two ? wb : NULL, qa, qd, qd + 1, i);
+			}
+			qmm_finish_n(y, qa, acc2, b0 + i, i);
+		}
+		return;
+	}
 	for (size_t i = 0; i < nb; i++) {
 		int32x4_t acc[QIN_TOKENS][8];
 		for (int t = 0; t < NT; t++)
@@ -1575,8 +1641,15 @@ static TDOT void qint_dotprod(float *Y, size_t ldy, size_t r0, size_t r1, const 
 	qint_n(Y, ldy, r0, r1, q, X, ldx, T, n, 1);
 }
 
+static TMM void qint_i8mm(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
+			  const float *X, size_t ldx, size_t T, size_t n)
+{
+	qint_n(Y, ldy, r0, r1, q, X, ldx, T, n, 2);
+}
+
 /* Block b0 + i .. of a slab's run r (a tile of nb blocks) for tokens
- * [0, NT): as qrun_n, the quads that hold a position already rows. */
+ * [0, NT): as qrun_n, the quads that hold a position already rows (at
+ * the i8mm level, a pair of tokens, two such quads at a time). */
 INL void qslab_run_n(float *const *y, const float32x4_t *sc, const float *x, size_t lx,
 		     const struct slab_run *r, size_t nb, size_t b0, size_t nbc, enum sf_dtype dt,
 		     const int NT, const int dot)
@@ -1584,6 +1657,25 @@ INL void qslab_run_n(float *const *y, const float32x4_t *sc, const float *x, siz
 	const size_t qb = 4 * top_code_bytes(dt);
 	struct qactn qa[QIN_TOKENS];
 	qprep_n(qa, sc, x, lx, SF_QRUN, NT);
+	if (dot == 2 && NT == 2) {
+		for (size_t i = 0; i < nbc; i++) {
+			const uint8_t *blk = run_codes(r->run, dt, nb, b0 + i);
+			int32x4_t acc2[16];
+			for (int v = 0; v < 16; v++)
+				acc2[v] = vdupq_n_s32(0);
+			for (size_t a = 0; a < r->nq; a += 2) {
+				int8x16_t wa[8], wb[8];
+				int two = a + 1 < r->nq;
+				slab_quad_n(blk + r->quad[a] * qb, dt, wa);
+				if (two)
+					slab_quad_n(blk + r->quad[a + 1] * qb, dt, wb);
+				qmm_n(acc2, wa, two ? wb : NULL, qa, r->quad[a], two ? r->quad[a + 1] : 0,
+				      i);
+			}
+			qmm_finish_n(y, qa, acc2, b0 + i, i);
+		}
+		return;
+	}
 	for (size_t i = 0; i < nbc; i++) {
 		const uint8_t *blk = run_codes(r->run, dt, nb, b0 + i);
 		int32x4_t acc[QIN_TOKENS][8];
@@ -1652,6 +1744,12 @@ static TDOT void qslab_dotprod(float *Y, size_t ldy, size_t r0, size_t r1,
 	qslab_n(Y, ldy, r0, r1, s, pos, n, X, ldx, T, 1);
 }
 
+static TMM void qslab_i8mm(float *Y, size_t ldy, size_t r0, size_t r1, const struct sf_slab *s,
+			   const uint32_t *pos, size_t n, const float *X, size_t ldx, size_t T)
+{
+	qslab_n(Y, ldy, r0, r1, s, pos, n, X, ldx, T, 2);
+}
+
 #endif /* __aarch64__ */
 
 // ----------------------------------------------------------------------------
@@ -1673,9 +1771,11 @@ static qcolaccum_fn *const qcolaccum_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = qcolaccum_neon,
 	[SF_ISA_DOTPROD] = qcolaccum_neon,
+	[SF_ISA_I8MM] = qcolaccum_neon,
 #else
 	[SF_ISA_NEON] = sf_qcolaccum_ref,
 	[SF_ISA_DOTPROD] = sf_qcolaccum_ref,
+	[SF_ISA_I8MM] = sf_qcolaccum_ref,
 #endif
 };
 
@@ -1703,9 +1803,11 @@ static qint_fn *const qint_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = qint_neon,
 	[SF_ISA_DOTPROD] = qint_dotprod,
+	[SF_ISA_I8MM] = qint_i8mm,
 #else
 	[SF_ISA_NEON] = qint_ref,
 	[SF_ISA_DOTPROD] = qint_ref,
+	[SF_ISA_I8MM] = qint_ref,
 #endif
 };
 
@@ -1733,9 +1835,11 @@ static qslab_fn *const qslab_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = qslab_neon,
 	[SF_ISA_DOTPROD] = qslab_dotprod,
+	[SF_ISA_I8MM] = qslab_i8mm,
 #else
 	[SF_ISA_NEON] = sf_qslab_int_ref,
 	[SF_ISA_DOTPROD] = sf_qslab_int_ref,
+	[SF_ISA_I8MM] = sf_qslab_int_ref,
 #endif
 };
 

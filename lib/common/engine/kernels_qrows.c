@@ -426,7 +426,10 @@ static TDOT void qr_rows_dotprod(float *y, size_t ldy, const uint8_t *W, enum sf
 
 // ----------------------------------------------------------------------------
 // the family's table, indexed by enum sf_isa (engine/cpu.h), at the level
-// of the integer column products (sf_qint_isa)
+// of the integer column products (sf_qint_isa). The i8mm level keeps the
+// dot-product rows: the _ref rounds each run of four products' sum into
+// its float sums on its own, and SMMLA adds eight; bit for bit it would
+// have to zero half of each operand, SDOT's products for more work.
 
 static qr_rows_fn *const qr_table[SF_NISA] = {
 	[SF_ISA_REF] = qr_rows_ref,
@@ -440,9 +443,11 @@ static qr_rows_fn *const qr_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = qr_rows_neon,
 	[SF_ISA_DOTPROD] = qr_rows_dotprod,
+	[SF_ISA_I8MM] = qr_rows_dotprod,
 #else
 	[SF_ISA_NEON] = qr_rows_ref,
 	[SF_ISA_DOTPROD] = qr_rows_ref,
+	[SF_ISA_I8MM] = qr_rows_ref,
 #endif
 };
 
@@ -455,5 +460,8 @@ void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size
 
 const char *sf_qmatmul_rows_kernel(void)
 {
+	/* the i8mm level's rows are the dot-product level's (qr_table) */
+	if (sf_qint_isa() == SF_ISA_I8MM)
+		return sf_isa_name(SF_ISA_DOTPROD);
 	return sf_qcolaccum_int_kernel();
 }

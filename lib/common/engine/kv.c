@@ -213,9 +213,11 @@ static kv_widen_fn *const kv_widen_table[SF_NISA] = {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = kv_widen_neon,
 	[SF_ISA_DOTPROD] = kv_widen_neon,
+	[SF_ISA_I8MM] = kv_widen_neon,
 #else
 	[SF_ISA_NEON] = sf_kv_widen_ref,
 	[SF_ISA_DOTPROD] = sf_kv_widen_ref,
+	[SF_ISA_I8MM] = sf_kv_widen_ref,
 #endif
 };
 

@@ -350,9 +350,11 @@ static void (*const topk_table[SF_NISA])(const float *, uint32_t, uint32_t, uint
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = topk_neon_k,
 	[SF_ISA_DOTPROD] = topk_neon_k,
+	[SF_ISA_I8MM] = topk_neon_k,
 #else
 	[SF_ISA_NEON] = sf_select_topk_ref,
 	[SF_ISA_DOTPROD] = sf_select_topk_ref,
+	[SF_ISA_I8MM] = sf_select_topk_ref,
 #endif
 };
 
@@ -367,9 +369,11 @@ static uint32_t (*const abs_sum_table[SF_NISA])(const float *, uint32_t, double 
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = abs_sum_neon,
 	[SF_ISA_DOTPROD] = abs_sum_neon,
+	[SF_ISA_I8MM] = abs_sum_neon,
 #else
 	[SF_ISA_NEON] = sf_select_abs_sum_ref,
 	[SF_ISA_DOTPROD] = sf_select_abs_sum_ref,
+	[SF_ISA_I8MM] = sf_select_abs_sum_ref,
 #endif
 };
 

@@ -134,9 +134,11 @@ static const struct {
 #if defined(__aarch64__)
 	[SF_ISA_NEON] = { "neon", pairs_neon },
 	[SF_ISA_DOTPROD] = { "neon", pairs_neon },
+	[SF_ISA_I8MM] = { "neon", pairs_neon },
 #else
 	[SF_ISA_NEON] = { "ref", sf_coact_pairs_ref },
 	[SF_ISA_DOTPROD] = { "ref", sf_coact_pairs_ref },
+	[SF_ISA_I8MM] = { "ref", sf_coact_pairs_ref },
 #endif
 };
 

@@ -1,6 +1,6 @@
-/* Bitshift-trellis codes: the exact Viterbi encoder (AVX-512 and AVX2
- * paths beside the plain C _ref, bit-identical, dispatched by the level
- * engine/cpu.h names) and the decoder of unpacked codes.
+/* Bitshift-trellis codes: the exact Viterbi encoder (AVX-512, AVX2 and
+ * NEON paths beside the plain C _ref, bit-identical, dispatched by the
+ * level engine/cpu.h names) and the decoder of unpacked codes.
  * The code layout is documented in man/sf-formats.5 (codes). */
 #include <errno.h>
 #include <math.h>
@@ -12,6 +12,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 // ----------------------------------------------------------------------------
@@ -64,8 +67,9 @@ static uint16_t sqdiff(int16_t a, int16_t b)
 // four rows, which is consistent when state s of generation t lives at row
 // rotr(s, 2t) (14-bit rotation): rotr((q << 2) | c, 2t + 2) =
 // rotr((c << 12) | q, 2t). One array of 1 MiB then serves 32 columns.
-// In a row, column k sits at lane k (AVX-512) or lane pos_avx2(k) (AVX2:
-// two halves, ordered so that packing their masks gives column order).
+// In a row, column k sits at lane k (AVX-512, and NEON's four vectors of
+// eight) or lane pos_avx2(k) (AVX2: two halves, ordered so that packing
+// their masks gives column order).
 
 struct sf_trellis_work {
 	const float *cb;	/* the caller's codebook */
@@ -229,16 +233,88 @@ void sf_trellis_encode_ref(const float *const *x, int n, size_t m, uint8_t *cons
 	traceback(w->cb, x, w->trace, n, m, last, codes, err, 0);
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512dq,avx,fma")))
-#define T256 __attribute__((target("avx2,fma")))
 #define INLINE __attribute__((always_inline)) inline
 
 static uint32_t rotl14(uint32_t v, unsigned r)
 {
 	return rotr14(v, (14 - r) % 14);
 }
+
+/* Group i of a step of rotation r: its row u (bits h and h + 1 clear, h
+ * = 12 - r) of cost returned, its codebook entries cbg's at *cg. */
+static INLINE uint16_t *group_at(uint16_t *cost, const uint32_t *cbg, uint32_t i, unsigned r,
+				 const uint32_t **cg)
+{
+	unsigned h = 12 - r;
+	uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
+	*cg = cbg + (size_t)rotl14(u, r) * 16;
+	return cost + (size_t)u * LANES;
+}
+
+/* The whole search, one instance per ISA (the steps inlined with their
+ * renormalisation flags constant), then the traceback; FENCE makes the
+ * trace's stores visible to it. Column k's lane in a row: itself for
+ * AVX-512 and NEON; for AVX2 (SWAP34), half (k >> 3) & 1, lane
+ * (k & 7) | (k & 16) >> 1 of it, i.e. bits 3 and 4 of k swapped. */
+#define ENCODE_SIMD(NAME, TARGET, STEP, SWAP34, FENCE)                                       \
+	static TARGET void NAME(const float *const *x, int n, size_t m, uint8_t *const *codes,  \
+				double *err, struct sf_trellis_work *w)                          \
+	{                                                                                      \
+		uint16_t base[LANES] = { 0 };                                                  \
+		uint32_t last[LANES];                                                          \
+		uint16_t least[LANES];                                                         \
+		unsigned lane[LANES];                                                          \
+		for (int k = 0; k < LANES; k++) {                                              \
+			unsigned q = (unsigned)k;                                              \
+			lane[k] = SWAP34 ? (q & 7) | (q & 8) << 1 | (q & 16) >> 1 : q;         \
+		}                                                                              \
+		/* idx_{-1} = 0: only state 0 starts at 0 */                                   \
+		for (uint32_t s = 0; s < NSTATES; s++)                                         \
+			for (int k = 0; k < LANES; k++)                                        \
+				w->cost[(size_t)s * LANES + (size_t)k] = s ? SAT : 0;          \
+		for (size_t t = 0; t < m; t++) {                                               \
+			int16_t xs[LANES] = { 0 }; /* unused lanes search a zero column */     \
+			for (int k = 0; k < n; k++)                                            \
+				xs[lane[k]] = q12(x[k][t]);                                    \
+			unsigned r = (unsigned)(2 * t % 14);                                   \
+			uint64_t *tr = w->trace + t * NSTATES;                                 \
+			if (SUBTRACTS(t) && TRACKS(t))                                         \
+				STEP(w->cbg, xs, w->cost, tr, r, base, 1, 1);                  \
+			else if (SUBTRACTS(t))                                                 \
+				STEP(w->cbg, xs, w->cost, tr, r, base, 1, 0);                  \
+			else if (TRACKS(t))                                                    \
+				STEP(w->cbg, xs, w->cost, tr, r, base, 0, 1);                  \
+			else                                                                   \
+				STEP(w->cbg, xs, w->cost, tr, r, base, 0, 0);                  \
+		}                                                                              \
+		FENCE;                                                                         \
+		/* the least final metric of each column, first in state order */              \
+		unsigned r = (unsigned)(2 * m % 14);                                           \
+		for (int k = 0; k < n; k++) {                                                  \
+			last[k] = 0;                                                           \
+			least[k] = w->cost[(size_t)rotr14(0, r) * LANES + lane[k]];            \
+		}                                                                              \
+		for (uint32_t s = 1; s < NSTATES; s++) {                                       \
+			const uint16_t *row = w->cost + (size_t)rotr14(s, r) * LANES;          \
+			for (int k = 0; k < n; k++)                                            \
+				if (row[lane[k]] < least[k]) {                                 \
+					least[k] = row[lane[k]];                               \
+					last[k] = s;                                           \
+				}                                                              \
+		}                                                                              \
+		traceback(w->cb, x, w->trace, n, m, last, codes, err, 1);                      \
+	}
+
+#endif
+
+#if defined(__x86_64__)
+/* the streamed trace is visible to the traceback */
+#define X86_FENCE() (_mm_sfence(), _mm256_zeroupper())
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512dq,avx,fma")))
+#define T256 __attribute__((target("avx2,fma")))
 
 /* Generation t to t + 1 (r = 2t mod 14) for 32 columns, xq[k] in lane k;
  * sub: subtract base[k] from column k's metrics first; track: store the
@@ -254,9 +330,8 @@ static T512 INLINE void step_avx512(const uint32_t *cbg, const int16_t *xs, uint
 	__m512i least = _mm512_set1_epi16(-1);
 	_Alignas(64) uint64_t line[8];	/* the trace words of two groups */
 	for (uint32_t i = 0; i < NSTATES / 4; i++) {
-		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
-		const uint32_t *cg = cbg + (size_t)rotl14(u, r) * 16;
-		uint16_t *row = cost + (size_t)u * LANES;
+		const uint32_t *cg;
+		uint16_t *row = group_at(cost, cbg, i, r, &cg);
 		__m512i pv[4];
 #pragma GCC unroll 4
 		for (uint32_t p = 0; p < 4; p++) {
@@ -307,9 +382,8 @@ static T256 INLINE void step_avx2(const uint32_t *cbg, const int16_t *xs, uint16
 	__m256i least[2] = { _mm256_set1_epi16(-1), _mm256_set1_epi16(-1) };
 	_Alignas(32) uint64_t line[4];	/* the trace words of one group */
 	for (uint32_t i = 0; i < NSTATES / 4; i++) {
-		uint32_t u = ((i >> h) << (h + 2)) | (i & ((1u << h) - 1));
-		const uint32_t *cg = cbg + (size_t)rotl14(u, r) * 16;
-		uint16_t *row = cost + (size_t)u * LANES;
+		const uint32_t *cg;
+		uint16_t *row = group_at(cost, cbg, i, r, &cg);
 		__m256i pv[4][2];
 #pragma GCC unroll 4
 		for (uint32_t p = 0; p < 4; p++)
@@ -353,63 +427,106 @@ static T256 INLINE void step_avx2(const uint32_t *cbg, const int16_t *xs, uint16
 	}
 }
 
-/* The whole search, one instance per ISA (the steps inlined with their
- * renormalisation flags constant), then the traceback. Column k's lane
- * in a row: itself for AVX-512; for AVX2, half (k >> 3) & 1, lane
- * (k & 7) | (k & 16) >> 1 of it, i.e. bits 3 and 4 of k swapped. */
-#define ENCODE_SIMD(NAME, TARGET, STEP, AVX512)                                              \
-	static TARGET void NAME(const float *const *x, int n, size_t m, uint8_t *const *codes,  \
-				double *err, struct sf_trellis_work *w)                          \
-	{                                                                                      \
-		uint16_t base[LANES] = { 0 };                                                  \
-		uint32_t last[LANES];                                                          \
-		uint16_t least[LANES];                                                         \
-		unsigned lane[LANES];                                                          \
-		for (int k = 0; k < LANES; k++) {                                              \
-			unsigned q = (unsigned)k;                                              \
-			lane[k] = AVX512 ? q : (q & 7) | (q & 8) << 1 | (q & 16) >> 1;         \
-		}                                                                              \
-		/* idx_{-1} = 0: only state 0 starts at 0 */                                   \
-		for (uint32_t s = 0; s < NSTATES; s++)                                         \
-			for (int k = 0; k < LANES; k++)                                        \
-				w->cost[(size_t)s * LANES + (size_t)k] = s ? SAT : 0;          \
-		for (size_t t = 0; t < m; t++) {                                               \
-			int16_t xs[LANES] = { 0 }; /* unused lanes search a zero column */     \
-			for (int k = 0; k < n; k++)                                            \
-				xs[lane[k]] = q12(x[k][t]);                                    \
-			unsigned r = (unsigned)(2 * t % 14);                                   \
-			uint64_t *tr = w->trace + t * NSTATES;                                 \
-			if (SUBTRACTS(t) && TRACKS(t))                                         \
-				STEP(w->cbg, xs, w->cost, tr, r, base, 1, 1);                  \
-			else if (SUBTRACTS(t))                                                 \
-				STEP(w->cbg, xs, w->cost, tr, r, base, 1, 0);                  \
-			else if (TRACKS(t))                                                    \
-				STEP(w->cbg, xs, w->cost, tr, r, base, 0, 1);                  \
-			else                                                                   \
-				STEP(w->cbg, xs, w->cost, tr, r, base, 0, 0);                  \
-		}                                                                              \
-		_mm_sfence(); /* the streamed trace is visible to the traceback */             \
-		_mm256_zeroupper();                                                            \
-		/* the least final metric of each column, first in state order */              \
-		unsigned r = (unsigned)(2 * m % 14);                                           \
-		for (int k = 0; k < n; k++) {                                                  \
-			last[k] = 0;                                                           \
-			least[k] = w->cost[(size_t)rotr14(0, r) * LANES + lane[k]];            \
-		}                                                                              \
-		for (uint32_t s = 1; s < NSTATES; s++) {                                       \
-			const uint16_t *row = w->cost + (size_t)rotr14(s, r) * LANES;          \
-			for (int k = 0; k < n; k++)                                            \
-				if (row[lane[k]] < least[k]) {                                 \
-					least[k] = row[lane[k]];                               \
-					last[k] = s;                                           \
-				}                                                              \
-		}                                                                              \
-		traceback(w->cb, x, w->trace, n, m, last, codes, err, 1);                      \
-	}
+ENCODE_SIMD(encode_avx512, T512, step_avx512, 0, X86_FENCE())
+ENCODE_SIMD(encode_avx2, T256, step_avx2, 1, X86_FENCE())
+#endif /* __x86_64__ */
 
-ENCODE_SIMD(encode_avx512, T512, step_avx512, 1)
-ENCODE_SIMD(encode_avx2, T256, step_avx2, 0)
-#endif
+#if defined(__aarch64__)
+
+/* The columns' bits of four vectors of 16-bit masks lo and hi (lane k of
+ * vector v: column 8v + k) as one trace word, lo's in bits 0-31 and hi's
+ * in 32-63: each mask's low byte weighted by its bit in its byte, then
+ * three rounds of pairwise sums gather eight columns a byte. */
+static INLINE uint64_t choice_word_n(const uint16x8_t *lo, const uint16x8_t *hi)
+{
+	static const uint8_t bit[16] = { 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128 };
+	const uint8x16_t w = vld1q_u8(bit);
+	uint8x16_t m[4];
+	for (int i = 0; i < 2; i++) {
+		m[i] = vandq_u8(vuzp1q_u8(vreinterpretq_u8_u16(lo[2 * i]),
+					  vreinterpretq_u8_u16(lo[2 * i + 1])), w);
+		m[2 + i] = vandq_u8(vuzp1q_u8(vreinterpretq_u8_u16(hi[2 * i]),
+					      vreinterpretq_u8_u16(hi[2 * i + 1])), w);
+	}
+	uint8x16_t s = vpaddq_u8(vpaddq_u8(m[0], m[1]), vpaddq_u8(m[2], m[3]));
+	s = vpaddq_u8(s, s);
+	return vgetq_lane_u64(vreinterpretq_u64_u8(s), 0);
+}
+
+/* (d * d) >> 16 of each lane, as _mm512_mulhi_epi16: the high halves of
+ * the 32-bit squares (SQDMULH would double and saturate d = -32768). */
+static INLINE uint16x8_t sq_hi_n(int16x8_t d)
+{
+	int32x4_t lo = vmull_s16(vget_low_s16(d), vget_low_s16(d)), hi = vmull_high_s16(d, d);
+	return vreinterpretq_u16_s16(vuzp2q_s16(vreinterpretq_s16_s32(lo), vreinterpretq_s16_s32(hi)));
+}
+
+/* The metrics of the four states p << h of a group's row (p = 0..3), a
+ * row four vectors of eight columns, less base's where sub. */
+static INLINE void prev_rows_n(uint16x8_t (*pv)[4], const uint16_t *row, unsigned h, int sub,
+			       const uint16x8_t *bv)
+{
+#pragma GCC unroll 16
+	for (int k = 0; k < 16; k++) {
+		uint16x8_t m = vld1q_u16(row + ((size_t)(k >> 2) << h) * LANES + 8 * (k & 3));
+		pv[k >> 2][k & 3] = sub ? vqsubq_u16(m, bv[k & 3]) : m;
+	}
+}
+
+/* step_avx512 with a row as four vectors of eight columns (plain NEON,
+ * every aarch64 core): the same saturating integer operations, the
+ * choice bits by strict compares and gathered by choice_word_n. The trace
+ * words go to memory by ordinary stores, in the SIMD paths' order. */
+static INLINE void step_neon(const uint32_t *cbg, const int16_t *xs, uint16_t *cost,
+			     uint64_t *trace, unsigned r, uint16_t *base, int sub, int track)
+{
+	unsigned h = 12 - r;
+	int16x8_t xv[4];
+	uint16x8_t bv[4], least[4];
+	for (int v = 0; v < 4; v++) {
+		xv[v] = vld1q_s16(xs + 8 * v);
+		bv[v] = vld1q_u16(base + 8 * v);
+		least[v] = vdupq_n_u16(0xffff);
+	}
+	for (uint32_t i = 0; i < NSTATES / 4; i++) {
+		const uint32_t *cg;
+		uint16_t *row = group_at(cost, cbg, i, r, &cg);
+		uint16x8_t pv[4][4];
+		prev_rows_n(pv, row, h, sub, bv);
+#pragma GCC unroll 4
+		for (uint32_t c = 0; c < 4; c++) {
+			int16x8_t cv[4];
+			uint16x8_t hi[4], lo[4];
+#pragma GCC unroll 4
+			for (uint32_t p = 0; p < 4; p++)
+				cv[p] = vreinterpretq_s16_u32(vdupq_n_u32(cg[4 * p + c]));
+#pragma GCC unroll 4
+			for (int v = 0; v < 4; v++) {
+				uint16x8_t e[4];
+#pragma GCC unroll 4
+				for (uint32_t p = 0; p < 4; p++)
+					e[p] = vqaddq_u16(pv[p][v], sq_hi_n(vqsubq_s16(xv[v], cv[p])));
+				uint16x8_t a = vminq_u16(e[1], e[0]), b = vminq_u16(e[3], e[2]);
+				uint16x8_t best = vminq_u16(b, a);
+				vst1q_u16(row + ((size_t)c << h) * LANES + 8 * v, best);
+				if (track)
+					least[v] = vminq_u16(least[v], best);
+				/* step_avx512's choice bits: b < a, and the
+				 * minimum below the even one of the pair */
+				hi[v] = vcltq_u16(b, a);
+				lo[v] = vcltq_u16(best, vbslq_u16(hi[v], e[2], e[0]));
+			}
+			trace[(i << 2) | c] = choice_word_n(lo, hi);
+		}
+	}
+	if (track)
+		for (int v = 0; v < 4; v++)
+			vst1q_u16(base + 8 * v, least[v]);
+}
+
+/* plain stores, read back by this thread: nothing to fence */
+ENCODE_SIMD(encode_neon, , step_neon, 0, (void)0)
+#endif /* __aarch64__ */
 
 typedef void encode_fn(const float *const *x, int n, size_t m, uint8_t *const *codes,
 		       double *err, struct sf_trellis_work *w);
@@ -425,8 +542,15 @@ static encode_fn *const encode_paths[SF_NISA] = {
 	[SF_ISA_AVX2] = sf_trellis_encode_ref,
 	[SF_ISA_AVX512] = sf_trellis_encode_ref,
 #endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = encode_neon,
+	[SF_ISA_DOTPROD] = encode_neon,
+	[SF_ISA_I8MM] = encode_neon,
+#else
 	[SF_ISA_NEON] = sf_trellis_encode_ref,
 	[SF_ISA_DOTPROD] = sf_trellis_encode_ref,
+	[SF_ISA_I8MM] = sf_trellis_encode_ref,
+#endif
 };
 
 void sf_trellis_encode(const float *const *x, int n, size_t m, uint8_t *const *codes,
