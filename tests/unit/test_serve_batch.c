@@ -1,9 +1,9 @@
 /* sf-serve's continuous batching against sf-run, bit for bit: eight
  * requests in four slots, run as sf-serve's decoder runs them (each
  * prompt in passes of its own, every slot past its prompt one token in a
- * pass of all of them through sf_forward_multi, prompts of different
- * lengths starting at different rounds, slots reused with a prefix of
- * the request before kept in their KV cache and its longer tail left
+ * pass of all of them through sf_forward_multi, prompts of 1 to 525
+ * tokens starting at different rounds, slots reused with a prefix of the
+ * request before kept in their f16 KV cache and its longer tail left
  * there), and each alone as sf-run runs it (the prompt in passes, then
  * one token a pass): every row of logits the same floats. On the
  * embedded mix4-1m in RAM, and from images of it as sf-serve decodes
@@ -11,7 +11,6 @@
  * and with two tiers, and two tiers read from flash. SF_MODEL=DIR runs
  * the dense part on another model (the TinyLlama-shape one of
  * docs/RESULTS.md). */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +28,9 @@
 #include "online/uring.h"
 #include "unit.h"
 
-enum { SEQ_LEN = 64, BATCH = 8, SLOTS = 4, JOBS = 8, ROUNDS = 120 };
+/* 600 positions: job 3 and job 7 after it cross the 512 positions of an
+ * f16 KV cache's chunk in attention (mix4-1m's heads of 32) */
+enum { SEQ_LEN = 600, BATCH = 8, SLOTS = 4, JOBS = 8, ROUNDS = 200 };
 
 /* A request: its tokens (prompt, then the tokens fed after it), the slot
  * it takes at round start, and how many of its first tokens that slot's
@@ -40,8 +41,8 @@ struct job {
 
 static const struct job jobs[JOBS] = {
 	{ 0, 3, 20, 0, 0, 0 },	{ 1, 17, 12, 1, 0, 0 }, { 2, 1, 30, 2, 2, 0 },
-	{ 3, 30, 5, 3, 1, 0 },	{ 4, 12, 10, 0, 30, 10 }, { 5, 5, 8, 1, 40, 3 },
-	{ 6, 2, 9, 2, 45, 1 },	{ 7, 23, 6, 3, 20, 0 },
+	{ 3, 509, 7, 3, 1, 0 },	{ 4, 12, 10, 0, 30, 10 }, { 5, 5, 8, 1, 40, 3 },
+	{ 6, 2, 9, 2, 45, 1 },	{ 7, 525, 6, 3, 90, 505 },
 };
 
 static int32_t ids[JOBS][SEQ_LEN];
@@ -278,8 +279,10 @@ int main(void)
 	for (int k = 0; k < JOBS; k++)
 		for (int i = 0; i < SEQ_LEN; i++)
 			ids[k][i] = (int32_t)(sf_rng_unit(&rng) * (double)m.cfg.vocab_size);
-	/* the prefixes the slots keep: job 4 begins as job 0, 5 as 1, 6 as 2 */
+	/* the prefixes the slots keep: job 4 begins as job 0, 5 as 1, 6 as 2,
+	 * 7 as 3 */
 	memcpy(ids[4], ids[0], 10 * sizeof(int32_t));
+	memcpy(ids[7], ids[3], 505 * sizeof(int32_t));
 	memcpy(ids[5], ids[1], 3 * sizeof(int32_t));
 	ids[6][0] = ids[2][0];
 	for (int threads = 1; threads <= 2; threads++) {
