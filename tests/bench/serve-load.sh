@@ -8,7 +8,9 @@
 # total tokens/s of 1 and of 4 concurrent greedy streams (one pass a token
 # for all of them: sf-serve(1), Slots and concurrency).
 # Usage: make bench BENCH=tests/bench/serve-load.sh (or SF_BIN=... tests/bench/serve-load.sh)
-# MODEL= (default the embedded mix4-1m), TOKENS= per request (default 48).
+# MODEL= (default the embedded mix4-1m), TOKENS= per request (default 48),
+# WAIT= seconds a request may take before it counts as unanswered (default
+# 60; more on a machine others share).
 # Writes $SF_BENCH_OUT/serve-load.json (default build/bench/serve-load.json).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +18,7 @@ bin=${SF_BIN:-$root/bin}
 model=${MODEL:-$root/models/mix4-1m}
 out=${SF_BENCH_OUT:-$root/build/bench}
 tokens=${TOKENS:-48}
+wait_s=${WAIT:-60}
 slack_kb=${SLACK_KB:-4096}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -49,16 +52,23 @@ request() {
 	body=$(jq -nc --arg p "${prompts[$i]}" --argjson n "$tokens" \
 		'{prompt: $p, max_tokens: $n, temperature: 0}')
 	if [ $((k % 16)) -eq 5 ]; then
-		curl -s -o /dev/null -w '%{http_code}\n' --max-time 60 -d '{"prompt": "x",' "$url/v1/completions" \
+		curl -s -o /dev/null -w '%{http_code}\n' --max-time "$wait_s" -d '{"prompt": "x",' "$url/v1/completions" \
 			>"$work/code$k"
 	elif [ $((k % 16)) -eq 9 ]; then
 		body=$(echo "$body" | jq -c '.stream = true | .max_tokens = 1000 | .ignore_eos = true')
-		curl -sN --max-time 60 -d "$body" "$url/v1/completions" | head -c 600 >/dev/null || true
+		curl -sN --max-time "$wait_s" -d "$body" "$url/v1/completions" | head -c 600 >/dev/null || true
 		echo dropped >"$work/code$k"
 	else
-		curl -s --max-time 60 -d "$body" "$url/v1/completions" >"$work/answer$k"
-		jq -r .choices[0].text "$work/answer$k" >"$work/got$k"
-		if cmp -s "$work/got$k" "$work/want$i"; then echo same >"$work/code$k"; else echo differs >"$work/code$k"; fi
+		# sf-run ends its text with a newline when it wrote any: an empty
+		# completion is no output at all (on a random model most greedy
+		# tokens lie past the tokenizer's vocabulary and decode to nothing)
+		if curl -sf --max-time "$wait_s" -d "$body" "$url/v1/completions" >"$work/answer$k" &&
+			jq -j .choices[0].text "$work/answer$k" >"$work/got$k"; then
+			[ -s "$work/got$k" ] && echo >>"$work/got$k"
+			if cmp -s "$work/got$k" "$work/want$i"; then echo same; else echo differs; fi
+		else
+			echo unanswered
+		fi >"$work/code$k"
 	fi
 }
 
@@ -75,6 +85,7 @@ same=$(cat "$work"/code* | grep -c '^same$' || true)
 differs=$(cat "$work"/code* | grep -c '^differs$' || true)
 bad=$(cat "$work"/code* | grep -c '^400$' || true)
 dropped=$(cat "$work"/code* | grep -c '^dropped$' || true)
+unanswered=$(cat "$work"/code* | grep -c '^unanswered$' || true)
 
 # total tokens/s: 1 stream, then 4 at once
 rate() {
@@ -96,10 +107,12 @@ wait "$sp"
 sp=
 
 jq -n --argjson same "$same" --argjson differs "$differs" --argjson bad "$bad" \
-	--argjson dropped "$dropped" --argjson rss0 "$rss_first" --argjson rss1 "$rss_last" \
+	--argjson dropped "$dropped" --argjson unanswered "$unanswered" \
+	--argjson rss0 "$rss_first" --argjson rss1 "$rss_last" \
 	--argjson one "$one" --argjson four "$four" \
 	--argjson maxpass "$(echo "$metrics" | sed -n 's/^sf_batched_tokens_max //p')" \
 	'{good_same: $same, good_differs: $differs, malformed_400: $bad, dropped: $dropped,
+	  unanswered: $unanswered,
 	  rss_kb_first: $rss0, rss_kb_last: $rss1, tokens_per_second_1: $one,
 	  tokens_per_second_4: $four, speedup_4: ($four / $one), batched_tokens_max: $maxpass}' |
 	tee "$out/serve-load.json"
