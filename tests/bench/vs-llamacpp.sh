@@ -25,7 +25,7 @@
 # the default cgroup is 25% of the q4 image.
 # Every shape also runs sf-run --model on llama.cpp's Q4_0 file in RAM.
 # Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
-# averaged over its threads) and summary.json (medians and the
+# averaged over its threads, expert_hit: a mixture's expert cache hit rate) and summary.json (medians and the
 # issue's ratios) under SF_BENCH_OUT; prints the table.
 #   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
@@ -49,13 +49,15 @@ tinyllama)
 	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp}
 	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp}
 	shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
-	ggufs=(Q4_0 Q8_0) dtypes=(q4 q8 bf16) ;;
+	ggufs=(Q4_0 Q8_0) dtypes=(q4 q8 bf16) quant=() ;;
 mixtral)
 	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp-mixtral}
 	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp-mixtral}
 	shape=(--arch mixtral --experts 8 --experts-used 2 --hidden 2048 --intermediate 5632
 	       --layers 16 --heads 32 --kv-heads 8 --vocab 32000)
-	ggufs=(Q4_0) dtypes=(q4) RAM_ALL=${RAM_ALL_MIXTRAL:-8000000000} ;;
+	# round to nearest, as llama.cpp's Q4_0: the least-squares search
+	# takes half an hour over 4.4 billion expert weights on 2 cores
+	ggufs=(Q4_0) dtypes=(q4) RAM_ALL=${RAM_ALL_MIXTRAL:-8000000000} quant=(--quant rtn) ;;
 *) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama or mixtral" >&2; exit 2 ;;
 esac
 if [ -n "${QUICK:-}" ]; then
@@ -83,7 +85,8 @@ for t in "${ggufs[@]}"; do
 done
 [ "$SHAPE" = mixtral ] && rm -f "$scratch/bf16.gguf"
 for dt in "${dtypes[@]}"; do
-	[ -f "$scratch/$dt.sfimg" ] || sf-pack -q --model "$m" --dtype "${dt/bf16/keep}" -o "$scratch/$dt.sfimg"
+	[ -f "$scratch/$dt.sfimg" ] || sf-pack -q --model "$m" --dtype "${dt/bf16/keep}" "${quant[@]}" \
+		-o "$scratch/$dt.sfimg"
 done
 # the mixture's cgroup: a quarter of its q4 image
 [ -z "${CGROUPS:-}" ] && CGROUPS=$(($(stat -c %s "$scratch/q4.sfimg") / 4))
@@ -110,7 +113,7 @@ sf() {	# RAM ARGS...: sf-run, capped by RAM (0: not)
 	shift
 	local cmd=(sf-run "$@" -f "$text" -n "$NGEN" --temp 0 --ignore-eos -t "$THREADS" --bench)
 	if [ "$ram" = 0 ]; then "${cmd[@]}"; else capped "$ram" "${cmd[@]}"; fi 2>/dev/null |
-		jq -r '"\(.pp),\(.tg),\(.decode_busy | add / length)"'
+		jq -r '"\(.pp),\(.tg),\(.decode_busy | add / length),\(.experts.hit_rate // "")"'
 }
 lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 	local ram=$1 r
@@ -121,8 +124,8 @@ lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 		r=$(capped "$ram" "$LLAMACPP_BIN" $(llamacpp_opts) decode "$1" "$THREADS" "$NGEN" \
 			"$scratch/ids.json" 2>/dev/null) || r=
 	fi
-	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second),"' <<< "$r" ||
-		echo "0,0,"
+	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second),,"' <<< "$r" ||
+		echo "0,0,,"
 }
 
 configs=()
@@ -160,7 +163,7 @@ run_config() {	# WHERE NAME
 	esac
 }
 
-echo "config,where,round,pp,tg,busy" > "$out/runs.csv"
+echo "config,where,round,pp,tg,busy,expert_hit" > "$out/runs.csv"
 : > "$out/device.csv"
 for r in $(seq 1 "$REPEATS"); do
 	if [[ " $PARTS " == *" cgroup "* ]]; then
@@ -194,13 +197,15 @@ med() {	# NAME WHERE COLUMN(4 pp, 5 tg, 6 busy: sf-run's threads' mean share of 
 	for c in "${configs[@]}"; do
 		set -- $c
 		b=$(med "$2" "$1" 6)
-		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5), \"busy\": ${b:-null}}"
+		h=$(med "$2" "$1" 7)
+		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5), \"busy\": ${b:-null}, \"expert_hit\": ${h:-null}}"
 		sep=,
 	done
 	echo "]}"
 } > "$out/summary.json"
 jq -r '.medians[] | [.where, .config, (.pp * 10 | round / 10), (.tg * 100 | round / 100),
-	(if .busy then "busy \(.busy * 100 | round)%" else "" end)] | @tsv' \
+	(if .busy then "busy \(.busy * 100 | round)%" else "" end),
+	(if .expert_hit then "expert hits \(.expert_hit * 100 | round)%" else "" end)] | @tsv' \
 	"$out/summary.json" | column -t
 ratio() {	# WHERE A B COLUMN: median A over median B
 	jq -r --arg w "$1" --arg a "$2" --arg b "$3" --arg c "$4" '
