@@ -10,12 +10,26 @@
 # Usage: make bench BENCH=tests/bench/serve-load.sh (or SF_BIN=... tests/bench/serve-load.sh)
 # MODEL= (default the embedded mix4-1m), TOKENS= per request (default 48),
 # WAIT= seconds a request may take before it counts as unanswered (default
-# 60; more on a machine others share).
+# 60; more on a machine others share). From flash instead: IMAGE= an image,
+# RAM= its --ram (every slot's KV cache counted), CGROUP_RAM= a memory
+# cgroup around the server (its page cache charged; tests/bench/
+# flash-lib.bash), CTX= each slot's context (default 512: the streams'
+# tokens must fit the positions --ram grants). STREAM_TOKENS= each
+# stream's tokens (default 256); RATE_ONLY=1 skips the load part.
 # Writes $SF_BENCH_OUT/serve-load.json (default build/bench/serve-load.json).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/tests/bench/flash-lib.bash"
 bin=${SF_BIN:-$root/bin}
 model=${MODEL:-$root/models/mix4-1m}
+# what sf-serve and sf-run open: the model in RAM, or the image
+if [ -n "${IMAGE:-}" ]; then
+	what=("$IMAGE")
+	serve_what=("$IMAGE" -c "${CTX:-512}" ${RAM:+--ram "$RAM"})
+else
+	what=(--model "$model")
+	serve_what=(--model "$model")
+fi
 out=${SF_BENCH_OUT:-$root/build/bench}
 tokens=${TOKENS:-48}
 wait_s=${WAIT:-60}
@@ -23,13 +37,24 @@ slack_kb=${SLACK_KB:-4096}
 mkdir -p "$out"
 work=$(mktemp -d)
 sp=
+cg=
 cleanup() {
 	[ -n "$sp" ] && kill -9 "$sp" 2>/dev/null
 	rm -rf "$work"
+	[ -z "$cg" ] || rmdir "$cg" 2>/dev/null || true
 }
 trap cleanup EXIT
+[ -n "${CGROUP_RAM:-}" ] && flash_cgroup serve-load
+[ -n "${IMAGE:-}" ] && dd if="$IMAGE" iflag=nocache count=0 status=none
 
-"$bin/sf-serve" --model "$model" --port 0 --parallel 4 --queue 64 -t 2 2>"$work/log" &
+# the server itself in the cgroup: $! is sf-serve once the subshell execs
+(
+	if [ -n "$cg" ]; then
+		echo "$CGROUP_RAM" >"$cg/memory.limit_in_bytes"
+		echo "$BASHPID" >"$cg/cgroup.procs"
+	fi
+	exec "$bin/sf-serve" "${serve_what[@]}" --port 0 --parallel 4 --queue 64 -t 2
+) 2>"$work/log" &
 sp=$!
 port=
 for _ in $(seq 600); do
@@ -42,7 +67,7 @@ rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$sp/status"; }
 
 prompts=("In the beginning" "Love" "The program reads" "A man" "It is" "Thou shalt" "SYNOPSIS" "The quality of")
 for i in "${!prompts[@]}"; do
-	"$bin/sf-run" --model "$model" -p "${prompts[$i]}" -n "$tokens" --temp 0 -q >"$work/want$i"
+	"$bin/sf-run" "${what[@]}" -p "${prompts[$i]}" -n "$tokens" --temp 0 -q >"$work/want$i"
 done
 
 # request k: malformed when k % 16 == 5, dropped mid-stream when k % 16 == 9
@@ -72,32 +97,34 @@ request() {
 	fi
 }
 
-rss_first=
+rss_first=$(rss)
 for batch in 0 1 2 3; do
+	[ -n "${RATE_ONLY:-}" ] && break
 	for j in $(seq 0 15); do
 		request $((batch * 16 + j)) &
 	done
 	wait $(jobs -p | grep -v "^$sp$") 2>/dev/null || true
-	[ -z "$rss_first" ] && rss_first=$(rss)
+	[ "$batch" = 0 ] && rss_first=$(rss)
 done
 rss_last=$(rss)
-same=$(cat "$work"/code* | grep -c '^same$' || true)
-differs=$(cat "$work"/code* | grep -c '^differs$' || true)
-bad=$(cat "$work"/code* | grep -c '^400$' || true)
-dropped=$(cat "$work"/code* | grep -c '^dropped$' || true)
-unanswered=$(cat "$work"/code* | grep -c '^unanswered$' || true)
+same=$(cat "$work"/code* 2>/dev/null | grep -c '^same$' || true)
+differs=$(cat "$work"/code* 2>/dev/null | grep -c '^differs$' || true)
+bad=$(cat "$work"/code* 2>/dev/null | grep -c '^400$' || true)
+dropped=$(cat "$work"/code* 2>/dev/null | grep -c '^dropped$' || true)
+unanswered=$(cat "$work"/code* 2>/dev/null | grep -c '^unanswered$' || true)
 
 # total tokens/s: 1 stream, then 4 at once
+stream_tokens=${STREAM_TOKENS:-256}
 rate() {
 	local n=$1 t0 t1
 	t0=$(date +%s.%N)
 	for j in $(seq "$n"); do
-		curl -s --max-time 120 -d "{\"prompt\": \"The\", \"max_tokens\": 256, \"ignore_eos\": true, \"temperature\": 0}" \
+		curl -s --max-time "$wait_s" -d "{\"prompt\": \"The\", \"max_tokens\": $stream_tokens, \"ignore_eos\": true, \"temperature\": 0}" \
 			"$url/v1/completions" >/dev/null &
 	done
 	wait $(jobs -p | grep -v "^$sp$") 2>/dev/null || true
 	t1=$(date +%s.%N)
-	echo "$n * 256 / ($t1 - $t0)" | bc -l
+	echo "$n * $stream_tokens / ($t1 - $t0)" | bc -l
 }
 one=$(rate 1)
 four=$(rate 4)
@@ -116,7 +143,9 @@ jq -n --argjson same "$same" --argjson differs "$differs" --argjson bad "$bad" \
 	  rss_kb_first: $rss0, rss_kb_last: $rss1, tokens_per_second_1: $one,
 	  tokens_per_second_4: $four, speedup_4: ($four / $one), batched_tokens_max: $maxpass}' |
 	tee "$out/serve-load.json"
-[ "$same" -eq 56 ] && [ "$differs" -eq 0 ] && [ "$bad" -eq 4 ] && [ "$dropped" -eq 4 ] &&
-	[ $((rss_last - rss_first)) -le "$slack_kb" ] ||
-	{ echo "serve-load: FAILED" >&2; exit 1; }
+if [ -z "${RATE_ONLY:-}" ]; then
+	[ "$same" -eq 56 ] && [ "$differs" -eq 0 ] && [ "$bad" -eq 4 ] && [ "$dropped" -eq 4 ] &&
+		[ $((rss_last - rss_first)) -le "$slack_kb" ] ||
+		{ echo "serve-load: FAILED" >&2; exit 1; }
+fi
 echo "serve-load: passed"

@@ -34,6 +34,7 @@ int sparse_experts_open(struct sf_sparse *sp, int slots)
 	if (!img->experts.count)
 		return 0;
 	x->n = img->experts.count;
+	x->layers = img->cfg.n_layers;
 	x->record = img->experts.record_bytes;
 	x->slots = slots;
 	sp->exec.experts = sparse_experts_plan;
@@ -90,18 +91,32 @@ void sparse_experts_drain(struct sf_sparse *sp)
 		}
 }
 
-/* The least recently used slot that does not hold an expert of layer l
- * still to run in this pass (free slots first), or -1. */
+/* Layers until layer m's turn comes again after layer l's: the layers
+ * run in a cycle, a token after a token, so an expert's next use is no
+ * sooner than its layer's next turn (layer l's own: a whole cycle). */
+static int turn_after(const struct sparse_experts *x, int l, int m)
+{
+	return m == l ? x->layers : (m - l + x->layers) % x->layers;
+}
+
+/* The slot to take for layer l: a free one, else of those not holding an
+ * expert of layer l still to run in this pass the one whose layer's turn
+ * comes last, least recently used among those. Least recently used alone
+ * evicts in the order the layers come back: with fewer slots than a
+ * token's picks it held nothing a next token could use. */
 static int victim(const struct sparse_experts *x, int l)
 {
-	int best = -1;
+	int best = -1, best_turn = -1;
 
 	for (int s = 0; s < x->slots; s++) {
 		long id = x->held[s];
+		int turn = id < 0 ? x->layers + 1 : turn_after(x, l, (int)(id / x->n));
 		if (id >= 0 && id / x->n == l && x->picked[id % x->n])
 			continue;
-		if (best < 0 || x->stamp[s] < x->stamp[best])
+		if (turn > best_turn || (turn == best_turn && x->stamp[s] < x->stamp[best])) {
 			best = s;
+			best_turn = turn;
+		}
 	}
 	return best;
 }

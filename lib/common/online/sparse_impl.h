@@ -216,6 +216,7 @@ struct sparse_slabs {
  * whose flash copy holds them. Expert ids are layer * n + x. */
 struct sparse_experts {
 	int n;					/* experts a layer; 0: a dense model */
+	int layers;
 	uint64_t record;			/* bytes of one (img->experts.record_bytes) */
 	int slots;
 	uint8_t *mem;				/* (slots, record) 4 KiB aligned */
