@@ -430,11 +430,12 @@ static int expert_slots(const struct sf_sparse *sp, uint64_t bytes)
 {
 	const struct sf_image *img = sp->img;
 	uint64_t all = (uint64_t)img->cfg.n_layers * (uint64_t)img->experts.count;
-	uint64_t least = (uint64_t)img->cfg.n_experts_used;
-	uint64_t more = bytes / (sparse_experts_bytes(img, 2) - sparse_experts_bytes(img, 1));
+	uint64_t least = (uint64_t)img->cfg.n_experts_used, more;
 
+	/* a dense image's slots cost nothing: no division by their bytes */
 	if (!img->experts.count || sp->o.simulate)
 		return 0;
+	more = bytes / (sparse_experts_bytes(img, 2) - sparse_experts_bytes(img, 1));
 	return (int)(least + more < all ? least + more : all);
 }
 
