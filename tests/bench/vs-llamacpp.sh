@@ -48,21 +48,21 @@ tinyllama)
 	CGROUPS=${CGROUPS:-660000000 330000000}
 	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp}
 	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp}
+	arch=()
 	shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
 	ggufs=(Q4_0 Q8_0) dtypes=(q4 q8 bf16) quant=() ;;
 mixtral)
 	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp-mixtral}
 	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp-mixtral}
-	shape=(--arch mixtral --experts 8 --experts-used 2 --hidden 2048 --intermediate 5632
-	       --layers 16 --heads 32 --kv-heads 8 --vocab 32000)
+	arch=(--arch mixtral --experts 8 --experts-used 2)
+	shape=(--hidden 2048 --intermediate 5632 --layers 16 --heads 32 --kv-heads 8 --vocab 32000)
 	# round to nearest, as llama.cpp's Q4_0: the least-squares search
 	# takes half an hour over 4.4 billion expert weights on 2 cores
 	ggufs=(Q4_0) dtypes=(q4) RAM_ALL=${RAM_ALL_MIXTRAL:-8000000000} quant=(--quant rtn) ;;
 *) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama or mixtral" >&2; exit 2 ;;
 esac
 if [ -n "${QUICK:-}" ]; then
-	shape=("${shape[@]:0:$((${#shape[@]} - 12))}" --hidden 512 --intermediate 1376 --layers 4
-	       --heads 8 --kv-heads 2 --vocab 4096)
+	shape=(--hidden 512 --intermediate 1376 --layers 4 --heads 8 --kv-heads 2 --vocab 4096)
 	scratch=$scratch-quick CGROUPS=${CGROUPS_QUICK:-40000000} PROMPT=64 NGEN=16 REPEATS=1
 fi
 mkdir -p "$scratch" "$out"
@@ -73,8 +73,8 @@ llamacpp_setup "${LLAMACPP_DIR:-/var/tmp/sf-llamacpp}"
 # --- the model, its GGUFs and images, made once
 m=$scratch/model
 if ! [ -f "$m/config.json" ]; then
-	log "making the model: ${shape[*]}"
-	"$root/build/opt/fixtures/mkmodel" -o "$m.tmp" "${shape[@]}" --max-pos 2048 --no-tie \
+	log "making the model: ${arch[*]} ${shape[*]}"
+	"$root/build/opt/fixtures/mkmodel" -o "$m.tmp" "${arch[@]}" "${shape[@]}" --max-pos 2048 --no-tie \
 		--tokenizer "$root/models/mix4-1m" >/dev/null
 	mv "$m.tmp" "$m"
 fi

@@ -3,7 +3,7 @@
  * the router's picks are known before any expert runs: each picked
  * expert is looked up in the RAM slots, and those missing are read
  * whole (one record, in requests of at most --read-size) into the slots
- * least recently used, all in flight at once; each expert is then
+ * victim() gives, all in flight at once; each expert is then
  * computed, in expert order, as soon as its record has arrived, once
  * for all the tokens of the pass routed to it. An expert is the cache's
  * unit: a slot holds one record, byte for byte the image's, so its
@@ -186,8 +186,8 @@ void sparse_experts_plan(void *ctx, int l, const float *route, int T)
 		x->uses += x->picked[e];
 	if (sp->failed || !x->slots)
 		return;
-	/* hits stay; misses take the slots least recently used, in expert
-	 * order (the order they run in), while there are slots to take */
+	/* hits stay; misses take the slots victim() gives, in expert order
+	 * (the order they run in), while there are slots to take */
 	for (int e = 0; e < x->n; e++) {
 		long id = (long)l * x->n + e;
 		int s;
