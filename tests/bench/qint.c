@@ -7,11 +7,14 @@
  * does.
  *
  *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
- *        [--size BYTES] [--passes N]
+ *        [--size BYTES] [--passes N] [--tokens T]
  *       one JSON line per path: {"path":"slab" (or "int", "f32"),"kernel":"avx512vnni",
- *       "rows":..,"cols":..,"threads":..,"gbps":..,"us_per_matrix":..}
- *       gbps counts the columns' bytes (codes and scales) per second,
- *       the best of the passes. */
+ *       "rows":..,"cols":..,"tokens":..,"threads":..,"gbps":..,"gmacs":..,
+ *       "us_per_matrix":..}
+ *       gbps counts the columns' bytes (codes and scales) per second, gmacs
+ *       the weights times tokens, the best of the passes. --tokens T > 1
+ *       times a pass of T tokens (the prompt's), every token on every
+ *       column, and leaves out the float path. */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +44,7 @@ struct job {
 	const uint32_t *pos;
 	const float *x;
 	float *y;
+	size_t ldx, T;
 	int integer;
 };
 
@@ -53,10 +57,10 @@ static void worker(void *arg, int ith, int nth)
 	if (lo >= hi)
 		return;
 	if (j->slab)
-		sf_qslab_int(j->y + lo, 1, lo, hi, j->slab, j->pos, j->cols, j->x, 1, 1);
+		sf_qslab_int(j->y + lo, j->rows, lo, hi, j->slab, j->pos, j->cols, j->x, j->ldx, j->T);
 	else if (j->integer)
-		sf_qcolaccum_int(j->y + lo, 1, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x, 1, 1,
-				 j->cols);
+		sf_qcolaccum_int(j->y + lo, j->rows, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x,
+				 j->ldx, j->T, j->cols);
 	else
 		sf_qcolaccum(j->y + lo, 1, lo, hi, j->rows, j->ptr, 0, j->dt, j->x, NULL, 1, 1,
 			     j->cols);
@@ -64,12 +68,13 @@ static void worker(void *arg, int ith, int nth)
 
 int main(int argc, char **argv)
 {
-	size_t rows = 11264, cols = 2048, size = 1ull << 30, passes = 5;
+	size_t rows = 11264, cols = 2048, size = 1ull << 30, passes = 5, T = 1;
 	int threads = 1;
 	enum sf_dtype dt = SF_DTYPE_Q4;
 	static const struct option lo[] = {
 		{ "rows", 1, 0, 'r' }, { "cols", 1, 0, 'c' }, { "dtype", 1, 0, 'd' },
-		{ "threads", 1, 0, 't' }, { "size", 1, 0, 's' }, { "passes", 1, 0, 'p' }, { 0 },
+		{ "threads", 1, 0, 't' }, { "size", 1, 0, 's' }, { "passes", 1, 0, 'p' },
+		{ "tokens", 1, 0, 'T' }, { 0 },
 	};
 	for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
 		switch (c) {
@@ -79,6 +84,7 @@ int main(int argc, char **argv)
 		case 't': threads = atoi(optarg); break;
 		case 's': size = strtoull(optarg, NULL, 10); break;
 		case 'p': passes = strtoull(optarg, NULL, 10); break;
+		case 'T': T = strtoull(optarg, NULL, 10); break;
 		default: fprintf(stderr, "usage: see the file's comment\n"); return 2;
 		}
 	}
@@ -88,8 +94,9 @@ int main(int argc, char **argv)
 	if (posix_memalign((void **)&W, 2u << 20, copies * mat))
 		return 1;
 	madvise(W, copies * mat, MADV_HUGEPAGE);
-	float *col = malloc(rows * sizeof(float)), *x = malloc(cols * sizeof(float)),
-	      *y = calloc(rows, sizeof(float));
+	size_t ldx = T == 1 ? 1 : (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD;
+	float *col = malloc(rows * sizeof(float)), *x = calloc(cols * ldx, sizeof(float)),
+	      *y = calloc(rows * T, sizeof(float));
 	const void **ptr = malloc(copies * cols * sizeof(*ptr));
 	uint32_t *pos = malloc(cols * sizeof(uint32_t));
 	uint64_t rng = 5;
@@ -97,7 +104,8 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < rows; i++)
 			col[i] = (float)(sf_rng_unit(&rng) - 0.5);
 		sf_quant_column(W + k * cb, dt, col, rows, SF_QUANT_RTN);
-		x[k] = (float)(sf_rng_unit(&rng) - 0.5);
+		for (size_t t = 0; t < T; t++)
+			x[k * ldx + t] = (float)(sf_rng_unit(&rng) - 0.5);
 		pos[k] = (uint32_t)k;
 	}
 	for (size_t c = 1; c < copies; c++)
@@ -118,23 +126,26 @@ int main(int argc, char **argv)
 	struct sf_pool *pool = NULL;
 	if (sf_pool_create(&pool, threads))
 		return 1;
-	for (int path = 2; path >= 0; path--) {
+	for (int path = 2; path >= (T == 1 ? 0 : 1); path--) {
 		double best = 1e30;
 		for (size_t p = 0; p < passes; p++) {
 			double t0 = now_s();
 			for (size_t c = 0; c < copies; c++) {
 				struct job j = { rows, cols, 0, dt, ptr + c * cols,
-						 path == 2 ? &slab[c] : NULL, pos, x, y, path >= 1 };
+						 path == 2 ? &slab[c] : NULL, pos, x, y, ldx, T,
+						 path >= 1 };
 				sf_pool_run(pool, worker, &j);
 			}
 			double t = (now_s() - t0) / (double)copies;
 			best = t < best ? t : best;
 		}
 		printf("{\"path\":\"%s\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,"
-		       "\"threads\":%d,\"gbps\":%.2f,\"us_per_matrix\":%.1f}\n",
+		       "\"tokens\":%zu,\"threads\":%d,\"gbps\":%.2f,\"gmacs\":%.1f,"
+		       "\"us_per_matrix\":%.1f}\n",
 		       path == 2 ? "slab" : path ? "int" : "f32",
 		       path ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
-		       sf_dtype_name(dt), rows, cols, threads, (double)mat / best / 1e9, best * 1e6);
+		       sf_dtype_name(dt), rows, cols, T, threads, (double)mat / best / 1e9,
+		       (double)rows * (double)cols * (double)T / best / 1e9, best * 1e6);
 	}
 	sf_pool_destroy(pool);
 	free(W), free(S), free(slab), free(col), free(x), free(y), free(ptr), free(pos);

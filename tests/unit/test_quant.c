@@ -236,7 +236,9 @@ static void check_int_kernel(const char *isa, enum sf_dtype dt, size_t rows, siz
 	      "%s %s int rows [%zu, %zu), %zu tokens: differs from a token at a time", isa, dn,
 	      r0, r1, T);
 	/* against the float path: the error of 8-bit activations, with inputs
-	 * 20x the others in every run (a wrong row or scale is off by ~1) */
+	 * 20x the others in every run, steps of 20/127 of the others: about
+	 * 2e-3 relative, a case's draw up to 3e-3 (a wrong row or scale is
+	 * off by ~1) */
 	sf_qcolaccum_ref(Yf, ldy, r0, r1, rows, cols, 0, dt, X, T > 1 ? sel : NULL, ldx, T, n);
 	double err = 0.0, norm = 0.0;
 	for (size_t t = 0; t < T; t++)
@@ -245,7 +247,7 @@ static void check_int_kernel(const char *isa, enum sf_dtype dt, size_t rows, siz
 			err += d * d;
 			norm += (double)Yf[t * ldy + j] * Yf[t * ldy + j];
 		}
-	CHECK(err <= 2e-3 * norm, "%s %s int: relative squared error %.3g against the float path",
+	CHECK(err <= 5e-3 * norm, "%s %s int: relative squared error %.3g against the float path",
 	      isa, dn, norm > 0 ? err / norm : err);
 	free(C), free(col), free(X), free(Y), free(Yr), free(Y1), free(Yf), free(Y0), free(pos);
 	free(tpos), free(sel), free(cols), free(tcols), free(txv);
@@ -375,7 +377,7 @@ static void test_kernels(enum sf_isa level)
 			for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); t++)
 				check_kernel(isa, qdt[d], sizes[i][0], sizes[i][1], sizes[i][2],
 					     tokens[t], 150);
-	static const size_t int_tokens[] = { 1, 3, 4, 9, 17 };
+	static const size_t int_tokens[] = { 1, 3, 4, 9, 17, 29 };
 	static const size_t int_sizes[][3] = {	/* rows, r0, r1: chunks of 8 and 16 blocks */
 		{ 64, 0, 64 }, { 1056, 0, 1056 }, { 600, 40, 590 }, { 33, 0, 33 }, { 64, 3, 5 },
 		{ 2100, 1000, 2099 },

@@ -982,24 +982,6 @@ INL T512I void qdot512(__m512i *lo, __m512i *hi, __m512i w0, __m512i w1,
 	}
 }
 
-/* As qmac256. The codes go in as unsigned bytes (q4: code + 8 as stored;
- * q8: code + 128), the offset times the activations' sum taken back. */
-INL T512I void qmac512(float *const *y, const struct qact512 *qa, const uint8_t *const *col,
-		       size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
-{
-	/* the tokens' loops unrolled, so that their sums stay in registers */
-	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
-#pragma GCC unroll 8
-	for (int t = 0; t < NT; t++)
-		lo[t] = hi[t] = _mm512_setzero_si512();
-	for (size_t qd = 0; qd < nq; qd++) {
-		__m512i w0, w1;
-		quad_rows512(col + 4 * qd, dt, rows, b, &w0, &w1);
-		qdot512(lo, hi, w0, w1, qa, qd, i, NT);
-	}
-	qfinish512(y, qa, lo, hi, b, i, dt, NT);
-}
-
 /* How far ahead of its block a slab's kernel asks for memory. */
 #define QSLAB_AHEAD 4096
 
@@ -1017,7 +999,11 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 #pragma GCC unroll 8
 	for (int t = 0; t < NT; t++)
 		lo[t] = hi[t] = _mm512_setzero_si512();
-	for (size_t a = 0; a < r->nq; a++) {
+	/* unrolled whole, as qpass_block's */
+#pragma GCC unroll 8
+	for (size_t a = 0; a < SF_QRUN / 4; a++) {
+		if (a == r->nq)
+			break;
 		__m512i w0, w1;
 		slab_quad512(blk + r->quad[a] * qb, dt, &w0, &w1);
 		qdot512(lo, hi, w0, w1, qa, r->quad[a], i, NT);
@@ -1041,21 +1027,6 @@ static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size
 		     p < top_codes_at(c, dt, rows, b + nb); p += 64)
 			__builtin_prefetch(p);
 	}
-}
-
-/* NT tokens from t0 of one run over the chunk's nb blocks. */
-INL T512I void qint512_tokens(float *Y, size_t ldy, size_t r0, const __m512 *sc,
-			      const uint8_t *const *col, size_t m, size_t rows, size_t b0,
-			      size_t nb, enum sf_dtype dt, const float *X, size_t ldx, size_t t0,
-			      const int NT)
-{
-	struct qact512 qa[QI512_TOKENS];
-	float *y[QI512_TOKENS];
-	for (int t = 0; t < NT; t++)
-		y[t] = Y + (t0 + (size_t)t) * ldy - r0;
-	qprep512(qa, sc, X + t0, ldx, m, NT);
-	for (size_t i = 0; i < nb; i++)
-		qmac512(y, qa, col, (m + 3) / 4, rows, b0 + i, i, dt, NT);
 }
 
 /* One token: per run, the activations of every block first, then the
@@ -1136,6 +1107,217 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 	}
 }
 
+/* A pass (T > 1), one run over a chunk of at most QI512_BLOCKS blocks:
+ * the run's codes laid out for vpdpbusd and its scales made once, then
+ * QP_TOKENS tokens at a time (one per lane) each block's activations
+ * quantized and its quads' weights, held in registers, multiplied by
+ * every token in turn. A token's floats are qprep512's and qfinish512's
+ * (v = x * scale, |v| = |x| * |scale|), so a pass gives each token the
+ * one-token path's. */
+#define QP_TOKENS 16
+
+struct qpass512 {
+	const uint8_t *w[QI512_BLOCKS][SF_QRUN / 4];	/* block, quad: a slab's quad bytes */
+	uint8_t buf[QI512_BLOCKS][SF_QRUN / 4][128];	/* columns' quads made so */
+	float s[SF_QRUN][QI512_BLOCKS];			/* slot, block: the scales */
+	float as[SF_QRUN][QI512_BLOCKS];		/* and their magnitudes */
+	const float *x[SF_QRUN];			/* slot: its inputs in X; NULL: none */
+	int32_t a[QI512_BLOCKS][SF_QRUN / 4][QP_TOKENS];	/* four slots' codes a token */
+	int32_t off[QI512_BLOCKS][QP_TOKENS];	/* minus the codes' offset times their sum */
+	float d[QI512_BLOCKS][QP_TOKENS];
+	size_t nq, nb;
+};
+
+/* Slot k's scales of the chunk's blocks from nb f16 at h (NULL: none). */
+INL T512I void qpass_scales(struct qpass512 *p, size_t k, const uint8_t *h)
+{
+	__m512 s = h ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << p->nb) - 1), h))
+		     : _mm512_setzero_ps();
+	_mm512_storeu_ps(p->s[k], s);
+	_mm512_storeu_ps(p->as[k], _mm512_abs_ps(s));
+}
+
+/* Block i's activations of the tokens xv (slot by slot, lanes tokens;
+ * ax their magnitudes). */
+INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax, size_t i,
+			  enum sf_dtype dt)
+{
+	const __m512i lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+	const size_t ns = 4 * p->nq;
+	__m512 amax = _mm512_setzero_ps();
+	for (size_t k = 0; k < ns; k++)
+		amax = _mm512_max_ps(amax, _mm512_mul_ps(ax[k], _mm512_set1_ps(p->as[k][i])));
+	__mmask16 on = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
+	__m512 id = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
+	_mm512_storeu_ps(p->d[i], _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+	__m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+	for (size_t qd = 0; qd < p->nq; qd++) {
+		__m512i q[4];
+		for (size_t c = 0; c < 4; c++) {
+			size_t k = 4 * qd + c;
+			q[c] = _mm512_cvtps_epi32(_mm512_mul_ps(
+				_mm512_mul_ps(xv[k], _mm512_set1_ps(p->s[k][i])), id));
+		}
+		/* per 128-bit lane four tokens' int16 of two slots, then bytes
+		 * of four slots, then each token's four side by side */
+		__m512i word = _mm512_shuffle_epi8(_mm512_packs_epi16(
+			_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])), lanes);
+		sum = _mm512_dpbusd_epi32(sum, ones, word);
+		_mm512_storeu_si512(p->a[i][qd], word);
+	}
+	_mm512_storeu_si512(p->off[i], _mm512_sub_epi32(_mm512_setzero_si512(),
+		_mm512_slli_epi32(sum, dt == SF_DTYPE_Q8 ? 7 : 3)));
+}
+
+/* Block i for tokens [t0, t0 + NT) at y[t] (its row 0): each quad's
+ * weights loaded once for the NT tokens, whose sums stay in registers. */
+INL T512I void qpass_block(const struct qpass512 *p, size_t i, const enum sf_dtype dt,
+			   float *const *y, size_t t0, const int NT)
+{
+	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
+#pragma GCC unroll 8
+	for (int t = 0; t < NT; t++)
+		lo[t] = hi[t] = _mm512_set1_epi32(p->off[i][t0 + t]);
+	/* unrolled whole: as a loop, GCC 12 moved every sum between
+	 * registers (and the stack) each quad */
+#pragma GCC unroll 8
+	for (size_t qd = 0; qd < SF_QRUN / 4; qd++) {
+		if (qd == p->nq)
+			break;
+		__m512i w0, w1;
+		slab_quad512(p->w[i][qd], dt, &w0, &w1);
+#pragma GCC unroll 8
+		for (int t = 0; t < NT; t++) {
+			__m512i a = _mm512_set1_epi32(p->a[i][qd][t0 + t]);
+			lo[t] = _mm512_dpbusd_epi32(lo[t], w0, a);
+			hi[t] = _mm512_dpbusd_epi32(hi[t], w1, a);
+		}
+	}
+#pragma GCC unroll 8
+	for (int t = 0; t < NT; t++) {
+		__m512 d = _mm512_set1_ps(p->d[i][t0 + t]);
+		float *yb = y[t0 + t] + SF_QBLOCK * i;
+		_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo[t]), _mm512_loadu_ps(yb)));
+		_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi[t]),
+							  _mm512_loadu_ps(yb + 16)));
+	}
+}
+
+/* Block i for tokens [0, nt), dt a constant: its test out of the loops
+ * (inside, it cost the sums their registers). */
+INL T512I void qpass_blocks(const struct qpass512 *p, size_t i, const enum sf_dtype dt,
+			    float *const *y, size_t nt)
+{
+	size_t t = 0;
+	for (; t + 8 <= nt; t += 8)
+		qpass_block(p, i, dt, y, t, 8);
+	for (; t + 4 <= nt; t += 4)
+		qpass_block(p, i, dt, y, t, 4);
+	for (; t < nt; t++)
+		qpass_block(p, i, dt, y, t, 1);
+}
+
+/* Every token of the pass over the run p holds: Y's rows from block 0
+ * of the chunk at y0 (token 0's), tokens ldy apart. */
+static T512I void qpass_tokens(struct qpass512 *p, float *y0, size_t ldy, size_t T,
+			       enum sf_dtype dt)
+{
+	const size_t ns = 4 * p->nq;
+	for (size_t t0 = 0; t0 < T; t0 += QP_TOKENS) {
+		size_t nt = T - t0 < QP_TOKENS ? T - t0 : QP_TOKENS;
+		__mmask16 m = (__mmask16)((1u << nt) - 1);
+		__m512 xv[SF_QRUN], ax[SF_QRUN];
+		float *y[QP_TOKENS];
+		for (size_t k = 0; k < ns; k++) {
+			xv[k] = p->x[k] ? _mm512_maskz_loadu_ps(m, p->x[k] + t0) : _mm512_setzero_ps();
+			ax[k] = _mm512_abs_ps(xv[k]);
+		}
+		for (size_t t = 0; t < nt; t++)
+			y[t] = y0 + (t0 + t) * ldy;
+		for (size_t i = 0; i < p->nb; i++)
+			qpass_prep(p, xv, ax, i, dt);
+		for (size_t i = 0; i < p->nb; i++)
+			if (dt == SF_DTYPE_Q8)
+				qpass_blocks(p, i, SF_DTYPE_Q8, y, nt);
+			else
+				qpass_blocks(p, i, SF_DTYPE_Q4, y, nt);
+	}
+}
+
+/* A pass over columns: chunk by chunk, run by run. */
+static T512I void qint512_pass(float *Y, size_t ldy, size_t r0, const struct qsrc *q,
+			       const float *X, size_t ldx, size_t T, size_t n, size_t B0, size_t B1)
+{
+	const enum sf_dtype dt = q->dt;
+	struct qpass512 p;
+
+	for (size_t b0 = B0; b0 < B1; b0 += QI512_BLOCKS) {
+		p.nb = B1 - b0 < QI512_BLOCKS ? B1 - b0 : QI512_BLOCKS;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			const uint8_t *col[SF_QRUN];
+			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
+			p.nq = (m + 3) / 4;
+			qint_prefetch(q, k1, n, b0, p.nb);
+			for (size_t k = 0; k < 4 * p.nq; k++) {
+				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+				p.x[k] = k < m ? X + (k0 + k) * ldx : NULL;
+				qpass_scales(&p, k, k < m ? sf_q_scale_at(col[k], b0) : NULL);
+			}
+			for (size_t i = 0; i < p.nb; i++)
+				for (size_t qd = 0; qd < p.nq; qd++) {
+					const uint8_t *c[4];
+					for (int j = 0; j < 4; j++)
+						c[j] = top_codes_at(col[4 * qd + j], dt, q->rows, b0 + i);
+					_mm512_storeu_si512(p.buf[i][qd], rows4x16_512(c, 0));
+					if (dt == SF_DTYPE_Q8)
+						_mm512_storeu_si512(p.buf[i][qd] + 64, rows4x16_512(c, 16));
+					p.w[i][qd] = p.buf[i][qd];
+				}
+			qpass_tokens(&p, Y + SF_QBLOCK * b0 - r0, ldy, T, dt);
+		}
+	}
+}
+
+/* A pass over a slab's whole blocks [B0, B1): tile by tile, chunk by
+ * chunk, run by run, the run's quads that hold a position. */
+static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf_slab *s,
+				const uint32_t *pos, size_t n, const float *X, size_t ldx,
+				size_t T, size_t B0, size_t B1)
+{
+	const enum sf_dtype dt = s->dt;
+	const size_t qb = 4 * top_code_bytes(dt);
+	struct qpass512 p;
+
+	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
+		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
+		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
+		for (size_t a0 = e0; a0 < e1; a0 += QI512_BLOCKS) {
+			p.nb = e1 - a0 < QI512_BLOCKS ? e1 - a0 : QI512_BLOCKS;
+			for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+				struct slab_run r;
+				const float *xs[SF_QRUN] = { 0 };
+				slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+				for (size_t k = k0; k < k1; k++)
+					xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
+				p.nq = r.nq;
+				for (size_t a = 0; a < r.nq; a++)
+					for (size_t j = 0; j < 4; j++) {
+						size_t slot = 4 * r.quad[a] + j;
+						p.x[4 * a + j] = xs[slot];
+						qpass_scales(&p, 4 * a + j, r.run + 2 * (nb * slot + a0));
+					}
+				for (size_t i = 0; i < p.nb; i++) {
+					const uint8_t *blk = run_codes(r.run, dt, nb, a0 + i);
+					for (size_t a = 0; a < r.nq; a++)
+						p.w[i][a] = blk + r.quad[a] * qb;
+				}
+				qpass_tokens(&p, Y + SF_QBLOCK * (base + a0) - r0, ldy, T, dt);
+			}
+		}
+	}
+}
+
 /* NT tokens from t0 of a slab's run r over blocks [b0, b0 + nbc) of its
  * tile (of nb blocks, its first block base): the run's inputs at their
  * slots (0 at the others, which changes no sum), then each block's quads
@@ -1166,6 +1348,13 @@ static T512I void qslab_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 	const enum sf_dtype dt = s->dt;
 	size_t B0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK, B1 = r1 / SF_QBLOCK;
 
+	/* below a tile of tokens, the pass's lanes idle and its setup costs
+	 * more than the tokens' own preparations */
+	if (T >= QP_TOKENS) {
+		qslab512_pass(Y, ldy, r0, s, pos, n, X, ldx, T, B0, B1);
+		qslab_edges(Y, ldy, r0, r1, B0, B1, s, pos, n, X, ldx, T);
+		return;
+	}
 	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
 		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
 		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
@@ -1204,37 +1393,13 @@ static T512I void qslab_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 			      const struct qsrc *q, const float *X, size_t ldx, size_t T, size_t n)
 {
-	const size_t rows = q->rows;
-	const enum sf_dtype dt = q->dt;
-	const uint32_t *pos = q->pos;
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
-	if (T == 1 && s0 < s1) {
-		qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
-		qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
-		return;
-	}
-	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QI512_BLOCKS) {
-		size_t nb = s1 / SF_QBLOCK - b0 < QI512_BLOCKS ? s1 / SF_QBLOCK - b0 : QI512_BLOCKS;
-		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-			const uint8_t *col[SF_QRUN];
-			__m512 sc[SF_QRUN];
-			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0;
-			qint_prefetch(q, k1, n, b0, nb);
-			for (size_t k = 0; k < (m + 3) / 4 * 4; k++)
-				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
-			for (size_t k = 0; k < m; k++)
-				sc[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
-					(__mmask16)((1u << nb) - 1), sf_q_scale_at(col[k], b0)));
-			const float *x = X + k0 * ldx;
-			size_t t0 = 0;
-			for (; t0 + 8 <= T; t0 += 8)
-				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 8);
-			for (; t0 + 4 <= T; t0 += 4)
-				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 4);
-			for (; t0 < T; t0++)
-				qint512_tokens(Y, ldy, r0, sc, col, m, rows, b0, nb, dt, x, ldx, t0, 1);
-		}
+	if (s0 < s1) {
+		if (T == 1)
+			qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+		else
+			qint512_pass(Y, ldy, r0, q, X, ldx, T, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
 	}
 	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 }

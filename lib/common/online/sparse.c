@@ -307,7 +307,7 @@ static uint64_t scratch_bytes(uint64_t n, uint64_t max_tokens, uint64_t tokens)
 {
 	uint64_t words = (n + 63) / 64;
 	uint64_t ldx = sparse_ldx((int)tokens);
-	return words * 8 * (5 + 2 * tokens) + n * 4 * 10 + ldx * n * (4 + sizeof(float)) +
+	return words * 8 * (5 + 2 * tokens) + n * 4 * 10 + ldx * n * (4 + 2 * sizeof(float)) +
 	       2 * n * sizeof(void *) + n * sizeof(struct sf_run) +
 	       max_tokens * sizeof(double);
 }
@@ -544,6 +544,7 @@ static int alloc_scratch(struct sf_sparse *sp)
 	size_t ldx = sparse_ldx(sp->s.tokens);
 	sp->s.xv = calloc(ldx * n, sizeof(float));
 	sp->s.sel = calloc(ldx * n, 4);
+	sp->s.xt = calloc(ldx * n, sizeof(float));
 	sp->s.tok_top = calloc((size_t)sp->s.tokens * words, 8);
 	sp->s.tok_mid = calloc((size_t)sp->s.tokens * words, 8);
 	sp->s.any_top = calloc(words, 8);
@@ -556,7 +557,7 @@ static int alloc_scratch(struct sf_sparse *sp)
 	const struct sparse_scratch *s = &sp->s;
 	if (!s->bits_top || !s->bits_all || !s->pscratch || !s->sel_scratch || !s->ents ||
 	    !s->tpos || !s->mpos || !sp->cache.tent || !s->runlen ||
-	    !s->idx || !s->xv || !s->sel || !s->tok_top || !s->tok_mid ||
+	    !s->idx || !s->xv || !s->sel || !s->xt || !s->tok_top || !s->tok_mid ||
 	    !s->any_top || !s->any_mid || !sp->cache.slots || !s->runs || !s->cols ||
 	    (sp->o.max_tokens && !sp->st.lat))
 		return -ENOMEM;
@@ -905,6 +906,7 @@ void sf_sparse_close(struct sf_sparse *sp)
 	free(sp->s.runlen);
 	free(sp->s.idx);
 	free(sp->s.xv);
+	free(sp->s.xt);
 	free(sp->s.sel);
 	free(sp->s.tok_top);
 	free(sp->s.tok_mid);

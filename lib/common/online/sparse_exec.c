@@ -355,27 +355,49 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	sp->s.nidx = 0;
 }
 
+/* A pass's inputs in (T, n) to s.xt by neuron, (n, ldx), in tiles that
+ * stay in the first caches: gathering a position's inputs straight from
+ * in read a line per token, serially between the workers' batches. */
+static void transpose_inputs(struct sparse_scratch *s, const float *in, size_t n, size_t T)
+{
+	const size_t tile = 32;
+	for (size_t j0 = 0; j0 < n; j0 += tile)
+		for (size_t k0 = 0; k0 < s->ldx; k0 += tile)
+			for (size_t j = j0; j < j0 + tile && j < n; j++)
+				for (size_t k = k0; k < k0 + tile && k < s->ldx; k++)
+					s->xt[j * s->ldx + k] = k < T ? in[k * n + j] : 0.0f;
+}
+
 /* The inputs of position p, whose entry is j, into the batch's next
  * row: the one token's, or per token its input where its selection of
- * the tier (tbits: (T, words) positions) holds p, else 0 and not
- * selected (the padding too). Inlined: a call a position, on the
- * caller between groups, kept the other threads waiting. */
+ * the tier (tbits: (T, words) positions; NULL: each token's is the
+ * union) holds p, else 0 and not selected (the padding too). Inlined: a
+ * call a position, on the caller between groups, kept the other threads
+ * waiting. */
 static inline __attribute__((always_inline)) void
-gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *in, size_t n,
+gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *in,
 	      const uint64_t *tbits, uint32_t p, uint32_t j)
 {
 	struct sparse_scratch *s = &sp->s;
 	float *x = s->xv + s->nidx * s->ldx;
 	uint32_t *sel = s->sel + s->nidx * s->ldx;
+	const float *xt = s->xt + j * s->ldx;
 
 	if (t->T == 1) {
 		x[0] = in[j];
 		return;
 	}
+	if (!tbits) {
+		for (size_t k = 0; k < s->ldx; k++) {
+			x[k] = xt[k];
+			sel[k] = k < (size_t)t->T ? ~0u : 0;
+		}
+		return;
+	}
 	for (size_t k = 0; k < s->ldx; k++) {
 		int on = k < (size_t)t->T &&
 			 tbits[k * sp->tiers.words + p / 64] >> (p % 64) & 1;
-		x[k] = on ? in[k * n + j] : 0.0f;
+		x[k] = on ? xt[k] : 0.0f;
 		sel[k] = on ? ~0u : 0;
 	}
 }
@@ -387,12 +409,13 @@ gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *i
  * sp->o.batch_weights at the end of a run of SF_QRUN positions (and at
  * the end). After each batch the completed reads are taken
  * without waiting, so the ring is refilled from the queued requests
- * while a long run of arrived columns is computed. in is (T, n); with
- * several tokens pos is the union of their selections, tbits each one's. */
+ * while a long run of arrived columns is computed. in is the one token's
+ * inputs (a pass's are in s.xt); with several tokens pos is the union of
+ * their selections, tbits each one's. */
 static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, const float *in,
-			size_t n, const uint64_t *tbits, const uint32_t *pos, size_t k,
-			const struct iobuf *b, const struct sparse_tier *tier,
-			const void *const *slots, const uint8_t *mirror, uint64_t stride,
+			const uint64_t *tbits, const uint32_t *pos, size_t k, const struct iobuf *b,
+			const struct sparse_tier *tier, const void *const *slots,
+			const uint8_t *mirror, uint64_t stride,
 			void (*fn)(void *, int, int), struct compute_task *t)
 {
 	size_t i = 0;
@@ -407,11 +430,12 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 				break;
 			sp->s.idx[sp->s.nidx] = pos[i];
 			sp->s.cols[sp->s.nidx] = slot ? slot : mirror + (uint64_t)pos[i] * stride;
-			gather_inputs(sp, t, in, n, tbits, pos[i], G->perm[pos[i]]);
+			gather_inputs(sp, t, in, tbits, pos[i], G->perm[pos[i]]);
 			sp->s.nidx++;
 			/* a batch ends with a run of sf_qcolaccum_int, whose
-			 * inputs share a scale */
-			if (batch_work(sp, t) >= sp->o.batch_weights &&
+			 * inputs share a scale; with no reads to take, one
+			 * batch (each batch streams the outputs once more) */
+			if (sp->io.inflight && batch_work(sp, t) >= sp->o.batch_weights &&
 			    (i + 1 == k || pos[i + 1] / SF_QRUN != pos[i] / SF_QRUN)) {
 				flush(sp, fn, t);
 				int ret = sp->io.inflight ? sparse_reap(sp, 0) : 0;
@@ -454,8 +478,10 @@ struct group_pass {
 	uint32_t kt, km;		/* tier sizes, in source entries */
 	const uint64_t *allow;		/* (words) the entries that may be computed; NULL: all */
 	/* selected: top tier at s.tpos, middle at s.mpos (with several
-	 * tokens: their unions, each one's in s.tok_top and s.tok_mid) */
+	 * tokens: their unions, each one's in s.tok_top and s.tok_mid, and
+	 * whether every token's is the union) */
 	size_t nt, nm;
+	int top_alike, mid_alike;
 	size_t riders;			/* of nt, those --free-riders added */
 	/* over the tokens: entries per tier, riders, Equation 5's budget */
 	uint64_t sum_nt, sum_nm, sum_riders;
@@ -563,7 +589,7 @@ static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
 	for (size_t i = 0; i < gp->nt; i++) {
 		uint32_t p = sp->s.tpos[i];
 		sp->s.idx[sp->s.nidx] = p;
-		gather_inputs(sp, t, gp->in, gp->n, tbits, p, perm[p]);
+		gather_inputs(sp, t, gp->in, tbits, p, perm[p]);
 		sp->s.nidx++;
 	}
 	flush(sp, top_worker, t);
@@ -580,8 +606,10 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 								      : NULL;
 	struct compute_task t = { .sp = sp, .G = G, .T = gp->T };
 	sp->s.ldx = sparse_ldx(gp->T);
-	const uint64_t *ttop = gp->T > 1 ? sp->s.tok_top : NULL;
-	const uint64_t *tmid = gp->T > 1 ? sp->s.tok_mid : NULL;
+	if (gp->T > 1)
+		transpose_inputs(&sp->s, gp->in, gp->n, (size_t)gp->T);
+	const uint64_t *ttop = gp->T > 1 && !gp->top_alike ? sp->s.tok_top : NULL;
+	const uint64_t *tmid = gp->T > 1 && !gp->mid_alike ? sp->s.tok_mid : NULL;
 	size_t rmax = (size_t)sp->s.rows_max;
 	int ret;
 
@@ -605,13 +633,13 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
 								  : MID_COST_SCALAR;
 	const struct iobuf *b = sp->o.simulate ? NULL : gp->b;
-	if (gp->nm && (ret = compute_tier(sp, G, gp->in, gp->n, tmid, sp->s.mpos, gp->nm, b,
+	if (gp->nm && (ret = compute_tier(sp, G, gp->in, tmid, sp->s.mpos, gp->nm, b,
 					  &gp->mid, NULL, gp->mmir, G->mid_bytes, mid_worker, &t)))
 		return ret;
 	t.weight_cost = 1;
 	if (sparse_held(sp, gp->gid))
 		compute_held(sp, gp, &t, ttop);
-	else if ((ret = compute_tier(sp, G, gp->in, gp->n, ttop, sp->s.tpos, gp->nt, b, &gp->top,
+	else if ((ret = compute_tier(sp, G, gp->in, ttop, sp->s.tpos, gp->nt, b, &gp->top,
 				     gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
 		return ret;
 	/* kept rows to their neurons; rows outside the set (span gaps, whole
@@ -665,11 +693,26 @@ static void tally(struct sf_sparse *sp, const struct group_pass *gp)
 	sp->st.bytes_needed += (uint64_t)gp->nmiss * G->top_bytes + (uint64_t)gp->nm * G->mid_bytes;
 }
 
-/* A position list into a bitmap over positions. */
+/* An ascending position list into a bitmap over positions, a word at a
+ * time (a bit at a time, each waited on the one before in memory). */
 static void set_bits(uint64_t *bits, const uint32_t *pos, size_t k)
 {
-	for (size_t i = 0; i < k; i++)
-		bits[pos[i] / 64] |= 1ull << (pos[i] % 64);
+	for (size_t i = 0; i < k;) {
+		size_t w = pos[i] / 64;
+		uint64_t m = 0;
+		for (; i < k && pos[i] / 64 == w; i++)
+			m |= 1ull << (pos[i] % 64);
+		bits[w] |= m;
+	}
+}
+
+/* Whether each of T selections (T, words) is the union any. */
+static int alike(const uint64_t *tok, const uint64_t *any, size_t words, int T)
+{
+	for (int k = 0; k < T; k++)
+		if (memcmp(tok + (size_t)k * words, any, words * 8))
+			return 0;
+	return 1;
 }
 
 /* 1, for every token of the pass: its selection, observed (--prefetch's
@@ -720,6 +763,8 @@ static void select_tokens(struct sf_sparse *sp, struct group_pass *gp, const str
 	if (gp->T > 1) {
 		gp->nt = bits_entries(sp->s.any_top, NULL, NULL, G->entries, sp->s.tpos);
 		gp->nm = bits_entries(sp->s.any_mid, NULL, NULL, G->entries, sp->s.mpos);
+		gp->top_alike = alike(sp->s.tok_top, sp->s.any_top, words, gp->T);
+		gp->mid_alike = alike(sp->s.tok_mid, sp->s.any_mid, words, gp->T);
 	}
 }
 

@@ -171,6 +171,7 @@ struct sparse_scratch {
 	float *xv;				/* (nmax, ldx) */
 	uint32_t *sel;				/* (nmax, ldx) */
 	size_t ldx;
+	float *xt;				/* (nmax, ldx) a pass's inputs by neuron */
 	/* a pass of several tokens: each one's selected positions per
 	 * tier, and their unions */
 	int tokens;				/* o.tokens, at least 1 */
