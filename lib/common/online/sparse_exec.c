@@ -355,17 +355,24 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 	sp->s.nidx = 0;
 }
 
-/* A pass's inputs in (T, n) to s.xt by neuron, (n, ldx), in tiles that
- * stay in the first caches: gathering a position's inputs straight from
- * in read a line per token, serially between the workers' batches. */
-static void transpose_inputs(struct sparse_scratch *s, const float *in, size_t n, size_t T)
+/* A pass's inputs in (T, n) to s.xt by position (entry j at G->pos[j]),
+ * (positions, ldx), in tiles that stay in the first caches: gathering a
+ * position's inputs straight from in read a line per token, and from
+ * rows by entry a permuted stream, serially between the workers'
+ * batches. */
+static void transpose_inputs(struct sparse_scratch *s, const struct sf_image_group *G,
+			     const float *in, size_t n, size_t T)
 {
 	const size_t tile = 32;
 	for (size_t j0 = 0; j0 < n; j0 += tile)
 		for (size_t k0 = 0; k0 < s->ldx; k0 += tile)
-			for (size_t j = j0; j < j0 + tile && j < n; j++)
+			for (size_t j = j0; j < j0 + tile && j < n; j++) {
+				if (G->pos[j] == SF_IMAGE_ABSENT)
+					continue;
+				float *x = s->xt + (size_t)G->pos[j] * s->ldx;
 				for (size_t k = k0; k < k0 + tile && k < s->ldx; k++)
-					s->xt[j * s->ldx + k] = k < T ? in[k * n + j] : 0.0f;
+					x[k] = k < T ? in[k * n + j] : 0.0f;
+			}
 }
 
 /* The inputs of position p, whose entry is j, into the batch's next
@@ -381,17 +388,16 @@ gather_inputs(struct sf_sparse *sp, const struct compute_task *t, const float *i
 	struct sparse_scratch *s = &sp->s;
 	float *x = s->xv + s->nidx * s->ldx;
 	uint32_t *sel = s->sel + s->nidx * s->ldx;
-	const float *xt = s->xt + j * s->ldx;
+	const float *xt = s->xt + (size_t)p * s->ldx;
 
 	if (t->T == 1) {
 		x[0] = in[j];
 		return;
 	}
 	if (!tbits) {
-		for (size_t k = 0; k < s->ldx; k++) {
-			x[k] = xt[k];
+		memcpy(x, xt, s->ldx * sizeof(float));
+		for (size_t k = 0; k < s->ldx; k++)
 			sel[k] = k < (size_t)t->T ? ~0u : 0;
-		}
 		return;
 	}
 	for (size_t k = 0; k < s->ldx; k++) {
@@ -607,7 +613,7 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	struct compute_task t = { .sp = sp, .G = G, .T = gp->T };
 	sp->s.ldx = sparse_ldx(gp->T);
 	if (gp->T > 1)
-		transpose_inputs(&sp->s, gp->in, gp->n, (size_t)gp->T);
+		transpose_inputs(&sp->s, G, gp->in, gp->n, (size_t)gp->T);
 	const uint64_t *ttop = gp->T > 1 && !gp->top_alike ? sp->s.tok_top : NULL;
 	const uint64_t *tmid = gp->T > 1 && !gp->mid_alike ? sp->s.tok_mid : NULL;
 	size_t rmax = (size_t)sp->s.rows_max;
