@@ -1107,34 +1107,41 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 	}
 }
 
-/* A pass (T > 1), one run over a chunk of at most QI512_BLOCKS blocks:
- * the run's codes laid out for vpdpbusd and its scales made once, then
- * QP_TOKENS tokens at a time (one per lane) each block's activations
- * quantized and its quads' weights, held in registers, multiplied by
- * every token in turn. A token's floats are qprep512's and qfinish512's
- * (v = x * scale, |v| = |x| * |scale|), so a pass gives each token the
- * one-token path's. */
+/* A pass (T > 1), one run over a chunk of at most QP_BLOCKS blocks: the
+ * run's codes laid out as a slab's quads (a slab's own, in place) and its
+ * scales made once; then QP_TOKENS tokens at a time (one a lane) each
+ * block's activations quantized, and each quad's weights loaded once for
+ * eight tokens whose sums stay in registers. A token's floats are
+ * qprep512's and qfinish512's (v = x * scale, |v| = |x| * |scale|), so a
+ * pass gives each token the one-token path's. */
 #define QP_TOKENS 16
+/* Blocks of a chunk: a slab's tile, so that a run's inputs are read once
+ * a tile (with T tokens they are as many bytes as 16 blocks of q4). */
+#define QP_BLOCKS SF_QSLAB_BLOCKS
 
 struct qpass512 {
-	const uint8_t *w[QI512_BLOCKS][SF_QRUN / 4];	/* block, quad: a slab's quad bytes */
-	uint8_t buf[QI512_BLOCKS][SF_QRUN / 4][128];	/* columns' quads made so */
-	float s[SF_QRUN][QI512_BLOCKS];			/* slot, block: the scales */
-	float as[SF_QRUN][QI512_BLOCKS];		/* and their magnitudes */
+	const uint8_t *w[QP_BLOCKS][SF_QRUN / 4];	/* block, quad: a slab's quad bytes */
+	uint8_t buf[QP_BLOCKS][SF_QRUN / 4][128];	/* columns' quads made so */
+	float s[SF_QRUN][QP_BLOCKS];			/* slot, block: the scales */
+	float as[SF_QRUN][QP_BLOCKS];			/* and their magnitudes */
 	const float *x[SF_QRUN];			/* slot: its inputs in X; NULL: none */
-	int32_t a[QI512_BLOCKS][SF_QRUN / 4][QP_TOKENS];	/* four slots' codes a token */
-	int32_t off[QI512_BLOCKS][QP_TOKENS];	/* minus the codes' offset times their sum */
-	float d[QI512_BLOCKS][QP_TOKENS];
+	int32_t a[QP_BLOCKS][SF_QRUN / 4][QP_TOKENS];	/* four slots' codes a token */
+	int32_t off[QP_BLOCKS][QP_TOKENS];	/* minus the codes' offset times their sum */
+	float d[QP_BLOCKS][QP_TOKENS];
 	size_t nq, nb;
 };
 
 /* Slot k's scales of the chunk's blocks from nb f16 at h (NULL: none). */
 INL T512I void qpass_scales(struct qpass512 *p, size_t k, const uint8_t *h)
 {
-	__m512 s = h ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << p->nb) - 1), h))
-		     : _mm512_setzero_ps();
-	_mm512_storeu_ps(p->s[k], s);
-	_mm512_storeu_ps(p->as[k], _mm512_abs_ps(s));
+	for (size_t b = 0; b < QP_BLOCKS; b += 16) {
+		size_t nb = p->nb > b ? p->nb - b < 16 ? p->nb - b : 16 : 0;
+		__m512 s = h && nb ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+					     (__mmask16)((1u << nb) - 1), h + 2 * b))
+				   : _mm512_setzero_ps();
+		_mm512_storeu_ps(p->s[k] + b, s);
+		_mm512_storeu_ps(p->as[k] + b, _mm512_abs_ps(s));
+	}
 }
 
 /* Block i's activations of the tokens xv (slot by slot, lanes tokens;
@@ -1154,6 +1161,7 @@ INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax
 	__m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
 	for (size_t qd = 0; qd < p->nq; qd++) {
 		__m512i q[4];
+#pragma GCC unroll 4
 		for (size_t c = 0; c < 4; c++) {
 			size_t k = 4 * qd + c;
 			q[c] = _mm512_cvtps_epi32(_mm512_mul_ps(
@@ -1252,8 +1260,8 @@ static T512I void qint512_pass(float *Y, size_t ldy, size_t r0, const struct qsr
 	const enum sf_dtype dt = q->dt;
 	struct qpass512 p;
 
-	for (size_t b0 = B0; b0 < B1; b0 += QI512_BLOCKS) {
-		p.nb = B1 - b0 < QI512_BLOCKS ? B1 - b0 : QI512_BLOCKS;
+	for (size_t b0 = B0; b0 < B1; b0 += QP_BLOCKS) {
+		p.nb = B1 - b0 < QP_BLOCKS ? B1 - b0 : QP_BLOCKS;
 		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 			const uint8_t *col[SF_QRUN];
 			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
@@ -1292,8 +1300,8 @@ static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf
 	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
 		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
 		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
-		for (size_t a0 = e0; a0 < e1; a0 += QI512_BLOCKS) {
-			p.nb = e1 - a0 < QI512_BLOCKS ? e1 - a0 : QI512_BLOCKS;
+		for (size_t a0 = e0; a0 < e1; a0 += QP_BLOCKS) {
+			p.nb = e1 - a0 < QP_BLOCKS ? e1 - a0 : QP_BLOCKS;
 			for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 				struct slab_run r;
 				const float *xs[SF_QRUN] = { 0 };
