@@ -1253,6 +1253,20 @@ static T512I void qpass_tokens(struct qpass512 *p, float *y0, size_t ldy, size_t
 	}
 }
 
+/* The next run's inputs (from column k1, T tokens) asked of memory while
+ * this run computes: with thousands of columns they outgrow the caches
+ * (5,632 by 64 tokens: 1.4 MB), and a run reads each column's a line at a
+ * time. */
+static inline void qpass_ahead(const float *X, size_t ldx, size_t T, const uint32_t *pos,
+			       size_t k1, size_t n)
+{
+	if (k1 >= n)
+		return;
+	for (size_t k = k1, k2 = sf_qrun_end(pos, k1, n); k < k2; k++)
+		for (size_t t = 0; t < T; t += 16)
+			__builtin_prefetch(X + k * ldx + t);
+}
+
 /* A pass over columns: chunk by chunk, run by run. */
 static T512I void qint512_pass(float *Y, size_t ldy, size_t r0, const struct qsrc *q,
 			       const float *X, size_t ldx, size_t T, size_t n, size_t B0, size_t B1)
@@ -1267,6 +1281,7 @@ static T512I void qint512_pass(float *Y, size_t ldy, size_t r0, const struct qsr
 			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
 			p.nq = (m + 3) / 4;
 			qint_prefetch(q, k1, n, b0, p.nb);
+			qpass_ahead(X, ldx, T, q->pos, k1, n);
 			for (size_t k = 0; k < 4 * p.nq; k++) {
 				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
 				p.x[k] = k < m ? X + (k0 + k) * ldx : NULL;
@@ -1306,6 +1321,7 @@ static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf
 				struct slab_run r;
 				const float *xs[SF_QRUN] = { 0 };
 				slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+				qpass_ahead(X, ldx, T, pos, k1, n);
 				for (size_t k = k0; k < k1; k++)
 					xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
 				p.nq = r.nq;
