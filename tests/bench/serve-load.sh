@@ -107,11 +107,14 @@ for batch in 0 1 2 3; do
 	[ "$batch" = 0 ] && rss_first=$(rss)
 done
 rss_last=$(rss)
-same=$(cat "$work"/code* 2>/dev/null | grep -c '^same$' || true)
-differs=$(cat "$work"/code* 2>/dev/null | grep -c '^differs$' || true)
-bad=$(cat "$work"/code* 2>/dev/null | grep -c '^400$' || true)
-dropped=$(cat "$work"/code* 2>/dev/null | grep -c '^dropped$' || true)
-unanswered=$(cat "$work"/code* 2>/dev/null | grep -c '^unanswered$' || true)
+outcomes() {	# WHAT: the requests that ended so (none with RATE_ONLY)
+	cat "$work"/code* 2>/dev/null | grep -c "^$1\$" || true
+}
+same=$(outcomes same)
+differs=$(outcomes differs)
+bad=$(outcomes 400)
+dropped=$(outcomes dropped)
+unanswered=$(outcomes unanswered)
 
 # total tokens/s: 1 stream, then 4 at once
 stream_tokens=${STREAM_TOKENS:-256}

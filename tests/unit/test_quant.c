@@ -378,7 +378,7 @@ static void test_kernels(enum sf_isa level)
 				check_kernel(isa, qdt[d], sizes[i][0], sizes[i][1], sizes[i][2],
 					     tokens[t], 150);
 	static const size_t int_tokens[] = { 1, 3, 4, 9, 17, 29 };
-	static const size_t int_sizes[][3] = {	/* rows, r0, r1: chunks of 8 and 16 blocks */
+	static const size_t int_sizes[][3] = {	/* rows, r0, r1: chunks of 8, 16 and 32 blocks */
 		{ 64, 0, 64 }, { 1056, 0, 1056 }, { 600, 40, 590 }, { 33, 0, 33 }, { 64, 3, 5 },
 		{ 2100, 1000, 2099 },
 	};

@@ -1302,8 +1302,8 @@ static T512I void qint512_pass(float *Y, size_t ldy, size_t r0, const struct qsr
 	}
 }
 
-/* A pass over a slab's whole blocks [B0, B1): tile by tile, chunk by
- * chunk, run by run, the run's quads that hold a position. */
+/* A pass over a slab's whole blocks [B0, B1): tile by tile (a tile is a
+ * chunk), run by run, the run's quads that hold a position. */
 static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf_slab *s,
 				const uint32_t *pos, size_t n, const float *X, size_t ldx,
 				size_t T, size_t B0, size_t B1)
@@ -1315,29 +1315,27 @@ static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf
 	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
 		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
 		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
-		for (size_t a0 = e0; a0 < e1; a0 += QP_BLOCKS) {
-			p.nb = e1 - a0 < QP_BLOCKS ? e1 - a0 : QP_BLOCKS;
-			for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-				struct slab_run r;
-				const float *xs[SF_QRUN] = { 0 };
-				slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
-				qpass_ahead(X, ldx, T, pos, k1, n);
-				for (size_t k = k0; k < k1; k++)
-					xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
-				p.nq = r.nq;
-				for (size_t a = 0; a < r.nq; a++)
-					for (size_t j = 0; j < 4; j++) {
-						size_t slot = 4 * r.quad[a] + j;
-						p.x[4 * a + j] = xs[slot];
-						qpass_scales(&p, 4 * a + j, r.run + 2 * (nb * slot + a0));
-					}
-				for (size_t i = 0; i < p.nb; i++) {
-					const uint8_t *blk = run_codes(r.run, dt, nb, a0 + i);
-					for (size_t a = 0; a < r.nq; a++)
-						p.w[i][a] = blk + r.quad[a] * qb;
+		p.nb = e1 - e0;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			struct slab_run r;
+			const float *xs[SF_QRUN] = { 0 };
+			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+			qpass_ahead(X, ldx, T, pos, k1, n);
+			for (size_t k = k0; k < k1; k++)
+				xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
+			p.nq = r.nq;
+			for (size_t a = 0; a < r.nq; a++)
+				for (size_t j = 0; j < 4; j++) {
+					size_t slot = 4 * r.quad[a] + j;
+					p.x[4 * a + j] = xs[slot];
+					qpass_scales(&p, 4 * a + j, r.run + 2 * (nb * slot + e0));
 				}
-				qpass_tokens(&p, Y + SF_QBLOCK * (base + a0) - r0, ldy, T, dt);
+			for (size_t i = 0; i < p.nb; i++) {
+				const uint8_t *blk = run_codes(r.run, dt, nb, e0 + i);
+				for (size_t a = 0; a < r.nq; a++)
+					p.w[i][a] = blk + r.quad[a] * qb;
 			}
+			qpass_tokens(&p, Y + SF_QBLOCK * (base + e0) - r0, ldy, T, dt);
 		}
 	}
 }

@@ -444,7 +444,7 @@ static int compute_tier(struct sf_sparse *sp, const struct sf_image_group *G, co
 			if (sp->io.inflight && batch_work(sp, t) >= sp->o.batch_weights &&
 			    (i + 1 == k || pos[i + 1] / SF_QRUN != pos[i] / SF_QRUN)) {
 				flush(sp, fn, t);
-				int ret = sp->io.inflight ? sparse_reap(sp, 0) : 0;
+				int ret = sparse_reap(sp, 0);
 				if (ret)
 					return ret;
 			}

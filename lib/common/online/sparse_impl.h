@@ -171,7 +171,7 @@ struct sparse_scratch {
 	float *xv;				/* (nmax, ldx) */
 	uint32_t *sel;				/* (nmax, ldx) */
 	size_t ldx;
-	float *xt;				/* (nmax, ldx) a pass's inputs by neuron */
+	float *xt;				/* (nmax, ldx) a pass's inputs by position */
 	/* a pass of several tokens: each one's selected positions per
 	 * tier, and their unions */
 	int tokens;				/* o.tokens, at least 1 */
@@ -217,7 +217,7 @@ struct sparse_slabs {
  * whose flash copy holds them. Expert ids are layer * n + x. */
 struct sparse_experts {
 	int n;					/* experts a layer; 0: a dense model */
-	int layers;
+	int layers;				/* the model's (img->cfg.n_layers) */
 	uint64_t record;			/* bytes of one (img->experts.record_bytes) */
 	int slots;
 	uint8_t *mem;				/* (slots, record) 4 KiB aligned */
