@@ -7,14 +7,16 @@
  * does.
  *
  *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
- *        [--size BYTES] [--passes N] [--tokens T]
+ *        [--size BYTES] [--passes N] [--tokens T] [--ldy N]
  *       one JSON line per path: {"path":"slab" (or "int", "f32"),"kernel":"avx512vnni",
  *       "rows":..,"cols":..,"tokens":..,"threads":..,"gbps":..,"gmacs":..,
  *       "us_per_matrix":..}
  *       gbps counts the columns' bytes (codes and scales) per second, gmacs
  *       the weights times tokens, the best of the passes. --tokens T > 1
  *       times a pass of T tokens (the prompt's), every token on every
- *       column, and leaves out the float path. */
+ *       column, and leaves out the float path. --ldy N puts a token's
+ *       outputs N floats apart (default the rows): 2,048 rows at --ldy
+ *       2048 against 2064 shows what a 4 KiB stride costs a pass. */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ struct job {
 	const uint32_t *pos;
 	const float *x;
 	float *y;
-	size_t ldx, T;
+	size_t ldx, ldy, T;
 	int integer;
 };
 
@@ -57,9 +59,9 @@ static void worker(void *arg, int ith, int nth)
 	if (lo >= hi)
 		return;
 	if (j->slab)
-		sf_qslab_int(j->y + lo, j->rows, lo, hi, j->slab, j->pos, j->cols, j->x, j->ldx, j->T);
+		sf_qslab_int(j->y + lo, j->ldy, lo, hi, j->slab, j->pos, j->cols, j->x, j->ldx, j->T);
 	else if (j->integer)
-		sf_qcolaccum_int(j->y + lo, j->rows, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x,
+		sf_qcolaccum_int(j->y + lo, j->ldy, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x,
 				 j->ldx, j->T, j->cols);
 	else
 		sf_qcolaccum(j->y + lo, 1, lo, hi, j->rows, j->ptr, 0, j->dt, j->x, NULL, 1, 1,
@@ -68,13 +70,13 @@ static void worker(void *arg, int ith, int nth)
 
 int main(int argc, char **argv)
 {
-	size_t rows = 11264, cols = 2048, size = 1ull << 30, passes = 5, T = 1;
+	size_t rows = 11264, cols = 2048, ldy = 0, size = 1ull << 30, passes = 5, T = 1;
 	int threads = 1;
 	enum sf_dtype dt = SF_DTYPE_Q4;
 	static const struct option lo[] = {
 		{ "rows", 1, 0, 'r' }, { "cols", 1, 0, 'c' }, { "dtype", 1, 0, 'd' },
 		{ "threads", 1, 0, 't' }, { "size", 1, 0, 's' }, { "passes", 1, 0, 'p' },
-		{ "tokens", 1, 0, 'T' }, { 0 },
+		{ "tokens", 1, 0, 'T' }, { "ldy", 1, 0, 'y' }, { 0 },
 	};
 	for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
 		switch (c) {
@@ -85,9 +87,11 @@ int main(int argc, char **argv)
 		case 's': size = strtoull(optarg, NULL, 10); break;
 		case 'p': passes = strtoull(optarg, NULL, 10); break;
 		case 'T': T = strtoull(optarg, NULL, 10); break;
+		case 'y': ldy = strtoull(optarg, NULL, 10); break;
 		default: fprintf(stderr, "usage: see the file's comment\n"); return 2;
 		}
 	}
+	ldy = ldy > rows ? ldy : rows;
 	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), mat = cb * cols;
 	size_t copies = size / mat ? size / mat : 1;
 	uint8_t *W = NULL;
@@ -96,7 +100,7 @@ int main(int argc, char **argv)
 	madvise(W, copies * mat, MADV_HUGEPAGE);
 	size_t ldx = T == 1 ? 1 : (T + SF_BATCH_PAD - 1) / SF_BATCH_PAD * SF_BATCH_PAD;
 	float *col = malloc(rows * sizeof(float)), *x = calloc(cols * ldx, sizeof(float)),
-	      *y = calloc(rows * T, sizeof(float));
+	      *y = calloc(ldy * T, sizeof(float));
 	const void **ptr = malloc(copies * cols * sizeof(*ptr));
 	uint32_t *pos = malloc(cols * sizeof(uint32_t));
 	uint64_t rng = 5;
@@ -132,7 +136,7 @@ int main(int argc, char **argv)
 			double t0 = now_s();
 			for (size_t c = 0; c < copies; c++) {
 				struct job j = { rows, cols, 0, dt, ptr + c * cols,
-						 path == 2 ? &slab[c] : NULL, pos, x, y, ldx, T,
+						 path == 2 ? &slab[c] : NULL, pos, x, y, ldx, ldy, T,
 						 path >= 1 };
 				sf_pool_run(pool, worker, &j);
 			}

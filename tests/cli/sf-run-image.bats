@@ -658,6 +658,30 @@ PINNED_07=2156
 	[ "$output" = "$ref" ]
 }
 
+@test "-b: matrices of 1,024 rows (a pass computes them at a padded stride, then copies) give -b 1's perplexity, q4 and q8, all held and from reads" {
+	need_direct
+	local dt b ref
+	"$SF_FIXTURES/mkmodel" -o "$D/k1024" --hidden 1024 --intermediate 2048 --layers 1 \
+		--heads 8 --kv-heads 2 --tokenizer "$MODEL" > /dev/null
+	head -c 1500 "$SF_ROOT/man/sf-run.1" > "$D/k1024.txt"
+	for dt in q4 q8; do
+		sf-pack -q --model "$D/k1024" --dtype $dt -o "$D/k1024-$dt.sfimg"
+		ref=$(sf-run -q --ppl "$D/k1024.txt" --window 64 -b 1 "$D/k1024-$dt.sfimg" | jq .nll)
+		[ -n "$ref" ]
+		for b in 16 5; do
+			[ "$(sf-run -q --ppl "$D/k1024.txt" --window 64 -b $b --ram 1000000000 \
+				"$D/k1024-$dt.sfimg" | jq .nll)" = "$ref" ]
+			[ "$(sf-run -q --ppl "$D/k1024.txt" --window 64 -b $b --cache-policy none \
+				"$D/k1024-$dt.sfimg" | jq .nll)" = "$ref" ]
+		done
+		sf-run -q --ppl "$D/k1024.txt" --window 64 -b 1 --density 0.4 "$D/k1024-$dt.sfimg" \
+			> "$D/k1.json"
+		run sf-run -q --ppl "$D/k1024.txt" --window 64 -b 16 --density 0.4 \
+			"$D/k1024-$dt.sfimg"
+		[ "$output" = "$(cat "$D/k1.json")" ]
+	done
+}
+
 @test "the KV cache: f16 by default, -ctk/-ctv f32 or q8_0, near f32's perplexity; a bad type refused" {
 	local f32 f16 q8
 	f32=$(sf-run -ctk f32 -ctv f32 --ppl "$CORPUS" --max-tokens 512 "$D/id.sfimg" | jq .ppl)

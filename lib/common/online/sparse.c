@@ -210,20 +210,22 @@ static int setup_allow(struct sf_sparse *sp)
 {
 	const struct sf_image *img = sp->img;
 	size_t ng = (size_t)img->cfg.n_layers * SF_NGROUPS, nr = 0;
+	uint64_t rows = 0;
 
 	sp->tiers.words = ((size_t)sp->s.nmax + 63) / 64;
 	for (size_t i = 0; i < ng; i++) {
 		const struct sf_image_group *G = &img->groups[i];
 		nr += !G->resident && G->entries < G->source_entries;
-		if (!G->resident && G->rows && G->mat[0].rows > sp->s.rows_max)
-			sp->s.rows_max = G->mat[0].rows;
+		for (int m = 0; !G->resident && m < G->nmat; m++)
+			if (sparse_staged(G, m, sp->s.tokens) && G->mat[m].rows > rows)
+				rows = G->mat[m].rows;
 	}
+	sp->s.ldy = rows + (rows && rows % 1024 == 0 ? 16 : 0);
 	if (!(sp->tiers.allow = calloc(ng, sizeof(*sp->tiers.allow))) ||
 	    !(sp->tiers.keep_allow = calloc(ng, sizeof(*sp->tiers.keep_allow))))
 		return -ENOMEM;
-	if (sp->s.rows_max &&
-	    !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * (size_t)sp->s.tokens * sp->s.rows_max *
-				   sizeof(float))))
+	if (rows && !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * (size_t)sp->s.tokens *
+					   sp->s.ldy * sizeof(float))))
 		return -ENOMEM;
 	if (!nr)
 		return 0;
@@ -390,8 +392,7 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 			   2 * ng * 4 +
 			   2 * ng * sizeof(*sp->tiers.allow) + sp->tiers.allow_bytes + sp->comp.bytes +
 			   sp->tiers.page_words * 8 +
-			   SF_GROUP_MAX_MATRICES * (uint64_t)sp->s.tokens * sp->s.rows_max *
-			   sizeof(float);
+			   SF_GROUP_MAX_MATRICES * (uint64_t)sp->s.tokens * sp->s.ldy * sizeof(float);
 	sp->mem.simulate = o->simulate && fn->hi > fn->lo ? fn->hi - fn->lo : 0;
 	/* a mixture's experts: a slot for each expert a token picks at least,
 	 * so that one token's reads are in flight together */

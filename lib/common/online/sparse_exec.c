@@ -603,7 +603,7 @@ static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
 }
 
 /* 5. Both tiers computed in position order as their reads complete,
- * middle then top, into out (kept rows first into s.yrows). */
+ * middle then top, into out (sparse_staged matrices first into s.yrows). */
 static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, float *const *out,
 			 const struct sf_weight *const *w)
 {
@@ -616,7 +616,7 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 		transpose_inputs(&sp->s, G, gp->in, gp->n, (size_t)gp->T);
 	const uint64_t *ttop = gp->T > 1 && !gp->top_alike ? sp->s.tok_top : NULL;
 	const uint64_t *tmid = gp->T > 1 && !gp->mid_alike ? sp->s.tok_mid : NULL;
-	size_t rmax = (size_t)sp->s.rows_max;
+	size_t ldy = (size_t)sp->s.ldy;
 	int ret;
 
 	if (cm) {
@@ -627,10 +627,10 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	}
 	for (int i = 0; i < G->nmat; i++) {
 		t.total_rows += G->mat[i].rows;
-		if (G->rows) {
-			t.y[i] = sp->s.yrows + (size_t)i * (size_t)gp->T * rmax;
-			t.ld[i] = rmax;
-			memset(t.y[i], 0, (size_t)gp->T * rmax * sizeof(float));
+		if (sparse_staged(G, i, gp->T)) {
+			t.y[i] = sp->s.yrows + (size_t)i * (size_t)gp->T * ldy;
+			t.ld[i] = ldy;
+			memset(t.y[i], 0, (size_t)gp->T * ldy * sizeof(float));
 		} else {
 			t.y[i] = out[i];
 			t.ld[i] = (size_t)w[i]->rows;
@@ -648,18 +648,26 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	else if ((ret = compute_tier(sp, G, gp->in, ttop, sp->s.tpos, gp->nt, b, &gp->top,
 				     gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
 		return ret;
-	/* kept rows to their neurons; rows outside the set (span gaps, whole
-	 * middle-tier records) cleared. Neurons left out stay 0, and silu(0)
-	 * * 0 makes their ffn_out entry 0 */
-	for (int i = 0; (G->rows || cm) && i < G->nmat; i++)
+	/* staged rows to out (kept rows to their neurons); rows outside the
+	 * set (span gaps, whole middle-tier records) cleared. Neurons left
+	 * out stay 0, and silu(0) * 0 makes their ffn_out entry 0 */
+	for (int i = 0; i < G->nmat; i++) {
+		int staged = sparse_staged(G, i, gp->T);
+		if (!staged && !cm)
+			continue;
 		for (int k = 0; k < gp->T; k++) {
 			float *o = out[i] + (size_t)k * w[i]->rows;
-			const float *yr = G->rows ? t.y[i] + (size_t)k * rmax : NULL;
+			const float *yr = staged ? t.y[i] + (size_t)k * ldy : o;
+			if (staged && !G->rows && !cm) {
+				memcpy(o, yr, G->mat[i].rows * sizeof(float));
+				continue;
+			}
 			for (uint64_t r = 0; r < G->mat[i].rows; r++) {
 				uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
-				o[nr] = cm && !cm[nr] ? 0.0f : G->rows ? yr[r] : o[nr];
+				o[nr] = cm && !cm[nr] ? 0.0f : yr[r];
 			}
 		}
+	}
 	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
 		sp->comp.entries += gp->sum_nt + gp->sum_nm;
 	return 0;
