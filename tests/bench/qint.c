@@ -2,13 +2,14 @@
  * from memory: the integer path over a slab (sf_qslab_int: a group held
  * whole) and over columns (sf_qcolaccum_int: cache slots, read buffers)
  * against the float path (sf_qcolaccum), one and several threads
- * splitting the rows as the sparse decoder does. The matrix is copied to
- * fill --size so every pass streams it from memory, as decoding from RAM
- * does.
+ * splitting the rows as the sparse decoder does; and the same weights
+ * as quantized rows (sf_qmatmul_rows: an expert's, a GGUF file's Q8_0 or
+ * Q4_0). The matrix is copied to fill --size so every pass streams it
+ * from memory, as decoding from RAM does.
  *
  *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
  *        [--size BYTES] [--passes N] [--tokens T] [--ldy N]
- *       one JSON line per path: {"path":"slab" (or "int", "f32"),"kernel":"avx512vnni",
+ *       one JSON line per path: {"path":"slab" (or "int", "f32", "rows"),"kernel":"avx512vnni",
  *       "rows":..,"cols":..,"tokens":..,"threads":..,"gbps":..,"gmacs":..,
  *       "us_per_matrix":..}
  *       gbps counts the columns' bytes (codes and scales) per second, gmacs
@@ -30,6 +31,7 @@
 #include "base/rng.h"
 #include "engine/cpu.h"
 #include "engine/kernels_q.h"
+#include "engine/kernels_qrows.h"
 
 static double now_s(void)
 {
@@ -43,6 +45,7 @@ struct job {
 	enum sf_dtype dt;
 	const void *const *ptr;		/* (cols) the columns of the copy */
 	const struct sf_slab *slab;	/* or the copy's slab */
+	const uint8_t *rowmat;		/* or its rows (rows, cols), x (T, cols) */
 	const uint32_t *pos;
 	const float *x;
 	float *y;
@@ -58,7 +61,10 @@ static void worker(void *arg, int ith, int nth)
 	sf_pool_split(j->rows, SF_QBLOCK, ith, nth, &lo, &hi);
 	if (lo >= hi)
 		return;
-	if (j->slab)
+	if (j->rowmat)
+		sf_qmatmul_rows(j->y + lo, j->ldy, j->rowmat, j->dt, j->cols, j->x, j->cols, j->T, lo,
+				hi);
+	else if (j->slab)
 		sf_qslab_int(j->y + lo, j->ldy, lo, hi, j->slab, j->pos, j->cols, j->x, j->ldx, j->T);
 	else if (j->integer)
 		sf_qcolaccum_int(j->y + lo, j->ldy, lo, hi, j->rows, j->ptr, j->pos, 0, j->dt, j->x,
@@ -127,17 +133,36 @@ int main(int argc, char **argv)
 		for (size_t k = 0; k < cols; k++)
 			sf_qslab_put(&slab[c], k, W + k * cb);
 	}
+	/* the rows: their own copies, x token by token */
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
+	uint8_t *R = NULL;
+	float *xr = malloc(T * cols * sizeof(float)), *row = malloc(cols * sizeof(float));
+	if (posix_memalign((void **)&R, 2u << 20, copies * rows * rb))
+		return 1;
+	madvise(R, copies * rows * rb, MADV_HUGEPAGE);
+	for (size_t r = 0; r < rows; r++) {
+		for (size_t k = 0; k < cols; k++)
+			row[k] = (float)(sf_rng_unit(&rng) - 0.5);
+		sf_quant_column(R + r * rb, dt, row, cols, SF_QUANT_RTN);
+	}
+	for (size_t c = 1; c < copies; c++)
+		memcpy(R + c * rows * rb, R, rows * rb);
+	for (size_t t = 0; t < T; t++)
+		for (size_t k = 0; k < cols; k++)
+			xr[t * cols + k] = x[k * ldx + t];
 	struct sf_pool *pool = NULL;
 	if (sf_pool_create(&pool, threads))
 		return 1;
-	for (int path = 2; path >= (T == 1 ? 0 : 1); path--) {
+	static const char *const names[] = { "f32", "int", "slab", "rows" };
+	for (int path = 3; path >= (T == 1 ? 0 : 1); path--) {
 		double best = 1e30;
 		for (size_t p = 0; p < passes; p++) {
 			double t0 = now_s();
 			for (size_t c = 0; c < copies; c++) {
 				struct job j = { rows, cols, 0, dt, ptr + c * cols,
-						 path == 2 ? &slab[c] : NULL, pos, x, y, ldx, ldy, T,
-						 path >= 1 };
+						 path == 2 ? &slab[c] : NULL,
+						 path == 3 ? R + c * rows * rb : NULL, pos,
+						 path == 3 ? xr : x, y, ldx, ldy, T, path >= 1 };
 				sf_pool_run(pool, worker, &j);
 			}
 			double t = (now_s() - t0) / (double)copies;
@@ -146,12 +171,14 @@ int main(int argc, char **argv)
 		printf("{\"path\":\"%s\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"rows\":%zu,\"cols\":%zu,"
 		       "\"tokens\":%zu,\"threads\":%d,\"gbps\":%.2f,\"gmacs\":%.1f,"
 		       "\"us_per_matrix\":%.1f}\n",
-		       path == 2 ? "slab" : path ? "int" : "f32",
-		       path ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
+		       names[path],
+		       path == 3 ? sf_qmatmul_rows_kernel()
+		       : path ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
 		       sf_dtype_name(dt), rows, cols, T, threads, (double)mat / best / 1e9,
 		       (double)rows * (double)cols * (double)T / best / 1e9, best * 1e6);
 	}
 	sf_pool_destroy(pool);
 	free(W), free(S), free(slab), free(col), free(x), free(y), free(ptr), free(pos);
+	free(R), free(xr), free(row);
 	return 0;
 }

@@ -20,43 +20,46 @@
 #include <arm_neon.h>
 #endif
 
-/* Rounded inputs of a few tokens live on the stack: at most this many
- * bytes of codes, so a call takes up to QR_TOKENS tokens of the widest
- * rows a config allows (65536) one at a time. */
+/* Rounded inputs live on the stack: at most this many bytes of codes, so
+ * a call rounds 32 tokens of 2,048 inputs at once, and the widest rows a
+ * config allows (65536) one at a time. The row kernels take them
+ * QR_TOKENS at a time, over a span of rows of about QR_SPAN bytes, which
+ * the caches keep while the span's tokens go by. */
 #define QR_TOKENS 4
 #define QR_CODES 65536
+#define QR_SPAN 32768
 #define QR_SUMS 16	/* float sums a row */
 #define QR_AHEAD 2048	/* bytes the row kernels prefetch ahead */
 
+struct qr_store {
+	int8_t q[QR_CODES];		/* (tokens, cols) */
+	float d[QR_CODES / SF_QBLOCK];	/* (tokens, cols / 32) */
+};
+
+/* nt <= QR_TOKENS tokens' rounded inputs: codes (nt, cols) and block
+ * scales (nt, cols / 32). */
 struct qr_input {
-	int8_t q[QR_CODES];		/* (nt, cols) */
-	float d[QR_CODES / SF_QBLOCK];	/* (nt, cols / 32) */
+	const int8_t *q;
+	const float *d;
 	size_t nt;
 };
 
-static size_t qr_tokens(size_t cols)
-{
-	size_t nt = QR_CODES / cols;
-	return nt < QR_TOKENS ? nt : QR_TOKENS;
-}
-
 /* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says. */
-static void qr_round(struct qr_input *in, const float *x, size_t ldx, size_t nt, size_t cols)
+static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt, size_t cols)
 {
 	size_t nb = cols / SF_QBLOCK;
 
-	in->nt = nt;
 	for (size_t t = 0; t < nt; t++)
 		for (size_t b = 0; b < nb; b++) {
 			const float *v = x + t * ldx + b * SF_QBLOCK;
-			int8_t *q = in->q + t * cols + b * SF_QBLOCK;
+			int8_t *q = st->q + t * cols + b * SF_QBLOCK;
 			float amax = 0.0f;
 			for (size_t i = 0; i < SF_QBLOCK; i++)
 				amax = fmaxf(amax, fabsf(v[i]));
 			float id = amax > 0.0f ? 127.0f / amax : 0.0f;
 			for (size_t i = 0; i < SF_QBLOCK; i++)
 				q[i] = (int8_t)nearbyintf(v[i] * id);
-			in->d[t * nb + b] = amax / 127.0f;
+			st->d[t * nb + b] = amax / 127.0f;
 		}
 }
 
@@ -98,17 +101,27 @@ static void qr_rows_ref(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt
 typedef void qr_rows_fn(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt, size_t cols,
 			const struct qr_input *in, size_t r0, size_t r1);
 
-/* The tokens a few at a time through fn. */
+/* The tokens through fn: as many rounded at once as the store holds,
+ * then span by span of rows, QR_TOKENS tokens at a time. */
 static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum sf_dtype dt,
 		     size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	struct qr_input in;
-	size_t step = qr_tokens(cols);
+	struct qr_store st;
+	size_t step = QR_CODES / cols, nb = cols / SF_QBLOCK;
+	size_t span = QR_SPAN / (size_t)sf_dtype_col_bytes(dt, cols) / 4 * 4;
 
+	span = span ? span : 4;
 	for (size_t t0 = 0; t0 < T; t0 += step) {
 		size_t nt = T - t0 < step ? T - t0 : step;
-		qr_round(&in, x + t0 * ldx, ldx, nt, cols);
-		fn(y + t0 * ldy, ldy, W, dt, cols, &in, r0, r1);
+		qr_round(&st, x + t0 * ldx, ldx, nt, cols);
+		for (size_t a = r0, b; a < r1; a = b) {
+			b = nt <= QR_TOKENS || r1 - a < span ? r1 : a + span;
+			for (size_t t = 0; t < nt; t += QR_TOKENS) {
+				struct qr_input in = { st.q + t * cols, st.d + t * nb,
+						       nt - t < QR_TOKENS ? nt - t : QR_TOKENS };
+				fn(y + (t0 + t) * ldy + (a - r0), ldy, W, dt, cols, &in, a, b);
+			}
+		}
 	}
 }
 
@@ -296,12 +309,89 @@ INL T512I void qr_row512(float *y, size_t ldy, const uint8_t *row, enum sf_dtype
 		y[t * ldy] = qr_reduce512(acc[t]);
 }
 
+/* QR_ROWS rows from row0 (rb bytes apart) for NT tokens: each pair of
+ * blocks' codes unpacked once a row for the tokens, and each token's
+ * inputs, with their bias's share (the same for every row), once for the
+ * rows. A row's floats are qr_row512's: the same integer sums, and the
+ * same scale times input scale. */
+#define QR_ROWS 4
+INL T512I void qr_tile512(float *y, size_t ldy, const uint8_t *row0, size_t rb,
+			  enum sf_dtype dt, size_t cols, const struct qr_input *in, const int NT)
+{
+	const size_t nb = cols / SF_QBLOCK;
+	const __m512i bias = _mm512_set1_epi8((char)(dt == SF_DTYPE_Q8 ? 0x80 : sf_q_bias(dt)));
+	__m512 acc[QR_ROWS][QR_TOKENS];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < QR_ROWS; r++)
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++)
+			acc[r][t] = _mm512_setzero_ps();
+	for (size_t b0 = 0; b0 < nb; b0 += 16) {
+		size_t n16 = nb - b0 < 16 ? nb - b0 : 16;
+		__mmask16 k16 = (__mmask16)(0xffffu >> (16 - n16));
+		__m512 ws[QR_ROWS], d16[QR_TOKENS];
+#pragma GCC unroll 4
+		for (int r = 0; r < QR_ROWS; r++)
+			ws[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k16, row0 + r * rb + 2 * b0));
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++)
+			d16[t] = _mm512_maskz_loadu_ps(k16, in->d + (size_t)t * nb + b0);
+		for (size_t i = 0; i < n16; i += 2) {
+			size_t b = b0 + i;
+			int two = i + 1 < n16;
+			__m512i pick = _mm512_castsi256_si512(_mm256_set1_epi32((int)i));
+			pick = _mm512_inserti32x8(pick, _mm256_set1_epi32((int)i + 1), 1);
+			__mmask64 kq = two ? ~0ull : ~0ull >> 32;
+			__mmask16 kf = two ? 0xffff : 0x00ff;
+			__m512i u[QR_ROWS];
+			__m512 wp[QR_ROWS];
+#pragma GCC unroll 4
+			for (int r = 0; r < QR_ROWS; r++) {
+				const uint8_t *c = sf_q_codes_at(row0 + r * rb, dt, cols, b);
+				_mm_prefetch((const char *)c + QR_ROWS * rb, _MM_HINT_T0);
+				u[r] = qr_unpack512(c, dt, two);
+				wp[r] = _mm512_permutexvar_ps(pick, ws[r]);
+			}
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				__m512i q = _mm512_maskz_loadu_epi8(kq, in->q + (size_t)t * cols +
+									b * SF_QBLOCK);
+				__m512i off = _mm512_sub_epi32(_mm512_setzero_si512(),
+					_mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, q));
+				__m512 dp = _mm512_permutexvar_ps(pick, d16[t]);
+#pragma GCC unroll 4
+				for (int r = 0; r < QR_ROWS; r++) {
+					__m512i isum = _mm512_dpbusd_epi32(off, u[r], q);
+					acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum),
+									  _mm512_mul_ps(wp[r], dp),
+									  acc[r][t], kf);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < QR_ROWS; r++)
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++)
+			y[(size_t)t * ldy + (size_t)r] = qr_reduce512(acc[r][t]);
+}
+
 static T512I void qr_rows_avx512(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt,
 				 size_t cols, const struct qr_input *in, size_t r0, size_t r1)
 {
-	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols), r = r0;
 
-	for (size_t r = r0; r < r1; r++) {
+	/* one token streams row by row: four rows at once read slower */
+	for (; in->nt > 1 && r + QR_ROWS <= r1; r += QR_ROWS) {
+		const uint8_t *w = W + r * rb;
+		switch (in->nt) {
+		case 2: qr_tile512(y + r - r0, ldy, w, rb, dt, cols, in, 2); break;
+		case 3: qr_tile512(y + r - r0, ldy, w, rb, dt, cols, in, 3); break;
+		default: qr_tile512(y + r - r0, ldy, w, rb, dt, cols, in, 4); break;
+		}
+	}
+	for (; r < r1; r++) {
 		if (in->nt == 1)
 			qr_row512(y + r - r0, ldy, W + r * rb, dt, cols, in, 1);
 		else
