@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "online/sparse_impl.h"
 
@@ -46,10 +47,11 @@ int sparse_experts_open(struct sf_sparse *sp, int slots)
 		x->slot_of[i] = -1;
 	if (!slots)
 		return 0;	/* --simulate: the records are in the flash copy */
-	if (posix_memalign((void **)&x->mem, SF_IMAGE_ALIGN, (size_t)(x->record * (uint64_t)slots))) {
+	if (posix_memalign((void **)&x->mem, 2u << 20, (size_t)(x->record * (uint64_t)slots))) {
 		x->mem = NULL;
 		return -ENOMEM;
 	}
+	madvise(x->mem, (size_t)(x->record * (uint64_t)slots), MADV_HUGEPAGE);
 	x->held = malloc((size_t)slots * sizeof(*x->held));
 	x->stamp = calloc((size_t)slots, sizeof(*x->stamp));
 	x->pending = calloc((size_t)slots, sizeof(*x->pending));
