@@ -454,6 +454,10 @@ int sf_gguf_open(struct sf_gguf *g, const char *path, struct sf_err *e)
 	}
 	g->map = map;
 	g->map_size = (size_t)sb.st_size;
+	/* a hint: the row products walk several rows' pages at once (-m
+	 * Q4_0.gguf, 427-token prompt: 90 -> 107 tok/s with the file mapped
+	 * by 2 MiB pages) */
+	(void)madvise(map, g->map_size, MADV_HUGEPAGE);
 	/* so that a truncation under us is named, not a silent SIGBUS */
 	if ((ret = sf_guard_map(map, g->map_size, g->path, e))) {
 		munmap(map, g->map_size);

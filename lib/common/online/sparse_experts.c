@@ -51,7 +51,8 @@ int sparse_experts_open(struct sf_sparse *sp, int slots)
 		x->mem = NULL;
 		return -ENOMEM;
 	}
-	madvise(x->mem, (size_t)(x->record * (uint64_t)slots), MADV_HUGEPAGE);
+	/* a hint: the row products walk four rows' pages at once */
+	(void)madvise(x->mem, (size_t)(x->record * (uint64_t)slots), MADV_HUGEPAGE);
 	x->held = malloc((size_t)slots * sizeof(*x->held));
 	x->stamp = calloc((size_t)slots, sizeof(*x->stamp));
 	x->pending = calloc((size_t)slots, sizeof(*x->pending));
