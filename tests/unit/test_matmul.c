@@ -23,6 +23,7 @@ static void fill(void *w, enum sf_dtype dt, size_t n, uint64_t *seed)
 		case SF_DTYPE_F16: ((uint16_t *)w)[i] = sf_f32_to_f16(f); break;
 		case SF_DTYPE_BF16: ((uint16_t *)w)[i] = sf_f32_to_bf16(f); break;
 		case SF_DTYPE_Q8:
+		case SF_DTYPE_Q6:
 		case SF_DTYPE_Q4: break;	/* block dtypes: test_quant */
 		}
 	}
