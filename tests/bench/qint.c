@@ -17,7 +17,8 @@
  *       times a pass of T tokens (the prompt's), every token on every
  *       column, and leaves out the float path. --ldy N puts a token's
  *       outputs N floats apart (default the rows): 2,048 rows at --ldy
- *       2048 against 2064 shows what a 4 KiB stride costs a pass. */
+ *       2048 against 2064 shows what a 4 KiB stride costs a pass.
+ *       SF_ISA=avx2 (or ref) times that level's kernels. */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +97,13 @@ int main(int argc, char **argv)
 		case 'y': ldy = strtoull(optarg, NULL, 10); break;
 		default: fprintf(stderr, "usage: see the file's comment\n"); return 2;
 		}
+	}
+	/* SF_ISA=avx2 (or ref) times a sibling on a machine that has more */
+	enum sf_isa isa;
+	const char *isa_name = getenv("SF_ISA");
+	if (isa_name && (sf_isa_parse(isa_name, &isa) || sf_cpu_use(isa))) {
+		fprintf(stderr, "qint: SF_ISA=%s: not a level this machine has\n", isa_name);
+		return 2;
 	}
 	ldy = ldy > rows ? ldy : rows;
 	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), mat = cb * cols;
