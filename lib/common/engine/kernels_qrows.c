@@ -136,27 +136,30 @@ void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, 
 #define INL static inline __attribute__((always_inline))
 
 // ----------------------------------------------------------------------------
-// AVX2: a block's 32 codes as unsigned bytes (q8: their absolute values,
-// the signs moved onto the inputs), vpmaddubsw and vpmaddwd give the eight
-// runs' sums; blocks alternate between two vectors of sums
+// AVX2: a block's 32 codes as signed bytes (less their bias), their
+// absolute values times the inputs given their signs by vpmaddubsw, then
+// vpmaddwd, give the eight runs' sums; blocks alternate between two
+// vectors of sums
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 
-/* Block b's codes plus sf_q_bias (q4, q6), or their absolute values (q8). */
+/* Block b's codes less sf_q_bias, as signed bytes. */
 INL T256 __m256i qr_unpack256(const uint8_t *c, enum sf_dtype dt)
 {
 	if (dt == SF_DTYPE_Q8)
-		return _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)c));
+		return _mm256_loadu_si256((const __m256i *)c);
 	__m128i v = _mm_loadu_si128((const __m128i *)c);
 	__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
 				     _mm256_set1_epi8(15));
-	if (dt == SF_DTYPE_Q4)
-		return u;
-	int64_t h;
-	memcpy(&h, c + 16, 8);
-	__m256i hi = _mm256_srlv_epi64(_mm256_set1_epi64x(h), _mm256_setr_epi64x(0, 2, 4, 6));
-	hi = _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(3)), 4);
-	return _mm256_or_si256(u, hi);
+	if (dt == SF_DTYPE_Q6) {
+		int64_t h;
+		memcpy(&h, c + 16, 8);
+		__m256i hi = _mm256_srlv_epi64(_mm256_set1_epi64x(h),
+					       _mm256_setr_epi64x(0, 2, 4, 6));
+		u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(3)),
+							 4));
+	}
+	return _mm256_sub_epi8(u, _mm256_set1_epi8((char)sf_q_bias(dt)));
 }
 
 INL T256 float qr_reduce256(__m256 a0, __m256 a1)
@@ -167,36 +170,44 @@ INL T256 float qr_reduce256(__m256 a0, __m256 a1)
 	return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
+/* One row for the nt tokens: eight blocks' scales times each token's
+ * input scales at a time (the _ref's products), then per block and
+ * token one integer dot product, exact: each |code - bias| * |q| pair
+ * stays below 2^15. */
 INL T256 void qr_row256(float *y, size_t ldy, const uint8_t *row, enum sf_dtype dt,
 			size_t cols, const struct qr_input *in, size_t nt)
 {
 	const size_t nb = cols / SF_QBLOCK;
-	const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8((char)sf_q_bias(dt));
+	const __m256i ones = _mm256_set1_epi16(1);
 	__m256 acc[QR_TOKENS][2];
+	float s8[QR_TOKENS][8];
 
 	for (size_t t = 0; t < nt; t++)
 		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-	for (size_t b = 0; b < nb; b++) {
-		const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
-		/* the rows stream: ask for the bytes a row ahead */
-		_mm_prefetch((const char *)c + QR_AHEAD, _MM_HINT_T0);
-		__m256i u = qr_unpack256(c, dt);
-		float ws = sf_quant_scale(row, b);
-		for (size_t t = 0; t < nt; t++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(in->q + t * cols +
-									   b * SF_QBLOCK));
-			__m256i isum;
-			if (dt == SF_DTYPE_Q8) {
-				__m256i w = _mm256_loadu_si256((const __m256i *)c);
-				isum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(q, w)),
-							 ones);
-			} else {
-				isum = _mm256_sub_epi32(
-					_mm256_madd_epi16(_mm256_maddubs_epi16(u, q), ones),
-					_mm256_madd_epi16(_mm256_maddubs_epi16(bias, q), ones));
+	for (size_t b0 = 0; b0 < nb; b0 += 8) {
+		size_t n8 = nb - b0 < 8 ? nb - b0 : 8;
+		__m256i k8 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n8),
+						_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		/* past the last scale the load reads codes (the row goes on),
+		 * in lanes no block uses */
+		__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sf_q_scale_at(row, b0)));
+		for (size_t t = 0; t < nt; t++)
+			_mm256_storeu_ps(s8[t], _mm256_mul_ps(ws, _mm256_maskload_ps(
+							in->d + t * nb + b0, k8)));
+		for (size_t i = 0; i < n8; i++) {
+			size_t b = b0 + i;
+			const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
+			/* the rows stream: ask for the bytes a row ahead */
+			_mm_prefetch((const char *)c + QR_AHEAD, _MM_HINT_T0);
+			__m256i w = qr_unpack256(c, dt), aw = _mm256_abs_epi8(w);
+			for (size_t t = 0; t < nt; t++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(in->q + t * cols +
+										   b * SF_QBLOCK));
+				__m256i isum = _mm256_madd_epi16(
+					_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q, w)), ones);
+				acc[t][b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+								_mm256_set1_ps(s8[t][i]), acc[t][b % 2]);
 			}
-			__m256 s = _mm256_set1_ps(ws * in->d[t * nb + b]);
-			acc[t][b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc[t][b % 2]);
 		}
 	}
 	for (size_t t = 0; t < nt; t++)
