@@ -180,7 +180,8 @@ static const struct sf_opt options[] = {
 	{ "read-log", OPT_READ_LOG, "FILE", "write every read as a line 'PASS OFFSET LENGTH'\n"
 	  "to FILE, to replay on the device", NULL, SPARSE },
 	{ "prefetch", OPT_PREFETCH, "N", "groups whose reads start while the one before\n"
-	  "computes, a read buffer each; 0: none (default %s)", SF_STR(SF_SPARSE_PREFETCH), SPARSE },
+	  "computes, a read buffer each, and a mixture's next\n"
+	  "layer's guessed experts; 0: none (default %s)", SF_STR(SF_SPARSE_PREFETCH), SPARSE },
 	{ "prefetch-predict", OPT_PREDICT, "P", "what --prefetch reads of groups whose selection\n"
 	  "is not known yet: none, residual (attn_in and ffn_in\n"
 	  "from the residual stream) or all (also attn_out and\n"

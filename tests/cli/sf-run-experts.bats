@@ -92,12 +92,19 @@ gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
 	[ "$(gen "$D/mix.sfimg")" = "$(gen -m "$D/mix")" ]
 }
 
-@test "--stats: each pick a hit or a read; every expert read once with room for all; without a cache the picks of a token, each pass" {
+@test "--stats: each pick a hit or a read; every expert read once with room for all, ahead or when picked; without a cache the picks of a token, each pass" {
 	need_direct
 	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --cache-ratio 1 --stats "$D/all.json" \
 		"$D/mixr.sfimg" > /dev/null
 	jq -e '.experts | .count == 4 and .used == 2 and .slots == 8 and .hits + .misses == .uses
-		and .misses == 8 and .bytes_read == 8 * .record_bytes and .hit_rate > 0.5' "$D/all.json"
+		and .misses + .read_ahead == 8 and .bytes_read == 8 * .record_bytes
+		and .read_ahead > 0 and .read_ahead_used <= .read_ahead and .hit_rate > 0.5
+		and .ahead_precision == .read_ahead_used / .read_ahead
+		and .ahead_recall > 0 and .ahead_recall <= 1' "$D/all.json"
+	# --prefetch 0: no reads ahead, each expert read when first picked
+	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --cache-ratio 1 --prefetch 0 \
+		--stats "$D/none.json" "$D/mixr.sfimg" > /dev/null
+	jq -e '.experts | .read_ahead == 0 and .misses == 8 and .ahead_recall == 0' "$D/none.json"
 	# no --ram, no --cache-ratio: no cache, a slot for each of a token's picks
 	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --stats "$D/two.json" "$D/mixr.sfimg" > /dev/null
 	jq -e '.experts | .slots == 2 and .hits + .misses == .uses and .misses > 8' "$D/two.json"

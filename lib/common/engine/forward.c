@@ -67,7 +67,7 @@ uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_
 {
 	struct state_sizes z = state_sizes(c, o->seq_len, o->batch, logit_rows(o));
 	uint64_t floats = 3 * z.dim + 2 * z.q + 2 * z.kv + 3 * z.hidden + z.att + z.vocab + z.rope +
-			  2 * z.experts + 2 * z.moe_dim + z.shared;
+			  3 * z.experts + 2 * z.moe_dim + z.shared;
 	return floats * sizeof(float) + z.moe_tok * sizeof(int);
 }
 
@@ -158,6 +158,7 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	if (c->n_experts) {
 		s->router = calloc(z.experts, sizeof(float));
 		s->route = calloc(z.experts, sizeof(float));
+		s->route_ahead = calloc(z.experts, sizeof(float));
 		s->moe_in = calloc(z.moe_dim, sizeof(float));
 		s->moe_out = calloc(z.moe_dim, sizeof(float));
 		s->moe_tok = calloc(z.moe_tok, sizeof(int));
@@ -166,7 +167,7 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		s->shared_gate = calloc(z.shared, sizeof(float));
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
-	    !s->inv_freq || (c->n_experts && (!s->router || !s->route || !s->moe_in ||
+	    !s->inv_freq || (c->n_experts && (!s->router || !s->route || !s->route_ahead || !s->moe_in ||
 					      !s->moe_out || !s->moe_tok)) ||
 	    (c->shared_hidden_dim && !s->shared_gate)) {
 		uint64_t bytes = sf_state_buffer_bytes(c, o) + sf_state_kv_bytes(c, seq_len, k, v);
@@ -197,6 +198,7 @@ void sf_state_free(struct sf_runstate *s)
 	free(s->att);
 	free(s->router);
 	free(s->route);
+	free(s->route_ahead);
 	free(s->moe_in);
 	free(s->moe_out);
 	free(s->moe_tok);
@@ -517,8 +519,38 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
  * the pass), each token's floats those it would get alone. A picked
  * expert whose weight underflowed to 0 adds nothing, and is skipped.
  * Layer l's experts come from s->exec when it gives them (from flash). */
+/* The next layer's likeliest expert of each token guessed for the exec
+ * (experts_ahead): its router on the residual x (T, dim) normed by its
+ * FFN norm, the residual its FFN will see but for this layer's FFN and
+ * its attention. One guess a token: on the Mixtral shape's random model
+ * the top one was picked 82-84% of the times, the top two 69% (each
+ * wrong guess a record read for nothing). s->moe_in and s->router serve
+ * as scratch before this layer's experts run. */
+#define AHEAD_PICKS 1
+static void guess_ahead(const struct sf_config *c, struct sf_runstate *s,
+			const struct sf_layer_weights *next, int l, int T)
+{
+	size_t dim = (size_t)c->dim, ne = (size_t)c->n_experts;
+
+	for (int t = 0; t < T; t++)
+		sf_rmsnorm(s->moe_in + t * dim, s->x + t * dim, next->ffn_norm.data,
+			   next->ffn_norm.dtype, dim, c->norm_eps);
+	{
+		float *y[] = { s->router };
+		const struct sf_weight *mw[] = { &next->router };
+		sf_group_dense_batch(s->pool, s->moe_in, dim, T, 1, y, mw);
+	}
+	for (int t = 0; t < T; t++) {
+		sf_softmax(s->router + t * ne, ne);
+		route_top_k(s->route_ahead + t * ne, s->router + t * ne, c->n_experts,
+			    AHEAD_PICKS, c->norm_topk);
+	}
+	s->exec->experts_ahead(s->exec->ctx, l + 1, s->route_ahead, T);
+}
+
 static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
-		    const struct sf_layer_weights *w, int l, int T)
+		    const struct sf_layer_weights *w, const struct sf_layer_weights *next, int l,
+		    int T)
 {
 	size_t dim = (size_t)c->dim, ne = (size_t)c->n_experts;
 	int shared = w->shared_gate.data != NULL;
@@ -537,6 +569,8 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
 	if (s->exec && s->exec->experts)
 		s->exec->experts(s->exec->ctx, l, s->route, T);
+	if (s->exec && s->exec->experts_ahead && next)
+		guess_ahead(c, s, next, l, T);
 	for (size_t e = 0; e < ne; e++) {
 		const struct sf_expert_weights *xw = &w->experts[e];
 		int n = 0;
@@ -658,7 +692,7 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
 			   w->ffn_norm.dtype, dim, c->norm_eps);
 	if (c->n_experts) {
-		moe_ffn(c, s, w, l, T);
+		moe_ffn(c, s, w, l + 1 < c->n_layers ? &m->layers[l + 1] : NULL, l, T);
 	} else {
 		{
 			float *y[] = { s->gate, s->up };

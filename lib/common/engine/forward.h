@@ -50,6 +50,11 @@ struct sf_group_exec {
 	 * after the pass, and the expert adds nothing. */
 	void (*experts)(void *ctx, int layer, const float *route, int T);
 	const struct sf_expert_weights *(*expert)(void *ctx, int layer, int x);
+	/* NULL, or: given before a layer's experts run, a guess at the next
+	 * layer's picks (layer, the next one's index; route as experts',
+	 * each token's likeliest expert there), so that their reads can
+	 * start while this layer computes */
+	void (*experts_ahead)(void *ctx, int layer, const float *route, int T);
 	void *ctx;
 	int tokens;
 };
@@ -86,6 +91,8 @@ struct sf_runstate {
 	float *router;		/* (batch, n_experts) router logits, then probabilities */
 	float *route;		/* (batch, n_experts) renormalised weight of a picked
 				 * expert, 0 for the others */
+	float *route_ahead;	/* (batch, n_experts) the same, guessed for the next
+				 * layer's likeliest (exec->experts_ahead) */
 	float *moe_in;		/* (batch, dim) the normed x of one expert's tokens */
 	float *moe_out;		/* (batch, dim) their outputs of that expert */
 	int *moe_tok;		/* (batch) which tokens of the pass they are */

@@ -1,14 +1,15 @@
 /* A mixture's routed experts from flash (sparse_impl.h): the forward
- * pass's struct sf_group_exec experts/expert hooks. Per layer and pass
- * the router's picks are known before any expert runs: each picked
- * expert is looked up in the RAM slots, and those missing are read
- * whole (one record, in requests of at most --read-size) into the slots
- * victim() gives, all in flight at once; each expert is then
+ * pass's struct sf_group_exec experts/expert/experts_ahead hooks. Per
+ * layer and pass the router's picks are known before any expert runs:
+ * each picked expert is looked up in the RAM slots, and those missing
+ * are read whole (one record, in requests of at most --read-size) into
+ * the slots victim() gives, all in flight at once; each expert is then
  * computed, in expert order, as soon as its record has arrived, once
- * for all the tokens of the pass routed to it. An expert is the cache's
- * unit: a slot holds one record, byte for byte the image's, so its
- * products are the dense engine's. With --simulate the records are
- * those of the flash regions in RAM. man/sf-run.1. */
+ * for all the tokens of the pass routed to it. With --prefetch, the
+ * next layer's guessed picks are read too while this layer computes. An
+ * expert is the cache's unit: a slot holds one record, byte for byte the
+ * image's, so its products are the dense engine's. With --simulate the
+ * records are those of the flash regions in RAM. man/sf-run.1. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +39,13 @@ int sparse_experts_open(struct sf_sparse *sp, int slots)
 	x->layers = img->cfg.n_layers;
 	x->record = img->experts.record_bytes;
 	x->slots = slots;
+	x->ahead_layer = -1;
 	sp->exec.experts = sparse_experts_plan;
 	sp->exec.expert = sparse_expert;
+	if (slots && sf_sparse_prefetch(sp) > 0)
+		sp->exec.experts_ahead = sparse_experts_ahead;
 	if (!(x->slot_of = malloc(ids * sizeof(*x->slot_of))) ||
-	    !(x->picked = calloc((size_t)x->n, 1)))
+	    !(x->picked = calloc((size_t)x->n, 1)) || !(x->ahead = calloc((size_t)x->n, 1)))
 		return -ENOMEM;
 	for (size_t i = 0; i < ids; i++)
 		x->slot_of[i] = -1;
@@ -71,6 +75,7 @@ void sparse_experts_close(struct sf_sparse *sp)
 	free(sp->xp.pending);
 	free(sp->xp.slot_of);
 	free(sp->xp.picked);
+	free(sp->xp.ahead);
 }
 
 /* Slot s forgets its expert. */
@@ -143,7 +148,8 @@ static int evict_latest(struct sf_sparse *sp, int l, int e)
 	return best < 0 ? -ENOBUFS : best;
 }
 
-/* Expert x of layer l into slot s: its record's reads queued. */
+/* Expert x of layer l into slot s: its record's reads queued (those of
+ * the slot's last record, read ahead and not picked, done first). */
 static int read_into(struct sf_sparse *sp, int s, int l, int e)
 {
 	struct sparse_experts *x = &sp->xp;
@@ -151,6 +157,9 @@ static int read_into(struct sf_sparse *sp, int s, int l, int e)
 	uint64_t off, len;
 	int ret;
 
+	while (x->pending[s])
+		if ((ret = sparse_reap(sp, 1)))
+			return ret;
 	forget(x, s);
 	sf_image_expert_range(sp->img, l, e, &off, &len);
 	if ((ret = sparse_read_record(sp, (uint32_t)s, x->mem + (uint64_t)s * x->record, off, len,
@@ -159,7 +168,6 @@ static int read_into(struct sf_sparse *sp, int s, int l, int e)
 	x->held[s] = id;
 	x->slot_of[id] = s;
 	x->stamp[s] = ++x->clock;
-	x->misses++;
 	x->bytes += len;
 	sp->st.bytes_needed += len;
 	return 0;
@@ -185,8 +193,15 @@ void sparse_experts_plan(void *ctx, int l, const float *route, int T)
 				x->tokens_routed++;
 				x->picked[e] = 1;
 			}
-	for (int e = 0; e < x->n; e++)
+	for (int e = 0; e < x->n; e++) {
+		int held = x->slot_of[(long)l * x->n + e] >= 0;
 		x->uses += x->picked[e];
+		if (x->ahead_layer == l && x->picked[e]) {
+			x->ahead_used += x->ahead[e] && held;
+			x->ahead_missed += !held;
+		}
+	}
+	x->ahead_layer = -1;
 	if (sp->failed || !x->slots)
 		return;
 	/* hits stay; misses take the slots victim() gives, in expert order
@@ -207,8 +222,43 @@ void sparse_experts_plan(void *ctx, int l, const float *route, int T)
 			fail(sp, ret);
 			return;
 		}
+		x->misses++;
 	}
 	if ((ret = sparse_submit(sp)))
+		fail(sp, ret);
+}
+
+/* Layer l's guessed picks (route as the plan's) not held read into the
+ * slots victim() gives for the layer before, whose picks still to run
+ * keep theirs, after its own reads: they start while it computes. */
+void sparse_experts_ahead(void *ctx, int l, const float *route, int T)
+{
+	struct sf_sparse *sp = ctx;
+	struct sparse_experts *x = &sp->xp;
+	int ret, queued = 0;
+
+	memset(x->ahead, 0, (size_t)x->n);
+	x->ahead_layer = l;
+	if (sp->failed)
+		return;
+	for (int e = 0; e < x->n; e++) {
+		long id = (long)l * x->n + e;
+		int s, guessed = 0;
+		for (int t = 0; t < T && !guessed; t++)
+			guessed = route[(size_t)t * (size_t)x->n + (size_t)e] != 0.0f;
+		if (!guessed || x->slot_of[id] >= 0)
+			continue;
+		if ((s = victim(x, l - 1)) < 0)
+			break;
+		if ((ret = read_into(sp, s, l, e))) {
+			fail(sp, ret);
+			return;
+		}
+		x->ahead[e] = 1;
+		x->ahead_reads++;
+		queued = 1;
+	}
+	if (queued && (ret = sparse_submit(sp)))
 		fail(sp, ret);
 }
 
@@ -228,11 +278,13 @@ const struct sf_expert_weights *sparse_expert(void *ctx, int l, int e)
 		rec = sp->io.flash + (off - sp->io.flash_base);
 	} else {
 		/* not read ahead for want of slots: the ones before it are done */
-		if ((s = x->slot_of[id]) < 0 &&
-		    (((s = victim(x, l)) < 0 && (s = evict_latest(sp, l, e)) < 0) ||
-		     (ret = read_into(sp, s, l, e)) || (ret = sparse_submit(sp)))) {
-			fail(sp, s < 0 ? s : ret);
-			return NULL;
+		if ((s = x->slot_of[id]) < 0) {
+			if (((s = victim(x, l)) < 0 && (s = evict_latest(sp, l, e)) < 0) ||
+			    (ret = read_into(sp, s, l, e)) || (ret = sparse_submit(sp))) {
+				fail(sp, s < 0 ? s : ret);
+				return NULL;
+			}
+			x->misses++;
 		}
 		while (x->pending[s])
 			if ((ret = sparse_reap(sp, 1))) {
@@ -256,7 +308,10 @@ json_t *sparse_experts_json(const struct sf_sparse *sp, double per)
 	const struct sparse_experts *x = &sp->xp;
 	uint64_t looked = x->hits + x->misses;
 
-	return json_pack("{s:i, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f}",
+	uint64_t wanted = x->ahead_used + x->ahead_missed;
+
+	return json_pack("{s:i, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f,"
+			 " s:I, s:I, s:f, s:f}",
 			 "count", x->n, "used", sp->img->cfg.n_experts_used,
 			 "record_bytes", (json_int_t)x->record, "slots", x->slots,
 			 "uses", (json_int_t)x->uses, "tokens_routed", (json_int_t)x->tokens_routed,
@@ -264,5 +319,10 @@ json_t *sparse_experts_json(const struct sf_sparse *sp, double per)
 			 "hit_rate", looked ? (double)x->hits / (double)looked : 0.0,
 			 "bytes_read", (json_int_t)x->bytes,
 			 "reads_per_token", (double)x->misses * per,
-			 "uses_per_token", (double)x->uses * per);
+			 "uses_per_token", (double)x->uses * per,
+			 "read_ahead", (json_int_t)x->ahead_reads,
+			 "read_ahead_used", (json_int_t)x->ahead_used,
+			 "ahead_precision",
+			 x->ahead_reads ? (double)x->ahead_used / (double)x->ahead_reads : 0.0,
+			 "ahead_recall", wanted ? (double)x->ahead_used / (double)wanted : 0.0);
 }

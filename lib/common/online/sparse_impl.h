@@ -226,11 +226,15 @@ struct sparse_experts {
 	uint32_t *pending;			/* (slots) its reads not yet arrived */
 	int *slot_of;				/* (L * n) the slot holding it, or -1 */
 	uint8_t *picked;			/* (n) this pass's picks still to run */
+	uint8_t *ahead;				/* (n) read ahead for layer ahead_layer */
+	int ahead_layer;			/* -1: none */
 	uint64_t clock;
 	struct sf_expert_weights w;		/* the one handed to the forward pass */
 	/* figures: (layer, pass, expert) picks; (token, expert) routes;
-	 * picks found in a slot, picks read; bytes read */
+	 * picks found in a slot, picks read; bytes read; experts read ahead,
+	 * of them picked at their layer, picks read there though guessed for */
 	uint64_t uses, tokens_routed, hits, misses, bytes;
+	uint64_t ahead_reads, ahead_used, ahead_missed;
 };
 
 /* Timing and the --stats figures. */
@@ -383,6 +387,7 @@ int sparse_experts_open(struct sf_sparse *sp, int slots);
 void sparse_experts_close(struct sf_sparse *sp);
 void sparse_experts_plan(void *ctx, int layer, const float *route, int T);
 const struct sf_expert_weights *sparse_expert(void *ctx, int layer, int x);
+void sparse_experts_ahead(void *ctx, int layer, const float *route, int T);
 void sparse_experts_arrived(struct sf_sparse *sp, uint32_t slot);
 void sparse_experts_drain(struct sf_sparse *sp);
 json_t *sparse_experts_json(const struct sf_sparse *sp, double per);
