@@ -25,7 +25,10 @@
 # the default cgroup is 25% of the q4 image.
 # Every shape also runs sf-run --model on llama.cpp's Q4_0 file in RAM.
 # Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
-# averaged over its threads, expert_hit: a mixture's expert cache hit rate) and summary.json (medians and the
+# averaged over its threads; expert_hit, ahead_precision, ahead_recall: a
+# mixture's expert cache hit rate, and the share of its next layer's
+# experts read ahead that were picked, and of the picks not held that were
+# read ahead) and summary.json (medians and the
 # issue's ratios) under SF_BENCH_OUT; prints the table.
 #   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
@@ -113,7 +116,7 @@ sf() {	# RAM ARGS...: sf-run, capped by RAM (0: not)
 	shift
 	local cmd=(sf-run "$@" -f "$text" -n "$NGEN" --temp 0 --ignore-eos -t "$THREADS" --bench)
 	if [ "$ram" = 0 ]; then "${cmd[@]}"; else capped "$ram" "${cmd[@]}"; fi 2>/dev/null |
-		jq -r '"\(.pp),\(.tg),\(.decode_busy | add / length),\(.experts.hit_rate // "")"'
+		jq -r '"\(.pp),\(.tg),\(.decode_busy | add / length),\(.experts.hit_rate // ""),\(.experts.ahead_precision // ""),\(.experts.ahead_recall // "")"'
 }
 lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 	local ram=$1 r
@@ -124,8 +127,8 @@ lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 		r=$(capped "$ram" "$LLAMACPP_BIN" $(llamacpp_opts) decode "$1" "$THREADS" "$NGEN" \
 			"$scratch/ids.json" 2>/dev/null) || r=
 	fi
-	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second),,"' <<< "$r" ||
-		echo "0,0,,"
+	[ -n "$r" ] && jq -r '"\(.prompt_tokens_per_second),\(.decode_tokens_per_second),,,,"' <<< "$r" ||
+		echo "0,0,,,,"
 }
 
 configs=()
@@ -163,7 +166,7 @@ run_config() {	# WHERE NAME
 	esac
 }
 
-echo "config,where,round,pp,tg,busy,expert_hit" > "$out/runs.csv"
+echo "config,where,round,pp,tg,busy,expert_hit,ahead_precision,ahead_recall" > "$out/runs.csv"
 : > "$out/device.csv"
 for r in $(seq 1 "$REPEATS"); do
 	if [[ " $PARTS " == *" cgroup "* ]]; then
@@ -198,14 +201,17 @@ med() {	# NAME WHERE COLUMN(4 pp, 5 tg, 6 busy: sf-run's threads' mean share of 
 		set -- $c
 		b=$(med "$2" "$1" 6)
 		h=$(med "$2" "$1" 7)
-		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5), \"busy\": ${b:-null}, \"expert_hit\": ${h:-null}}"
+		ap=$(med "$2" "$1" 8)
+		ar=$(med "$2" "$1" 9)
+		echo "$sep{\"config\": \"$2\", \"where\": \"$1\", \"pp\": $(med "$2" "$1" 4), \"tg\": $(med "$2" "$1" 5), \"busy\": ${b:-null}, \"expert_hit\": ${h:-null}, \"ahead_precision\": ${ap:-null}, \"ahead_recall\": ${ar:-null}}"
 		sep=,
 	done
 	echo "]}"
 } > "$out/summary.json"
 jq -r '.medians[] | [.where, .config, (.pp * 10 | round / 10), (.tg * 100 | round / 100),
 	(if .busy then "busy \(.busy * 100 | round)%" else "" end),
-	(if .expert_hit then "expert hits \(.expert_hit * 100 | round)%" else "" end)] | @tsv' \
+	(if .expert_hit then "expert hits \(.expert_hit * 100 | round)%" else "" end),
+	(if .ahead_precision then "read ahead: precision \(.ahead_precision * 100 | round)%, recall \(.ahead_recall * 100 | round)%" else "" end)] | @tsv' \
 	"$out/summary.json" | column -t
 ratio() {	# WHERE A B COLUMN: median A over median B
 	jq -r --arg w "$1" --arg a "$2" --arg b "$3" --arg c "$4" '
