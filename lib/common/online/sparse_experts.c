@@ -13,8 +13,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "base/alloc.h"
 #include "online/sparse_impl.h"
 
 uint64_t sparse_experts_bytes(const struct sf_image *img, int slots)
@@ -51,12 +51,9 @@ int sparse_experts_open(struct sf_sparse *sp, int slots)
 		x->slot_of[i] = -1;
 	if (!slots)
 		return 0;	/* --simulate: the records are in the flash copy */
-	if (posix_memalign((void **)&x->mem, 2u << 20, (size_t)(x->record * (uint64_t)slots))) {
-		x->mem = NULL;
+	/* huge pages: the row products walk four rows' pages at once */
+	if (!(x->mem = sf_alloc_large((size_t)(x->record * (uint64_t)slots), SF_IMAGE_ALIGN)))
 		return -ENOMEM;
-	}
-	/* a hint: the row products walk four rows' pages at once */
-	(void)madvise(x->mem, (size_t)(x->record * (uint64_t)slots), MADV_HUGEPAGE);
 	x->held = malloc((size_t)slots * sizeof(*x->held));
 	x->stamp = calloc((size_t)slots, sizeof(*x->stamp));
 	x->pending = calloc((size_t)slots, sizeof(*x->pending));

@@ -12,8 +12,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "base/alloc.h"
 #include "engine/kernels_q.h"
 #include "online/sparse_impl.h"
 
@@ -82,15 +82,11 @@ int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e)
 
 	if (!sp->slab.groups)
 		return 0;
+	/* huge pages: the kernels stream the slabs (TLB misses) */
 	if (!(sp->slab.mat = calloc(ng * SF_GROUP_MAX_MATRICES, sizeof(*sp->slab.mat))) ||
-	    posix_memalign((void **)&sp->slab.mem, 2u << 20, (size_t)bytes)) {
-		sp->slab.mem = NULL;
+	    !(sp->slab.mem = sf_alloc_large((size_t)bytes, SF_IMAGE_ALIGN)))
 		return sf_err_set(e, -ENOMEM, "%s: %llu bytes for the groups held in RAM: %s",
 				  img->path, (unsigned long long)bytes, strerror(ENOMEM));
-	}
-#ifdef MADV_HUGEPAGE
-	madvise(sp->slab.mem, (size_t)bytes, MADV_HUGEPAGE);	/* a hint: TLB misses */
-#endif
 	for (size_t gid = 0; gid < ng; gid++) {
 		const struct sf_image_group *G = &img->groups[gid];
 		struct sf_slab *s = sp->slab.mat + gid * SF_GROUP_MAX_MATRICES;
