@@ -489,6 +489,18 @@ static void route_top_k(float *route, const float *p, int n, int k, int renorm)
 			route[e] /= sum;
 }
 
+/* T tokens' routes (T, n_experts), each its k likeliest experts, from
+ * their router logits (T, n_experts), made probabilities in place. */
+static void routes(const struct sf_config *c, float *route, float *logits, int k, int T)
+{
+	size_t ne = (size_t)c->n_experts;
+
+	for (int t = 0; t < T; t++) {
+		sf_softmax(logits + t * ne, ne);
+		route_top_k(route + t * ne, logits + t * ne, c->n_experts, k, c->norm_topk);
+	}
+}
+
 /* One expert's SwiGLU FFN x on the n tokens in in (n, dim): out (n, dim)
  * = down(silu(gate in) * up in), its width the rows of w_gate; s->gate,
  * s->up and s->act hold the hidden values. */
@@ -511,14 +523,6 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
 	}
 }
 
-/* s->proj (T, dim) = the sum over each token's picked experts, in expert
- * order as transformers adds them, of its route weight times the expert's
- * SwiGLU FFN of s->xb; then, in Qwen2-MoE, plus the shared expert's FFN
- * scaled by sigmoid(shared_gate xb). Only the picked experts run, each
- * once on all the tokens that picked it (its weights streamed once for
- * the pass), each token's floats those it would get alone. A picked
- * expert whose weight underflowed to 0 adds nothing, and is skipped.
- * Layer l's experts come from s->exec when it gives them (from flash). */
 /* The next layer's likeliest expert of each token guessed for the exec
  * (experts_ahead): its router on the residual x (T, dim) normed by its
  * FFN norm, the residual its FFN will see but for this layer's FFN and
@@ -530,7 +534,7 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
 static void guess_ahead(const struct sf_config *c, struct sf_runstate *s,
 			const struct sf_layer_weights *next, int l, int T)
 {
-	size_t dim = (size_t)c->dim, ne = (size_t)c->n_experts;
+	size_t dim = (size_t)c->dim;
 
 	for (int t = 0; t < T; t++)
 		sf_rmsnorm(s->moe_in + t * dim, s->x + t * dim, next->ffn_norm.data,
@@ -540,14 +544,19 @@ static void guess_ahead(const struct sf_config *c, struct sf_runstate *s,
 		const struct sf_weight *mw[] = { &next->router };
 		sf_group_dense_batch(s->pool, s->moe_in, dim, T, 1, y, mw);
 	}
-	for (int t = 0; t < T; t++) {
-		sf_softmax(s->router + t * ne, ne);
-		route_top_k(s->route_ahead + t * ne, s->router + t * ne, c->n_experts,
-			    AHEAD_PICKS, c->norm_topk);
-	}
+	routes(c, s->route_ahead, s->router, AHEAD_PICKS, T);
 	s->exec->experts_ahead(s->exec->ctx, l + 1, s->route_ahead, T);
 }
 
+/* s->proj (T, dim) = the sum over each token's picked experts, in expert
+ * order as transformers adds them, of its route weight times the expert's
+ * SwiGLU FFN of s->xb; then, in Qwen2-MoE, plus the shared expert's FFN
+ * scaled by sigmoid(shared_gate xb). Only the picked experts run, each
+ * once on all the tokens that picked it (its weights streamed once for
+ * the pass), each token's floats those it would get alone. A picked
+ * expert whose weight underflowed to 0 adds nothing, and is skipped.
+ * Layer l's experts come from s->exec when it gives them (from flash),
+ * which is given a guess at the next layer's (next: NULL at the last). */
 static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 		    const struct sf_layer_weights *w, const struct sf_layer_weights *next, int l,
 		    int T)
@@ -561,11 +570,7 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 		const struct sf_weight *mw[] = { &w->router, &w->shared_gate };
 		sf_group_dense_batch(s->pool, s->xb, dim, T, shared ? 2 : 1, y, mw);
 	}
-	for (int t = 0; t < T; t++) {
-		sf_softmax(s->router + t * ne, ne);
-		route_top_k(s->route + t * ne, s->router + t * ne, c->n_experts, c->n_experts_used,
-			    c->norm_topk);
-	}
+	routes(c, s->route, s->router, c->n_experts_used, T);
 	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
 	if (s->exec && s->exec->experts)
 		s->exec->experts(s->exec->ctx, l, s->route, T);
