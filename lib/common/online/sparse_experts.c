@@ -177,19 +177,30 @@ static void fail(struct sf_sparse *sp, int ret)
 	sparse_reads_drain(sp);
 }
 
+/* mark[e] = whether any of the T tokens' routes (T, n) picks expert e;
+ * returns the (token, expert) picks. */
+static uint64_t picks_of(const struct sparse_experts *x, const float *route, int T,
+			 uint8_t *mark)
+{
+	uint64_t routed = 0;
+
+	memset(mark, 0, (size_t)x->n);
+	for (int t = 0; t < T; t++)
+		for (int e = 0; e < x->n; e++)
+			if (route[(size_t)t * (size_t)x->n + (size_t)e] != 0.0f) {
+				routed++;
+				mark[e] = 1;
+			}
+	return routed;
+}
+
 void sparse_experts_plan(void *ctx, int l, const float *route, int T)
 {
 	struct sf_sparse *sp = ctx;
 	struct sparse_experts *x = &sp->xp;
 	int ret;
 
-	memset(x->picked, 0, (size_t)x->n);
-	for (int t = 0; t < T; t++)
-		for (int e = 0; e < x->n; e++)
-			if (route[(size_t)t * (size_t)x->n + (size_t)e] != 0.0f) {
-				x->tokens_routed++;
-				x->picked[e] = 1;
-			}
+	x->tokens_routed += picks_of(x, route, T, x->picked);
 	for (int e = 0; e < x->n; e++) {
 		int held = x->slot_of[(long)l * x->n + e] >= 0;
 		x->uses += x->picked[e];
@@ -234,28 +245,25 @@ void sparse_experts_ahead(void *ctx, int l, const float *route, int T)
 	struct sparse_experts *x = &sp->xp;
 	int ret, queued = 0;
 
-	memset(x->ahead, 0, (size_t)x->n);
+	picks_of(x, route, T, x->ahead);	/* then only those read ahead */
 	x->ahead_layer = l;
-	if (sp->failed)
-		return;
 	for (int e = 0; e < x->n; e++) {
 		long id = (long)l * x->n + e;
-		int s, guessed = 0;
-		for (int t = 0; t < T && !guessed; t++)
-			guessed = route[(size_t)t * (size_t)x->n + (size_t)e] != 0.0f;
-		if (!guessed || x->slot_of[id] >= 0)
+		int s;
+		if (!x->ahead[e])
 			continue;
-		if ((s = victim(x, l - 1)) < 0)
-			break;
+		x->ahead[e] = 0;
+		if (sp->failed || x->slot_of[id] >= 0 || (s = victim(x, l - 1)) < 0)
+			continue;
 		if ((ret = read_into(sp, s, l, e))) {
 			fail(sp, ret);
-			return;
+			continue;
 		}
 		x->ahead[e] = 1;
 		x->ahead_reads++;
 		queued = 1;
 	}
-	if (queued && (ret = sparse_submit(sp)))
+	if (queued && !sp->failed && (ret = sparse_submit(sp)))
 		fail(sp, ret);
 }
 
