@@ -58,6 +58,7 @@ gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
 	[ "$(nll -b 7 -t 1 "$D/mixr.sfimg")" = "$dense" ]
 	[ "$(nll -b 7 --cache-ratio 0.25 "$D/mixr.sfimg")" = "$dense" ]
 	[ "$(nll -b 3 --cache-policy none --read-size 4096 "$D/mixr.sfimg")" = "$dense" ]
+	[ "$(nll -b 7 --ram 200M "$D/mixr.sfimg")" = "$dense" ]
 	[ "$(gen "$D/mixr.sfimg")" = "$(gen -m "$D/mix")" ]
 }
 
@@ -92,7 +93,7 @@ gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
 	[ "$(gen "$D/mix.sfimg")" = "$(gen -m "$D/mix")" ]
 }
 
-@test "--stats: each pick a hit or a read; every expert read once with room for all, ahead or when picked; without a cache the picks of a token, each pass" {
+@test "--stats: each pick a hit or a read; every expert read once with room for all, ahead or when picked, or at start with --ram alone; without a cache the picks of a token, each pass" {
 	need_direct
 	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --cache-ratio 1 --stats "$D/all.json" \
 		"$D/mixr.sfimg" > /dev/null
@@ -111,6 +112,11 @@ gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
 	# a pass reads a picked expert once for all its tokens; 2 picks a token and layer
 	jq -e '.experts.misses <= .experts.uses and .experts.tokens_routed == 2 * 2 * .tokens' "$D/two.json"
 	jq -e '.memory.experts >= 2 * .experts.record_bytes' "$D/two.json"
+	# --ram with room for all: every expert read at start, none after
+	sf-run -q -b 8 --ppl "$D/text.txt" --window 64 --ram 200M --stats "$D/held.json" \
+		"$D/mixr.sfimg" > /dev/null
+	jq -e '.experts | .slots == 8 and .loaded == 8 and .misses == 0 and .hits == .uses
+		and .read_ahead == 0 and .bytes_read == 0' "$D/held.json"
 }
 
 @test "Qwen2-MoE (a gated shared expert, resident): the dense nll bit for bit with attention resident, within 2e-4 from flash; greedy tokens" {

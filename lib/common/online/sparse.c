@@ -852,6 +852,8 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 				 strerror(-ret));
 		goto out;
 	}
+	if ((ret = sparse_experts_load(sp, e)))
+		goto out;
 	if (sp->mem.pinned && (ret = load_pins(sp, e)))
 		goto out;
 	/* borrowed for the set-up only */

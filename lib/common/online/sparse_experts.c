@@ -11,6 +11,7 @@
  * image's, so its products are the dense engine's. With --simulate the
  * records are those of the flash regions in RAM. man/sf-run.1. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,36 @@ static void forget(struct sparse_experts *x, int s)
 		x->slot_of[x->held[s]] = -1;
 	x->held[s] = -1;
 	x->stamp[s] = 0;
+}
+
+/* Slot s holds expert id, used now. */
+static void bind(struct sparse_experts *x, int s, long id)
+{
+	x->held[s] = id;
+	x->slot_of[id] = s;
+	x->stamp[s] = ++x->clock;
+}
+
+int sparse_experts_load(struct sf_sparse *sp, struct sf_err *e)
+{
+	struct sparse_experts *x = &sp->xp;
+	long all = (long)x->layers * x->n;
+	int ret;
+
+	if (!x->slots || x->slots < all || !sparse_hold_whole(&sp->o))
+		return 0;
+	for (long id = 0; id < all; id++) {
+		uint64_t off, len;
+		sf_image_expert_range(sp->img, (int)(id / x->n), (int)(id % x->n), &off, &len);
+		if ((ret = sparse_pread(sp->img, x->mem + (uint64_t)id * x->record, len, off, e)))
+			return ret;
+		/* read once: not worth the page cache's room */
+		posix_fadvise(sp->img->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+		bind(x, (int)id, id);
+	}
+	x->loaded = (uint64_t)all;
+	sp->exec.experts_ahead = NULL;	/* nothing left to read */
+	return 0;
 }
 
 void sparse_experts_drain(struct sf_sparse *sp)
@@ -162,9 +193,7 @@ static int read_into(struct sf_sparse *sp, int s, int l, int e)
 	if ((ret = sparse_read_record(sp, (uint32_t)s, x->mem + (uint64_t)s * x->record, off, len,
 				      &x->pending[s])))
 		return ret;
-	x->held[s] = id;
-	x->slot_of[id] = s;
-	x->stamp[s] = ++x->clock;
+	bind(x, s, id);
 	x->bytes += len;
 	sp->st.bytes_needed += len;
 	return 0;
@@ -315,10 +344,11 @@ json_t *sparse_experts_json(const struct sf_sparse *sp, double per)
 
 	uint64_t wanted = x->ahead_used + x->ahead_missed;
 
-	return json_pack("{s:i, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f,"
+	return json_pack("{s:i, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f,"
 			 " s:I, s:I, s:f, s:f}",
 			 "count", x->n, "used", sp->img->cfg.n_experts_used,
 			 "record_bytes", (json_int_t)x->record, "slots", x->slots,
+			 "loaded", (json_int_t)x->loaded,
 			 "uses", (json_int_t)x->uses, "tokens_routed", (json_int_t)x->tokens_routed,
 			 "hits", (json_int_t)x->hits, "misses", (json_int_t)x->misses,
 			 "hit_rate", looked ? (double)x->hits / (double)looked : 0.0,

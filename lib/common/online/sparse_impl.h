@@ -235,6 +235,7 @@ struct sparse_experts {
 	 * of them picked at their layer, picks read there though guessed for */
 	uint64_t uses, tokens_routed, hits, misses, bytes;
 	uint64_t ahead_reads, ahead_used, ahead_missed;
+	uint64_t loaded;			/* experts read at open */
 };
 
 /* Timing and the --stats figures. */
@@ -357,6 +358,13 @@ static inline int sparse_arrived(const struct iobuf *b, uint64_t off, uint64_t l
 int sparse_pread(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
 		 struct sf_err *e);
 
+/* Whether --ram's room holds groups whole and, with a slot for each, every
+ * expert, read at open: a budget with no --cache-ratio or --pin. */
+static inline int sparse_hold_whole(const struct sf_sparse_opts *o)
+{
+	return o->ram && !o->simulate && o->cache_ratio < 0 && !o->pin;
+}
+
 /* sparse_slab.c: the groups to hold in room bytes (marked in slab.held,
  * their top-tier bytes and entries taken from offloaded and entries, per
  * group kind) and their bytes; reading them in (after the read buffers
@@ -379,11 +387,14 @@ int sparse_read_record(struct sf_sparse *sp, uint32_t slot, uint8_t *buf, uint64
 		       uint64_t len, uint32_t *pending);
 
 /* sparse_experts.c: the bytes of slots records and the lookups; set-up
- * (slots 0: --simulate's copy holds them) and the exec's hooks; a slot's
+ * (slots 0: --simulate's copy holds them); every expert read at open when
+ * it has a slot and sparse_hold_whole (the read-ahead then off); the
+ * exec's hooks; a slot's
  * request arrived; every read given up (after an error); the --stats
  * figures (per: 1 / tokens). */
 uint64_t sparse_experts_bytes(const struct sf_image *img, int slots);
 int sparse_experts_open(struct sf_sparse *sp, int slots);
+int sparse_experts_load(struct sf_sparse *sp, struct sf_err *e);
 void sparse_experts_close(struct sf_sparse *sp);
 void sparse_experts_plan(void *ctx, int layer, const float *route, int T);
 const struct sf_expert_weights *sparse_expert(void *ctx, int layer, int x);

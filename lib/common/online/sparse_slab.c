@@ -42,7 +42,7 @@ uint64_t sparse_slabs_plan(struct sf_sparse *sp, uint64_t room, uint64_t *offloa
 	uint64_t all = 0, taken = 0;
 	int dense = 1, any = 0;
 
-	if (!o->ram || o->simulate || o->cache_ratio >= 0 || o->pin)
+	if (!sparse_hold_whole(o))
 		return 0;
 	for (size_t gid = 0; gid < ng; gid++) {
 		const struct sf_image_group *G = &img->groups[gid];
