@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/pool.h"
 #include "formats/calib.h"
 #include "common/cli.h"
 #include "formats/codes.h"
@@ -30,7 +31,7 @@ struct options {
 		   *quant_name, *embed_name, *head_name;
 	const char *output, *verify, *info;
 	unsigned resident_mask;
-	int dtype, embed_dtype, head_dtype, progress, quiet, verbose, dry_run, quant_set;
+	int dtype, embed_dtype, head_dtype, progress, quiet, verbose, dry_run, quant_set, threads;
 	enum sf_quant_method quant;
 };
 
@@ -55,6 +56,7 @@ static const struct sf_opt options[] = {
 	{ "output-tensor-type", O_HEAD_TYPE, "T", "the output head's rows (a tied embedding's\n"
 	  "too, unless given its own): keep, q8, q6 or q4\n"
 	  "(default: q6 with --dtype q4, q8 with q8, else keep)", NULL, 0 },
+	SF_OPT_THREADS,
 	{ "verify", O_VERIFY, "IMAGE", "check every offset, size, permutation and checksum", NULL, 0 },
 	{ "info", O_INFO, "IMAGE", "print a JSON summary of an image, with the least\n"
 	  "--ram of sf-run", NULL, 0 },
@@ -121,6 +123,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 
 	o->dtype_name = DEFAULT_DTYPE;
 	o->quant_name = DEFAULT_QUANT;
+	o->threads = sf_cli_threads_default();
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
 		switch (c) {
 		case 'm': o->model_dir = sf_opt_path("--model", optarg); break;
@@ -134,6 +137,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_QUANT: o->quant_name = optarg; o->quant_set = 1; break;
 		case O_EMBED_TYPE: o->embed_name = optarg; break;
 		case O_HEAD_TYPE: o->head_name = optarg; break;
+		case 't': o->threads = sf_opt_threads(optarg); break;
 		case O_VERIFY: o->verify = optarg; break;
 		case O_INFO: o->info = optarg; break;
 		case O_DRY_RUN: o->dry_run = 1; break;
@@ -383,12 +387,17 @@ static int pack(struct options *o)
 	struct sf_calib cal = { 0 };
 	struct sf_image_keep keep = { 0 };
 	struct sf_progress pr;
+	struct sf_pool *pool = NULL;
 	struct sf_err e = { 0 };
 	uint64_t written = 0;
 	json_t *prod = NULL;
 	char *texts[3] = { NULL, NULL, NULL };
 	int ret;
 
+	if ((ret = sf_pool_create(&pool, o->threads))) {
+		sf_error("thread pool of %d: %s", o->threads, sf_strerror(ret));
+		return ret;
+	}
 	if ((ret = sf_model_open_elements(&m, o->model_dir, &e)))
 		goto out;
 	int gguf = sf_gguf_probe(o->model_dir);
@@ -409,7 +418,7 @@ static int pack(struct options *o)
 		.codes = o->codes ? &q : NULL, .codes_path = o->codes,
 		.calib = o->calib ? &cal : NULL, .calib_path = o->calib,
 		.keep = o->keep ? &keep : NULL, .keep_path = o->keep,
-		.resident = o->resident_mask, .dtype = o->dtype, .quant = o->quant,
+		.resident = o->resident_mask, .dtype = o->dtype, .quant = o->quant, .pool = pool,
 		.embed_dtype = embed_dtype, .head_dtype = o->head_dtype,
 		.producer = prod,
 		.progress = progress, .progress_arg = &pr,
@@ -437,6 +446,7 @@ out:
 	sf_sfq_close(&q);
 	sf_placement_free(&pl);
 	sf_model_close(&m);
+	sf_pool_destroy(pool);
 	for (int i = 0; i < 3; i++)
 		free(texts[i]);
 	return ret;

@@ -196,9 +196,11 @@ bytes() {
 	jq -e '[.groups[] | select(.group == "attn_out") | .dtypes[0]] == ["F32", "F32"]' "$D/info.json"
 }
 
-@test "--dtype q4 quantizes the embedding to q4 and an untied head to q6, as llama.cpp's Q4_0" {
+@test "--dtype q4 quantizes the embedding to q4 and an untied head to q6, as llama.cpp's Q4_0, the same bytes at any -t" {
 	"$SF_FIXTURES/mkmodel" -o "$D/untied" --no-tie --layers 2 --tokenizer "$MODEL"
-	sf-pack --model "$D/untied" --dtype q4 -o "$D/untied.sfimg"
+	sf-pack -t 1 --model "$D/untied" --dtype q4 -o "$D/untied.sfimg"
+	sf-pack -t 3 --model "$D/untied" --dtype q4 -o "$D/untied3.sfimg"
+	cmp "$D/untied.sfimg" "$D/untied3.sfimg"
 	sf-pack --verify "$D/untied.sfimg"
 	sf-pack --info "$D/untied.sfimg" > "$D/info.json"
 	# 1024 rows of 128: 4 blocks of 18 bytes (q4) and of 26 (q6)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "base/quant.h"
 #include "base/rng.h"
 #include "engine/cpu.h"
@@ -100,6 +101,45 @@ static void test_degenerate(enum sf_dtype dt)
 	CHECK(sf_dtype_parse_any("Q4", &x) == 0 && x == SF_DTYPE_Q4, "Q4 by name");
 	CHECK(sf_dtype_col_bytes(SF_DTYPE_Q4, 33) == 36 && sf_dtype_col_bytes(SF_DTYPE_Q8, 64) == 68 &&
 	      sf_dtype_col_bytes(SF_DTYPE_Q6, 64) == 52, "column bytes");
+}
+
+/* Ties round to even as nearbyintf does (scale 1: 7 is max |w| of q4);
+ * columns over a pool of three are the columns one by one, and the first
+ * column refused is named whichever thread met it. */
+static void test_columns(enum sf_dtype dt)
+{
+	const char *dn = sf_dtype_name(dt);
+	const float ties[8] = { 7.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.5f };
+	const int even[8] = { 7, 0, 2, 2, 0, -2, -2, 4 };
+	enum { N = 37, ROWS = 100 };
+	size_t cb = (size_t)sf_dtype_col_bytes(dt, ROWS), bad = 0;
+	float *w = malloc(N * ROWS * sizeof(float));
+	uint8_t *q = malloc(N * cb), *one = malloc(cb), t[SF_Q8_BLOCK_BYTES];
+	struct sf_pool *pool = NULL;
+
+	if (dt == SF_DTYPE_Q4) {
+		CHECK(sf_quant_column(t, dt, ties, 8, SF_QUANT_RTN) == 0, "ties");
+		CHECK(sf_quant_scale(t, 0) == 1.0f, "ties' scale %g", sf_quant_scale(t, 0));
+		for (int i = 0; i < 8; i++)
+			CHECK(sf_q_code(sf_q_codes_at(t, dt, 8, 0), dt, (size_t)i) == even[i],
+			      "%g coded %d, not %d", ties[i],
+			      sf_q_code(sf_q_codes_at(t, dt, 8, 0), dt, (size_t)i), even[i]);
+	}
+	CHECK(sf_pool_create(&pool, 3) == 0, "pool");
+	for (size_t i = 0; i < N * ROWS; i++)
+		w[i] = gauss() * 0.02f;
+	CHECK(sf_quant_columns(q, dt, w, ROWS, ROWS, N, SF_QUANT_SEARCH, pool, &bad) == 0,
+	      "%s columns", dn);
+	for (size_t j = 0; j < N; j++) {
+		CHECK(sf_quant_column(one, dt, w + j * ROWS, ROWS, SF_QUANT_SEARCH) == 0, "column");
+		CHECK(!memcmp(one, q + j * cb, cb), "%s column %zu differs over the pool", dn, j);
+	}
+	w[30 * ROWS + 5] = NAN;
+	w[9 * ROWS + 99] = INFINITY;
+	CHECK(sf_quant_columns(q, dt, w, ROWS, ROWS, N, SF_QUANT_RTN, pool, &bad) == -ERANGE &&
+	      bad == 9, "%s: first column refused %zu, not 9", dn, bad);
+	sf_pool_destroy(pool);
+	free(w), free(q), free(one);
 }
 
 /* Codes -32..31 in order, the scale 1: q6's bytes as sf-formats(5) lays
@@ -409,5 +449,7 @@ int main(void)
 	for (int i = 0; i < SF_NISA; i++)
 		test_kernels((enum sf_isa)i);
 	sf_cpu_use_best();
+	for (int d = 0; d < 3; d++)	/* last: the kernels' draws stay as they were */
+		test_columns(qdt[d]);
 	return unit_exit();
 }

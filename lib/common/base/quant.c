@@ -2,10 +2,12 @@
 #include "base/quant.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <string.h>
 
 #include "base/bytes.h"
+#include "base/pool.h"
 
 const char *sf_quant_method_name(enum sf_quant_method m)
 {
@@ -43,13 +45,23 @@ static int clampi(int v, int lo, int hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* nearbyintf(x) in the default rounding mode, inline: adding 1.5 * 2^23
+ * leaves a float whose unit is 1, so the sum rounds x to an integer, ties
+ * to even (a call to libm's per weight was most of a search's time). */
+static inline float round_even(float x)
+{
+	const float magic = 12582912.0f;
+
+	return fabsf(x) < 4194304.0f ? (x + magic) - magic : nearbyintf(x);
+}
+
 /* The codes of n (<= SF_QBLOCK) weights at scale s, 0 for s 0; their
  * squared error. */
 static double codes_at(const float *w, size_t n, float s, int qmax, int *q)
 {
 	double err = 0.0;
 	for (size_t i = 0; i < n; i++) {
-		q[i] = s > 0.0f ? clampi((int)nearbyintf(w[i] / s), -qmax - 1, qmax) : 0;
+		q[i] = s > 0.0f ? clampi((int)round_even(w[i] / s), -qmax - 1, qmax) : 0;
 		double d = (double)w[i] - (double)((float)q[i] * s);
 		err += d * d;
 	}
@@ -116,6 +128,41 @@ int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
 			return ret;
 	}
 	return 0;
+}
+
+struct quant_job {
+	uint8_t *dst;
+	enum sf_dtype dt;
+	const float *w;
+	size_t ld, rows, n;
+	enum sf_quant_method m;
+	_Atomic size_t bad;		/* the first column refused; n: none */
+};
+
+static void quant_part(void *arg, int ith, int nth)
+{
+	struct quant_job *q = arg;
+	size_t lo, hi, cb = sf_dtype_col_bytes(q->dt, q->rows);
+
+	sf_pool_split(q->n, 1, ith, nth, &lo, &hi);
+	for (size_t j = lo; j < hi; j++)
+		if (sf_quant_column(q->dst + j * cb, q->dt, q->w + j * q->ld, q->rows, q->m)) {
+			size_t b = atomic_load(&q->bad);
+			while (j < b && !atomic_compare_exchange_weak(&q->bad, &b, j))
+				;
+			return;
+		}
+}
+
+int sf_quant_columns(uint8_t *dst, enum sf_dtype dt, const float *w, size_t ld, size_t rows,
+		     size_t n, enum sf_quant_method m, struct sf_pool *pool, size_t *bad)
+{
+	struct quant_job q = { .dst = dst, .dt = dt, .w = w, .ld = ld, .rows = rows, .n = n,
+			       .m = m, .bad = n };
+
+	sf_pool_run(pool, quant_part, &q);
+	*bad = atomic_load(&q.bad);
+	return *bad < n ? -ERANGE : 0;
 }
 
 void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t rows)

@@ -78,6 +78,13 @@ int sf_quant_method_parse(const char *name, enum sf_quant_method *m);
  * scale leaves f16's range (max |w| over the largest code above 65504). */
 int sf_quant_column(uint8_t *dst, enum sf_dtype dt, const float *w, size_t rows,
 		    enum sf_quant_method m);
+struct sf_pool;
+/* n columns of rows weights, column j at w + j * ld, into dst + j *
+ * sf_dtype_col_bytes(dt, rows), split over pool's threads (NULL: the
+ * caller alone; the bytes do not depend on the threads). 0, or -ERANGE
+ * with *bad the first column sf_quant_column refuses. */
+int sf_quant_columns(uint8_t *dst, enum sf_dtype dt, const float *w, size_t ld, size_t rows,
+		     size_t n, enum sf_quant_method m, struct sf_pool *pool, size_t *bad);
 /* w[0..rows) = the column's weights, code * scale in f32 as the kernels
  * compute them. */
 void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t rows);

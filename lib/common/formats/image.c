@@ -336,8 +336,7 @@ static int write_region(struct wr *w, struct plan *p, struct pregion *r, struct 
 		}
 		break;
 	case SF_REGION_TOP:
-		ret = image_write_top(w, o->model, &p->g[r->layer * SF_NGROUPS + (int)r->g], o->quant,
-				      e);
+		ret = image_write_top(w, o, &p->g[r->layer * SF_NGROUPS + (int)r->g], e);
 		break;
 	case SF_REGION_MID:
 		ret = image_write_mid(w, &p->g[r->layer * SF_NGROUPS + (int)r->g], e);

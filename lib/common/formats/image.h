@@ -311,6 +311,7 @@ struct sf_image_pack_opts {
 	 * embedding: embed_dtype. */
 	int embed_dtype, head_dtype;
 	enum sf_quant_method quant;	/* a block dtype's scales (base/quant.h) */
+	struct sf_pool *pool;		/* quantizes over its threads (NULL: the caller's) */
 	json_t *producer;		/* {"program", "version", "options"}: borrowed */
 	/* 1: the top- and middle-tier regions are left as holes (CRC 0): an
 	 * image to take sf-run's memory figures from before packing (sf-pack

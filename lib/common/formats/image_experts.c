@@ -138,8 +138,7 @@ int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err
 			if ((ret = image_wr_put(w, NULL, (size_t)(p->x.off[i] - at), 1, e)))
 				break;
 			if (sf_dtype_is_block(p->x.dt))
-				ret = image_write_rows_quantized(w, name, mw[i], p->x.dt,
-								 p->o->quant, e);
+				ret = image_write_rows_quantized(w, name, mw[i], p->x.dt, p->o, e);
 			else
 				ret = image_wr_put(w, mw[i]->data, (size_t)len, 1, e);
 			at = p->x.off[i] + len;

@@ -337,30 +337,30 @@ static int transpose(const struct pgroup *G, const struct pmat *M, uint8_t *t, s
 }
 
 /* Matrix M's columns in its block dtype: transposed to f32 in f (cols *
- * rows floats), each column quantized into t. */
+ * rows floats), the columns quantized into t over o's pool. */
 static int quantize(const struct pgroup *G, const struct pmat *M, float *f, uint8_t *t,
-		    enum sf_quant_method qm, struct sf_err *e)
+		    const struct sf_image_pack_opts *o, struct sf_err *e)
 {
 	struct pmat F = *M;
-	uint64_t cb = sf_dtype_col_bytes(M->dt, M->rows);
+	size_t bad;
 	int ret;
 
 	F.dt = SF_DTYPE_F32;
 	if ((ret = transpose(G, &F, (uint8_t *)f, e)))
 		return ret;
-	for (uint64_t j = 0; j < M->w->cols; j++)
-		if (sf_quant_column(t + j * cb, M->dt, f + j * M->rows, (size_t)M->rows, qm))
-			return sf_err_set(e, SF_ELIMIT, "%s: column %" PRIu64 ": a weight not "
-					  "finite or a block's scale beyond the F16 range",
-					  M->tensor, j);
+	if (sf_quant_columns(t, M->dt, f, (size_t)M->rows, (size_t)M->rows, (size_t)M->w->cols,
+			     o->quant, o->pool, &bad))
+		return sf_err_set(e, SF_ELIMIT, "%s: column %zu: a weight not finite or a block's "
+				  "scale beyond the F16 range", M->tensor, bad);
 	return 0;
 }
 
 /* A group's bundles; each matrix leaves the resident set once read (a
  * model larger than memory is packed one matrix at a time). */
-int image_write_top(struct wr *w, const struct sf_model *m, const struct pgroup *G,
-		    enum sf_quant_method qm, struct sf_err *e)
+int image_write_top(struct wr *w, const struct sf_image_pack_opts *o, const struct pgroup *G,
+		    struct sf_err *e)
 {
+	const struct sf_model *m = o->model;
 	uint8_t *t[SF_GROUP_MAX_MATRICES] = { 0 }, *bundle = NULL;
 	float *f = NULL;
 	int ret = 0;
@@ -380,7 +380,7 @@ int image_write_top(struct wr *w, const struct sf_model *m, const struct pgroup 
 				ret = sf_err_set(e, -ENOMEM, "%s: out of memory", M->tensor);
 				goto out;
 			}
-			ret = quantize(G, M, f, t[i], qm, e);
+			ret = quantize(G, M, f, t[i], o, e);
 		}
 		if (ret)
 			goto out;

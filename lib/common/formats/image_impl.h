@@ -122,14 +122,15 @@ int image_wr_u32(struct wr *w, uint32_t v, struct sf_err *e);
 int image_write_resident(struct wr *w, const struct plan *p, const struct pregion *r,
 			 struct sf_err *e);
 int image_write_index(struct wr *w, const struct plan *p, struct sf_err *e);
-int image_write_top(struct wr *w, const struct sf_model *m, const struct pgroup *G,
-		    enum sf_quant_method qm, struct sf_err *e);
+int image_write_top(struct wr *w, const struct sf_image_pack_opts *o, const struct pgroup *G,
+		    struct sf_err *e);
 int image_write_mid(struct wr *w, const struct pgroup *G, struct sf_err *e);
 int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err *e);
-/* Matrix src's rows quantized to block dtype dt one at a time, written
- * (named name in errors). */
+/* Matrix src's rows quantized to block dtype dt by o's method over o's
+ * pool, a few MiB of rows at a time, written (named name in errors). */
 int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_weight *src,
-			       enum sf_dtype dt, enum sf_quant_method quant, struct sf_err *e);
+			       enum sf_dtype dt, const struct sf_image_pack_opts *o,
+			       struct sf_err *e);
 
 // ----------------------------------------------------------------------------
 // reader

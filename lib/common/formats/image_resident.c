@@ -12,6 +12,9 @@
 #include "base/quant.h"
 #include "formats/image_impl.h"
 
+/* f32 rows converted at a time for the threads to quantize */
+#define ROWS_CHUNK_BYTES (8u << 20)
+
 static int is_block_dt(int dt)
 {
 	return dt >= 0 && sf_dtype_is_block((enum sf_dtype)dt);
@@ -107,22 +110,26 @@ json_t *image_tensors_json(const struct plan *p)
 }
 
 int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_weight *src,
-			       enum sf_dtype dt, enum sf_quant_method quant, struct sf_err *e)
+			       enum sf_dtype dt, const struct sf_image_pack_opts *o,
+			       struct sf_err *e)
 {
 	size_t cols = (size_t)src->cols, rb = (size_t)sf_dtype_col_bytes(dt, cols);
-	float *f = malloc(cols * sizeof(float));
-	uint8_t *q = malloc(rb);
+	size_t chunk = ROWS_CHUNK_BYTES / (cols * sizeof(float)) + 1, bad;
+	float *f = malloc(chunk * cols * sizeof(float));
+	uint8_t *q = malloc(chunk * rb);
 	int ret = 0;
 
 	if (!f || !q)
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-	for (uint64_t r = 0; r < src->rows && !ret; r++) {
-		sf_weight_row(f, src, r);
-		if (sf_quant_column(q, dt, f, cols, quant))
+	for (uint64_t r0 = 0; r0 < src->rows && !ret; r0 += chunk) {
+		size_t n = src->rows - r0 < chunk ? (size_t)(src->rows - r0) : chunk;
+		for (size_t i = 0; i < n; i++)
+			sf_weight_row(f + i * cols, src, r0 + i);
+		if (sf_quant_columns(q, dt, f, cols, cols, n, o->quant, o->pool, &bad))
 			ret = sf_err_set(e, SF_ELIMIT, "%s: row %" PRIu64 ": a weight not finite or a "
-					 "block's scale beyond the F16 range", name, r);
+					 "block's scale beyond the F16 range", name, r0 + bad);
 		else
-			ret = image_wr_put(w, q, rb, 1, e);
+			ret = image_wr_put(w, q, n * rb, 1, e);
 	}
 	free(f);
 	free(q);
@@ -313,7 +320,7 @@ int image_write_resident(struct wr *w, const struct plan *p, const struct pregio
 		if (t->dt == t->w->dtype)
 			ret = image_wr_put(w, t->w->data, (size_t)t->len, 1, e);
 		else
-			ret = image_write_rows_quantized(w, t->name, t->w, t->dt, o->quant, e);
+			ret = image_write_rows_quantized(w, t->name, t->w, t->dt, o, e);
 		sf_model_release(o->model, t->w);
 	}
 	if (!ret)
