@@ -79,7 +79,7 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 @test "--groups: one message for a name that is not a group" {
 	run --separate-stderr sf-profile -m "$MODEL" --groups ffn_in,mlp "$KJV"
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-profile: --groups: 'mlp' is not attn_in, attn_out, ffn_in or ffn_out" ]
+	[ "${stderr_lines[0]}" = "sf-profile: --groups: 'mlp' is not attn_in, attn_out, ffn_in, ffn_out or experts" ]
 }
 
 @test "--layers and --groups restrict what is recorded" {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/cpu.h"
 #include "engine/forward.h"
@@ -168,18 +169,18 @@ static void test_topk(void)
 
 static void test_info_errors(void)
 {
-	uint32_t entries[SF_NGROUPS] = { 128, 128, 128, 384 };
+	uint32_t entries[SF_NKINDS] = { 128, 128, 128, 384 };
 	struct sf_trace_info info;
 	struct sf_err e = { 0 };
 
-	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 3, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 0, 3, 15,
 				 SF_TRACE_DENSITY, 1.5, NULL, &e) == -EINVAL,
 	      "density 1.5 accepted");
 	CHECK(strcmp(e.msg, "trace: density 1.5: expected a value in (0, 1]") == 0, "%s", e.msg);
-	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 3, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 0, 3, 15,
 				 SF_TRACE_DENSITY, 0.001, NULL, &e) == -EINVAL,
 	      "density selecting nothing accepted");
-	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 2, 4, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 2, 4, 15,
 				 SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL, "layer 4 of 4 accepted");
 }
 
@@ -188,11 +189,11 @@ static void test_info_errors(void)
 static int write_random(const char *path, double density, int ntok, uint64_t **rows_out,
 			struct sf_trace_info *info)
 {
-	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
+	uint32_t entries[SF_NKINDS] = { 100, 64, 100, 700 };
 	struct sf_err e = { 0 };
 	struct sf_trace_writer *w = NULL;
 	FILE *f = fopen(path, "wb");
-	int ret = sf_trace_info_init(info, &FP2, 3, entries, 1, 2, 0xb,
+	int ret = sf_trace_info_init(info, &FP2, 3, entries, 0, 1, 2, 0xb,
 				     SF_TRACE_DENSITY, density, NULL, &e);
 	CHECK(ret == 0, "info: %s", e.msg);
 	if (ret || !f || (ret = sf_trace_writer_open(&w, f, path, info, &e))) {
@@ -283,7 +284,7 @@ static void test_roundtrip(const char *tmp)
  * float64 sums, at every level this CPU has. */
 static void test_record(const char *tmp)
 {
-	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
+	uint32_t entries[SF_NKINDS] = { 100, 64, 100, 700 };
 	enum { NTOK = 70 };
 	char path[4096];
 
@@ -304,7 +305,7 @@ static void test_record(const char *tmp)
 		size_t stride = 0, nent = 0;
 		snprintf(path, sizeof(path), "%s/record-%s.sft", tmp, isa);
 		FILE *f = fopen(path, "wb");
-		int ret = sf_trace_info_init(&info, &FP2, 3, entries, 0, 2, 0xf,
+		int ret = sf_trace_info_init(&info, &FP2, 3, entries, 0, 0, 2, 0xf,
 					     SF_TRACE_DENSITY, 0.3, NULL, &e);
 		ret = ret ? ret : sf_trace_writer_open(&w, f, path, &info, &e);
 		ret = ret ? ret : sf_profile_open(&p, w, NULL, 1, &e);
@@ -473,7 +474,7 @@ static void test_model(const char *root, const char *path, int nthreads, int bat
 	struct sf_runstate st = { 0 };
 	struct sf_err e = { 0 };
 	struct sf_trace_info info = { 0 };
-	uint32_t entries[SF_NGROUPS];
+	uint32_t entries[SF_NKINDS] = { 0 }, experts_used = 0;
 	enum { NTOK = 200, CTX = 64 };
 
 	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", root);
@@ -481,10 +482,10 @@ static void test_model(const char *root, const char *path, int nthreads, int bat
 		CHECK(0, "%s", e.msg);
 		return;
 	}
-	sf_trace_model_entries(&m.cfg, entries);
+	sf_trace_model_entries(&m.cfg, entries, &experts_used);
 	/* layers 1-3, three groups: the observer must skip what is not recorded */
-	int ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, 1, 3, 0xd,
-				     SF_TRACE_DENSITY, 0.25, NULL, &e);
+	int ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries,
+				     experts_used, 1, 3, 0xd, SF_TRACE_DENSITY, 0.25, NULL, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	ret = ret ? ret : sf_state_init_batch(&st, &m.cfg, CTX, batch < CTX ? batch : CTX, &e);
 	CHECK(ret == 0, "%s", e.msg);
@@ -599,6 +600,185 @@ static unsigned char *slurp(const char *path, size_t *n)
 	return buf;
 }
 
+// --- a mixture's experts slots (a Mixtral by mkmodel, when the fixture is built)
+
+/* What the decoder is handed: the routes of each pass as sf-run's exec
+ * gets them (sf_group_exec.experts), its picks and weights, per layer. */
+struct routes_witness {
+	int n_layers, ne, tokens;	/* tokens before this pass */
+	uint64_t *picks;	/* (n_layers, tokens) bit e: expert e picked */
+	double *sums;		/* (n_layers, ne) sum of the weights */
+	int dense_ffn;		/* ffn_in or ffn_out observed */
+	struct sf_profile *p;
+};
+
+static void routes_exec(void *ctx, int layer, const float *route, int T)
+{
+	struct routes_witness *W = ctx;
+	for (int t = 0; t < T; t++)
+		for (int x = 0; x < W->ne; x++) {
+			float r = route[(size_t)t * W->ne + x];
+			W->sums[layer * W->ne + x] += r;
+			if (r != 0.0f)
+				W->picks[(size_t)layer * 4096 + W->tokens + t] |= 1ull << x;
+		}
+}
+
+static void groups_fn(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n)
+{
+	struct routes_witness *W = ctx;
+	W->dense_ffn |= g == SF_GROUP_FFN_IN || g == SF_GROUP_FFN_OUT;
+	sf_profile_record(W->p, layer, g, in, T, n);
+}
+
+static void routes_fn(void *ctx, int layer, const float *route, int T, size_t n)
+{
+	struct routes_witness *W = ctx;
+	sf_profile_record(W->p, layer, SF_GROUP_EXPERTS, route, T, n);
+}
+
+/* A random Mixtral of 4 experts, 2 a token, profiled in passes of batch
+ * tokens: its experts slots hold exactly the experts the decoder's exec
+ * is handed for each token, their sums the routes' weights; no dense FFN
+ * group is observed; a density of 0.5 leaves the experts' k at 2. The
+ * trace written to path. */
+static void test_experts_batch(const char *dir, const char *path, int batch)
+{
+	enum { NTOK = 150, CTX = 64 };
+	struct sf_model m = { 0 };
+	struct sf_runstate st = { 0 };
+	struct sf_err e = { 0 };
+	struct sf_trace_info info = { 0 };
+	struct sf_trace_writer *w = NULL;
+	uint32_t entries[SF_NKINDS], used;
+	FILE *f = NULL;
+	int ret;
+
+	if ((ret = sf_model_open(&m, dir, &e))) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	sf_trace_model_entries(&m.cfg, entries, &used);
+	CHECK(entries[SF_GROUP_EXPERTS] == 4 && used == 2, "experts %u, used %u",
+	      entries[SF_GROUP_EXPERTS], used);
+	CHECK(sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, used, 0, 1,
+				 1u << SF_GROUP_FFN_OUT, SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL &&
+	      strstr(e.msg, "ffn_out: a mixture of experts has no dense FFN"), "%s", e.msg);
+	ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, used, 0, 1,
+				 sf_trace_model_groups(&m.cfg), SF_TRACE_DENSITY, 0.5, NULL, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	ret = ret ? ret : sf_state_init_batch(&st, &m.cfg, CTX, batch, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	struct routes_witness W = { .n_layers = m.cfg.n_layers, .ne = 4 };
+	W.picks = calloc((size_t)m.cfg.n_layers * 4096, sizeof(*W.picks));
+	W.sums = calloc((size_t)m.cfg.n_layers * 4, sizeof(*W.sums));
+	if (!ret && !(f = fopen(path, "wb")))
+		ret = -errno;
+	if (!ret && ((ret = sf_trace_writer_open(&w, f, path, &info, &e)) ||
+		     (ret = sf_profile_open(&W.p, w, NULL, batch, &e))))
+		CHECK(0, "%s", e.msg);
+	if (ret)
+		goto out;
+	struct sf_observer obs = { .fn = groups_fn, .routes = routes_fn, .ctx = &W,
+				   .tokens = batch };
+	struct sf_group_exec ex = { .experts = routes_exec, .ctx = &W, .tokens = batch };
+	st.observer = &obs;
+	st.exec = &ex;
+	st.skip_logits = 1;
+	int32_t toks[NTOK];
+	rng = 88172645463325252ull;
+	for (int i = 0; i < NTOK; i++)
+		toks[i] = i % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
+	for (W.tokens = 0; W.tokens < NTOK;) {
+		int pos = W.tokens % CTX, T = batch;
+		T = T < CTX - pos ? T : CTX - pos;
+		T = T < NTOK - W.tokens ? T : NTOK - W.tokens;
+		sf_forward_batch(&m, &st, toks + W.tokens, T, pos, 0);
+		if ((ret = sf_state_error(&st, &e)) || (ret = sf_profile_tokens(W.p, T, &e)))
+			break;
+		W.tokens += T;
+	}
+	CHECK(ret == 0, "%s", e.msg);
+	CHECK(!W.dense_ffn, "a mixture's ffn_in or ffn_out observed");
+	CHECK(!sf_trace_writer_finish(w, &e), "%s", e.msg);
+	fclose(f);
+	f = NULL;
+
+	struct sf_trace_reader *r = NULL;
+	uint32_t ntok;
+	int t = 0, bad = 0, two = 0;
+	ret = sf_trace_open(&r, path, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	while (ret == 0 && (ret = sf_trace_next(r, &ntok, &e)) > 0) {
+		ret = 0;
+		for (int l = 0; l < m.cfg.n_layers; l++) {
+			int s = sf_trace_slot_index(&info, l, SF_GROUP_EXPERTS);
+			for (uint32_t i = 0; i < ntok; i++) {
+				uint64_t row = sf_trace_rows(r, s)[i];
+				bad += row != W.picks[(size_t)l * 4096 + t + i];
+				two += __builtin_popcountll(row) == 2;
+			}
+		}
+		t += (int)ntok;
+	}
+	CHECK(ret == 0, "%s", e.msg);
+	CHECK(t == NTOK && two == NTOK * m.cfg.n_layers, "%d tokens, %d of 2 picks", t, two);
+	CHECK(bad == 0, "batch %d: %d tokens' experts differ from the decoder's routes", batch,
+	      bad);
+	for (int l = 0; !ret && l < m.cfg.n_layers; l++)
+		for (int x = 0; x < 4; x++) {
+			double got = sf_trace_sums(r, sf_trace_slot_index(&info, l, SF_GROUP_EXPERTS))[x];
+			CHECK(fabs(got - W.sums[l * 4 + x]) <= 1e-9 * W.sums[l * 4 + x],
+			      "layer %d expert %d: weights sum %.17g, the routes' %.17g", l, x, got,
+			      W.sums[l * 4 + x]);
+		}
+	sf_trace_close(r);
+out:
+	if (f)
+		fclose(f);
+	free(W.picks);
+	free(W.sums);
+	sf_profile_free(W.p);
+	sf_trace_writer_free(w);
+	sf_trace_info_free(&info);
+	sf_state_free(&st);
+	sf_model_close(&m);
+}
+
+/* The experts slots of one token a pass and of 7: the same bytes. */
+static void test_experts(const char *root, const char *tmp)
+{
+	const char *fx = unit_env("SF_FIXTURES", NULL);
+	char mk[4096], cmd[16384], dir[4096], one[4096], seven[4096];
+
+	if (!fx) {
+		fprintf(stderr, "SF_FIXTURES unset: traces of experts not tested\n");
+		return;
+	}
+	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
+	if (access(mk, X_OK)) {
+		fprintf(stderr, "%s not built: traces of experts not tested\n", mk);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/trace-mixtral", tmp);
+	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' --arch mixtral --experts 4 --experts-used 2 "
+		 "--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 "
+		 "--seed 5 --tokenizer '%s/models/mix4-1m' > /dev/null", mk, dir, root);
+	if (system(cmd) != 0) {
+		CHECK(0, "%s failed", cmd);
+		return;
+	}
+	snprintf(one, sizeof(one), "%s/experts-1.sft", tmp);
+	snprintf(seven, sizeof(seven), "%s/experts-7.sft", tmp);
+	test_experts_batch(dir, one, 1);
+	test_experts_batch(dir, seven, 7);
+	size_t n1, n7;
+	unsigned char *a = slurp(one, &n1), *b = slurp(seven, &n7);
+	CHECK(a && b && n1 == n7 && !memcmp(a, b, n1), "experts traces of -b 1 and 7 differ");
+	free(a);
+	free(b);
+}
+
 /* At every level this CPU has (each checked by the witness), the trace
  * bytes depend neither on how many threads selected them nor on the
  * tokens of a forward pass. */
@@ -644,5 +824,6 @@ int main(void)
 	test_damage(tmp);
 	test_record(tmp);
 	test_model_threads(root, tmp);
+	test_experts(root, tmp);
 	return unit_exit();
 }
