@@ -5,7 +5,10 @@ library alone: per slot the tokens, each entry's count and sum, every pair,
 and of experts the step from the layer before (tokens in which expert i was
 picked at layer l - 1 and j at l) where the trace records that layer.
 Usage: recount.py TRACE.sft COACT.sfc; prints "ok" and exits 0 when the
-.sfc holds exactly the recount, else names the first difference, exit 1."""
+.sfc holds exactly the recount, else names the first difference, exit 1.
+recount.py --runs TRACE.sft PLACEMENT.json prints, as JSON, each slot's
+runs per token under the placement (sf-place --eval's runs_per_token): the
+runs of consecutive flash positions the token's active entries fill."""
 import json
 import struct
 import sys
@@ -110,5 +113,24 @@ def main(trace, coact):
     print("ok")
 
 
+def runs(trace, placement):
+    slots, rows, _ = read_trace(trace)
+    with open(placement) as f:
+        groups = {(g["layer"], g["group"]): g["perm"] for g in json.load(f)["groups"]}
+    out = []
+    for s, sl in enumerate(slots):
+        where = {e: p for p, e in enumerate(groups[(sl["layer"], sl["group"])])}
+        total = 0
+        for r in rows[s]:
+            pos = {where[e] for e in r}
+            total += sum(p - 1 not in pos for p in pos)
+        out.append({"layer": sl["layer"], "group": sl["group"],
+                    "runs_per_token": total / len(rows[s]) if rows[s] else 0.0})
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    if sys.argv[1] == "--runs":
+        runs(*sys.argv[2:4])
+    else:
+        main(*sys.argv[1:3])
