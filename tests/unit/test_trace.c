@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "engine/cpu.h"
 #include "engine/forward.h"
@@ -463,6 +462,34 @@ static void witness_fn(void *ctx, int layer, enum sf_group g, const float *in, i
 	}
 }
 
+/* ntok token ids from a fixed pseudo-random stream (the same every call,
+ * BOS at each window of ctx) through the forward pass in passes of batch
+ * tokens, each pass's recording ended; *done counts the tokens before the
+ * pass, for the witnesses. 0, or the first failure in e. */
+static int profile_tokens(const struct sf_model *m, struct sf_runstate *st, struct sf_profile *p,
+			  int ntok, int ctx, int batch, int *done, struct sf_err *e)
+{
+	int32_t *toks = malloc((size_t)ntok * sizeof(*toks));
+	int ret = 0;
+
+	if (!toks)
+		return sf_err_set(e, -ENOMEM, "token ids: %s", sf_strerror(-ENOMEM));
+	rng = 88172645463325252ull;
+	for (int i = 0; i < ntok; i++)
+		toks[i] = i % ctx == 0 ? 1 : (int32_t)(next_rand() % m->cfg.vocab_size);
+	for (*done = 0; *done < ntok;) {
+		int pos = *done % ctx, T = batch;
+		T = T < ctx - pos ? T : ctx - pos;
+		T = T < ntok - *done ? T : ntok - *done;
+		sf_forward_batch(m, st, toks + *done, T, pos, 0);
+		if ((ret = sf_state_error(st, e)) || (ret = sf_profile_tokens(p, T, e)))
+			break;
+		*done += T;
+	}
+	free(toks);
+	return ret;
+}
+
 /* The trace of NTOK tokens written to path by a writer on a pool of
  * nthreads (the forward pass on it too), in passes of batch tokens,
  * checked against the witness. */
@@ -510,21 +537,7 @@ static void test_model(const char *root, const char *path, int nthreads, int bat
 	st.observer = &obs;
 	st.pool = pool;
 	st.skip_logits = 1;
-	/* token ids from a fixed pseudo-random stream, the same every call;
-	 * windows of CTX */
-	int32_t toks[NTOK];
-	rng = 88172645463325252ull;
-	for (int i = 0; i < NTOK; i++)
-		toks[i] = i % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
-	for (W.tokens = 0; W.tokens < NTOK;) {
-		int pos = W.tokens % CTX, T = batch;
-		T = T < CTX - pos ? T : CTX - pos;
-		T = T < NTOK - W.tokens ? T : NTOK - W.tokens;
-		sf_forward_batch(&m, &st, toks + W.tokens, T, pos, 0);
-		if ((ret = sf_profile_tokens(W.p, T, &e)))
-			break;
-		W.tokens += T;
-	}
+	ret = profile_tokens(&m, &st, W.p, NTOK, CTX, batch, &W.tokens, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	CHECK(W.calls == (uint32_t)NTOK * m.cfg.n_layers * SF_NGROUPS, "observer saw %u groups",
 	      W.calls);
@@ -685,19 +698,7 @@ static void test_experts_batch(const char *dir, const char *path, int batch)
 	st.observer = &obs;
 	st.exec = &ex;
 	st.skip_logits = 1;
-	int32_t toks[NTOK];
-	rng = 88172645463325252ull;
-	for (int i = 0; i < NTOK; i++)
-		toks[i] = i % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
-	for (W.tokens = 0; W.tokens < NTOK;) {
-		int pos = W.tokens % CTX, T = batch;
-		T = T < CTX - pos ? T : CTX - pos;
-		T = T < NTOK - W.tokens ? T : NTOK - W.tokens;
-		sf_forward_batch(&m, &st, toks + W.tokens, T, pos, 0);
-		if ((ret = sf_state_error(&st, &e)) || (ret = sf_profile_tokens(W.p, T, &e)))
-			break;
-		W.tokens += T;
-	}
+	ret = profile_tokens(&m, &st, W.p, NTOK, CTX, batch, &W.tokens, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	CHECK(!W.dense_ffn, "a mixture's ffn_in or ffn_out observed");
 	CHECK(!sf_trace_writer_finish(w, &e), "%s", e.msg);
@@ -748,26 +749,13 @@ out:
 /* The experts slots of one token a pass and of 7: the same bytes. */
 static void test_experts(const char *root, const char *tmp)
 {
-	const char *fx = unit_env("SF_FIXTURES", NULL);
-	char mk[4096], cmd[16384], dir[4096], one[4096], seven[4096];
+	char args[4400], dir[4200], one[4096], seven[4096];
 
-	if (!fx) {
-		fprintf(stderr, "SF_FIXTURES unset: traces of experts not tested\n");
+	snprintf(args, sizeof(args), "--arch mixtral --experts 4 --experts-used 2 --hidden 64 "
+		 "--intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 --seed 5 "
+		 "--tokenizer '%s/models/mix4-1m'", root);
+	if (unit_mkmodel(tmp, "trace-mixtral", args, dir, sizeof(dir), "traces of experts"))
 		return;
-	}
-	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
-	if (access(mk, X_OK)) {
-		fprintf(stderr, "%s not built: traces of experts not tested\n", mk);
-		return;
-	}
-	snprintf(dir, sizeof(dir), "%s/trace-mixtral", tmp);
-	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' --arch mixtral --experts 4 --experts-used 2 "
-		 "--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 "
-		 "--seed 5 --tokenizer '%s/models/mix4-1m' > /dev/null", mk, dir, root);
-	if (system(cmd) != 0) {
-		CHECK(0, "%s failed", cmd);
-		return;
-	}
 	snprintf(one, sizeof(one), "%s/experts-1.sft", tmp);
 	snprintf(seven, sizeof(seven), "%s/experts-7.sft", tmp);
 	test_experts_batch(dir, one, 1);
