@@ -22,7 +22,7 @@ static char tmp[4096];
 /* A header describing 64 layers of 2^24 entries per group: 32 GiB of sums. */
 static void trace_buffers(void)
 {
-	uint32_t entries[SF_NKINDS] = { 0 }, experts_used = 0;
+	uint32_t entries[SF_NKINDS] = { 0 };
 	struct sf_trace_info info;
 	struct sf_trace_reader *r = NULL;
 	struct sf_err e = { 0 };
