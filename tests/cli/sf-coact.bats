@@ -425,13 +425,14 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 }
 
 # A dense model's version 3 trace and .sfc are its version 2 ones but for
-# the version word (sf-formats(5)).
+# the version word and the header's "version" (sf-formats(5)).
 @test "version 2 traces and .sfc files are still read to the same statistics; versions 1 and 4 refused by name" {
 	local v d=$BATS_TEST_TMPDIR
 	sf-coact -q "$(T a.sft)" -o "$d/a.sfc"
 	for v in 1 2 4; do
 		cp "$(T a.sft)" "$d/v$v.sft"
 		cp "$d/a.sfc" "$d/v$v.sfc"
+		sed -i "0,/\"version\":3,/s//\"version\":$v,/" "$d/v$v.sft" "$d/v$v.sfc"
 		printf "\\x0$v" | dd of="$d/v$v.sft" bs=1 seek=8 conv=notrunc status=none
 		printf "\\x0$v" | dd of="$d/v$v.sfc" bs=1 seek=8 conv=notrunc status=none
 	done
