@@ -1,6 +1,7 @@
 /* Activation traces (.sft), the stream sf-profile writes and sf-coact and
- * sf-place read: per token, layer and group the active set, then per entry
- * the sum of |value|. One writer and one reader; both stream (a pipe is
+ * sf-place read: per token, layer and group the active set (and of a
+ * mixture's layer the experts its router picks), then per entry the sum
+ * of |value|. One writer and one reader; both stream (a pipe is
  * enough, nothing is sought). Byte layout: man/sf-formats.5 (TRACE). */
 #ifndef SF_TRACE_H
 #define SF_TRACE_H
