@@ -370,6 +370,89 @@ static void test_record(const char *tmp)
 	sf_cpu_use_best();
 }
 
+/* One token of the experts test's trace: attn_in entries 0 and 2, the
+ * experts of pick (npick of them) in each layer. */
+static int put_experts_token(struct sf_trace_writer *w, const struct sf_trace_info *info,
+			     const uint32_t *pick, int npick, struct sf_err *e)
+{
+	for (int s = 0; s < info->nslots; s++) {
+		uint64_t *row = sf_trace_writer_row(w, s);
+		if (info->slots[s].group != SF_GROUP_EXPERTS)
+			row[0] = 0x5;
+		for (int i = 0; info->slots[s].group == SF_GROUP_EXPERTS && i < npick; i++)
+			row[pick[i] / 64] |= 1ull << (pick[i] % 64);
+	}
+	return sf_trace_writer_token(w, e);
+}
+
+/* Experts slots written and read directly: 1,024 experts 2 a token take
+ * the index encoding; a token routed to 1 (a pick's weight underflowed)
+ * is kept, one of 0 or 3 refused by the writer with its line; experts of
+ * a dense model and ffn_in of a mixture refused. */
+static void test_experts_slots(const char *tmp)
+{
+	uint32_t entries[SF_NKINDS] = { 16, 16, 16, 32, 1024 };
+	static const uint32_t picks[3][2] = { { 3, 1000 }, { 7, 7 }, { 0, 1023 } };	/* 1 pick */
+	static const uint32_t three[3] = { 0, 1, 2 };
+	unsigned groups = 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_EXPERTS;
+	struct sf_trace_info info;
+	struct sf_trace_writer *w = NULL;
+	struct sf_trace_reader *r = NULL;
+	struct sf_err e = { 0 };
+	char path[4096], want[4200];
+	uint32_t ntok;
+
+	CHECK(sf_trace_info_init(&info, &FP1, 2, (uint32_t[SF_NKINDS]){ 16, 16, 16, 32, 0 }, 0,
+				 0, 1, groups, SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL &&
+	      !strcmp(e.msg, "trace: experts: the model is not a mixture of experts"), "%s", e.msg);
+	CHECK(sf_trace_info_init(&info, &FP1, 2, entries, 2, 0, 1, 1u << SF_GROUP_FFN_IN,
+				 SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL, "ffn_in of a mixture");
+	if (sf_trace_info_init(&info, &FP1, 2, entries, 2, 0, 1, groups, SF_TRACE_THRESHOLD, 0.5,
+			       NULL, &e)) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	CHECK(info.nslots == 4 && info.slots[1].group == SF_GROUP_EXPERTS && info.slots[1].k == 2 &&
+	      info.slots[1].encoding == SF_TRACE_INDEX && info.slots[0].encoding == SF_TRACE_BITMAP,
+	      "experts slot: k %u, encoding %d", info.slots[1].k, (int)info.slots[1].encoding);
+	snprintf(path, sizeof(path), "%s/experts-slots.sft", tmp);
+	FILE *f = fopen(path, "wb");
+	int ret = f ? sf_trace_writer_open(&w, f, path, &info, &e) : -errno;
+	for (int t = 0; !ret && t < 3; t++)
+		ret = put_experts_token(w, &info, picks[t], 2, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	for (int n = 0; !ret && n <= 3; n += 3) {
+		snprintf(want, sizeof(want), "%s: token 3: layer 0 experts: %d picked, the router "
+			 "picks 1 to 2", path, n);
+		CHECK(put_experts_token(w, &info, three, n, &e) == -EINVAL && !strcmp(e.msg, want),
+		      "%s", e.msg);
+		for (int s = 0; s < info.nslots; s++)	/* the refused token's rows cleared */
+			memset(sf_trace_writer_row(w, s), 0, (size_t)info.slots[s].words * 8);
+	}
+	ret = ret ? ret : sf_trace_writer_finish(w, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	sf_trace_writer_free(w);
+	if (f)
+		fclose(f);
+	ret = ret ? ret : sf_trace_open(&r, path, &e);
+	int t = 0, bad = 0;
+	while (ret == 0 && (ret = sf_trace_next(r, &ntok, &e)) > 0) {
+		ret = 0;
+		for (uint32_t i = 0; i < ntok; i++, t++)
+			for (int s = 1; s < info.nslots; s += 2) {
+				uint64_t want_row[16] = { 0 };
+				for (int k = 0; k < 2; k++)
+					want_row[picks[t][k] / 64] |= 1ull << (picks[t][k] % 64);
+				bad += memcmp(sf_trace_rows(r, s) + (size_t)i * 16, want_row,
+					      sizeof(want_row)) != 0;
+			}
+	}
+	CHECK(ret == 0 && t == 3 && bad == 0, "%d tokens, %d experts rows differ: %s", t, bad,
+	      e.msg);
+	sf_trace_close(r);
+	sf_trace_info_free(&info);
+}
+
 /* Reads the whole trace at path; the error code, with the message in e. */
 static int read_all(const char *path, struct sf_err *e)
 {
@@ -811,6 +894,7 @@ int main(void)
 	test_roundtrip(tmp);
 	test_damage(tmp);
 	test_record(tmp);
+	test_experts_slots(tmp);
 	test_model_threads(root, tmp);
 	test_experts(root, tmp);
 	return unit_exit();
