@@ -393,6 +393,7 @@ unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
 {
 	const char *expected = flags & SF_GROUPS_ALIASES
 		? "attn_in, attn_out, ffn_in, ffn_out, attention, ffn or none"
+		: flags & SF_GROUPS_EXPERTS ? "attn_in, attn_out, ffn_in, ffn_out or experts"
 		: "attn_in, attn_out, ffn_in or ffn_out";
 	unsigned mask = 0;
 	int items = 0;
@@ -413,7 +414,8 @@ unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags)
 			mask |= 1u << SF_GROUP_FFN_IN | 1u << SF_GROUP_FFN_OUT;
 		else if ((flags & SF_GROUPS_ALIASES) && !strcmp(item, "none"))
 			;
-		else if (*item && !sf_group_parse(item, &g))
+		else if (*item && !((flags & SF_GROUPS_EXPERTS) ? sf_kind_parse(item, &g)
+								 : sf_group_parse(item, &g)))
 			mask |= 1u << g;
 		else
 			sf_usage_error("%s: '%s' is not %s", opt, item, expected);

@@ -104,9 +104,11 @@ void sf_opt_layers(const char *opt, const char *s, int n, uint8_t *set);
 void sf_opt_layer_range(const char *opt, const char *s, int max, int *lo, int *hi);
 
 /* A comma-separated list of groups (attn_in, attn_out, ffn_in, ffn_out)
- * into a mask; with SF_GROUPS_ALIASES also attention, ffn and none. A
- * usage error names the item that is not one. */
+ * into a mask; with SF_GROUPS_ALIASES also attention, ffn and none; with
+ * SF_GROUPS_EXPERTS also experts (bit SF_GROUP_EXPERTS). A usage error
+ * names the item that is not one. */
 #define SF_GROUPS_ALIASES 1
+#define SF_GROUPS_EXPERTS 2
 unsigned sf_opt_groups(const char *opt, const char *s, unsigned flags);
 
 /* A dtype option: keep (-1, each matrix's own dtype) or an enum sf_dtype

@@ -63,7 +63,8 @@ static const struct sf_opt options[] = {
 	  "model-specific (sf-coact --merge-scores); either alone\nfills up to G", NULL, 0 },
 	{ "info", OPT_INFO, NULL, "print a JSON summary of a .sfc: per layer and group\n"
 	  "tokens, mean density, share of entries active in more\n"
-	  "than half the tokens, checksum", NULL, 0 },
+	  "than half the tokens, checksum; of experts the picks and\n"
+	  "how well the layer before's predict them", NULL, 0 },
 	{ "max-memory", OPT_MAX_MEMORY, "N", "refuse to need more than N bytes (K/M/G suffixes,\n"
 	  "default %s)", "16G", 0 },
 	SF_OPT_THREADS,
@@ -83,7 +84,8 @@ static const struct sf_cmd cmd = {
 	"                [MODEL.json] [-o neurons.json]\n"
 	"Accumulate co-activation statistics from activation traces (standard input\n"
 	"when no TRACE is given): per layer and group the token count, per-entry\n"
-	"activation counts and |value| sums, and pair counts.\n",
+	"activation counts and |value| sums, and pair counts; of a mixture's experts\n"
+	"also the steps from the layer before's.\n",
 	options,
 	"  sf-profile -m models/mix4-1m kjv.txt | sf-coact --scores kjv.json -o kjv.sfc\n"
 	"  sf-coact --merge a.sfc b.sfc -o ab.sfc\n"

@@ -1,7 +1,8 @@
-/* sf-place: per layer and group, the order of the entries' bundles on
- * flash (identity, frequency, or Neuralink's co-activation path) from .sfc
- * statistics, written as placement.json; with --eval, the runs, read
- * lengths and bytes placements give on a trace. See man/sf-place.1. */
+/* sf-place: per layer and group (and a mixture's experts), the order of
+ * the entries' bundles on flash (identity, frequency, or Neuralink's
+ * co-activation path) from .sfc statistics, written as placement.json;
+ * with --eval, the runs, read lengths and bytes placements give on a
+ * trace. See man/sf-place.1. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -14,6 +15,7 @@
 
 #include "common/cli.h"
 #include "formats/coact.h"
+#include "formats/image.h"
 #include "formats/model.h"
 #include "offline/place.h"
 #include "formats/placement.h"
@@ -429,6 +431,19 @@ static int print_json(const struct options *o, const struct eval *E)
 	return ret;
 }
 
+/* Bytes an entry of a trace's slot reads: a group's bundle, or a
+ * mixture's expert, its whole record as sf-pack stores it in the model's
+ * dtype. */
+static uint64_t entry_bytes(const struct sf_model *m, const struct sf_trace_slot *sl)
+{
+	const struct sf_layer_weights *L = &m->layers[sl->layer];
+	const struct sf_weight *w[] = { &L->wq, &L->wo, &L->w_gate, &L->w_down };
+
+	if (sl->group == SF_GROUP_EXPERTS)
+		return sf_image_expert_record_bytes(&m->cfg, L->experts[0].w_gate.dtype);
+	return sf_runs_bundle_bytes(&m->cfg, sl->group, w[sl->group]->dtype);
+}
+
 static int run_eval(const struct options *o)
 {
 	struct sf_trace_reader *r = NULL;
@@ -490,11 +505,8 @@ static int run_eval(const struct options *o)
 	for (int s = 0; s < nslots; s++) {
 		const struct sf_trace_slot *sl = &E.info->slots[s];
 		maxn = sl->entries > maxn ? sl->entries : maxn;
-		if (o->model_dir) {
-			const struct sf_layer_weights *L = &m.layers[sl->layer];
-			const struct sf_weight *w[] = { &L->wq, &L->wo, &L->w_gate, &L->w_down };
-			E.entry_bytes[s] = sf_runs_bundle_bytes(&m.cfg, sl->group, w[sl->group]->dtype);
-		}
+		if (o->model_dir)
+			E.entry_bytes[s] = entry_bytes(&m, sl);
 	}
 	active = malloc(sizeof *active * maxn);
 	pos = malloc(sizeof *pos * maxn);

@@ -1,6 +1,7 @@
 /* sf-profile: runs the dense model teacher-forced over corpora and writes
  * an activation trace: per token, layer and group the active set, and per
- * entry the sum of |value|. See man/sf-profile.1. */
+ * entry the sum of |value|; of a mixture, per layer the experts the router
+ * picks. See man/sf-profile.1. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -34,7 +35,7 @@ struct options {
 	double value;
 	const char *value_text;		/* as given, for the range message */
 	int layer_lo, layer_hi;		/* -1: every layer */
-	unsigned groups;
+	unsigned groups;		/* 0: the model's (sf_trace_model_groups) */
 	int ctx;			/* -c: 0 for the model's max_position_embeddings */
 	int window;			/* 0: DEFAULT_WINDOW, at most the context */
 	int batch;			/* tokens per weight pass */
@@ -63,7 +64,8 @@ static const struct sf_opt options[] = {
 	{ "layers", OPT_LAYERS, "N-M", "record only layers N to M (LAYERS in sparseflash(7),\n"
 	  "one range; default: all)", NULL, 0 },
 	{ "groups", OPT_GROUPS, "LIST", "record only these groups, comma separated: attn_in,\n"
-	  "attn_out, ffn_in, ffn_out (default: all)", NULL, 0 },
+	  "attn_out, ffn_in, ffn_out, experts (a mixture's\n"
+	  "router picks) (default: all the model has)", NULL, 0 },
 	{ "ctx-size", 'c', "N", "context length, as sf-run's: no window is longer\n"
 	  "(default: the model's)", NULL, 0 },
 	{ "window", OPT_WINDOW, "N", "tokens per window (what -c set before it meant\n"
@@ -99,7 +101,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 	*o = (struct options){
 		.select = SF_TRACE_DENSITY, .value = DEFAULT_DENSITY, .layer_lo = -1,
-		.layer_hi = -1, .groups = (1u << SF_NGROUPS) - 1,
+		.layer_hi = -1,
 		.batch = DEFAULT_BATCH, .threads = sf_cli_threads_default(),
 	};
 	while ((c = sf_cli_getopt(argc, argv, &cmd)) != -1) {
@@ -130,7 +132,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			sf_opt_layer_range("--layers", optarg, SF_TRACE_MAX_LAYERS, &o->layer_lo,
 					   &o->layer_hi);
 			break;
-		case OPT_GROUPS: o->groups = sf_opt_groups("--groups", optarg, 0); break;
+		case OPT_GROUPS: o->groups = sf_opt_groups("--groups", optarg, SF_GROUPS_EXPERTS); break;
 		case 'c': o->ctx = (int)sf_opt_u64("--ctx-size", optarg, 1, 1u << 24); break;
 		case OPT_WINDOW: o->window = (int)sf_opt_u64("--window", optarg, 1, 1u << 24); break;
 		case 'b': o->batch = (int)sf_opt_u64("--batch-size", optarg, 1, SF_BATCH_MAX); break;
@@ -211,11 +213,10 @@ static json_t *trace_meta(const struct options *o)
 static int session_open(struct session *S, struct options *o)
 {
 	struct sf_err e = { 0 };
-	uint32_t entries[SF_NGROUPS];
+	uint32_t entries[SF_NKINDS], experts_used;
 	int ret;
 
 	if ((ret = sf_model_open(&S->model, o->model_dir, &e)) ||
-	    (ret = sf_model_dense_ffn(&S->model, o->model_dir, &e)) ||
 	    (ret = sf_tokenizer_open_model(&S->tok, o->model_dir, S->model.cfg.vocab_size, &e)))
 		goto fail;
 	const struct sf_config *cfg = &S->model.cfg;
@@ -240,10 +241,12 @@ static int session_open(struct session *S, struct options *o)
 		sf_error("--layers %d-%d: the model has layers 0-%d", lo, hi, cfg->n_layers - 1);
 		return -EINVAL;
 	}
-	sf_trace_model_entries(cfg, entries);
+	sf_trace_model_entries(cfg, entries, &experts_used);
 	json_t *meta = trace_meta(o);
-	ret = sf_trace_info_init(&S->info, &S->model.fingerprint, cfg->n_layers, entries, lo, hi,
-				 o->groups, o->select, o->value, meta, &e);
+	ret = sf_trace_info_init(&S->info, &S->model.fingerprint, cfg->n_layers, entries,
+				 experts_used, lo, hi,
+				 o->groups ? o->groups : sf_trace_model_groups(cfg), o->select,
+				 o->value, meta, &e);
 	json_decref(meta);
 	if (ret) {
 		/* the message is about the options, not a file called "trace" */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bats
 # sf-coact: statistics from traces, merges, --layers splits, scores, the
-# neurons file of --select-neurons against a recomputation in jq, and one
-# clear error line for damaged inputs and inputs of other models.
+# neurons file of --select-neurons against a recomputation in jq, a
+# mixture's experts and their steps against a recount of the trace
+# (tests/oracle/recount.py), and one clear error line for damaged inputs
+# and inputs of other models.
 
 load helpers
 
@@ -20,6 +22,11 @@ setup_file() {
 	sf-coact -q "$t/b.sft" --scores "$t/man.json" -o /dev/null
 	sf-coact --merge-scores "$t/kjv.json" "$t/man.json" -o "$t/model.json"
 	sf-coact -q "$t/other.sft" --scores "$t/other.json" -o /dev/null
+	# a random Mixtral: 4 experts, 2 a token
+	"$SF_FIXTURES/mkmodel" -o "$t/mix" --arch mixtral --experts 4 --experts-used 2 \
+		--layers 3 --hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --vocab 1024 \
+		--seed 3 --tokenizer "$MODEL" >/dev/null
+	sf-profile -q -m "$t/mix" --density 0.1 "$t/a.txt" "$t/b.txt" -o "$t/mix.sft"
 }
 
 T() { echo "$BATS_FILE_TMPDIR/$1"; }
@@ -384,4 +391,59 @@ expect_neurons() { # task.json|null model.json|null gamma delta
 @test "no trace given at a terminal: a line says standard input is read" {
 	printf '\004' | timeout 60 script -qec "sf-coact -o /dev/null" /dev/null >"$BATS_TEST_TMPDIR/tty" || true
 	grep -q "sf-coact: no trace given: reading one from standard input (sf-profile ... | sf-coact)" "$BATS_TEST_TMPDIR/tty"
+}
+
+@test "a mixture's experts: counts, pairs and each step from the layer before equal a recount of the trace; --info's picks and step; --layers splits merge to the whole" {
+	local python=${SF_PYTHON:-python3}
+	command -v "$python" >/dev/null || skip "no $python: the recount is in Python"
+	sf-coact -q "$(T mix.sft)" -o "$(T mix.sfc)"
+	run "$python" "$SF_ROOT/tests/oracle/recount.py" "$(T mix.sft)" "$(T mix.sfc)"
+	[ "$status" -eq 0 ]
+	[ "$output" = ok ]
+	run sf-coact -q --info "$(T mix.sfc)"
+	echo "$output" | jq -e '[.slots[] | select(.group == "experts")] |
+		length == 3 and (.[0] | has("step") | not) and
+		([.[1:][] | .step.from == .layer - 1 and .step.successors == 2 and .step.chance == 0.5 and
+		  .step.steps == 4 * .tokens and .step.covered >= 0.5 and .step.covered <= 1] | all) and
+		([.[] | (.picks | add) == 2 * .tokens] | all)'
+	sf-coact -q --layers 0-1 "$(T mix.sft)" -o "$BATS_TEST_TMPDIR/lo.sfc"
+	sf-coact -q --layers 2 "$(T mix.sft)" -o "$BATS_TEST_TMPDIR/hi.sfc"
+	sf-coact -q --merge "$BATS_TEST_TMPDIR/hi.sfc" "$BATS_TEST_TMPDIR/lo.sfc" \
+		-o "$BATS_TEST_TMPDIR/m.sfc"
+	[ "$(slots "$BATS_TEST_TMPDIR/m.sfc")" = "$(slots "$(T mix.sfc)")" ]
+}
+
+@test "experts counted without the step from the layer before do not merge with those counted with it" {
+	sf-profile -q -m "$(T mix)" --density 0.1 --layers 2 "$(T a.txt)" -o "$BATS_TEST_TMPDIR/l2.sft"
+	sf-coact -q "$BATS_TEST_TMPDIR/l2.sft" -o "$BATS_TEST_TMPDIR/l2.sfc"
+	sf-coact -q --layers 2 "$(T mix.sft)" -o "$BATS_TEST_TMPDIR/hi.sfc"
+	run --separate-stderr sf-coact --merge "$BATS_TEST_TMPDIR/hi.sfc" "$BATS_TEST_TMPDIR/l2.sfc" \
+		-o "$BATS_TEST_TMPDIR/m.sfc"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $BATS_TEST_TMPDIR/l2.sfc: layer 2 experts: does not count the step from layer 1, $BATS_TEST_TMPDIR/hi.sfc's does" ]
+	[ ! -e "$BATS_TEST_TMPDIR/m.sfc" ]
+}
+
+# A dense model's version 3 trace and .sfc are its version 2 ones but for
+# the version word and the header's "version" (sf-formats(5)).
+@test "version 2 traces and .sfc files are still read to the same statistics; versions 1 and 4 refused by name" {
+	local v d=$BATS_TEST_TMPDIR
+	sf-coact -q "$(T a.sft)" -o "$d/a.sfc"
+	for v in 1 2 4; do
+		cp "$(T a.sft)" "$d/v$v.sft"
+		cp "$d/a.sfc" "$d/v$v.sfc"
+		sed -i "0,/\"version\":3,/s//\"version\":$v,/" "$d/v$v.sft" "$d/v$v.sfc"
+		printf "\\x0$v" | dd of="$d/v$v.sft" bs=1 seek=8 conv=notrunc status=none
+		printf "\\x0$v" | dd of="$d/v$v.sfc" bs=1 seek=8 conv=notrunc status=none
+	done
+	sf-coact -q "$d/v2.sft" -o "$d/from2.sfc"
+	[ "$(slots "$d/from2.sfc")" = "$(slots "$d/a.sfc")" ]
+	sf-coact -q --merge "$d/v2.sfc" -o "$d/merged2.sfc"
+	[ "$(slots "$d/merged2.sfc")" = "$(slots "$d/a.sfc")" ]
+	run --separate-stderr sf-coact -q "$d/v1.sft" -o "$d/x.sfc"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $d/v1.sft: trace version 1, expected 3: made before fingerprints covered the weights; make it again" ]
+	run --separate-stderr sf-coact -q --info "$d/v4.sfc"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-coact: $d/v4.sfc: coact file version 4, expected 3" ]
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bats
 # sf-place: placements of planted-cluster statistics (tests/fixtures/
 # mkplanted) are permutations, deterministic, and coact beats identity and
-# frequency on held-out read length; --eval; bad input.
+# frequency on held-out read length; --eval; a random Mixtral's experts
+# placed and evaluated against a recount (tests/oracle/recount.py); bad
+# input.
 
 load helpers
 
@@ -241,4 +243,34 @@ is_permutation() {
 	run --separate-stderr sf-place -v --method coact "$D/prof.sfc" -o "$BATS_TEST_TMPDIR/c.json"
 	[ "$status" -eq 0 ]
 	[[ "${stderr_lines[0]}" =~ ^"sf-place: memory: about "[0-9.]+" MiB: the statistics a group at a time, the largest group's search"$ ]]
+}
+
+# sf-pack takes such a placement and keeps the experts in id order.
+@test "a mixture's experts: every method a permutation of the experts, --eval's runs per token of them equal a recount of the trace, the bytes whole experts" {
+	local m t=$BATS_TEST_TMPDIR python=${SF_PYTHON:-python3}
+	"$SF_FIXTURES/mkmodel" -o "$t/mix" --arch mixtral --experts 4 --experts-used 2 --layers 2 \
+		--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --vocab 1024 --seed 3 \
+		--tokenizer "$MODEL" >/dev/null
+	head -c 3000 "$SF_ROOT/man/sf-place.1" >"$t/text.txt"
+	sf-profile -q -m "$t/mix" --groups experts "$t/text.txt" -o "$t/mix.sft"
+	sf-coact -q "$t/mix.sft" -o "$t/mix.sfc"
+	for m in identity frequency coact; do
+		sf-place -q --method $m "$t/mix.sfc" -o "$t/$m.json"
+		is_permutation "$t/$m.json"
+		jq -e '[.groups[] | .group == "experts" and .entries == 4] == [true, true]' "$t/$m.json"
+	done
+	run sf-place --eval "$t/mix.sft" --model "$t/mix" --json "$t/identity.json" "$t/coact.json"
+	[ "$status" -eq 0 ]
+	echo "$output" >"$t/eval.json"
+	# 2 experts a token, each a record of gate, up and down: 3 x 96 x 64 BF16
+	jq -e '[.placements[].groups[] | .active_per_token == 2 and .entry_bytes == 36864 and
+		.collapse[0].bytes_per_token == 2 * 36864] | all' "$t/eval.json"
+	command -v "$python" >/dev/null || skip "no $python: the recount is in Python"
+	for m in identity coact; do
+		[ "$(jq -c --arg p "$t/$m.json" '[.placements[] | select(.placement == $p) |
+			.groups[].runs_per_token]' "$t/eval.json")" = \
+		  "$("$python" "$SF_ROOT/tests/oracle/recount.py" --runs "$t/mix.sft" "$t/$m.json" |
+			jq -c '[.[].runs_per_token]')" ]
+	done
+	sf-pack -q --model "$t/mix" --placement "$t/coact.json" -o "$t/mix.sfimg"
 }

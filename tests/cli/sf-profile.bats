@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # sf-profile: activation traces of the embedded model from text, JSON
-# lines, Alpaca records and CSV, and one clear error line on bad input.
+# lines, Alpaca records and CSV, a random Mixtral's experts, and one clear
+# error line on bad input.
 
 load helpers
 
@@ -79,7 +80,7 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 @test "--groups: one message for a name that is not a group" {
 	run --separate-stderr sf-profile -m "$MODEL" --groups ffn_in,mlp "$KJV"
 	[ "$status" -eq 2 ]
-	[ "${stderr_lines[0]}" = "sf-profile: --groups: 'mlp' is not attn_in, attn_out, ffn_in or ffn_out" ]
+	[ "${stderr_lines[0]}" = "sf-profile: --groups: 'mlp' is not attn_in, attn_out, ffn_in, ffn_out or experts" ]
 }
 
 @test "--layers and --groups restrict what is recorded" {
@@ -263,4 +264,35 @@ info() { sf-coact -q "$1" -o "$BATS_TEST_TMPDIR/info.sfc" && sf-coact -q --info 
 	run --separate-stderr sf-profile -v --model "$MODEL" --max-tokens 8 -o "$BATS_TEST_TMPDIR/t.sft" - <<< "In the beginning"
 	[ "$status" -eq 0 ]
 	[[ "${stderr_lines[1]}" =~ ^"sf-profile: memory: about "[0-9.]+" MiB: the weights (mapped), run state, recorder"$ ]]
+}
+
+# The experts slots against the routes the decoder gets: test_trace.
+@test "a mixture: attention as dense, each token's experts its 2 picks whatever --density, the same bytes at any -b; ffn_in of a mixture, experts of a dense model refused" {
+	local t=$BATS_TEST_TMPDIR
+	"$SF_FIXTURES/mkmodel" -o "$t/mix" --arch mixtral --experts 4 --experts-used 2 --layers 2 \
+		--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --vocab 1024 --seed 3 \
+		--tokenizer "$MODEL" >/dev/null
+	sf-profile -q -m "$t/mix" --density 0.1 "$KJV" -o "$t/a.sft"
+	sf-profile -q -m "$t/mix" --groups experts --threshold 0.5 -b 3 -t 1 "$KJV" -o "$t/b.sft"
+	# the header: version 3, the experts' count and picks a token
+	[ "$(od -An -tu4 -j8 -N4 "$t/a.sft" | tr -d ' ')" = 3 ]
+	tail -c +17 "$t/a.sft" | head -c "$(od -An -tu4 -j12 -N4 "$t/a.sft")" >"$t/h.json"
+	jq -e '.groups == ["attn_in", "attn_out", "experts"] and .entries.experts == 4 and
+		.experts_used == 2 and ([.slots[] | select(.group == "experts") | .k] == [2, 2])' \
+		"$t/h.json"
+	run info "$t/a.sft"
+	[ "$status" -eq 0 ]
+	# round(0.1 * 64) = 6 for attention; 2 of 4 experts a token
+	[ "$(echo "$output" | jq -c '[.slots[] | [.group, .mean_density * .entries]] | unique')" = \
+		'[["attn_in",6],["attn_out",6],["experts",2]]' ]
+	# the experts slots alike under another selection and pass size
+	[ "$(echo "$output" | jq -c '[.slots[] | select(.group == "experts") | .crc]')" = \
+		"$(info "$t/b.sft" | jq -c '[.slots[].crc]')" ]
+	run --separate-stderr sf-profile -m "$t/mix" --groups attn_in,ffn_in "$KJV" -o "$t/c.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: ffn_in: a mixture of experts has no dense FFN (its experts are recorded as experts)" ]
+	run --separate-stderr sf-profile -m "$MODEL" --groups experts "$KJV" -o "$t/c.sft"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-profile: experts: the model is not a mixture of experts" ]
+	[ ! -e "$t/c.sft" ]
 }

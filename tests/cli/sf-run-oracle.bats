@@ -212,14 +212,21 @@ same_at_any_batch() {
 	refuses_config qwen2_moe '.shared_expert_intermediate_size = 64' "model-00002-of-00002.safetensors: tensor 'model.layers.0.mlp.shared_expert.gate_proj.weight': shape [80, 48], expected [64, 48]"
 }
 
-@test "Mixtral: sf-profile and sf-encode refuse a mixture of experts by name" {
-	local why="$D/mixtral: MixtralForCausalLM: a mixture of experts, which only sf-run and sf-pack take (no traces or codes of experts yet)"
+@test "Mixtral: sf-encode refuses a mixture of experts by name; sf-profile records each family's experts" {
+	local a
 	need_numpy
-	refused "sf-profile: $why" sf-profile --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sft" \
-		"$D/text.txt"
-	refused "sf-encode: $why" sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
-	refused "sf-encode: $D/olmoe: OlmoeForCausalLM: a mixture of experts, which only sf-run and sf-pack take (no traces or codes of experts yet)" \
+	refused "sf-encode: $D/mixtral: MixtralForCausalLM: a mixture of experts, which sf-encode does not take yet (no codes of experts)" \
+		sf-encode --model "$D/mixtral" -o "$BATS_TEST_TMPDIR/x.sfq"
+	refused "sf-encode: $D/olmoe: OlmoeForCausalLM: a mixture of experts, which sf-encode does not take yet (no codes of experts)" \
 		sf-encode --model "$D/olmoe" -o "$BATS_TEST_TMPDIR/x.sfq"
+	# every token's experts slot holds num_experts_per_tok experts
+	for a in mixtral qwen2_moe qwen3_moe olmoe; do
+		sf-profile -q --model "$D/$a" --groups experts -o "$BATS_TEST_TMPDIR/$a.sft" "$D/text.txt"
+		sf-coact -q "$BATS_TEST_TMPDIR/$a.sft" -o "$BATS_TEST_TMPDIR/$a.sfc"
+		sf-coact --info "$BATS_TEST_TMPDIR/$a.sfc" | jq -e --argjson k \
+			"$(jq .num_experts_per_tok "$D/$a/config.json")" \
+			'[.slots[] | .group == "experts" and (.mean_density * .entries - $k | fabs) < 1e-9] | all'
+	done
 }
 
 @test "-v counts every parameter of each architecture's checkpoint" {

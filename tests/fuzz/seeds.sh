@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Seed corpora for the fuzz harnesses, made at fuzz time from the embedded
 # model and the stages' real outputs (nothing binary is committed): a tiny
-# model made by mkmodel with the embedded tokenizer (and a Mixtral), its trace, .sfc,
+# model made by mkmodel with the embedded tokenizer (and Mixtrals), its trace, .sfc,
 # placement.json, .sfq of both methods, calib.json and images, GGUF files
 # from mkgguf, plus the small text seeds committed under tests/fuzz/seeds/.
 # Usage: seeds.sh BIN_DIR FIXTURES_DIR OUT_DIR   (run from the repository)
@@ -69,6 +69,17 @@ cp "$W/density.sfc" "$W/planted.sfc" "$OUT/coact/"
 "$BIN/sf-place" -q --method coact "$W/planted.sfc" -o "$W/coact.json"
 "$BIN/sf-place" -q --method frequency "$W/density.sfc" -o "$W/frequency.json"
 cp "$W/coact.json" "$W/frequency.json" "$OUT/placement/"
+
+# a mixture's experts slots, the second layer's with the step from the first
+"$FIX/mkmodel" -o "$W/moe2" --arch mixtral --experts 4 --experts-used 2 --hidden 16 \
+	--intermediate 32 --layers 2 --heads 2 --kv-heads 1 --vocab 1024 --max-pos 32 \
+	--tokenizer "$MODEL" >/dev/null
+"$BIN/sf-profile" -q -m "$W/moe2" "$W/a.txt" -o "$W/experts.sft"
+"$BIN/sf-coact" -q "$W/experts.sft" -o "$W/experts.sfc"
+"$BIN/sf-place" -q --method coact "$W/experts.sfc" -o "$W/experts.json"
+cp "$W/experts.sft" "$OUT/trace/"
+cp "$W/experts.sfc" "$OUT/coact/"
+cp "$W/experts.json" "$OUT/placement/"
 
 "$BIN/sf-encode" --model "$W/tiny" --method scalar -o "$W/scalar.sfq"
 "$BIN/sf-encode" --model "$W/tiny" --method trellis -o "$W/trellis.sfq"

@@ -29,7 +29,7 @@ static uint64_t next_rand(void)
 }
 
 static const char *tmp;
-static const uint32_t ENTRIES[SF_NGROUPS] = { 40, 24, 40, 70 };
+static const uint32_t ENTRIES[SF_NKINDS] = { 40, 24, 40, 70 };
 #define NLAYERS 3
 
 // ----------------------------------------------------------------------------
@@ -97,7 +97,7 @@ static void make_trace(struct synth *S, const char *name, const char *fingerprin
 	struct sf_fingerprint fp;
 	snprintf(fp.weights, sizeof(fp.weights), "%s", fingerprint);
 	snprintf(fp.shape, sizeof(fp.shape), "%s", fingerprint);
-	int ret = sf_trace_info_init(&S->info, &fp, NLAYERS, ENTRIES, lo, hi, 0xf,
+	int ret = sf_trace_info_init(&S->info, &fp, NLAYERS, ENTRIES, 0, lo, hi, 0xf,
 				     SF_TRACE_THRESHOLD, 0.5, meta, &e);
 	json_decref(meta);
 	CHECK(ret == 0, "%s", e.msg);

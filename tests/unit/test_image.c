@@ -509,24 +509,16 @@ static void experts_config(json_t *h)
  * line each. */
 static void check_experts(void)
 {
-	const char *fx = unit_env("SF_FIXTURES", NULL);
-	char mk[4200], cmd[16400], dir[4200], path[4200], dst[4200];
+	char args[4400], cmd[4400], dir[4200], path[4200], dst[4200];
 	struct sf_model m, bound;
 	struct sf_image img;
 	struct sf_err e = { 0 };
 
-	if (!fx)
+	snprintf(args, sizeof(args), "--arch mixtral --experts 4 --experts-used 2 --hidden 64 "
+		 "--intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 --seed 5 "
+		 "--tokenizer '%s'", model_dir);
+	if (unit_mkmodel(tmpdir, "mk-mixtral", args, dir, sizeof(dir), "images of experts"))
 		return;
-	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
-	if (access(mk, X_OK)) {
-		fprintf(stderr, "%s not built: images of experts not tested\n", mk);
-		return;
-	}
-	snprintf(dir, sizeof(dir), "%s/mk-mixtral", tmpdir);
-	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' --arch mixtral --experts 4 --experts-used 2 "
-		 "--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 "
-		 "--seed 5 --tokenizer '%s' > /dev/null", mk, dir, model_dir);
-	CHECK(system(cmd) == 0, "%s failed", cmd);
 	CHECK(!sf_model_open(&m, dir, &e), "%s", e.msg);
 	CHECK(!imagetest_pack(tmpdir, "moe.sfimg", &m, dir, NULL, NULL, NULL, 0,
 			      SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);

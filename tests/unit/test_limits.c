@@ -22,7 +22,7 @@ static char tmp[4096];
 /* A header describing 64 layers of 2^24 entries per group: 32 GiB of sums. */
 static void trace_buffers(void)
 {
-	uint32_t entries[SF_NGROUPS];
+	uint32_t entries[SF_NKINDS] = { 0 };
 	struct sf_trace_info info;
 	struct sf_trace_reader *r = NULL;
 	struct sf_err e = { 0 };
@@ -30,7 +30,7 @@ static void trace_buffers(void)
 
 	for (int g = 0; g < SF_NGROUPS; g++)
 		entries[g] = SF_TRACE_MAX_ENTRIES;
-	int ret = sf_trace_info_init(&info, &FP, 64, entries, 0, 63,
+	int ret = sf_trace_info_init(&info, &FP, 64, entries, 0, 0, 63,
 				     (1u << SF_NGROUPS) - 1, SF_TRACE_THRESHOLD, 0.5, NULL, &e);
 	CHECK(ret == 0, "info_init: %s", e.msg);
 	char *text = json_dumps(info.header, JSON_COMPACT);

@@ -653,23 +653,15 @@ static void test_bad_models(void)
 
 static void test_mkmodel(void)
 {
-	const char *fx = unit_env("SF_FIXTURES", NULL);
-	char mk[4200], cmd[12000], dir[4200];
+	char dir[4200];
 	struct sf_model m;
 	struct sf_err e = { 0 };
 	int ret;
 
-	if (!fx)
+	if (unit_mkmodel(tmpdir, "mk-qwen", "--arch qwen2 --shards 3 --no-tie --dtype f16 "
+			 "--hidden 64 --heads 4 --kv-heads 1 --layers 2 --vocab 300 --seed 9", dir,
+			 sizeof(dir), "mkmodel models"))
 		return;
-	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
-	if (access(mk, X_OK)) {
-		fprintf(stderr, "%s not built: mkmodel models not tested\n", mk);
-		return;
-	}
-	snprintf(dir, sizeof(dir), "%s/mk-qwen", tmpdir);
-	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' --arch qwen2 --shards 3 --no-tie --dtype f16 "
-		 "--hidden 64 --heads 4 --kv-heads 1 --layers 2 --vocab 300 --seed 9", mk, dir);
-	CHECK(system(cmd) == 0, "%s failed", cmd);
 	ret = sf_model_open(&m, dir, &e);
 	CHECK(ret == 0, "%s: %s", dir, e.msg);
 	if (!ret) {

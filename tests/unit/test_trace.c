@@ -168,18 +168,18 @@ static void test_topk(void)
 
 static void test_info_errors(void)
 {
-	uint32_t entries[SF_NGROUPS] = { 128, 128, 128, 384 };
+	uint32_t entries[SF_NKINDS] = { 128, 128, 128, 384 };
 	struct sf_trace_info info;
 	struct sf_err e = { 0 };
 
-	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 3, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 0, 3, 15,
 				 SF_TRACE_DENSITY, 1.5, NULL, &e) == -EINVAL,
 	      "density 1.5 accepted");
 	CHECK(strcmp(e.msg, "trace: density 1.5: expected a value in (0, 1]") == 0, "%s", e.msg);
-	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 3, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 0, 3, 15,
 				 SF_TRACE_DENSITY, 0.001, NULL, &e) == -EINVAL,
 	      "density selecting nothing accepted");
-	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 2, 4, 15,
+	CHECK(sf_trace_info_init(&info, &FP1, 4, entries, 0, 2, 4, 15,
 				 SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL, "layer 4 of 4 accepted");
 }
 
@@ -188,11 +188,11 @@ static void test_info_errors(void)
 static int write_random(const char *path, double density, int ntok, uint64_t **rows_out,
 			struct sf_trace_info *info)
 {
-	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
+	uint32_t entries[SF_NKINDS] = { 100, 64, 100, 700 };
 	struct sf_err e = { 0 };
 	struct sf_trace_writer *w = NULL;
 	FILE *f = fopen(path, "wb");
-	int ret = sf_trace_info_init(info, &FP2, 3, entries, 1, 2, 0xb,
+	int ret = sf_trace_info_init(info, &FP2, 3, entries, 0, 1, 2, 0xb,
 				     SF_TRACE_DENSITY, density, NULL, &e);
 	CHECK(ret == 0, "info: %s", e.msg);
 	if (ret || !f || (ret = sf_trace_writer_open(&w, f, path, info, &e))) {
@@ -283,7 +283,7 @@ static void test_roundtrip(const char *tmp)
  * float64 sums, at every level this CPU has. */
 static void test_record(const char *tmp)
 {
-	uint32_t entries[SF_NGROUPS] = { 100, 64, 100, 700 };
+	uint32_t entries[SF_NKINDS] = { 100, 64, 100, 700 };
 	enum { NTOK = 70 };
 	char path[4096];
 
@@ -304,7 +304,7 @@ static void test_record(const char *tmp)
 		size_t stride = 0, nent = 0;
 		snprintf(path, sizeof(path), "%s/record-%s.sft", tmp, isa);
 		FILE *f = fopen(path, "wb");
-		int ret = sf_trace_info_init(&info, &FP2, 3, entries, 0, 2, 0xf,
+		int ret = sf_trace_info_init(&info, &FP2, 3, entries, 0, 0, 2, 0xf,
 					     SF_TRACE_DENSITY, 0.3, NULL, &e);
 		ret = ret ? ret : sf_trace_writer_open(&w, f, path, &info, &e);
 		ret = ret ? ret : sf_profile_open(&p, w, NULL, 1, &e);
@@ -368,6 +368,89 @@ static void test_record(const char *tmp)
 		sf_trace_info_free(&info);
 	}
 	sf_cpu_use_best();
+}
+
+/* One token of the experts test's trace: attn_in entries 0 and 2, the
+ * experts of pick (npick of them) in each layer. */
+static int put_experts_token(struct sf_trace_writer *w, const struct sf_trace_info *info,
+			     const uint32_t *pick, int npick, struct sf_err *e)
+{
+	for (int s = 0; s < info->nslots; s++) {
+		uint64_t *row = sf_trace_writer_row(w, s);
+		if (info->slots[s].group != SF_GROUP_EXPERTS)
+			row[0] = 0x5;
+		for (int i = 0; info->slots[s].group == SF_GROUP_EXPERTS && i < npick; i++)
+			row[pick[i] / 64] |= 1ull << (pick[i] % 64);
+	}
+	return sf_trace_writer_token(w, e);
+}
+
+/* Experts slots written and read directly: 1,024 experts 2 a token take
+ * the index encoding; a token routed to 1 (a pick's weight underflowed)
+ * is kept, one of 0 or 3 refused by the writer with its line; experts of
+ * a dense model and ffn_in of a mixture refused. */
+static void test_experts_slots(const char *tmp)
+{
+	uint32_t entries[SF_NKINDS] = { 16, 16, 16, 32, 1024 };
+	static const uint32_t picks[3][2] = { { 3, 1000 }, { 7, 7 }, { 0, 1023 } };	/* 1 pick */
+	static const uint32_t three[3] = { 0, 1, 2 };
+	unsigned groups = 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_EXPERTS;
+	struct sf_trace_info info;
+	struct sf_trace_writer *w = NULL;
+	struct sf_trace_reader *r = NULL;
+	struct sf_err e = { 0 };
+	char path[4096], want[4200];
+	uint32_t ntok;
+
+	CHECK(sf_trace_info_init(&info, &FP1, 2, (uint32_t[SF_NKINDS]){ 16, 16, 16, 32, 0 }, 0,
+				 0, 1, groups, SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL &&
+	      !strcmp(e.msg, "trace: experts: the model is not a mixture of experts"), "%s", e.msg);
+	CHECK(sf_trace_info_init(&info, &FP1, 2, entries, 2, 0, 1, 1u << SF_GROUP_FFN_IN,
+				 SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL, "ffn_in of a mixture");
+	if (sf_trace_info_init(&info, &FP1, 2, entries, 2, 0, 1, groups, SF_TRACE_THRESHOLD, 0.5,
+			       NULL, &e)) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	CHECK(info.nslots == 4 && info.slots[1].group == SF_GROUP_EXPERTS && info.slots[1].k == 2 &&
+	      info.slots[1].encoding == SF_TRACE_INDEX && info.slots[0].encoding == SF_TRACE_BITMAP,
+	      "experts slot: k %u, encoding %d", info.slots[1].k, (int)info.slots[1].encoding);
+	snprintf(path, sizeof(path), "%s/experts-slots.sft", tmp);
+	FILE *f = fopen(path, "wb");
+	int ret = f ? sf_trace_writer_open(&w, f, path, &info, &e) : -errno;
+	for (int t = 0; !ret && t < 3; t++)
+		ret = put_experts_token(w, &info, picks[t], 2, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	for (int n = 0; !ret && n <= 3; n += 3) {
+		snprintf(want, sizeof(want), "%s: token 3: layer 0 experts: %d picked, the router "
+			 "picks 1 to 2", path, n);
+		CHECK(put_experts_token(w, &info, three, n, &e) == -EINVAL && !strcmp(e.msg, want),
+		      "%s", e.msg);
+		for (int s = 0; s < info.nslots; s++)	/* the refused token's rows cleared */
+			memset(sf_trace_writer_row(w, s), 0, (size_t)info.slots[s].words * 8);
+	}
+	ret = ret ? ret : sf_trace_writer_finish(w, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	sf_trace_writer_free(w);
+	if (f)
+		fclose(f);
+	ret = ret ? ret : sf_trace_open(&r, path, &e);
+	int t = 0, bad = 0;
+	while (ret == 0 && (ret = sf_trace_next(r, &ntok, &e)) > 0) {
+		ret = 0;
+		for (uint32_t i = 0; i < ntok; i++, t++)
+			for (int s = 1; s < info.nslots; s += 2) {
+				uint64_t want_row[16] = { 0 };
+				for (int k = 0; k < 2; k++)
+					want_row[picks[t][k] / 64] |= 1ull << (picks[t][k] % 64);
+				bad += memcmp(sf_trace_rows(r, s) + (size_t)i * 16, want_row,
+					      sizeof(want_row)) != 0;
+			}
+	}
+	CHECK(ret == 0 && t == 3 && bad == 0, "%d tokens, %d experts rows differ: %s", t, bad,
+	      e.msg);
+	sf_trace_close(r);
+	sf_trace_info_free(&info);
 }
 
 /* Reads the whole trace at path; the error code, with the message in e. */
@@ -462,6 +545,34 @@ static void witness_fn(void *ctx, int layer, enum sf_group g, const float *in, i
 	}
 }
 
+/* ntok token ids from a fixed pseudo-random stream (the same every call,
+ * BOS at each window of ctx) through the forward pass in passes of batch
+ * tokens, each pass's recording ended; *done counts the tokens before the
+ * pass, for the witnesses. 0, or the first failure in e. */
+static int profile_tokens(const struct sf_model *m, struct sf_runstate *st, struct sf_profile *p,
+			  int ntok, int ctx, int batch, int *done, struct sf_err *e)
+{
+	int32_t *toks = malloc((size_t)ntok * sizeof(*toks));
+	int ret = 0;
+
+	if (!toks)
+		return sf_err_set(e, -ENOMEM, "token ids: %s", sf_strerror(-ENOMEM));
+	rng = 88172645463325252ull;
+	for (int i = 0; i < ntok; i++)
+		toks[i] = i % ctx == 0 ? 1 : (int32_t)(next_rand() % m->cfg.vocab_size);
+	for (*done = 0; *done < ntok;) {
+		int pos = *done % ctx, T = batch;
+		T = T < ctx - pos ? T : ctx - pos;
+		T = T < ntok - *done ? T : ntok - *done;
+		sf_forward_batch(m, st, toks + *done, T, pos, 0);
+		if ((ret = sf_state_error(st, e)) || (ret = sf_profile_tokens(p, T, e)))
+			break;
+		*done += T;
+	}
+	free(toks);
+	return ret;
+}
+
 /* The trace of NTOK tokens written to path by a writer on a pool of
  * nthreads (the forward pass on it too), in passes of batch tokens,
  * checked against the witness. */
@@ -473,7 +584,7 @@ static void test_model(const char *root, const char *path, int nthreads, int bat
 	struct sf_runstate st = { 0 };
 	struct sf_err e = { 0 };
 	struct sf_trace_info info = { 0 };
-	uint32_t entries[SF_NGROUPS];
+	uint32_t entries[SF_NKINDS] = { 0 }, experts_used = 0;
 	enum { NTOK = 200, CTX = 64 };
 
 	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", root);
@@ -481,10 +592,10 @@ static void test_model(const char *root, const char *path, int nthreads, int bat
 		CHECK(0, "%s", e.msg);
 		return;
 	}
-	sf_trace_model_entries(&m.cfg, entries);
+	sf_trace_model_entries(&m.cfg, entries, &experts_used);
 	/* layers 1-3, three groups: the observer must skip what is not recorded */
-	int ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, 1, 3, 0xd,
-				     SF_TRACE_DENSITY, 0.25, NULL, &e);
+	int ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries,
+				     experts_used, 1, 3, 0xd, SF_TRACE_DENSITY, 0.25, NULL, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	ret = ret ? ret : sf_state_init_batch(&st, &m.cfg, CTX, batch < CTX ? batch : CTX, &e);
 	CHECK(ret == 0, "%s", e.msg);
@@ -509,21 +620,7 @@ static void test_model(const char *root, const char *path, int nthreads, int bat
 	st.observer = &obs;
 	st.pool = pool;
 	st.skip_logits = 1;
-	/* token ids from a fixed pseudo-random stream, the same every call;
-	 * windows of CTX */
-	int32_t toks[NTOK];
-	rng = 88172645463325252ull;
-	for (int i = 0; i < NTOK; i++)
-		toks[i] = i % CTX == 0 ? 1 : (int32_t)(next_rand() % m.cfg.vocab_size);
-	for (W.tokens = 0; W.tokens < NTOK;) {
-		int pos = W.tokens % CTX, T = batch;
-		T = T < CTX - pos ? T : CTX - pos;
-		T = T < NTOK - W.tokens ? T : NTOK - W.tokens;
-		sf_forward_batch(&m, &st, toks + W.tokens, T, pos, 0);
-		if ((ret = sf_profile_tokens(W.p, T, &e)))
-			break;
-		W.tokens += T;
-	}
+	ret = profile_tokens(&m, &st, W.p, NTOK, CTX, batch, &W.tokens, &e);
 	CHECK(ret == 0, "%s", e.msg);
 	CHECK(W.calls == (uint32_t)NTOK * m.cfg.n_layers * SF_NGROUPS, "observer saw %u groups",
 	      W.calls);
@@ -599,6 +696,160 @@ static unsigned char *slurp(const char *path, size_t *n)
 	return buf;
 }
 
+// --- a mixture's experts slots (a Mixtral by mkmodel, when the fixture is built)
+
+/* What the decoder is handed: the routes of each pass as sf-run's exec
+ * gets them (sf_group_exec.experts), its picks and weights, per layer. */
+struct routes_witness {
+	int n_layers, ne, tokens;	/* tokens before this pass */
+	uint64_t *picks;	/* (n_layers, tokens) bit e: expert e picked */
+	double *sums;		/* (n_layers, ne) sum of the weights */
+	int dense_ffn;		/* ffn_in or ffn_out observed */
+	struct sf_profile *p;
+};
+
+static void routes_exec(void *ctx, int layer, const float *route, int T)
+{
+	struct routes_witness *W = ctx;
+	for (int t = 0; t < T; t++)
+		for (int x = 0; x < W->ne; x++) {
+			float r = route[(size_t)t * W->ne + x];
+			W->sums[layer * W->ne + x] += r;
+			if (r != 0.0f)
+				W->picks[(size_t)layer * 4096 + W->tokens + t] |= 1ull << x;
+		}
+}
+
+static void groups_fn(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n)
+{
+	struct routes_witness *W = ctx;
+	W->dense_ffn |= g == SF_GROUP_FFN_IN || g == SF_GROUP_FFN_OUT;
+	sf_profile_record(W->p, layer, g, in, T, n);
+}
+
+static void routes_fn(void *ctx, int layer, const float *route, int T, size_t n)
+{
+	struct routes_witness *W = ctx;
+	sf_profile_record(W->p, layer, SF_GROUP_EXPERTS, route, T, n);
+}
+
+/* A random Mixtral of 4 experts, 2 a token, profiled in passes of batch
+ * tokens: its experts slots hold exactly the experts the decoder's exec
+ * is handed for each token, their sums the routes' weights; no dense FFN
+ * group is observed; a density of 0.5 leaves the experts' k at 2. The
+ * trace written to path. */
+static void test_experts_batch(const char *dir, const char *path, int batch)
+{
+	enum { NTOK = 150, CTX = 64 };
+	struct sf_model m = { 0 };
+	struct sf_runstate st = { 0 };
+	struct sf_err e = { 0 };
+	struct sf_trace_info info = { 0 };
+	struct sf_trace_writer *w = NULL;
+	uint32_t entries[SF_NKINDS], used;
+	FILE *f = NULL;
+	int ret;
+
+	if ((ret = sf_model_open(&m, dir, &e))) {
+		CHECK(0, "%s", e.msg);
+		return;
+	}
+	sf_trace_model_entries(&m.cfg, entries, &used);
+	CHECK(entries[SF_GROUP_EXPERTS] == 4 && used == 2, "experts %u, used %u",
+	      entries[SF_GROUP_EXPERTS], used);
+	CHECK(sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, used, 0, 1,
+				 1u << SF_GROUP_FFN_OUT, SF_TRACE_DENSITY, 0.5, NULL, &e) == -EINVAL &&
+	      strstr(e.msg, "ffn_out: a mixture of experts has no dense FFN"), "%s", e.msg);
+	ret = sf_trace_info_init(&info, &m.fingerprint, m.cfg.n_layers, entries, used, 0, 1,
+				 sf_trace_model_groups(&m.cfg), SF_TRACE_DENSITY, 0.5, NULL, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	ret = ret ? ret : sf_state_init_batch(&st, &m.cfg, CTX, batch, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	struct routes_witness W = { .n_layers = m.cfg.n_layers, .ne = 4 };
+	W.picks = calloc((size_t)m.cfg.n_layers * 4096, sizeof(*W.picks));
+	W.sums = calloc((size_t)m.cfg.n_layers * 4, sizeof(*W.sums));
+	if (!ret && !(f = fopen(path, "wb")))
+		ret = -errno;
+	if (!ret && ((ret = sf_trace_writer_open(&w, f, path, &info, &e)) ||
+		     (ret = sf_profile_open(&W.p, w, NULL, batch, &e))))
+		CHECK(0, "%s", e.msg);
+	if (ret)
+		goto out;
+	struct sf_observer obs = { .fn = groups_fn, .routes = routes_fn, .ctx = &W,
+				   .tokens = batch };
+	struct sf_group_exec ex = { .experts = routes_exec, .ctx = &W, .tokens = batch };
+	st.observer = &obs;
+	st.exec = &ex;
+	st.skip_logits = 1;
+	ret = profile_tokens(&m, &st, W.p, NTOK, CTX, batch, &W.tokens, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	CHECK(!W.dense_ffn, "a mixture's ffn_in or ffn_out observed");
+	CHECK(!sf_trace_writer_finish(w, &e), "%s", e.msg);
+	fclose(f);
+	f = NULL;
+
+	struct sf_trace_reader *r = NULL;
+	uint32_t ntok;
+	int t = 0, bad = 0, two = 0;
+	ret = sf_trace_open(&r, path, &e);
+	CHECK(ret == 0, "%s", e.msg);
+	while (ret == 0 && (ret = sf_trace_next(r, &ntok, &e)) > 0) {
+		ret = 0;
+		for (int l = 0; l < m.cfg.n_layers; l++) {
+			int s = sf_trace_slot_index(&info, l, SF_GROUP_EXPERTS);
+			for (uint32_t i = 0; i < ntok; i++) {
+				uint64_t row = sf_trace_rows(r, s)[i];
+				bad += row != W.picks[(size_t)l * 4096 + t + i];
+				two += __builtin_popcountll(row) == 2;
+			}
+		}
+		t += (int)ntok;
+	}
+	CHECK(ret == 0, "%s", e.msg);
+	CHECK(t == NTOK && two == NTOK * m.cfg.n_layers, "%d tokens, %d of 2 picks", t, two);
+	CHECK(bad == 0, "batch %d: %d tokens' experts differ from the decoder's routes", batch,
+	      bad);
+	for (int l = 0; !ret && l < m.cfg.n_layers; l++)
+		for (int x = 0; x < 4; x++) {
+			double got = sf_trace_sums(r, sf_trace_slot_index(&info, l, SF_GROUP_EXPERTS))[x];
+			CHECK(fabs(got - W.sums[l * 4 + x]) <= 1e-9 * W.sums[l * 4 + x],
+			      "layer %d expert %d: weights sum %.17g, the routes' %.17g", l, x, got,
+			      W.sums[l * 4 + x]);
+		}
+	sf_trace_close(r);
+out:
+	if (f)
+		fclose(f);
+	free(W.picks);
+	free(W.sums);
+	sf_profile_free(W.p);
+	sf_trace_writer_free(w);
+	sf_trace_info_free(&info);
+	sf_state_free(&st);
+	sf_model_close(&m);
+}
+
+/* The experts slots of one token a pass and of 7: the same bytes. */
+static void test_experts(const char *root, const char *tmp)
+{
+	char args[4400], dir[4200], one[4096], seven[4096];
+
+	snprintf(args, sizeof(args), "--arch mixtral --experts 4 --experts-used 2 --hidden 64 "
+		 "--intermediate 96 --heads 4 --kv-heads 2 --layers 2 --vocab 300 --seed 5 "
+		 "--tokenizer '%s/models/mix4-1m'", root);
+	if (unit_mkmodel(tmp, "trace-mixtral", args, dir, sizeof(dir), "traces of experts"))
+		return;
+	snprintf(one, sizeof(one), "%s/experts-1.sft", tmp);
+	snprintf(seven, sizeof(seven), "%s/experts-7.sft", tmp);
+	test_experts_batch(dir, one, 1);
+	test_experts_batch(dir, seven, 7);
+	size_t n1, n7;
+	unsigned char *a = slurp(one, &n1), *b = slurp(seven, &n7);
+	CHECK(a && b && n1 == n7 && !memcmp(a, b, n1), "experts traces of -b 1 and 7 differ");
+	free(a);
+	free(b);
+}
+
 /* At every level this CPU has (each checked by the witness), the trace
  * bytes depend neither on how many threads selected them nor on the
  * tokens of a forward pass. */
@@ -643,6 +894,8 @@ int main(void)
 	test_roundtrip(tmp);
 	test_damage(tmp);
 	test_record(tmp);
+	test_experts_slots(tmp);
 	test_model_threads(root, tmp);
+	test_experts(root, tmp);
 	return unit_exit();
 }

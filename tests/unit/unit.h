@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static int unit_failures;
 
@@ -48,6 +49,32 @@ static inline const char *unit_env(const char *name, const char *fallback)
 {
 	const char *v = getenv(name);
 	return v && *v ? v : fallback;
+}
+
+/* A random model by the mkmodel fixture (SF_FIXTURES) in dir (n bytes:
+ * TMPDIR/NAME) with mkmodel's options args: 0, or -1 when the fixture is
+ * not there (said on stderr, naming what goes untested) or failed (a
+ * failed check). */
+static inline int unit_mkmodel(const char *tmpdir, const char *name, const char *args,
+			       char *dir, size_t n, const char *untested)
+{
+	const char *fx = unit_env("SF_FIXTURES", NULL);
+	char mk[4200], cmd[16400];
+
+	if (!fx) {
+		fprintf(stderr, "SF_FIXTURES unset: %s not tested\n", untested);
+		return -1;
+	}
+	snprintf(mk, sizeof(mk), "%s/mkmodel", fx);
+	if (access(mk, X_OK)) {
+		fprintf(stderr, "%s not built: %s not tested\n", mk, untested);
+		return -1;
+	}
+	snprintf(dir, n, "%s/%s", tmpdir, name);
+	snprintf(cmd, sizeof(cmd), "'%s' -o '%s' %s > /dev/null", mk, dir, args);
+	int ok = system(cmd) == 0;
+	CHECK(ok, "%s failed", cmd);
+	return ok ? 0 : -1;
 }
 
 #endif

@@ -161,18 +161,18 @@ uint16_t sf_f32_to_f16(float f)
 
 // --- groups
 
-static const char *const group_names[SF_NGROUPS] = {
-	"attn_in", "attn_out", "ffn_in", "ffn_out",
+static const char *const group_names[SF_NKINDS] = {
+	"attn_in", "attn_out", "ffn_in", "ffn_out", "experts",
 };
 
 const char *sf_group_name(enum sf_group g)
 {
-	return (unsigned)g < SF_NGROUPS ? group_names[g] : "?";
+	return (unsigned)g < SF_NKINDS ? group_names[g] : "?";
 }
 
-int sf_group_parse(const char *name, enum sf_group *g)
+static int kind_parse(const char *name, int nkinds, enum sf_group *g)
 {
-	for (int i = 0; i < SF_NGROUPS; i++) {
+	for (int i = 0; i < nkinds; i++) {
 		if (strcmp(name, group_names[i]) == 0) {
 			*g = (enum sf_group)i;
 			return 0;
@@ -181,3 +181,12 @@ int sf_group_parse(const char *name, enum sf_group *g)
 	return -1;
 }
 
+int sf_group_parse(const char *name, enum sf_group *g)
+{
+	return kind_parse(name, SF_NGROUPS, g);
+}
+
+int sf_kind_parse(const char *name, enum sf_group *g)
+{
+	return kind_parse(name, SF_NKINDS, g);
+}

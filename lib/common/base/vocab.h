@@ -56,8 +56,19 @@ enum sf_group {
 	SF_NGROUPS
 };
 
+/* The slots of traces, co-activation statistics and placements know one
+ * kind beyond the groups: a mixture's layer's experts, n_experts entries,
+ * active the ones the router picks for the token (sf-profile(1)). Never
+ * a group of the image or the sparse decoder, whose tables stay
+ * SF_NGROUPS a layer. */
+#define SF_GROUP_EXPERTS ((enum sf_group)SF_NGROUPS)
+#define SF_NKINDS (SF_NGROUPS + 1)
+
+/* "attn_in" .. "ffn_out", and "experts" for SF_GROUP_EXPERTS. */
 const char *sf_group_name(enum sf_group g);
-/* 0 and *g set, or -1 for an unknown name. */
+/* 0 and *g set, or -1 for an unknown name; sf_group_parse takes the
+ * groups only, sf_kind_parse "experts" too. */
 int sf_group_parse(const char *name, enum sf_group *g);
+int sf_kind_parse(const char *name, enum sf_group *g);
 
 #endif

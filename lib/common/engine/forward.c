@@ -571,6 +571,8 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 		sf_group_dense_batch(s->pool, s->xb, dim, T, shared ? 2 : 1, y, mw);
 	}
 	routes(c, s->route, s->router, c->n_experts_used, T);
+	if (s->observer && s->observer->routes)
+		s->observer->routes(s->observer->ctx, l, s->route, T, ne);
 	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
 	if (s->exec && s->exec->experts)
 		s->exec->experts(s->exec->ctx, l, s->route, T);

@@ -20,9 +20,13 @@
 
 /* Sees the input vectors of every group as the forward pass computes
  * them, in (T, n): the T tokens of a pass, T at most tokens (0 counts as
- * 1). sf-profile records activations here. */
+ * 1). sf-profile records activations here. In a mixture's layer, routes
+ * (NULL: none) sees the router's choice instead of ffn_in and ffn_out:
+ * route (T, n_experts), the weight of each token's picked experts and 0
+ * for the others, as the experts' exec gets it. */
 struct sf_observer {
 	void (*fn)(void *ctx, int layer, enum sf_group g, const float *in, int T, size_t n);
+	void (*routes)(void *ctx, int layer, const float *route, int T, size_t n_experts);
 	void *ctx;
 	int tokens;
 };

@@ -33,21 +33,34 @@ static struct sf_coact_slot *find_slot(const struct sf_coact *c, int layer, enum
 	return NULL;
 }
 
-int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_err *e)
+int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, int step,
+		      struct sf_coact_slot **slot, struct sf_err *e)
 {
 	int at = 0;
 	while (at < c->nslots && slot_cmp(&c->slots[at], layer, g) < 0)
 		at++;
-	if (at < c->nslots && slot_cmp(&c->slots[at], layer, g) == 0)
+	if (at < c->nslots && slot_cmp(&c->slots[at], layer, g) == 0) {
+		if (slot)
+			*slot = &c->slots[at];
 		return 0;
+	}
 	struct sf_coact_slot *p = realloc(c->slots, (size_t)(c->nslots + 1) * sizeof(*p));
 	if (!p)
 		return sf_err_set(e, -ENOMEM, "coact slots: %s", sf_strerror(-ENOMEM));
 	c->slots = p;
 	memmove(p + at + 1, p + at, (size_t)(c->nslots - at) * sizeof(*p));
-	p[at] = (struct sf_coact_slot){ .layer = layer, .group = g, .entries = c->entries[g] };
+	p[at] = (struct sf_coact_slot){ .layer = layer, .group = g, .entries = c->entries[g],
+					.step = g == SF_GROUP_EXPERTS && step };
 	c->nslots++;
+	if (slot)
+		*slot = &p[at];
 	return 0;
+}
+
+/* Cells of a slot's step table: n * n for experts counted with the step. */
+static uint64_t step_cells(uint32_t n, int step)
+{
+	return step ? (uint64_t)n * n : 0;
 }
 
 int sf_coact_add_task(json_t *tasks, const char *task, uint64_t tokens)
@@ -64,7 +77,8 @@ uint64_t sf_coact_bytes(const struct sf_coact *c, int accumulate)
 	uint64_t total = 0;
 	for (int s = 0; s < c->nslots; s++) {
 		uint64_t n = c->slots[s].entries;
-		total += sf_coact_npairs((uint32_t)n) * 4 + n * 16;
+		total += sf_coact_npairs((uint32_t)n) * 4 + n * 16 +
+			 step_cells((uint32_t)n, c->slots[s].step) * 4;
 		if (accumulate)
 			total += n * SF_COACT_BLOCK_WORDS * 8;
 	}
@@ -75,7 +89,8 @@ uint64_t sf_coact_stream_bytes(const struct sf_coact *c)
 {
 	uint64_t total = 0, most = 0;
 	for (int s = 0; s < c->nslots; s++) {
-		uint64_t n = c->slots[s].entries, pairs = sf_coact_npairs((uint32_t)n) * 4;
+		uint64_t n = c->slots[s].entries, pairs = sf_coact_npairs((uint32_t)n) * 4 +
+			   step_cells((uint32_t)n, c->slots[s].step) * 4;
 		total += n * 16;
 		most = pairs > most ? pairs : most;
 	}
@@ -96,12 +111,15 @@ static int alloc_slot(struct sf_coact_slot *sl, int accumulate, struct sf_err *e
 		sl->sums = calloc(n, sizeof(*sl->sums));
 	if (!sl->pairs)
 		sl->pairs = calloc(np ? (size_t)np : 1, sizeof(*sl->pairs));
+	if (sl->step && !sl->steps)
+		sl->steps = calloc((size_t)step_cells(n, 1), sizeof(*sl->steps));
 	if (!sl->tasks)
 		sl->tasks = json_object();
 	if (accumulate && !sl->bits && (sl->bits = aligned_alloc(64, (size_t)n *
 								  SF_COACT_BLOCK_WORDS * 8)))
 		memset(sl->bits, 0, (size_t)n * SF_COACT_BLOCK_WORDS * 8);
-	if (!sl->counts || !sl->sums || !sl->pairs || !sl->tasks || (accumulate && !sl->bits))
+	if (!sl->counts || !sl->sums || !sl->pairs || !sl->tasks || (accumulate && !sl->bits) ||
+	    (sl->step && !sl->steps))
 		return sf_err_set(e, -ENOMEM, "layer %d %s: statistics of %llu bytes: %s",
 				  sl->layer, sf_group_name(sl->group),
 				  (unsigned long long)(np * 4 + (uint64_t)n * 16),
@@ -120,7 +138,9 @@ int sf_coact_alloc(struct sf_coact *c, int accumulate, struct sf_err *e)
 void sf_coact_drop_pairs(struct sf_coact_slot *sl)
 {
 	free(sl->pairs);
+	free(sl->steps);
 	sl->pairs = NULL;
+	sl->steps = NULL;
 }
 
 void sf_coact_free(struct sf_coact *c)
@@ -129,6 +149,7 @@ void sf_coact_free(struct sf_coact *c)
 		free(c->slots[s].counts);
 		free(c->slots[s].sums);
 		free(c->slots[s].pairs);
+		free(c->slots[s].steps);
 		free(c->slots[s].bits);
 		json_decref(c->slots[s].tasks);
 	}
@@ -168,9 +189,15 @@ static unsigned char *emit_space(struct emitter *em, size_t n)
 	return p;
 }
 
-static uint64_t section_bytes(uint32_t n)
+/* Where a section's step table starts: after the pairs, padded to 8. */
+static uint64_t steps_at(uint32_t n)
 {
-	uint64_t body = 8 + 16 * (uint64_t)n + 4 * sf_coact_npairs(n);
+	return (8 + 16 * (uint64_t)n + 4 * sf_coact_npairs(n) + 7) / 8 * 8;
+}
+
+static uint64_t section_bytes(uint32_t n, int step)
+{
+	uint64_t body = steps_at(n) + 4 * step_cells(n, step);
 	return (body + 7) / 8 * 8 + 8;	/* padding, then crc and a zero word */
 }
 
@@ -188,6 +215,11 @@ static uint32_t emit_section(struct emitter *em, const struct sf_coact_slot *s)
 	for (uint64_t p = 0; p < np; p++)
 		sf_put_le32(emit_space(em, 4), s->pairs[p]);
 	if (np % 2)
+		memset(emit_space(em, 4), 0, 4);
+	uint64_t nsteps = step_cells(s->entries, s->step);
+	for (uint64_t p = 0; p < nsteps; p++)
+		sf_put_le32(emit_space(em, 4), s->steps[p]);
+	if (nsteps % 2)
 		memset(emit_space(em, 4), 0, 4);
 	emit_flush(em);
 	uint32_t crc = em->crc;
@@ -218,17 +250,26 @@ static int file_put(void *ctx, const unsigned char *p, size_t n)
 
 static json_t *slot_json(const struct sf_coact_slot *s, uint64_t offset)
 {
-	return json_pack("{s:i, s:s, s:I, s:I, s:O, s:I, s:I}", "layer", s->layer, "group",
-			 sf_group_name(s->group), "entries", (json_int_t)s->entries, "tokens",
-			 (json_int_t)s->tokens, "tasks", s->tasks, "offset", (json_int_t)offset,
-			 "bytes", (json_int_t)section_bytes(s->entries));
+	json_t *o = json_pack("{s:i, s:s, s:I, s:I, s:O, s:I, s:I}", "layer", s->layer, "group",
+			      sf_group_name(s->group), "entries", (json_int_t)s->entries, "tokens",
+			      (json_int_t)s->tokens, "tasks", s->tasks, "offset",
+			      (json_int_t)offset, "bytes",
+			      (json_int_t)section_bytes(s->entries, s->step));
+	if (o && s->step && json_object_set_new(o, "step", json_true())) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
-static json_t *entries_json(const uint32_t entries[SF_NGROUPS])
+/* A dense model's entries as version 2 wrote them: no experts. */
+static json_t *entries_json(const uint32_t entries[SF_NKINDS])
 {
 	json_t *o = json_object();
-	for (int g = 0; o && g < SF_NGROUPS; g++)
-		json_object_set_new(o, sf_group_name((enum sf_group)g), json_integer(entries[g]));
+	for (int g = 0; o && g < SF_NKINDS; g++)
+		if (g != SF_GROUP_EXPERTS || entries[g])
+			json_object_set_new(o, sf_group_name((enum sf_group)g),
+					    json_integer(entries[g]));
 	return o;
 }
 
@@ -250,7 +291,7 @@ int sf_coact_write_header(const struct sf_coact *c, FILE *f, const char *name, j
 	for (int s = 0; slots && s < c->nslots; s++) {
 		if (json_array_append_new(slots, slot_json(&c->slots[s], off)))
 			goto nomem;
-		off += section_bytes(c->slots[s].entries);
+		off += section_bytes(c->slots[s].entries, c->slots[s].step);
 	}
 	if (!slots)
 		goto nomem;
@@ -330,6 +371,7 @@ struct file_slot {
 	int layer;
 	enum sf_group group;
 	uint32_t entries;
+	int step;
 	uint64_t tokens, offset, bytes;
 	json_t *tasks;	/* borrowed from the header */
 };
@@ -339,7 +381,7 @@ struct sf_coact_file {
 	json_t *header;
 	struct sf_fingerprint fingerprint;
 	int n_layers;
-	uint32_t entries[SF_NGROUPS];
+	uint32_t entries[SF_NKINDS];
 	enum sf_trace_select select;
 	double value;
 	int nslots;
@@ -376,14 +418,20 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 			return ret;
 		f->entries[g] = (uint32_t)x;
 	}
+	/* version 3: a mixture's experts */
+	if (f->in.version >= 3 && sf_json_has(v, "experts")) {
+		if ((ret = sf_json_int(v, "experts", 1, SF_TRACE_MAX_ENTRIES, &x, where, e)))
+			return ret;
+		f->entries[SF_GROUP_EXPERTS] = (uint32_t)x;
+	}
 	if (sf_trace_selection_parse(json_object_get(h, "selection"), &f->select, &f->value))
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"selection\" is neither density "
 				  "nor threshold", name);
 	slots = json_object_get(h, "slots");
 	if (!json_is_array(slots) || json_array_size(slots) < 1 ||
-	    json_array_size(slots) > (size_t)SF_TRACE_MAX_LAYERS * SF_NGROUPS)
+	    json_array_size(slots) > (size_t)SF_TRACE_MAX_LAYERS * SF_NKINDS)
 		return sf_err_set(e, SF_EFORMAT, "%s: header: \"slots\" is not a list of 1..%d",
-				  name, SF_TRACE_MAX_LAYERS * SF_NGROUPS);
+				  name, SF_TRACE_MAX_LAYERS * SF_NKINDS);
 	f->nslots = (int)json_array_size(slots);
 	if (!(f->slots = calloc((size_t)f->nslots, sizeof(*f->slots))))
 		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
@@ -393,14 +441,20 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 		enum sf_group g;
 		snprintf(where, sizeof(where), "%s: header: slot %d", name, s);
 		v = json_object_get(o, "group");
-		if (!json_is_string(v) || sf_group_parse(json_string_value(v), &g))
-			return sf_err_set(e, SF_EFORMAT, "%s: \"group\" missing or not a group",
-					  where);
+		if (!json_is_string(v) || sf_kind_parse(json_string_value(v), &g) ||
+		    (g == SF_GROUP_EXPERTS && !f->entries[g]))
+			return sf_err_set(e, SF_EFORMAT, "%s: \"group\" missing or not a group "
+					  "of the model", where);
 		if ((ret = sf_json_int(o, "layer", 0, f->n_layers - 1, &x, where, e)))
 			return ret;
 		fs->layer = (int)x;
 		fs->group = g;
 		fs->entries = f->entries[g];
+		v = json_object_get(o, "step");
+		fs->step = json_is_true(v);
+		if (v && (!json_is_boolean(v) || (fs->step && (g != SF_GROUP_EXPERTS || !fs->layer))))
+			return sf_err_set(e, SF_EFORMAT, "%s: \"step\" is not a boolean, or not of "
+					  "experts after layer 0", where);
 		fs->tasks = json_object_get(o, "tasks");
 		if (s && (fs->layer < fs[-1].layer ||
 			  (fs->layer == fs[-1].layer && fs->group <= fs[-1].group)))
@@ -410,7 +464,7 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 		    (ret = sf_json_u64(o, "offset", UINT64_MAX, &fs->offset, where, e)) ||
 		    (ret = sf_json_u64(o, "bytes", UINT64_MAX, &fs->bytes, where, e)))
 			return ret;
-		if (fs->offset != off || fs->bytes != section_bytes(fs->entries) ||
+		if (fs->offset != off || fs->bytes != section_bytes(fs->entries, fs->step) ||
 		    !json_is_object(fs->tasks))
 			return sf_err_set(e, SF_EFORMAT, "%s: header: slot %d (layer %d %s): offset, "
 					  "bytes or tasks inconsistent", name, s, fs->layer,
@@ -429,6 +483,7 @@ static int parse_coact_header(struct sf_coact_file *f, struct sf_err *e)
 
 static const struct sf_stream_kind coact_kind = {
 	SF_COACT_MAGIC, SF_COACT_VERSION, SF_COACT_MAX_HEADER, 8, "coact file",
+	SF_COACT_MIN_VERSION,
 };
 
 int sf_coact_file_open(struct sf_coact_file **out, const char *path, struct sf_err *e)
@@ -535,9 +590,20 @@ int sf_coact_plan_files(struct sf_coact *c, struct sf_coact_file *const *f, int 
 			goto fail;
 		for (int s = 0; s < f[k]->nslots; s++) {
 			const struct file_slot *fs = &f[k]->slots[s];
-			if (fs->layer >= lo && fs->layer <= hi &&
-			    ((ret = sf_coact_add_slot(c, fs->layer, fs->group, e)) ||
-			     (ret = count_tokens(find_slot(c, fs->layer, fs->group), f[k], fs, e))))
+			struct sf_coact_slot *sl;
+			if (fs->layer < lo || fs->layer > hi)
+				continue;
+			if ((ret = sf_coact_add_slot(c, fs->layer, fs->group, fs->step, &sl, e)))
+				goto fail;
+			if (sl->step != fs->step) {
+				ret = sf_err_set(e, SF_EMISMATCH, "%s: layer %d experts: %s the step "
+						 "from layer %d, %s's %s", f[k]->in.name, fs->layer,
+						 fs->step ? "counts" : "does not count",
+						 fs->layer - 1, c->first,
+						 sl->step ? "does" : "does not");
+				goto fail;
+			}
+			if ((ret = count_tokens(sl, f[k], fs, e)))
 				goto fail;
 		}
 		json_t *src = json_object_get(f[k]->header, "sources");
@@ -597,12 +663,19 @@ static void add_value(struct section_add *a, const unsigned char *p)
 		double v = sf_get_f64(p);
 		a->bad |= !(v >= 0.0) || !isfinite(v);
 		s->sums[(at - 8 - 8 * n) / 8] += v;
-	} else {
+	} else if (at < steps_at(s->entries)) {
 		uint64_t idx = (at - 8 - 16 * n) / 4;
 		uint32_t v = sf_get_le32(p);
 		if (idx < sf_coact_npairs(s->entries)) {
 			a->bad |= v > a->tokens;
 			s->pairs[idx] += v;
+		}
+	} else {
+		uint64_t idx = (at - steps_at(s->entries)) / 4;
+		uint32_t v = sf_get_le32(p);
+		if (idx < step_cells(s->entries, s->step)) {
+			a->bad |= v > a->tokens;
+			s->steps[idx] += v;
 		}
 	}
 }
@@ -717,6 +790,43 @@ int sf_coact_load(struct sf_coact *c, const char *path, int lo, int hi, struct s
 // ----------------------------------------------------------------------------
 // summary
 
+/* How well the layer before's picks predict this layer's, from the step
+ * table: each expert i of the layer before predicts its k most frequent
+ * successors (k the experts a token picks); covered is the share of the
+ * (i, j) steps, i picked before and j now by one token, whose j is among
+ * i's k; chance, k / n, what a guess blind to i covers. A read-ahead of
+ * the k successors of each pick pays where covered is well above chance. */
+static json_t *step_json(const struct sf_coact_slot *sl, uint64_t active)
+{
+	uint32_t n = sl->entries;
+	uint32_t k = sl->tokens ? (uint32_t)((double)active / (double)sl->tokens + 0.5) : 0;
+	uint64_t all = 0, hit = 0;
+	uint32_t *row = malloc((size_t)n * sizeof(*row));
+
+	if (!row)
+		return NULL;
+	k = k < 1 ? 1 : k > n ? n : k;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(row, sl->steps + (size_t)i * n, (size_t)n * sizeof(*row));
+		for (uint32_t j = 0; j < n; j++)
+			all += row[j];
+		/* the k largest by selection: k and n are small (8 of 128) */
+		for (uint32_t t = 0; t < k; t++) {
+			uint32_t best = t;
+			for (uint32_t j = t + 1; j < n; j++)
+				best = row[j] > row[best] ? j : best;
+			uint32_t v = row[best];
+			row[best] = row[t];
+			row[t] = v;
+			hit += v;
+		}
+	}
+	free(row);
+	return json_pack("{s:i, s:i, s:I, s:f, s:f}", "from", sl->layer - 1, "successors", (int)k,
+			 "steps", (json_int_t)all, "covered", all ? (double)hit / (double)all : 0.0,
+			 "chance", (double)k / n);
+}
+
 json_t *sf_coact_slot_info_json(const struct sf_coact_slot *sl)
 {
 	uint64_t active = 0, over = 0;
@@ -727,11 +837,22 @@ json_t *sf_coact_slot_info_json(const struct sf_coact_slot *sl)
 	}
 	snprintf(crc, sizeof(crc), "%08x", sf_coact_slot_crc(sl));
 	double denom = (double)sl->tokens * sl->entries;
-	return json_pack("{s:i, s:s, s:I, s:I, s:O, s:f, s:f, s:s}", "layer", sl->layer, "group",
-			 sf_group_name(sl->group), "entries", (json_int_t)sl->entries, "tokens",
-			 (json_int_t)sl->tokens, "tasks", sl->tasks, "mean_density",
-			 denom > 0 ? (double)active / denom : 0.0, "over_half",
-			 (double)over / sl->entries, "crc", crc);
+	json_t *o = json_pack("{s:i, s:s, s:I, s:I, s:O, s:f, s:f, s:s}", "layer", sl->layer,
+			      "group", sf_group_name(sl->group), "entries", (json_int_t)sl->entries,
+			      "tokens", (json_int_t)sl->tokens, "tasks", sl->tasks, "mean_density",
+			      denom > 0 ? (double)active / denom : 0.0, "over_half",
+			      (double)over / sl->entries, "crc", crc);
+	if (o && sl->group == SF_GROUP_EXPERTS) {
+		json_t *picks = json_array();
+		for (uint32_t i = 0; picks && i < sl->entries; i++)
+			json_array_append_new(picks, json_integer((json_int_t)sl->counts[i]));
+		if (json_object_set_new(o, "picks", picks) ||
+		    (sl->step && sl->steps && json_object_set_new(o, "step", step_json(sl, active)))) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	return o;
 }
 
 json_t *sf_coact_info_json(const struct sf_coact *c, json_t *slots)

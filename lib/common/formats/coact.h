@@ -1,5 +1,6 @@
 /* Co-activation statistics (.sfc): per layer and group the token count,
- * per-entry activation counts and |value| sums, and pairwise counts. The
+ * per-entry activation counts and |value| sums, and pairwise counts; of a
+ * mixture's experts also the step from the layer before. The
  * statistics in memory, the one reader (which also merges shards) and the
  * one writer. Accumulation from traces: offline/coact.h; SelectInfer
  * scores: formats/scores.h. Bytes: man/sf-formats.5 (COACT); commands:
@@ -16,7 +17,9 @@
 #include "formats/trace.h"
 
 #define SF_COACT_MAGIC "SFCOACT"	/* 8 bytes with its NUL */
-#define SF_COACT_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
+#define SF_COACT_VERSION 3	/* 2: fingerprint of the weights, shape_fingerprint;
+				 * 3: experts slots and their steps */
+#define SF_COACT_MIN_VERSION 2	/* the oldest the reader takes */
 #define SF_COACT_MAX_HEADER (64u << 20)
 /* Tokens transposed into per-entry bit vectors before one pair pass. */
 #define SF_COACT_BLOCK_TOKENS 4096
@@ -24,15 +27,20 @@
 /* Pair counts are 32-bit: no slot may count more tokens than this. */
 #define SF_COACT_MAX_TOKENS UINT32_MAX
 
-/* One layer and group. Pair (i, j), i < j, is at sf_coact_pair_index. */
+/* One layer and group (or a layer's experts, SF_GROUP_EXPERTS). Pair
+ * (i, j), i < j, is at sf_coact_pair_index. */
 struct sf_coact_slot {
 	int layer;
 	enum sf_group group;
 	uint32_t entries;	/* n */
+	int step;		/* experts: 1 when the step from the layer before is
+				 * counted (its experts were in the traces) */
 	uint64_t tokens;	/* tokens counted */
 	uint64_t *counts;	/* (n) tokens in which entry i is active */
 	double *sums;		/* (n) sum over tokens of |value| */
 	uint32_t *pairs;	/* (n * (n - 1) / 2) tokens in which i and j both are */
+	uint32_t *steps;	/* step: (n, n) tokens in which expert i was picked at
+				 * layer - 1 and j at this layer, [i * n + j] */
 	json_t *tasks;		/* {task: tokens} of the tagged tokens */
 	uint64_t *bits;		/* accumulation: (n, SF_COACT_BLOCK_WORDS) */
 };
@@ -40,7 +48,7 @@ struct sf_coact_slot {
 struct sf_coact {
 	struct sf_fingerprint fingerprint;
 	int n_layers;
-	uint32_t entries[SF_NGROUPS];
+	uint32_t entries[SF_NKINDS];	/* experts: 0 for a dense model */
 	enum sf_trace_select select;
 	double value;		/* the density or threshold */
 	int nslots;
@@ -66,8 +74,10 @@ static inline uint64_t sf_coact_npairs(uint32_t n)
 }
 
 /* Inserts the slot (layer, g) in order unless c has it; its entries are
- * c->entries[g]. */
-int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, struct sf_err *e);
+ * c->entries[g], step as given (experts only). *slot (may be NULL) is
+ * set to it. */
+int sf_coact_add_slot(struct sf_coact *c, int layer, enum sf_group g, int step,
+		      struct sf_coact_slot **slot, struct sf_err *e);
 /* tasks[task] += tokens ({task: tokens} maps; NULL task: nothing). 0, or
  * -1 when out of memory. */
 int sf_coact_add_task(json_t *tasks, const char *task, uint64_t tokens);
@@ -80,7 +90,7 @@ uint64_t sf_coact_stream_bytes(const struct sf_coact *c);
 /* Allocates the statistics (zeroed); with accumulate, also the per-slot
  * bit vectors that traces are transposed into. */
 int sf_coact_alloc(struct sf_coact *c, int accumulate, struct sf_err *e);
-void sf_coact_drop_pairs(struct sf_coact_slot *s);	/* frees s's pairs */
+void sf_coact_drop_pairs(struct sf_coact_slot *s);	/* frees s's pairs and steps */
 void sf_coact_free(struct sf_coact *c);	/* accepts a zeroed c */
 
 // ----------------------------------------------------------------------------
@@ -124,7 +134,9 @@ int sf_coact_write_slot(const struct sf_coact_slot *s, FILE *f, const char *name
 uint32_t sf_coact_slot_crc(const struct sf_coact_slot *s);
 
 /* A summary for jq: per slot tokens, mean active entries per token over
- * n, the share of entries active in more than half the tokens, crc; slots
+ * n, the share of entries active in more than half the tokens, crc; of
+ * experts also each one's picks, and with a step how much of this
+ * layer's picks the layer before's predict (sf-coact(1), --info); slots
  * the array of sf_coact_slot_info_json (taken), NULL: of every slot. */
 json_t *sf_coact_slot_info_json(const struct sf_coact_slot *s);
 json_t *sf_coact_info_json(const struct sf_coact *c, json_t *slots);

@@ -220,6 +220,11 @@ static inline void sf_image_expert_range(const struct sf_image *img, int l, int 
 	*len = img->experts.record_bytes;
 }
 
+/* Bytes of one expert's record in an image of the config's shape whose
+ * experts are in dt: its gate, up and down, each aligned, the whole a
+ * multiple of SF_IMAGE_ALIGN (one read an expert; sf-place --eval). */
+uint64_t sf_image_expert_record_bytes(const struct sf_config *c, enum sf_dtype dt);
+
 /* Expert x's weights in rec, the bytes of its record: data pointing into
  * rec, shapes from the config. */
 void sf_image_expert_weights(const struct sf_image *img, const uint8_t *rec,

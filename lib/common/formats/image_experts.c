@@ -48,6 +48,12 @@ static uint64_t layout(const struct sf_config *c, enum sf_dtype dt,
 	return align_up(at, SF_IMAGE_ALIGN);
 }
 
+uint64_t sf_image_expert_record_bytes(const struct sf_config *c, enum sf_dtype dt)
+{
+	uint64_t off[SF_IMAGE_EXPERT_MATRICES];
+	return layout(c, dt, off);
+}
+
 /* Block rows need whole blocks: the row products take no partial one. */
 static int block_rows_fit(const struct sf_config *c)
 {

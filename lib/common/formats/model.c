@@ -581,8 +581,8 @@ int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err 
 {
 	if (!m->cfg.n_experts)
 		return 0;
-	return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s: a mixture of experts, which only "
-			  "sf-run and sf-pack take (no traces or codes of experts yet)", dir,
+	return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s: a mixture of experts, which "
+			  "sf-encode does not take yet (no codes of experts)", dir,
 			  sf_arch_name(m->cfg.arch));
 }
 

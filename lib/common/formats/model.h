@@ -116,8 +116,8 @@ int sf_model_bind(struct sf_model *m, const struct sf_config *cfg, const struct 
 		  struct sf_err *e);
 void sf_model_close(struct sf_model *m);	/* accepts a zeroed m */
 /* 0, or SF_EUNSUPPORTED naming DIR when m is a mixture of experts: what
- * works on a layer's four groups (traces, codes) takes a dense FFN only,
- * where sf-run --model and images run both. */
+ * works on a layer's four groups alone (codes) takes a dense FFN only,
+ * where sf-run --model, images and traces take both. */
 int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err *e);
 /* The Hugging Face name of matrix i (0 gate, 1 up, 2 down) of routed
  * expert x in layer l of a mixture of c's family: Mixtral's

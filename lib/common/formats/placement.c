@@ -183,9 +183,9 @@ static int read_group(struct sf_placement *pl, int i, json_t *o, const char *pat
 	if ((ret = sf_json_int(o, "layer", 0, SF_PLACEMENT_MAX_LAYERS - 1, &layer, where, e)))
 		return ret;
 	gname = json_string_value(json_object_get(o, "group"));
-	if (!gname || sf_group_parse(gname, &G->group))
-		return sf_err_set(e, SF_EFORMAT, "%s: \"group\" is not attn_in, attn_out, ffn_in or ffn_out",
-				  where);
+	if (!gname || sf_kind_parse(gname, &G->group))
+		return sf_err_set(e, SF_EFORMAT, "%s: \"group\" is not attn_in, attn_out, ffn_in, "
+				  "ffn_out or experts", where);
 	G->layer = (int)layer;
 	snprintf(where, sizeof where, "%s: layer %d %s", path, G->layer, gname);
 	for (int k = 0; k < i; k++)

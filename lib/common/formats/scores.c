@@ -259,6 +259,8 @@ json_t *sf_scores_from_coact(const struct sf_coact *c, struct sf_err *e)
 	for (int s = 0; s < c->nslots; s++) {
 		const struct sf_coact_slot *sl = &c->slots[s];
 		double t = sl->tokens ? (double)sl->tokens : 1.0;
+		if (sl->group == SF_GROUP_EXPERTS)
+			continue;	/* experts are routed, not scored */
 		for (uint32_t i = 0; i < sl->entries; i++) {
 			tmp[i] = sl->sums[i] / t;
 			tmp[most + i] = (double)sl->counts[i] / t;

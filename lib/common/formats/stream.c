@@ -48,8 +48,9 @@ int sf_stream_open(struct sf_stream *s, const char *path, const struct sf_stream
 				 k->what);
 		goto fail;
 	}
-	if (sf_get_le32(pre + 8) != k->version) {
-		ret = sf_fingerprint_version(s->name, k->what, sf_get_le32(pre + 8), (int)k->version, e);
+	s->version = sf_get_le32(pre + 8);
+	if (s->version > k->version || s->version < (k->min_version ? k->min_version : k->version)) {
+		ret = sf_fingerprint_version(s->name, k->what, s->version, (int)k->version, e);
 		goto fail;
 	}
 	uint32_t hlen = sf_get_le32(pre + 12);

@@ -15,10 +15,11 @@
 
 struct sf_stream_kind {
 	char magic[8];
-	uint32_t version;
+	uint32_t version;	/* the version written */
 	uint32_t max_header;	/* bytes of JSON header at most */
 	uint32_t align;		/* the header is padded to end on a multiple of it */
 	const char *what;	/* "trace": "not a sparseflash trace", "trace version 3" */
+	uint32_t min_version;	/* the oldest still read; 0: version alone */
 };
 
 struct sf_stream {
@@ -26,11 +27,13 @@ struct sf_stream {
 	int owns_file;
 	char *name;		/* the path, or "(stdin)" */
 	uint64_t offset;	/* bytes consumed */
+	uint32_t version;	/* the stream's, min_version..version */
 };
 
-/* Opens path ("-": standard input), checks magic and version and reads the
- * header, which must be a JSON object, into *header (the caller's
- * reference). On failure the stream is closed. */
+/* Opens path ("-": standard input), checks magic and version (the kind's
+ * min_version to version) and reads the header, which must be a JSON
+ * object, into *header (the caller's reference). On failure the stream
+ * is closed. */
 int sf_stream_open(struct sf_stream *s, const char *path, const struct sf_stream_kind *k,
 		   json_t **header, struct sf_err *e);
 /* n bytes, or an error naming what was being read ("block 0"). */

@@ -20,20 +20,40 @@ uint32_t sf_trace_density_k(double density, uint32_t n)
 	return (uint32_t)floor(density * (double)n + 0.5);
 }
 
-void sf_trace_model_entries(const struct sf_config *c, uint32_t entries[SF_NGROUPS])
+void sf_trace_model_entries(const struct sf_config *c, uint32_t entries[SF_NKINDS],
+			    uint32_t *experts_used)
 {
 	for (int g = 0; g < SF_NGROUPS; g++)
 		entries[g] = (uint32_t)sf_group_entries(c, (enum sf_group)g);
+	entries[SF_GROUP_EXPERTS] = c->n_experts > 0 ? (uint32_t)c->n_experts : 0;
+	*experts_used = c->n_experts > 0 ? (uint32_t)c->n_experts_used : 0;
+}
+
+unsigned sf_trace_model_groups(const struct sf_config *c)
+{
+	if (c->n_experts > 0)
+		return 1u << SF_GROUP_ATTN_IN | 1u << SF_GROUP_ATTN_OUT | 1u << SF_GROUP_EXPERTS;
+	return (1u << SF_NGROUPS) - 1;
 }
 
 /* Bitmaps unless the index list is smaller: a count plus k 32-bit indices
- * against ceil(n/64) words. Only density mode knows k in advance. */
-static enum sf_trace_encoding pick_encoding(const struct sf_trace_info *info, uint32_t k,
-					    uint32_t words)
+ * against ceil(n/64) words. Only density mode and the experts know k in
+ * advance (the experts' count at most k). */
+static enum sf_trace_encoding pick_encoding(uint32_t k, uint32_t words)
 {
-	if (info->select == SF_TRACE_DENSITY && 4 * ((uint64_t)k + 1) < 8 * (uint64_t)words)
+	if (k && 4 * ((uint64_t)k + 1) < 8 * (uint64_t)words)
 		return SF_TRACE_INDEX;
 	return SF_TRACE_BITMAP;
+}
+
+/* A token's count of active entries against the slot's selection:
+ * exactly k in density mode, 1 to k of the experts, any under a
+ * threshold (k 0). */
+static int count_ok(const struct sf_trace_slot *sl, uint32_t count)
+{
+	if (sl->group == SF_GROUP_EXPERTS)
+		return count >= 1 && count <= sl->k;
+	return !sl->k || count == sl->k;
 }
 
 static const char *encoding_name(enum sf_trace_encoding enc)
@@ -54,8 +74,21 @@ static int build_slots(struct sf_trace_info *info, const char *name, struct sf_e
 	    info->layer_hi >= info->n_layers)
 		return sf_err_set(e, -EINVAL, "%s: layers %d-%d: the model has layers 0-%d", name,
 				  info->layer_lo, info->layer_hi, info->n_layers - 1);
-	if (!info->groups || info->groups >= 1u << SF_NGROUPS)
+	if (!info->groups || info->groups >= 1u << SF_NKINDS)
 		return sf_err_set(e, -EINVAL, "%s: no group to record", name);
+	if ((info->groups & 1u << SF_GROUP_EXPERTS) && !info->entries[SF_GROUP_EXPERTS])
+		return sf_err_set(e, -EINVAL, "%s: experts: the model is not a mixture of experts",
+				  name);
+	if (info->entries[SF_GROUP_EXPERTS] &&
+	    (info->experts_used < 1 || info->experts_used > info->entries[SF_GROUP_EXPERTS]))
+		return sf_err_set(e, SF_EFORMAT, "%s: %u experts used a token of %u: expected 1..%u",
+				  name, info->experts_used, info->entries[SF_GROUP_EXPERTS],
+				  info->entries[SF_GROUP_EXPERTS]);
+	for (int g = SF_GROUP_FFN_IN; g <= SF_GROUP_FFN_OUT; g++)
+		if (info->entries[SF_GROUP_EXPERTS] && (info->groups & 1u << g))
+			return sf_err_set(e, -EINVAL, "%s: %s: a mixture of experts has no dense FFN "
+					  "(its experts are recorded as experts)", name,
+					  sf_group_name((enum sf_group)g));
 	if (info->select == SF_TRACE_DENSITY &&
 	    !(info->density > 0.0 && info->density <= 1.0))
 		return sf_err_set(e, -EINVAL, "%s: density %g: expected a value in (0, 1]", name,
@@ -64,7 +97,7 @@ static int build_slots(struct sf_trace_info *info, const char *name, struct sf_e
 	    !(info->threshold >= 0.0 && isfinite(info->threshold)))
 		return sf_err_set(e, -EINVAL, "%s: threshold %g: expected a finite value >= 0",
 				  name, info->threshold);
-	for (int g = 0; g < SF_NGROUPS; g++) {
+	for (int g = 0; g < SF_NKINDS; g++) {
 		if (!(info->groups & (1u << g)))
 			continue;
 		ngroups++;
@@ -72,7 +105,7 @@ static int build_slots(struct sf_trace_info *info, const char *name, struct sf_e
 			return sf_err_set(e, SF_EFORMAT, "%s: %s has %u entries: expected 1..%u",
 					  name, sf_group_name((enum sf_group)g), info->entries[g],
 					  SF_TRACE_MAX_ENTRIES);
-		if (info->select == SF_TRACE_DENSITY &&
+		if (info->select == SF_TRACE_DENSITY && g != SF_GROUP_EXPERTS &&
 		    sf_trace_density_k(info->density, info->entries[g]) == 0)
 			return sf_err_set(e, -EINVAL,
 					  "%s: density %g selects no entry of %s (%u entries)", name,
@@ -85,7 +118,7 @@ static int build_slots(struct sf_trace_info *info, const char *name, struct sf_e
 		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
 	int s = 0;
 	for (int l = info->layer_lo; l <= info->layer_hi; l++) {
-		for (int g = 0; g < SF_NGROUPS; g++) {
+		for (int g = 0; g < SF_NKINDS; g++) {
 			if (!(info->groups & (1u << g)))
 				continue;
 			struct sf_trace_slot *sl = &info->slots[s++];
@@ -93,9 +126,10 @@ static int build_slots(struct sf_trace_info *info, const char *name, struct sf_e
 			sl->group = (enum sf_group)g;
 			sl->entries = info->entries[g];
 			sl->words = (sl->entries + 63) / 64;
-			sl->k = info->select == SF_TRACE_DENSITY
+			sl->k = g == SF_GROUP_EXPERTS ? info->experts_used
+				: info->select == SF_TRACE_DENSITY
 					? sf_trace_density_k(info->density, sl->entries) : 0;
-			sl->encoding = pick_encoding(info, sl->k, sl->words);
+			sl->encoding = pick_encoding(sl->k, sl->words);
 		}
 	}
 	return 0;
@@ -148,7 +182,10 @@ static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 	json_t *entries = json_object(), *groups = json_array(), *sel;
 	json_t *h = NULL;
 
-	for (int g = 0; entries && groups && g < SF_NGROUPS; g++) {
+	/* a dense model's header as version 2 wrote it: no experts */
+	for (int g = 0; entries && groups && g < SF_NKINDS; g++) {
+		if (g == SF_GROUP_EXPERTS && !info->entries[g])
+			continue;
 		json_object_set_new(entries, sf_group_name((enum sf_group)g),
 				    json_integer(info->entries[g]));
 		if (info->groups & (1u << g))
@@ -169,6 +206,11 @@ static json_t *header_json(const struct sf_trace_info *info, json_t *meta)
 		json_decref(groups);
 		json_decref(sel);
 	}
+	if (h && info->experts_used &&
+	    json_object_set_new(h, "experts_used", json_integer(info->experts_used))) {
+		json_decref(h);
+		h = NULL;
+	}
 	if (h && meta && json_object_update_missing(h, meta)) {
 		json_decref(h);
 		h = NULL;
@@ -183,9 +225,9 @@ static void info_set_task(struct sf_trace_info *info)
 }
 
 int sf_trace_info_init(struct sf_trace_info *info, const struct sf_fingerprint *fingerprint,
-		       int n_layers, const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
-		       unsigned groups, enum sf_trace_select select, double value,
-		       json_t *meta, struct sf_err *e)
+		       int n_layers, const uint32_t entries[SF_NKINDS], uint32_t experts_used,
+		       int layer_lo, int layer_hi, unsigned groups, enum sf_trace_select select,
+		       double value, json_t *meta, struct sf_err *e)
 {
 	int ret;
 
@@ -193,6 +235,7 @@ int sf_trace_info_init(struct sf_trace_info *info, const struct sf_fingerprint *
 	info->fingerprint = *fingerprint;
 	info->n_layers = n_layers;
 	memcpy(info->entries, entries, sizeof(info->entries));
+	info->experts_used = experts_used;
 	info->layer_lo = layer_lo;
 	info->layer_hi = layer_hi;
 	info->groups = groups;
@@ -263,6 +306,20 @@ static uint32_t row_popcount(const uint64_t *row, uint32_t words)
 static uint64_t tail_mask(uint32_t n)
 {
 	return n % 64 ? ~0ull << (n % 64) : 0;
+}
+
+/* A token's active set of the wrong size, at "token N" (the writer) or
+ * "block N" (the reader). */
+static int count_error(struct sf_err *e, int code, const char *name, const char *at,
+		       unsigned long long n, const struct sf_trace_info *info,
+		       const struct sf_trace_slot *sl, uint32_t count)
+{
+	if (sl->group == SF_GROUP_EXPERTS)
+		return sf_err_set(e, code, "%s: %s %llu: layer %d experts: %u picked, the router "
+				  "picks 1 to %u", name, at, n, sl->layer, count, sl->k);
+	return sf_err_set(e, code, "%s: %s %llu: layer %d %s: %u active entries, density %g "
+			  "selects %u", name, at, n, sl->layer, sf_group_name(sl->group), count,
+			  info->density, sl->k);
 }
 
 // ----------------------------------------------------------------------------
@@ -397,7 +454,7 @@ static int flush_tokens(struct sf_trace_writer *w, struct sf_err *e)
 					sf_put_le64(p, row[i]);
 				continue;
 			}
-			sf_put_le32(p, sl->k);
+			sf_put_le32(p, row_popcount(row, sl->words));
 			p += 4;
 			for (uint32_t i = 0; i < sl->words; i++)
 				for (uint64_t b = row[i]; b; b &= b - 1, p += 4)
@@ -423,12 +480,9 @@ int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e)
 			return sf_err_set(e, -EINVAL, "%s: token %llu: layer %d %s: bit beyond "
 					  "entry %u", w->name, (unsigned long long)w->tokens,
 					  sl->layer, sf_group_name(sl->group), sl->entries);
-		if (w->info.select == SF_TRACE_DENSITY && row_popcount(row, sl->words) != sl->k)
-			return sf_err_set(e, -EINVAL, "%s: token %llu: layer %d %s: %u active "
-					  "entries, density %g selects %u", w->name,
-					  (unsigned long long)w->tokens, sl->layer,
-					  sf_group_name(sl->group), row_popcount(row, sl->words),
-					  w->info.density, sl->k);
+		if (!count_ok(sl, row_popcount(row, sl->words)))
+			return count_error(e, -EINVAL, w->name, "token", w->tokens, &w->info, sl,
+					   row_popcount(row, sl->words));
 		w->recorded[s] = 0;
 	}
 	w->tokens++;
@@ -527,6 +581,17 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 			return ret;
 		info->entries[g] = (uint32_t)x;
 	}
+	/* version 3: a mixture's n_experts and experts a token; a dense
+	 * model's header has neither */
+	if (r->in.version >= 3 && sf_json_has(v, "experts")) {
+		if ((ret = sf_json_int(v, "experts", 1, SF_TRACE_MAX_ENTRIES, &x, where, e)))
+			return ret;
+		info->entries[SF_GROUP_EXPERTS] = (uint32_t)x;
+		snprintf(where, sizeof(where), "%s: header", name);
+		if ((ret = sf_json_int(h, "experts_used", 1, x, &x, where, e)))
+			return ret;
+		info->experts_used = (uint32_t)x;
+	}
 	layers = json_object_get(h, "layers");
 	if (!json_is_array(layers) || json_array_size(layers) != 2 ||
 	    !json_is_integer(json_array_get(layers, 0)) ||
@@ -543,7 +608,7 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 	for (size_t i = 0; i < json_array_size(groups); i++) {
 		enum sf_group g;
 		v = json_array_get(groups, i);
-		if (!json_is_string(v) || sf_group_parse(json_string_value(v), &g) ||
+		if (!json_is_string(v) || sf_kind_parse(json_string_value(v), &g) ||
 		    (info->groups & (1u << g)))
 			return sf_err_set(e, SF_EFORMAT, "%s: header: \"groups\"[%zu] is not a "
 					  "group or repeated", name, i);
@@ -574,7 +639,7 @@ static int parse_header(struct sf_trace_reader *r, json_t *h, struct sf_err *e)
 }
 
 static const struct sf_stream_kind trace_kind = {
-	SF_TRACE_MAGIC, SF_TRACE_VERSION, SF_TRACE_MAX_HEADER, 1, "trace",
+	SF_TRACE_MAGIC, SF_TRACE_VERSION, SF_TRACE_MAX_HEADER, 1, "trace", SF_TRACE_MIN_VERSION,
 };
 
 int sf_trace_open(struct sf_trace_reader **out, const char *path, struct sf_err *e)
@@ -684,7 +749,7 @@ static int decode_tokens(struct sf_trace_reader *r, uint32_t ntok, size_t len,
 					goto short_payload;
 				uint32_t cnt = sf_get_le32(p);
 				p += 4;
-				if (cnt != sl->k)
+				if (!count_ok(sl, cnt))
 					goto wrong_count;
 				if ((size_t)(end - p) < (size_t)cnt * 4)
 					goto short_payload;
@@ -701,15 +766,12 @@ static int decode_tokens(struct sf_trace_reader *r, uint32_t ntok, size_t len,
 					prev = idx;
 				}
 			}
-			if (r->info.select == SF_TRACE_DENSITY &&
-			    row_popcount(row, sl->words) != sl->k)
+			if (!count_ok(sl, row_popcount(row, sl->words)))
 				goto wrong_count;
 			continue;
 wrong_count:
-			return sf_err_set(e, SF_EFORMAT, "%s: block %llu: layer %d %s: %u active "
-					  "entries, density %g selects %u", r->in.name, blk, sl->layer,
-					  sf_group_name(sl->group), row_popcount(row, sl->words),
-					  r->info.density, sl->k);
+			return count_error(e, SF_EFORMAT, r->in.name, "block", blk, &r->info, sl,
+					   row_popcount(row, sl->words));
 		}
 	}
 	if (p != end)

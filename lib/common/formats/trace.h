@@ -1,6 +1,7 @@
 /* Activation traces (.sft), the stream sf-profile writes and sf-coact and
- * sf-place read: per token, layer and group the active set, then per entry
- * the sum of |value|. One writer and one reader; both stream (a pipe is
+ * sf-place read: per token, layer and group the active set (and of a
+ * mixture's layer the experts its router picks), then per entry the sum
+ * of |value|. One writer and one reader; both stream (a pipe is
  * enough, nothing is sought). Byte layout: man/sf-formats.5 (TRACE). */
 #ifndef SF_TRACE_H
 #define SF_TRACE_H
@@ -15,7 +16,9 @@
 #include "formats/model.h"
 
 #define SF_TRACE_MAGIC "SFTRACE"	/* 8 bytes with its NUL */
-#define SF_TRACE_VERSION 2	/* 2: fingerprint of the weights, shape_fingerprint */
+#define SF_TRACE_VERSION 3	/* 2: fingerprint of the weights, shape_fingerprint;
+				 * 3: a mixture's experts slots */
+#define SF_TRACE_MIN_VERSION 2	/* the oldest the reader takes */
 #define SF_TRACE_BLOCK_TOKENS 64	/* tokens per block the writer emits */
 #define SF_TRACE_MAX_BLOCK_TOKENS 65536
 #define SF_TRACE_MAX_HEADER (16u << 20)	/* bytes of JSON header */
@@ -35,12 +38,16 @@ enum sf_trace_select { SF_TRACE_DENSITY, SF_TRACE_THRESHOLD };
  * ascending indices as 32-bit words. Readers always see bitmaps. */
 enum sf_trace_encoding { SF_TRACE_BITMAP, SF_TRACE_INDEX };
 
-/* One recorded (layer, group). */
+/* One recorded (layer, group), or a mixture's layer's experts
+ * (SF_GROUP_EXPERTS: n_experts entries, active the ones the router
+ * picked for the token and gave a nonzero weight: 1 to k of them, k
+ * the experts used whatever the selection). */
 struct sf_trace_slot {
 	int layer;
 	enum sf_group group;
 	uint32_t entries;		/* n: length of the group's input */
-	uint32_t k;			/* density mode: round(density * n); else 0 */
+	uint32_t k;			/* density mode: round(density * n); experts: the
+					 * experts used; else 0 */
 	uint32_t words;			/* ceil(n / 64): 64-bit words of a bitmap row */
 	enum sf_trace_encoding encoding;
 };
@@ -49,9 +56,11 @@ struct sf_trace_slot {
 struct sf_trace_info {
 	struct sf_fingerprint fingerprint;
 	int n_layers;			/* the model's */
-	uint32_t entries[SF_NGROUPS];	/* the model's entries per group */
+	uint32_t entries[SF_NKINDS];	/* the model's entries per group; experts:
+					 * n_experts, 0 for a dense model */
+	uint32_t experts_used;		/* a mixture's experts per token, else 0 */
 	int layer_lo, layer_hi;		/* recorded layers, inclusive */
-	unsigned groups;		/* bit g: group g recorded */
+	unsigned groups;		/* bit g: group g recorded (SF_GROUP_EXPERTS too) */
 	enum sf_trace_select select;
 	double density;			/* density mode, in (0, 1] */
 	double threshold;		/* threshold mode: active when |value| > threshold */
@@ -72,17 +81,25 @@ int sf_trace_selection_parse(json_t *sel, enum sf_trace_select *select, double *
 uint32_t sf_trace_density_k(double density, uint32_t n);
 
 /* Fills *info for recording layers [layer_lo, layer_hi] and the groups in
- * the mask of a model with n_layers layers and entries[g] per group. value
- * is the density or the threshold. Refused: a density outside (0, 1] or
- * that selects no entry of a group, a negative or non-finite threshold,
- * layers outside the model, no group. meta (task, corpora, producer,
- * options; may be NULL) is copied into the header. */
+ * the mask (SF_GROUP_EXPERTS's bit among them) of a model with n_layers
+ * layers, entries[g] per group and experts_used experts a token (0 for a
+ * dense model, whose entries[SF_GROUP_EXPERTS] is 0). value is the
+ * density or the threshold, which the experts slots do not take. Refused:
+ * a density outside (0, 1] or that selects no entry of a group, a
+ * negative or non-finite threshold, layers outside the model, no group,
+ * experts of a dense model, ffn_in or ffn_out of a mixture (its layers
+ * have none), experts_used outside 1..n_experts. meta (task, corpora,
+ * producer, options; may be NULL) is copied into the header. */
 int sf_trace_info_init(struct sf_trace_info *info, const struct sf_fingerprint *fingerprint,
-		       int n_layers, const uint32_t entries[SF_NGROUPS], int layer_lo, int layer_hi,
-		       unsigned groups, enum sf_trace_select select, double value,
-		       json_t *meta, struct sf_err *e);
-/* entries[] of a model's config. */
-void sf_trace_model_entries(const struct sf_config *c, uint32_t entries[SF_NGROUPS]);
+		       int n_layers, const uint32_t entries[SF_NKINDS], uint32_t experts_used,
+		       int layer_lo, int layer_hi, unsigned groups, enum sf_trace_select select,
+		       double value, json_t *meta, struct sf_err *e);
+/* entries[] and the experts used a token of a model's config. */
+void sf_trace_model_entries(const struct sf_config *c, uint32_t entries[SF_NKINDS],
+			    uint32_t *experts_used);
+/* The groups a model's layers have: the four, or a mixture's attn_in,
+ * attn_out and experts. */
+unsigned sf_trace_model_groups(const struct sf_config *c);
 void sf_trace_info_free(struct sf_trace_info *info);	/* accepts a zeroed info */
 /* Index of (layer, group) in info->slots, or -1 when not recorded. */
 int sf_trace_slot_index(const struct sf_trace_info *info, int layer, enum sf_group g);
@@ -110,8 +127,8 @@ uint64_t *sf_trace_writer_row(struct sf_trace_writer *w, int slot);
  * adds to (zeros when it does not) and the trailer stores. */
 double *sf_trace_writer_sums(struct sf_trace_writer *w, int slot);
 /* Ends the current token: checks that every slot's row was taken, with no
- * bit past its entries (density mode: exactly k bits), and writes a block
- * when it is full. */
+ * bit past its entries (density mode: exactly k bits; experts: 1 to k),
+ * and writes a block when it is full. */
 int sf_trace_writer_token(struct sf_trace_writer *w, struct sf_err *e);
 /* Writes the last block and the sums trailer and flushes f. */
 int sf_trace_writer_finish(struct sf_trace_writer *w, struct sf_err *e);

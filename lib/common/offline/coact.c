@@ -179,6 +179,13 @@ static json_t *trace_source(const struct sf_trace_info *info, const char *name)
 	return src;
 }
 
+/* Whether a trace's slot (layer, g) counts the step from the layer
+ * before: experts whose layer before's experts the trace records. */
+static int has_step(const struct sf_trace_info *info, int layer, enum sf_group g)
+{
+	return g == SF_GROUP_EXPERTS && sf_trace_slot_index(info, layer - 1, g) >= 0;
+}
+
 /* The model and selection of a trace against c's. */
 static int check_trace(const struct sf_coact *c, const struct sf_trace_info *info,
 		       const char *name, struct sf_err *e)
@@ -198,11 +205,18 @@ static int check_trace(const struct sf_coact *c, const struct sf_trace_info *inf
 				  name, info->select == SF_TRACE_DENSITY ? "density" : "threshold",
 				  v, c->first, c->select == SF_TRACE_DENSITY ? "density" : "threshold",
 				  c->value);
-	for (int s = 0; s < c->nslots; s++)
-		if (sf_trace_slot_index(info, c->slots[s].layer, c->slots[s].group) < 0)
+	for (int s = 0; s < c->nslots; s++) {
+		const struct sf_coact_slot *sl = &c->slots[s];
+		if (sf_trace_slot_index(info, sl->layer, sl->group) < 0)
 			return sf_err_set(e, SF_EMISMATCH, "%s: does not record layer %d %s, which "
-					  "%s does", name, c->slots[s].layer,
-					  sf_group_name(c->slots[s].group), c->first);
+					  "%s does", name, sl->layer, sf_group_name(sl->group),
+					  c->first);
+		if (sl->step != has_step(info, sl->layer, sl->group))
+			return sf_err_set(e, SF_EMISMATCH, "%s: layer %d experts: %s layer %d's, "
+					  "%s %s", name, sl->layer, sl->step ? "does not record"
+					  : "records", sl->layer - 1, c->first,
+					  sl->step ? "does" : "does not");
+	}
 	return 0;
 }
 
@@ -221,7 +235,8 @@ int sf_coact_plan_trace(struct sf_coact *c, const struct sf_trace_info *info,
 	for (int s = 0; s < info->nslots; s++) {
 		const struct sf_trace_slot *sl = &info->slots[s];
 		if (sl->layer >= lo && sl->layer <= hi &&
-		    (ret = sf_coact_add_slot(c, sl->layer, sl->group, e)))
+		    (ret = sf_coact_add_slot(c, sl->layer, sl->group,
+					     has_step(info, sl->layer, sl->group), NULL, e)))
 			goto fail;
 	}
 	if (!c->nslots) {
@@ -286,6 +301,25 @@ static void flush_pairs(struct sf_coact *c)
 	c->pending = 0;
 }
 
+/* The steps of tokens [0, ntok) of a block: expert i picked in before's
+ * row and j in now's, each a bitmap of words words; k small, so the
+ * picks' products are few. */
+static void count_steps(struct sf_coact_slot *sl, const uint64_t *before, const uint64_t *now,
+			uint32_t words, uint32_t ntok)
+{
+	uint32_t n = sl->entries;
+	for (uint32_t t = 0; t < ntok; t++) {
+		const uint64_t *a = before + (size_t)t * words, *b = now + (size_t)t * words;
+		for (uint32_t wa = 0; wa < words; wa++)
+			for (uint64_t x = a[wa]; x; x &= x - 1) {
+				uint32_t *row = sl->steps + (size_t)(wa * 64 + __builtin_ctzll(x)) * n;
+				for (uint32_t wb = 0; wb < words; wb++)
+					for (uint64_t y = b[wb]; y; y &= y - 1)
+						row[wb * 64 + __builtin_ctzll(y)]++;
+			}
+	}
+}
+
 /* Tokens [t0, t0 + cnt) of a block's rows into the bit vectors at the
  * pending position, counting each active entry. */
 static void transpose(struct sf_coact_slot *sl, const uint64_t *rows, uint32_t words,
@@ -310,16 +344,20 @@ int sf_coact_add_trace(struct sf_coact *c, struct sf_trace_reader *r, struct sf_
 {
 	const struct sf_trace_info *info = sf_trace_reader_info(r);
 	const char *name = sf_trace_reader_name(r);
-	int *map = NULL;
+	int *map = NULL, *prev;
 	uint32_t ntok;
 	int ret;
 
 	if ((ret = check_trace(c, info, name, e)))
 		return ret;
-	if (!(map = malloc((size_t)c->nslots * sizeof(*map))))
+	if (!(map = malloc(2 * (size_t)c->nslots * sizeof(*map))))
 		return sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
-	for (int s = 0; s < c->nslots; s++)
-		map[s] = sf_trace_slot_index(info, c->slots[s].layer, c->slots[s].group);
+	prev = map + c->nslots;	/* the trace's slot of the layer before's experts */
+	for (int s = 0; s < c->nslots; s++) {
+		const struct sf_coact_slot *sl = &c->slots[s];
+		map[s] = sf_trace_slot_index(info, sl->layer, sl->group);
+		prev[s] = sl->step ? sf_trace_slot_index(info, sl->layer - 1, sl->group) : -1;
+	}
 	uint64_t before = c->slots[0].tokens;
 	while ((ret = sf_trace_next(r, &ntok, e)) > 0) {
 		if (c->slots[0].tokens + ntok > SF_COACT_MAX_TOKENS) {
@@ -340,8 +378,12 @@ int sf_coact_add_trace(struct sf_coact *c, struct sf_trace_reader *r, struct sf_
 			if (c->pending == SF_COACT_BLOCK_TOKENS)
 				flush_pairs(c);
 		}
-		for (int s = 0; s < c->nslots; s++)
+		for (int s = 0; s < c->nslots; s++) {
 			c->slots[s].tokens += ntok;
+			if (prev[s] >= 0)
+				count_steps(&c->slots[s], sf_trace_rows(r, prev[s]),
+					    sf_trace_rows(r, map[s]), info->slots[map[s]].words, ntok);
+		}
 		if (c->progress)
 			c->progress(c->progress_ctx, c->slots[0].tokens);
 	}

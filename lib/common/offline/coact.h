@@ -14,8 +14,9 @@
 #include "formats/trace.h"
 
 /* Sets c up for the slots of a trace within layers [lo, hi] (no big
- * allocation yet: sf_coact_alloc with accumulate). name: the trace, in
- * messages. */
+ * allocation yet: sf_coact_alloc with accumulate); an experts slot counts
+ * the step from the layer before when the trace records that layer's
+ * experts, inside [lo, hi] or not. name: the trace, in messages. */
 int sf_coact_plan_trace(struct sf_coact *c, const struct sf_trace_info *info,
 			const char *name, int lo, int hi, struct sf_err *e);
 /* Adds a whole trace: it must be of the same model and selection and

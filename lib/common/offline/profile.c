@@ -40,6 +40,13 @@ static void observe_fn(void *ctx, int layer, enum sf_group g, const float *in, i
 	sf_profile_record(ctx, layer, g, in, T, n);
 }
 
+/* A mixture's routes are its experts slot's inputs: the weight of each
+ * picked expert, 0 for the others. */
+static void routes_fn(void *ctx, int layer, const float *route, int T, size_t n)
+{
+	sf_profile_record(ctx, layer, SF_GROUP_EXPERTS, route, T, n);
+}
+
 uint64_t sf_profile_bytes(const struct sf_trace_info *info, int tokens, int threads)
 {
 	uint64_t staged = 0, most = 0;
@@ -66,7 +73,8 @@ int sf_profile_open(struct sf_profile **out, struct sf_trace_writer *w, struct s
 	p->info = info;
 	p->pool = pool;
 	p->tokens = tokens > 1 ? tokens : 1;
-	p->observer = (struct sf_observer){ .fn = observe_fn, .ctx = p, .tokens = p->tokens };
+	p->observer = (struct sf_observer){ .fn = observe_fn, .routes = routes_fn, .ctx = p,
+					    .tokens = p->tokens };
 	p->staged = calloc((size_t)ns, sizeof(*p->staged));
 	p->seen = calloc((size_t)ns, 1);
 	p->pending = calloc((size_t)ns, sizeof(*p->pending));
@@ -166,7 +174,12 @@ static void select_slot(struct sf_profile *p, int i, uint32_t *scratch)
 		p->bad[s] = j + 1;
 		return;
 	}
-	if (p->info->select == SF_TRACE_DENSITY)
+	if (sl->group == SF_GROUP_EXPERTS) {
+		/* the experts that run: picked, their weight not underflowed */
+		for (uint32_t j = 0; j < n; j++)
+			if (in[j] != 0.0f)
+				p->rows[i][j / 64] |= 1ull << (j % 64);
+	} else if (p->info->select == SF_TRACE_DENSITY)
 		sf_select_topk(in, n, sl->k, p->rows[i], scratch);
 	else
 		sf_select_threshold(in, n, (float)p->info->threshold, p->rows[i]);

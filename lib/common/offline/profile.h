@@ -34,7 +34,9 @@ const struct sf_observer *sf_profile_observer(struct sf_profile *p);
 /* Records one group's inputs in (T, n), T tokens of a pass (0 counts as
  * 1): copied (the forward pass reuses its buffers within a pass), their
  * selections and sums computed at sf_profile_tokens. Groups the trace
- * does not record are ignored. */
+ * does not record are ignored. A mixture's routes come as the inputs of
+ * SF_GROUP_EXPERTS: active the experts of nonzero weight, the weights
+ * summed. */
 void sf_profile_record(struct sf_profile *p, int layer, enum sf_group g, const float *in,
 		       int T, size_t n);
 /* Ends the current pass of T tokens: for each token in order, selects its
