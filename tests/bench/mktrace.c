@@ -55,13 +55,13 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
-	uint32_t entries[SF_NGROUPS] = { 4096, 4096, 4096, (uint32_t)n };
+	uint32_t entries[SF_NKINDS] = { 4096, 4096, 4096, (uint32_t)n, 0 };
 	struct sf_trace_info info;
 	struct sf_trace_writer *w = NULL;
 	struct sf_out out;
 	struct sf_err e = { 0 };
 	json_t *meta = json_pack("{s:s, s:s}", "task", "synthetic", "producer", "mktrace");
-	int ret = sf_trace_info_init(&info, &(struct sf_fingerprint){ "5e5e5e5e5e5e5e5e", "5e5e5e5e5e5e5e5e" }, 1, entries, 0, 0,
+	int ret = sf_trace_info_init(&info, &(struct sf_fingerprint){ "5e5e5e5e5e5e5e5e", "5e5e5e5e5e5e5e5e" }, 1, entries, 0, 0, 0,
 				     1u << SF_GROUP_FFN_OUT, SF_TRACE_DENSITY, density, meta, &e);
 	json_decref(meta);
 	if (ret || (ret = sf_out_open(&out, output, 1, NULL)) ||
