@@ -174,12 +174,9 @@ static void select_slot(struct sf_profile *p, int i, uint32_t *scratch)
 		p->bad[s] = j + 1;
 		return;
 	}
-	if (sl->group == SF_GROUP_EXPERTS) {
-		/* the experts that run: picked, their weight not underflowed */
-		for (uint32_t j = 0; j < n; j++)
-			if (in[j] != 0.0f)
-				p->rows[i][j / 64] |= 1ull << (j % 64);
-	} else if (p->info->select == SF_TRACE_DENSITY)
+	if (sl->group == SF_GROUP_EXPERTS)	/* the experts that run: weight above 0 */
+		sf_select_threshold(in, n, 0.0f, p->rows[i]);
+	else if (p->info->select == SF_TRACE_DENSITY)
 		sf_select_topk(in, n, sl->k, p->rows[i], scratch);
 	else
 		sf_select_threshold(in, n, (float)p->info->threshold, p->rows[i]);

@@ -700,6 +700,16 @@ int sparse_pread(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_
 	return 0;
 }
 
+int sparse_pread_once(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
+		      struct sf_err *e)
+{
+	int ret = sparse_pread(img, buf, len, off, e);
+
+	if (!ret)
+		(void)posix_fadvise(img->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+	return ret;
+}
+
 /* Reads the pinned set into the cache's pinned slots: per group its
  * positions in order, one read per run of consecutive positions (through
  * the buffered descriptor: this happens once). */

@@ -11,7 +11,6 @@
  * image's, so its products are the dense engine's. With --simulate the
  * records are those of the flash regions in RAM. man/sf-run.1. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,10 +103,9 @@ int sparse_experts_load(struct sf_sparse *sp, struct sf_err *e)
 	for (long id = 0; id < all; id++) {
 		uint64_t off, len;
 		sf_image_expert_range(sp->img, (int)(id / x->n), (int)(id % x->n), &off, &len);
-		if ((ret = sparse_pread(sp->img, x->mem + (uint64_t)id * x->record, len, off, e)))
+		if ((ret = sparse_pread_once(sp->img, x->mem + (uint64_t)id * x->record, len, off,
+					     e)))
 			return ret;
-		/* read once: not worth the page cache's room */
-		posix_fadvise(sp->img->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 		bind(x, (int)id, id);
 	}
 	x->loaded = (uint64_t)all;

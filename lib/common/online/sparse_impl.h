@@ -357,6 +357,10 @@ static inline int sparse_arrived(const struct iobuf *b, uint64_t off, uint64_t l
 /* sparse.c: pread of [off, off + len) of the image, whole. */
 int sparse_pread(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
 		 struct sf_err *e);
+/* The same, then the page cache's copy dropped: what is held from open is
+ * read once and not worth the cache's room. */
+int sparse_pread_once(const struct sf_image *img, uint8_t *buf, uint64_t len, uint64_t off,
+		      struct sf_err *e);
 
 /* Whether --ram's room holds groups whole and, with a slot for each, every
  * expert, read at open: a budget with no --cache-ratio or --pin. */

@@ -9,7 +9,6 @@
  * otherwise, the cache holding the hot entries of all groups.
  * man/sf-run.1 (--ram). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,14 +103,12 @@ int sparse_slabs_load(struct sf_sparse *sp, uint64_t bytes, struct sf_err *e)
 			uint32_t p1 = G->entries - p0 < per ? G->entries : p0 + (uint32_t)per;
 			uint64_t off = G->top->offset + (uint64_t)p0 * G->top_bytes;
 			uint64_t len = (uint64_t)(p1 - p0) * G->top_bytes;
-			if ((ret = sparse_pread(img, sp->io.arena, len, off, e)))
+			if ((ret = sparse_pread_once(img, sp->io.arena, len, off, e)))
 				return ret;
 			for (uint32_t p = p0; p < p1; p++)
 				for (int i = 0; i < G->nmat; i++)
 					sf_slab_put(&s[i], p, sp->io.arena + (uint64_t)(p - p0) * G->top_bytes +
 								       G->mat[i].offset);
-			/* read once: not worth the page cache's room */
-			posix_fadvise(img->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 		}
 	}
 	return 0;
