@@ -338,40 +338,58 @@ static void check_slab_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	free(C), free(mem), free(col), free(X), free(Y), free(Yr), free(Yc), free(pos), free(cols);
 }
 
-/* rows rows of cols in dtype dt, T tokens: the level's product equals the
- * _ref's bit for bit, over [r0, r1) as over all rows, with T tokens as one
- * at a time, and lies within its rounding of the float product of the
- * dequantized rows: per block, each input within d_b / 2 of its source. */
+/* rows rows of cols in dtype dt (tiled: its tiles, rows a multiple of
+ * SF_QTILE), T tokens: the level's product equals the _ref's bit for bit,
+ * over [r0, r1) as over all rows, with T tokens as one at a time, and lies
+ * within its rounding of the float product of the dequantized rows: per
+ * block, each input within d_b / 2 of its source. A tile's rows dequantize
+ * to the rows packed in it. */
 static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t cols,
-			      size_t r0, size_t r1, size_t T)
+			      size_t r0, size_t r1, size_t T, int tiled)
 {
-	const char *dn = sf_dtype_name(dt);
 	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols), nb = cols / SF_QBLOCK;
-	uint8_t *W = malloc(rows * rb);
+	uint8_t *W = malloc(rows * rb), *P = W;
 	float *f = malloc(cols * sizeof(float)), *X = malloc(T * cols * sizeof(float)),
 	      *Y = malloc(T * rows * sizeof(float)), *Yr = malloc(T * rows * sizeof(float)),
-	      *Y1 = malloc(rows * sizeof(float));
+	      *Y1 = malloc(rows * sizeof(float)), *g = malloc(cols * sizeof(float));
 
 	for (size_t r = 0; r < rows; r++) {
 		for (size_t c = 0; c < cols; c++)
 			f[c] = gauss() * (c % 61 == 5 ? 4.0f : 0.05f);
 		CHECK(sf_quant_column(W + r * rb, dt, f, cols, SF_QUANT_SEARCH) == 0, "quantize");
 	}
+	if (tiled) {	/* the products read P, the bound W's rows */
+		P = malloc(rows * rb);
+		for (size_t i = 0; i < rows / SF_QTILE; i++) {
+			const uint8_t *src[SF_QTILE];
+			for (size_t r = 0; r < SF_QTILE; r++)
+				src[r] = W + (i * SF_QTILE + r) * rb;
+			sf_qtile_pack(P + i * SF_QTILE * rb, src, dt, cols);
+			for (size_t r = 0; r < SF_QTILE; r++) {
+				sf_qtile_dequant_row(f, P + i * SF_QTILE * rb, dt, cols, r);
+				sf_dequant_column(g, src[r], dt, cols);
+				CHECK(!memcmp(f, g, cols * sizeof(float)), "%s tile %zu row %zu: "
+				      "dequantizes to another row", sf_dtype_name(dt), i, r);
+			}
+		}
+		dt = dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16 : SF_DTYPE_Q4X16;
+	}
+	const char *dn = sf_dtype_name(dt);
 	for (size_t i = 0; i < T * cols; i++)	/* block 1 of token 0 all zeros */
 		X[i] = i >= SF_QBLOCK && i < 2 * SF_QBLOCK ? 0.0f : gauss() * (i % 37 ? 1.0f : 9.0f);
-	sf_qmatmul_rows(Y, rows, W, dt, cols, X, cols, T, 0, rows);
-	sf_qmatmul_rows_ref(Yr, rows, W, dt, cols, X, cols, T, 0, rows);
+	sf_qmatmul_rows(Y, rows, P, dt, cols, X, cols, T, 0, rows);
+	sf_qmatmul_rows_ref(Yr, rows, P, dt, cols, X, cols, T, 0, rows);
 	CHECK(!memcmp(Y, Yr, T * rows * sizeof(float)), "%s %s rows: %zu x %zu, %zu tokens: "
 	      "differs from ref", isa, dn, rows, cols, T);
 	for (size_t t = 0; t < T; t++) {
-		sf_qmatmul_rows(Y1, 0, W, dt, cols, X + t * cols, cols, 1, r0, r1);
+		sf_qmatmul_rows(Y1, 0, P, dt, cols, X + t * cols, cols, 1, r0, r1);
 		CHECK(!memcmp(Y1, Y + t * rows + r0, (r1 - r0) * sizeof(float)),
 		      "%s %s rows [%zu, %zu) token %zu alone: differs from the pass", isa, dn, r0,
 		      r1, t);
 		const float *x = X + t * cols;
 		for (size_t r = 0; r < rows && t < 6; r++) {	/* the bound: a few tokens */
 			double exact = 0.0, bound = 1e-5;
-			sf_dequant_column(f, W + r * rb, dt, cols);
+			sf_dequant_column(f, W + r * rb, sf_dtype_untiled(dt), cols);
 			for (size_t b = 0; b < nb; b++) {
 				float amax = 0.0f;
 				for (size_t i = b * SF_QBLOCK; i < (b + 1) * SF_QBLOCK; i++)
@@ -385,7 +403,9 @@ static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 			      "float %.9g, bound %.3g", isa, dn, r, t, Y[t * rows + r], exact, bound);
 		}
 	}
-	free(W), free(f), free(X), free(Y), free(Yr), free(Y1);
+	if (P != W)
+		free(P);
+	free(W), free(f), free(X), free(Y), free(Yr), free(Y1), free(g);
 }
 
 static void test_kernels(enum sf_isa level)
@@ -412,7 +432,17 @@ static void test_kernels(enum sf_isa level)
 		for (size_t i = 0; i < sizeof(row_sizes) / sizeof(row_sizes[0]); i++)
 			for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
 				check_rows_kernel(isa, qdt[d], row_sizes[i][0], row_sizes[i][1],
-						  row_sizes[i][2], row_sizes[i][3], row_tokens[t]);
+						  row_sizes[i][2], row_sizes[i][3], row_tokens[t], 0);
+	/* tiles: whole, cut by the range, one tile; roundings of 2,080 inputs */
+	static const size_t tile_sizes[][4] = {	/* rows, cols, r0, r1 */
+		{ 16, 32, 0, 16 }, { 48, 96, 0, 48 }, { 64, 2080, 5, 59 }, { 32, 512, 16, 20 },
+		{ 160, 160, 7, 160 },
+	};
+	for (int d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof(tile_sizes) / sizeof(tile_sizes[0]); i++)
+			for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
+				check_rows_kernel(isa, qdt[d], tile_sizes[i][0], tile_sizes[i][1],
+						  tile_sizes[i][2], tile_sizes[i][3], row_tokens[t], 1);
 	for (int d = 0; d < 2; d++)
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 			for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); t++)

@@ -45,23 +45,13 @@ static int clampi(int v, int lo, int hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* nearbyintf(x) in the default rounding mode, inline: adding 1.5 * 2^23
- * leaves a float whose unit is 1, so the sum rounds x to an integer, ties
- * to even (a call to libm's per weight was most of a search's time). */
-static inline float round_even(float x)
-{
-	const float magic = 12582912.0f;
-
-	return fabsf(x) < 4194304.0f ? (x + magic) - magic : nearbyintf(x);
-}
-
 /* The codes of n (<= SF_QBLOCK) weights at scale s, 0 for s 0; their
  * squared error. */
 static double codes_at(const float *w, size_t n, float s, int qmax, int *q)
 {
 	double err = 0.0;
 	for (size_t i = 0; i < n; i++) {
-		q[i] = s > 0.0f ? clampi((int)round_even(w[i] / s), -qmax - 1, qmax) : 0;
+		q[i] = s > 0.0f ? clampi((int)sf_round_even(w[i] / s), -qmax - 1, qmax) : 0;
 		double d = (double)w[i] - (double)((float)q[i] * s);
 		err += d * d;
 	}
@@ -169,4 +159,35 @@ void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t ro
 {
 	for (size_t r = 0; r < rows; r++)
 		w[r] = sf_q_weight(src, dt, rows, r);
+}
+
+void sf_qtile_pack(uint8_t *tile, const uint8_t *const *rows, enum sf_dtype dt, size_t cols)
+{
+	size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+
+	memset(tile, 0, nb * bb);
+	for (size_t b = 0; b < nb; b++) {
+		uint8_t *p = tile + b * bb, *codes = p + 2 * SF_QTILE;
+		for (size_t r = 0; r < SF_QTILE; r++) {
+			const uint8_t *c = sf_q_codes_at(rows[r], dt, cols, b);
+			memcpy(p + 2 * r, sf_q_scale_at(rows[r], b), 2);
+			for (size_t i = 0; i < SF_QBLOCK; i++) {
+				int shift;
+				unsigned v = (unsigned)(sf_q_code(c, dt, i) + sf_q_bias(dt));
+				codes[sf_qtile_byte(dt, r, i, &shift)] |= (uint8_t)(v << shift);
+			}
+		}
+	}
+}
+
+void sf_qtile_dequant_row(float *w, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r)
+{
+	size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+
+	for (size_t b = 0; b < nb; b++) {
+		const uint8_t *p = tile + b * bb;
+		float s = sf_quant_scale(p + 2 * r, 0);
+		for (size_t i = 0; i < SF_QBLOCK; i++)
+			w[b * SF_QBLOCK + i] = (float)sf_qtile_code(p + 2 * SF_QTILE, dt, r, i) * s;
+	}
 }

@@ -12,6 +12,7 @@
 #ifndef SF_QUANT_H
 #define SF_QUANT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,17 @@
 #define SF_Q4_MAX 7		/* codes -8..7 stored as code + 8 */
 #define SF_Q6_BLOCK_BYTES 26	/* a block's f16 scale and 24 bytes of 6-bit codes */
 #define SF_Q6_MAX 31		/* codes -32..31 stored as code + 32 */
+
+/* nearbyintf(x) in the default rounding mode, inline: adding 1.5 * 2^23
+ * leaves a float whose unit is 1, so the sum rounds x to an integer, ties
+ * to even (libm's call per weight was most of a search's time, and a
+ * tenth of a prompt's rounding of its inputs). */
+static inline float sf_round_even(float x)
+{
+	const float magic = 12582912.0f;
+
+	return fabsf(x) < 4194304.0f ? (x + magic) - magic : nearbyintf(x);
+}
 
 /* The blocks of a column of rows rows. */
 static inline size_t sf_q_blocks(size_t rows)
@@ -117,5 +129,43 @@ static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t row
 	const uint8_t *c = sf_q_codes_at(col, dt, rows, r / SF_QBLOCK);
 	return (float)sf_q_code(c, dt, r % SF_QBLOCK) * sf_quant_scale(col, r / SF_QBLOCK);
 }
+
+/* Tiles (vocab.h's Q8X16 and Q4X16): SF_QTILE rows of a Q8 or Q4 row
+ * matrix, each row cols elements (a multiple of SF_QBLOCK) stored as a
+ * column is (its blocks' f16 scales, then their codes), interleaved in
+ * the same bytes so that one load of codes holds all the rows: block by
+ * block, block b's SF_QTILE scales in row order, then its codes in
+ * groups of four columns, each group 64 bytes row by row (byte 4r + c:
+ * row r's code of column 4g + c). Q8: eight groups of the stored bytes
+ * (code as int8). Q4: four chunks of 64 bytes, byte 4r + c of chunk h
+ * holding column 4h + c + 8 in its low nibble and column 16 + 4h + c + 8
+ * in its high one (groups h and h + 4). A block of a tile takes
+ * SF_QTILE * (2 + code bytes) bytes, its rows' bytes exactly. */
+#define SF_QTILE 16
+static inline size_t sf_qtile_block_bytes(enum sf_dtype dt)
+{
+	return SF_QTILE * (2 + sf_q_code_bytes(dt));
+}
+/* Where row r's code of column c (< SF_QBLOCK) lies in a tile's block
+ * of codes: its byte, and for q4 the nibble's shift; the code itself. */
+static inline size_t sf_qtile_byte(enum sf_dtype dt, size_t r, size_t c, int *shift)
+{
+	size_t g = c / 4, at = 4 * r + c % 4;
+
+	*shift = dt == SF_DTYPE_Q4 && g >= 4 ? 4 : 0;
+	return 64 * (dt == SF_DTYPE_Q8 ? g : g % 4) + at;
+}
+static inline int sf_qtile_code(const uint8_t *codes, enum sf_dtype dt, size_t r, size_t c)
+{
+	int shift;
+	uint8_t byte = codes[sf_qtile_byte(dt, r, c, &shift)];
+
+	return dt == SF_DTYPE_Q8 ? (int8_t)byte : ((byte >> shift) & 15) - 8;
+}
+/* The tile of SF_QTILE rows (rows[r] the start of row r), dt Q8 or Q4. */
+void sf_qtile_pack(uint8_t *tile, const uint8_t *const *rows, enum sf_dtype dt, size_t cols);
+/* Row r (< SF_QTILE) of a tile of dt (Q8 or Q4) as floats, code * scale
+ * as sf_dequant_column gives them. */
+void sf_qtile_dequant_row(float *w, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r);
 
 #endif

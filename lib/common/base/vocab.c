@@ -16,7 +16,9 @@ size_t sf_dtype_size(enum sf_dtype dt)
 	case SF_DTYPE_BF16: return 2;
 	case SF_DTYPE_Q8:
 	case SF_DTYPE_Q4:
-	case SF_DTYPE_Q6: break;
+	case SF_DTYPE_Q6:
+	case SF_DTYPE_Q8X16:
+	case SF_DTYPE_Q4X16: break;
 	}
 	return 0;
 }
@@ -30,6 +32,8 @@ const char *sf_dtype_name(enum sf_dtype dt)
 	case SF_DTYPE_Q8: return "Q8";
 	case SF_DTYPE_Q4: return "Q4";
 	case SF_DTYPE_Q6: return "Q6";
+	case SF_DTYPE_Q8X16: return "Q8x16";
+	case SF_DTYPE_Q4X16: return "Q4x16";
 	}
 	return "?";
 }
@@ -59,19 +63,25 @@ int sf_dtype_parse(const char *name, enum sf_dtype *dt)
 
 int sf_dtype_is_block(enum sf_dtype dt)
 {
-	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4 || dt == SF_DTYPE_Q6;
+	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4 || dt == SF_DTYPE_Q6 ||
+	       dt == SF_DTYPE_Q8X16 || dt == SF_DTYPE_Q4X16;
+}
+
+enum sf_dtype sf_dtype_untiled(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8X16 ? SF_DTYPE_Q8 : dt == SF_DTYPE_Q4X16 ? SF_DTYPE_Q4 : dt;
 }
 
 int sf_dtype_is_top(enum sf_dtype dt)
 {
-	return dt != SF_DTYPE_Q6;
+	return dt != SF_DTYPE_Q6 && dt == sf_dtype_untiled(dt);
 }
 
 uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
 {
 	uint64_t blocks = (rows + SF_QBLOCK - 1) / SF_QBLOCK;
 
-	switch (dt) {
+	switch (sf_dtype_untiled(dt)) {
 	case SF_DTYPE_Q8: return blocks * SF_Q8_BLOCK_BYTES;
 	case SF_DTYPE_Q4: return blocks * SF_Q4_BLOCK_BYTES;
 	case SF_DTYPE_Q6: return blocks * SF_Q6_BLOCK_BYTES;

@@ -14,9 +14,12 @@
  * blocks of SF_QBLOCK consecutive elements, each an f16 scale and the
  * elements' 8-, 6- or 4-bit codes (base/quant.h, sf-formats(5)); Q8 and
  * Q4 for a top tier's columns and the rows of the embedding and output
- * head, Q6 for those rows only (the head of a q4 image). */
+ * head, Q6 for those rows only (the head of a q4 image). Q8X16 and Q4X16
+ * exist in memory only: the rows of a Q8 or Q4 matrix interleaved in
+ * tiles of 16 (engine/kernels_qrows.h), as sf-run's engine holds a GGUF's
+ * matrices; no file holds them and no name parses to them. */
 enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4,
-		SF_DTYPE_Q6 };
+		SF_DTYPE_Q6, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16 };
 
 /* Bytes of one element; 0 for a block dtype. Names as safetensors spells
  * them ("BF16"), and "Q8", "Q6", "Q4". */
@@ -27,9 +30,12 @@ const char *sf_dtype_name(enum sf_dtype dt);
 int sf_dtype_parse(const char *name, enum sf_dtype *dt);
 /* The same over every dtype, block dtypes included (an image's top tier). */
 int sf_dtype_parse_any(const char *name, enum sf_dtype *dt);
-/* 1 for Q8, Q6 and Q4. */
+/* 1 for Q8, Q6, Q4 and their tiles. */
 int sf_dtype_is_block(enum sf_dtype dt);
-/* 1 for the dtypes a top tier's columns may have: all but Q6. */
+/* The block dtype a tiled one interleaves (Q8X16: Q8), dt itself for the
+ * rest. */
+enum sf_dtype sf_dtype_untiled(enum sf_dtype dt);
+/* 1 for the dtypes a top tier's columns may have: all but Q6 and tiles. */
 int sf_dtype_is_top(enum sf_dtype dt);
 /* Bytes of one column of `rows` rows: rows elements, or whole blocks (the
  * last one's unused rows zero codes); 64 bits since rows * size can pass

@@ -34,17 +34,20 @@
 struct qr_store {
 	int8_t q[QR_CODES];		/* (tokens, cols) */
 	float d[QR_CODES / SF_QBLOCK];	/* (tokens, cols / 32) */
+	int32_t s[QR_CODES / SF_QBLOCK];	/* (tokens, cols / 32) each block's sum of q */
 };
 
-/* nt <= QR_TOKENS tokens' rounded inputs: codes (nt, cols) and block
- * scales (nt, cols / 32). */
+/* nt <= QR_TOKENS (tiles: QT_TOKENS) tokens' rounded inputs: codes (nt,
+ * cols), block scales and sums (nt, cols / 32). */
 struct qr_input {
 	const int8_t *q;
 	const float *d;
+	const int32_t *s;
 	size_t nt;
 };
 
-/* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says. */
+/* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says (fmaxf
+ * and nearbyintf inline: libm's calls were a tenth of a prompt). */
 static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt, size_t cols)
 {
 	size_t nb = cols / SF_QBLOCK;
@@ -54,12 +57,18 @@ static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt,
 			const float *v = x + t * ldx + b * SF_QBLOCK;
 			int8_t *q = st->q + t * cols + b * SF_QBLOCK;
 			float amax = 0.0f;
-			for (size_t i = 0; i < SF_QBLOCK; i++)
-				amax = fmaxf(amax, fabsf(v[i]));
+			int32_t sum = 0;
+			for (size_t i = 0; i < SF_QBLOCK; i++) {
+				float a = fabsf(v[i]);
+				amax = a > amax ? a : amax;
+			}
 			float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-			for (size_t i = 0; i < SF_QBLOCK; i++)
-				q[i] = (int8_t)nearbyintf(v[i] * id);
+			for (size_t i = 0; i < SF_QBLOCK; i++) {
+				q[i] = (int8_t)sf_round_even(v[i] * id);
+				sum += q[i];
+			}
 			st->d[t * nb + b] = amax / 127.0f;
+			st->s[t * nb + b] = sum;
 		}
 }
 
@@ -117,9 +126,78 @@ static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum s
 		for (size_t a = r0, b; a < r1; a = b) {
 			b = nt <= QR_TOKENS || r1 - a < span ? r1 : a + span;
 			for (size_t t = 0; t < nt; t += QR_TOKENS) {
-				struct qr_input in = { st.q + t * cols, st.d + t * nb,
+				struct qr_input in = { st.q + t * cols, st.d + t * nb, st.s + t * nb,
 						       nt - t < QR_TOKENS ? nt - t : QR_TOKENS };
 				fn(y + (t0 + t) * ldy + (a - r0), ldy, W, dt, cols, &in, a, b);
+			}
+		}
+	}
+}
+
+// ----------------------------------------------------------------------------
+// tiles: SF_QTILE rows a vector, a block's integer sums whole, one fmaf
+// a block
+
+#define QT_TOKENS 4
+#define QT_AHEAD 1024	/* bytes the tile kernels prefetch ahead */
+
+/* The tile's SF_QTILE rows for the nt tokens: y[t * ldy + r]; dt Q8 or Q4. */
+typedef void qt_tile_fn(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+			size_t cols, const struct qr_input *in);
+
+static void qt_tile_ref(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+			size_t cols, const struct qr_input *in)
+{
+	size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+
+	for (size_t t = 0; t < in->nt; t++)
+		for (size_t r = 0; r < SF_QTILE; r++) {
+			float sum = 0.0f;
+			for (size_t b = 0; b < nb; b++) {
+				const uint8_t *p = tile + b * bb;
+				const int8_t *q = in->q + t * cols + b * SF_QBLOCK;
+				int32_t isum = 0;
+				for (size_t c = 0; c < SF_QBLOCK; c++)
+					isum += sf_qtile_code(p + 2 * SF_QTILE, dt, r, c) * q[c];
+				sum = fmaf((float)isum, sf_quant_scale(p + 2 * r, 0) * in->d[t * nb + b],
+					   sum);
+			}
+			y[t * ldy + r] = sum;
+		}
+}
+
+/* The tokens through fn: as many rounded at once as the store holds,
+ * then tile by tile, QT_TOKENS tokens at a time while the tile stays in
+ * the caches. A tile that [r0, r1) cuts is computed whole aside, and its
+ * rows in the range copied. */
+static void qt_drive(qt_tile_fn *fn, float *y, size_t ldy, const void *W, enum sf_dtype dt,
+		     size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	struct qr_store st;
+	const enum sf_dtype bt = sf_dtype_untiled(dt);
+	size_t step = QR_CODES / cols, nb = cols / SF_QBLOCK;
+	size_t tb = nb * sf_qtile_block_bytes(bt);
+	float part[QT_TOKENS * SF_QTILE];
+
+	for (size_t t0 = 0; t0 < T; t0 += step) {
+		size_t nt = T - t0 < step ? T - t0 : step;
+		qr_round(&st, x + t0 * ldx, ldx, nt, cols);
+		for (size_t i = r0 / SF_QTILE; i * SF_QTILE < r1; i++) {
+			size_t a = i * SF_QTILE > r0 ? i * SF_QTILE : r0;
+			size_t b = (i + 1) * SF_QTILE < r1 ? (i + 1) * SF_QTILE : r1;
+			const uint8_t *tile = (const uint8_t *)W + i * tb;
+			for (size_t t = 0; t < nt; t += QT_TOKENS) {
+				struct qr_input in = { st.q + t * cols, st.d + t * nb, st.s + t * nb,
+						       nt - t < QT_TOKENS ? nt - t : QT_TOKENS };
+				float *yt = y + (t0 + t) * ldy + (a - r0);
+				if (b - a == SF_QTILE) {
+					fn(yt, ldy, tile, bt, cols, &in);
+					continue;
+				}
+				fn(part, SF_QTILE, tile, bt, cols, &in);
+				for (size_t u = 0; u < in.nt; u++)
+					memcpy(yt + u * ldy, part + u * SF_QTILE + (a - i * SF_QTILE),
+					       (b - a) * sizeof(float));
 			}
 		}
 	}
@@ -128,7 +206,10 @@ static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum s
 void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	qr_drive(qr_rows_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+	if (sf_dtype_untiled(dt) != dt)
+		qt_drive(qt_tile_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+	else
+		qr_drive(qr_rows_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 }
 
 #if defined(__x86_64__)
@@ -225,6 +306,69 @@ static T256 void qr_rows_avx2(float *y, size_t ldy, const uint8_t *W, enum sf_dt
 		else
 			qr_row256(y + r - r0, ldy, W + r * rb, dt, cols, in, in->nt);
 	}
+}
+
+/* A tile as two halves of eight rows, a lane a row: per group of four
+ * columns one vpmaddubsw of the group's codes (q8: their absolute values,
+ * the inputs given their signs) and the token's four inputs broadcast,
+ * then vpmaddwd; q4's codes + 8, the bias's share taken off first. */
+INL T256 void qt_tile256(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
+			 size_t cols, const struct qr_input *in, size_t nt)
+{
+	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+	const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(15);
+
+	for (size_t h = 0; h < 2; h++) {
+		__m256 acc[QT_TOKENS];
+		for (size_t t = 0; t < nt; t++)
+			acc[t] = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			const uint8_t *p = tile + b * bb, *c = p + 2 * SF_QTILE + 32 * h;
+			_mm_prefetch((const char *)p + QT_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)p + QT_AHEAD + 64 * (1 + 2 * h), _MM_HINT_T0);
+			__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+			__m256i w[8];
+			for (int g = 0; g < 4; g++) {
+				if (dt == SF_DTYPE_Q8) {
+					w[g] = _mm256_loadu_si256((const __m256i *)(c + 64 * g));
+					w[g + 4] = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 256));
+					continue;
+				}
+				__m256i v = _mm256_loadu_si256((const __m256i *)(c + 64 * g));
+				w[g] = _mm256_and_si256(v, nib);
+				w[g + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+			}
+			for (size_t t = 0; t < nt; t++) {
+				const int8_t *q = in->q + t * cols + b * SF_QBLOCK;
+				int32_t quad[8];
+				memcpy(quad, q, sizeof(quad));
+				__m256i isum = _mm256_set1_epi32(dt == SF_DTYPE_Q8 ? 0
+								 : -8 * in->s[t * nb + b]);
+				for (int g = 0; g < 8; g++) {
+					__m256i qb = _mm256_set1_epi32(quad[g]), prod;
+					if (dt == SF_DTYPE_Q8)
+						prod = _mm256_maddubs_epi16(_mm256_abs_epi8(w[g]),
+									    _mm256_sign_epi8(qb, w[g]));
+					else
+						prod = _mm256_maddubs_epi16(w[g], qb);
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, ones));
+				}
+				__m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(in->d[t * nb + b]));
+				acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[t]);
+			}
+		}
+		for (size_t t = 0; t < nt; t++)
+			_mm256_storeu_ps(y + t * ldy + 8 * h, acc[t]);
+	}
+}
+
+static T256 void qt_tiles_avx2(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+			       size_t cols, const struct qr_input *in)
+{
+	if (dt == SF_DTYPE_Q8)
+		qt_tile256(y, ldy, tile, SF_DTYPE_Q8, cols, in, in->nt);
+	else
+		qt_tile256(y, ldy, tile, SF_DTYPE_Q4, cols, in, in->nt);
 }
 
 // ----------------------------------------------------------------------------
@@ -410,6 +554,80 @@ static T512I void qr_rows_avx512(float *y, size_t ldy, const uint8_t *W, enum sf
 	}
 }
 
+/* A tile a vector, a lane a row: per group of four columns one vpdpbusd
+ * of its 64 codes (q8 + 128, q4 + 8) and the token's four inputs
+ * broadcast, in two chains; the bias's share, bias times the block's sum
+ * of inputs, taken off at the start. */
+INL T512I void qt_tile512(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
+			  size_t cols, const struct qr_input *in, const int NT)
+{
+	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+	const int bias = dt == SF_DTYPE_Q8 ? 128 : 8;
+	const __m512i nib = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
+	__m512 acc[QT_TOKENS];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (size_t b = 0; b < nb; b++) {
+		const uint8_t *p = tile + b * bb, *c = p + 2 * SF_QTILE;
+		/* the tiles stream: ask for a block's bytes ahead */
+		for (size_t at = 0; at < bb; at += 64)
+			_mm_prefetch((const char *)p + QT_AHEAD + at, _MM_HINT_T0);
+		__m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+		__m512i w[8];
+#pragma GCC unroll 4
+		for (int g = 0; g < 4; g++) {
+			if (dt == SF_DTYPE_Q8) {
+				w[g] = _mm512_xor_si512(_mm512_loadu_si512(c + 64 * g), flip);
+				w[g + 4] = _mm512_xor_si512(_mm512_loadu_si512(c + 64 * g + 256), flip);
+				continue;
+			}
+			__m512i v = _mm512_loadu_si512(c + 64 * g);
+			w[g] = _mm512_and_si512(v, nib);
+			w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++) {
+			const int8_t *q = in->q + (size_t)t * cols + b * SF_QBLOCK;
+			int32_t quad[8];
+			memcpy(quad, q, sizeof(quad));
+			__m512i s0 = _mm512_set1_epi32(-bias * in->s[(size_t)t * nb + b]);
+			__m512i s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+			for (int g = 0; g < 4; g++) {
+				s0 = _mm512_dpbusd_epi32(s0, w[g], _mm512_set1_epi32(quad[g]));
+				s1 = _mm512_dpbusd_epi32(s1, w[g + 4], _mm512_set1_epi32(quad[g + 4]));
+			}
+			__m512 d = _mm512_mul_ps(ws, _mm512_set1_ps(in->d[(size_t)t * nb + b]));
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+		_mm512_storeu_ps(y + (size_t)t * ldy, acc[t]);
+}
+
+INL T512I void qt_tiles512(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
+			   size_t cols, const struct qr_input *in)
+{
+	switch (in->nt) {
+	case 1: qt_tile512(y, ldy, tile, dt, cols, in, 1); break;
+	case 2: qt_tile512(y, ldy, tile, dt, cols, in, 2); break;
+	case 3: qt_tile512(y, ldy, tile, dt, cols, in, 3); break;
+	default: qt_tile512(y, ldy, tile, dt, cols, in, 4); break;
+	}
+}
+
+static T512I void qt_tiles_avx512(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+				  size_t cols, const struct qr_input *in)
+{
+	if (dt == SF_DTYPE_Q8)
+		qt_tiles512(y, ldy, tile, SF_DTYPE_Q8, cols, in);
+	else
+		qt_tiles512(y, ldy, tile, SF_DTYPE_Q4, cols, in);
+}
+
 #endif /* __x86_64__ */
 
 #if defined(__aarch64__)
@@ -523,6 +741,63 @@ static TDOT void qr_rows_dotprod(float *y, size_t ldy, const uint8_t *W, enum sf
 	qr_rows_n(y, ldy, W, dt, cols, in, r0, r1, 1);
 }
 
+/* A tile as four quarters of four rows, a lane a row: per group of four
+ * columns the sums of its 16 codes (less their bias) with the token's
+ * four inputs repeated, by qr_dot4. */
+INL void qt_tile_n(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt, size_t cols,
+		   const struct qr_input *in, const int dot)
+{
+	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+
+	for (size_t j = 0; j < SF_QTILE / 4; j++) {
+		float32x4_t acc[QT_TOKENS];
+		for (size_t t = 0; t < in->nt; t++)
+			acc[t] = vdupq_n_f32(0.0f);
+		for (size_t b = 0; b < nb; b++) {
+			const uint8_t *p = tile + b * bb, *c = p + 2 * SF_QTILE + 16 * j;
+			__builtin_prefetch(p + QT_AHEAD);
+			float32x4_t ws = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p + 8 * j)));
+			int8x16_t w[8];
+			for (int g = 0; g < 4; g++) {
+				if (dt == SF_DTYPE_Q8) {
+					w[g] = vld1q_s8((const int8_t *)c + 64 * g);
+					w[g + 4] = vld1q_s8((const int8_t *)c + 64 * g + 256);
+					continue;
+				}
+				uint8x16_t v = vld1q_u8(c + 64 * g);
+				w[g] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))),
+						vdupq_n_s8(8));
+				w[g + 4] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+			}
+			for (size_t t = 0; t < in->nt; t++) {
+				const int8_t *q = in->q + t * cols + b * SF_QBLOCK;
+				int32_t quad[8];
+				memcpy(quad, q, sizeof(quad));
+				int32x4_t isum = vdupq_n_s32(0);
+				for (int g = 0; g < 8; g++)
+					isum = vaddq_s32(isum, qr_dot4(w[g], vreinterpretq_s8_s32(
+									 vdupq_n_s32(quad[g])), dot));
+				acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(isum),
+						   vmulq_n_f32(ws, in->d[t * nb + b]));
+			}
+		}
+		for (size_t t = 0; t < in->nt; t++)
+			vst1q_f32(y + t * ldy + 4 * j, acc[t]);
+	}
+}
+
+static void qt_tiles_neon(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+			  size_t cols, const struct qr_input *in)
+{
+	qt_tile_n(y, ldy, tile, dt, cols, in, 0);
+}
+
+static TDOT void qt_tiles_dotprod(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+				  size_t cols, const struct qr_input *in)
+{
+	qt_tile_n(y, ldy, tile, dt, cols, in, 1);
+}
+
 #endif /* __aarch64__ */
 
 // ----------------------------------------------------------------------------
@@ -552,10 +827,34 @@ static qr_rows_fn *const qr_table[SF_NISA] = {
 #endif
 };
 
+static qt_tile_fn *const qt_table[SF_NISA] = {
+	[SF_ISA_REF] = qt_tile_ref,
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = qt_tiles_avx2,
+	[SF_ISA_AVX512] = qt_tiles_avx512,
+#else
+	[SF_ISA_AVX2] = qt_tile_ref,
+	[SF_ISA_AVX512] = qt_tile_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = qt_tiles_neon,
+	[SF_ISA_DOTPROD] = qt_tiles_dotprod,
+	[SF_ISA_I8MM] = qt_tiles_dotprod,
+#else
+	[SF_ISA_NEON] = qt_tile_ref,
+	[SF_ISA_DOTPROD] = qt_tile_ref,
+	[SF_ISA_I8MM] = qt_tile_ref,
+#endif
+};
+
 void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		     const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	if (r0 < r1 && T)
+	if (r0 >= r1 || !T)
+		return;
+	if (sf_dtype_untiled(dt) != dt)
+		qt_drive(qt_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+	else
 		qr_drive(qr_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 }
 

@@ -25,6 +25,13 @@ void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size
 		     const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
 void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
+/* For the tiled dtypes Q8X16 and Q4X16 (base/quant.h's tiles: rows a
+ * multiple of SF_QTILE, W's tiles one after another) the inputs are
+ * rounded the same way, and per row and token one float sum starts at 0;
+ * block by block in order, sum = fmaf((float)(the block's integer sum of
+ * code * q), scale_b * d_b, sum): llama.cpp's order, one rounding a block
+ * where the rows above take eight, and with the tiles' interleaving one
+ * load of codes feeds SF_QTILE rows. Any [r0, r1) within the rows. */
 /* The path sf_qmatmul_rows takes here: "avx512vnni", "avx2", "dotprod",
  * "neon" or "ref". */
 const char *sf_qmatmul_rows_kernel(void);

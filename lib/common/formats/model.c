@@ -406,6 +406,8 @@ float sf_weight_at(const struct sf_weight *w, uint64_t i)
 	case SF_DTYPE_Q8:
 	case SF_DTYPE_Q4:
 	case SF_DTYPE_Q6:
+	case SF_DTYPE_Q8X16:
+	case SF_DTYPE_Q4X16:
 		break;	/* vectors only (sf_weight_row) */
 	}
 	return 0.0f;
@@ -413,6 +415,14 @@ float sf_weight_at(const struct sf_weight *w, uint64_t i)
 
 void sf_weight_row(float *out, const struct sf_weight *w, uint64_t row)
 {
+	enum sf_dtype bt = sf_dtype_untiled(w->dtype);
+
+	if (bt != w->dtype) {
+		uint64_t tile = row / SF_QTILE * SF_QTILE;
+		sf_qtile_dequant_row(out, (const uint8_t *)w->data + tile * sf_weight_row_bytes(w), bt,
+				     w->cols, row - tile);
+		return;
+	}
 	if (sf_dtype_is_block(w->dtype)) {
 		sf_dequant_column(out, (const uint8_t *)w->data + row * sf_weight_row_bytes(w),
 				  w->dtype, w->cols);

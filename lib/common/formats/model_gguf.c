@@ -101,9 +101,8 @@ static int hf_name(const char *name, const struct sf_config *cfg, int x, char *h
 	return -1;
 }
 
-/* What a tensor becomes: float types as they are, a vector of blocks
- * F32 (norms and biases are read by element). */
-static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_only)
+/* engine_dtype's choice before the tiles. */
+static enum sf_dtype block_dtype(const struct sf_gguf_tensor *t, int element_only)
 {
 	switch (t->type) {
 	case SF_GGML_F32: return SF_DTYPE_F32;
@@ -116,6 +115,20 @@ static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_on
 	if (element_only)
 		return SF_DTYPE_F16;
 	return t->type == SF_GGML_Q4_0 ? SF_DTYPE_Q4 : SF_DTYPE_Q8;
+}
+
+/* What a tensor becomes: float types as they are, a vector of blocks
+ * F32 (norms and biases are read by element); for the engine, other
+ * matrices Q4 (from Q4_0) or Q8, in tiles when their rows allow, but the
+ * embedding, whose rows are looked up one by one. */
+static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_only)
+{
+	enum sf_dtype dt = block_dtype(t, element_only);
+
+	if (element_only || !sf_dtype_is_block(dt) || t->ne[1] % SF_QTILE ||
+	    !strcmp(t->name, "token_embd.weight"))
+		return dt;
+	return dt == SF_DTYPE_Q4 ? SF_DTYPE_Q4X16 : SF_DTYPE_Q8X16;
 }
 
 static int in_place(const struct sf_gguf_tensor *t)
@@ -136,9 +149,9 @@ static void repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type,
 }
 
 /* Rows [r0, r1) of tensor t (ne[1] rows of ne[0] elements), converted
- * into dst in dt, sf_dtype_col_bytes(dt, ne[0]) bytes a row; row is room
- * for ne[0] floats. 0, or -ERANGE for a row q8 cannot hold
- * (sf_quant_column). */
+ * into dst (row r0's place) in dt, not tiled, sf_dtype_col_bytes(dt, ne[0])
+ * bytes a row; row is room for ne[0] floats. 0, or -ERANGE for a row q8
+ * cannot hold (sf_quant_column). */
 static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype dt, float *row,
 		   size_t r0, size_t r1)
 {
@@ -146,7 +159,6 @@ static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype d
 	size_t src_row = (size_t)(t->nbytes / t->ne[1]), dst_row = (size_t)sf_dtype_col_bytes(dt, cols);
 	const uint8_t *src = (const uint8_t *)t->data + r0 * src_row;
 
-	dst += r0 * dst_row;
 	for (size_t r = r0; r < r1; r++, src += src_row, dst += dst_row) {
 		if ((t->type == SF_GGML_Q8_0 && dt == SF_DTYPE_Q8) ||
 		    (t->type == SF_GGML_Q4_0 && dt == SF_DTYPE_Q4)) {
@@ -180,17 +192,33 @@ struct conversion {
 	const struct sf_gguf_tensor *t;
 	enum sf_dtype dt;
 	float *rows;		/* (nth * cols) */
-	size_t cols;
+	uint8_t *tiles;		/* (nth * tile_bytes) a tile's rows before they interleave */
+	size_t cols, tile_bytes;
 	int ret[SF_GGUF_CONVERT_THREADS];
 };
 
 static void convert_worker(void *arg, int ith, int nth)
 {
 	struct conversion *c = arg;
-	size_t r0, r1;
+	enum sf_dtype bt = sf_dtype_untiled(c->dt);
+	size_t r0, r1, rb = (size_t)sf_dtype_col_bytes(bt, (size_t)c->t->ne[0]);
+	float *row = c->rows + (size_t)ith * c->cols;
 
-	sf_pool_split((size_t)c->t->ne[1], 1, ith, nth, &r0, &r1);
-	c->ret[ith] = convert(c->dst, c->t, c->dt, c->rows + (size_t)ith * c->cols, r0, r1);
+	if (bt == c->dt) {
+		sf_pool_split((size_t)c->t->ne[1], 1, ith, nth, &r0, &r1);
+		c->ret[ith] = convert(c->dst + r0 * rb, c->t, bt, row, r0, r1);
+		return;
+	}
+	uint8_t *scratch = c->tiles + (size_t)ith * c->tile_bytes;
+	const uint8_t *rows[SF_QTILE];
+	for (size_t r = 0; r < SF_QTILE; r++)
+		rows[r] = scratch + r * rb;
+	int ret = 0;
+	sf_pool_split((size_t)c->t->ne[1], SF_QTILE, ith, nth, &r0, &r1);
+	for (size_t r = r0; r < r1 && !ret; r += SF_QTILE)
+		if (!(ret = convert(scratch, c->t, bt, row, r, r + SF_QTILE)))
+			sf_qtile_pack(c->dst + r * rb, rows, bt, (size_t)c->t->ne[0]);
+	c->ret[ith] = ret;
 }
 
 static int tensor_cmp(const void *a, const void *b)
@@ -307,8 +335,10 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 			cols_max = gt->ne[0];
 	}
 	c.cols = (size_t)cols_max;
+	c.tile_bytes = SF_QTILE * (size_t)sf_dtype_col_bytes(SF_DTYPE_Q8, cols_max);
 	if (total && (!(arena = aligned_alloc(64, (size_t)total)) ||
-		      !(c.rows = malloc((size_t)nth * c.cols * sizeof(*c.rows))))) {
+		      !(c.rows = malloc((size_t)nth * c.cols * sizeof(*c.rows))) ||
+		      !(c.tiles = malloc((size_t)nth * c.tile_bytes)))) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory converting %llu bytes of tensors",
 				 g->path, (unsigned long long)total);
 		goto fail;
@@ -339,6 +369,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		at += (t->nbytes + 63) / 64 * 64;
 	}
 	free(c.rows);
+	free(c.tiles);
 	free(src);
 	free(slices_all);
 	free(xs);
@@ -357,6 +388,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	return 0;
 fail:
 	free(c.rows);
+	free(c.tiles);
 	free(src);
 	free(slices_all);
 	free(xs);
