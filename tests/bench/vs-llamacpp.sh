@@ -114,7 +114,10 @@ log "prompt: $ntok tokens, the same ids on both sides"
 sf() {	# RAM ARGS...: sf-run, capped by RAM (0: not)
 	local ram=$1
 	shift
-	local cmd=(sf-run "$@" -f "$text" -n "$NGEN" --temp 0 --ignore-eos -t "$THREADS" --bench)
+	# -c: the context llama.cpp's side is given (the prompt and the tokens
+	# generated), whose KV cache --ram then holds, not the model's whole
+	local cmd=(sf-run "$@" -f "$text" -n "$NGEN" -c $((ntok + NGEN)) --temp 0 --ignore-eos
+		   -t "$THREADS" --bench)
 	if [ "$ram" = 0 ]; then "${cmd[@]}"; else capped "$ram" "${cmd[@]}"; fi 2>/dev/null |
 		jq -r '"\(.pp),\(.tg),\(.decode_busy | add / length),\(.experts.hit_rate // ""),\(.experts.ahead_precision // ""),\(.experts.ahead_recall // "")"'
 }

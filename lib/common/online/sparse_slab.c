@@ -5,7 +5,8 @@
  * cache lookups, reads or batches: a thread's rows are one stretch of
  * memory streamed in order. Which groups: every one when all fit; at
  * budget 1 (every entry top tier, so a group's every bundle is read each
- * pass) as many as fit in pass order, the cache taking the rest; none
+ * pass) as many as fit in pass order, each one that fits in what the
+ * groups before it left, the cache taking the rest; none
  * otherwise, the cache holding the hot entries of all groups.
  * man/sf-run.1 (--ram). */
 #include <errno.h>
@@ -56,13 +57,13 @@ uint64_t sparse_slabs_plan(struct sf_sparse *sp, uint64_t room, uint64_t *offloa
 	}
 	if (!any || (all > room && !dense) || !(sp->slab.held = calloc(ng, 1)))
 		return 0;
-	for (size_t gid = 0; gid < ng; gid++) {	/* pass order */
+	/* pass order; past a group too large for what is left, a smaller
+	 * one may still fit (an attention group is a fifth of an FFN's) */
+	for (size_t gid = 0; gid < ng; gid++) {
 		const struct sf_image_group *G = &img->groups[gid];
 		uint64_t b = group_bytes(sp, G);
-		if (G->resident)
+		if (G->resident || taken + b > room)
 			continue;
-		if (taken + b > room)
-			break;
 		sp->slab.held[gid] = 1;
 		sp->slab.groups++;
 		taken += b;
