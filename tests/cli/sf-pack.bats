@@ -150,13 +150,13 @@ bytes() {
 	[ "$status" -eq 1 ]
 	[ "${stderr_lines[0]}" = "sf-pack: $D/codes.sfq: not a sparseflash image (bad magic)" ]
 	cp "$D/plain.sfimg" "$D/v6.sfimg"
-	printf '\x06' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
+	printf '\x07' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
 	run --separate-stderr sf-pack --verify "$D/v6.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-pack: $D/v6.sfimg: image format version 6, expected 5" ]
-	# versions 3 and 4 are version 5 without quantized embedding or head
-	# rows (3) and without experts (both): read
-	for v in 4 3; do
+	[ "${stderr_lines[0]}" = "sf-pack: $D/v6.sfimg: image format version 7, expected 6" ]
+	# versions 3 to 5 are version 6 without tiled experts (5), and without
+	# quantized embedding or head rows (3) and experts (3 and 4): read
+	for v in 5 4 3; do
 		printf "\\x0$v" | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
 		sf-pack --verify "$D/v6.sfimg"
 		[ "$(sf-pack --info "$D/v6.sfimg" | jq .version)" = $v ]
@@ -164,11 +164,11 @@ bytes() {
 	printf '\x02' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
 	run --separate-stderr sf-run -p hi "$D/v6.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v6.sfimg: image format version 2, expected 5: made before q8 and q4 columns held their scales first; pack it again" ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v6.sfimg: image format version 2, expected 6: made before q8 and q4 columns held their scales first; pack it again" ]
 	printf '\x01' | dd of="$D/v6.sfimg" bs=1 seek=8 conv=notrunc status=none
 	run --separate-stderr sf-run -p hi "$D/v6.sfimg"
 	[ "$status" -eq 1 ]
-	[ "${stderr_lines[0]}" = "sf-run: $D/v6.sfimg: image format version 1, expected 5: made before fingerprints covered the weights; make it again" ]
+	[ "${stderr_lines[0]}" = "sf-run: $D/v6.sfimg: image format version 1, expected 6: made before fingerprints covered the weights; make it again" ]
 }
 
 @test "tier sizes from sf-encode --calibrate are carried in the header" {
@@ -206,7 +206,7 @@ bytes() {
 	# 1024 rows of 128: 4 blocks of 18 bytes (q4) and of 26 (q6)
 	jq -e '.token_embedding == {"dtype": "Q4", "source_dtype": "BF16", "bytes": 73728}' "$D/info.json"
 	jq -e '.output == {"dtype": "Q6", "source_dtype": "BF16", "bytes": 106496, "tied": false}' "$D/info.json"
-	jq -e '.version == 5 and .producer.options.output_tensor_type == "q6"' "$D/info.json"
+	jq -e '.version == 6 and .producer.options.output_tensor_type == "q6"' "$D/info.json"
 	sf-pack --model "$D/untied" --dtype q8 --output-tensor-type keep -o "$D/untied8.sfimg"
 	sf-pack --info "$D/untied8.sfimg" > "$D/info.json"
 	jq -e '.token_embedding.dtype == "Q8" and .output.dtype == "BF16"' "$D/info.json"

@@ -135,7 +135,7 @@ gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
 
 @test "sf-pack: --info names the experts, --verify reads them; a resident FFN refused; a cut image one line, exit 1" {
 	sf-pack --verify "$D/mix.sfimg"
-	sf-pack --info "$D/mix.sfimg" | jq -e '.version == 5 and .experts.count == 4 and
+	sf-pack --info "$D/mix.sfimg" | jq -e '.version == 6 and .experts.count == 4 and
 		.experts.used == 2 and .experts.dtype == "BF16" and .sizes.experts == 8 * .experts.record_bytes'
 	run --separate-stderr sf-pack --model "$D/mix" --resident ffn_in -o "$BATS_TEST_TMPDIR/x.sfimg"
 	[ "$status" -eq 1 ]

@@ -737,8 +737,8 @@ static void check_damage(const char *name)
 	CHECK(!truncate(dst, 100), "truncate");
 	open_fails(dst, "truncated?", __LINE__);
 	CHECK(!copy_file(src, dst), "copy");
-	flip(dst, 8);	/* version 5 -> 21 */
-	open_fails(dst, "image format version 21, expected 5", __LINE__);
+	flip(dst, 8);	/* version 6 -> 22 */
+	open_fails(dst, "image format version 22, expected 6", __LINE__);
 
 	CHECK(!copy_file(src, dst), "copy");
 	flip(dst, 0);

@@ -1025,7 +1025,8 @@ json_t *sf_image_info_json(const struct sf_image *img)
 	json_object_set_new(o, "experts", !img->experts.count ? json_null() :
 			    json_pack("{s:i, s:i, s:s, s:I}", "count", img->experts.count, "used",
 				      img->cfg.n_experts_used, "dtype",
-				      sf_dtype_name(img->experts.dtype), "record_bytes",
+				      sf_dtype_name(sf_dtype_untiled(img->experts.dtype)),
+				      "record_bytes",
 				      (json_int_t)img->experts.record_bytes));
 	json_object_set_new(o, "codes", img->has_codes ?
 			    json_pack("{s:s, s:I}", "method", sf_codes_method_name(img->codes_method),

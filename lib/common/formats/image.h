@@ -22,11 +22,13 @@
 #include "formats/safetensors.h"
 
 #define SF_IMAGE_MAGIC "SFIMAGE\0"	/* 8 bytes, the last one NUL */
-#define SF_IMAGE_VERSION 5	/* 3: q8/q4 columns hold their scales first;
+#define SF_IMAGE_VERSION 6	/* 3: q8/q4 columns hold their scales first;
 				 * 4: the embedding and head may be quantized;
-				 * 5: a mixture's experts, one region a layer */
+				 * 5: a mixture's experts, one region a layer;
+				 * 6: q8/q4 experts' rows in tiles of 16 */
 #define SF_IMAGE_VERSION_MIN 3	/* read too: 3 never quantized rows; 3 and 4 never
-				 * experts (sf-pack refused mixtures then) */
+				 * experts (sf-pack refused mixtures then); 5's
+				 * q8/q4 experts are plain rows */
 #define SF_IMAGE_PREAMBLE 32		/* bytes before the JSON header */
 #define SF_IMAGE_ALIGN 4096		/* every region starts on this */
 #define SF_IMAGE_TENSOR_ALIGN 64	/* resident tensors inside the blob */
@@ -105,7 +107,9 @@ struct sf_image_experts {
 	int count;			/* per layer: cfg.n_experts; 0 without experts */
 	enum sf_dtype dtype;		/* F32, F16 or BF16: the model's; or Q8, Q6 or
 					 * Q4 rows (sf-pack --dtype), each row its
-					 * blocks' scales then their codes */
+					 * blocks' scales then their codes; Q8X16 or
+					 * Q4X16 for Q8 or Q4 rows in tiles
+					 * (version 6 on) */
 	enum sf_dtype source_dtype;	/* the model's (the shape fingerprint's) */
 	uint64_t off[SF_IMAGE_EXPERT_MATRICES];	/* gate, up, down in a record */
 	uint64_t record_bytes;

@@ -127,7 +127,8 @@ int image_write_top(struct wr *w, const struct sf_image_pack_opts *o, const stru
 int image_write_mid(struct wr *w, const struct pgroup *G, struct sf_err *e);
 int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err *e);
 /* Matrix src's rows quantized to block dtype dt by o's method over o's
- * pool, a few MiB of rows at a time, written (named name in errors). */
+ * pool, a few MiB of rows at a time, written (named name in errors); in
+ * tiles of SF_QTILE rows for a tiled dt (rows a multiple of SF_QTILE). */
 int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_weight *src,
 			       enum sf_dtype dt, const struct sf_image_pack_opts *o,
 			       struct sf_err *e);

@@ -113,24 +113,34 @@ int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_w
 			       enum sf_dtype dt, const struct sf_image_pack_opts *o,
 			       struct sf_err *e)
 {
-	size_t cols = (size_t)src->cols, rb = (size_t)sf_dtype_col_bytes(dt, cols);
-	size_t chunk = ROWS_CHUNK_BYTES / (cols * sizeof(float)) + 1, bad;
+	enum sf_dtype bt = sf_dtype_untiled(dt);
+	size_t cols = (size_t)src->cols, rb = (size_t)sf_dtype_col_bytes(bt, cols), bad;
+	size_t chunk = (ROWS_CHUNK_BYTES / (cols * sizeof(float)) / SF_QTILE + 1) * SF_QTILE;
 	float *f = malloc(chunk * cols * sizeof(float));
-	uint8_t *q = malloc(chunk * rb);
+	uint8_t *q = malloc(chunk * rb), *t = bt != dt ? malloc(chunk * rb) : q;
 	int ret = 0;
 
-	if (!f || !q)
+	if (!f || !q || !t)
 		ret = sf_err_set(e, -ENOMEM, "%s: %s", name, sf_strerror(-ENOMEM));
 	for (uint64_t r0 = 0; r0 < src->rows && !ret; r0 += chunk) {
 		size_t n = src->rows - r0 < chunk ? (size_t)(src->rows - r0) : chunk;
 		for (size_t i = 0; i < n; i++)
 			sf_weight_row(f + i * cols, src, r0 + i);
-		if (sf_quant_columns(q, dt, f, cols, cols, n, o->quant, o->pool, &bad))
+		if (sf_quant_columns(q, bt, f, cols, cols, n, o->quant, o->pool, &bad)) {
 			ret = sf_err_set(e, SF_ELIMIT, "%s: row %" PRIu64 ": a weight not finite or a "
 					 "block's scale beyond the F16 range", name, r0 + bad);
-		else
-			ret = image_wr_put(w, q, n * rb, 1, e);
+			break;
+		}
+		for (size_t i = 0; t != q && i < n; i += SF_QTILE) {
+			const uint8_t *rows[SF_QTILE];
+			for (size_t r = 0; r < SF_QTILE; r++)
+				rows[r] = q + (i + r) * rb;
+			sf_qtile_pack(t + i * rb, rows, bt, cols);
+		}
+		ret = image_wr_put(w, t, n * rb, 1, e);
 	}
+	if (t != q)
+		free(t);
 	free(f);
 	free(q);
 	return ret;
