@@ -3,13 +3,13 @@
  * whole) and over columns (sf_qcolaccum_int: cache slots, read buffers)
  * against the float path (sf_qcolaccum), one and several threads
  * splitting the rows as the sparse decoder does; and the same weights
- * as quantized rows (sf_qmatmul_rows: an expert's, a GGUF file's Q8_0 or
- * Q4_0). The matrix is copied to fill --size so every pass streams it
+ * as quantized rows (sf_qmatmul_rows: an image's head) and those rows in
+ * tiles of 16 (a GGUF file's Q8_0 or Q4_0, an image's experts). The matrix is copied to fill --size so every pass streams it
  * from memory, as decoding from RAM does.
  *
  *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
  *        [--size BYTES] [--passes N] [--tokens T] [--ldy N]
- *       one JSON line per path: {"path":"slab" (or "int", "f32", "rows"),"kernel":"avx512vnni",
+ *       one JSON line per path: {"path":"slab" (or "int", "f32", "rows", "tiles"),"kernel":"avx512vnni",
  *       "rows":..,"cols":..,"tokens":..,"threads":..,"gbps":..,"gmacs":..,
  *       "us_per_matrix":..}
  *       gbps counts the columns' bytes (codes and scales) per second, gmacs
@@ -47,6 +47,7 @@ struct job {
 	const void *const *ptr;		/* (cols) the columns of the copy */
 	const struct sf_slab *slab;	/* or the copy's slab */
 	const uint8_t *rowmat;		/* or its rows (rows, cols), x (T, cols) */
+	const uint8_t *tiles;		/* or those rows in tiles */
 	const uint32_t *pos;
 	const float *x;
 	float *y;
@@ -65,6 +66,9 @@ static void worker(void *arg, int ith, int nth)
 	if (j->rowmat)
 		sf_qmatmul_rows(j->y + lo, j->ldy, j->rowmat, j->dt, j->cols, j->x, j->cols, j->T, lo,
 				hi);
+	else if (j->tiles)
+		sf_qmatmul_rows(j->y + lo, j->ldy, j->tiles, j->dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16
+				: SF_DTYPE_Q4X16, j->cols, j->x, j->cols, j->T, lo, hi);
 	else if (j->slab)
 		sf_qslab_int(j->y + lo, j->ldy, lo, hi, j->slab, j->pos, j->cols, j->x, j->ldx, j->T);
 	else if (j->integer)
@@ -155,22 +159,34 @@ int main(int argc, char **argv)
 	}
 	for (size_t c = 1; c < copies; c++)
 		memcpy(R + c * rows * rb, R, rows * rb);
+	uint8_t *Tl = NULL;
+	if (rows % SF_QTILE || posix_memalign((void **)&Tl, 2u << 20, copies * rows * rb))
+		return 1;
+	madvise(Tl, copies * rows * rb, MADV_HUGEPAGE);
+	for (size_t c = 0; c < copies; c++)
+		for (size_t i = 0; i < rows; i += SF_QTILE) {
+			const uint8_t *src[SF_QTILE];
+			for (size_t r = 0; r < SF_QTILE; r++)
+				src[r] = R + (c * rows + i + r) * rb;
+			sf_qtile_pack(Tl + (c * rows + i) * rb, src, dt, cols);
+		}
 	for (size_t t = 0; t < T; t++)
 		for (size_t k = 0; k < cols; k++)
 			xr[t * cols + k] = x[k * ldx + t];
 	struct sf_pool *pool = NULL;
 	if (sf_pool_create(&pool, threads))
 		return 1;
-	static const char *const names[] = { "f32", "int", "slab", "rows" };
-	for (int path = 3; path >= (T == 1 ? 0 : 1); path--) {
+	static const char *const names[] = { "f32", "int", "slab", "rows", "tiles" };
+	for (int path = 4; path >= (T == 1 ? 0 : 1); path--) {
 		double best = 1e30;
 		for (size_t p = 0; p < passes; p++) {
 			double t0 = now_s();
 			for (size_t c = 0; c < copies; c++) {
 				struct job j = { rows, cols, 0, dt, ptr + c * cols,
 						 path == 2 ? &slab[c] : NULL,
-						 path == 3 ? R + c * rows * rb : NULL, pos,
-						 path == 3 ? xr : x, y, ldx, ldy, T, path >= 1 };
+						 path == 3 ? R + c * rows * rb : NULL,
+						 path == 4 ? Tl + c * rows * rb : NULL, pos,
+						 path >= 3 ? xr : x, y, ldx, ldy, T, path >= 1 };
 				sf_pool_run(pool, worker, &j);
 			}
 			double t = (now_s() - t0) / (double)copies;
@@ -180,13 +196,13 @@ int main(int argc, char **argv)
 		       "\"tokens\":%zu,\"threads\":%d,\"gbps\":%.2f,\"gmacs\":%.1f,"
 		       "\"us_per_matrix\":%.1f}\n",
 		       names[path],
-		       path == 3 ? sf_qmatmul_rows_kernel()
+		       path >= 3 ? sf_qmatmul_rows_kernel()
 		       : path ? sf_qcolaccum_int_kernel() : sf_isa_name(sf_cpu_isa()),
 		       sf_dtype_name(dt), rows, cols, T, threads, (double)mat / best / 1e9,
 		       (double)rows * (double)cols * (double)T / best / 1e9, best * 1e6);
 	}
 	sf_pool_destroy(pool);
 	free(W), free(S), free(slab), free(col), free(x), free(y), free(ptr), free(pos);
-	free(R), free(xr), free(row);
+	free(R), free(Tl), free(xr), free(row);
 	return 0;
 }
