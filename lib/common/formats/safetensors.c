@@ -29,7 +29,7 @@
 static int dtype_is_foreign(const char *name)
 {
 	static const char *const other[] = {
-		"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
+		"BOOL", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
 		"F6_E3M2", "I16", "U16", "I32", "U32", "F64", "I64", "U64", "C64",
 	};
 
@@ -191,7 +191,11 @@ static int parse_entry(const char *path, const char *name, json_t *v, const unsi
 	if (!json_is_string(jd))
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': 'dtype' %s, expected a string",
 				  path, name, jd ? "is not a string" : "missing");
-	if (sf_dtype_parse(json_string_value(jd), &t->dtype)) {
+	/* U8: gpt-oss's MXFP4 blocks and scales, which only its reader takes
+	 * (formats/model_gptoss.h); bound as a weight, refused */
+	if (!strcmp(json_string_value(jd), "U8"))
+		t->dtype = SF_DTYPE_U8;
+	else if (sf_dtype_parse(json_string_value(jd), &t->dtype)) {
 		const char *d = json_string_value(jd);
 		int foreign = dtype_is_foreign(d);
 
