@@ -211,6 +211,27 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
 }
 
+/* rope_scaling's number fields: each above 0 and at most 1e6, def when
+ * absent and not required. */
+struct rs_num {
+	const char *key;
+	int required;
+	double def;
+	float *out;
+};
+
+static int get_rs_nums(const char *path, json_t *rs, const struct rs_num *f, size_t n,
+		       struct sf_err *e)
+{
+	int ret;
+
+	for (size_t i = 0; i < n; i++)
+		if ((ret = get_num(path, rs, "rope_scaling.", f[i].key, f[i].required, f[i].def, 0,
+				   0, 1e6, f[i].out, e)))
+			return ret;
+	return 0;
+}
+
 /* YaRN's keys of rope_scaling, with transformers' defaults
  * (_compute_yarn_parameters): beta_fast 32, beta_slow 1, the original
  * context max_position_embeddings, truncate true, attention_factor
@@ -227,12 +248,14 @@ static int parse_yarn(const char *path, json_t *rs, struct sf_config *c, struct 
 			return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'rope_scaling.%s': unsupported "
 					  "(yarn's attention factor from mscale)", path, refused[i]);
 	}
+	const struct rs_num nums[] = {
+		{ "factor", 1, 0, &c->rope_factor },
+		{ "beta_fast", 0, 32, &c->rope_beta_fast },
+		{ "beta_slow", 0, 1, &c->rope_beta_slow },
+	};
+
 	c->rope_yarn = 1;
-	if ((ret = get_num(path, rs, "rope_scaling.", "factor", 1, 0, 0, 0, 1e6, &c->rope_factor, e)) ||
-	    (ret = get_num(path, rs, "rope_scaling.", "beta_fast", 0, 32, 0, 0, 1e6,
-			   &c->rope_beta_fast, e)) ||
-	    (ret = get_num(path, rs, "rope_scaling.", "beta_slow", 0, 1, 0, 0, 1e6,
-			   &c->rope_beta_slow, e)) ||
+	if ((ret = get_rs_nums(path, rs, nums, sizeof(nums) / sizeof(nums[0]), e)) ||
 	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 0,
 			   c->max_seq_len, 1, SEQ_MAX, &c->rope_orig_max_pos, e)) ||
 	    (ret = get_bool(path, rs, "truncate", 1, &c->rope_truncate, e)) ||
@@ -250,6 +273,11 @@ static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *
 			      struct sf_err *e)
 {
 	json_t *rs = json_object_get(root, "rope_scaling");
+	const struct rs_num llama3[] = {
+		{ "factor", 1, 0, &c->rope_factor },
+		{ "low_freq_factor", 1, 0, &c->rope_low_freq_factor },
+		{ "high_freq_factor", 1, 0, &c->rope_high_freq_factor },
+	};
 	json_t *jt;
 	const char *type;
 	int ret;
@@ -286,11 +314,7 @@ static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *
 				  "%s: 'rope_scaling': type '%.60s' unsupported (only llama3 and yarn)",
 				  path, type);
 	c->rope_llama3 = 1;
-	if ((ret = get_num(path, rs, "rope_scaling.", "factor", 1, 0, 0, 0, 1e6, &c->rope_factor, e)) ||
-	    (ret = get_num(path, rs, "rope_scaling.", "low_freq_factor", 1, 0, 0, 0, 1e6,
-			   &c->rope_low_freq_factor, e)) ||
-	    (ret = get_num(path, rs, "rope_scaling.", "high_freq_factor", 1, 0, 0, 0, 1e6,
-			   &c->rope_high_freq_factor, e)) ||
+	if ((ret = get_rs_nums(path, rs, llama3, sizeof(llama3) / sizeof(llama3[0]), e)) ||
 	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 1, 0, 1,
 			   SEQ_MAX, &c->rope_orig_max_pos, e)))
 		return ret;

@@ -160,14 +160,8 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 	}
 	if (t->ndim != ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
 		char got[160], want[64];
-		size_t k = 0;
 
-		k += (size_t)snprintf(got, sizeof(got), "[");
-		for (int i = 0; i < t->ndim && k < sizeof(got); i++)
-			k += (size_t)snprintf(got + k, sizeof(got) - k, "%s%llu", i ? ", " : "",
-					      (unsigned long long)t->shape[i]);
-		if (k < sizeof(got))
-			snprintf(got + k, sizeof(got) - k, "]");
+		sf_shape_str(got, sizeof(got), t->ndim, t->shape);
 		if (cols)
 			snprintf(want, sizeof(want), "[%llu, %llu]", (unsigned long long)rows,
 				 (unsigned long long)cols);

@@ -32,22 +32,6 @@ struct fused {
 static const float e2m1[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
 				-0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
 
-static int tensor_cmp(const void *a, const void *b)
-{
-	return strcmp(((const struct sf_tensor *)a)->name, ((const struct sf_tensor *)b)->name);
-}
-
-static const char *shape_text(char *buf, size_t n, int ndim, const uint64_t *shape)
-{
-	size_t k = (size_t)snprintf(buf, n, "[");
-	for (int i = 0; i < ndim && k < n; i++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%llu", i ? ", " : "",
-				      (unsigned long long)shape[i]);
-	if (k < n)
-		snprintf(buf + k, n - k, "]");
-	return buf;
-}
-
 /* Tensor PREFIX+SUFFIX of shape want (ndim dimensions) and, when float,
  * an element dtype, else of U8; *out NULL when absent and optional. */
 static int find(const struct sf_safetensors *st, const struct sf_config *c, const char *prefix,
@@ -65,8 +49,8 @@ static int find(const struct sf_safetensors *st, const struct sf_config *c, cons
 	if (t->ndim != ndim || memcmp(t->shape, want, (size_t)ndim * sizeof(*want)))
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
 				  "(num_local_experts %d)", st->paths[t->file], name,
-				  shape_text(got, sizeof(got), t->ndim, t->shape),
-				  shape_text(exp, sizeof(exp), ndim, want), c->n_experts);
+				  sf_shape_str(got, sizeof(got), t->ndim, t->shape),
+				  sf_shape_str(exp, sizeof(exp), ndim, want), c->n_experts);
 	if ((t->dtype == SF_DTYPE_U8) != u8)
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': dtype %s, expected %s",
 				  st->paths[t->file], name, sf_dtype_name(t->dtype),
@@ -224,7 +208,7 @@ int sf_gptoss_split_experts(struct sf_safetensors *st, void **converted,
 		return sf_err_set(e, -ENOMEM, "%s: out of memory", sf_safetensors_source(st));
 	for (int l = 0; l < nl; l++) {
 		if ((ret = find_layer(st, c, l, &f[l], e)))
-			goto out;
+			goto fail;
 		for (int i = 0; i < NFUSED; i++) {
 			nfused += f[l].w[i] ? 2 : 3;
 			/* the three matrices and gate's and up's biases, each
@@ -242,7 +226,7 @@ int sf_gptoss_split_experts(struct sf_safetensors *st, void **converted,
 	if (!all || (total && !arena)) {
 		ret = sf_err_set(e, -ENOMEM, "%s: out of memory splitting %llu bytes of experts",
 				 sf_safetensors_source(st), (unsigned long long)total);
-		goto out;
+		goto fail;
 	}
 	/* every tensor but the fused ones, then each expert's six */
 	n = 0;
@@ -261,22 +245,21 @@ int sf_gptoss_split_experts(struct sf_safetensors *st, void **converted,
 		for (int x = 0; x < nx; x++)
 			for (int i = 0; i < 6; i++)
 				if ((ret = split_one(&all[n++], &at, st, &f[l], c, l, x, i, e)))
-					goto out;
+					goto fail;
 	/* the fused bytes are not read again: only down's bias stays */
 	for (int l = 0; l < nl; l++)
 		for (int i = 0; i < NFUSED; i++) {
 			const struct sf_tensor *t = f[l].w[i] ? f[l].w[i] : f[l].blocks[i];
 			sf_safetensors_release(st, t->data, (size_t)t->nbytes);
 		}
-	qsort(all, n, sizeof(*all), tensor_cmp);
 	free(st->tensors);
 	st->tensors = all;
 	st->ntensors = n;
-	all = NULL;
+	sf_safetensors_sort(st);
 	*converted = arena;
-	arena = NULL;
-	ret = 0;
-out:
+	free(f);
+	return 0;
+fail:
 	free(f);
 	free(all);
 	free(arena);
