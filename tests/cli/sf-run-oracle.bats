@@ -223,7 +223,7 @@ same_at_any_batch() {
 	refused "sf-encode: $D/olmoe: OlmoeForCausalLM: a mixture of experts, which sf-encode does not take yet (no codes of experts)" \
 		sf-encode --model "$D/olmoe" -o "$BATS_TEST_TMPDIR/x.sfq"
 	# every token's experts slot holds num_experts_per_tok experts
-	for a in mixtral qwen2_moe qwen3_moe olmoe; do
+	for a in mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
 		sf-profile -q --model "$D/$a" --groups experts -o "$BATS_TEST_TMPDIR/$a.sft" "$D/text.txt"
 		sf-coact -q "$BATS_TEST_TMPDIR/$a.sft" -o "$BATS_TEST_TMPDIR/$a.sfc"
 		sf-coact --info "$BATS_TEST_TMPDIR/$a.sfc" | jq -e --argjson k \
