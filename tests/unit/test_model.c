@@ -330,6 +330,8 @@ static void test_config(void)
 	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_experts_per_tok' 129 is above 'num_local_experts' 128");
 	ret = VARIANT(with(json_deep_copy(j), "rope_scaling", json_pack("{s:s}", "rope_type", "longrope")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'longrope' unsupported (only llama3 and yarn)");
+	ret = VARIANT(with(json_deep_copy(j), "rope_parameters", json_pack("{s:s}", "rope_type", "yarn")));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_parameters': unsupported (give rope_theta and rope_scaling)");
 	ret = VARIANT(with(j, "swiglu_limit", json_integer(0)));
 	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'swiglu_limit': 0, expected above 0");
 	j = with(base_config(), "architectures", NULL);

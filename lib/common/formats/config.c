@@ -278,11 +278,16 @@ static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *
 		{ "low_freq_factor", 1, 0, &c->rope_low_freq_factor },
 		{ "high_freq_factor", 1, 0, &c->rope_high_freq_factor },
 	};
-	json_t *jt;
+	json_t *jt, *rp = json_object_get(root, "rope_parameters");
 	const char *type;
 	int ret;
 
 	c->rope_attn_factor = 1.0f;
+	/* newer transformers' spelling of rope_theta and rope_scaling
+	 * together: not read, so refused rather than left unapplied */
+	if (rp && !json_is_null(rp))
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'rope_parameters': unsupported (give "
+				  "rope_theta and rope_scaling)", path);
 	if ((!rs || json_is_null(rs)) && c->arch == SF_ARCH_GPT_OSS) {
 		c->rope_yarn = 1;
 		c->rope_factor = 32.0f;
