@@ -1646,7 +1646,9 @@ static void report(const struct session *S, const struct options *o)
 	print_stop(S, o);
 	fprintf(stderr, "; context %d %s", S->positions,
 		sf_plural((unsigned long long)S->positions, "position", "positions"));
-	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window)
+	/* the context capped at the window (gpt-oss computes its windows) */
+	if (cfg->sliding_window && S->state.seq_len == cfg->sliding_window &&
+	    cfg->max_seq_len == cfg->sliding_window)
 		fputs(" (the model's sliding window)", stderr);
 	fprintf(stderr, "\n%s:", sf_progname);
 	print_count("prompt", S->prompt_tokens, S->prompt_tokens, S->prompt_s);

@@ -7,7 +7,9 @@
 # the dense engine's on the same bytes, so the nll is equal bit for bit;
 # with attention on flash (the column path) within 2e-4, as the dense
 # images' tests allow. A random Mixtral by mkmodel; Qwen2-MoE (a gated
-# shared expert) from the NumPy oracle's writer when numpy is there.
+# shared expert) and gpt-oss (biases resident beside the experts on flash,
+# its experts fused in F32 or in MXFP4) from the NumPy oracle's writer
+# when numpy is there.
 
 load helpers
 
@@ -33,6 +35,16 @@ setup_file() {
 		"$PYTHON" "$SF_ROOT/tests/oracle/hf_forward.py" write "$D/qwen2_moe" qwen2_moe 7 2
 		"$SF_BIN/sf-pack" -q --model "$D/qwen2_moe" -o "$D/q.sfimg"
 		"$SF_BIN/sf-pack" -q --model "$D/qwen2_moe" --resident attn_in,attn_out -o "$D/qr.sfimg"
+		for a in gpt_oss gpt_oss_mxfp4; do
+			"$PYTHON" "$SF_ROOT/tests/oracle/hf_forward.py" write "$D/$a" $a 7
+			"$SF_BIN/sf-pack" -q --model "$D/$a" -o "$D/$a.sfimg"
+			"$SF_BIN/sf-pack" -q --model "$D/$a" --resident attn_in,attn_out \
+				-o "$D/$a-r.sfimg"
+		done
+		for dt in q8 q4; do
+			"$SF_BIN/sf-pack" -q --model "$D/gpt_oss_mxfp4" --resident attn_in,attn_out \
+				--dtype $dt -o "$D/gpt_oss_mxfp4-$dt.sfimg"
+		done
 	fi
 }
 
@@ -131,6 +143,51 @@ gen() { sf-run -q -p "$TEXT" -n 12 --temp 0 --ignore-eos "$@"; }
 		  jq .nll)" "$dense"
 	[ "$(gen -ctk f32 -ctv f32 "$D/q.sfimg")" = "$(gen -ctk f32 -ctv f32 -m "$D/qwen2_moe")" ]
 	sf-pack --info "$D/q.sfimg" | jq -e '.experts.count == 4 and .model.arch == "Qwen2MoeForCausalLM"'
+}
+
+need_gpt_oss() {
+	"$PYTHON" -c 'import numpy' 2> /dev/null ||
+		skip "no numpy for $PYTHON (apt install python3-numpy): no gpt-oss checkpoint"
+	need_direct
+}
+
+# The short text (44 tokens) passes the sliding layer's window of 4.
+short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" | jq .nll; }
+
+@test "gpt-oss (fused F32 and MXFP4 experts): the dense nll bit for bit with attention resident, at any -b, --simulate, in few slots or all held; within 2e-4 from flash; greedy tokens; --info and --verify" {
+	local a dense
+	need_gpt_oss
+	for a in gpt_oss gpt_oss_mxfp4; do
+		dense=$(short_nll -m "$D/$a")
+		[ "$(short_nll "$D/$a-r.sfimg")" = "$dense" ]
+		[ "$(short_nll "$D/$a-r.sfimg" -b 7 -t 1 --cache-ratio 0.25)" = "$dense" ]
+		[ "$(short_nll "$D/$a-r.sfimg" --simulate -b 5)" = "$dense" ]
+		[ "$(short_nll "$D/$a-r.sfimg" -b 7 --ram 200M)" = "$dense" ]
+		within "$(short_nll "$D/$a.sfimg")" "$dense"
+		[ "$(gen -ctk f32 -ctv f32 "$D/$a.sfimg")" = "$(gen -ctk f32 -ctv f32 -m "$D/$a")" ]
+		sf-pack --verify "$D/$a.sfimg"
+		sf-pack --info "$D/$a.sfimg" | jq -e '.model.arch == "GptOssForCausalLM" and
+			.experts.count == 4 and .experts.used == 2'
+	done
+	# MXFP4 decoded to BF16 records, F32 kept as F32
+	sf-pack --info "$D/gpt_oss_mxfp4.sfimg" | jq -e '.experts.dtype == "BF16"'
+	sf-pack --info "$D/gpt_oss.sfimg" | jq -e '.experts.dtype == "F32"'
+}
+
+@test "gpt-oss MXFP4 --dtype q8 and q4: experts as rows of blocks, the same floats from reads, --simulate and any -b, q8 nearer the dense nll than q4" {
+	local dense dt q8 q4 got
+	need_gpt_oss
+	dense=$(short_nll -m "$D/gpt_oss_mxfp4")
+	for dt in q8 q4; do
+		sf-pack --info "$D/gpt_oss_mxfp4-$dt.sfimg" | jq -e --arg dt "${dt^^}" '.experts.dtype == $dt'
+		got=$(short_nll "$D/gpt_oss_mxfp4-$dt.sfimg")
+		[ "$(short_nll --simulate "$D/gpt_oss_mxfp4-$dt.sfimg")" = "$got" ]
+		[ "$(short_nll -b 7 --cache-ratio 0.25 "$D/gpt_oss_mxfp4-$dt.sfimg")" = "$got" ]
+		NLL_TOL=0.15 within "$got" "$dense"
+	done
+	q8=$(short_nll "$D/gpt_oss_mxfp4-q8.sfimg")
+	q4=$(short_nll "$D/gpt_oss_mxfp4-q4.sfimg")
+	jq -n --argjson a "$q8" --argjson b "$q4" --argjson d "$dense" -e '($a - $d | fabs) < ($b - $d | fabs)'
 }
 
 @test "sf-pack: --info names the experts, --verify reads them; a resident FFN refused; a cut image one line, exit 1" {

@@ -7,8 +7,9 @@
 # Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head), dense
 # and from an image at budget 1, and the mixtures of experts Mixtral (4
 # experts, top 2), Qwen2-MoE (a gated shared expert, biases, two shards),
-# Qwen3-MoE and OLMoE (q/k norms over the whole projection, clip_qkv) then
-# rest on it. Needs /usr/bin/python3 with numpy (python3-numpy), else every test
+# Qwen3-MoE, OLMoE (q/k norms over the whole projection, clip_qkv) and
+# gpt-oss (sinks, sliding layers, YaRN, biases, clamped SwiGLU, fused or
+# MXFP4 experts) then rest on it. Needs /usr/bin/python3 with numpy (python3-numpy), else every test
 # skips with one line.
 
 load helpers
@@ -30,6 +31,8 @@ setup_file() {
 	"$PYTHON" "$ORACLE" write "$D/qwen2_moe" qwen2_moe 7 2
 	"$PYTHON" "$ORACLE" write "$D/qwen3_moe" qwen3_moe 7
 	"$PYTHON" "$ORACLE" write "$D/olmoe" olmoe 7
+	"$PYTHON" "$ORACLE" write "$D/gpt_oss" gpt_oss 7
+	"$PYTHON" "$ORACLE" write "$D/gpt_oss_mxfp4" gpt_oss_mxfp4 7
 }
 
 teardown_file() {
@@ -220,7 +223,7 @@ same_at_any_batch() {
 	refused "sf-encode: $D/olmoe: OlmoeForCausalLM: a mixture of experts, which sf-encode does not take yet (no codes of experts)" \
 		sf-encode --model "$D/olmoe" -o "$BATS_TEST_TMPDIR/x.sfq"
 	# every token's experts slot holds num_experts_per_tok experts
-	for a in mixtral qwen2_moe qwen3_moe olmoe; do
+	for a in mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
 		sf-profile -q --model "$D/$a" --groups experts -o "$BATS_TEST_TMPDIR/$a.sft" "$D/text.txt"
 		sf-coact -q "$BATS_TEST_TMPDIR/$a.sft" -o "$BATS_TEST_TMPDIR/$a.sfc"
 		sf-coact --info "$BATS_TEST_TMPDIR/$a.sfc" | jq -e --argjson k \
@@ -229,10 +232,34 @@ same_at_any_batch() {
 	done
 }
 
+@test "gpt-oss (q/k/v/o biases, sinks, a sliding layer of window 4 then a full one, YaRN, the router's and experts' biases, clamped SwiGLU, fused experts): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	check_arch gpt_oss
+	same_at_any_batch gpt_oss
+}
+
+@test "gpt-oss with its experts in MXFP4 blocks and scales: the nll within 2e-4 of the oracle's decoding, its greedy tokens, at any -b" {
+	check_arch gpt_oss_mxfp4
+	same_at_any_batch gpt_oss_mxfp4
+}
+
+@test "gpt-oss: sinks of the wrong shape, a fused expert tensor missing or of another count, a top k above the count, layer_types of the wrong length, an unsupported rope type, MXFP4 scales of the wrong shape: one line, exit 1" {
+	need_numpy
+	refused "sf-run: $(with_tensor gpt_oss model.layers.0.self_attn.sinks 3)/model.safetensors: tensor 'model.layers.0.self_attn.sinks': shape [3], expected [4]" \
+		sf-run -m "$BATS_TEST_TMPDIR/bad" -p hi
+	rm -rf "$BATS_TEST_TMPDIR/bad"
+	refuses_without gpt_oss model.layers.1.mlp.experts.down_proj "model.safetensors: tensor 'model.layers.1.mlp.experts.down_proj': missing"
+	refuses_config gpt_oss '.num_local_experts = 3' "model.safetensors: tensor 'model.layers.0.mlp.experts.gate_up_proj': shape [4, 64, 64], expected [3, 64, 64] (num_local_experts 3)"
+	refuses_config gpt_oss '.num_experts_per_tok = 5' "config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4"
+	refuses_config gpt_oss '.layer_types = ["full_attention"]' "config.json: 'layer_types': expected a list of 2 strings (num_hidden_layers)"
+	refuses_config gpt_oss '.rope_scaling.rope_type = "longrope"' "config.json: 'rope_scaling': type 'longrope' unsupported (only llama3 and yarn)"
+	refused "sf-run: $(with_tensor gpt_oss_mxfp4 model.layers.0.mlp.experts.down_proj_scales 3)/model.safetensors: tensor 'model.layers.0.mlp.experts.down_proj_scales': shape [3], expected [4, 64, 1] (num_local_experts 4)" \
+		sf-run -m "$BATS_TEST_TMPDIR/bad" -p hi
+}
+
 @test "-v counts every parameter of each architecture's checkpoint" {
 	local a want
 	need_numpy
-	for a in llama qwen3 mixtral qwen2_moe qwen3_moe olmoe; do
+	for a in llama qwen3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
 		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
 print(sum(a.size for a in h.read_checkpoint(sys.argv[1]).values()))' "$D/$a")
 		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v

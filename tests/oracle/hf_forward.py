@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """The oracle of tests/cli/sf-run-oracle.bats: a literal NumPy forward pass
 of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM and the mixtures of
-experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and
-OlmoeForCausalLM, in float64, as transformers' modeling_llama.py,
-modeling_qwen3.py, modeling_mixtral.py, modeling_qwen2_moe.py,
-modeling_qwen3_moe.py and modeling_olmoe.py compute it, and the writer of
-the tiny random F32 checkpoints it runs on.
+experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
+OlmoeForCausalLM and GptOssForCausalLM, in float64, as transformers'
+modeling_llama.py, modeling_qwen3.py, modeling_mixtral.py,
+modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_olmoe.py and
+modeling_gpt_oss.py compute it, and the writer of the tiny random F32
+checkpoints it runs on (gpt_oss_mxfp4: gpt-oss's experts as the released
+checkpoints store them, MXFP4 blocks and scales in U8 tensors, decoded
+here from the format's definition).
 
   hf_forward.py write DIR ARCH SEED [SHARDS]
                                         a checkpoint in Hugging Face layout,
@@ -57,19 +60,43 @@ SHAPES = {
     "olmoe": dict(architectures=["OlmoeForCausalLM"], model_type="olmoe",
                   tie_word_embeddings=False, num_experts=8, num_experts_per_tok=3,
                   norm_topk_prob=False, clip_qkv=2.5, rms_norm_eps=None),
+    # q/k/v/o biases, sinks, a sliding layer of window 4 then a full one,
+    # YaRN whose ramp spans frequencies 1-4 of 8, 4 experts of width 32
+    # (MXFP4 rows are blocks of 32: hidden 64), top 2, the router's and
+    # experts' biases, swiglu_limit low enough to clamp, eps and
+    # swiglu_alpha left to GptOssConfig's defaults
+    "gpt_oss": dict(architectures=["GptOssForCausalLM"], model_type="gpt_oss",
+                    hidden_size=64, intermediate_size=32, head_dim=16,
+                    tie_word_embeddings=False, attention_bias=True, num_local_experts=4,
+                    num_experts_per_tok=2, sliding_window=4,
+                    layer_types=["sliding_attention", "full_attention"], rope_theta=1000.0,
+                    rope_scaling=dict(rope_type="yarn", factor=4.0, beta_fast=32.0,
+                                      beta_slow=1.0, original_max_position_embeddings=256,
+                                      truncate=False),
+                    swiglu_limit=1.5, rms_norm_eps=None, hidden_act="silu"),
 }
+SHAPES["gpt_oss_mxfp4"] = dict(SHAPES["gpt_oss"],
+                               quantization_config=dict(quant_method="mxfp4"))
 
 # rms_norm_eps where the config leaves it out: each config class's default
-EPS = {"mixtral": 1e-5, "olmoe": 1e-5}
+EPS = {"mixtral": 1e-5, "olmoe": 1e-5, "gpt_oss": 1e-5}
+
+# MXFP4 (OCP Microscaling): blocks of 32 values, 16 bytes of 4-bit e2m1
+# codes (value 2j in byte j's low nibble, 2j + 1 in its high one: sign,
+# two exponent bits, one mantissa bit) and one e8m0 scale byte, 2^(s - 127)
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
 
 # --- checkpoint
 
 def write_safetensors(path, tensors):
-    tensors = {name: a.astype("<f4") for name, a in tensors.items()}
+    """F32, but uint8 arrays as U8."""
+    tensors = {name: a if a.dtype == np.uint8 else a.astype("<f4")
+               for name, a in tensors.items()}
     header, offset = {}, 0
     for name, a in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
+        dtype = "U8" if a.dtype == np.uint8 else "F32"
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     text = json.dumps(header).encode()
@@ -116,8 +143,26 @@ def read_safetensors(path):
     out = {}
     for name, t in json.loads(data[8:8 + n]).items():
         a, b = t["data_offsets"]
-        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], "<f4").reshape(t["shape"])
+        dtype = "u1" if t["dtype"] == "U8" else "<f4"
+        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype).reshape(t["shape"])
     return out
+
+
+def mxfp4_decode(blocks, scales):
+    """blocks (..., rows, G, 16) and scales (..., rows, G) as (..., rows, G * 32)."""
+    codes = np.stack((blocks & 15, blocks >> 4), axis=-1).reshape(*blocks.shape[:-1], 32)
+    v = E2M1[codes] * 2.0 ** (scales.astype(np.int64) - 127)[..., None]
+    return v.reshape(*blocks.shape[:-2], -1)
+
+
+def mxfp4_encode(rng, shape):
+    """Random MXFP4 blocks and scales of a (..., rows, cols) matrix: every
+    code, scales 2^-5 to 2^-3, so that rows of 64 give outputs near unit
+    variance."""
+    *lead, rows, cols = shape
+    blocks = rng.integers(0, 256, (*lead, rows, cols // 32, 16), dtype=np.uint8)
+    scales = rng.integers(122, 125, (*lead, rows, cols // 32), dtype=np.uint8)
+    return blocks, scales
 
 
 def head_dim(c):
@@ -133,6 +178,29 @@ def moe_names(c):
 
 def n_experts(c):
     return c.get("num_local_experts") or c.get("num_experts") or 0
+
+
+def write_gpt_oss_experts(t, p, c, rng, mat, mxfp4):
+    """GptOssMLP's router (with a bias) and its experts fused as
+    GptOssExperts holds them: gate_up_proj [experts, dim, 2 * hidden],
+    input-major, gate and up in alternate columns; down_proj [experts,
+    hidden, dim]; or, with mxfp4, as the released checkpoints store them:
+    output-major blocks and scales."""
+    ne, dim, hid = n_experts(c), c["hidden_size"], c["intermediate_size"]
+    t[p + "router.weight"] = 3 * mat(ne, dim)
+    t[p + "router.bias"] = 0.5 * rng.standard_normal(ne)
+    x = p + "experts."
+    if mxfp4:
+        t[x + "gate_up_proj_blocks"], t[x + "gate_up_proj_scales"] = \
+            mxfp4_encode(rng, (ne, 2 * hid, dim))
+        t[x + "down_proj_blocks"], t[x + "down_proj_scales"] = \
+            mxfp4_encode(rng, (ne, dim, hid))
+    else:
+        # unit-variance outputs, as mat's, of input-major matrices
+        t[x + "gate_up_proj"] = rng.standard_normal((ne, dim, 2 * hid)) / np.sqrt(dim)
+        t[x + "down_proj"] = rng.standard_normal((ne, hid, dim)) / np.sqrt(hid)
+    t[x + "gate_up_proj_bias"] = 0.5 * rng.standard_normal((ne, 2 * hid))
+    t[x + "down_proj_bias"] = 0.5 * rng.standard_normal((ne, dim))
 
 
 def write(d, arch, seed, shards=1):
@@ -161,10 +229,14 @@ def write(d, arch, seed, shards=1):
         t[p + "self_attn.k_proj.weight"] = mat(kv, dim)
         t[p + "self_attn.v_proj.weight"] = mat(kv, dim)
         t[p + "self_attn.o_proj.weight"] = mat(dim, q)
-        if arch == "qwen2_moe":  # biases large enough to matter
+        gpt_oss = c["model_type"] == "gpt_oss"
+        if arch == "qwen2_moe" or gpt_oss:  # biases large enough to matter
             t[p + "self_attn.q_proj.bias"] = 0.5 * rng.standard_normal(q)
             t[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(kv)
             t[p + "self_attn.v_proj.bias"] = 0.5 * rng.standard_normal(kv)
+        if gpt_oss:
+            t[p + "self_attn.o_proj.bias"] = 0.5 * rng.standard_normal(dim)
+            t[p + "self_attn.sinks"] = rng.standard_normal(c["num_attention_heads"])
         if arch in ("qwen3", "qwen3_moe"):
             t[p + "self_attn.q_norm.weight"] = gain(hd)
             t[p + "self_attn.k_norm.weight"] = gain(hd)
@@ -172,7 +244,9 @@ def write(d, arch, seed, shards=1):
             t[p + "self_attn.q_norm.weight"] = gain(q)
             t[p + "self_attn.k_norm.weight"] = gain(kv)
         t[p + "post_attention_layernorm.weight"] = gain(dim)
-        if n_experts(c):
+        if gpt_oss:
+            write_gpt_oss_experts(t, p + "mlp.", c, rng, mat, arch.endswith("mxfp4"))
+        elif n_experts(c):
             moe, mats = moe_names(c)
             moe = p + moe
             ehid = c.get("moe_intermediate_size", hid)
@@ -263,20 +337,88 @@ def moe(h, w, p, c):
     return out
 
 
+def gpt_oss_mlp(h, w, p, c):
+    """GptOssMLP: the router's logits (with its bias), their top k, a
+    softmax over those k; each expert's gate_up (input-major, with its
+    bias) split into gate (even columns) and up (odd), gate clamped above
+    at swiglu_limit, up to [-limit, limit], (up + 1) * gate *
+    sigmoid(gate * alpha), then down with its bias, weighted."""
+    limit, alpha = c.get("swiglu_limit", 7.0), c.get("swiglu_alpha", 1.702)
+    z = h @ w[p + "router.weight"].T + w[p + "router.bias"]  # (T, experts)
+    top = np.argsort(-z, axis=-1, kind="stable")[:, :c["num_experts_per_tok"]]
+    val = np.take_along_axis(z, top, axis=-1)
+    val = np.exp(val - val.max(axis=-1, keepdims=True))
+    val /= val.sum(axis=-1, keepdims=True)
+    x = p + "experts."
+    out = np.zeros_like(h)
+    for e in range(n_experts(c)):
+        for t, j in zip(*np.nonzero(top == e)):
+            gate_up = h[t] @ w[x + "gate_up_proj"][e] + w[x + "gate_up_proj_bias"][e]
+            gate, up = gate_up[::2], gate_up[1::2]
+            gate = np.minimum(gate, limit)
+            up = np.clip(up, -limit, limit)
+            glu = gate * sigmoid(gate * alpha)
+            y = ((up + 1) * glu) @ w[x + "down_proj"][e] + w[x + "down_proj_bias"][e]
+            out[t] += val[t, j] * y
+    return out
+
+
+def yarn(c, hd):
+    """_compute_yarn_parameters: the inverse frequencies and the attention
+    factor that scales cos and sin."""
+    r, base = c["rope_scaling"], c["rope_theta"]
+    factor = r["factor"]
+    orig = r.get("original_max_position_embeddings") or c["max_position_embeddings"]
+    att = r.get("attention_factor")
+    if att is None:
+        att = 0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0
+    beta_fast, beta_slow = r.get("beta_fast") or 32, r.get("beta_slow") or 1
+
+    def correction_dim(rot):
+        return hd * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if r.get("truncate", True):
+        low, high = np.floor(low), np.ceil(high)
+    low, high = max(low, 0), min(high, hd - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (np.arange(0, hd, 2) / hd)
+    ramp = np.clip((np.arange(hd // 2) - low) / (high - low), 0, 1)
+    extrap = 1 - ramp
+    inv = 1.0 / (factor * pos_freqs) * (1 - extrap) + 1.0 / pos_freqs * extrap
+    return inv, att
+
+
+def dequantize(w):
+    """The MXFP4 _blocks and _scales of gpt-oss's experts as the fused
+    float tensors they stand for (transposed to input-major)."""
+    for k in [k for k in w if k.endswith("_blocks")]:
+        base = k[:-len("_blocks")]
+        w[base] = mxfp4_decode(w.pop(k), w.pop(base + "_scales")).transpose(0, 2, 1)
+    return w
+
+
 def logits(d, ids):
     """Every position's logits (T, vocab) for the tokens ids."""
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
-    w = {k: v.astype(np.float64) for k, v in read_checkpoint(d).items()}
+    w = {k: v.astype(np.float64) for k, v in dequantize(read_checkpoint(d)).items()}
     eps, hd = c.get("rms_norm_eps", EPS.get(c["model_type"], 1e-6)), head_dim(c)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     T = len(ids)
+    gpt_oss = c["model_type"] == "gpt_oss"
 
-    inv_freq = 1.0 / c["rope_theta"] ** (np.arange(0, hd, 2) / hd)
+    inv_freq, att = 1.0 / c["rope_theta"] ** (np.arange(0, hd, 2) / hd), 1.0
+    if (c.get("rope_scaling") or {}).get("rope_type") == "yarn":
+        inv_freq, att = yarn(c, hd)
     freqs = np.outer(np.arange(T), inv_freq)
     emb = np.concatenate((freqs, freqs), axis=-1)  # (T, hd)
-    cos, sin = np.cos(emb)[None], np.sin(emb)[None]
+    cos, sin = att * np.cos(emb)[None], att * np.sin(emb)[None]
     causal = np.triu(np.full((T, T), -np.inf), 1)
+    # a sliding layer's token at i sees j when j > i - sliding_window
+    window = c.get("sliding_window") or T
+    sliding = causal + np.tril(np.full((T, T), -np.inf), -window)
 
     x = w["model.embed_tokens.weight"][ids]  # (T, dim)
     for l in range(c["num_hidden_layers"]):
@@ -285,7 +427,7 @@ def logits(d, ids):
         q = h @ w[p + "self_attn.q_proj.weight"].T
         k = h @ w[p + "self_attn.k_proj.weight"].T
         v = h @ w[p + "self_attn.v_proj.weight"].T
-        if p + "self_attn.q_proj.bias" in w:  # Qwen2, Qwen2-MoE
+        if p + "self_attn.q_proj.bias" in w:  # Qwen2, Qwen2-MoE, gpt-oss
             q = q + w[p + "self_attn.q_proj.bias"]
             k = k + w[p + "self_attn.k_proj.bias"]
             v = v + w[p + "self_attn.v_proj.bias"]
@@ -304,12 +446,24 @@ def logits(d, ids):
         k = k * cos + rotate_half(k) * sin
         k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
         v = np.repeat(v, nh // nkv, axis=0)
-        s = q @ k.transpose(0, 2, 1) / np.sqrt(hd) + causal
+        s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
+        if gpt_oss and c["layer_types"][l] == "sliding_attention":
+            s = s + sliding
+        else:
+            s = s + causal
+        if gpt_oss:  # each head's sink joins the softmax, then is dropped
+            s = np.concatenate((s, np.broadcast_to(w[p + "self_attn.sinks"][:, None, None],
+                                                   (nh, T, 1))), axis=-1)
         s = np.exp(s - s.max(axis=-1, keepdims=True))
-        z = (s / s.sum(axis=-1, keepdims=True)) @ v  # (nh, T, hd)
+        s = s / s.sum(axis=-1, keepdims=True)
+        z = s[..., :T] @ v  # (nh, T, hd)
         x = x + z.transpose(1, 0, 2).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
+        if p + "self_attn.o_proj.bias" in w:
+            x = x + w[p + "self_attn.o_proj.bias"]
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
-        if n_experts(c):
+        if gpt_oss:
+            x = x + gpt_oss_mlp(h, w, p + "mlp.", c)
+        elif n_experts(c):
             x = x + moe(h, w, p + moe_names(c)[0], c)
         else:
             x = x + mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],

@@ -4,6 +4,7 @@
  * $SF_TMP are refused with messages naming the file and the field. */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -301,6 +302,38 @@ static void test_config(void)
 	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'num_experts': 0, expected 1..1024");
 	ret = VARIANT(with(j, "attention_bias", json_true()));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'attention_bias': true unsupported");
+	/* gpt-oss: GptOssConfig's 128 experts, 4 a token, the softmax over
+	 * the top k (renormalised), eps 1e-5, rope_theta 150000, yarn of
+	 * factor 32 over 4096 positions untruncated, biases, sinks, sliding
+	 * even layers of 128, swiglu_limit 7 and alpha 1.702 when absent */
+	j = with(base_config(), "architectures", json_pack("[s]", "GptOssForCausalLM"));
+	j = with(j, "rms_norm_eps", NULL);
+	j = with(j, "rope_theta", NULL);
+	j = with(j, "attention_bias", NULL);
+	ret = VARIANT(json_deep_copy(j));
+	CHECK(ret == 0 && c.arch == SF_ARCH_GPT_OSS && c.n_experts == 128 &&
+	      c.n_experts_used == 4 && c.norm_topk && c.hidden_dim == 384 && c.norm_eps == 1e-5f &&
+	      c.rope_theta == 150000.0f && c.rope_yarn && c.rope_factor == 32.0f &&
+	      c.rope_orig_max_pos == 4096 && !c.rope_truncate &&
+	      c.rope_attn_factor == (float)(0.1 * log(32.0) + 1.0) && c.qkv_bias && c.o_bias &&
+	      c.attn_sinks && c.moe_bias && c.sliding_window == 128 && c.layer_sliding[0] &&
+	      !c.layer_sliding[1] && c.swiglu_limit == 7.0f && c.swiglu_alpha == 1.702f &&
+	      c.layer_sliding[2] && c.max_seq_len == 1024, "gpt_oss: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "attention_bias", json_false()));
+	CHECK(ret == 0 && !c.qkv_bias && !c.o_bias, "gpt_oss attention_bias false: %d %s", ret,
+	      e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "layer_types", json_pack("[s]", "full_attention")));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'layer_types': expected a list of 4 strings (num_hidden_layers)");
+	ret = VARIANT(with(json_deep_copy(j), "layer_types", json_pack("[s,s,s,s]", "full_attention", "full_attention", "chunked_attention", "full_attention")));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'layer_types[2]': expected \"sliding_attention\" or \"full_attention\"");
+	ret = VARIANT(with(json_deep_copy(j), "num_experts_per_tok", json_integer(129)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_experts_per_tok' 129 is above 'num_local_experts' 128");
+	ret = VARIANT(with(json_deep_copy(j), "rope_scaling", json_pack("{s:s}", "rope_type", "longrope")));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'longrope' unsupported (only llama3 and yarn)");
+	ret = VARIANT(with(json_deep_copy(j), "rope_parameters", json_pack("{s:s}", "rope_type", "yarn")));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_parameters': unsupported (give rope_theta and rope_scaling)");
+	ret = VARIANT(with(j, "swiglu_limit", json_integer(0)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'swiglu_limit': 0, expected above 0");
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("gemma")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");
@@ -309,8 +342,10 @@ static void test_config(void)
 	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'architectures': missing");
 
 	/* Unsupported features, by name. */
-	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "type", "yarn", "factor", 4.0)));
-	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'yarn' unsupported");
+	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "type", "dynamic", "factor", 4.0)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'dynamic' unsupported (only llama3 and yarn)");
+	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f,s:f}", "type", "yarn", "factor", 4.0, "mscale", 0.7)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling.mscale': unsupported");
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "linear", "factor", 2.0)));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'linear'");
 	ret = VARIANT(with(base_config(), "attention_bias", json_true()));
@@ -525,12 +560,12 @@ static void test_bad_models(void)
 	snprintf(want, sizeof(want), "%s/config.json", dir);
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, want, "'GPT2LMHeadModel': unsupported architecture");
 
-	dir = make_model("yarn", with(base_config(), "rope_scaling",
-				      json_pack("{s:s,s:f}", "rope_type", "yarn", "factor", 4.0)),
+	dir = make_model("dynamic", with(base_config(), "rope_scaling",
+					 json_pack("{s:s,s:f}", "rope_type", "dynamic", "factor", 4.0)),
 			 ts.t, ts.n);
 	ret = sf_model_open(&m, dir, &e);
 	snprintf(want, sizeof(want), "%s/config.json", dir);
-	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, want, "'rope_scaling'", "'yarn'");
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, want, "'rope_scaling'", "'dynamic'");
 
 	/* A tensor missing: move it to the end and write one fewer. */
 	o = find_out(&ts, "model.layers.2.mlp.up_proj.weight");

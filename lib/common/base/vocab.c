@@ -14,6 +14,7 @@ size_t sf_dtype_size(enum sf_dtype dt)
 	case SF_DTYPE_F32: return 4;
 	case SF_DTYPE_F16: return 2;
 	case SF_DTYPE_BF16: return 2;
+	case SF_DTYPE_U8: return 1;
 	case SF_DTYPE_Q8:
 	case SF_DTYPE_Q4:
 	case SF_DTYPE_Q6:
@@ -32,6 +33,7 @@ const char *sf_dtype_name(enum sf_dtype dt)
 	case SF_DTYPE_Q8: return "Q8";
 	case SF_DTYPE_Q4: return "Q4";
 	case SF_DTYPE_Q6: return "Q6";
+	case SF_DTYPE_U8: return "U8";
 	case SF_DTYPE_Q8X16: return "Q8x16";
 	case SF_DTYPE_Q4X16: return "Q4x16";
 	}

@@ -14,12 +14,15 @@
  * blocks of SF_QBLOCK consecutive elements, each an f16 scale and the
  * elements' 8-, 6- or 4-bit codes (base/quant.h, sf-formats(5)); Q8 and
  * Q4 for a top tier's columns and the rows of the embedding and output
- * head, Q6 for those rows only (the head of a q4 image). Q8X16 and Q4X16
- * exist in memory only: the rows of a Q8 or Q4 matrix interleaved in
- * tiles of 16 (engine/kernels_qrows.h), as sf-run's engine holds a GGUF's
- * matrices; no file holds them and no name parses to them. */
+ * head, Q6 for those rows only (the head of a q4 image). U8: bytes that
+ * a reader decodes before any weight is bound (gpt-oss's MXFP4 blocks
+ * and scales, formats/model_gptoss.h), never a weight's dtype. Q8X16 and
+ * Q4X16 exist in memory only: the rows of a Q8 or Q4 matrix interleaved
+ * in tiles of 16 (engine/kernels_qrows.h), as sf-run's engine holds a
+ * GGUF's matrices and an image's experts; no file names them and no name
+ * parses to them. */
 enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4,
-		SF_DTYPE_Q6, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16 };
+		SF_DTYPE_Q6, SF_DTYPE_U8, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16 };
 
 /* Bytes of one element; 0 for a block dtype. Names as safetensors spells
  * them ("BF16"), and "Q8", "Q6", "Q4". */

@@ -175,9 +175,14 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
 	}
-	sf_rope_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
-			 c->rope_llama3 ? c->rope_factor : 0.0f, c->rope_low_freq_factor,
-			 c->rope_high_freq_factor, c->rope_orig_max_pos);
+	if (c->rope_yarn)
+		sf_rope_yarn_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
+				      c->rope_factor, c->rope_beta_fast, c->rope_beta_slow,
+				      c->rope_orig_max_pos, c->rope_truncate);
+	else
+		sf_rope_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
+				 c->rope_llama3 ? c->rope_factor : 0.0f, c->rope_low_freq_factor,
+				 c->rope_high_freq_factor, c->rope_orig_max_pos);
 	for (int i = 0; i < c->n_rope_freqs; i++)	/* llama.cpp's division */
 		s->inv_freq[i] /= c->rope_freqs[i];
 	return 0;
@@ -334,7 +339,33 @@ struct attn_task {
 	const float *q;		/* (T, n_heads * head_dim) the tokens' queries */
 	float *z;		/* (T, n_heads * head_dim) their attention outputs */
 	int layer, pos, T;	/* token t is at position pos + t */
+	int window;		/* a sliding layer's: the positions a token sees, its
+				 * own the last; 0: all before it */
+	const struct sf_weight *sinks;	/* (n_heads) gpt-oss's, or data NULL */
 };
+
+/* The first position the token at p sees. */
+static size_t first_seen(const struct attn_task *t, size_t p)
+{
+	return t->window && p + 1 > (size_t)t->window ? p + 1 - (size_t)t->window : 0;
+}
+
+/* Softmax of x (n) with gpt-oss's sink: its logit joins the denominator
+ * and has no value to weigh. */
+static void softmax_sink(float *x, size_t n, float sink)
+{
+	float mx = sink, sum = 0.0f;
+
+	for (size_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (size_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	sum += expf(sink - mx);
+	for (size_t i = 0; i < n; i++)
+		x[i] *= 1.0f / sum;
+}
 
 /* Floats of one thread's widened KV rows: a chunk of positions of one
  * KV head at a time (at least 16 rows of the widest head a config
@@ -367,7 +398,9 @@ static const float *kv_rows(const uint8_t *cache, enum sf_kv_type t, size_t row,
  * nq) of the pass: each token's scores row, then their outputs together
  * over the positions all of them see and each over the rest it sees,
  * every sum in position order. Each chunk of keys and values is widened
- * once for all of those heads and tokens. */
+ * once for all of those heads and tokens. In a sliding layer the
+ * positions from the first token's window on are read, each token's
+ * weights 0 before its own window. */
 static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, size_t k0,
 		   size_t nq, float *buf)
 {
@@ -377,11 +410,14 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 	size_t lrow = (size_t)t->layer * s->seq_len;
 	size_t shared = (size_t)t->pos + k0 + 1;	/* positions token k0 sees */
 	size_t n = shared + nq - 1, lds = s->seq_len;	/* positions the last one sees */
-	float scale = 1.0f / sqrtf((float)hd);
+	size_t lo = first_seen(t, shared - 1);	/* the first the first one sees */
+	/* YaRN's cos and sin scaled on q and k: the scores by its square */
+	float scale = 1.0f / sqrtf((float)hd) *
+		      (c->rope_yarn ? c->rope_attn_factor * c->rope_attn_factor : 1.0f);
 	const uint8_t *keys = s->key_cache + lrow * s->k_row;
 	const uint8_t *vals = s->value_cache + lrow * s->v_row;
 
-	for (size_t c0 = 0, step = kv_chunk(s->kv_k, n, hd); c0 < n; c0 += step) {
+	for (size_t c0 = lo, step = kv_chunk(s->kv_k, n, hd); c0 < n; c0 += step) {
 		size_t m = n - c0 < step ? n - c0 : step;
 		const float *kr = kv_rows(keys, s->kv_k, s->k_row, off, c0, m, hd, buf, &ld);
 		for (size_t h = h0; h < h1; h++)
@@ -396,10 +432,16 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 	}
 	for (size_t h = h0; h < h1; h++)
 		for (size_t j = 0; j < nq; j++) {
-			sf_softmax(s->att + (h * (size_t)att_queries(s->batch) + j) * lds, shared + j);
+			float *aj = s->att + (h * (size_t)att_queries(s->batch) + j) * lds;
+			size_t lj = first_seen(t, shared + j - 1);
+			if (t->sinks->data)
+				softmax_sink(aj + lj, shared + j - lj, sf_weight_at(t->sinks, h));
+			else
+				sf_softmax(aj + lj, shared + j - lj);
+			memset(aj + lo, 0, (lj - lo) * sizeof(float));
 			memset(t->z + (k0 + j) * qd + h * hd, 0, hd * sizeof(float));
 		}
-	for (size_t c0 = 0, step = kv_chunk(s->kv_v, n, hd); c0 < n; c0 += step) {
+	for (size_t c0 = lo, step = kv_chunk(s->kv_v, n, hd); c0 < n; c0 += step) {
 		size_t m = n - c0 < step ? n - c0 : step;
 		const float *vr = kv_rows(vals, s->kv_v, s->v_row, off, c0, m, hd, buf, &ld);
 		for (size_t h = h0; h < h1; h++) {
@@ -490,22 +532,41 @@ static void route_top_k(float *route, const float *p, int n, int k, int renorm)
 }
 
 /* T tokens' routes (T, n_experts), each its k likeliest experts, from
- * their router logits (T, n_experts), made probabilities in place. */
-static void routes(const struct sf_config *c, float *route, float *logits, int k, int T)
+ * their router logits (T, n_experts) plus the router's bias (gpt-oss's;
+ * data NULL else), made probabilities in place. gpt-oss's softmax over
+ * the k largest logits is the softmax over all renormalised over them. */
+static void routes(const struct sf_config *c, const struct sf_weight *bias, float *route,
+		   float *logits, int k, int T)
 {
 	size_t ne = (size_t)c->n_experts;
 
 	for (int t = 0; t < T; t++) {
+		add_bias(logits + t * ne, bias);
 		sf_softmax(logits + t * ne, ne);
 		route_top_k(route + t * ne, logits + t * ne, c->n_experts, k, c->norm_topk);
 	}
 }
 
+/* gpt-oss's clamped SwiGLU: a (n) = (clamp(u, -limit, limit) + 1) *
+ * g' * sigmoid(alpha g'), g' = min(g, limit). */
+static void swiglu_clamped(float *a, const float *g, const float *u, size_t n, float limit,
+			   float alpha)
+{
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] < limit ? g[i] : limit;
+		float ui = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+		a[i] = (ui + 1.0f) * (gi / (1.0f + expf(-alpha * gi)));
+	}
+}
+
 /* One expert's SwiGLU FFN x on the n tokens in in (n, dim): out (n, dim)
- * = down(silu(gate in) * up in), its width the rows of w_gate; s->gate,
- * s->up and s->act hold the hidden values. */
+ * = down(silu(gate in) * up in), its width the rows of w_gate, with the
+ * biases of b (gpt-oss's: the model's own, where x may be an exec's copy
+ * of the matrices) and the clamped SwiGLU where the config has one;
+ * s->gate, s->up and s->act hold the hidden values. */
 static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
-		       const struct sf_expert_weights *x, const float *in, int n, float *out)
+		       const struct sf_expert_weights *x, const struct sf_expert_weights *b,
+		       const float *in, int n, float *out)
 {
 	size_t dim = (size_t)c->dim, hidden = (size_t)x->w_gate.rows;
 
@@ -514,13 +575,23 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
 		const struct sf_weight *mw[] = { &x->w_gate, &x->w_up };
 		sf_group_dense_batch(s->pool, in, dim, n, 2, y, mw);
 	}
-	for (int i = 0; i < n; i++)
-		sf_swiglu(s->act + i * hidden, s->gate + i * hidden, s->up + i * hidden, hidden);
+	for (int i = 0; i < n; i++) {
+		float *g = s->gate + i * hidden, *u = s->up + i * hidden;
+		add_bias(g, &b->b_gate);
+		add_bias(u, &b->b_up);
+		if (c->swiglu_limit > 0.0f)
+			swiglu_clamped(s->act + i * hidden, g, u, hidden, c->swiglu_limit,
+				       c->swiglu_alpha);
+		else
+			sf_swiglu(s->act + i * hidden, g, u, hidden);
+	}
 	{
 		float *y[] = { out };
 		const struct sf_weight *mw[] = { &x->w_down };
 		sf_group_dense_batch(s->pool, s->act, hidden, n, 1, y, mw);
 	}
+	for (int i = 0; i < n; i++)
+		add_bias(out + i * dim, &b->b_down);
 }
 
 /* The next layer's likeliest expert of each token guessed for the exec
@@ -544,7 +615,7 @@ static void guess_ahead(const struct sf_config *c, struct sf_runstate *s,
 		const struct sf_weight *mw[] = { &next->router };
 		sf_group_dense_batch(s->pool, s->moe_in, dim, T, 1, y, mw);
 	}
-	routes(c, s->route_ahead, s->router, AHEAD_PICKS, T);
+	routes(c, &next->router_bias, s->route_ahead, s->router, AHEAD_PICKS, T);
 	s->exec->experts_ahead(s->exec->ctx, l + 1, s->route_ahead, T);
 }
 
@@ -570,7 +641,7 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 		const struct sf_weight *mw[] = { &w->router, &w->shared_gate };
 		sf_group_dense_batch(s->pool, s->xb, dim, T, shared ? 2 : 1, y, mw);
 	}
-	routes(c, s->route, s->router, c->n_experts_used, T);
+	routes(c, &w->router_bias, s->route, s->router, c->n_experts_used, T);
 	if (s->observer && s->observer->routes)
 		s->observer->routes(s->observer->ctx, l, s->route, T, ne);
 	memset(s->proj, 0, (size_t)T * dim * sizeof(float));
@@ -591,7 +662,7 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 			continue;
 		if (s->exec && s->exec->expert && !(xw = s->exec->expert(s->exec->ctx, l, (int)e)))
 			continue;
-		expert_ffn(c, s, xw, s->moe_in, n, s->moe_out);
+		expert_ffn(c, s, xw, &w->experts[e], s->moe_in, n, s->moe_out);
 		for (int i = 0; i < n; i++) {
 			int t = s->moe_tok[i];
 			sf_axpy_f32(s->proj + t * dim, s->route[t * ne + e], s->moe_out + i * dim,
@@ -600,7 +671,7 @@ static void moe_ffn(const struct sf_config *c, struct sf_runstate *s,
 	}
 	if (!shared)
 		return;
-	expert_ffn(c, s, &w->shared, s->xb, T, s->moe_out);
+	expert_ffn(c, s, &w->shared, &w->shared, s->xb, T, s->moe_out);
 	for (int t = 0; t < T; t++)
 		sf_axpy_f32(s->proj + t * dim, 1.0f / (1.0f + expf(-s->shared_gate[t])),
 			    s->moe_out + t * dim, dim);
@@ -639,6 +710,7 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 	size_t q_dim = (size_t)c->n_heads * hd;
 	size_t kv_dim = (size_t)c->n_kv_heads * hd;
 	size_t hidden = (size_t)c->hidden_dim;
+	int window = c->layer_sliding[l] ? c->sliding_window : 0;	/* gpt-oss's */
 	int bad;
 
 	const struct sf_layer_weights *w = &m->layers[l];
@@ -677,12 +749,13 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		for (int t = 0; t < T; t++) {
 			struct attn_task at = { .c = c, .s = mu->seqs[t], .q = s->q + t * q_dim,
 						.z = s->z + t * q_dim, .layer = l,
-						.pos = mu->pos[t], .T = 1 };
+						.pos = mu->pos[t], .T = 1, .window = window,
+						.sinks = &w->sinks };
 			run(s->pool, attn_worker, &at);
 		}
 	} else {
 		struct attn_task at = { .c = c, .s = s, .q = s->q, .z = s->z, .layer = l,
-					.pos = pos, .T = T };
+					.pos = pos, .T = T, .window = window, .sinks = &w->sinks };
 		run(s->pool, attn_worker, &at);
 	}
 	{
@@ -690,8 +763,10 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		const struct sf_weight *mw[] = { &w->wo };
 		apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, q_dim, T, 1, y, mw);
 	}
-	for (int t = 0; t < T; t++)
+	for (int t = 0; t < T; t++) {
+		add_bias(s->proj + t * dim, &w->bo);
 		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
+	}
 
 	// FFN: down(silu(gate(x)) * up(x)) on the normed residual, or a
 	// mixture of such experts

@@ -183,6 +183,36 @@ void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, i
 	}
 }
 
+/* The dimension at which a frequency turns rotations times in orig
+ * positions (find_correction_dim, in double as Python computes it). */
+static double yarn_dim(double rotations, size_t head_dim, double theta, int orig)
+{
+	return (double)head_dim * log((double)orig / (rotations * 2 * M_PI)) / (2 * log(theta));
+}
+
+void sf_rope_yarn_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,
+			   float beta_fast, float beta_slow, int orig, int truncate)
+{
+	double low = yarn_dim(beta_fast, head_dim, theta, orig);
+	double high = yarn_dim(beta_slow, head_dim, theta, orig);
+
+	if (truncate) {
+		low = floor(low);
+		high = ceil(high);
+	}
+	low = low > 0 ? low : 0;
+	high = high < (double)head_dim - 1 ? high : (double)head_dim - 1;
+	if (low == high)
+		high += 0.001;	/* transformers' guard against a zero ramp */
+	/* the tensors' float32 from here on */
+	for (size_t i = 0; i < head_dim / 2; i++) {
+		float pos = powf(theta, (float)(2 * i) / (float)head_dim);
+		float ramp = ((float)i - (float)low) / (float)(high - low);
+		float extrap = 1.0f - (ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp);
+		inv_freq[i] = 1.0f / (factor * pos) * (1.0f - extrap) + 1.0f / pos * extrap;
+	}
+}
+
 void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,
 		      float low, float high, int orig)
 {

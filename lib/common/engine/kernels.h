@@ -113,6 +113,12 @@ void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, i
  * max position). */
 void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,
 		      float low, float high, int orig);
+/* The same with YaRN's rope_scaling (transformers' _compute_yarn_parameters):
+ * theta^(-2i/head_dim) over factor where a frequency turns fewer than
+ * beta_slow times in orig positions, undivided where more than beta_fast,
+ * a linear ramp between (its ends floored and ceiled when truncate). */
+void sf_rope_yarn_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,
+			   float beta_fast, float beta_slow, int orig, int truncate);
 
 void sf_softmax(float *x, size_t n);
 /* a[i] = silu(g[i]) * u[i] */

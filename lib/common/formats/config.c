@@ -1,5 +1,6 @@
 /* config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM,
- * or of the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE or OLMoE, into a
+ * or of the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE or
+ * gpt-oss, into a
  * struct sf_config, with Hugging Face's defaults for absent fields and a
  * refusal, by name, of every feature the decoder does not implement. */
 #include "formats/config.h"
@@ -19,13 +20,14 @@
  * computed from them stay well inside 64 bits. */
 #define DIM_MAX 65536
 #define HIDDEN_MAX (1 << 20)
-#define LAYERS_MAX 1024
+#define LAYERS_MAX SF_LAYERS_MAX
 #define HEADS_MAX 1024
 #define HEAD_DIM_MAX 1024
 #define VOCAB_MAX (4 << 20)
 #define SEQ_MAX (1 << 24)
 
 #define QWEN3_HEAD_DIM 128	/* Qwen3Config's head_dim when absent */
+#define GPT_OSS_THETA 150000.0	/* GptOssConfig's rope_theta when absent */
 #define EXPERTS_MAX 1024
 
 static const struct {
@@ -42,6 +44,7 @@ static const struct {
 	{ "Qwen2MoeForCausalLM", "qwen2_moe", SF_ARCH_QWEN2_MOE, 1e-6 },
 	{ "Qwen3MoeForCausalLM", "qwen3_moe", SF_ARCH_QWEN3_MOE, 1e-6 },
 	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5 },
+	{ "GptOssForCausalLM", "gpt_oss", SF_ARCH_GPT_OSS, 1e-5 },
 };
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
@@ -63,7 +66,8 @@ static double arch_eps(enum sf_arch a)
 
 const char *sf_config_experts_key(const struct sf_config *c)
 {
-	return c->arch == SF_ARCH_MIXTRAL ? "num_local_experts" : "num_experts";
+	return c->arch == SF_ARCH_MIXTRAL || c->arch == SF_ARCH_GPT_OSS ? "num_local_experts"
+										: "num_experts";
 }
 
 static const char *json_type_word(const json_t *v)
@@ -189,7 +193,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM or OlmoeForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
@@ -201,21 +205,98 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or olmoe)",
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss)",
 				  path, name);
 	}
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
 }
 
-/* rope_scaling: null, a "default" type (plain RoPE), or llama3. */
+/* rope_scaling's number fields: each above 0 and at most 1e6, def when
+ * absent and not required. */
+struct rs_num {
+	const char *key;
+	int required;
+	double def;
+	float *out;
+};
+
+static int get_rs_nums(const char *path, json_t *rs, const struct rs_num *f, size_t n,
+		       struct sf_err *e)
+{
+	int ret;
+
+	for (size_t i = 0; i < n; i++)
+		if ((ret = get_num(path, rs, "rope_scaling.", f[i].key, f[i].required, f[i].def, 0,
+				   0, 1e6, f[i].out, e)))
+			return ret;
+	return 0;
+}
+
+/* YaRN's keys of rope_scaling, with transformers' defaults
+ * (_compute_yarn_parameters): beta_fast 32, beta_slow 1, the original
+ * context max_position_embeddings, truncate true, attention_factor
+ * 0.1 ln(factor) + 1 (1 when factor <= 1). DeepSeek's mscale and
+ * mscale_all_dim are refused. */
+static int parse_yarn(const char *path, json_t *rs, struct sf_config *c, struct sf_err *e)
+{
+	static const char *const refused[] = { "mscale", "mscale_all_dim" };
+	int ret;
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		json_t *v = json_object_get(rs, refused[i]);
+		if (v && !json_is_null(v))
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'rope_scaling.%s': unsupported "
+					  "(yarn's attention factor from mscale)", path, refused[i]);
+	}
+	const struct rs_num nums[] = {
+		{ "factor", 1, 0, &c->rope_factor },
+		{ "beta_fast", 0, 32, &c->rope_beta_fast },
+		{ "beta_slow", 0, 1, &c->rope_beta_slow },
+	};
+
+	c->rope_yarn = 1;
+	if ((ret = get_rs_nums(path, rs, nums, sizeof(nums) / sizeof(nums[0]), e)) ||
+	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 0,
+			   c->max_seq_len, 1, SEQ_MAX, &c->rope_orig_max_pos, e)) ||
+	    (ret = get_bool(path, rs, "truncate", 1, &c->rope_truncate, e)) ||
+	    (ret = get_num(path, rs, "rope_scaling.", "attention_factor", 0,
+			   c->rope_factor > 1 ? 0.1 * log(c->rope_factor) + 1.0 : 1.0, 0, 0, 1e6,
+			   &c->rope_attn_factor, e)))
+		return ret;
+	return 0;
+}
+
+/* rope_scaling: null, a "default" type (plain RoPE), llama3 or yarn.
+ * GptOssConfig's default when absent is yarn of factor 32 over 4096
+ * positions, not truncated. */
 static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *c,
 			      struct sf_err *e)
 {
 	json_t *rs = json_object_get(root, "rope_scaling");
-	json_t *jt;
+	const struct rs_num llama3[] = {
+		{ "factor", 1, 0, &c->rope_factor },
+		{ "low_freq_factor", 1, 0, &c->rope_low_freq_factor },
+		{ "high_freq_factor", 1, 0, &c->rope_high_freq_factor },
+	};
+	json_t *jt, *rp = json_object_get(root, "rope_parameters");
 	const char *type;
 	int ret;
 
+	c->rope_attn_factor = 1.0f;
+	/* newer transformers' spelling of rope_theta and rope_scaling
+	 * together: not read, so refused rather than left unapplied */
+	if (rp && !json_is_null(rp))
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'rope_parameters': unsupported (give "
+				  "rope_theta and rope_scaling)", path);
+	if ((!rs || json_is_null(rs)) && c->arch == SF_ARCH_GPT_OSS) {
+		c->rope_yarn = 1;
+		c->rope_factor = 32.0f;
+		c->rope_beta_fast = 32.0f;
+		c->rope_beta_slow = 1.0f;
+		c->rope_orig_max_pos = 4096;
+		c->rope_attn_factor = (float)(0.1 * log(32.0) + 1.0);
+		return 0;
+	}
 	if (!rs || json_is_null(rs))
 		return 0;
 	if (!json_is_object(rs))
@@ -231,15 +312,14 @@ static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *
 	type = json_string_value(jt);
 	if (!strcmp(type, "default"))
 		return 0;
+	if (!strcmp(type, "yarn"))
+		return parse_yarn(path, rs, c, e);
 	if (strcmp(type, "llama3"))
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: 'rope_scaling': type '%.60s' unsupported (only llama3)", path, type);
+				  "%s: 'rope_scaling': type '%.60s' unsupported (only llama3 and yarn)",
+				  path, type);
 	c->rope_llama3 = 1;
-	if ((ret = get_num(path, rs, "rope_scaling.", "factor", 1, 0, 0, 0, 1e6, &c->rope_factor, e)) ||
-	    (ret = get_num(path, rs, "rope_scaling.", "low_freq_factor", 1, 0, 0, 0, 1e6,
-			   &c->rope_low_freq_factor, e)) ||
-	    (ret = get_num(path, rs, "rope_scaling.", "high_freq_factor", 1, 0, 0, 0, 1e6,
-			   &c->rope_high_freq_factor, e)) ||
+	if ((ret = get_rs_nums(path, rs, llama3, sizeof(llama3) / sizeof(llama3[0]), e)) ||
 	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 1, 0, 1,
 			   SEQ_MAX, &c->rope_orig_max_pos, e)))
 		return ret;
@@ -299,6 +379,7 @@ static const struct {
 	{ SF_ARCH_QWEN2_MOE, 60, 4, 1, 1, 1 },
 	{ SF_ARCH_QWEN3_MOE, 128, 8, 1, 0, 1 },
 	{ SF_ARCH_OLMOE, 64, 8, 0, 0, 0 },
+	{ SF_ARCH_GPT_OSS, 128, 4, 0, 0, 0 },
 };
 
 /* Qwen2/3-MoE put a dense FFN in place of the experts in the layers
@@ -342,8 +423,10 @@ static int parse_experts(const char *path, json_t *root, struct sf_config *c, st
 	if (c->n_experts_used > c->n_experts)
 		return sf_err_set(e, SF_EFORMAT, "%s: 'num_experts_per_tok' %d is above '%s' %d",
 				  path, c->n_experts_used, key, c->n_experts);
+	/* gpt-oss takes the softmax over the top k's logits: the same as
+	 * over all, renormalised over the k */
 	c->norm_topk = 1;
-	if (c->arch != SF_ARCH_MIXTRAL &&
+	if (c->arch != SF_ARCH_MIXTRAL && c->arch != SF_ARCH_GPT_OSS &&
 	    (ret = get_bool(path, root, "norm_topk_prob", 0, &c->norm_topk, e)))
 		return ret;
 	/* required, as the other shapes: the class's defaults are a large model's */
@@ -397,8 +480,58 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 	return 0;
 }
 
+/* gpt-oss's layer_types: n_layers of "sliding_attention" and
+ * "full_attention" (GptOssConfig's default when absent: sliding in the
+ * even layers), the window sliding_window (128 when absent). */
+static int parse_layer_types(const char *path, json_t *root, struct sf_config *c,
+			     struct sf_err *e)
+{
+	json_t *v = json_object_get(root, "layer_types");
+	int ret;
+
+	if ((ret = get_int(path, root, "", "sliding_window", 0, 128, 1, SEQ_MAX, &c->sliding_window,
+			   e)))
+		return ret;
+	if (!v || json_is_null(v)) {
+		for (int l = 0; l < c->n_layers; l++)
+			c->layer_sliding[l] = l % 2 == 0;
+		return 0;
+	}
+	if (!json_is_array(v) || json_array_size(v) != (size_t)c->n_layers)
+		return sf_err_set(e, SF_EFORMAT, "%s: 'layer_types': expected a list of %d strings "
+				  "(num_hidden_layers)", path, c->n_layers);
+	for (int l = 0; l < c->n_layers; l++) {
+		const char *t = json_string_value(json_array_get(v, (size_t)l));
+		if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
+			return sf_err_set(e, SF_EFORMAT, "%s: 'layer_types[%d]': expected "
+					  "\"sliding_attention\" or \"full_attention\"", path, l);
+		c->layer_sliding[l] = !strcmp(t, "sliding_attention");
+	}
+	return 0;
+}
+
+/* What gpt-oss has beyond the other mixtures: attention_bias (true by
+ * default: q, k, v and o), the sinks, alternating sliding layers, the
+ * router's and experts' biases and the clamped SwiGLU's constants. */
+static int parse_gpt_oss(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	int ret;
+
+	if ((ret = get_bool(path, root, "attention_bias", 1, &c->qkv_bias, e)) ||
+	    (ret = parse_layer_types(path, root, c, e)) ||
+	    (ret = get_num(path, root, "", "swiglu_limit", 0, 7.0, 0, 0, 1e30, &c->swiglu_limit, e)) ||
+	    (ret = get_num(path, root, "", "swiglu_alpha", 0, 1.702, 0, 0, 1e30, &c->swiglu_alpha,
+			   e)))
+		return ret;
+	c->o_bias = c->qkv_bias;
+	c->attn_sinks = 1;
+	c->moe_bias = 1;
+	return 0;
+}
+
 /* A sliding window narrower than the context changes attention; we keep
- * attention exact by limiting the context to the window instead. */
+ * attention exact by limiting the context to the window instead (gpt-oss
+ * computes its sliding layers' windows: parse_layer_types). */
 static int parse_sliding_window(const char *path, json_t *root, struct sf_config *c,
 				struct sf_err *e)
 {
@@ -510,7 +643,9 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 		goto out;
 	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, arch_eps(c->arch), 0, 0, 1,
 			   &c->norm_eps, e)) ||
-	    (ret = get_num(path, root, "", "rope_theta", 0, 10000.0, 0, 0, 1e12, &c->rope_theta, e)) ||
+	    (ret = get_num(path, root, "", "rope_theta", 0,
+			   c->arch == SF_ARCH_GPT_OSS ? GPT_OSS_THETA : 10000.0, 0, 0, 1e12,
+			   &c->rope_theta, e)) ||
 	    (ret = parse_rope_scaling(path, root, c, e)) ||
 	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
 	    (ret = refuse_unsupported(path, root, c, e)) ||
@@ -525,6 +660,8 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	c->qkv_bias = c->arch == SF_ARCH_QWEN2;
 	if (c->arch == SF_ARCH_QWEN2_MOE &&
 	    (ret = get_bool(path, root, "qkv_bias", 1, &c->qkv_bias, e)))
+		goto out;
+	if (c->arch == SF_ARCH_GPT_OSS && (ret = parse_gpt_oss(path, root, c, e)))
 		goto out;
 	c->qk_norm = c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ? SF_QK_NORM_HEAD
 		     : c->arch == SF_ARCH_OLMOE ? SF_QK_NORM_ALL : SF_QK_NORM_NONE;
@@ -805,6 +942,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 		goto out;
 	}
 	c->arch = gguf_archs[a].arch;
+	c->rope_attn_factor = 1.0f;	/* no YaRN: sf_config_parse's */
 	memcpy(arch, name, len);
 	arch[len] = 0;
 	if ((ret = gguf_int(g, arch, "embedding_length", 1, 0, 1, DIM_MAX, &c->dim, e)) ||

@@ -14,7 +14,7 @@
 
 enum sf_arch {
 	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL,
-	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE
+	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE, SF_ARCH_GPT_OSS
 };
 
 /* RMSNorm of q and k before RoPE: none; each head over its head_dim
@@ -25,6 +25,7 @@ enum sf_qk_norm { SF_QK_NORM_NONE, SF_QK_NORM_HEAD, SF_QK_NORM_ALL };
 
 #define SF_MAX_EOS 8
 #define SF_ROPE_FREQS_MAX 512	/* head_dim / 2 at the largest head_dim */
+#define SF_LAYERS_MAX 1024	/* num_hidden_layers at most */
 
 struct sf_config {
 	enum sf_arch arch;
@@ -43,8 +44,19 @@ struct sf_config {
 	int rope_llama3;	/* rope_scaling of type llama3 */
 	float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
 	int rope_orig_max_pos;	/* original_max_position_embeddings */
+	/* rope_scaling of type yarn (gpt-oss's by default): the frequencies
+	 * between the factor's and the plain ones by the ramp from beta_fast
+	 * to beta_slow rotations over rope_orig_max_pos positions (its ends
+	 * rounded out when truncate); every score times rope_attn_factor^2
+	 * (its cos and sin scaled on both q and k) */
+	int rope_yarn;
+	float rope_beta_fast, rope_beta_slow, rope_attn_factor;
+	int rope_truncate;
 	int tie_embeddings;
-	int qkv_bias;		/* Qwen2 */
+	int qkv_bias;		/* Qwen2; gpt-oss's attention_bias */
+	int o_bias;		/* gpt-oss's attention_bias: o_proj's bias too */
+	int attn_sinks;		/* gpt-oss: self_attn.sinks, one logit a head joined
+				 * to the softmax's denominator */
 	enum sf_qk_norm qk_norm;	/* Qwen3 and Qwen3-MoE per head, OLMoE whole */
 	float clip_qkv;		/* OLMoE: q, k and v clamped to [-clip_qkv, clip_qkv]
 				 * after the norms; 0 when none */
@@ -59,7 +71,12 @@ struct sf_config {
 	int eos_ids[SF_MAX_EOS];
 	int n_eos;
 	int sliding_window;	/* Mistral, Mixtral, or Qwen2/3 with use_sliding_window;
-				 * 0 when none */
+				 * 0 when none; gpt-oss: the window of the layers
+				 * layer_sliding marks */
+	/* gpt-oss's layer_types: 1 where a layer is "sliding_attention" (its
+	 * tokens see the sliding_window positions up to their own), 0 where
+	 * "full_attention"; all 0 in the other architectures */
+	unsigned char layer_sliding[SF_LAYERS_MAX];
 	int n_experts;		/* Mixtral's num_local_experts, the others'
 				 * num_experts; 0: a dense FFN */
 	int n_experts_used;	/* num_experts_per_tok: the top k of the router */
@@ -68,6 +85,11 @@ struct sf_config {
 	int shared_hidden_dim;	/* Qwen2-MoE's shared_expert_intermediate_size:
 				 * the shared expert every token takes, scaled by
 				 * sigmoid(shared_expert_gate x); 0: none */
+	int moe_bias;		/* gpt-oss: the router's and the experts' biases */
+	/* gpt-oss's experts: gate clamped above at swiglu_limit, up to
+	 * [-limit, limit], (up + 1) * gate * sigmoid(swiglu_alpha * gate);
+	 * limit 0: silu(gate) * up */
+	float swiglu_limit, swiglu_alpha;
 };
 
 /* Reads PATH (DIR/config.json). Shape fields (hidden_size,

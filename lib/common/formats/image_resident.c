@@ -59,6 +59,10 @@ void image_plan_tensors(struct plan *p)
 			T(bk, "self_attn.k_proj.bias", 1);
 			T(bv, "self_attn.v_proj.bias", 1);
 		}
+		if (m->cfg.o_bias)
+			T(bo, "self_attn.o_proj.bias", 1);
+		if (m->cfg.attn_sinks)
+			T(sinks, "self_attn.sinks", 1);
 		if (m->cfg.qk_norm) {
 			T(q_norm, "self_attn.q_norm.weight", 1);
 			T(k_norm, "self_attn.k_norm.weight", 1);
@@ -69,11 +73,24 @@ void image_plan_tensors(struct plan *p)
 				for (int i = 0; i < G->nmat; i++)
 					add_tensor(p, G->mat[i].tensor, G->mat[i].w, 2, -1);
 		}
-		/* a mixture's router and shared expert run every token */
+		/* a mixture's router and shared expert run every token; gpt-oss's
+		 * biases of the router and of each expert are resident beside
+		 * the experts' records on flash */
 		if (m->cfg.n_experts) {
-			const char *moe = m->cfg.arch == SF_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
-			snprintf(n, sizeof(n), "model.layers.%d.%s.gate.weight", l, moe);
+			sf_model_router_tensor(&m->cfg, l, 0, n, sizeof(n));
 			add_tensor(p, n, &L->router, 2, -1);
+		}
+		if (m->cfg.moe_bias) {
+			sf_model_router_tensor(&m->cfg, l, 1, n, sizeof(n));
+			add_tensor(p, n, &L->router_bias, 1, -1);
+			for (int x = 0; x < m->cfg.n_experts; x++) {
+				const struct sf_expert_weights *X = &L->experts[x];
+				const struct sf_weight *b[3] = { &X->b_gate, &X->b_up, &X->b_down };
+				for (int i = 0; i < 3; i++) {
+					sf_model_expert_tensor(&m->cfg, l, x, 3 + i, n, sizeof(n));
+					add_tensor(p, n, b[i], 1, -1);
+				}
+			}
 		}
 		if (m->cfg.shared_hidden_dim) {
 			T(shared.w_gate, "mlp.shared_expert.gate_proj.weight", 2);

@@ -15,6 +15,7 @@
 
 #include "base/bytes.h"
 #include "formats/model_gguf.h"
+#include "formats/model_gptoss.h"
 
 // --- fingerprint
 
@@ -100,6 +101,20 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 		fnv_feed(h, "shared_hidden_dim=%d\n", c->shared_hidden_dim);
 	if (c->clip_qkv > 0.0f)	/* OLMoE's */
 		fnv_feed(h, "clip_qkv=%08" PRIx32 "\n", float_bits(c->clip_qkv));
+	if (c->rope_yarn)
+		fnv_feed(h, "rope_yarn=%08" PRIx32 ",%08" PRIx32 ",%08" PRIx32 ",%08" PRIx32
+			 ",%d,%d\n", float_bits(c->rope_factor), float_bits(c->rope_beta_fast),
+			 float_bits(c->rope_beta_slow), float_bits(c->rope_attn_factor),
+			 c->rope_orig_max_pos, c->rope_truncate);
+	if (c->arch == SF_ARCH_GPT_OSS) {	/* its own, every other fingerprint stays */
+		fnv_feed(h, "o_bias=%d\nsinks=%d\nmoe_bias=%d\nswiglu=%08" PRIx32 ",%08" PRIx32
+			 "\nwindow=%d\nsliding=", c->o_bias, c->attn_sinks, c->moe_bias,
+			 float_bits(c->swiglu_limit), float_bits(c->swiglu_alpha),
+			 c->sliding_window);
+		for (int l = 0; l < c->n_layers; l++)
+			fnv_feed(h, "%d", c->layer_sliding[l]);
+		fnv_feed(h, "\n");
+	}
 	if (c->rope_interleaved)	/* a llama GGUF's only */
 		fnv_feed(h, "rope_interleaved=1\n");
 	for (int i = 0; i < c->n_rope_freqs; i++)	/* a GGUF's rope_freqs.weight */
@@ -145,14 +160,8 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 	}
 	if (t->ndim != ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
 		char got[160], want[64];
-		size_t k = 0;
 
-		k += (size_t)snprintf(got, sizeof(got), "[");
-		for (int i = 0; i < t->ndim && k < sizeof(got); i++)
-			k += (size_t)snprintf(got + k, sizeof(got) - k, "%s%llu", i ? ", " : "",
-					      (unsigned long long)t->shape[i]);
-		if (k < sizeof(got))
-			snprintf(got + k, sizeof(got) - k, "]");
+		sf_shape_str(got, sizeof(got), t->ndim, t->shape);
 		if (cols)
 			snprintf(want, sizeof(want), "[%llu, %llu]", (unsigned long long)rows,
 				 (unsigned long long)cols);
@@ -173,6 +182,9 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 	 * every kernel takes; an image's reader block dtypes too, which the
 	 * row products and lookups take on whole blocks, and a GGUF's in any
 	 * matrix. */
+	if (t->dtype == SF_DTYPE_U8)
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': dtype U8, expected F32, F16 or "
+				  "BF16", st->paths[t->file], name);
 	if (sf_dtype_is_block(t->dtype) &&
 	    (!(flags & BIND_ROWS_QUANTIZED || (b->block_rows && cols)) || cols % SF_QBLOCK))
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': dtype %s: only the embedding "
@@ -219,6 +231,10 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(bk, "self_attn.k_proj.bias", kv, 0, BIND_HEAD_DIM);
 		B(bv, "self_attn.v_proj.bias", kv, 0, BIND_HEAD_DIM);
 	}
+	if (c->o_bias)
+		B(bo, "self_attn.o_proj.bias", dim, 0, 0);
+	if (c->attn_sinks)
+		B(sinks, "self_attn.sinks", (uint64_t)c->n_heads, 0, 0);
 	if (c->qk_norm == SF_QK_NORM_HEAD) {
 		B(q_norm, "self_attn.q_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
 		B(k_norm, "self_attn.k_norm.weight", (uint64_t)c->head_dim, 0, BIND_HEAD_DIM);
@@ -234,22 +250,28 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		return 0;
 	}
 	{
-		char ex[96];
+		/* names from the layer's prefix on, as B takes them */
+		char full[SF_TENSOR_NAME_MAX];
+		size_t skip = (size_t)snprintf(full, sizeof(full), "model.layers.%d.", l);
 
-		snprintf(ex, sizeof(ex), "%s.gate.weight",
-			 c->arch == SF_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp");
-		B(router, ex, (uint64_t)c->n_experts, dim, BIND_EXPERTS);
+		sf_model_router_tensor(c, l, 0, full, sizeof(full));
+		B(router, full + skip, (uint64_t)c->n_experts, dim, BIND_EXPERTS);
+		if (c->moe_bias) {
+			sf_model_router_tensor(c, l, 1, full, sizeof(full));
+			B(router_bias, full + skip, (uint64_t)c->n_experts, 0, BIND_EXPERTS);
+		}
 		w->experts = b->m->experts + (size_t)l * (size_t)c->n_experts;
 		for (int x = 0; x < c->n_experts; x++) {
-			/* names from the layer's prefix on, as B takes them */
-			char full[SF_TENSOR_NAME_MAX];
-			size_t skip = (size_t)snprintf(full, sizeof(full), "model.layers.%d.", l);
-			sf_model_expert_tensor(c, l, x, 0, full, sizeof(full));
-			B(experts[x].w_gate, full + skip, hid, dim, BIND_ROWS_QUANTIZED);
-			sf_model_expert_tensor(c, l, x, 1, full, sizeof(full));
-			B(experts[x].w_up, full + skip, hid, dim, BIND_ROWS_QUANTIZED);
-			sf_model_expert_tensor(c, l, x, 2, full, sizeof(full));
-			B(experts[x].w_down, full + skip, dim, hid, BIND_ROWS_QUANTIZED);
+			struct sf_expert_weights *xw = &w->experts[x];
+			struct sf_weight *mw[6] = { &xw->w_gate, &xw->w_up, &xw->w_down,
+						    &xw->b_gate, &xw->b_up, &xw->b_down };
+			for (int i = 0; i < (c->moe_bias ? 6 : 3); i++) {
+				sf_model_expert_tensor(c, l, x, i, full, sizeof(full));
+				if ((ret = bind(b, mw[i], full, i % 3 == 2 ? dim : hid,
+						i >= 3 ? 0 : i == 2 ? hid : dim,
+						i >= 3 ? 0 : BIND_ROWS_QUANTIZED, e)))
+					return ret;
+			}
 		}
 	}
 	if (c->shared_hidden_dim) {
@@ -274,12 +296,13 @@ uint64_t sf_model_bytes(const struct sf_model *m)
 
 /* Layer l's tensors but its routed experts'; those a model lacks have
  * data NULL. */
-#define LAYER_TENSORS 19
+#define LAYER_TENSORS 22
 static void layer_tensors(const struct sf_model *m, int l, const struct sf_weight **all)
 {
 	const struct sf_layer_weights *w = &m->layers[l];
 	const struct sf_weight *t[LAYER_TENSORS] = { &w->attn_norm, &w->wq, &w->wk, &w->wv,
-						     &w->wo, &w->bq, &w->bk, &w->bv,
+						     &w->wo, &w->bq, &w->bk, &w->bv, &w->bo,
+						     &w->sinks, &w->router_bias,
 						     &w->q_norm, &w->k_norm, &w->ffn_norm,
 						     &w->w_gate, &w->w_up, &w->w_down,
 						     &w->router, &w->shared.w_gate,
@@ -288,7 +311,9 @@ static void layer_tensors(const struct sf_model *m, int l, const struct sf_weigh
 	memcpy(all, t, sizeof(t));
 }
 
-/* Expert x's three matrices in layer l. */
+/* Expert x's three matrices in layer l and their biases (data NULL
+ * when it has none). */
+#define EXPERT_TENSORS 6
 static void expert_tensors(const struct sf_model *m, int l, int x, const struct sf_weight **all)
 {
 	const struct sf_expert_weights *w = &m->layers[l].experts[x];
@@ -296,6 +321,9 @@ static void expert_tensors(const struct sf_model *m, int l, int x, const struct 
 	all[0] = &w->w_gate;
 	all[1] = &w->w_up;
 	all[2] = &w->w_down;
+	all[3] = &w->b_gate;
+	all[4] = &w->b_up;
+	all[5] = &w->b_down;
 }
 
 uint64_t sf_weight_bytes(const struct sf_weight *w)
@@ -318,7 +346,7 @@ uint64_t sf_model_layer_bytes(const struct sf_model *m, int l)
 		n += sf_weight_bytes(all[i]);
 	for (int x = 0; x < m->cfg.n_experts; x++) {
 		expert_tensors(m, l, x, all);
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < EXPERT_TENSORS; i++)
 			n += sf_weight_bytes(all[i]);
 	}
 	return n;
@@ -355,7 +383,7 @@ void sf_model_release_layer(const struct sf_model *m, int l)
 		sf_model_release(m, all[i]);
 	for (int x = 0; x < m->cfg.n_experts; x++) {
 		expert_tensors(m, l, x, all);
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < EXPERT_TENSORS; i++)
 			sf_model_release(m, all[i]);
 	}
 }
@@ -409,6 +437,8 @@ float sf_weight_at(const struct sf_weight *w, uint64_t i)
 	case SF_DTYPE_Q8X16:
 	case SF_DTYPE_Q4X16:
 		break;	/* vectors only (sf_weight_row) */
+	case SF_DTYPE_U8:
+		break;	/* never bound */
 	}
 	return 0.0f;
 }
@@ -547,6 +577,11 @@ static int open_any(struct sf_model *m, const char *path, int element_only, stru
 		goto out;
 	if ((ret = sf_safetensors_open(&m->st, path, e)))
 		goto out;
+	/* gpt-oss's experts fused in its checkpoints, one tensor a matrix
+	 * and expert as the engine binds them */
+	if (m->cfg.arch == SF_ARCH_GPT_OSS &&
+	    (ret = sf_gptoss_split_experts(&m->st, &m->converted, &m->cfg, e)))
+		goto out;
 	ret = bind_all(m, &m->st, 1, 0, e);
 out:
 	free(cfg);
@@ -583,8 +618,16 @@ void sf_model_expert_tensor(const struct sf_config *c, int l, int x, int i, char
 	static const char *const others[3] = { "gate_proj", "up_proj", "down_proj" };
 	int mx = c->arch == SF_ARCH_MIXTRAL;
 
-	snprintf(buf, n, "model.layers.%d.%s.experts.%d.%s.weight", l,
-		 mx ? "block_sparse_moe" : "mlp", x, (mx ? mixtral : others)[i]);
+	snprintf(buf, n, "model.layers.%d.%s.experts.%d.%s.%s", l,
+		 mx ? "block_sparse_moe" : "mlp", x, (mx ? mixtral : others)[i % 3],
+		 i < 3 ? "weight" : "bias");
+}
+
+void sf_model_router_tensor(const struct sf_config *c, int l, int bias, char *buf, size_t n)
+{
+	snprintf(buf, n, "model.layers.%d.%s.%s", l,
+		 c->arch == SF_ARCH_MIXTRAL ? "block_sparse_moe.gate"
+		 : c->arch == SF_ARCH_GPT_OSS ? "mlp.router" : "mlp.gate", bias ? "bias" : "weight");
 }
 
 int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err *e)

@@ -22,12 +22,16 @@ struct sf_weight {
 };
 
 /* One of a mixture's experts (Mixtral's w1, w3 and w2, the others'
- * gate_proj, up_proj and down_proj), or Qwen2-MoE's shared expert, whose
- * width is shared_hidden_dim in place of hidden_dim. */
+ * gate_proj, up_proj and down_proj, gpt-oss's slices of its fused
+ * tensors: model_gptoss.h), or Qwen2-MoE's shared expert, whose width is
+ * shared_hidden_dim in place of hidden_dim. */
 struct sf_expert_weights {
 	struct sf_weight w_gate;	/* (hidden_dim, dim) w1 */
 	struct sf_weight w_up;		/* (hidden_dim, dim) w3 */
 	struct sf_weight w_down;	/* (dim, hidden_dim) w2 */
+	/* gpt-oss's biases (cfg.moe_bias), else data NULL */
+	struct sf_weight b_gate, b_up;	/* (hidden_dim) */
+	struct sf_weight b_down;	/* (dim) */
 };
 
 struct sf_layer_weights {
@@ -37,6 +41,8 @@ struct sf_layer_weights {
 	struct sf_weight wv;		/* (n_kv_heads * head_dim, dim) */
 	struct sf_weight wo;		/* (dim, n_heads * head_dim) */
 	struct sf_weight bq, bk, bv;	/* biases when cfg.qkv_bias, else data NULL */
+	struct sf_weight bo;		/* (dim) when cfg.o_bias, else data NULL */
+	struct sf_weight sinks;		/* (n_heads) when cfg.attn_sinks, else data NULL */
 	/* cfg.qk_norm's gains, else data NULL: (head_dim) each per head,
 	 * (n_heads * head_dim) and (n_kv_heads * head_dim) over the whole */
 	struct sf_weight q_norm, k_norm;
@@ -46,7 +52,9 @@ struct sf_layer_weights {
 	struct sf_weight w_up;		/* (hidden_dim, dim) */
 	struct sf_weight w_down;	/* (dim, hidden_dim) */
 	/* a mixture's (cfg.n_experts > 0) router and experts, else NULL data */
-	struct sf_weight router;	/* (n_experts, dim) block_sparse_moe.gate, mlp.gate */
+	struct sf_weight router;	/* (n_experts, dim) block_sparse_moe.gate, mlp.gate,
+					 * gpt-oss's mlp.router */
+	struct sf_weight router_bias;	/* (n_experts) when cfg.moe_bias, else data NULL */
 	struct sf_expert_weights *experts;	/* (n_experts) */
 	/* Qwen2-MoE's (cfg.shared_hidden_dim > 0), else NULL data */
 	struct sf_expert_weights shared;	/* mlp.shared_expert */
@@ -122,8 +130,13 @@ int sf_model_dense_ffn(const struct sf_model *m, const char *dir, struct sf_err 
 /* The Hugging Face name of matrix i (0 gate, 1 up, 2 down) of routed
  * expert x in layer l of a mixture of c's family: Mixtral's
  * block_sparse_moe.experts.X.w1/w3/w2, the others'
- * mlp.experts.X.gate_proj/up_proj/down_proj. */
+ * mlp.experts.X.gate_proj/up_proj/down_proj.weight; i 3, 4, 5: the bias
+ * of 0, 1, 2 (.bias). gpt-oss's checkpoints hold its experts fused
+ * (model_gptoss.h): these are the names of their slices. */
 void sf_model_expert_tensor(const struct sf_config *c, int l, int x, int i, char *buf, size_t n);
+/* The name of layer l's router (bias: its bias): Mixtral's
+ * block_sparse_moe.gate, gpt-oss's mlp.router, the others' mlp.gate. */
+void sf_model_router_tensor(const struct sf_config *c, int l, int bias, char *buf, size_t n);
 /* The bytes of m's tensors (0 for a model bound to another's), of one
  * weight (0 when it has no data), of layer l's tensors, and of the
  * weights a pass that releases each layer after it holds at most: all

@@ -221,11 +221,6 @@ static void convert_worker(void *arg, int ith, int nth)
 	c->ret[ith] = ret;
 }
 
-static int tensor_cmp(const void *a, const void *b)
-{
-	return strcmp(((const struct sf_tensor *)a)->name, ((const struct sf_tensor *)b)->name);
-}
-
 int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf_gguf *g,
 			  const struct sf_config *cfg, int element_only, struct sf_err *e)
 {
@@ -383,7 +378,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		if (!in_place(&g->tensors[i]))
 			sf_safetensors_release(st, g->tensors[i].data, (size_t)g->tensors[i].nbytes);
 	/* names differ as llama.cpp's do: the mapping is one to one */
-	qsort(st->tensors, st->ntensors, sizeof(*st->tensors), tensor_cmp);
+	sf_safetensors_sort(st);
 	*converted = arena;
 	return 0;
 fail:

@@ -29,7 +29,7 @@
 static int dtype_is_foreign(const char *name)
 {
 	static const char *const other[] = {
-		"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
+		"BOOL", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
 		"F6_E3M2", "I16", "U16", "I32", "U32", "F64", "I64", "U64", "C64",
 	};
 
@@ -75,8 +75,7 @@ static char *join_path(const char *dir, const char *name)
 	return p;
 }
 
-/* Shape as "[a, b]" for messages. */
-static const char *shape_str(char *buf, size_t size, int ndim, const uint64_t *shape)
+const char *sf_shape_str(char *buf, size_t size, int ndim, const uint64_t *shape)
 {
 	size_t k = 0;
 
@@ -92,6 +91,11 @@ static const char *shape_str(char *buf, size_t size, int ndim, const uint64_t *s
 static int cmp_tensor_name(const void *a, const void *b)
 {
 	return strcmp(((const struct sf_tensor *)a)->name, ((const struct sf_tensor *)b)->name);
+}
+
+void sf_safetensors_sort(struct sf_safetensors *st)
+{
+	qsort(st->tensors, st->ntensors, sizeof(*st->tensors), cmp_tensor_name);
 }
 
 static int cmp_tensor_offset(const void *a, const void *b)
@@ -191,7 +195,11 @@ static int parse_entry(const char *path, const char *name, json_t *v, const unsi
 	if (!json_is_string(jd))
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': 'dtype' %s, expected a string",
 				  path, name, jd ? "is not a string" : "missing");
-	if (sf_dtype_parse(json_string_value(jd), &t->dtype)) {
+	/* U8: gpt-oss's MXFP4 blocks and scales, which only its reader takes
+	 * (formats/model_gptoss.h); bound as a weight, refused */
+	if (!strcmp(json_string_value(jd), "U8"))
+		t->dtype = SF_DTYPE_U8;
+	else if (sf_dtype_parse(json_string_value(jd), &t->dtype)) {
 		const char *d = json_string_value(jd);
 		int foreign = dtype_is_foreign(d);
 
@@ -219,11 +227,11 @@ static int parse_entry(const char *path, const char *name, json_t *v, const unsi
 		t->shape[i] = (uint64_t)json_integer_value(d);
 		if (__builtin_mul_overflow(count, t->shape[i], &count))
 			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': shape %s overflows 64 bits",
-					  path, name, shape_str(sb, sizeof(sb), i + 1, t->shape));
+					  path, name, sf_shape_str(sb, sizeof(sb), i + 1, t->shape));
 	}
 	if (__builtin_mul_overflow(count, (uint64_t)sf_dtype_size(t->dtype), &nbytes))
 		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': shape %s of %s overflows 64 bits",
-				  path, name, shape_str(sb, sizeof(sb), t->ndim, t->shape),
+				  path, name, sf_shape_str(sb, sizeof(sb), t->ndim, t->shape),
 				  sf_dtype_name(t->dtype));
 	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
 	    !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)) ||
@@ -242,7 +250,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, const unsi
 				  "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, shape %s of %s needs %llu",
 				  path, name, (unsigned long long)begin, (unsigned long long)end,
 				  (unsigned long long)(end - begin),
-				  shape_str(sb, sizeof(sb), t->ndim, t->shape), sf_dtype_name(t->dtype),
+				  sf_shape_str(sb, sizeof(sb), t->ndim, t->shape), sf_dtype_name(t->dtype),
 				  (unsigned long long)nbytes);
 	if (end > buf_size)
 		return sf_err_set(e, SF_EFORMAT,
@@ -441,7 +449,7 @@ out:
 static int sort_tensors(struct sf_safetensors *st, struct sf_err *e)
 {
 	if (st->ntensors > 1)
-		qsort(st->tensors, st->ntensors, sizeof(*st->tensors), cmp_tensor_name);
+		sf_safetensors_sort(st);
 	for (size_t i = 1; i < st->ntensors; i++) {
 		const struct sf_tensor *a = &st->tensors[i - 1], *b = &st->tensors[i];
 

@@ -63,6 +63,15 @@ void sf_safetensors_close(struct sf_safetensors *st);	/* accepts a zeroed st */
  * a model larger than memory keep only the layer at hand resident. */
 void sf_safetensors_release(const struct sf_safetensors *st, const void *p, size_t n);
 
+/* A shape as "[a, b]" for messages, into buf (size bytes, truncated to
+ * fit); returns buf. */
+const char *sf_shape_str(char *buf, size_t size, int ndim, const uint64_t *shape);
+
+/* st's tensors sorted by name, as sf_safetensors_find needs them: for a
+ * tensor set built by a reader of another layout (a GGUF's, gpt-oss's
+ * split experts). */
+void sf_safetensors_sort(struct sf_safetensors *st);
+
 /* NULL when absent. Binary search: O(log n). */
 const struct sf_tensor *sf_safetensors_find(const struct sf_safetensors *st, const char *name);
 
