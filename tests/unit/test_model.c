@@ -247,11 +247,12 @@ static void test_config(void)
 	j = with(base_config(), "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
 	ret = VARIANT(with(j, "attention_bias", json_true()));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'attention_bias': true unsupported");
-	/* Mixtral: MixtralConfig's 8 experts, 2 a token; a top k above the
-	 * count refused. */
-	ret = VARIANT(with(base_config(), "architectures", json_pack("[s]", "MixtralForCausalLM")));
-	CHECK(ret == 0 && c.arch == SF_ARCH_MIXTRAL && c.n_experts == 8 && c.n_experts_used == 2,
-	      "mixtral: %d %s", ret, e.msg);
+	/* Mixtral: MixtralConfig's 8 experts, 2 a token, rope_theta 1e6; a
+	 * top k above the count refused. */
+	j = with(base_config(), "architectures", json_pack("[s]", "MixtralForCausalLM"));
+	ret = VARIANT(with(j, "rope_theta", NULL));
+	CHECK(ret == 0 && c.arch == SF_ARCH_MIXTRAL && c.n_experts == 8 && c.n_experts_used == 2 &&
+	      c.rope_theta == 1e6f, "mixtral: %d %s theta %g", ret, e.msg, c.rope_theta);
 	j = with(base_config(), "architectures", json_pack("[s]", "MixtralForCausalLM"));
 	ret = VARIANT(with(j, "num_experts_per_tok", json_integer(9)));
 	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_experts_per_tok' 9 is above 'num_local_experts' 8");

@@ -27,24 +27,25 @@
 #define SEQ_MAX (1 << 24)
 
 #define QWEN3_HEAD_DIM 128	/* Qwen3Config's head_dim when absent */
-#define GPT_OSS_THETA 150000.0	/* GptOssConfig's rope_theta when absent */
 #define EXPERTS_MAX 1024
 
+/* The config classes' defaults where config.json leaves a value out. */
 static const struct {
 	const char *arch;	/* architectures[0] */
 	const char *type;	/* model_type */
 	enum sf_arch id;
-	double eps;		/* the config class's rms_norm_eps */
+	double eps;		/* rms_norm_eps */
+	double theta;		/* rope_theta */
 } archs[] = {
-	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA, 1e-6 },
-	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL, 1e-6 },
-	{ "MixtralForCausalLM", "mixtral", SF_ARCH_MIXTRAL, 1e-5 },
-	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2, 1e-6 },
-	{ "Qwen3ForCausalLM", "qwen3", SF_ARCH_QWEN3, 1e-6 },
-	{ "Qwen2MoeForCausalLM", "qwen2_moe", SF_ARCH_QWEN2_MOE, 1e-6 },
-	{ "Qwen3MoeForCausalLM", "qwen3_moe", SF_ARCH_QWEN3_MOE, 1e-6 },
-	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5 },
-	{ "GptOssForCausalLM", "gpt_oss", SF_ARCH_GPT_OSS, 1e-5 },
+	{ "LlamaForCausalLM", "llama", SF_ARCH_LLAMA, 1e-6, 10000.0 },
+	{ "MistralForCausalLM", "mistral", SF_ARCH_MISTRAL, 1e-6, 10000.0 },
+	{ "MixtralForCausalLM", "mixtral", SF_ARCH_MIXTRAL, 1e-5, 1e6 },
+	{ "Qwen2ForCausalLM", "qwen2", SF_ARCH_QWEN2, 1e-6, 10000.0 },
+	{ "Qwen3ForCausalLM", "qwen3", SF_ARCH_QWEN3, 1e-6, 10000.0 },
+	{ "Qwen2MoeForCausalLM", "qwen2_moe", SF_ARCH_QWEN2_MOE, 1e-6, 10000.0 },
+	{ "Qwen3MoeForCausalLM", "qwen3_moe", SF_ARCH_QWEN3_MOE, 1e-6, 10000.0 },
+	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5, 10000.0 },
+	{ "GptOssForCausalLM", "gpt_oss", SF_ARCH_GPT_OSS, 1e-5, 150000.0 },
 };
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
@@ -56,12 +57,16 @@ const char *sf_arch_name(enum sf_arch a)
 	return "?";
 }
 
-static double arch_eps(enum sf_arch a)
+/* Architecture a's defaults: *eps, *theta. */
+static void arch_defaults(enum sf_arch a, double *eps, double *theta)
 {
+	*eps = 1e-6;
+	*theta = 10000.0;
 	for (size_t i = 0; i < NARCHS; i++)
-		if (archs[i].id == a)
-			return archs[i].eps;
-	return 1e-6;
+		if (archs[i].id == a) {
+			*eps = archs[i].eps;
+			*theta = archs[i].theta;
+		}
 }
 
 const char *sf_config_experts_key(const struct sf_config *c)
@@ -641,11 +646,11 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3, &json_names,
 			       e)))
 		goto out;
-	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, arch_eps(c->arch), 0, 0, 1,
-			   &c->norm_eps, e)) ||
-	    (ret = get_num(path, root, "", "rope_theta", 0,
-			   c->arch == SF_ARCH_GPT_OSS ? GPT_OSS_THETA : 10000.0, 0, 0, 1e12,
-			   &c->rope_theta, e)) ||
+	double eps, theta;
+	arch_defaults(c->arch, &eps, &theta);
+	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, eps, 0, 0, 1, &c->norm_eps, e)) ||
+	    (ret = get_num(path, root, "", "rope_theta", 0, theta, 0, 0, 1e12, &c->rope_theta,
+			   e)) ||
 	    (ret = parse_rope_scaling(path, root, c, e)) ||
 	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
 	    (ret = refuse_unsupported(path, root, c, e)) ||
