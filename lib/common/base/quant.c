@@ -174,7 +174,8 @@ void sf_qtile_pack(uint8_t *tile, const uint8_t *const *rows, enum sf_dtype dt, 
 			for (size_t i = 0; i < SF_QBLOCK; i++) {
 				int shift;
 				unsigned v = (unsigned)(sf_q_code(c, dt, i) + sf_q_bias(dt));
-				codes[sf_qtile_byte(dt, r, i, &shift)] |= (uint8_t)(v << shift);
+				size_t at = sf_qtile_byte(dt, r, i, &shift);	/* shift first */
+				codes[at] |= (uint8_t)(v << shift);
 			}
 		}
 	}
