@@ -67,8 +67,8 @@ static void worker(void *arg, int ith, int nth)
 		sf_qmatmul_rows(j->y + lo, j->ldy, j->rowmat, j->dt, j->cols, j->x, j->cols, j->T, lo,
 				hi);
 	else if (j->tiles)
-		sf_qmatmul_rows(j->y + lo, j->ldy, j->tiles, j->dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16
-				: SF_DTYPE_Q4X16, j->cols, j->x, j->cols, j->T, lo, hi);
+		sf_qmatmul_rows(j->y + lo, j->ldy, j->tiles, sf_dtype_tiled(j->dt), j->cols, j->x,
+				j->cols, j->T, lo, hi);
 	else if (j->slab)
 		sf_qslab_int(j->y + lo, j->ldy, lo, hi, j->slab, j->pos, j->cols, j->x, j->ldx, j->T);
 	else if (j->integer)
@@ -163,13 +163,7 @@ int main(int argc, char **argv)
 	if (rows % SF_QTILE || posix_memalign((void **)&Tl, 2u << 20, copies * rows * rb))
 		return 1;
 	madvise(Tl, copies * rows * rb, MADV_HUGEPAGE);
-	for (size_t c = 0; c < copies; c++)
-		for (size_t i = 0; i < rows; i += SF_QTILE) {
-			const uint8_t *src[SF_QTILE];
-			for (size_t r = 0; r < SF_QTILE; r++)
-				src[r] = R + (c * rows + i + r) * rb;
-			sf_qtile_pack(Tl + (c * rows + i) * rb, src, dt, cols);
-		}
+	sf_qtile_pack(Tl, R, copies * rows, dt, cols);
 	for (size_t t = 0; t < T; t++)
 		for (size_t k = 0; k < cols; k++)
 			xr[t * cols + k] = x[k * ldx + t];

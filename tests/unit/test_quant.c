@@ -360,19 +360,16 @@ static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	}
 	if (tiled) {	/* the products read P, the bound W's rows */
 		P = malloc(rows * rb);
+		sf_qtile_pack(P, W, rows, dt, cols);
 		for (size_t i = 0; i < rows / SF_QTILE; i++) {
-			const uint8_t *src[SF_QTILE];
-			for (size_t r = 0; r < SF_QTILE; r++)
-				src[r] = W + (i * SF_QTILE + r) * rb;
-			sf_qtile_pack(P + i * SF_QTILE * rb, src, dt, cols);
 			for (size_t r = 0; r < SF_QTILE; r++) {
 				sf_qtile_dequant_row(f, P + i * SF_QTILE * rb, dt, cols, r);
-				sf_dequant_column(g, src[r], dt, cols);
+				sf_dequant_column(g, W + (i * SF_QTILE + r) * rb, dt, cols);
 				CHECK(!memcmp(f, g, cols * sizeof(float)), "%s tile %zu row %zu: "
 				      "dequantizes to another row", sf_dtype_name(dt), i, r);
 			}
 		}
-		dt = dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16 : SF_DTYPE_Q4X16;
+		dt = sf_dtype_tiled(dt);
 	}
 	const char *dn = sf_dtype_name(dt);
 	for (size_t i = 0; i < T * cols; i++)	/* block 1 of token 0 all zeros */

@@ -161,20 +161,24 @@ void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t ro
 		w[r] = sf_q_weight(src, dt, rows, r);
 }
 
-void sf_qtile_pack(uint8_t *tile, const uint8_t *const *rows, enum sf_dtype dt, size_t cols)
+void sf_qtile_pack(uint8_t *tiles, const uint8_t *rows, size_t n, enum sf_dtype dt, size_t cols)
 {
 	size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
 
-	memset(tile, 0, nb * bb);
-	for (size_t b = 0; b < nb; b++) {
-		uint8_t *p = tile + b * bb, *codes = p + 2 * SF_QTILE;
-		for (size_t r = 0; r < SF_QTILE; r++) {
-			const uint8_t *c = sf_q_codes_at(rows[r], dt, cols, b);
-			memcpy(p + 2 * r, sf_q_scale_at(rows[r], b), 2);
+	memset(tiles, 0, n * rb);
+	for (size_t r = 0; r < n; r++) {	/* row r % SF_QTILE of tile r / SF_QTILE */
+		const uint8_t *row = rows + r * rb;
+		uint8_t *tile = tiles + r / SF_QTILE * SF_QTILE * rb;
+		size_t tr = r % SF_QTILE;
+		for (size_t b = 0; b < nb; b++) {
+			uint8_t *p = tile + b * bb, *codes = p + 2 * SF_QTILE;
+			const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
+			memcpy(p + 2 * tr, sf_q_scale_at(row, b), 2);
 			for (size_t i = 0; i < SF_QBLOCK; i++) {
 				int shift;
 				unsigned v = (unsigned)(sf_q_code(c, dt, i) + sf_q_bias(dt));
-				size_t at = sf_qtile_byte(dt, r, i, &shift);	/* shift first */
+				size_t at = sf_qtile_byte(dt, tr, i, &shift);	/* shift first */
 				codes[at] |= (uint8_t)(v << shift);
 			}
 		}

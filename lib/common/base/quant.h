@@ -162,8 +162,9 @@ static inline int sf_qtile_code(const uint8_t *codes, enum sf_dtype dt, size_t r
 
 	return dt == SF_DTYPE_Q8 ? (int8_t)byte : ((byte >> shift) & 15) - 8;
 }
-/* The tile of SF_QTILE rows (rows[r] the start of row r), dt Q8 or Q4. */
-void sf_qtile_pack(uint8_t *tile, const uint8_t *const *rows, enum sf_dtype dt, size_t cols);
+/* n rows of dt (Q8 or Q4) one after another, n a multiple of SF_QTILE,
+ * as the n / SF_QTILE tiles they make, in the same bytes elsewhere. */
+void sf_qtile_pack(uint8_t *tiles, const uint8_t *rows, size_t n, enum sf_dtype dt, size_t cols);
 /* Row r (< SF_QTILE) of a tile of dt (Q8 or Q4) as floats, code * scale
  * as sf_dequant_column gives them. */
 void sf_qtile_dequant_row(float *w, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r);

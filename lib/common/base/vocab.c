@@ -74,6 +74,11 @@ enum sf_dtype sf_dtype_untiled(enum sf_dtype dt)
 	return dt == SF_DTYPE_Q8X16 ? SF_DTYPE_Q8 : dt == SF_DTYPE_Q4X16 ? SF_DTYPE_Q4 : dt;
 }
 
+enum sf_dtype sf_dtype_tiled(enum sf_dtype dt)
+{
+	return dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16 : dt == SF_DTYPE_Q4 ? SF_DTYPE_Q4X16 : dt;
+}
+
 int sf_dtype_is_top(enum sf_dtype dt)
 {
 	return dt != SF_DTYPE_Q6 && dt == sf_dtype_untiled(dt);

@@ -36,8 +36,9 @@ int sf_dtype_parse_any(const char *name, enum sf_dtype *dt);
 /* 1 for Q8, Q6, Q4 and their tiles. */
 int sf_dtype_is_block(enum sf_dtype dt);
 /* The block dtype a tiled one interleaves (Q8X16: Q8), dt itself for the
- * rest. */
+ * rest; and back, the tiles of Q8 or Q4 (dt itself for the rest). */
 enum sf_dtype sf_dtype_untiled(enum sf_dtype dt);
+enum sf_dtype sf_dtype_tiled(enum sf_dtype dt);
 /* 1 for the dtypes a top tier's columns may have: all but Q6 and tiles. */
 int sf_dtype_is_top(enum sf_dtype dt);
 /* Bytes of one column of `rows` rows: rows elements, or whole blocks (the

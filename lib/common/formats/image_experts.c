@@ -60,14 +60,6 @@ static int block_rows_fit(const struct sf_config *c)
 	return c->dim % SF_QBLOCK == 0 && c->hidden_dim % SF_QBLOCK == 0;
 }
 
-/* Q8 and Q4 rows as the image holds them from version 6: in tiles, the
- * row products' fastest layout (their rows are a multiple of 32, so of
- * SF_QTILE: block_rows_fit). */
-static enum sf_dtype tiled(enum sf_dtype dt)
-{
-	return dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16 : dt == SF_DTYPE_Q4 ? SF_DTYPE_Q4X16 : dt;
-}
-
 // ----------------------------------------------------------------------------
 // writer
 
@@ -102,7 +94,9 @@ int image_plan_experts(struct plan *p, struct sf_err *e)
 					  "%d and %d weights are not whole blocks of %d", m->source,
 					  sf_dtype_name((enum sf_dtype)p->o->dtype), c->dim,
 					  c->hidden_dim, SF_QBLOCK);
-		p->x.dt = tiled((enum sf_dtype)p->o->dtype);
+		/* from version 6 Q8 and Q4 rows lie in tiles, the row products'
+		 * fastest layout (their rows are whole blocks, so whole tiles) */
+		p->x.dt = sf_dtype_tiled((enum sf_dtype)p->o->dtype);
 	}
 	p->x.record_bytes = layout(c, p->x.dt, p->x.off);
 	if (!(p->x.region = calloc((size_t)p->nl, sizeof(*p->x.region))))
@@ -226,7 +220,7 @@ int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e)
 		return sf_err_set(e, SF_EFORMAT, "%s: source_dtype missing, or not F32, F16 or BF16 "
 				  "(dtype's own when that is one)", where);
 	if (img->version >= 6)
-		img->experts.dtype = tiled(img->experts.dtype);
+		img->experts.dtype = sf_dtype_tiled(img->experts.dtype);
 	img->experts.record_bytes = layout(c, img->experts.dtype, off);
 	if ((ret = sf_json_u64(o, "record_bytes", INT64_MAX, &v, where, e)))
 		return ret;

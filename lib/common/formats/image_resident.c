@@ -148,12 +148,8 @@ int image_write_rows_quantized(struct wr *w, const char *name, const struct sf_w
 					 "block's scale beyond the F16 range", name, r0 + bad);
 			break;
 		}
-		for (size_t i = 0; t != q && i < n; i += SF_QTILE) {
-			const uint8_t *rows[SF_QTILE];
-			for (size_t r = 0; r < SF_QTILE; r++)
-				rows[r] = q + (i + r) * rb;
-			sf_qtile_pack(t + i * rb, rows, bt, cols);
-		}
+		if (t != q)
+			sf_qtile_pack(t, q, n, bt, cols);
 		ret = image_wr_put(w, t, n * rb, 1, e);
 	}
 	if (t != q)

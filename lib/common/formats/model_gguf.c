@@ -125,10 +125,9 @@ static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_on
 {
 	enum sf_dtype dt = block_dtype(t, element_only);
 
-	if (element_only || !sf_dtype_is_block(dt) || t->ne[1] % SF_QTILE ||
-	    !strcmp(t->name, "token_embd.weight"))
+	if (element_only || t->ne[1] % SF_QTILE || !strcmp(t->name, "token_embd.weight"))
 		return dt;
-	return dt == SF_DTYPE_Q4 ? SF_DTYPE_Q4X16 : SF_DTYPE_Q8X16;
+	return sf_dtype_tiled(dt);
 }
 
 static int in_place(const struct sf_gguf_tensor *t)
@@ -210,14 +209,11 @@ static void convert_worker(void *arg, int ith, int nth)
 		return;
 	}
 	uint8_t *scratch = c->tiles + (size_t)ith * c->tile_bytes;
-	const uint8_t *rows[SF_QTILE];
-	for (size_t r = 0; r < SF_QTILE; r++)
-		rows[r] = scratch + r * rb;
 	int ret = 0;
 	sf_pool_split((size_t)c->t->ne[1], SF_QTILE, ith, nth, &r0, &r1);
 	for (size_t r = r0; r < r1 && !ret; r += SF_QTILE)
 		if (!(ret = convert(scratch, c->t, bt, row, r, r + SF_QTILE)))
-			sf_qtile_pack(c->dst + r * rb, rows, bt, (size_t)c->t->ne[0]);
+			sf_qtile_pack(c->dst + r * rb, scratch, SF_QTILE, bt, (size_t)c->t->ne[0]);
 	c->ret[ith] = ret;
 }
 
