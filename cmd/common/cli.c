@@ -448,7 +448,7 @@ int sf_opt_dtype(const char *opt, const char *s, enum sf_opt_dtypes which)
 	if (lower && !sf_dtype_parse_any(up, &dt) &&
 	    (which == SF_OPT_DTYPES_TOP ? sf_dtype_is_top(dt)
 	     : which == SF_OPT_DTYPES_TOP_BLOCKS ? sf_dtype_is_top(dt) && sf_dtype_is_block(dt)
-	     : sf_dtype_is_block(dt)))
+	     : sf_dtype_is_block(dt) && dt != SF_DTYPE_MXFP4))	/* rows sf-pack writes */
 		return (int)dt;
 	sf_usage_error("%s: '%s' is not %s", opt, s, lists[which]);
 }

@@ -3,11 +3,13 @@
  * around the register blocks and column counts around every vector width
  * and tail, each (row, token) equals the one-token sf_matvec_rows of that
  * token over the same row range, bit for bit, and the portable reference
- * equals the same at its level. */
+ * equals the same at its level; MXFP4 rows give the floats of the BF16
+ * rows they widen to at every level, the reference's included. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/quant.h"
 #include "base/rng.h"
 #include "base/vocab.h"
 #include "engine/cpu.h"
@@ -24,7 +26,11 @@ static void fill(void *w, enum sf_dtype dt, size_t n, uint64_t *seed)
 		case SF_DTYPE_BF16: ((uint16_t *)w)[i] = sf_f32_to_bf16(f); break;
 		case SF_DTYPE_Q8:
 		case SF_DTYPE_Q6:
-		case SF_DTYPE_Q4: break;	/* block dtypes: test_quant */
+		case SF_DTYPE_Q4:
+		case SF_DTYPE_U8:
+		case SF_DTYPE_Q8X16:
+		case SF_DTYPE_Q4X16:
+		case SF_DTYPE_MXFP4: break;	/* block dtypes: test_quant, mx_case */
 		}
 	}
 }
@@ -55,6 +61,60 @@ static void check_case(enum sf_isa isa, enum sf_dtype dt, size_t rows, size_t co
 	free(y1);
 }
 
+/* rows [r0, r1) of random MXFP4 rows (every code, scales about 1 and at
+ * the ends of e8m0's range that stay finite) against the BF16 rows of
+ * the same weights, through sf_matmul_rows and sf_matmul_rows_ref. */
+static void mx_case(enum sf_isa isa, size_t rows, size_t cols, size_t T, size_t r0, size_t r1,
+		    uint64_t *seed)
+{
+	size_t rb = (size_t)sf_dtype_col_bytes(SF_DTYPE_MXFP4, cols), nb = cols / SF_QBLOCK;
+	uint8_t *mx = malloc(rows * rb);
+	uint16_t *bf = malloc(rows * cols * sizeof(uint16_t));
+	float *x = malloc(T * cols * sizeof(float));
+	float *y[4];
+
+	for (int i = 0; i < 4; i++)
+		y[i] = malloc(T * (r1 - r0) * sizeof(float));
+	for (size_t r = 0; r < rows; r++)
+		for (size_t b = 0; b < nb; b++) {
+			uint64_t u = sf_splitmix64(seed);
+			uint8_t e = u % 61 == 0 ? 0 : u % 67 == 0 ? 252 : (uint8_t)(118 + u % 20);
+			uint16_t h = sf_mxfp4_scale_bits(e);
+			uint8_t *c = mx + r * rb + 2 * nb + 16 * b;
+			mx[r * rb + 2 * b] = (uint8_t)h;
+			mx[r * rb + 2 * b + 1] = (uint8_t)(h >> 8);
+			for (size_t j = 0; j < 16; j++)
+				c[j] = (uint8_t)sf_splitmix64(seed);
+		}
+	for (size_t r = 0; r < rows; r++)
+		for (size_t j = 0; j < cols; j++) {
+			float w = sf_q_weight(mx + r * rb, SF_DTYPE_MXFP4, cols, j);
+			bf[r * cols + j] = sf_f32_to_bf16(w);
+			if (sf_bf16_to_f32(bf[r * cols + j]) != w) {
+				CHECK(0, "MXFP4 weight %g is no bf16", w);
+				goto out;
+			}
+		}
+	for (size_t i = 0; i < T * cols; i++)
+		x[i] = (float)(sf_rng_unit(seed) * 2.0 - 1.0);
+	sf_matmul_rows(y[0], r1 - r0, mx, SF_DTYPE_MXFP4, cols, x, cols, T, r0, r1);
+	sf_matmul_rows(y[1], r1 - r0, bf, SF_DTYPE_BF16, cols, x, cols, T, r0, r1);
+	sf_matmul_rows_ref(y[2], r1 - r0, mx, SF_DTYPE_MXFP4, cols, x, cols, T, r0, r1);
+	sf_matmul_rows_ref(y[3], r1 - r0, bf, SF_DTYPE_BF16, cols, x, cols, T, r0, r1);
+	CHECK(!memcmp(y[0], y[1], T * (r1 - r0) * sizeof(float)),
+	      "%s MXFP4: rows %zu..%zu of %zux%zu, %zu tokens: not the BF16 rows' floats",
+	      sf_isa_name(isa), r0, r1, rows, cols, T);
+	CHECK(!memcmp(y[2], y[3], T * (r1 - r0) * sizeof(float)),
+	      "ref MXFP4: rows %zu..%zu of %zux%zu, %zu tokens: not the BF16 rows' floats",
+	      r0, r1, rows, cols, T);
+out:
+	for (int i = 0; i < 4; i++)
+		free(y[i]);
+	free(mx);
+	free(bf);
+	free(x);
+}
+
 int main(void)
 {
 	static const size_t cols[] = { 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 257 };
@@ -80,6 +140,14 @@ int main(void)
 		 * the batched product */
 		for (size_t d = 0; d < 3; d++)
 			check_case(isa, dts[d], 14, 1100, 70, 1, 14, &seed);
+		/* MXFP4: whole blocks; chunks of rows (16 of 4,096 columns) */
+		for (size_t t = 0; t < sizeof(toks) / sizeof(toks[0]); t += 3) {
+			mx_case(isa, 11, 32, toks[t], 0, 11, &seed);
+			mx_case(isa, 11, 96, toks[t], 1, 10, &seed);
+			mx_case(isa, 14, 64, toks[t], 5, 7, &seed);
+			mx_case(isa, 37, 4096, toks[t], 1, 36, &seed);
+		}
+		mx_case(isa, 9, SF_MXFP4_COLS_MAX, 2, 0, 9, &seed);
 	}
 	sf_cpu_use_best();
 	return unit_exit();

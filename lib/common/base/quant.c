@@ -25,6 +25,9 @@ int sf_quant_method_parse(const char *name, enum sf_quant_method *m)
 	return 0;
 }
 
+const float sf_e2m1[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+			    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
+
 float sf_quant_scale(const uint8_t *col, size_t b)
 {
 	return sf_f16_to_f32(sf_get_le16(sf_q_scale_at(col, b)));

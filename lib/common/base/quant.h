@@ -122,11 +122,36 @@ static inline int sf_q_code(const uint8_t *codes, enum sf_dtype dt, size_t i)
 	return dt == SF_DTYPE_Q8 ? sf_q8_code(codes, i)
 	     : dt == SF_DTYPE_Q6 ? sf_q6_code(codes, i) : sf_q4_code(codes, i);
 }
+
+/* MXFP4 (vocab.h): a row in Q4's block layout, each block's scale a
+ * bf16 power of two (2^(e - 127) for the OCP format's e8m0 byte e), each
+ * code the index of an e2m1 value (sign, two exponent bits, one mantissa
+ * bit): weight = sf_e2m1[code] * scale, exact in f32 (two significant
+ * bits). e = 255 (not a number) has no scale; a weight past f32's range
+ * is the reader's to refuse. */
+extern const float sf_e2m1[16];
+/* The widest MXFP4 row the kernels take (they widen rows four at a time
+ * on the stack); readers refuse wider ones. */
+#define SF_MXFP4_COLS_MAX 16384
+/* The scale of e8m0 byte e < 255 as bf16 bits: 2^-127 is subnormal. */
+static inline uint16_t sf_mxfp4_scale_bits(uint8_t e)
+{
+	return e ? (uint16_t)(e << 7) : 0x0040;
+}
+static inline int sf_mxfp4_code(const uint8_t *codes, size_t i)
+{
+	return (codes[i % 16] >> (i / 16 * 4)) & 15;
+}
+
 /* The weight of row r of the column at col: code * scale in f32, as every
  * kernel computes it. */
 static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t r)
 {
 	const uint8_t *c = sf_q_codes_at(col, dt, rows, r / SF_QBLOCK);
+	if (dt == SF_DTYPE_MXFP4)
+		return sf_e2m1[sf_mxfp4_code(c, r % SF_QBLOCK)] *
+		       sf_bf16_to_f32((uint16_t)(col[2 * (r / SF_QBLOCK)] |
+						 col[2 * (r / SF_QBLOCK) + 1] << 8));
 	return (float)sf_q_code(c, dt, r % SF_QBLOCK) * sf_quant_scale(col, r / SF_QBLOCK);
 }
 

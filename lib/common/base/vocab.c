@@ -19,7 +19,8 @@ size_t sf_dtype_size(enum sf_dtype dt)
 	case SF_DTYPE_Q4:
 	case SF_DTYPE_Q6:
 	case SF_DTYPE_Q8X16:
-	case SF_DTYPE_Q4X16: break;
+	case SF_DTYPE_Q4X16:
+	case SF_DTYPE_MXFP4: break;
 	}
 	return 0;
 }
@@ -36,6 +37,7 @@ const char *sf_dtype_name(enum sf_dtype dt)
 	case SF_DTYPE_U8: return "U8";
 	case SF_DTYPE_Q8X16: return "Q8x16";
 	case SF_DTYPE_Q4X16: return "Q4x16";
+	case SF_DTYPE_MXFP4: return "MXFP4";
 	}
 	return "?";
 }
@@ -43,7 +45,8 @@ const char *sf_dtype_name(enum sf_dtype dt)
 int sf_dtype_parse_any(const char *name, enum sf_dtype *dt)
 {
 	static const enum sf_dtype all[] = { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16,
-					     SF_DTYPE_Q8, SF_DTYPE_Q4, SF_DTYPE_Q6 };
+					     SF_DTYPE_Q8, SF_DTYPE_Q4, SF_DTYPE_Q6,
+					     SF_DTYPE_MXFP4 };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (!strcmp(name, sf_dtype_name(all[i]))) {
@@ -66,7 +69,7 @@ int sf_dtype_parse(const char *name, enum sf_dtype *dt)
 int sf_dtype_is_block(enum sf_dtype dt)
 {
 	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4 || dt == SF_DTYPE_Q6 ||
-	       dt == SF_DTYPE_Q8X16 || dt == SF_DTYPE_Q4X16;
+	       dt == SF_DTYPE_Q8X16 || dt == SF_DTYPE_Q4X16 || dt == SF_DTYPE_MXFP4;
 }
 
 enum sf_dtype sf_dtype_untiled(enum sf_dtype dt)
@@ -81,7 +84,7 @@ enum sf_dtype sf_dtype_tiled(enum sf_dtype dt)
 
 int sf_dtype_is_top(enum sf_dtype dt)
 {
-	return dt != SF_DTYPE_Q6 && dt == sf_dtype_untiled(dt);
+	return dt != SF_DTYPE_Q6 && dt != SF_DTYPE_MXFP4 && dt == sf_dtype_untiled(dt);
 }
 
 uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
@@ -90,7 +93,8 @@ uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
 
 	switch (sf_dtype_untiled(dt)) {
 	case SF_DTYPE_Q8: return blocks * SF_Q8_BLOCK_BYTES;
-	case SF_DTYPE_Q4: return blocks * SF_Q4_BLOCK_BYTES;
+	case SF_DTYPE_Q4:
+	case SF_DTYPE_MXFP4: return blocks * SF_Q4_BLOCK_BYTES;
 	case SF_DTYPE_Q6: return blocks * SF_Q6_BLOCK_BYTES;
 	default: return rows * sf_dtype_size(dt);
 	}

@@ -16,16 +16,20 @@
  * Q4 for a top tier's columns and the rows of the embedding and output
  * head, Q6 for those rows only (the head of a q4 image). U8: bytes that
  * a reader decodes before any weight is bound (gpt-oss's MXFP4 blocks
- * and scales, formats/model_gptoss.h), never a weight's dtype. Q8X16 and
+ * and scales as its checkpoints store them, formats/model_gptoss.h),
+ * never a weight's dtype. MXFP4: rows of gpt-oss's experts as the OCP
+ * Microscaling format's blocks of 32 e2m1 values and a power-of-two
+ * scale, in the block layout of Q4 (base/quant.h); the float kernels
+ * widen them. Q8X16 and
  * Q4X16 exist in memory only: the rows of a Q8 or Q4 matrix interleaved
  * in tiles of 16 (engine/kernels_qrows.h), as sf-run's engine holds a
  * GGUF's matrices and an image's experts; no file names them and no name
  * parses to them. */
 enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4,
-		SF_DTYPE_Q6, SF_DTYPE_U8, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16 };
+		SF_DTYPE_Q6, SF_DTYPE_U8, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16, SF_DTYPE_MXFP4 };
 
 /* Bytes of one element; 0 for a block dtype. Names as safetensors spells
- * them ("BF16"), and "Q8", "Q6", "Q4". */
+ * them ("BF16"), and "Q8", "Q6", "Q4", "MXFP4". */
 size_t sf_dtype_size(enum sf_dtype dt);
 const char *sf_dtype_name(enum sf_dtype dt);
 /* 0 and *dt set for an element dtype's name, or -1 (a block dtype's name
@@ -33,13 +37,14 @@ const char *sf_dtype_name(enum sf_dtype dt);
 int sf_dtype_parse(const char *name, enum sf_dtype *dt);
 /* The same over every dtype, block dtypes included (an image's top tier). */
 int sf_dtype_parse_any(const char *name, enum sf_dtype *dt);
-/* 1 for Q8, Q6, Q4 and their tiles. */
+/* 1 for Q8, Q6, Q4, their tiles and MXFP4. */
 int sf_dtype_is_block(enum sf_dtype dt);
 /* The block dtype a tiled one interleaves (Q8X16: Q8), dt itself for the
  * rest; and back, the tiles of Q8 or Q4 (dt itself for the rest). */
 enum sf_dtype sf_dtype_untiled(enum sf_dtype dt);
 enum sf_dtype sf_dtype_tiled(enum sf_dtype dt);
-/* 1 for the dtypes a top tier's columns may have: all but Q6 and tiles. */
+/* 1 for the dtypes a top tier's columns may have: all but Q6, MXFP4 and
+ * tiles. */
 int sf_dtype_is_top(enum sf_dtype dt);
 /* Bytes of one column of `rows` rows: rows elements, or whole blocks (the
  * last one's unused rows zero codes); 64 bits since rows * size can pass

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/quant.h"
 #include "engine/cpu.h"
 #include "engine/kernels_qrows.h"
 
@@ -35,9 +36,40 @@ static inline size_t dt_size(enum sf_dtype dt)
 // ----------------------------------------------------------------------------
 // reference kernels: plain loops in the order a reader expects
 
+static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m);
+
+/* MXFP4 rows widened to f32 a chunk of rows at a time, then the f32
+ * product over the chunk: chunks of whole groups of four from r0 (the
+ * row kernels' grouping), so that each row gets the f32 kernel's
+ * operations over [r0, r1), and so the floats of the BF16 rows the
+ * weights widen to. */
+#define MX_FLOATS (4 * SF_MXFP4_COLS_MAX)
+typedef void widen_fn(float *w, const void *c, enum sf_dtype dt, size_t m);
+typedef void matmul_fn(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		       const float *x, size_t ldx, size_t T, size_t r0, size_t r1);
+
+static void mx_matmul(widen_fn *widen, matmul_fn *matmul, float *y, size_t ldy, const void *W,
+		      size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	float w[MX_FLOATS] __attribute__((aligned(64)));
+	size_t rb = (size_t)sf_dtype_col_bytes(SF_DTYPE_MXFP4, cols);
+	size_t step = MX_FLOATS / cols / 4 * 4;	/* >= 4 */
+
+	for (size_t a = r0, n; a < r1; a += n) {
+		n = r1 - a < step ? r1 - a : step;
+		for (size_t r = 0; r < n; r++)
+			widen(w + r * cols, (const uint8_t *)W + (a + r) * rb, SF_DTYPE_MXFP4, cols);
+		matmul(y + (a - r0), ldy, w, SF_DTYPE_F32, cols, x, ldx, T, 0, n);
+	}
+}
+
 void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
 			const float *x, size_t r0, size_t r1)
 {
+	if (dt == SF_DTYPE_MXFP4) {
+		sf_matmul_rows_ref(y, 1, W, dt, cols, x, 0, 1, r0, r1);
+		return;
+	}
 	if (sf_dtype_is_block(dt)) {
 		sf_qmatmul_rows_ref(y, 1, W, dt, cols, x, 0, 1, r0, r1);
 		return;
@@ -53,6 +85,10 @@ void sf_matvec_rows_ref(float *y, const void *W, enum sf_dtype dt, size_t cols,
 void sf_matmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
+	if (dt == SF_DTYPE_MXFP4) {
+		mx_matmul(widen_ref, sf_matmul_rows_ref, y, ldy, W, cols, x, ldx, T, r0, r1);
+		return;
+	}
 	for (size_t t = 0; t < T; t++)
 		sf_matvec_rows_ref(y + t * ldy, W, dt, cols, x + t * ldx, r0, r1);
 }
@@ -80,7 +116,13 @@ void sf_colaccum_batch_ref(float *Y, size_t ldy, size_t m, const void *const *co
 static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
 	for (size_t j = 0; j < m; j++)
-		w[j] = ld_w(c, dt, j);
+		w[j] = dt == SF_DTYPE_MXFP4 ? sf_q_weight(c, dt, m, j) : ld_w(c, dt, j);
+}
+
+/* Block b's scale of an MXFP4 row (bf16 bits to f32). */
+static inline float mx_scale(const uint8_t *row, size_t b)
+{
+	return sf_bf16_to_f32((uint16_t)(row[2 * b] | row[2 * b + 1] << 8));
 }
 
 static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
@@ -508,10 +550,36 @@ INL T256 void ca256(float *y, size_t m, const void *const *cols, size_t off, enu
 	}
 }
 
+/* An MXFP4 row of m weights: eight codes a step looked up among the
+ * e2m1 values' two halves, the half picked by the code's sign bit. */
+INL T256 void mx_widen256(float *w, const uint8_t *row, size_t m)
+{
+	const __m256 lo = _mm256_loadu_ps(sf_e2m1), hi = _mm256_loadu_ps(sf_e2m1 + 8);
+	const uint8_t *codes = sf_q_codes_at(row, SF_DTYPE_MXFP4, m, 0);
+
+	for (size_t b = 0; b < m / SF_QBLOCK; b++) {
+		__m256 s = _mm256_set1_ps(mx_scale(row, b));
+		for (int h = 0; h < 2; h++)	/* the low nibbles, then the high */
+			for (int q = 0; q < 2; q++) {
+				__m256i i = _mm256_cvtepu8_epi32(
+					_mm_loadl_epi64((const __m128i *)(codes + 16 * b + 8 * q)));
+				i = _mm256_and_si256(_mm256_srli_epi32(i, 4 * h), _mm256_set1_epi32(15));
+				__m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i),
+							    _mm256_permutevar8x32_ps(hi, i),
+							    _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+				_mm256_store_ps(w + 32 * b + 16 * h + 8 * q, _mm256_mul_ps(v, s));
+			}
+	}
+}
+
 static T256 void widen_avx2(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
 	size_t es = dt_size(dt), j = 0;
 
+	if (dt == SF_DTYPE_MXFP4) {
+		mx_widen256(w, c, m);
+		return;
+	}
 	for (; j + 8 <= m; j += 8)
 		_mm256_store_ps(w + j, ld8((const char *)c + j * es, dt));
 	for (; j < m; j++)
@@ -1153,10 +1221,32 @@ INL T512 void ca512(float *y, size_t m, const void *const *cols, size_t off, enu
 	}
 }
 
+/* An MXFP4 row of m weights: a block's 16 code bytes to 16 lanes, each
+ * nibble one permute of the e2m1 values. */
+INL T512 void mx_widen512(float *w, const uint8_t *row, size_t m)
+{
+	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
+	const uint8_t *codes = sf_q_codes_at(row, SF_DTYPE_MXFP4, m, 0);
+
+	for (size_t b = 0; b < m / SF_QBLOCK; b++) {
+		__m512 s = _mm512_set1_ps(mx_scale(row, b));
+		__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * b)));
+		__m512i n = _mm512_set1_epi32(15);
+		_mm512_store_ps(w + 32 * b, _mm512_mul_ps(
+			_mm512_permutexvar_ps(_mm512_and_si512(i, n), e2m1), s));
+		_mm512_store_ps(w + 32 * b + 16, _mm512_mul_ps(
+			_mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), e2m1), s));
+	}
+}
+
 static T512 void widen_avx512(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
 	size_t es = dt_size(dt);
 
+	if (dt == SF_DTYPE_MXFP4) {
+		mx_widen512(w, c, m);
+		return;
+	}
 	for (size_t j = 0; j < m; j += 16) {
 		__mmask16 k = j + 16 <= m ? (__mmask16)0xffff : tailmask(m - j);
 		_mm512_store_ps(w + j, ld16m((const char *)c + j * es, dt, k));
@@ -1629,10 +1719,47 @@ static void colaccum_neon(float *y, size_t m, const void *const *cols, size_t of
 	}
 }
 
+/* An MXFP4 row of m weights: each code's magnitude (twice its e2m1
+ * value, an integer) by TBL, times half the scale, its sign bit set from
+ * the code's (so -0 stays -0, as the e2m1 table has it). */
+static void mx_widen_neon(float *w, const uint8_t *row, size_t m)
+{
+	static const uint8_t twice[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12 };
+	const uint8x16_t tab = vld1q_u8(twice);
+	const uint8_t *codes = sf_q_codes_at(row, SF_DTYPE_MXFP4, m, 0);
+
+	for (size_t b = 0; b < m / SF_QBLOCK; b++) {
+		float32x4_t s = vdupq_n_f32(mx_scale(row, b) * 0.5f);
+		uint8x16_t v = vld1q_u8(codes + 16 * b);
+		uint8x16_t idx[2] = { vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8(v, 4) };
+		for (int h = 0; h < 2; h++) {
+			uint8x16_t mag = vqtbl1q_u8(tab, idx[h]);
+			uint16x8_t m16[2] = { vmovl_u8(vget_low_u8(mag)), vmovl_u8(vget_high_u8(mag)) };
+			uint16x8_t i16[2] = { vmovl_u8(vget_low_u8(idx[h])),
+					      vmovl_u8(vget_high_u8(idx[h])) };
+			for (int q = 0; q < 4; q++) {
+				uint32x4_t mq = q % 2 ? vmovl_high_u16(m16[q / 2])
+						      : vmovl_u16(vget_low_u16(m16[q / 2]));
+				uint32x4_t iq = q % 2 ? vmovl_high_u16(i16[q / 2])
+						      : vmovl_u16(vget_low_u16(i16[q / 2]));
+				float32x4_t f = vmulq_f32(vcvtq_f32_u32(mq), s);
+				uint32x4_t sign = vshlq_n_u32(vandq_u32(iq, vdupq_n_u32(8)), 28);
+				vst1q_f32(w + 32 * b + 16 * h + 4 * q,
+					  vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(f),
+									  sign)));
+			}
+		}
+	}
+}
+
 static void widen_neon(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
 	size_t es = dt_size(dt), j = 0;
 
+	if (dt == SF_DTYPE_MXFP4) {
+		mx_widen_neon(w, c, m);
+		return;
+	}
 	for (; j + 4 <= m; j += 4)
 		vst1q_f32(w + j, ld4n((const char *)c + j * es, dt));
 	for (; j < m; j++)
@@ -1939,7 +2066,9 @@ void sf_matvec_rows(float *y, const void *W, enum sf_dtype dt, size_t cols,
 void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	if (sf_dtype_is_block(dt))
+	if (dt == SF_DTYPE_MXFP4)
+		mx_matmul(K()->widen, K()->matmul, y, ldy, W, cols, x, ldx, T, r0, r1);
+	else if (sf_dtype_is_block(dt))
 		sf_qmatmul_rows(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 	else
 		K()->matmul(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
