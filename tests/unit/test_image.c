@@ -485,6 +485,18 @@ static void experts_down_offset(json_t *h)
 	json_object_set_new(m, "offset", json_integer(json_integer_value(json_object_get(m, "offset")) + 64));
 }
 
+/* MXFP4 rows are a model's own: never another dtype's source, never
+ * quantized from another's */
+static void experts_from_mxfp4(json_t *h)
+{
+	json_object_set_new(json_object_get(h, "experts"), "source_dtype", json_string("MXFP4"));
+}
+
+static void experts_to_mxfp4(json_t *h)
+{
+	json_object_set_new(json_object_get(h, "experts"), "dtype", json_string("MXFP4"));
+}
+
 static void experts_ffn_on_flash(json_t *h)
 {
 	json_object_set_new(json_array_get(json_object_get(h, "groups"), SF_GROUP_FFN_IN), "resident",
@@ -565,6 +577,9 @@ static void check_experts(void)
 		{ experts_down_offset, "matrices[2]: expected down of shape [64, 96] at offset" },
 		{ experts_ffn_on_flash, "layer 0 ffn_in: on flash in a mixture of experts" },
 		{ experts_config, "count 4, the config gives 5 (num_local_experts)" },
+		{ experts_from_mxfp4, "header: experts: source_dtype missing, or not F32, F16, BF16 "
+				      "or MXFP4 (dtype's own unless dtype is Q8, Q6 or Q4)" },
+		{ experts_to_mxfp4, "header: experts: source_dtype missing, or not F32, F16, BF16" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		CHECK(!copy_file(path, dst), "copy");

@@ -1,6 +1,7 @@
 /* The image's routed experts of a mixture: per layer one region of
  * n_experts records, each expert's gate, up and down row-major in the
- * model's dtype, or quantized by rows to sf-pack's block dtype (what the
+ * model's dtype (F32, F16, BF16 or gpt-oss's MXFP4 rows), or quantized
+ * by rows to sf-pack's block dtype (what the
  * row products of a GGUF's Q8_0 and Q4_0 take: an expert is read whole,
  * so its blocks run along the rows); man/sf-formats.5, IMAGE, "experts".
  * Planned, written and read back. See formats/image_impl.h. */
@@ -77,12 +78,13 @@ int image_plan_experts(struct plan *p, struct sf_err *e)
 			const struct sf_expert_weights *w = &m->layers[l].experts[x];
 			const struct sf_weight *mw[3] = { &w->w_gate, &w->w_up, &w->w_down };
 			for (int i = 0; i < 3; i++)
-				if (mw[i]->dtype != p->x.dt || sf_dtype_is_block(mw[i]->dtype)) {
+				if (mw[i]->dtype != p->x.dt || (sf_dtype_is_block(mw[i]->dtype) &&
+								  mw[i]->dtype != SF_DTYPE_MXFP4)) {
 					char name[SF_TENSOR_NAME_MAX];
 					sf_model_expert_tensor(c, l, x, i, name, sizeof(name));
 					return sf_err_set(e, SF_EUNSUPPORTED, "%s: %s: %s, the first "
 							  "expert's %s: an image holds every expert in "
-							  "one of F32, F16, BF16", m->source, name,
+							  "one of F32, F16, BF16, MXFP4", m->source, name,
 							  sf_dtype_name(mw[i]->dtype),
 							  sf_dtype_name(p->x.dt));
 				}
@@ -146,7 +148,7 @@ int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err
 			sf_model_expert_tensor(&m->cfg, l, x, i, name, sizeof(name));
 			if ((ret = image_wr_put(w, NULL, (size_t)(p->x.off[i] - at), 1, e)))
 				break;
-			if (sf_dtype_is_block(p->x.dt))
+			if (p->x.dt != p->x.source_dt)
 				ret = image_write_rows_quantized(w, name, mw[i], p->x.dt, p->o, e);
 			else
 				ret = image_wr_put(w, mw[i]->data, (size_t)len, 1, e);
@@ -210,15 +212,17 @@ int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e)
 	img->experts.count = c->n_experts;
 	if (sf_json_str(o, "dtype", &dt, where, e) || sf_dtype_parse_any(dt, &img->experts.dtype) ||
 	    (sf_dtype_is_block(img->experts.dtype) && !block_rows_fit(c)))
-		return sf_err_set(e, SF_EFORMAT, "%s: dtype missing, or not F32, F16, BF16, or Q8, "
-				  "Q6 or Q4 over whole blocks", where);
+		return sf_err_set(e, SF_EFORMAT, "%s: dtype missing, or not F32, F16, BF16, MXFP4, "
+				  "or Q8, Q6 or Q4 over whole blocks", where);
+	/* the model's dtype: kept, or quantized to a block dtype */
 	if (sf_json_str(o, "source_dtype", &dt, where, e) ||
-	    sf_dtype_parse(dt, &img->experts.source_dtype) ||
-	    sf_dtype_is_block(img->experts.source_dtype) ||
-	    (!sf_dtype_is_block(img->experts.dtype) &&
-	     img->experts.source_dtype != img->experts.dtype))
-		return sf_err_set(e, SF_EFORMAT, "%s: source_dtype missing, or not F32, F16 or BF16 "
-				  "(dtype's own when that is one)", where);
+	    sf_dtype_parse_any(dt, &img->experts.source_dtype) ||
+	    (sf_dtype_is_block(img->experts.source_dtype) &&
+	     img->experts.source_dtype != SF_DTYPE_MXFP4) ||
+	    (img->experts.source_dtype != img->experts.dtype &&
+	     (!sf_dtype_is_block(img->experts.dtype) || img->experts.dtype == SF_DTYPE_MXFP4)))
+		return sf_err_set(e, SF_EFORMAT, "%s: source_dtype missing, or not F32, F16, BF16 or "
+				  "MXFP4 (dtype's own unless dtype is Q8, Q6 or Q4)", where);
 	if (img->version >= 6)
 		img->experts.dtype = sf_dtype_tiled(img->experts.dtype);
 	img->experts.record_bytes = layout(c, img->experts.dtype, off);

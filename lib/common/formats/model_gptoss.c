@@ -3,9 +3,9 @@
  * and up in alternate columns, down_proj [experts, hidden, dim], both
  * input-major, and their biases), or the released checkpoints' MXFP4
  * _blocks and _scales of them (output-major), become each expert's
- * gate, up and down in Linear layout (out, in) and its three biases,
- * named as sf_model_expert_tensor names them. See model_gptoss.h and
- * sf-formats(5), MXFP4. */
+ * gate, up and down in Linear layout (out, in), MXFP4 kept as MXFP4 rows,
+ * and its three biases, named as sf_model_expert_tensor names them. See
+ * model_gptoss.h and sf-formats(5), MXFP4. */
 #include "formats/model_gptoss.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/quant.h"
 #include "formats/model.h"
 
 /* The fused tensors of one layer: gate_up and down, each as a float
@@ -27,10 +28,6 @@ struct fused {
 };
 
 #define MXFP4_BLOCK 32		/* values a scale covers: 16 bytes of two codes */
-
-/* e2m1: sign, two exponent bits, one mantissa bit (OCP MX spec). */
-static const float e2m1[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
-				-0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
 
 /* Tensor PREFIX+SUFFIX of shape want (ndim dimensions) and, when float,
  * an element dtype, else of U8; *out NULL when absent and optional. */
@@ -84,6 +81,11 @@ static int find_layer(const struct sf_safetensors *st, const struct sf_config *c
 			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s%s': MXFP4 rows of %llu, "
 					  "expected a multiple of %d", st->paths[f->blocks[i]->file],
 					  p, s, (unsigned long long)in[i], MXFP4_BLOCK);
+		if (f->blocks[i] && in[i] > SF_MXFP4_COLS_MAX)
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s%s': MXFP4 rows of "
+					  "%llu, more than the %d the kernels take",
+					  st->paths[f->blocks[i]->file], p, s,
+					  (unsigned long long)in[i], SF_MXFP4_COLS_MAX);
 		snprintf(s, sizeof(s), "%s_scales", names[i]);
 		if (f->blocks[i] && (ret = find(st, c, p, s, 3, blocks, 1, 0, &f->scales[i], e)))
 			return ret;
@@ -107,23 +109,30 @@ static void gather_row(uint8_t *dst, const uint8_t *src, size_t es, uint64_t in,
 }
 
 /* Output row `row` of an MXFP4 matrix (rows of in / 32 blocks of 16
- * bytes and one e8m0 scale each) as in BF16 values: byte j of a block
- * holds value 2j in its low nibble, 2j + 1 in its high one, each the
- * e2m1 code times 2^(scale - 127). 0, or -1 when one is not finite. */
-static int decode_row(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, uint64_t row,
-		      uint64_t in)
+ * bytes and one e8m0 scale each; byte j of a block holds value 2j in its
+ * low nibble, 2j + 1 in its high one) as an MXFP4 row (base/quant.h:
+ * the scales as bf16, then each block's byte j holding values j and
+ * j + 16). 0, or -1 for a scale of 255 (not a number) or a weight past
+ * f32's range (scale 254 with a code of 2 or more). */
+static int convert_row(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, uint64_t row,
+		       uint64_t in)
 {
 	uint64_t nb = in / MXFP4_BLOCK;
+	uint8_t *codes = dst + 2 * nb;
 
+	memset(codes, 0, nb * (MXFP4_BLOCK / 2));
 	for (uint64_t b = 0; b < nb; b++) {
 		const uint8_t *q = blocks + (row * nb + b) * (MXFP4_BLOCK / 2);
-		int ex = (int)scales[row * nb + b] - 127;
+		uint8_t ex = scales[row * nb + b];
+		uint16_t h = sf_mxfp4_scale_bits(ex);
+		if (ex == 255)
+			return -1;
+		memcpy(dst + 2 * b, &h, 2);
 		for (int j = 0; j < MXFP4_BLOCK; j++) {
-			float v = ldexpf(e2m1[(q[j / 2] >> (j % 2 * 4)) & 15], ex);
-			uint16_t h = sf_f32_to_bf16(v);	/* exact: two significant bits */
-			if (!isfinite(v))
+			int c = (q[j / 2] >> (j % 2 * 4)) & 15;
+			if (!isfinite(ldexpf(sf_e2m1[c], (int)ex - 127)))
 				return -1;
-			memcpy(dst + (b * MXFP4_BLOCK + (uint64_t)j) * 2, &h, 2);
+			codes[b * (MXFP4_BLOCK / 2) + (uint64_t)j % 16] |= (uint8_t)(c << (j / 16 * 4));
 		}
 	}
 	return 0;
@@ -145,9 +154,10 @@ static int split_matrix(uint8_t *dst, const struct fused *f, const struct sf_con
 			size_t es = sf_dtype_size(f->w[fi]->dtype);
 			gather_row(dst + r * in * es, (const uint8_t *)f->w[fi]->data +
 				   (uint64_t)x * in * out * es, es, in, out, col);
-		} else if (decode_row(dst + r * in * 2, (const uint8_t *)f->blocks[fi]->data +
-				      (uint64_t)x * out * in / 2, (const uint8_t *)f->scales[fi]->data +
-				      (uint64_t)x * out * (in / MXFP4_BLOCK), col, in)) {
+		} else if (convert_row(dst + r * sf_dtype_col_bytes(SF_DTYPE_MXFP4, in),
+				       (const uint8_t *)f->blocks[fi]->data + (uint64_t)x * out * in / 2,
+				       (const uint8_t *)f->scales[fi]->data +
+				       (uint64_t)x * out * (in / MXFP4_BLOCK), col, in)) {
 			return -1;
 		}
 	}
@@ -165,7 +175,7 @@ static int split_one(struct sf_tensor *t, uint8_t **at, const struct sf_safetens
 	const struct sf_tensor *src = i >= 3 ? f->bias[fi] : f->w[fi] ? f->w[fi] : f->blocks[fi];
 	uint64_t rows = i % 3 == 2 ? (uint64_t)c->dim : (uint64_t)c->hidden_dim;
 	uint64_t cols = i == 2 ? (uint64_t)c->hidden_dim : (uint64_t)c->dim;
-	enum sf_dtype dt = f->w[fi] || i >= 3 ? src->dtype : SF_DTYPE_BF16;
+	enum sf_dtype dt = f->w[fi] || i >= 3 ? src->dtype : SF_DTYPE_MXFP4;
 	size_t es = sf_dtype_size(dt);
 
 	memset(t, 0, sizeof(*t));
@@ -174,7 +184,8 @@ static int split_one(struct sf_tensor *t, uint8_t **at, const struct sf_safetens
 	t->ndim = i >= 3 ? 1 : 2;
 	t->shape[0] = rows;
 	t->shape[1] = i >= 3 ? 0 : cols;
-	t->nbytes = rows * (i >= 3 ? 1 : cols) * es;
+	t->nbytes = dt == SF_DTYPE_MXFP4 ? rows * sf_dtype_col_bytes(dt, cols)
+					 : rows * (i >= 3 ? 1 : cols) * es;
 	t->file = src->file;
 	if (i == 5) {
 		t->data = (const uint8_t *)src->data + (uint64_t)x * rows * es;
@@ -185,8 +196,8 @@ static int split_one(struct sf_tensor *t, uint8_t **at, const struct sf_safetens
 		gather_row(*at, (const uint8_t *)src->data + (uint64_t)x * 2 * rows * es, es, rows,
 			   2, (uint64_t)i - 3);
 	else if (split_matrix(*at, f, c, x, i))
-		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': expert %d: an MXFP4 value "
-				  "beyond what BF16 holds (scale 255, or 254 with a code of 6)",
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': expert %d: an MXFP4 scale of "
+				  "255 (not a number), or of 254 with a weight past f32's range",
 				  st->paths[src->file], src->name, x);
 	*at += (t->nbytes + 63) / 64 * 64;
 	return 0;
@@ -213,9 +224,11 @@ int sf_gptoss_split_experts(struct sf_safetensors *st, void **converted,
 			nfused += f[l].w[i] ? 2 : 3;
 			/* the three matrices and gate's and up's biases, each
 			 * on 64 bytes: < 2^62 by the config's limits */
-			total += (uint64_t)nx * (((f[l].w[i] ? sf_dtype_size(f[l].w[i]->dtype) : 2) *
-						   (uint64_t)c->dim * (uint64_t)c->hidden_dim + 63) /
-						  64 * 64 * (i == GATE_UP ? 2 : 1));
+			uint64_t in = i == DOWN ? (uint64_t)c->hidden_dim : (uint64_t)c->dim;
+			uint64_t rows = i == DOWN ? (uint64_t)c->dim : (uint64_t)c->hidden_dim;
+			uint64_t mat = f[l].w[i] ? sf_dtype_size(f[l].w[i]->dtype) * in * rows
+						 : sf_dtype_col_bytes(SF_DTYPE_MXFP4, in) * rows;
+			total += (uint64_t)nx * ((mat + 63) / 64 * 64 * (i == GATE_UP ? 2 : 1));
 		}
 		total += 2 * (uint64_t)nx * ((sf_dtype_size(f[l].bias[GATE_UP]->dtype) *
 					      (uint64_t)c->hidden_dim + 63) / 64 * 64);

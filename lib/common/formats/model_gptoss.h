@@ -14,11 +14,12 @@
  * expert's gate, up and down in Linear layout and their biases, under
  * sf_model_expert_tensor's names, sorted. The matrices are copied into
  * *converted (one 64-byte aligned allocation, the caller frees), F32,
- * F16 and BF16 in their dtype, MXFP4 decoded to BF16 (exactly: two
- * significant bits and a power of two); down's bias stays in the
- * mapping. A fused tensor missing or of another shape, MXFP4 codes
- * beyond what BF16 holds: SF_EMISMATCH or SF_EFORMAT naming it, and st
- * unchanged. */
+ * F16 and BF16 in their dtype, MXFP4 as MXFP4 rows (base/quant.h: the
+ * same codes and scales, four and a quarter bits a weight); down's bias
+ * stays in the mapping. A fused tensor missing or of another shape, an
+ * MXFP4 scale of 255 or a weight beyond f32's range, MXFP4 rows wider
+ * than SF_MXFP4_COLS_MAX: SF_EMISMATCH, SF_EFORMAT or SF_EUNSUPPORTED
+ * naming it, and st unchanged. */
 int sf_gptoss_split_experts(struct sf_safetensors *st, void **converted,
 			    const struct sf_config *cfg, struct sf_err *e);
 
