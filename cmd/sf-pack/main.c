@@ -345,7 +345,8 @@ static int gguf_inputs(struct options *o, const struct sf_config *cfg, char **te
 	for (size_t i = 0; i < g.ntensors; i++) {
 		const struct sf_gguf_tensor *t = &g.tensors[i];
 		const char *name = sf_ggml_type_name(t->type);
-		if (strncmp(t->name, "blk.", 4) || t->n_dims < 2)
+		/* MXFP4 experts stay MXFP4 (image_plan_experts) */
+		if (strncmp(t->name, "blk.", 4) || t->n_dims < 2 || t->type == SF_GGML_MXFP4)
 			continue;
 		/* a mixture's experts stacked in three dimensions */
 		elems += t->ne[0] * t->ne[1] * t->ne[2];

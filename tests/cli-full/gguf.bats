@@ -53,6 +53,24 @@ if sys.argv[3] == "olmoe": h.SHAPES["olmoe"].update(num_key_value_heads=4, clip_
 h.write(sys.argv[2], sys.argv[3], 7)' "$SF_ROOT/tests/oracle" "$G/$m" "$m"
 		lc llamacpp_gguf "$G/$m" "$G/$m.gguf" f32
 	done
+	# gpt-oss (the oracle's checkpoint with what llama.cpp's graph fixes:
+	# SwiGLU clamped at 7, YaRN's correction range rounded out), its
+	# experts in F32 and in MXFP4 blocks
+	for m in gpt_oss gpt_oss_mxfp4; do
+		"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
+s = h.SHAPES[sys.argv[3]]
+s.update(swiglu_limit=7.0, rope_scaling=dict(s["rope_scaling"], truncate=True))
+h.write(sys.argv[2], sys.argv[3], 7)' "$SF_ROOT/tests/oracle" "$G/$m" "$m"
+		lc llamacpp_gguf "$G/$m" "$G/$m.gguf" f32
+	done
+	# o200k's pre-tokenizer (gpt-oss's) on the byte-level vocabulary
+	mkdir -p "$G/b4o" && cp "$G/bl"/* "$G/b4o/"
+	cat >"$G/o200k.txt" <<-'EOF'
+	[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+	EOF
+	jq -c --rawfile r "$G/o200k.txt" '.pre_tokenizer.pretokenizers[0].pattern.Regex = ($r | rtrimstr("\n"))
+		| .model.ignore_merges = false' "$G/bl/tokenizer.json" >"$G/b4o/tokenizer.json"
+	lc llamacpp_gguf "$G/b4o" "$G/b4o.gguf"
 	for m in mixtral qwen2_moe; do
 		"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
 h.SHAPES[sys.argv[3]].update(hidden_size=64, intermediate_size=128); h.write(sys.argv[2], sys.argv[3], 7)' \
@@ -127,11 +145,11 @@ nll_pair() {
 	done
 }
 
-@test "a GGUF's tokenizer gives llama.cpp's ids: SentencePiece (mix4-5m), byte-level llama-bpe and qwen2" {
+@test "a GGUF's tokenizer gives llama.cpp's ids: SentencePiece (mix4-5m), byte-level llama-bpe, qwen2 and gpt-4o" {
 	need_shared
 	local g=$BATS_FILE_TMPDIR f txt a b
-	for f in m5-Q4_K_M bl blq; do
-		for txt in "Once upon a time, it's 12345 o'clock!" \
+	for f in m5-Q4_K_M bl blq b4o; do
+		for txt in "Once upon a time, it's 12345 o'clock!" "HELLO World's MixedCase iPhone THEY'RE path/to/x" \
 			$'  two spaces, a\ttab,\na newline;  \xc3\xbf\xe2\x82\xac \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x99\x82 SHOUTING' \
 			"$(head -c 2000 "$SF_SHARED/data/mix4/man.test.txt")" \
 			"$(head -c 2000 "$SF_SHARED/data/mix4/gcide.test.txt")"; do
@@ -220,4 +238,28 @@ nll_pair() {
 			jq -n --argjson a "$a" --argjson l "$l" -e '($a - $l | fabs) < 0.03'
 		done
 	done
+}
+
+# llama.cpp rounds the inputs of its MXFP4 products to 8 bits a block
+# (sf-run widens the codes and keeps f32 inputs, as for the safetensors):
+# the quantized mixtures' bound, not the float ones'.
+@test "gpt-oss GGUFs (experts F32 and MXFP4): the safetensors' nll and greedy tokens, llama.cpp's nll within 0.002 and 0.03; an image of the MXFP4 file keeps MXFP4 experts" {
+	local g=$BATS_FILE_TMPDIR m a b l tol text="a big dog ran far away, and my cow ran home"
+	printf '%s\n%.0s' "$text" 1 2 3 4 5 6 7 8 >"$g/text.txt"
+	for m in gpt_oss gpt_oss_mxfp4; do
+		a=$(sf-run -q -ctk f32 -ctv f32 --model "$g/$m" --ppl "$g/text.txt" --window 64 | jq .nll)
+		b=$(sf-run -q -ctk f32 -ctv f32 --model "$g/$m.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
+		l=$(lc llamacpp_ppl "$g/$m.gguf" 1 "$g/text.txt" 1000 64 | jq .nll)
+		tol=$([ $m = gpt_oss ] && echo 0.002 || echo 0.03)
+		echo "$m: safetensors $a; gguf $b, llama.cpp $l"
+		jq -n --argjson a "$a" --argjson b "$b" --argjson l "$l" --argjson t "$tol" \
+			-e '($a - $b | fabs) < 1e-6 and ($b - $l | fabs) < $t'
+		[ "$(sf-run -q -m "$g/$m.gguf" -p "a big dog" -n 16 --temp 0)" = \
+		  "$(sf-run -q -m "$g/$m" -p "a big dog" -n 16 --temp 0)" ]
+	done
+	sf-pack -q --model "$g/gpt_oss_mxfp4.gguf" -o "$g/oss.sfimg"
+	sf-pack --info "$g/oss.sfimg" | jq -e '.experts.dtype == "MXFP4" and .model.arch == "GptOssForCausalLM"'
+	a=$(sf-run -q -ctk f32 -ctv f32 "$g/oss.sfimg" --ppl "$g/text.txt" --window 64 | jq .nll)
+	echo "image $a, gguf $b"
+	jq -n --argjson a "$a" --argjson b "$b" -e '($a - $b | fabs) < 2e-4'
 }

@@ -42,8 +42,8 @@ setup_file() {
 				-o "$D/$a-r.sfimg"
 		done
 		for dt in q8 q4; do
-			"$SF_BIN/sf-pack" -q --model "$D/gpt_oss_mxfp4" --resident attn_in,attn_out \
-				--dtype $dt -o "$D/gpt_oss_mxfp4-$dt.sfimg"
+			"$SF_BIN/sf-pack" -q --model "$D/gpt_oss_mxfp4" --dtype $dt \
+				-o "$D/gpt_oss_mxfp4-$dt.sfimg"
 		done
 	fi
 }
@@ -177,12 +177,13 @@ short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" 
 	sf-pack --info "$D/gpt_oss.sfimg" | jq -e '.experts.dtype == "F32"'
 }
 
-@test "gpt-oss MXFP4 --dtype q8 and q4: experts as rows of blocks, the same floats from reads, --simulate and any -b, q8 nearer the dense nll than q4" {
+@test "gpt-oss MXFP4 --dtype q8 and q4: the experts keep their MXFP4 codes, attention's columns quantized, the same floats from reads, --simulate and any -b, q8 nearer the dense nll than q4" {
 	local dense dt q8 q4 got
 	need_gpt_oss
 	dense=$(short_nll -m "$D/gpt_oss_mxfp4")
 	for dt in q8 q4; do
-		sf-pack --info "$D/gpt_oss_mxfp4-$dt.sfimg" | jq -e --arg dt "${dt^^}" '.experts.dtype == $dt'
+		sf-pack --info "$D/gpt_oss_mxfp4-$dt.sfimg" | jq -e --arg dt "${dt^^}" \
+			'.experts.dtype == "MXFP4" and .top_dtypes == [$dt]'
 		got=$(short_nll "$D/gpt_oss_mxfp4-$dt.sfimg")
 		[ "$(short_nll --simulate "$D/gpt_oss_mxfp4-$dt.sfimg")" = "$got" ]
 		[ "$(short_nll -b 7 --cache-ratio 0.25 "$D/gpt_oss_mxfp4-$dt.sfimg")" = "$got" ]

@@ -42,7 +42,7 @@ def rows_of(rng, qtype):
             data = np.where((h & 0x7f80) == 0x7f80, h & 0x807f, h).astype(np.uint16).view(np.uint8)
     else:
         blocks = rng.integers(0, 256, size=(ROWS * n // block, size), dtype=np.uint8)
-        for off in F16_AT[qtype]:
+        for off in F16_AT.get(qtype, []):   # MXFP4's e8m0 scale: any byte
             blocks[:, off:off + 2] = finite_f16(rng, blocks.shape[0]).view(np.uint8).reshape(-1, 2)
         data = blocks.reshape(-1)
     data = np.ascontiguousarray(data).reshape(ROWS, -1)
@@ -65,7 +65,7 @@ def main():
     w.add_key_value("test.arr_i32", [1, -2, 3], V.ARRAY, V.INT32)
     w.add_key_value("test.arr_f32", [0.5, -1.5], V.ARRAY, V.FLOAT32)
     for qtype in (T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1,
-                  T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K):
+                  T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.MXFP4):
         data, out = rows_of(rng, qtype)
         w.add_tensor("q." + qtype.name, data, raw_shape=data.shape, raw_dtype=qtype)
         w.add_tensor("want." + qtype.name, out)

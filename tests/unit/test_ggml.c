@@ -137,7 +137,7 @@ static void compare_tensors(const struct sf_gguf *g)
 		free(got);
 		free(ref);
 	}
-	CHECK(types == 13, "%d types compared, expected 13", types);
+	CHECK(types == 14, "%d types compared, expected 14", types);
 }
 
 int main(void)

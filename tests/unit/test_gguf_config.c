@@ -6,6 +6,7 @@
  * hold the safetensors' bytes (q and k rows where sf_gguf_rope_row says). That last part is
  * skipped (exit 77) without gguf-py or ../shared. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,7 +23,7 @@ static const char *tmpdir;
 /* Which key of the valid file to change: none, or one of these; the
  * MOE ones make it a qwen2moe file. */
 enum change {
-	NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED, MOE,
+	NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, LINEAR, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED, MOE,
 	MOE_TOPK, MOE_NO_EXPERTS, MOE_SCALE
 };
 
@@ -42,7 +43,8 @@ static void qwen2_file(struct gb *b, enum change ch)
 	uint64_t ne[1] = { 32 };
 	int moe = ch >= MOE;
 	const char *a = moe ? "qwen2moe" : "qwen2";
-	int nkv = ch == NO_BLOCKS ? 9 : ch == EXPERTS || ch == YARN || ch == ROPE_DIMS ? 11 :
+	int nkv = ch == NO_BLOCKS ? 9 : ch == YARN ? 12 :
+		  ch == EXPERTS || ch == LINEAR || ch == ROPE_DIMS ? 11 :
 		  ch == MOE_NO_EXPERTS ? 12 : ch == MOE_SCALE ? 15 : moe ? 14 : 10;
 	char key[96];
 
@@ -80,8 +82,12 @@ static void qwen2_file(struct gb *b, enum change ch)
 		gb_key(b, "qwen2moe.expert_weights_scale", 6);
 		gb_u32(b, 0x40000000u);	/* 2.0f */
 	}
-	if (ch == YARN)
-		gb_kv_str(b, "qwen2.rope.scaling.type", "yarn");
+	if (ch == LINEAR || ch == YARN)
+		gb_kv_str(b, "qwen2.rope.scaling.type", ch == YARN ? "yarn" : "linear");
+	if (ch == YARN) {
+		gb_key(b, "qwen2.rope.scaling.factor", 6);
+		gb_u32(b, 0x40800000u);	/* 4.0f */
+	}
 	if (ch == ROPE_DIMS)
 		gb_kv_u32(b, "qwen2.rope.dimension_count", 16);
 	if (ch == UNTIED)
@@ -144,11 +150,20 @@ static void test_built(void)
 	      c.hidden_dim == 64 && c.shared_hidden_dim == 128 && !c.norm_topk && c.qkv_bias &&
 	      !c.rope_interleaved, "qwen2moe: arch %d, %d experts, %d used, width %d, shared %d",
 	      (int)c.arch, c.n_experts, c.n_experts_used, c.hidden_dim, c.shared_hidden_dim);
+	/* YaRN as llama.cpp computes it: the correction range rounded out,
+	 * the original context the file's when no key gives it */
+	qwen2_file(&b, YARN);
+	CHECK(config_of(&b, &c, &e) == 0, "%s", e.msg);
+	CHECK(c.rope_yarn && c.rope_truncate && c.rope_factor == 4.0f && c.rope_orig_max_pos == 4096 &&
+	      c.rope_beta_fast == 32.0f && c.rope_beta_slow == 1.0f &&
+	      fabsf(c.rope_attn_factor - (float)(0.1 * log(4.0) + 1.0)) < 1e-6f,
+	      "yarn: factor %g, original %d, attention factor %g", (double)c.rope_factor,
+	      c.rope_orig_max_pos, (double)c.rope_attn_factor);
 	free(b.p);
 
 	REFUSED(ARCH_GEMMA, SF_EUNSUPPORTED,
 		"key 'general.architecture': 'gemma3' unsupported (expected llama, qwen2, qwen3, "
-		"qwen2moe, qwen3moe or olmoe)");
+		"qwen2moe, qwen3moe, olmoe or gpt-oss)");
 	REFUSED(NO_BLOCKS, -ENOENT, "key 'qwen2.block_count': missing");
 	REFUSED(EXPERTS, SF_EUNSUPPORTED, "key 'qwen2.expert_count': 8, experts in architecture "
 		"qwen2 unsupported");
@@ -156,7 +171,8 @@ static void test_built(void)
 		"'qwen2moe.expert_count' 8");
 	REFUSED(MOE_NO_EXPERTS, -ENOENT, "key 'qwen2moe.expert_count': missing");
 	REFUSED(MOE_SCALE, SF_EUNSUPPORTED, "key 'qwen2moe.expert_weights_scale': 2 unsupported");
-	REFUSED(YARN, SF_EUNSUPPORTED, "key 'qwen2.rope.scaling.type': 'yarn' unsupported");
+	REFUSED(LINEAR, SF_EUNSUPPORTED, "key 'qwen2.rope.scaling.type': 'linear' unsupported "
+		"(only none and yarn)");
 	REFUSED(HEADS_7, SF_EFORMAT, "'embedding_length' 256 is not a multiple of 'attention.head_count' 7");
 	REFUSED(ROPE_DIMS, SF_EUNSUPPORTED, "'qwen2.rope.dimension_count' 16");
 	REFUSED(BIG_BOS, SF_EFORMAT, "key 'tokenizer.ggml.bos_token_id': 3, expected 0..2");

@@ -6,6 +6,7 @@
 #include "base/ggml.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "base/bytes.h"
 #include "base/vocab.h"
@@ -29,9 +30,11 @@ struct type_info {
 #define Q4_K_BYTES (2 + 2 + 12 + QK_K / 2)
 #define Q5_K_BYTES (2 + 2 + 12 + QK_K / 8 + QK_K / 2)
 #define Q6_K_BYTES (QK_K / 2 + QK_K / 4 + QK_K / 16 + 2)
+#define MXFP4_BYTES (1 + QK / 2)
 _Static_assert(Q8_0_BYTES == 34 && Q4_0_BYTES == 18 && Q4_1_BYTES == 20 && Q5_0_BYTES == 22 &&
 	       Q5_1_BYTES == 24 && Q2_K_BYTES == 84 && Q3_K_BYTES == 110 && Q4_K_BYTES == 144 &&
-	       Q5_K_BYTES == 176 && Q6_K_BYTES == 210, "ggml's block sizes (gguf-py's GGML_QUANT_SIZES)");
+	       Q5_K_BYTES == 176 && Q6_K_BYTES == 210 && MXFP4_BYTES == 17,
+	       "ggml's block sizes (gguf-py's GGML_QUANT_SIZES)");
 
 /* ggml.h's GGML_TYPE_* and gguf-py's GGML_QUANT_SIZES; the gaps are types
  * ggml removed. */
@@ -67,7 +70,7 @@ static const struct type_info types[] = {
 	[30] = { "BF16", 1, 2, 1 },
 	[34] = { "TQ1_0", 256, 2 + 4 * 13, 0 },
 	[35] = { "TQ2_0", 256, 2 + 64, 0 },
-	[39] = { "MXFP4", 32, 1 + 16, 0 },
+	[39] = { "MXFP4", QK, MXFP4_BYTES, 1 },
 	[40] = { "NVFP4", 64, 4 + 32, 0 },
 	[41] = { "Q1_0", 128, 2 + 16, 0 },
 	[42] = { "Q2_0", 64, 2 + 16, 0 },
@@ -120,6 +123,23 @@ int sf_ggml_row_bytes(uint32_t type, uint64_t n, uint64_t *bytes)
 static float f16_at(const uint8_t *p)
 {
 	return sf_f16_to_f32(sf_get_le16(p));
+}
+
+/* MXFP4: e8m0 byte e, 16 bytes of codes as Q4_0's; y = d * kvalues[q]
+ * with d = 2^(e - 128) (ggml's e8m0 to float halved, subnormal below 2)
+ * and kvalues twice the e2m1 values. */
+static void block_mxfp4(const uint8_t *b, float *y)
+{
+	static const int8_t kvalues[16] = { 0, 1, 2, 3, 4, 6, 8, 12,
+					    0, -1, -2, -3, -4, -6, -8, -12 };
+	uint32_t bits = b[0] < 2 ? 0x00200000u << b[0] : (uint32_t)(b[0] - 1) << 23;
+	float d;
+
+	memcpy(&d, &bits, 4);
+	for (int i = 0; i < 16; i++) {
+		y[i] = d * (float)kvalues[b[1 + i] & 15];
+		y[i + 16] = d * (float)kvalues[b[1 + i] >> 4];
+	}
 }
 
 /* Q4_0: f16 d, 16 bytes; element i < 16 the low nibble of byte i, i >= 16
@@ -324,6 +344,7 @@ void sf_ggml_dequant_row(uint32_t type, const void *src, float *dst, size_t n)
 	case SF_GGML_Q4_K: block = block_q4_k; break;
 	case SF_GGML_Q5_K: block = block_q5_k; break;
 	case SF_GGML_Q6_K: block = block_q6_k; break;
+	case SF_GGML_MXFP4: block = block_mxfp4; break;
 	default:
 		return;
 	}

@@ -1,7 +1,7 @@
 /* ggml's tensor types as GGUF files store them (llama.cpp's ggml.h,
  * GGML_TYPE_*): each type's name, block of elements and bytes per block,
  * and a plain C dequantizer of rows for the types sparseflash reads (F32,
- * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K). Block layouts:
+ * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, MXFP4). Block layouts:
  * man/sf-formats.5 (GGUF); each dequantizer computes what gguf-py's
  * quants module computes, in the same float operations, so the two agree
  * bit for bit (tests/unit/test_ggml.c). Here in base, beside our own
@@ -26,6 +26,7 @@ enum sf_ggml_type {
 	SF_GGML_Q5_K = 13,
 	SF_GGML_Q6_K = 14,
 	SF_GGML_BF16 = 30,
+	SF_GGML_MXFP4 = 39,
 };
 
 #define SF_GGML_QK 32		/* elements per block of the _0 and _1 types */

@@ -138,6 +138,12 @@ static inline uint16_t sf_mxfp4_scale_bits(uint8_t e)
 {
 	return e ? (uint16_t)(e << 7) : 0x0040;
 }
+/* 1 when e8m0 byte e with code c gives a float32 weight: e < 255, and
+ * at 254 a code of magnitude below 2 (2 * 2^127 passes f32's range). */
+static inline int sf_mxfp4_finite(uint8_t e, int c)
+{
+	return e < 254 || (e == 254 && (c & 7) < 4);
+}
 static inline int sf_mxfp4_code(const uint8_t *codes, size_t i)
 {
 	return (codes[i % 16] >> (i / 16 * 4)) & 15;

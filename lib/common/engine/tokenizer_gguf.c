@@ -40,6 +40,14 @@ static const struct {
 	  "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 0, 0, 0 },
 	{ (const char *const[]){ "gpt-2", "phi-2", "mpt", "olmo", NULL },
 	  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", 0, 1, 0 },
+	/* o200k (gpt-oss, GPT-4o) as llama.cpp writes it: a letter not a-z for
+	 * o200k's upper-case classes, one not A-Z for its lower-case ones */
+	{ (const char *const[]){ "gpt-4o", "llama4", NULL },
+	  "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+	  "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+	  "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+	  "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+	  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 0, 0, 0 },
 };
 
 struct gtok {
@@ -271,7 +279,7 @@ static int bpe_json(struct gtok *G, json_t *root, json_t *model, size_t *pre_at)
 	}
 	if (*pre_at == sizeof(pres) / sizeof(pres[0]))
 		return sf_err_set(G->e, SF_EUNSUPPORTED, "%s: key 'tokenizer.ggml.pre': '%.*s' "
-				  "unsupported (llama-bpe, qwen2 or gpt-2 and their aliases)",
+				  "unsupported (llama-bpe, qwen2, gpt-2 or gpt-4o and their aliases)",
 				  G->g->path, plen > 60 ? 60 : (int)plen, pre);
 	if ((r = sf_gguf_get_arr(G->g, "tokenizer.ggml.merges", SF_GGUF_STRING, &G->merges, G->e)))
 		return r;

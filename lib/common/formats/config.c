@@ -722,6 +722,29 @@ char *sf_config_json(const struct sf_config *c)
 				  json_integer(c->shared_hidden_dim))) ||
 	     (c->clip_qkv > 0 && json_object_set_new(o, "clip_qkv", json_real((double)c->clip_qkv)))))
 		goto done;
+	if (c->rope_yarn &&
+	    json_object_set_new(o, "rope_scaling", json_pack(
+		    "{s:s, s:f, s:f, s:f, s:i, s:b, s:f}", "rope_type", "yarn", "factor",
+		    (double)c->rope_factor, "beta_fast", (double)c->rope_beta_fast, "beta_slow",
+		    (double)c->rope_beta_slow, "original_max_position_embeddings",
+		    c->rope_orig_max_pos, "truncate", c->rope_truncate, "attention_factor",
+		    (double)c->rope_attn_factor)))
+		goto done;
+	if (c->arch == SF_ARCH_GPT_OSS) {
+		json_t *types = json_array();
+		for (int l = 0; types && l < c->n_layers; l++)
+			if (json_array_append_new(types, json_string(c->layer_sliding[l] ?
+								     "sliding_attention" :
+								     "full_attention")))
+				break;
+		if (json_object_set_new(o, "layer_types", types) ||
+		    json_array_size(types) != (size_t)c->n_layers ||
+		    json_object_set_new(o, "sliding_window", json_integer(c->sliding_window)) ||
+		    json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias)) ||
+		    json_object_set_new(o, "swiglu_limit", json_real((double)c->swiglu_limit)) ||
+		    json_object_set_new(o, "swiglu_alpha", json_real((double)c->swiglu_alpha)))
+			goto done;
+	}
 	if (c->n_rope_freqs) {
 		json_t *f = json_array();
 		for (int i = 0; f && i < c->n_rope_freqs; i++)
@@ -819,9 +842,6 @@ static int gguf_token(const struct sf_gguf *g, const char *key, int vocab, int *
 /* What llama.cpp can store but the decoder does not compute. */
 static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, struct sf_err *e)
 {
-	char key[128];
-	const char *s;
-	uint64_t len;
 	float scale;
 	int ret;
 
@@ -831,13 +851,74 @@ static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, st
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.expert_weights_scale': %g "
 				  "unsupported (only 1: the experts' weights unscaled)", g->path, arch,
 				  (double)scale);
+	if ((ret = gguf_num(g, arch, "rope.scaling.yarn_log_multiplier", 0.0, -1e9, 1e9, &scale, e)))
+		return ret;
+	if (scale != 0.0f)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.rope.scaling.yarn_log_multiplier': "
+				  "%g unsupported (yarn's attention factor from mscale)", g->path, arch,
+				  (double)scale);
+	return 0;
+}
+
+/* rope.scaling.type: none, or YaRN as llama.cpp computes it from its keys:
+ * factor (1), original_context_length (context_length), yarn_beta_fast
+ * and yarn_beta_slow (32, 1), the correction range rounded outwards
+ * (ggml_rope_yarn_corr_dims: transformers' truncate), and cos and sin
+ * scaled by attn_factor (1) times 0.1 ln(factor) + 1. */
+static int gguf_rope_scaling(const struct sf_gguf *g, const char *arch, struct sf_config *c,
+			     struct sf_err *e)
+{
+	char key[128];
+	const char *s;
+	uint64_t len;
+	float attn;
+	int ret;
+
 	snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
 	ret = sf_gguf_get_str(g, key, &s, &len, e);
-	if (ret && ret != -ENOENT)
+	if (ret == -ENOENT || (!ret && len == 4 && !memcmp(s, "none", 4)))
+		return 0;
+	if (ret)
 		return ret;
-	if (!ret && !(len == 4 && !memcmp(s, "none", 4)))
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s': '%.*s' unsupported (only none)",
-				  g->path, key, len > 60 ? 60 : (int)len, s);
+	if (!(len == 4 && !memcmp(s, "yarn", 4)))
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s': '%.*s' unsupported (only none "
+				  "and yarn)", g->path, key, len > 60 ? 60 : (int)len, s);
+	c->rope_yarn = 1;
+	c->rope_truncate = 1;
+	if ((ret = gguf_num(g, arch, "rope.scaling.factor", 1.0, 0, 1e6, &c->rope_factor, e)) ||
+	    (ret = gguf_int(g, arch, "rope.scaling.original_context_length", 0, c->max_seq_len, 1,
+			    SEQ_MAX, &c->rope_orig_max_pos, e)) ||
+	    (ret = gguf_num(g, arch, "rope.scaling.yarn_beta_fast", 32.0, 0, 1e6,
+			    &c->rope_beta_fast, e)) ||
+	    (ret = gguf_num(g, arch, "rope.scaling.yarn_beta_slow", 1.0, 0, 1e6,
+			    &c->rope_beta_slow, e)) ||
+	    (ret = gguf_num(g, arch, "rope.scaling.attn_factor", 1.0, 0, 1e6, &attn, e)))
+		return ret;
+	c->rope_attn_factor = attn * (c->rope_factor > 1.0f ?
+				      (float)(0.1 * log(c->rope_factor) + 1.0) : 1.0f);
+	return 0;
+}
+
+/* gpt-oss as llama.cpp's graph computes it, which no key says: q, k, v
+ * and o biases, the sinks, the router's and experts' biases, SwiGLU
+ * clamped at 7.0 with alpha 1.702; the window attention.sliding_window in
+ * the layers attention.sliding_window_pattern marks (2 when absent: every
+ * other one from layer 0, llama.cpp's set_swa_pattern). */
+static int gguf_gpt_oss(const struct sf_gguf *g, const char *arch, struct sf_config *c,
+			struct sf_err *e)
+{
+	int period, ret;
+
+	if ((ret = gguf_int(g, arch, "attention.sliding_window", 1, 0, 1, SEQ_MAX,
+			    &c->sliding_window, e)) ||
+	    (ret = gguf_int(g, arch, "attention.sliding_window_pattern", 0, 2, 1, LAYERS_MAX,
+			    &period, e)))
+		return ret;
+	for (int l = 0; l < c->n_layers; l++)
+		c->layer_sliding[l] = l % period < period - 1;
+	c->qkv_bias = c->o_bias = c->attn_sinks = c->moe_bias = 1;
+	c->swiglu_limit = 7.0f;
+	c->swiglu_alpha = 1.702f;
 	return 0;
 }
 
@@ -881,6 +962,7 @@ static const struct {
 	{ "qwen2moe", SF_ARCH_QWEN2_MOE, 1, 0 },
 	{ "qwen3moe", SF_ARCH_QWEN3_MOE, 1, 1 },
 	{ "olmoe", SF_ARCH_OLMOE, 1, 0 },
+	{ "gpt-oss", SF_ARCH_GPT_OSS, 1, 1 },	/* a softmax of the top k logits */
 };
 
 /* A mixture's experts from the ARCH.expert_* keys: count, top k, their
@@ -899,7 +981,7 @@ static int gguf_experts(const struct sf_gguf *g, const char *arch, int a, struct
 	if (c->arch != SF_ARCH_LLAMA && !gguf_archs[a].moe)
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.expert_count': %d, experts in "
 				  "architecture %s unsupported (llama.cpp's are llama, qwen2moe, "
-				  "qwen3moe, olmoe)", g->path, arch, c->n_experts, arch);
+				  "qwen3moe, olmoe, gpt-oss)", g->path, arch, c->n_experts, arch);
 	if (c->arch == SF_ARCH_LLAMA)
 		c->arch = SF_ARCH_MIXTRAL;
 	if ((ret = gguf_int(g, arch, "expert_used_count", 1, 0, 1, EXPERTS_MAX, &c->n_experts_used,
@@ -942,7 +1024,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if (a == sizeof(gguf_archs) / sizeof(gguf_archs[0])) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
 				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama, "
-				 "qwen2, qwen3, qwen2moe, qwen3moe or olmoe)",
+				 "qwen2, qwen3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
 				 g->path, len > 60 ? 60 : (int)len, name);
 		goto out;
 	}
@@ -992,7 +1074,9 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if ((ret = gguf_num(g, arch, "attention.layer_norm_rms_epsilon", 1e-6, 0, 1, &c->norm_eps, e)) ||
 	    (ret = gguf_num(g, arch, "rope.freq_base", 10000.0, 0, 1e12, &c->rope_theta, e)) ||
 	    (ret = gguf_refuse_unsupported(g, arch, e)) ||
+	    (ret = gguf_rope_scaling(g, arch, c, e)) ||
 	    (ret = gguf_experts(g, arch, (int)a, c, e)) ||
+	    (c->arch == SF_ARCH_GPT_OSS && (ret = gguf_gpt_oss(g, arch, c, e))) ||
 	    (ret = gguf_rope_freqs(g, c, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
@@ -1005,7 +1089,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 		c->eos_ids[c->n_eos++] = eot;
 	/* llama.cpp's converters leave the head out when tied */
 	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
-	c->qkv_bias = c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN2_MOE;
+	c->qkv_bias |= c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN2_MOE;
 	c->qk_norm = c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ? SF_QK_NORM_HEAD :
 		     c->arch == SF_ARCH_OLMOE ? SF_QK_NORM_ALL : SF_QK_NORM_NONE;
 	/* llama.cpp's converters reorder llama's (and Mixtral's) q and k rows

@@ -103,7 +103,8 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
 int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
 		    struct sf_err *e);
 /* The same from a GGUF's metadata, llama.cpp's keys: general.architecture
- * llama, qwen2 or qwen3 (others refused by name), ARCH.embedding_length,
+ * llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
+ * refused by name), ARCH.embedding_length,
  * feed_forward_length, block_count, attention.head_count and
  * context_length required; attention.head_count_kv, attention.key_length
  * (= value_length = rope.dimension_count), vocab_size (else the length of
@@ -111,8 +112,11 @@ int sf_config_parse(struct sf_config *c, const char *name, const char *text, siz
  * rope.freq_base (10000) and tokenizer.ggml.bos/eos/eot_token_id
  * optional; tied embeddings when there is no output.weight tensor.
  * rope_freqs.weight (F32, head_dim / 2 finite factors above 0) read into
- * rope_freqs. Refused: experts, RoPE scaling keys. Returns 0 or an
- * error naming the key; *c is zeroed on failure. */
+ * rope_freqs; a mixture's expert_* keys; rope.scaling.type none or yarn
+ * with its keys, as llama.cpp computes them; gpt-oss's sliding window
+ * keys, and what its graph computes without a key (biases, sinks, the
+ * clamped SwiGLU). Refused: other RoPE scaling, expert weight scales.
+ * Returns 0 or an error naming the key; *c is zeroed on failure. */
 int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_err *e);
 const char *sf_arch_name(enum sf_arch a);
 /* The config.json key of c's expert count, for messages:
@@ -122,9 +126,9 @@ const char *sf_config_experts_key(const struct sf_config *c);
  * memory), which sf_config_parse reads back into c: the config of a
  * model that has none (a GGUF's, which an image embeds), with
  * "rope_interleaved": true for a llama GGUF's q and k rows and
- * "rope_freqs": [...] for its frequency factors. Only what the
- * GGUF path sets: no RoPE scaling, sliding window, biases' switches or
- * experts, which sf_config_from_gguf refuses or derives from the arch. */
+ * "rope_freqs": [...] for its frequency factors, and what else the GGUF
+ * path sets: the experts, YaRN, gpt-oss's layer types, window, biases and
+ * SwiGLU's constants. */
 char *sf_config_json(const struct sf_config *c);
 
 /* Entries of a group: the length of its input vector. */

@@ -89,8 +89,10 @@ int image_plan_experts(struct plan *p, struct sf_err *e)
 							  sf_dtype_name(p->x.dt));
 				}
 		}
-	/* a block dtype for the top tier quantizes the experts' rows too */
-	if (p->o->dtype != SF_IMAGE_DTYPE_KEEP && sf_dtype_is_block((enum sf_dtype)p->o->dtype)) {
+	/* a block dtype for the top tier quantizes the experts' rows too,
+	 * but for MXFP4 ones: they keep the model's own 4-bit codes */
+	if (p->o->dtype != SF_IMAGE_DTYPE_KEEP && sf_dtype_is_block((enum sf_dtype)p->o->dtype) &&
+	    p->x.source_dt != SF_DTYPE_MXFP4) {
 		if (!block_rows_fit(c))
 			return sf_err_set(e, SF_EUNSUPPORTED, "%s: --dtype %s: the experts' rows of "
 					  "%d and %d weights are not whole blocks of %d", m->source,

@@ -4,12 +4,14 @@
  * Q8_0 and Q4_0 rows are our Q8 and Q4 rows (base/quant.h) with the
  * same codes and scales, only the scales moved to the front of each row,
  * which the row products (engine/kernels_qrows.h) compute on as llama.cpp
- * does, the input rounded to int8 per block; the other types, which no
+ * does, the input rounded to int8 per block; MXFP4 rows (gpt-oss's
+ * experts) our MXFP4 rows, the same codes; the other types, which no
  * kernel of ours reads yet, are requantized to Q8 rows (their at most
  * 6.6 bits a weight rounded to 8 per block of 32: 8.5 bits a weight in
  * RAM, near 1/254 of each block's largest weight added). With
- * element_only every quantized matrix is widened to F16, for the commands
- * that read weights by column. */
+ * element_only every quantized matrix but MXFP4 experts is widened to
+ * F16 (MXFP4 to BF16, exact), for the commands that read weights by
+ * column. */
 #include "formats/model_gguf.h"
 
 #include <errno.h>
@@ -20,6 +22,7 @@
 
 #include "base/pool.h"
 #include "base/quant.h"
+#include "formats/model.h"
 
 /* llama.cpp's name of a layer tensor, after "blk.N.", and Hugging
  * Face's, after "model.layers.N.". */
@@ -35,6 +38,9 @@ static const char *const layer_names[][2] = {
 	{ "attn_q_norm.weight", "self_attn.q_norm.weight" },
 	{ "attn_k_norm.weight", "self_attn.k_norm.weight" },
 	{ "ffn_norm.weight", "post_attention_layernorm.weight" },
+	{ "post_attention_norm.weight", "post_attention_layernorm.weight" },	/* gpt-oss */
+	{ "attn_output.bias", "self_attn.o_proj.bias" },
+	{ "attn_sinks.weight", "self_attn.sinks" },
 	{ "ffn_gate.weight", "mlp.gate_proj.weight" },
 	{ "ffn_up.weight", "mlp.up_proj.weight" },
 	{ "ffn_down.weight", "mlp.down_proj.weight" },
@@ -45,10 +51,12 @@ static const char *const model_names[][2] = {
 	{ "output.weight", "lm_head.weight" },
 };
 
-/* A mixture's tensors in llama.cpp's names, after "blk.N.": its router,
- * Qwen2-MoE's shared expert and the gate of it, and the experts' three
- * matrices, stacked (ffn_gate_exps: [n_experts, rows, cols]) or, in files
- * older than llama.cpp's stacking, one tensor an expert (ffn_gate.E). */
+/* A mixture's tensors in llama.cpp's names, after "blk.N.": its router
+ * (and gpt-oss's bias of it), Qwen2-MoE's shared expert and the gate of
+ * it, and the experts' three matrices, stacked (ffn_gate_exps: [n_experts,
+ * rows, cols]; gpt-oss's biases ffn_gate_exps.bias [n_experts, rows]) or,
+ * in files older than llama.cpp's stacking, one tensor an expert
+ * (ffn_gate.E). */
 static const char *const expert_mats[3] = { "gate", "up", "down" };
 
 /* Hugging Face's name of GGUF tensor NAME (expert x of a stacked one, else
@@ -56,11 +64,8 @@ static const char *const expert_mats[3] = { "gate", "up", "down" };
  * we compute so. */
 static int hf_name(const char *name, const struct sf_config *cfg, int x, char *hf, size_t cap)
 {
-	int mixtral = cfg->arch == SF_ARCH_MIXTRAL;
-	const char *moe = mixtral ? "block_sparse_moe" : "mlp";
-	const char *hf_mats[3] = { mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj",
-				   mixtral ? "w2" : "down_proj" };
-	char gguf[64];
+	char gguf[64], *out = hf;
+	size_t out_cap = cap;
 	int l, used = 0, n;
 
 	for (size_t i = 0; x < 0 && i < sizeof(model_names) / sizeof(model_names[0]); i++)
@@ -77,28 +82,43 @@ static int hf_name(const char *name, const struct sf_config *cfg, int x, char *h
 			return snprintf(hf, cap, "%s", layer_names[i][1]) < (int)cap ? 0 : -1;
 	if (!cfg->n_experts)
 		return -1;
-	for (int m = 0; m < 3; m++) {
+	/* the experts' matrices (i 0-2) and gpt-oss's biases of them (3-5) */
+	for (int i = 0; i < 6; i++) {
 		int e = -1;
-		snprintf(gguf, sizeof(gguf), "ffn_%s_exps.weight", expert_mats[m]);
+		snprintf(gguf, sizeof(gguf), "ffn_%s_exps.%s", expert_mats[i % 3],
+			 i < 3 ? "weight" : "bias");
 		if (x >= 0 && !strcmp(name, gguf))
 			e = x;
 		used = 0;
-		snprintf(gguf, sizeof(gguf), "ffn_%s.%%d.weight%%n", expert_mats[m]);
-		if (x < 0 && sscanf(name, gguf, &e, &used) == 1 && (!used || name[used]))
+		snprintf(gguf, sizeof(gguf), "ffn_%s.%%d.weight%%n", expert_mats[i % 3]);
+		if (x < 0 && i < 3 && sscanf(name, gguf, &e, &used) == 1 && (!used || name[used]))
 			e = -1;
-		if (e >= 0 && e < cfg->n_experts)
-			return snprintf(hf, cap, "%s.experts.%d.%s.weight", moe, e, hf_mats[m]) <
-			       (int)cap ? 0 : -1;
-		snprintf(gguf, sizeof(gguf), "ffn_%s_shexp.weight", expert_mats[m]);
-		if (x < 0 && cfg->shared_hidden_dim && !strcmp(name, gguf))
-			return snprintf(hf, cap, "mlp.shared_expert.%s.weight", hf_mats[m]) <
+		if (e >= 0 && e < cfg->n_experts) {
+			sf_model_expert_tensor(cfg, l, e, i, out, out_cap);
+			return 0;
+		}
+		snprintf(gguf, sizeof(gguf), "ffn_%s_shexp.weight", expert_mats[i % 3]);
+		if (x < 0 && i < 3 && cfg->shared_hidden_dim && !strcmp(name, gguf))
+			return snprintf(hf, cap, "mlp.shared_expert.%s_proj.weight", expert_mats[i % 3]) <
 			       (int)cap ? 0 : -1;
 	}
-	if (x < 0 && !strcmp(name, "ffn_gate_inp.weight"))
-		return snprintf(hf, cap, "%s.gate.weight", moe) < (int)cap ? 0 : -1;
+	for (int bias = 0; x < 0 && bias < 2; bias++)
+		if (!strcmp(name, bias ? "ffn_gate_inp.bias" : "ffn_gate_inp.weight")) {
+			sf_model_router_tensor(cfg, l, bias, out, out_cap);
+			return 0;
+		}
 	if (x < 0 && cfg->shared_hidden_dim && !strcmp(name, "ffn_gate_inp_shexp.weight"))
 		return snprintf(hf, cap, "mlp.shared_expert_gate.weight") < (int)cap ? 0 : -1;
 	return -1;
+}
+
+/* A tensor of every expert: [n_experts, rows, cols] matrices, or gpt-oss's
+ * biases [n_experts, rows]. */
+static int stacked(const struct sf_gguf_tensor *t)
+{
+	size_t n = strlen(t->name);
+
+	return t->n_dims == 3 || (t->n_dims == 2 && n > 10 && !strcmp(t->name + n - 10, "_exps.bias"));
 }
 
 /* engine_dtype's choice before the tiles. */
@@ -112,6 +132,10 @@ static enum sf_dtype block_dtype(const struct sf_gguf_tensor *t, int element_onl
 	}
 	if (t->n_dims == 1)
 		return SF_DTYPE_F32;
+	/* experts are read whole, never by column: kept; BF16 holds every
+	 * MXFP4 weight */
+	if (t->type == SF_GGML_MXFP4)
+		return !element_only || strstr(t->name, "_exps.") ? SF_DTYPE_MXFP4 : SF_DTYPE_BF16;
 	if (element_only)
 		return SF_DTYPE_F16;
 	return t->type == SF_GGML_Q4_0 ? SF_DTYPE_Q4 : SF_DTYPE_Q8;
@@ -135,16 +159,29 @@ static int in_place(const struct sf_gguf_tensor *t)
 	return t->type == SF_GGML_F32 || t->type == SF_GGML_F16 || t->type == SF_GGML_BF16;
 }
 
-/* One row of cols elements of a Q8_0 or Q4_0 tensor as our row: the
- * blocks' f16 scales first, then their codes (the same bytes). */
-static void repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type, size_t cols)
+/* One row of cols elements of a Q8_0, Q4_0 or MXFP4 tensor as our row:
+ * the blocks' scales first (MXFP4's e8m0 bytes as bf16 powers of two),
+ * then their codes (the same bytes). 0, or -ERANGE for an MXFP4 scale of
+ * 255 or a weight past f32's range. */
+static int repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type, size_t cols)
 {
-	size_t nb = cols / SF_GGML_QK, bb = sf_ggml_block_bytes(type), cb = bb - 2;
+	size_t nb = cols / SF_GGML_QK, bb = sf_ggml_block_bytes(type);
+	size_t sb = type == SF_GGML_MXFP4 ? 1 : 2, cb = bb - sb;
 
 	for (size_t b = 0; b < nb; b++) {
-		memcpy(dst + 2 * b, src + b * bb, 2);
-		memcpy(dst + 2 * nb + b * cb, src + b * bb + 2, cb);
+		const uint8_t *blk = src + b * bb;
+		if (type == SF_GGML_MXFP4) {
+			uint16_t h = sf_mxfp4_scale_bits(blk[0]);
+			for (size_t i = 0; i < SF_GGML_QK; i++)
+				if (!sf_mxfp4_finite(blk[0], sf_mxfp4_code(blk + 1, i)))
+					return -ERANGE;
+			memcpy(dst + 2 * b, &h, 2);
+		} else {
+			memcpy(dst + 2 * b, blk, 2);
+		}
+		memcpy(dst + 2 * nb + b * cb, blk + sb, cb);
 	}
+	return 0;
 }
 
 /* Rows [r0, r1) of tensor t (ne[1] rows of ne[0] elements), converted
@@ -160,8 +197,10 @@ static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype d
 
 	for (size_t r = r0; r < r1; r++, src += src_row, dst += dst_row) {
 		if ((t->type == SF_GGML_Q8_0 && dt == SF_DTYPE_Q8) ||
-		    (t->type == SF_GGML_Q4_0 && dt == SF_DTYPE_Q4)) {
-			repack_row(dst, src, t->type, cols);
+		    (t->type == SF_GGML_Q4_0 && dt == SF_DTYPE_Q4) ||
+		    (t->type == SF_GGML_MXFP4 && dt == SF_DTYPE_MXFP4)) {
+			if (repack_row(dst, src, t->type, cols))
+				return -ERANGE;
 			continue;
 		}
 		sf_ggml_dequant_row(t->type, src, row, cols);
@@ -176,7 +215,7 @@ static int convert(uint8_t *dst, const struct sf_gguf_tensor *t, enum sf_dtype d
 			continue;
 		}
 		for (size_t i = 0; i < cols; i++) {
-			uint16_t h = sf_f32_to_f16(row[i]);
+			uint16_t h = dt == SF_DTYPE_BF16 ? sf_f32_to_bf16(row[i]) : sf_f32_to_f16(row[i]);
 			memcpy(dst + 2 * i, &h, 2);
 		}
 	}
@@ -238,7 +277,8 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	/* a stacked expert tensor [n_experts, rows, cols] is n_experts
 	 * matrices, each a stretch of its bytes */
 	for (size_t i = 0; i < g->ntensors; i++)
-		nall += g->tensors[i].n_dims == 3 ? (size_t)g->tensors[i].ne[2] : 1;
+		nall += stacked(&g->tensors[i]) ? (size_t)g->tensors[i].ne[g->tensors[i].n_dims - 1]
+						: 1;
 	st->tensors = calloc(nall ? nall : 1, sizeof(*st->tensors));
 	st->maps = calloc(1, sizeof(*st->maps));
 	st->map_sizes = calloc(1, sizeof(*st->map_sizes));
@@ -259,23 +299,24 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		const struct sf_gguf_tensor *gt = &g->tensors[i];
 		if (!strcmp(gt->name, SF_GGUF_ROPE_FREQS))
 			continue;
-		if (gt->n_dims != 3) {
+		int last = gt->n_dims - 1;
+		if (!stacked(gt)) {
 			xs[st->ntensors] = -1;
 			src[st->ntensors++] = gt;
 			continue;
 		}
-		if (gt->ne[2] != (uint64_t)cfg->n_experts) {
+		if (gt->ne[last] != (uint64_t)cfg->n_experts) {
 			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %llu experts, expected "
 					 "'expert_count' %d", g->path, gt->name,
-					 (unsigned long long)gt->ne[2], cfg->n_experts);
+					 (unsigned long long)gt->ne[last], cfg->n_experts);
 			goto fail;
 		}
 		for (int x = 0; x < cfg->n_experts; x++) {
 			struct sf_gguf_tensor *sl = &slices[x];
 			*sl = *gt;
-			sl->n_dims = 2;
-			sl->ne[2] = 1;
-			sl->nbytes = gt->nbytes / gt->ne[2];
+			sl->n_dims = last;
+			sl->ne[last] = 1;
+			sl->nbytes = gt->nbytes / gt->ne[last];
 			sl->data = (const uint8_t *)gt->data + (size_t)x * sl->nbytes;
 			xs[st->ntensors] = x;
 			src[st->ntensors++] = sl;
@@ -297,6 +338,12 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 			ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %d dimensions of [%llu, %llu], "
 					 "expected 1 or 2 of at least 1", g->path, gt->name, gt->n_dims,
 					 (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1]);
+			goto fail;
+		}
+		if (dt == SF_DTYPE_MXFP4 && gt->ne[0] > SF_MXFP4_COLS_MAX) {
+			ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s': MXFP4 rows of %llu, "
+					 "more than the %d the kernels take", g->path, gt->name,
+					 (unsigned long long)gt->ne[0], SF_MXFP4_COLS_MAX);
 			goto fail;
 		}
 		/* ggml's ne[0] is the contiguous one: Hugging Face's last. The
@@ -351,9 +398,9 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		sf_pool_run(pool, convert_worker, &c);
 		for (int x = 0; x < nth; x++)
 			if (c.ret[x]) {
-				ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite or "
-						 "beyond what q8 blocks with an f16 scale hold", g->path,
-						 src[k]->name);
+				ret = sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': weights not finite, "
+						 "beyond what q8 blocks with an f16 scale hold, or an "
+						 "MXFP4 scale of 255", g->path, src[k]->name);
 				goto fail;
 			}
 		t->data = at;

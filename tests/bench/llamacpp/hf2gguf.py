@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """hf2gguf: a Hugging Face Llama, Qwen2, Qwen3 or mixture-of-experts
-(Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) checkpoint (config.json,
+(Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, gpt-oss) checkpoint (config.json,
 model.safetensors or shards with model.safetensors.index.json,
 tokenizer.json when there is one) to a GGUF that llama.cpp loads, through
 gguf-py's GGUFWriter; numpy only. Used by tests/bench/llamacpp.bash
@@ -11,7 +11,10 @@ interleaved pairs llama.cpp's LLAMA graph uses (Qwen's graphs keep
 rotate-half). A mixture's experts are stacked into one tensor a matrix
 and layer ([experts, rows, cols], as convert_hf_to_gguf.py writes them);
 what llama.cpp's graphs of the mixtures cannot compute (OLMoE's clip_qkv,
-a router renormalised otherwise than they do) is refused.
+a router renormalised otherwise than they do) is refused. gpt-oss's
+fused experts are split into gate, up and down as llama.cpp's
+conversion/gpt_oss.py does; its MXFP4 blocks and scales become GGUF's
+MXFP4 blocks, the same codes and scales.
 
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
 import argparse
@@ -25,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import gguf
 
-ST_DTYPES = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}
+ST_DTYPES = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "U8": np.uint8}
 # GGUF tensor types: numpy's dtype, and the GGML type when numpy has none
 OUT_TYPES = {"f32": (np.float32, None), "f16": (np.float16, None),
              "bf16": (np.uint16, gguf.GGMLQuantizationType.BF16)}
@@ -57,7 +60,7 @@ def safetensors_index(model_dir):
             if key == "__metadata__":
                 continue
             if t["dtype"] not in ST_DTYPES:
-                fail(f"{path}: {key}: dtype {t['dtype']}: only BF16, F16 and F32 are read")
+                fail(f"{path}: {key}: dtype {t['dtype']}: only BF16, F16, F32 and U8 are read")
             begin, end = t["data_offsets"]
             count = int(np.prod(t["shape"], dtype=np.int64))
             if end - begin != count * np.dtype(ST_DTYPES[t["dtype"]]).itemsize or \
@@ -102,11 +105,14 @@ def permute(w, n_head):
 # --- tokenizer
 
 # The split regexes of the pre-tokenizers llama.cpp names (Llama 3's with
-# ignore_merges, Qwen2's with single digits, GPT-2's)
+# ignore_merges, Qwen2's with single digits, GPT-2's, o200k's of gpt-oss)
 BPE_PRES = {
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)": "gpt-2",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+": "gpt-4o",
 }
 
 
@@ -218,6 +224,126 @@ def rope_factors(scaling, base, dim):
     return np.array(out, dtype=np.float32)
 
 
+# --- gpt-oss
+
+def mxfp4_blocks(blocks, scales):
+    """The released checkpoints' MXFP4 (byte j of a block: values 2j and
+    2j + 1) as GGUF's blocks: the e8m0 byte, then byte j holding values j
+    and j + 16, [..., rows, blocks * 17] bytes."""
+    codes = np.stack((blocks & 15, blocks >> 4), axis=-1).reshape(*blocks.shape[:-1], 32)
+    qs = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
+    out = np.concatenate((scales[..., None], qs), axis=-1)
+    return np.ascontiguousarray(out.reshape(*out.shape[:-2], -1))
+
+
+def gpt_oss_tensors(st, cfg, outtype):
+    """(gguf name, shape, numpy dtype, GGML type or None, producer) of
+    every tensor: gate_up split into gate (even columns) and up (odd), the
+    matrices as [experts, out, in], their biases [experts, out]."""
+    out = []
+
+    def plain(name, hf):
+        path, dtype, shape, _ = st[hf]
+        typ = "f32" if len(shape) == 1 else outtype
+        np_type, raw = OUT_TYPES[typ]
+        out.append((name, shape, np_type, raw,
+                    lambda: convert(np.asarray(load(st[hf])), dtype, typ)))
+
+    fused = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks)?$")
+    for hf in st:
+        m = re.match(r"model\.layers\.(\d+)\.(.*)$", hf)
+        if hf in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+            plain({"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+                   "output_norm.weight", "lm_head.weight": "output.weight"}[hf], hf)
+            continue
+        if not m:
+            fail(f"tensor {hf}: no llama.cpp name")
+        blk, rest = f"blk.{m[1]}.", m[2]
+        simple = {"input_layernorm.weight": "attn_norm.weight",
+                  "post_attention_layernorm.weight": "post_attention_norm.weight",
+                  "self_attn.sinks": "attn_sinks.weight",
+                  "mlp.router.weight": "ffn_gate_inp.weight", "mlp.router.bias": "ffn_gate_inp.bias"}
+        for p, g in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
+                     ("o_proj", "attn_output")):
+            for kind in ("weight", "bias"):
+                simple[f"self_attn.{p}.{kind}"] = f"{g}.{kind}"
+        if rest in simple:
+            plain(blk + simple[rest], hf)
+            continue
+        if rest.endswith("_scales"):
+            continue
+        f = fused.match(hf)
+        if not f:
+            fail(f"tensor {hf}: no llama.cpp name")
+        e, src_dtype = st[hf][2][0], st[hf][1]
+        parts = [("gate", 0), ("up", 1)] if f[2] == "gate_up_proj" else [("down", None)]
+
+        def pick(a, col, axis):
+            """gate_up's gate (col 0) or up (col 1) along axis; down whole."""
+            return a if col is None else np.take(a, np.arange(col, a.shape[axis], 2), axis=axis)
+
+        for part, col in parts:
+            name = f"{blk}ffn_{part}_exps.{'bias' if f[3] == '_bias' else 'weight'}"
+            if f[3] == "_bias":
+                shape = (e, st[hf][2][1] // (2 if col is not None else 1))
+                out.append((name, shape, np.float32, None,
+                            lambda hf=hf, col=col: pick(to_f32(np.asarray(load(st[hf])), st[hf][1]),
+                                                        col, 1)))
+            elif f[3] == "_blocks":
+                sc = hf.replace("_blocks", "_scales")
+                rows, nb = st[hf][2][1] // (2 if col is not None else 1), st[hf][2][2]
+                shape = (e, rows, nb * 17)
+                out.append((name, shape, np.uint8, gguf.GGMLQuantizationType.MXFP4,
+                            lambda hf=hf, sc=sc, col=col: mxfp4_blocks(
+                                pick(np.asarray(load(st[hf])), col, 1),
+                                pick(np.asarray(load(st[sc])), col, 1))))
+            else:   # input-major [experts, in, out]: Linear's [experts, out, in]
+                x_shape = st[hf][2]
+                shape = (e, x_shape[2] // (2 if col is not None else 1), x_shape[1])
+                np_type, raw = OUT_TYPES[outtype]
+                out.append((name, shape, np_type, raw,
+                            lambda hf=hf, col=col, d=src_dtype: convert(np.ascontiguousarray(
+                                pick(np.asarray(load(st[hf])), col, 2).transpose(0, 2, 1)), d,
+                                outtype)))
+    return out
+
+
+def gpt_oss_keys(w, cfg, model_dir):
+    """What llama.cpp's gpt-oss reads beyond the common keys; what its
+    graph fixes (SwiGLU's limit 7 and alpha 1.702, sliding layers every
+    other from layer 0) checked against the config."""
+    if cfg.get("swiglu_limit", 7.0) != 7.0 or cfg.get("swiglu_alpha", 1.702) != 1.702:
+        fail(f"{model_dir}: swiglu_limit/alpha: llama.cpp's gpt-oss graph takes 7.0 and 1.702")
+    n = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types") or ["sliding_attention" if l % 2 == 0 else "full_attention"
+                                       for l in range(n)]
+    if any((t == "sliding_attention") != (l % 2 == 0) for l, t in enumerate(types)):
+        fail(f"{model_dir}: layer_types: llama.cpp's gpt-oss slides every other layer from 0")
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+    w.add_sliding_window(cfg.get("sliding_window", 128))
+
+
+def yarn_keys(w, scaling, model_dir):
+    """YaRN as llama.cpp computes it: its correction range rounded
+    outwards, as transformers' truncate; the attention factor its
+    default's multiple."""
+    if not scaling.get("truncate", True):
+        fail(f"{model_dir}: rope_scaling truncate false: llama.cpp rounds YaRN's correction range")
+    factor = float(scaling["factor"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(factor)
+    if "original_max_position_embeddings" in scaling:
+        w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    arch = w.arch
+    w.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling.get("beta_fast", 32.0)))
+    w.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling.get("beta_slow", 1.0)))
+    if scaling.get("attention_factor") is not None:
+        w.add_float32(f"{arch}.rope.scaling.attn_factor", float(scaling["attention_factor"]) /
+                      (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0))
+
+
 # --- main
 
 def main():
@@ -234,12 +360,13 @@ def main():
     archs = {"llama": (gguf.MODEL_ARCH.LLAMA, None), "qwen2": (gguf.MODEL_ARCH.QWEN2, None),
              "qwen3": (gguf.MODEL_ARCH.QWEN3, None), "mixtral": (gguf.MODEL_ARCH.LLAMA, True),
              "qwen2_moe": (gguf.MODEL_ARCH.QWEN2MOE, False),
-             "qwen3_moe": (gguf.MODEL_ARCH.QWEN3MOE, True), "olmoe": (gguf.MODEL_ARCH.OLMOE, False)}
+             "qwen3_moe": (gguf.MODEL_ARCH.QWEN3MOE, True), "olmoe": (gguf.MODEL_ARCH.OLMOE, False),
+             "gpt_oss": (gguf.MODEL_ARCH.GPT_OSS, True)}
     model_type = cfg.get("model_type")
     if model_type not in archs:
         fail(f"{a.model_dir}: model_type {model_type!r}: only {', '.join(archs)} are converted")
     arch, renorm = archs[model_type]
-    if renorm is not None and model_type != "mixtral" and \
+    if renorm is not None and model_type not in ("mixtral", "gpt_oss") and \
        bool(cfg.get("norm_topk_prob", False)) != renorm:
         fail(f"{a.model_dir}: norm_topk_prob {cfg.get('norm_topk_prob')}: llama.cpp's "
              f"{model_type} {'always' if renorm else 'never'} renormalises the top k")
@@ -248,8 +375,9 @@ def main():
     if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
         fail(f"{a.model_dir}: dense layers among the experts are not converted")
     scaling = cfg.get("rope_scaling") or {}
-    if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
-        fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3 is converted")
+    rope_type = scaling.get("rope_type", scaling.get("type")) if scaling else None
+    if rope_type not in (None, "llama3", "yarn"):
+        fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3 and yarn are converted")
     st = safetensors_index(a.model_dir)
     n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
@@ -274,11 +402,15 @@ def main():
     if head_dim != n_embd // n_head:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 150000.0 if model_type == "gpt_oss" else 10000.0)))
     eps = cfg.get("rms_norm_eps")
     w.add_layer_norm_rms_eps(float(eps if eps is not None else
-                                   1e-5 if model_type in ("mixtral", "olmoe") else 1e-6))
-    if renorm is not None:
+                                   1e-5 if model_type in ("mixtral", "olmoe", "gpt_oss") else 1e-6))
+    if rope_type == "yarn":
+        yarn_keys(w, scaling, a.model_dir)
+    if model_type == "gpt_oss":
+        gpt_oss_keys(w, cfg, a.model_dir)
+    elif renorm is not None:
         w.add_expert_count(cfg["num_local_experts" if model_type == "mixtral" else "num_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
         if "moe_intermediate_size" in cfg:
@@ -286,6 +418,21 @@ def main():
         if "shared_expert_intermediate_size" in cfg:
             w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     kind = vocab_from_tokenizer(a.model_dir, n_vocab, w, cfg)
+
+    if model_type == "gpt_oss":
+        plan = gpt_oss_tensors(st, cfg, outtype)
+        for name, shape, np_type, raw, _ in plan:
+            nbytes = int(np.prod(shape)) * np.dtype(np_type).itemsize
+            w.add_tensor_info(name, shape, np.dtype(np_type), nbytes, raw_dtype=raw)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for name, shape, np_type, raw, produce in plan:
+            w.write_tensor_data(np.ascontiguousarray(produce()))
+        w.close()
+        print(f"hf2gguf: {a.model_dir}: {len(plan)} tensors, {outtype}, vocab {kind} ({n_vocab}), "
+              f"{'tied' if tied else 'untied'} embeddings", file=sys.stderr)
+        return
 
     names = gguf.get_tensor_name_map(arch, n_layer)
     expert = re.compile(r"model\.layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts\.(\d+)\."
@@ -324,7 +471,7 @@ def main():
         w.add_tensor_info(name, shape, np.dtype(np_type),
                           int(np.prod(shape)) * np.dtype(np_type).itemsize, raw_dtype=raw)
 
-    if scaling:
+    if rope_type == "llama3":
         w.add_tensor_info("rope_freqs.weight", (head_dim // 2,), np.dtype(np.float32), head_dim * 2)
 
     w.write_header_to_file()
@@ -342,7 +489,7 @@ def main():
             ts.append(convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype))
         w.write_tensor_data(np.ascontiguousarray(np.stack(ts) if len(ts) > 1 or
                                                  name.endswith("_exps.weight") else ts[0]))
-    if scaling:
+    if rope_type == "llama3":
         w.write_tensor_data(rope_factors(scaling, float(cfg.get("rope_theta", 10000.0)), head_dim))
     w.close()
     print(f"hf2gguf: {a.model_dir}: {len(plan)} tensors, {outtype}, vocab {kind} ({n_vocab}), "
