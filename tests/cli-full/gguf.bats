@@ -262,4 +262,12 @@ nll_pair() {
 	a=$(sf-run -q -ctk f32 -ctv f32 "$g/oss.sfimg" --ppl "$g/text.txt" --window 64 | jq .nll)
 	echo "image $a, gguf $b"
 	jq -n --argjson a "$a" --argjson b "$b" -e '($a - $b | fabs) < 2e-4'
+	# an e8m0 scale of 255 (not a number): one line naming the tensor
+	"$PYTHON" -c 'import sys, shutil; sys.path.insert(0, sys.argv[3]); from gguf import GGUFReader
+shutil.copy(sys.argv[1], sys.argv[2])
+t = [t for t in GGUFReader(sys.argv[2], "r+").tensors if t.name == "blk.1.ffn_down_exps.weight"][0]
+t.data.reshape(-1)[17 * 5] = 255' "$g/gpt_oss_mxfp4.gguf" "$g/bad.gguf" "$SF_GGUF_PY"
+	run --separate-stderr sf-run -m "$g/bad.gguf" -p hi -n 1
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $g/bad.gguf: tensor 'blk.1.ffn_down_exps.weight': weights not finite, beyond what q8 blocks with an f16 scale hold, or an MXFP4 scale of 255" ]
 }
