@@ -23,14 +23,22 @@
 # q4 image only (the BF16 GGUF is removed once quantized, for the disk);
 # ram adds nothing but sf-run --model on the Q4_0 file (sf-q4-gguf), and
 # the default cgroup is 25% of the q4 image.
-# Every shape also runs sf-run --model on llama.cpp's Q4_0 file in RAM.
+# SHAPE=gpt-oss: gpt-oss's layout (hidden 2880, 64/8 heads of 64, 32
+# experts of 2880, 4 a token, sliding window 128 every other layer, YaRN)
+# in 8 layers with the byte-level vocabulary of tests/oracle (268), its
+# experts in MXFP4 as the released checkpoints (tests/oracle/hf_forward.py
+# writes it), converted to a GGUF with BF16 attention (hf2gguf.py: 4.0 GB)
+# that both sides run, sparseflash also as an image packed from that GGUF
+# (MXFP4 experts kept, BF16 attention columns); the default cgroup is 25%
+# of the image.
+# Every shape also runs sf-run --model on llama.cpp's 4-bit file in RAM.
 # Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
 # averaged over its threads; expert_hit, ahead_precision, ahead_recall: a
 # mixture's expert cache hit rate, and the share of its next layer's
 # experts read ahead that were picked, and of the picks not held that were
 # read ahead) and summary.json (medians and the
 # issue's ratios) under SF_BENCH_OUT; prints the table.
-#   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
+#   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral|gpt-oss] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
 #       [SCRATCH=/var/tmp/sf-vs-llamacpp] [LLAMACPP_DIR=/var/tmp/sf-llamacpp] [QUICK=1]
 set -euo pipefail
@@ -53,7 +61,7 @@ tinyllama)
 	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp}
 	arch=()
 	shape=(--hidden 2048 --intermediate 5632 --layers 22 --heads 32 --kv-heads 4 --vocab 32000)
-	ggufs=(Q4_0 Q8_0) dtypes=(q4 q8 bf16) quant=() ;;
+	ggufs=(Q4_0 Q8_0) dtypes=(q4 q8 bf16) quant=() g4=Q4_0 i4=q4 ;;
 mixtral)
 	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp-mixtral}
 	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp-mixtral}
@@ -61,10 +69,23 @@ mixtral)
 	shape=(--hidden 2048 --intermediate 5632 --layers 16 --heads 32 --kv-heads 8 --vocab 32000)
 	# round to nearest, as llama.cpp's Q4_0: the least-squares search
 	# takes half an hour over 4.4 billion expert weights on 2 cores
-	ggufs=(Q4_0) dtypes=(q4) RAM_ALL=${RAM_ALL_MIXTRAL:-8000000000} quant=(--quant rtn) ;;
-*) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama or mixtral" >&2; exit 2 ;;
+	ggufs=(Q4_0) dtypes=(q4) RAM_ALL=${RAM_ALL_MIXTRAL:-8000000000} quant=(--quant rtn)
+	g4=Q4_0 i4=q4 ;;
+gpt-oss)
+	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp-gptoss}
+	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp-gptoss}
+	shape=(hidden_size=2880 intermediate_size=2880 num_hidden_layers=8 num_attention_heads=64
+	       num_key_value_heads=8 head_dim=64 num_local_experts=32 num_experts_per_tok=4
+	       sliding_window=128 max_position_embeddings=4096)
+	ggufs=() dtypes=() RAM_ALL=${RAM_ALL_GPTOSS:-8000000000} g4=MXFP4 i4=mx ;;
+*) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama, mixtral or gpt-oss" >&2; exit 2 ;;
 esac
-if [ -n "${QUICK:-}" ]; then
+if [ -n "${QUICK:-}" ] && [ "$SHAPE" = gpt-oss ]; then
+	shape=(hidden_size=512 intermediate_size=512 num_hidden_layers=2 num_attention_heads=8
+	       num_key_value_heads=2 head_dim=64 num_local_experts=8 num_experts_per_tok=2
+	       sliding_window=128 max_position_embeddings=1024)
+	scratch=$scratch-quick CGROUPS=${CGROUPS_QUICK:-10000000} PROMPT=64 NGEN=16 REPEATS=1
+elif [ -n "${QUICK:-}" ]; then
 	shape=(--hidden 512 --intermediate 1376 --layers 4 --heads 8 --kv-heads 2 --vocab 4096)
 	scratch=$scratch-quick CGROUPS=${CGROUPS_QUICK:-40000000} PROMPT=64 NGEN=16 REPEATS=1
 fi
@@ -75,11 +96,23 @@ llamacpp_setup "${LLAMACPP_DIR:-/var/tmp/sf-llamacpp}"
 
 # --- the model, its GGUFs and images, made once
 m=$scratch/model
-if ! [ -f "$m/config.json" ]; then
+if ! [ -f "$m/config.json" ] && [ "$SHAPE" = gpt-oss ]; then
+	log "making the model: gpt-oss, ${shape[*]}, MXFP4 experts"
+	"$LLAMACPP_PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
+s = h.SHAPES["gpt_oss_mxfp4"]
+s.update(swiglu_limit=7.0, rope_scaling=dict(s["rope_scaling"], truncate=True),
+         layer_types=None, **{k: int(v) for k, v in (a.split("=") for a in sys.argv[3:])})
+h.write(sys.argv[2], "gpt_oss_mxfp4", 7)' "$root/tests/oracle" "$m.tmp" "${shape[@]}"
+	mv "$m.tmp" "$m"
+elif ! [ -f "$m/config.json" ]; then
 	log "making the model: ${arch[*]} ${shape[*]}"
 	"$root/build/opt/fixtures/mkmodel" -o "$m.tmp" "${arch[@]}" "${shape[@]}" --max-pos 2048 --no-tie \
 		--tokenizer "$root/models/mix4-1m" >/dev/null
 	mv "$m.tmp" "$m"
+fi
+if [ "$SHAPE" = gpt-oss ]; then
+	[ -f "$scratch/MXFP4.gguf" ] || llamacpp_gguf "$m" "$scratch/MXFP4.gguf" bf16
+	[ -f "$scratch/mx.sfimg" ] || sf-pack -q --model "$scratch/MXFP4.gguf" -o "$scratch/mx.sfimg"
 fi
 for t in "${ggufs[@]}"; do
 	[ -f "$scratch/$t.gguf" ] && continue
@@ -91,17 +124,17 @@ for dt in "${dtypes[@]}"; do
 	[ -f "$scratch/$dt.sfimg" ] || sf-pack -q --model "$m" --dtype "${dt/bf16/keep}" "${quant[@]}" \
 		-o "$scratch/$dt.sfimg"
 done
-# the mixture's cgroup: a quarter of its q4 image
-[ -z "${CGROUPS:-}" ] && CGROUPS=$(($(stat -c %s "$scratch/q4.sfimg") / 4))
+# the mixture's cgroup: a quarter of its 4-bit image
+[ -z "${CGROUPS:-}" ] && CGROUPS=$(($(stat -c %s "$scratch/$i4.sfimg") / 4))
 files=("$scratch"/*.gguf "$scratch"/*.sfimg "$m"/model.safetensors)
 drop_all() { for f in "${files[@]}"; do dd if="$f" iflag=nocache count=0 status=none; done; }
 
 # --- the prompt: the same ids on both sides
-img=$scratch/q4.sfimg
+img=$scratch/$i4.sfimg
 text=$(prompt_of "$PROMPT" "$scratch")
 sf_ids=$(sf-run "$img" -f "$text" -n 0 --verbose-prompt -t 1 2>&1 >/dev/null |
 	 sed -n 's/^ *\([0-9][0-9]*\) -> .*/\1/p' | paste -sd, -)
-llamacpp_tokenize "$scratch/Q4_0.gguf" "$(cat "$text")" > "$scratch/ids.json"
+llamacpp_tokenize "$scratch/$g4.gguf" "$(cat "$text")" > "$scratch/ids.json"
 ntok=$(jq length "$scratch/ids.json")
 if [ "$sf_ids" != "$(jq -r 'map(tostring) | join(",")' "$scratch/ids.json")" ]; then
 	log "the prompt's ids differ: sparseflash ${sf_ids:0:60}..., llama.cpp" \
@@ -137,7 +170,9 @@ lc() {	# RAM GGUF: llama.cpp, capped by RAM (0: not); 0,0 when it fails (killed)
 configs=()
 for p in $PARTS; do
 	case $p in
-	ram) if [ "$SHAPE" = mixtral ]; then
+	ram) if [ "$SHAPE" = gpt-oss ]; then
+		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-gguf")
+	     elif [ "$SHAPE" = mixtral ]; then
 		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-gguf" "ram sf-dense")
 	     else
 		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram lc-q8" "ram lc-bf16" "ram sf-q4"
@@ -157,14 +192,14 @@ run_config() {	# WHERE NAME
 		sfram=$((where * 95 / 100))
 	fi
 	case $name in
-	lc-q4-repack) LLAMACPP_REPACK=1 lc "$ram" "$scratch/Q4_0.gguf" ;;
-	lc-q4-plain) LLAMACPP_REPACK=0 lc "$ram" "$scratch/Q4_0.gguf" ;;
+	lc-q4-repack) LLAMACPP_REPACK=1 lc "$ram" "$scratch/$g4.gguf" ;;
+	lc-q4-plain) LLAMACPP_REPACK=0 lc "$ram" "$scratch/$g4.gguf" ;;
 	lc-q8) lc "$ram" "$scratch/Q8_0.gguf" ;;
 	lc-bf16) lc "$ram" "$scratch/bf16.gguf" ;;
-	sf-q4) sf "$ram" "$scratch/q4.sfimg" --ram "$sfram" ;;
+	sf-q4) sf "$ram" "$scratch/$i4.sfimg" --ram "$sfram" ;;
 	sf-q8) sf "$ram" "$scratch/q8.sfimg" --ram "$sfram" ;;
 	sf-bf16-cache) sf "$ram" "$scratch/bf16.sfimg" --ram "$sfram" --seg-admit 1 ;;
-	sf-q4-gguf) sf "$ram" --model "$scratch/Q4_0.gguf" ;;
+	sf-q4-gguf) sf "$ram" --model "$scratch/$g4.gguf" ;;
 	sf-dense) sf "$ram" --model "$m" ;;
 	esac
 }
@@ -174,7 +209,7 @@ echo "config,where,round,pp,tg,busy,expert_hit,ahead_precision,ahead_recall" > "
 for r in $(seq 1 "$REPEATS"); do
 	if [[ " $PARTS " == *" cgroup "* ]]; then
 		drop_all
-		gbs=$(fio --name=f --filename="$scratch/q4.sfimg" --readonly --output-format=json \
+		gbs=$(fio --name=f --filename="$scratch/$i4.sfimg" --readonly --output-format=json \
 			--direct=1 --rw=read --bs=256k --iodepth=32 --ioengine=io_uring --runtime=4 \
 			--time_based=0 --size=100% | jq '.jobs[0].read.bw_bytes / 1e9')
 		echo "$r,$gbs" >> "$out/device.csv"
@@ -224,17 +259,17 @@ ratio() {	# WHERE A B COLUMN: median A over median B
 		if $y > 0 then ($x / $y * 100 | round / 100) else "n/a" end' "$out/summary.json"
 }
 if [[ " $PARTS " == *" ram "* ]]; then
-	echo "in RAM, decode: --model Q4_0.gguf/best Q4_0 $(ratio ram sf-q4-gguf lc-q4-repack tg)" \
+	echo "in RAM, decode: --model $g4.gguf/best $g4 $(ratio ram sf-q4-gguf lc-q4-repack tg)" \
 	     "(repacked) $(ratio ram sf-q4-gguf lc-q4-plain tg) (plain)"
-	echo "in RAM, decode: q4/best Q4_0 $(ratio ram sf-q4 lc-q4-repack tg) (repacked)" \
+	echo "in RAM, decode: $i4 image/best $g4 $(ratio ram sf-q4 lc-q4-repack tg) (repacked)" \
 	     "$(ratio ram sf-q4 lc-q4-plain tg) (plain); q8/Q8_0 $(ratio ram sf-q8 lc-q8 tg);" \
 	     "BF16 image/dense engine $(ratio ram sf-bf16-cache sf-dense tg)"
 	echo "prompt: dense engine/llama.cpp BF16 $(ratio ram sf-dense lc-bf16 pp);" \
-	     "q4 image/Q4_0 $(ratio ram sf-q4 lc-q4-repack pp) (repacked) $(ratio ram sf-q4 lc-q4-plain pp) (plain)"
+	     "$i4 image/$g4 $(ratio ram sf-q4 lc-q4-repack pp) (repacked) $(ratio ram sf-q4 lc-q4-plain pp) (plain)"
 fi
 for c in $CGROUPS; do
 	[[ " $PARTS " == *" cgroup "* ]] || break
-	echo "cgroup $c: q4 image/Q4_0 $(ratio "$c" sf-q4 lc-q4-plain tg) (plain)" \
+	echo "cgroup $c: $i4 image/$g4 $(ratio "$c" sf-q4 lc-q4-plain tg) (plain)" \
 	     "$(ratio "$c" sf-q4 lc-q4-repack tg) (repacked)"
 done
 log "runs in $out/runs.csv, medians in $out/summary.json"

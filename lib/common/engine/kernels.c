@@ -119,10 +119,15 @@ static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m)
 		w[j] = dt == SF_DTYPE_MXFP4 ? sf_q_weight(c, dt, m, j) : ld_w(c, dt, j);
 }
 
-/* Block b's scale of an MXFP4 row (bf16 bits to f32). */
+/* Block b's scale of an MXFP4 row (bf16 bits to f32, inline: a call a
+ * block and row was a tenth of a decode). */
 static inline float mx_scale(const uint8_t *row, size_t b)
 {
-	return sf_bf16_to_f32((uint16_t)(row[2 * b] | row[2 * b + 1] << 8));
+	uint32_t u = (uint32_t)(row[2 * b] | row[2 * b + 1] << 8) << 16;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
 }
 
 static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
@@ -495,12 +500,17 @@ INL T256 void mm256(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 			y[t * ldy + (r - r0)] = mv256_1(w + r * rs, dt, cols, x + t * ldx);
 }
 
+static T256 void widen_avx2(float *w, const void *c, enum sf_dtype dt, size_t m);
+
 static T256 void matmul_avx2(float *y, size_t ldy, const void *W, enum sf_dtype dt,
 			     size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
 			     size_t r1)
 {
 	/* one instance per dtype so the loads are resolved at compile time */
 	switch (dt) {
+	case SF_DTYPE_MXFP4:
+		mx_matmul(widen_avx2, matmul_avx2, y, ldy, W, cols, x, ldx, T, r0, r1);
+		break;
 	case SF_DTYPE_BF16: mm256(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_F16: mm256(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
 	default: mm256(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
@@ -1165,11 +1175,68 @@ INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 			y[t * ldy + (r - r0)] = mv512_1(w + r * rs, dt, cols, x + t * ldx);
 }
 
+/* Four MXFP4 rows (base/quant.h) for one token: mv512_4's operations on
+ * the weights each block's codes and scale give, decoded in registers
+ * (a block is one 32-column step: its low half feeds a, its high half
+ * b), so the floats of the BF16 rows of the same weights. */
+INL T512 void mv512_4_mx(float *y, const uint8_t *w, size_t rs, size_t cols, const float *x)
+{
+	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
+	const __m512i nib = _mm512_set1_epi32(15);
+	const size_t nb = cols / SF_QBLOCK, codes = 2 * nb;
+	__m512 a[4], b[4];
+
+	for (int r = 0; r < 4; r++)
+		a[r] = b[r] = _mm512_setzero_ps();
+	for (size_t k = 0; k < nb; k++) {
+		__m512 x0 = _mm512_loadu_ps(x + SF_QBLOCK * k), x1 = _mm512_loadu_ps(x + SF_QBLOCK * k + 16);
+		/* the next group's scales, then its codes, a line a row */
+		if (k % 32 == 0)
+			prefetch_group((const char *)w + 4 * rs + 2 * k, rs, 1);
+		if (k % 4 == 0)
+			prefetch_group((const char *)w + 4 * rs + codes + 16 * k, rs, 1);
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			const uint8_t *row = w + r * rs;
+			__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + codes +
+											  16 * k)));
+			/* the block's 16 weights by code: e2m1 * scale, exact */
+			__m512 t = _mm512_mul_ps(e2m1, _mm512_set1_ps(mx_scale(row, k)));
+			a[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(i, nib), t), x0,
+					       a[r]);
+			b[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t), x1,
+					       b[r]);
+		}
+	}
+	for (int r = 0; r < 4; r++)
+		y[r] = hsum16(_mm512_add_ps(a[r], b[r]));
+}
+
+static T512 void widen_avx512(float *w, const void *c, enum sf_dtype dt, size_t m);
+static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtype dt,
+			       size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
+			       size_t r1);
+
+/* MXFP4 rows: one token's groups of four from r0 decoded in registers,
+ * the rows after them and a pass of tokens widened first (mx_matmul). */
+static T512 void mx512(float *y, size_t ldy, const uint8_t *W, size_t cols, const float *x,
+		       size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	size_t rs = (size_t)sf_dtype_col_bytes(SF_DTYPE_MXFP4, cols), r = r0;
+
+	if (T == 1)
+		for (; r + 4 <= r1; r += 4)
+			mv512_4_mx(y + (r - r0), W + r * rs, rs, cols, x);
+	if (r < r1)
+		mx_matmul(widen_avx512, matmul_avx512, y + (r - r0), ldy, W, cols, x, ldx, T, r, r1);
+}
+
 static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtype dt,
 			       size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
 			       size_t r1)
 {
 	switch (dt) {
+	case SF_DTYPE_MXFP4: mx512(y, ldy, W, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_BF16: mm512(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_F16: mm512(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
 	default: mm512(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
@@ -1658,11 +1725,16 @@ INL void mmn(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 	}
 }
 
+static void widen_neon(float *w, const void *c, enum sf_dtype dt, size_t m);
+
 static void matmul_neon(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	/* one instance per dtype so the loads are resolved at compile time */
 	switch (dt) {
+	case SF_DTYPE_MXFP4:
+		mx_matmul(widen_neon, matmul_neon, y, ldy, W, cols, x, ldx, T, r0, r1);
+		break;
 	case SF_DTYPE_BF16: mmn(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_F16: mmn(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
 	default: mmn(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
@@ -2067,7 +2139,7 @@ void sf_matmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	if (dt == SF_DTYPE_MXFP4)
-		mx_matmul(K()->widen, K()->matmul, y, ldy, W, cols, x, ldx, T, r0, r1);
+		K()->matmul(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 	else if (sf_dtype_is_block(dt))
 		sf_qmatmul_rows(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 	else
