@@ -1099,6 +1099,34 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 			acc[u][r][0] = a[r][u], acc[u][r][1] = b[r][u];
 }
 
+/* Columns [c0, c0 + cn) of n MXFP4 rows (rs bytes apart, c0 and cn whole
+ * blocks) as f32 into wf, each block's 16 weights by code (e2m1 times
+ * its scale, exact) permuted into place; the next block's codes, or the
+ * next rows' first, asked of memory meanwhile. */
+INL T512 void mx512_block(float (*wf)[MM512_CB], const uint8_t *w, size_t rs, size_t cols,
+			  size_t c0, size_t cn, int n)
+{
+	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
+	const size_t nb = cols / SF_QBLOCK, codes = 2 * nb;
+
+	for (int r = 0; r < n; r++) {
+		const uint8_t *row = w + (size_t)r * rs;
+		const uint8_t *next = c0 + cn < cols ? row + codes + 16 * ((c0 + cn) / SF_QBLOCK)
+						     : row + (size_t)n * rs;
+		for (size_t c = 0; c < cn; c += SF_QBLOCK) {
+			size_t k = (c0 + c) / SF_QBLOCK;
+			__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + codes +
+											  16 * k)));
+			__m512 t = _mm512_mul_ps(e2m1, _mm512_set1_ps(mx_scale(row, k)));
+			if (c % 128 == 0)
+				_mm_prefetch((const char *)next + c / 2, _MM_HINT_T1);
+			_mm512_store_ps(wf[r] + c, _mm512_permutexvar_ps(
+				_mm512_and_si512(i, _mm512_set1_epi32(15)), t));
+			_mm512_store_ps(wf[r] + c + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
+		}
+	}
+}
+
 /* Rows [0, 4G) of w, G groups of four (1 or 2), for T >= 2 tokens, each
  * (row, token) with exactly mv512_4's operations: only the order in which
  * the pairs take their turns differs, the accumulators waiting in acc
@@ -1121,6 +1149,10 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 			 * fetched while this one is computed: the conversion would
 			 * otherwise wait on memory every block */
 			const char *next = c0 + cn < cols ? w + (c0 + cn) * es : w + 4 * G * rs;
+			if (dt == SF_DTYPE_MXFP4) {
+				mx512_block(wf, (const uint8_t *)w, rs, cols, c0, cn, 4 * G);
+				goto widened;
+			}
 			for (int r = 0; r < 4 * G; r++)
 				for (size_t c = 0; c < cn; c += 16) {
 					__mmask16 k = cn - c >= 16 ? (__mmask16)0xffff : tailmask(cn - c);
@@ -1130,6 +1162,7 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 					if (es == 4 && c % 32 == 16)
 						_mm_prefetch(next + r * rs + c * es, _MM_HINT_T1);
 				}
+widened:;
 			size_t t = 0;
 			for (; t + 3 <= tn; t += 3)
 				for (int g = 0; g < G; g++)
@@ -1217,16 +1250,26 @@ static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtyp
 			       size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
 			       size_t r1);
 
-/* MXFP4 rows: one token's groups of four from r0 decoded in registers,
- * the rows after them and a pass of tokens widened first (mx_matmul). */
+/* MXFP4 rows: one token's groups of four from r0 decoded in registers, a
+ * pass's decoded a block at a time into mm512_groups' f32 block; the
+ * rows after the groups widened first (mx_matmul). */
 static T512 void mx512(float *y, size_t ldy, const uint8_t *W, size_t cols, const float *x,
 		       size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	size_t rs = (size_t)sf_dtype_col_bytes(SF_DTYPE_MXFP4, cols), r = r0;
 
-	if (T == 1)
-		for (; r + 4 <= r1; r += 4)
-			mv512_4_mx(y + (r - r0), W + r * rs, rs, cols, x);
+	for (; T == 1 && r + 4 <= r1; r += 4)
+		mv512_4_mx(y + (r - r0), W + r * rs, rs, cols, x);
+	while (T > 1 && r + 4 <= r1) {	/* mm512's groups, two at a time */
+		int groups = r + 8 <= r1 ? 2 : 1;
+		if (groups == 2)
+			mm512_groups(y + (r - r0), ldy, (const char *)W + r * rs, rs, SF_DTYPE_MXFP4,
+				     cols, x, ldx, T, 2);
+		else
+			mm512_groups(y + (r - r0), ldy, (const char *)W + r * rs, rs, SF_DTYPE_MXFP4,
+				     cols, x, ldx, T, 1);
+		r += 4 * (size_t)groups;
+	}
 	if (r < r1)
 		mx_matmul(widen_avx512, matmul_avx512, y + (r - r0), ldy, W, cols, x, ldx, T, r, r1);
 }
