@@ -389,6 +389,37 @@ INL void prefetch_group(const char *p, size_t rs, size_t lines)
 	}
 }
 
+/* Weights [c, c + 8) of an MXFP4 row of cols (c a multiple of 8): the
+ * codes looked up among the e2m1 values' two halves, the half picked by
+ * the code's sign bit, times the block's scale (exact). */
+INL T256 __m256 mx8(const uint8_t *row, size_t cols, size_t c)
+{
+	const __m256 lo = _mm256_loadu_ps(sf_e2m1), hi = _mm256_loadu_ps(sf_e2m1 + 8);
+	size_t k = c / SF_QBLOCK;
+	__m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(
+		row + 2 * (cols / SF_QBLOCK) + 16 * k + c % 16)));
+
+	i = _mm256_and_si256(_mm256_srli_epi32(i, (int)(c % SF_QBLOCK / 16 * 4)),
+			     _mm256_set1_epi32(15));
+	return _mm256_mul_ps(_mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i),
+					      _mm256_permutevar8x32_ps(hi, i),
+					      _mm256_castsi256_ps(_mm256_slli_epi32(i, 28))),
+			     _mm256_set1_ps(mx_scale(row, k)));
+}
+
+/* Weights [c, c + 8) of the row at row; the byte of column c that a
+ * prefetch a row ahead asks for. */
+INL T256 __m256 ldrow8(const char *row, size_t c, enum sf_dtype dt, size_t cols)
+{
+	if (dt == SF_DTYPE_MXFP4)
+		return mx8((const uint8_t *)row, cols, c);
+	return ld8(row + c * dt_size(dt), dt);
+}
+static inline size_t col_at(size_t c, enum sf_dtype dt, size_t cols)
+{
+	return dt == SF_DTYPE_MXFP4 ? 2 * (cols / SF_QBLOCK) + c / 2 : c * dt_size(dt);
+}
+
 /* RB rows by TB tokens of the matrix product, every (row, token) with
  * exactly the one-token kernel's operations: a takes columns [c, c+8) and
  * b [c+8, c+16) of each 16-column step, a the 8-column step after, then
@@ -409,11 +440,11 @@ INL T256 void mm256_tile(float *y, size_t ldy, const char *w, size_t rs, enum sf
 			a[r][t] = b[r][t] = _mm256_setzero_ps();
 	for (; c + 16 <= cols; c += 16) {
 		if (RB == 4)
-			prefetch_group(w + 4 * rs + c * es, rs, 1);
+			prefetch_group(w + 4 * rs + col_at(c, dt, cols), rs, 1);
 #pragma GCC unroll 4
 		for (int r = 0; r < RB; r++) {
-			__m256 w0 = ld8(w + r * rs + c * es, dt);
-			__m256 w1 = ld8(w + r * rs + (c + 8) * es, dt);
+			__m256 w0 = ldrow8(w + r * rs, c, dt, cols);
+			__m256 w1 = ldrow8(w + r * rs, c + 8, dt, cols);
 #pragma GCC unroll 4
 			for (int t = 0; t < TB; t++) {
 				a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
@@ -457,10 +488,10 @@ INL T256 float mv256_1(const char *w, enum sf_dtype dt, size_t cols, const float
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 
 	for (; c + 32 <= cols; c += 32) {
-		a0 = _mm256_fmadd_ps(ld8(w + c * es, dt), _mm256_loadu_ps(x + c), a0);
-		a1 = _mm256_fmadd_ps(ld8(w + (c + 8) * es, dt), _mm256_loadu_ps(x + c + 8), a1);
-		a2 = _mm256_fmadd_ps(ld8(w + (c + 16) * es, dt), _mm256_loadu_ps(x + c + 16), a2);
-		a3 = _mm256_fmadd_ps(ld8(w + (c + 24) * es, dt), _mm256_loadu_ps(x + c + 24), a3);
+		a0 = _mm256_fmadd_ps(ldrow8(w, c, dt, cols), _mm256_loadu_ps(x + c), a0);
+		a1 = _mm256_fmadd_ps(ldrow8(w, c + 8, dt, cols), _mm256_loadu_ps(x + c + 8), a1);
+		a2 = _mm256_fmadd_ps(ldrow8(w, c + 16, dt, cols), _mm256_loadu_ps(x + c + 16), a2);
+		a3 = _mm256_fmadd_ps(ldrow8(w, c + 24, dt, cols), _mm256_loadu_ps(x + c + 24), a3);
 	}
 	for (; c + 8 <= cols; c += 8)
 		a0 = _mm256_fmadd_ps(ld8(w + c * es, dt), _mm256_loadu_ps(x + c), a0);
@@ -475,7 +506,8 @@ INL T256 float mv256_1(const char *w, enum sf_dtype dt, size_t cols, const float
 INL T256 void mm256(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	size_t rs = cols * dt_size(dt), r = r0;
+	size_t rs = dt == SF_DTYPE_MXFP4 ? (size_t)sf_dtype_col_bytes(dt, cols) : cols * dt_size(dt);
+	size_t r = r0;
 	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
 	const char *w = W;
 
@@ -500,17 +532,13 @@ INL T256 void mm256(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_
 			y[t * ldy + (r - r0)] = mv256_1(w + r * rs, dt, cols, x + t * ldx);
 }
 
-static T256 void widen_avx2(float *w, const void *c, enum sf_dtype dt, size_t m);
-
 static T256 void matmul_avx2(float *y, size_t ldy, const void *W, enum sf_dtype dt,
 			     size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
 			     size_t r1)
 {
 	/* one instance per dtype so the loads are resolved at compile time */
 	switch (dt) {
-	case SF_DTYPE_MXFP4:
-		mx_matmul(widen_avx2, matmul_avx2, y, ldy, W, cols, x, ldx, T, r0, r1);
-		break;
+	case SF_DTYPE_MXFP4: mm256(y, ldy, W, SF_DTYPE_MXFP4, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_BF16: mm256(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_F16: mm256(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
 	default: mm256(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
@@ -560,36 +588,10 @@ INL T256 void ca256(float *y, size_t m, const void *const *cols, size_t off, enu
 	}
 }
 
-/* An MXFP4 row of m weights: eight codes a step looked up among the
- * e2m1 values' two halves, the half picked by the code's sign bit. */
-INL T256 void mx_widen256(float *w, const uint8_t *row, size_t m)
-{
-	const __m256 lo = _mm256_loadu_ps(sf_e2m1), hi = _mm256_loadu_ps(sf_e2m1 + 8);
-	const uint8_t *codes = sf_q_codes_at(row, SF_DTYPE_MXFP4, m, 0);
-
-	for (size_t b = 0; b < m / SF_QBLOCK; b++) {
-		__m256 s = _mm256_set1_ps(mx_scale(row, b));
-		for (int h = 0; h < 2; h++)	/* the low nibbles, then the high */
-			for (int q = 0; q < 2; q++) {
-				__m256i i = _mm256_cvtepu8_epi32(
-					_mm_loadl_epi64((const __m128i *)(codes + 16 * b + 8 * q)));
-				i = _mm256_and_si256(_mm256_srli_epi32(i, 4 * h), _mm256_set1_epi32(15));
-				__m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i),
-							    _mm256_permutevar8x32_ps(hi, i),
-							    _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
-				_mm256_store_ps(w + 32 * b + 16 * h + 8 * q, _mm256_mul_ps(v, s));
-			}
-	}
-}
-
 static T256 void widen_avx2(float *w, const void *c, enum sf_dtype dt, size_t m)
 {
 	size_t es = dt_size(dt), j = 0;
 
-	if (dt == SF_DTYPE_MXFP4) {
-		mx_widen256(w, c, m);
-		return;
-	}
 	for (; j + 8 <= m; j += 8)
 		_mm256_store_ps(w + j, ld8((const char *)c + j * es, dt));
 	for (; j < m; j++)
