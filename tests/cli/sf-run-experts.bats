@@ -169,9 +169,9 @@ short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" 
 		sf-pack --info "$D/$a.sfimg" | jq -e '.model.arch == "GptOssForCausalLM" and
 			.experts.count == 4 and .experts.used == 2'
 	done
-	# MXFP4 kept as MXFP4 rows (18 bytes a block of 32 weights: three
-	# matrices of 64 x 64 in 3 x 2,304 bytes, the record on 4 KiB where
-	# BF16's took 24 KiB), F32 kept as F32
+	# MXFP4 kept as MXFP4 rows (17 bytes a block of 32 weights: gate
+	# and up 32 x 64, down 64 x 32, 1,088 bytes each, the record on
+	# 4 KiB where BF16 took 12 KiB and F32 takes 24), F32 kept as F32
 	sf-pack --info "$D/gpt_oss_mxfp4.sfimg" | jq -e '.experts.dtype == "MXFP4" and
 		.experts.record_bytes == 4096'
 	sf-pack --info "$D/gpt_oss.sfimg" | jq -e '.experts.dtype == "F32"'

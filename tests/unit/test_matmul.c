@@ -79,10 +79,8 @@ static void mx_case(enum sf_isa isa, size_t rows, size_t cols, size_t T, size_t 
 		for (size_t b = 0; b < nb; b++) {
 			uint64_t u = sf_splitmix64(seed);
 			uint8_t e = u % 61 == 0 ? 0 : u % 67 == 0 ? 252 : (uint8_t)(118 + u % 20);
-			uint16_t h = sf_mxfp4_scale_bits(e);
-			uint8_t *c = mx + r * rb + 2 * nb + 16 * b;
-			mx[r * rb + 2 * b] = (uint8_t)h;
-			mx[r * rb + 2 * b + 1] = (uint8_t)(h >> 8);
+			uint8_t *c = mx + r * rb + nb + 16 * b;
+			mx[r * rb + b] = e;
 			for (size_t j = 0; j < 16; j++)
 				c[j] = (uint8_t)sf_splitmix64(seed);
 		}

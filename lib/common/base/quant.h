@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/vocab.h"
 
@@ -25,6 +26,7 @@
 #define SF_Q4_MAX 7		/* codes -8..7 stored as code + 8 */
 #define SF_Q6_BLOCK_BYTES 26	/* a block's f16 scale and 24 bytes of 6-bit codes */
 #define SF_Q6_MAX 31		/* codes -32..31 stored as code + 32 */
+#define SF_MXFP4_BLOCK_BYTES 17	/* a block's e8m0 scale byte and 16 bytes of e2m1 codes */
 
 /* nearbyintf(x) in the default rounding mode, inline: adding 1.5 * 2^23
  * leaves a float whose unit is 1, so the sum rounds x to an integer, ties
@@ -73,7 +75,9 @@ static inline const uint8_t *sf_q_scale_at(const uint8_t *col, size_t b)
 static inline const uint8_t *sf_q_codes_at(const uint8_t *col, enum sf_dtype dt, size_t rows,
 					   size_t b)
 {
-	return col + 2 * sf_q_blocks(rows) + b * sf_q_code_bytes(dt);
+	size_t scale_bytes = dt == SF_DTYPE_MXFP4 ? 1 : 2;
+
+	return col + scale_bytes * sf_q_blocks(rows) + b * sf_q_code_bytes(dt);
 }
 
 /* How a block's scale is chosen: rtn, max |w| / SF_Qx_MAX rounded up to
@@ -123,20 +127,26 @@ static inline int sf_q_code(const uint8_t *codes, enum sf_dtype dt, size_t i)
 	     : dt == SF_DTYPE_Q6 ? sf_q6_code(codes, i) : sf_q4_code(codes, i);
 }
 
-/* MXFP4 (vocab.h): a row in Q4's block layout, each block's scale a
- * bf16 power of two (2^(e - 127) for the OCP format's e8m0 byte e), each
- * code the index of an e2m1 value (sign, two exponent bits, one mantissa
- * bit): weight = sf_e2m1[code] * scale, exact in f32 (two significant
- * bits). e = 255 (not a number) has no scale; a weight past f32's range
- * is the reader's to refuse. */
+/* MXFP4 (vocab.h): a row in Q4's block layout but for the scales, one
+ * byte a block, the OCP format's e8m0 byte e (scale 2^(e - 127)), and
+ * the codes, each the index of an e2m1 value (sign, two exponent bits,
+ * one mantissa bit): weight = sf_e2m1[code] * scale, exact in f32 (two
+ * significant bits): the bytes of a GGUF's MXFP4 blocks, the scales
+ * moved to the front. e = 255 (not a number) has no scale; a weight past
+ * f32's range is the reader's to refuse. */
 extern const float sf_e2m1[16];
 /* The widest MXFP4 row the kernels take (they widen rows four at a time
  * on the stack); readers refuse wider ones. */
 #define SF_MXFP4_COLS_MAX 16384
-/* The scale of e8m0 byte e < 255 as bf16 bits: 2^-127 is subnormal. */
-static inline uint16_t sf_mxfp4_scale_bits(uint8_t e)
+/* The scale of e8m0 byte e < 255: 2^(e - 127), from its bits (2^-127 is
+ * subnormal). */
+static inline float sf_mxfp4_scale(uint8_t e)
 {
-	return e ? (uint16_t)(e << 7) : 0x0040;
+	uint32_t u = e ? (uint32_t)e << 23 : 0x00400000u;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
 }
 /* 1 when e8m0 byte e with code c gives a float32 weight: e < 255, and
  * at 254 a code of magnitude below 2 (2 * 2^127 passes f32's range). */
@@ -155,9 +165,7 @@ static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t row
 {
 	const uint8_t *c = sf_q_codes_at(col, dt, rows, r / SF_QBLOCK);
 	if (dt == SF_DTYPE_MXFP4)
-		return sf_e2m1[sf_mxfp4_code(c, r % SF_QBLOCK)] *
-		       sf_bf16_to_f32((uint16_t)(col[2 * (r / SF_QBLOCK)] |
-						 col[2 * (r / SF_QBLOCK) + 1] << 8));
+		return sf_e2m1[sf_mxfp4_code(c, r % SF_QBLOCK)] * sf_mxfp4_scale(col[r / SF_QBLOCK]);
 	return (float)sf_q_code(c, dt, r % SF_QBLOCK) * sf_quant_scale(col, r / SF_QBLOCK);
 }
 

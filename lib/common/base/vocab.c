@@ -93,8 +93,8 @@ uint64_t sf_dtype_col_bytes(enum sf_dtype dt, uint64_t rows)
 
 	switch (sf_dtype_untiled(dt)) {
 	case SF_DTYPE_Q8: return blocks * SF_Q8_BLOCK_BYTES;
-	case SF_DTYPE_Q4:
-	case SF_DTYPE_MXFP4: return blocks * SF_Q4_BLOCK_BYTES;
+	case SF_DTYPE_Q4: return blocks * SF_Q4_BLOCK_BYTES;
+	case SF_DTYPE_MXFP4: return blocks * SF_MXFP4_BLOCK_BYTES;
 	case SF_DTYPE_Q6: return blocks * SF_Q6_BLOCK_BYTES;
 	default: return rows * sf_dtype_size(dt);
 	}

@@ -119,15 +119,11 @@ static void widen_ref(float *w, const void *c, enum sf_dtype dt, size_t m)
 		w[j] = dt == SF_DTYPE_MXFP4 ? sf_q_weight(c, dt, m, j) : ld_w(c, dt, j);
 }
 
-/* Block b's scale of an MXFP4 row (bf16 bits to f32, inline: a call a
- * block and row was a tenth of a decode). */
+/* Block b's scale of an MXFP4 row (inline: a call a block and row was a
+ * tenth of a decode). */
 static inline float mx_scale(const uint8_t *row, size_t b)
 {
-	uint32_t u = (uint32_t)(row[2 * b] | row[2 * b + 1] << 8) << 16;
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
+	return sf_mxfp4_scale(row[b]);
 }
 
 static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
@@ -397,7 +393,7 @@ INL T256 __m256 mx8(const uint8_t *row, size_t cols, size_t c)
 	const __m256 lo = _mm256_loadu_ps(sf_e2m1), hi = _mm256_loadu_ps(sf_e2m1 + 8);
 	size_t k = c / SF_QBLOCK;
 	__m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(
-		row + 2 * (cols / SF_QBLOCK) + 16 * k + c % 16)));
+		row + cols / SF_QBLOCK + 16 * k + c % 16)));
 
 	i = _mm256_and_si256(_mm256_srli_epi32(i, (int)(c % SF_QBLOCK / 16 * 4)),
 			     _mm256_set1_epi32(15));
@@ -417,7 +413,7 @@ INL T256 __m256 ldrow8(const char *row, size_t c, enum sf_dtype dt, size_t cols)
 }
 static inline size_t col_at(size_t c, enum sf_dtype dt, size_t cols)
 {
-	return dt == SF_DTYPE_MXFP4 ? 2 * (cols / SF_QBLOCK) + c / 2 : c * dt_size(dt);
+	return dt == SF_DTYPE_MXFP4 ? cols / SF_QBLOCK + c / 2 : c * dt_size(dt);
 }
 
 /* RB rows by TB tokens of the matrix product, every (row, token) with
@@ -1109,7 +1105,7 @@ INL T512 void mx512_block(float (*wf)[MM512_CB], const uint8_t *w, size_t rs, si
 			  size_t c0, size_t cn, int n)
 {
 	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
-	const size_t nb = cols / SF_QBLOCK, codes = 2 * nb;
+	const size_t nb = cols / SF_QBLOCK, codes = nb;	/* a scale byte a block first */
 
 	for (int r = 0; r < n; r++) {
 		const uint8_t *row = w + (size_t)r * rs;
@@ -1218,7 +1214,7 @@ INL T512 void mv512_4_mx(float *y, const uint8_t *w, size_t rs, size_t cols, con
 {
 	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
 	const __m512i nib = _mm512_set1_epi32(15);
-	const size_t nb = cols / SF_QBLOCK, codes = 2 * nb;
+	const size_t nb = cols / SF_QBLOCK, codes = nb;	/* a scale byte a block first */
 	__m512 a[4], b[4];
 
 	for (int r = 0; r < 4; r++)
@@ -1226,8 +1222,8 @@ INL T512 void mv512_4_mx(float *y, const uint8_t *w, size_t rs, size_t cols, con
 	for (size_t k = 0; k < nb; k++) {
 		__m512 x0 = _mm512_loadu_ps(x + SF_QBLOCK * k), x1 = _mm512_loadu_ps(x + SF_QBLOCK * k + 16);
 		/* the next group's scales, then its codes, a line a row */
-		if (k % 32 == 0)
-			prefetch_group((const char *)w + 4 * rs + 2 * k, rs, 1);
+		if (k % 64 == 0)
+			prefetch_group((const char *)w + 4 * rs + k, rs, 1);
 		if (k % 4 == 0)
 			prefetch_group((const char *)w + 4 * rs + codes + 16 * k, rs, 1);
 #pragma GCC unroll 4

@@ -160,9 +160,9 @@ static int in_place(const struct sf_gguf_tensor *t)
 }
 
 /* One row of cols elements of a Q8_0, Q4_0 or MXFP4 tensor as our row:
- * the blocks' scales first (MXFP4's e8m0 bytes as bf16 powers of two),
- * then their codes (the same bytes). 0, or -ERANGE for an MXFP4 scale of
- * 255 or a weight past f32's range. */
+ * the blocks' scales first (f16, MXFP4's e8m0 byte), then their codes,
+ * the same bytes. 0, or -ERANGE for an MXFP4 scale of 255 or a weight
+ * past f32's range. */
 static int repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type, size_t cols)
 {
 	size_t nb = cols / SF_GGML_QK, bb = sf_ggml_block_bytes(type);
@@ -170,16 +170,11 @@ static int repack_row(uint8_t *dst, const uint8_t *src, enum sf_ggml_type type, 
 
 	for (size_t b = 0; b < nb; b++) {
 		const uint8_t *blk = src + b * bb;
-		if (type == SF_GGML_MXFP4) {
-			uint16_t h = sf_mxfp4_scale_bits(blk[0]);
-			for (size_t i = 0; i < SF_GGML_QK; i++)
-				if (!sf_mxfp4_finite(blk[0], sf_mxfp4_code(blk + 1, i)))
-					return -ERANGE;
-			memcpy(dst + 2 * b, &h, 2);
-		} else {
-			memcpy(dst + 2 * b, blk, 2);
-		}
-		memcpy(dst + 2 * nb + b * cb, blk + sb, cb);
+		for (size_t i = 0; type == SF_GGML_MXFP4 && i < SF_GGML_QK; i++)
+			if (!sf_mxfp4_finite(blk[0], sf_mxfp4_code(blk + 1, i)))
+				return -ERANGE;
+		memcpy(dst + sb * b, blk, sb);
+		memcpy(dst + sb * nb + b * cb, blk + sb, cb);
 	}
 	return 0;
 }

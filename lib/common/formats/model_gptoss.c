@@ -111,23 +111,22 @@ static void gather_row(uint8_t *dst, const uint8_t *src, size_t es, uint64_t in,
 /* Output row `row` of an MXFP4 matrix (rows of in / 32 blocks of 16
  * bytes and one e8m0 scale each; byte j of a block holds value 2j in its
  * low nibble, 2j + 1 in its high one) as an MXFP4 row (base/quant.h:
- * the scales as bf16, then each block's byte j holding values j and
+ * the scale bytes, then each block's byte j holding values j and
  * j + 16). 0, or -1 for a scale of 255 (not a number) or a weight past
  * f32's range (scale 254 with a code of 2 or more). */
 static int convert_row(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, uint64_t row,
 		       uint64_t in)
 {
 	uint64_t nb = in / MXFP4_BLOCK;
-	uint8_t *codes = dst + 2 * nb;
+	uint8_t *codes = dst + nb;
 
 	memset(codes, 0, nb * (MXFP4_BLOCK / 2));
 	for (uint64_t b = 0; b < nb; b++) {
 		const uint8_t *q = blocks + (row * nb + b) * (MXFP4_BLOCK / 2);
 		uint8_t ex = scales[row * nb + b];
-		uint16_t h = sf_mxfp4_scale_bits(ex);
 		if (ex == 255)
 			return -1;
-		memcpy(dst + 2 * b, &h, 2);
+		dst[b] = ex;
 		for (int j = 0; j < MXFP4_BLOCK; j++) {
 			int c = (q[j / 2] >> (j % 2 * 4)) & 15;
 			if (!isfinite(ldexpf(sf_e2m1[c], (int)ex - 127)))
