@@ -842,6 +842,9 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 		return ret;
 	if (ctx == 0)
 		ctx = S->model.cfg.max_seq_len;
+	if (ctx > S->model.cfg.max_seq_len && o->ppl_file)	/* ctx is the window's */
+		return sf_err_set(e, -EINVAL, "--window %d: a window takes %d positions, the model "
+				  "supports at most %d", o->window, ctx, S->model.cfg.max_seq_len);
 	if (ctx > S->model.cfg.max_seq_len)
 		return sf_err_set(e, -EINVAL, "--ctx-size %d: the model supports at most %d "
 				  "positions", ctx, S->model.cfg.max_seq_len);

@@ -136,6 +136,11 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	run --separate-stderr sf-run --model "$MODEL" -c 4096 -p hi
 	[ "$status" -eq 1 ]
 	[ "$stderr" = "sf-run: --ctx-size 4096: the model supports at most 1024 positions" ]
+	# --ppl's context is its window and the token before it
+	printf 'In the beginning God created the heaven and the earth.\n' > "$BATS_TEST_TMPDIR/t.txt"
+	run --separate-stderr sf-run --model "$MODEL" --ppl "$BATS_TEST_TMPDIR/t.txt" --window 1024
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: --window 1024: a window takes 1025 positions, the model supports at most 1024" ]
 }
 
 @test "a write error on standard output is reported" {
