@@ -33,6 +33,12 @@ static inline size_t dt_size(enum sf_dtype dt)
 	return dt == SF_DTYPE_F32 ? 4 : 2;
 }
 
+/* Bytes of a row of cols weights: elements, or MXFP4's blocks. */
+static inline size_t row_bytes(enum sf_dtype dt, size_t cols)
+{
+	return dt == SF_DTYPE_MXFP4 ? (size_t)sf_dtype_col_bytes(dt, cols) : cols * dt_size(dt);
+}
+
 // ----------------------------------------------------------------------------
 // reference kernels: plain loops in the order a reader expects
 
@@ -52,7 +58,7 @@ static void mx_matmul(widen_fn *widen, matmul_fn *matmul, float *y, size_t ldy, 
 		      size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	float w[MX_FLOATS] __attribute__((aligned(64)));
-	size_t rb = (size_t)sf_dtype_col_bytes(SF_DTYPE_MXFP4, cols);
+	size_t rb = row_bytes(SF_DTYPE_MXFP4, cols);
 	size_t step = MX_FLOATS / cols / 4 * 4;	/* >= 4 */
 
 	for (size_t a = r0, n; a < r1; a += n) {
@@ -502,8 +508,7 @@ INL T256 float mv256_1(const char *w, enum sf_dtype dt, size_t cols, const float
 INL T256 void mm256(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	size_t rs = dt == SF_DTYPE_MXFP4 ? (size_t)sf_dtype_col_bytes(dt, cols) : cols * dt_size(dt);
-	size_t r = r0;
+	size_t rs = row_bytes(dt, cols), r = r0;
 	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
 	const char *w = W;
 
@@ -1097,30 +1102,38 @@ INL T512 void mm512_span(__m512 (*acc)[4][2], const float (*wf)[MM512_CB], const
 			acc[u][r][0] = a[r][u], acc[u][r][1] = b[r][u];
 }
 
+/* Block k of an MXFP4 row of cols (base/quant.h): its 32 weights, the
+ * low nibbles' 16 into *lo and the high ones' into *hi, each of the
+ * block's 16 possible weights (e2m1 times its scale, exact) permuted
+ * into place by code. */
+INL T512 void mx512_32(const uint8_t *row, size_t cols, size_t k, __m512 *lo, __m512 *hi)
+{
+	__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(
+		sf_q_codes_at(row, SF_DTYPE_MXFP4, cols, k))));
+	__m512 t = _mm512_mul_ps(_mm512_loadu_ps(sf_e2m1), _mm512_set1_ps(mx_scale(row, k)));
+
+	*lo = _mm512_permutexvar_ps(_mm512_and_si512(i, _mm512_set1_epi32(15)), t);
+	*hi = _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t);
+}
+
 /* Columns [c0, c0 + cn) of n MXFP4 rows (rs bytes apart, c0 and cn whole
- * blocks) as f32 into wf, each block's 16 weights by code (e2m1 times
- * its scale, exact) permuted into place; the next block's codes, or the
- * next rows' first, asked of memory meanwhile. */
+ * blocks) as f32 into wf; the next block's codes, or the next rows'
+ * first, asked of memory meanwhile. */
 INL T512 void mx512_block(float (*wf)[MM512_CB], const uint8_t *w, size_t rs, size_t cols,
 			  size_t c0, size_t cn, int n)
 {
-	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
-	const size_t nb = cols / SF_QBLOCK, codes = nb;	/* a scale byte a block first */
-
 	for (int r = 0; r < n; r++) {
 		const uint8_t *row = w + (size_t)r * rs;
-		const uint8_t *next = c0 + cn < cols ? row + codes + 16 * ((c0 + cn) / SF_QBLOCK)
-						     : row + (size_t)n * rs;
+		const uint8_t *next = c0 + cn < cols
+			? sf_q_codes_at(row, SF_DTYPE_MXFP4, cols, (c0 + cn) / SF_QBLOCK)
+			: row + (size_t)n * rs;
 		for (size_t c = 0; c < cn; c += SF_QBLOCK) {
-			size_t k = (c0 + c) / SF_QBLOCK;
-			__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + codes +
-											  16 * k)));
-			__m512 t = _mm512_mul_ps(e2m1, _mm512_set1_ps(mx_scale(row, k)));
+			__m512 lo, hi;
 			if (c % 128 == 0)
 				_mm_prefetch((const char *)next + c / 2, _MM_HINT_T1);
-			_mm512_store_ps(wf[r] + c, _mm512_permutexvar_ps(
-				_mm512_and_si512(i, _mm512_set1_epi32(15)), t));
-			_mm512_store_ps(wf[r] + c + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t));
+			mx512_32(row, cols, (c0 + c) / SF_QBLOCK, &lo, &hi);
+			_mm512_store_ps(wf[r] + c, lo);
+			_mm512_store_ps(wf[r] + c + 16, hi);
 		}
 	}
 }
@@ -1147,11 +1160,9 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 			 * fetched while this one is computed: the conversion would
 			 * otherwise wait on memory every block */
 			const char *next = c0 + cn < cols ? w + (c0 + cn) * es : w + 4 * G * rs;
-			if (dt == SF_DTYPE_MXFP4) {
+			if (dt == SF_DTYPE_MXFP4)
 				mx512_block(wf, (const uint8_t *)w, rs, cols, c0, cn, 4 * G);
-				goto widened;
-			}
-			for (int r = 0; r < 4 * G; r++)
+			for (int r = 0; r < 4 * G && dt != SF_DTYPE_MXFP4; r++)
 				for (size_t c = 0; c < cn; c += 16) {
 					__mmask16 k = cn - c >= 16 ? (__mmask16)0xffff : tailmask(cn - c);
 					_mm512_store_ps(wf[r] + c, ld16m(w + r * rs + (c0 + c) * es, dt, k));
@@ -1160,7 +1171,6 @@ INL T512 void mm512_groups(float *y, size_t ldy, const char *w, size_t rs, enum 
 					if (es == 4 && c % 32 == 16)
 						_mm_prefetch(next + r * rs + c * es, _MM_HINT_T1);
 				}
-widened:;
 			size_t t = 0;
 			for (; t + 3 <= tn; t += 3)
 				for (int g = 0; g < G; g++)
@@ -1181,39 +1191,12 @@ widened:;
 	}
 }
 
-/* Rows in groups of four from r0 (the one-token kernel's grouping, which
- * decides each row's operations), the rest one by one; a pass takes the
- * groups two at a time. */
-INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
-		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
-{
-	size_t rs = cols * dt_size(dt), r = r0;
-	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
-	const char *w = W;
-
-	while (r < r4) {
-		int groups = T > 1 && r + 8 <= r4 ? 2 : 1;
-		if (T == 1)
-			mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
-		else if (groups == 2)
-			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 2);
-		else
-			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 1);
-		r += 4 * (size_t)groups;
-	}
-	for (; r < r1; r++)
-		for (size_t t = 0; t < T; t++)
-			y[t * ldy + (r - r0)] = mv512_1(w + r * rs, dt, cols, x + t * ldx);
-}
-
 /* Four MXFP4 rows (base/quant.h) for one token: mv512_4's operations on
  * the weights each block's codes and scale give, decoded in registers
  * (a block is one 32-column step: its low half feeds a, its high half
  * b), so the floats of the BF16 rows of the same weights. */
 INL T512 void mv512_4_mx(float *y, const uint8_t *w, size_t rs, size_t cols, const float *x)
 {
-	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
-	const __m512i nib = _mm512_set1_epi32(15);
 	const size_t nb = cols / SF_QBLOCK, codes = nb;	/* a scale byte a block first */
 	__m512 a[4], b[4];
 
@@ -1228,15 +1211,10 @@ INL T512 void mv512_4_mx(float *y, const uint8_t *w, size_t rs, size_t cols, con
 			prefetch_group((const char *)w + 4 * rs + codes + 16 * k, rs, 1);
 #pragma GCC unroll 4
 		for (int r = 0; r < 4; r++) {
-			const uint8_t *row = w + r * rs;
-			__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + codes +
-											  16 * k)));
-			/* the block's 16 weights by code: e2m1 * scale, exact */
-			__m512 t = _mm512_mul_ps(e2m1, _mm512_set1_ps(mx_scale(row, k)));
-			a[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(i, nib), t), x0,
-					       a[r]);
-			b[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), t), x1,
-					       b[r]);
+			__m512 lo, hi;
+			mx512_32(w + r * rs, cols, k, &lo, &hi);
+			a[r] = _mm512_fmadd_ps(lo, x0, a[r]);
+			b[r] = _mm512_fmadd_ps(hi, x1, b[r]);
 		}
 	}
 	for (int r = 0; r < 4; r++)
@@ -1248,28 +1226,35 @@ static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtyp
 			       size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
 			       size_t r1);
 
-/* MXFP4 rows: one token's groups of four from r0 decoded in registers, a
- * pass's decoded a block at a time into mm512_groups' f32 block; the
- * rows after the groups widened first (mx_matmul). */
-static T512 void mx512(float *y, size_t ldy, const uint8_t *W, size_t cols, const float *x,
-		       size_t ldx, size_t T, size_t r0, size_t r1)
+/* Rows in groups of four from r0 (the one-token kernel's grouping, which
+ * decides each row's operations), the rest one by one; a pass takes the
+ * groups two at a time. MXFP4's groups decode their blocks in registers
+ * (one token) or into mm512_groups' f32 block, the rest widened first
+ * (mx_matmul). */
+INL T512 void mm512(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
+		    const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	size_t rs = (size_t)sf_dtype_col_bytes(SF_DTYPE_MXFP4, cols), r = r0;
+	size_t rs = row_bytes(dt, cols), r = r0;
+	size_t r4 = r0 + (r1 - r0) / 4 * 4;	/* [r0, r4): the groups of four */
+	const char *w = W;
 
-	for (; T == 1 && r + 4 <= r1; r += 4)
-		mv512_4_mx(y + (r - r0), W + r * rs, rs, cols, x);
-	while (T > 1 && r + 4 <= r1) {	/* mm512's groups, two at a time */
-		int groups = r + 8 <= r1 ? 2 : 1;
-		if (groups == 2)
-			mm512_groups(y + (r - r0), ldy, (const char *)W + r * rs, rs, SF_DTYPE_MXFP4,
-				     cols, x, ldx, T, 2);
+	while (r < r4) {
+		int groups = T > 1 && r + 8 <= r4 ? 2 : 1;
+		if (T == 1 && dt == SF_DTYPE_MXFP4)
+			mv512_4_mx(y + (r - r0), (const uint8_t *)w + r * rs, rs, cols, x);
+		else if (T == 1)
+			mv512_4(y + (r - r0), w + r * rs, rs, dt, cols, x);
+		else if (groups == 2)
+			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 2);
 		else
-			mm512_groups(y + (r - r0), ldy, (const char *)W + r * rs, rs, SF_DTYPE_MXFP4,
-				     cols, x, ldx, T, 1);
+			mm512_groups(y + (r - r0), ldy, w + r * rs, rs, dt, cols, x, ldx, T, 1);
 		r += 4 * (size_t)groups;
 	}
-	if (r < r1)
+	if (dt == SF_DTYPE_MXFP4 && r < r1)
 		mx_matmul(widen_avx512, matmul_avx512, y + (r - r0), ldy, W, cols, x, ldx, T, r, r1);
+	for (; r < r1 && dt != SF_DTYPE_MXFP4; r++)
+		for (size_t t = 0; t < T; t++)
+			y[t * ldy + (r - r0)] = mv512_1(w + r * rs, dt, cols, x + t * ldx);
 }
 
 static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtype dt,
@@ -1277,7 +1262,7 @@ static T512 void matmul_avx512(float *y, size_t ldy, const void *W, enum sf_dtyp
 			       size_t r1)
 {
 	switch (dt) {
-	case SF_DTYPE_MXFP4: mx512(y, ldy, W, cols, x, ldx, T, r0, r1); break;
+	case SF_DTYPE_MXFP4: mm512(y, ldy, W, SF_DTYPE_MXFP4, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_BF16: mm512(y, ldy, W, SF_DTYPE_BF16, cols, x, ldx, T, r0, r1); break;
 	case SF_DTYPE_F16: mm512(y, ldy, W, SF_DTYPE_F16, cols, x, ldx, T, r0, r1); break;
 	default: mm512(y, ldy, W, SF_DTYPE_F32, cols, x, ldx, T, r0, r1); break;
@@ -1329,21 +1314,14 @@ INL T512 void ca512(float *y, size_t m, const void *const *cols, size_t off, enu
 	}
 }
 
-/* An MXFP4 row of m weights: a block's 16 code bytes to 16 lanes, each
- * nibble one permute of the e2m1 values. */
+/* An MXFP4 row of m weights, block by block. */
 INL T512 void mx_widen512(float *w, const uint8_t *row, size_t m)
 {
-	const __m512 e2m1 = _mm512_loadu_ps(sf_e2m1);
-	const uint8_t *codes = sf_q_codes_at(row, SF_DTYPE_MXFP4, m, 0);
-
 	for (size_t b = 0; b < m / SF_QBLOCK; b++) {
-		__m512 s = _mm512_set1_ps(mx_scale(row, b));
-		__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * b)));
-		__m512i n = _mm512_set1_epi32(15);
-		_mm512_store_ps(w + 32 * b, _mm512_mul_ps(
-			_mm512_permutexvar_ps(_mm512_and_si512(i, n), e2m1), s));
-		_mm512_store_ps(w + 32 * b + 16, _mm512_mul_ps(
-			_mm512_permutexvar_ps(_mm512_srli_epi32(i, 4), e2m1), s));
+		__m512 lo, hi;
+		mx512_32(row, m, b, &lo, &hi);
+		_mm512_store_ps(w + 32 * b, lo);
+		_mm512_store_ps(w + 32 * b + 16, hi);
 	}
 }
 
