@@ -9,7 +9,6 @@
 #include "formats/model_gptoss.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,12 +123,10 @@ static int convert_row(uint8_t *dst, const uint8_t *blocks, const uint8_t *scale
 	for (uint64_t b = 0; b < nb; b++) {
 		const uint8_t *q = blocks + (row * nb + b) * (MXFP4_BLOCK / 2);
 		uint8_t ex = scales[row * nb + b];
-		if (ex == 255)
-			return -1;
 		dst[b] = ex;
 		for (int j = 0; j < MXFP4_BLOCK; j++) {
 			int c = (q[j / 2] >> (j % 2 * 4)) & 15;
-			if (!isfinite(ldexpf(sf_e2m1[c], (int)ex - 127)))
+			if (!sf_mxfp4_finite(ex, c))
 				return -1;
 			codes[b * (MXFP4_BLOCK / 2) + (uint64_t)j % 16] |= (uint8_t)(c << (j / 16 * 4));
 		}
