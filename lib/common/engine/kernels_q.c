@@ -1181,7 +1181,7 @@ INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax
 /* Block i for tokens [t0, t0 + NT) at y[t] (its row 0): each quad's
  * weights loaded once for the NT tokens, whose sums stay in registers. */
 INL T512I void qpass_block(const struct qpass512 *p, size_t i, const enum sf_dtype dt,
-			   float *const *y, size_t t0, const int NT)
+			   float *const *y, size_t t0, const int NT, const size_t nq)
 {
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
 #pragma GCC unroll 8
@@ -1191,7 +1191,7 @@ INL T512I void qpass_block(const struct qpass512 *p, size_t i, const enum sf_dty
 	 * registers (and the stack) each quad */
 #pragma GCC unroll 8
 	for (size_t qd = 0; qd < SF_QRUN / 4; qd++) {
-		if (qd == p->nq)
+		if (qd == nq)
 			break;
 		__m512i w0, w1;
 		slab_quad512(p->w[i][qd], dt, &w0, &w1);
@@ -1218,12 +1218,15 @@ INL T512I void qpass_blocks(const struct qpass512 *p, size_t i, const enum sf_dt
 			    float *const *y, size_t nt)
 {
 	size_t t = 0;
+	if (p->nq == SF_QRUN / 4)	/* a whole run: no exit inside the quads' loop */
+		for (; t + 8 <= nt; t += 8)
+			qpass_block(p, i, dt, y, t, 8, SF_QRUN / 4);
 	for (; t + 8 <= nt; t += 8)
-		qpass_block(p, i, dt, y, t, 8);
+		qpass_block(p, i, dt, y, t, 8, p->nq);
 	for (; t + 4 <= nt; t += 4)
-		qpass_block(p, i, dt, y, t, 4);
+		qpass_block(p, i, dt, y, t, 4, p->nq);
 	for (; t < nt; t++)
-		qpass_block(p, i, dt, y, t, 1);
+		qpass_block(p, i, dt, y, t, 1, p->nq);
 }
 
 /* Every token of the pass over the run p holds: Y's rows from block 0
