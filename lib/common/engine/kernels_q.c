@@ -1151,14 +1151,21 @@ INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax
 {
 	const __m512i lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
 		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-	const size_t ns = 4 * p->nq;
-	__m512 amax = _mm512_setzero_ps();
-	for (size_t k = 0; k < ns; k++)
-		amax = _mm512_max_ps(amax, _mm512_mul_ps(ax[k], _mm512_set1_ps(p->as[k][i])));
+	/* the maxima and the sums in four and two chains (exact in any order):
+	 * one chain a slot kept a block's work waiting on their latency */
+	__m512 am[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+			 _mm512_setzero_ps() };
+	for (size_t qd = 0; qd < p->nq; qd++)
+#pragma GCC unroll 4
+		for (size_t c = 0; c < 4; c++)
+			am[c] = _mm512_max_ps(am[c], _mm512_mul_ps(ax[4 * qd + c],
+								   _mm512_set1_ps(p->as[4 * qd + c][i])));
+	__m512 amax = _mm512_max_ps(_mm512_max_ps(am[0], am[1]), _mm512_max_ps(am[2], am[3]));
 	__mmask16 on = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
 	__m512 id = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
 	_mm512_storeu_ps(p->d[i], _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
-	__m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+	__m512i sum[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+	const __m512i ones = _mm512_set1_epi8(1);
 	for (size_t qd = 0; qd < p->nq; qd++) {
 		__m512i q[4];
 #pragma GCC unroll 4
@@ -1171,11 +1178,11 @@ INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax
 		 * of four slots, then each token's four side by side */
 		__m512i word = _mm512_shuffle_epi8(_mm512_packs_epi16(
 			_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3])), lanes);
-		sum = _mm512_dpbusd_epi32(sum, ones, word);
+		sum[qd & 1] = _mm512_dpbusd_epi32(sum[qd & 1], ones, word);
 		_mm512_storeu_si512(p->a[i][qd], word);
 	}
 	_mm512_storeu_si512(p->off[i], _mm512_sub_epi32(_mm512_setzero_si512(),
-		_mm512_slli_epi32(sum, dt == SF_DTYPE_Q8 ? 7 : 3)));
+		_mm512_slli_epi32(_mm512_add_epi32(sum[0], sum[1]), dt == SF_DTYPE_Q8 ? 7 : 3)));
 }
 
 /* Block i for tokens [t0, t0 + NT) at y[t] (its row 0): each quad's
