@@ -662,6 +662,63 @@ static void test_rope(void)
 
 // ----------------------------------------------------------------------------
 
+/* Odd token and column counts, a column left out, a permutation: each
+ * level's output, padding included, equal to the definition's. */
+static void test_transpose(enum sf_isa level)
+{
+	const char *isa = sf_isa_name(level);
+	const size_t sizes[][2] = { { 1, 1 }, { 2, 17 }, { 15, 16 }, { 16, 33 }, { 33, 70 },
+				    { 47, 5 }, { 64, 64 } };
+	for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+		size_t T = sizes[z][0], n = sizes[z][1], width = (T + 15) / 16 * 16 + 16;
+		size_t ldi = n + 3, ldo = width + 5;
+		float *in = malloc(T * ldi * sizeof(float));
+		float *out = malloc(n * ldo * sizeof(float));
+		uint32_t *pos = malloc(n * sizeof(uint32_t));
+		for (size_t i = 0; i < T * ldi; i++)
+			in[i] = frand();
+		for (size_t j = 0; j < n; j++)
+			pos[j] = (uint32_t)((j * 7 + 3) % n);	/* a permutation when 7 and n are coprime */
+		if (n % 7 == 0)
+			for (size_t j = 0; j < n; j++)
+				pos[j] = (uint32_t)j;
+		if (n > 2)
+			pos[n / 2] = UINT32_MAX;
+		for (size_t i = 0; i < n * ldo; i++)
+			out[i] = -1.0f;
+		sf_cpu_use(level);
+		sf_transpose_columns(out, ldo, pos, in, ldi, T, n, width);
+		int bad = 0;
+		for (size_t j = 0; j < n && !bad; j++) {
+			if (pos[j] == UINT32_MAX)
+				continue;
+			for (size_t t = 0; t < ldo && !bad; t++) {
+				float want = t < T ? in[t * ldi + j] : t < width ? 0.0f : -1.0f;
+				float got = out[(size_t)pos[j] * ldo + t];
+				if (got != want) {
+					CHECK(0, "%s transpose T %zu n %zu column %zu token %zu: %g, want %g",
+					      isa, T, n, j, t, got, want);
+					bad = 1;
+				}
+			}
+		}
+		if (n > 2) {	/* the left-out column's row untouched */
+			size_t untouched = 1;
+			for (size_t p = 0; p < n; p++) {
+				int used = 0;
+				for (size_t j = 0; j < n; j++)
+					used |= pos[j] == p;
+				for (size_t t = 0; t < ldo && !used; t++)
+					untouched &= out[p * ldo + t] == -1.0f;
+			}
+			CHECK(untouched, "%s transpose T %zu n %zu wrote a row no column has", isa, T, n);
+		}
+		free(in);
+		free(out);
+		free(pos);
+	}
+}
+
 static void test_isa(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
@@ -681,6 +738,7 @@ static void test_isa(enum sf_isa level)
 	test_softmax(level);
 	test_swiglu(level);
 	test_attention_rows(level);
+	test_transpose(level);
 	printf("%s: compared against ref\n", isa);
 }
 

@@ -688,11 +688,6 @@ static int nonfinite_row(const float *x, int T, size_t n)
 	return -1;
 }
 
-/* Layer l on the residual stream s->x of tokens [0, T) at positions
- * pos + t: each step below runs per token in the order the one-token pass
- * runs it, and the products run over all T tokens with each (row, token)
- * computed as for one token, so every token gets the floats it would get
- * alone. */
 /* A pass of tokens of several sequences (sf_forward_multi): token t at
  * position pos[t] of the sequence whose KV cache seqs[t] holds. NULL in
  * a pass of one sequence's consecutive positions. */
@@ -701,6 +696,100 @@ struct multi {
 	const int *pos;			/* (T) */
 };
 
+/* A step of layer l that each token of a pass takes on its own rows: the
+ * workers split the tokens (alone, the pass's norms, RoPE, KV stores and
+ * SwiGLU kept the other threads waiting), and no float changes. */
+struct token_step {
+	const struct sf_model *m;
+	struct sf_runstate *s;
+	const struct multi *mu;
+	int l, T, pos;
+	void (*fn)(const struct token_step *st, int t);
+};
+
+static void token_worker(void *arg, int ith, int nth)
+{
+	const struct token_step *st = arg;
+	size_t lo, hi;
+	sf_pool_split((size_t)st->T, 1, ith, nth, &lo, &hi);
+	for (size_t t = lo; t < hi; t++)
+		st->fn(st, (int)t);
+}
+
+static void each_token(struct token_step *st, void (*fn)(const struct token_step *, int))
+{
+	st->fn = fn;
+	if (st->T > 1)
+		run(st->s->pool, token_worker, st);
+	else
+		fn(st, 0);
+}
+
+static void attn_norm_step(const struct token_step *st, int t)
+{
+	const struct sf_config *c = &st->m->cfg;
+	size_t dim = (size_t)c->dim;
+	sf_rmsnorm(st->s->xb + t * dim, st->s->x + t * dim, st->m->layers[st->l].attn_norm.data,
+		   st->m->layers[st->l].attn_norm.dtype, dim, c->norm_eps);
+}
+
+/* q, k and v's biases, norms and clipping, RoPE at the token's position,
+ * and k and v into its sequence's KV cache. */
+static void qkv_step(const struct token_step *st, int t)
+{
+	const struct sf_config *c = &st->m->cfg;
+	const struct sf_layer_weights *w = &st->m->layers[st->l];
+	struct sf_runstate *s = st->s;
+	size_t hd = (size_t)c->head_dim;
+	size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
+	float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
+	struct sf_runstate *kvs = st->mu ? st->mu->seqs[t] : s;	/* whose KV cache */
+	int p = st->mu ? st->mu->pos[t] : st->pos + t;
+	size_t row = (size_t)st->l * kvs->seq_len + (size_t)p;
+	add_bias(q, &w->bq);
+	add_bias(k, &w->bk);
+	add_bias(v, &w->bv);
+	qk_norm(q, &w->q_norm, c->qk_norm, (size_t)c->n_heads, hd, c->norm_eps);
+	qk_norm(k, &w->k_norm, c->qk_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
+	clip(q, q_dim, c->clip_qkv);
+	clip(k, kv_dim, c->clip_qkv);
+	clip(v, kv_dim, c->clip_qkv);
+	sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, p, c->rope_interleaved);
+	sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, p, c->rope_interleaved);
+	sf_kv_put(kvs->key_cache + row * kvs->k_row, kvs->kv_k, k, kv_dim);
+	sf_kv_put(kvs->value_cache + row * kvs->v_row, kvs->kv_v, v, kv_dim);
+}
+
+/* The attention's output into the residual, then the FFN's normed input. */
+static void attn_out_step(const struct token_step *st, int t)
+{
+	const struct sf_config *c = &st->m->cfg;
+	const struct sf_layer_weights *w = &st->m->layers[st->l];
+	size_t dim = (size_t)c->dim;
+	float *x = st->s->x + t * dim;
+	add_bias(st->s->proj + t * dim, &w->bo);
+	sf_axpy_f32(x, 1.0f, st->s->proj + t * dim, dim);
+	sf_rmsnorm(st->s->xb + t * dim, x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps);
+}
+
+static void swiglu_step(const struct token_step *st, int t)
+{
+	size_t hidden = (size_t)st->m->cfg.hidden_dim;
+	sf_swiglu(st->s->act + t * hidden, st->s->gate + t * hidden, st->s->up + t * hidden,
+		  hidden);
+}
+
+static void ffn_out_step(const struct token_step *st, int t)
+{
+	size_t dim = (size_t)st->m->cfg.dim;
+	sf_axpy_f32(st->s->x + t * dim, 1.0f, st->s->proj + t * dim, dim);
+}
+
+/* Layer l on the residual stream s->x of tokens [0, T) at positions
+ * pos + t: each step below runs per token in the order the one-token pass
+ * runs it, and the products run over all T tokens with each (row, token)
+ * computed as for one token, so every token gets the floats it would get
+ * alone. */
 static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, int pos,
 		 const struct multi *mu)
 {
@@ -708,40 +797,21 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 	size_t dim = (size_t)c->dim;
 	size_t hd = (size_t)c->head_dim;
 	size_t q_dim = (size_t)c->n_heads * hd;
-	size_t kv_dim = (size_t)c->n_kv_heads * hd;
 	size_t hidden = (size_t)c->hidden_dim;
 	int window = c->layer_sliding[l] ? c->sliding_window : 0;	/* gpt-oss's */
+	struct token_step st = { .m = m, .s = s, .mu = mu, .l = l, .T = T, .pos = pos };
 	int bad;
 
 	const struct sf_layer_weights *w = &m->layers[l];
 
 	// attention: q, k, v from the normed residual
-	for (int t = 0; t < T; t++)
-		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->attn_norm.data,
-			   w->attn_norm.dtype, dim, c->norm_eps);
+	each_token(&st, attn_norm_step);
 	{
 		float *y[] = { s->q, s->k, s->v };
 		const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
 		apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, T, 3, y, mw);
 	}
-	for (int t = 0; t < T; t++) {
-		float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
-		struct sf_runstate *kvs = mu ? mu->seqs[t] : s;	/* whose KV cache */
-		int p = mu ? mu->pos[t] : pos + t;
-		size_t row = (size_t)l * kvs->seq_len + (size_t)p;
-		add_bias(q, &w->bq);
-		add_bias(k, &w->bk);
-		add_bias(v, &w->bv);
-		qk_norm(q, &w->q_norm, c->qk_norm, (size_t)c->n_heads, hd, c->norm_eps);
-		qk_norm(k, &w->k_norm, c->qk_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
-		clip(q, q_dim, c->clip_qkv);
-		clip(k, kv_dim, c->clip_qkv);
-		clip(v, kv_dim, c->clip_qkv);
-		sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, p, c->rope_interleaved);
-		sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, p, c->rope_interleaved);
-		sf_kv_put(kvs->key_cache + row * kvs->k_row, kvs->kv_k, k, kv_dim);
-		sf_kv_put(kvs->value_cache + row * kvs->v_row, kvs->kv_v, v, kv_dim);
-	}
+	each_token(&st, qkv_step);
 	/* every key of the block is cached first; token t reads up to pos + t;
 	 * of several sequences, each token alone over its own cache, as a
 	 * one-token pass of its sequence attends (with that state's scores) */
@@ -763,16 +833,10 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 		const struct sf_weight *mw[] = { &w->wo };
 		apply_group(s, l, SF_GROUP_ATTN_OUT, s->z, q_dim, T, 1, y, mw);
 	}
-	for (int t = 0; t < T; t++) {
-		add_bias(s->proj + t * dim, &w->bo);
-		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
-	}
 
 	// FFN: down(silu(gate(x)) * up(x)) on the normed residual, or a
 	// mixture of such experts
-	for (int t = 0; t < T; t++)
-		sf_rmsnorm(s->xb + t * dim, s->x + t * dim, w->ffn_norm.data,
-			   w->ffn_norm.dtype, dim, c->norm_eps);
+	each_token(&st, attn_out_step);
 	if (c->n_experts) {
 		moe_ffn(c, s, w, l + 1 < c->n_layers ? &m->layers[l + 1] : NULL, l, T);
 	} else {
@@ -781,17 +845,14 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
 			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
 		}
-		for (int t = 0; t < T; t++)
-			sf_swiglu(s->act + t * hidden, s->gate + t * hidden, s->up + t * hidden,
-				  hidden);
+		each_token(&st, swiglu_step);
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->w_down };
 			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
 		}
 	}
-	for (int t = 0; t < T; t++)
-		sf_axpy_f32(s->x + t * dim, 1.0f, s->proj + t * dim, dim);
+	each_token(&st, ffn_out_step);
 	if ((bad = nonfinite_row(s->x, T, dim)) >= 0)
 		return sf_err_set(&s->err, SF_EFORMAT, "layer %d: non-finite hidden state at "
 				  "position %d", l, pos + bad);

@@ -323,7 +323,27 @@ struct kern {
 	 * w_k at base + pos[k] * stride, k in turn */
 	void (*tile)(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
 		     enum sf_dtype dt, const float *xv, size_t n);
+	void (*transpose)(float *out, size_t ldo, const uint32_t *pos, const float *in,
+			  size_t ldi, size_t T, size_t n, size_t width);
 };
+
+/* sf_transpose_columns in tiles of 32 that stay in the first caches. */
+static void transpose_ref(float *out, size_t ldo, const uint32_t *pos, const float *in,
+			  size_t ldi, size_t T, size_t n, size_t width)
+{
+	const size_t tile = 32;
+	for (size_t j0 = 0; j0 < n; j0 += tile)
+		for (size_t t0 = 0; t0 < T; t0 += tile)
+			for (size_t j = j0; j < j0 + tile && j < n; j++) {
+				if (pos[j] == UINT32_MAX)
+					continue;
+				float *o = out + (size_t)pos[j] * ldo;
+				for (size_t t = t0; t < t0 + tile && t < T; t++)
+					o[t] = in[t * ldi + j];
+				if (t0 + tile >= T)
+					memset(o + T, 0, (width - T) * sizeof(float));
+			}
+}
 
 static void tile_ref(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
 		     enum sf_dtype dt, const float *xv, size_t n)
@@ -337,7 +357,7 @@ static void tile_ref(float *y, size_t m, const uint8_t *base, size_t stride, con
 
 static const struct kern kern_ref = {
 	sf_matmul_rows_ref, sf_colaccum_ref, widen_ref, strip_ref, rmsnorm_ref, softmax_ref,
-	swiglu_ref, dots_ref, axpys_ref, tile_ref,
+	swiglu_ref, dots_ref, axpys_ref, tile_ref, transpose_ref,
 };
 
 /* How far ahead of its column a float slab's tile kernel asks for memory
@@ -872,7 +892,7 @@ static T256 void tile_avx2(float *y, size_t m, const uint8_t *base, size_t strid
 
 static const struct kern kern_avx2 = {
 	matmul_avx2, colaccum_avx2, widen_avx2, strip_avx2, rmsnorm_avx2, softmax_avx2,
-	swiglu_avx2, dots_avx2, axpys_avx2, tile_avx2,
+	swiglu_avx2, dots_avx2, axpys_avx2, tile_avx2, transpose_ref,
 };
 
 // ----------------------------------------------------------------------------
@@ -1653,9 +1673,55 @@ static T512 void tile_avx512(float *y, size_t m, const uint8_t *base, size_t str
 	}
 }
 
+/* 16 rows of 16 floats into their 16 columns, in registers. */
+INL T512 void transpose16x16(__m512 r[16])
+{
+	__m512 t[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 4; j++) {
+			t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+			t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+		}
+	for (int j = 0; j < 8; j++) {
+		r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+		r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+	}
+}
+
+/* Blocks of 16 tokens by 16 columns transposed in registers; the tails
+ * masked (a token past T reads 0, which the padding wants). */
+static T512 void transpose_avx512(float *out, size_t ldo, const uint32_t *pos, const float *in,
+				  size_t ldi, size_t T, size_t n, size_t width)
+{
+	for (size_t j0 = 0; j0 < n; j0 += 16) {
+		__mmask16 jm = n - j0 >= 16 ? (__mmask16)0xffff : tailmask(n - j0);
+		for (size_t t0 = 0; t0 < width; t0 += 16) {
+			__m512 r[16];
+			for (size_t t = 0; t < 16; t++)
+				r[t] = t0 + t < T ? _mm512_maskz_loadu_ps(jm, in + (t0 + t) * ldi + j0)
+						  : _mm512_setzero_ps();
+			transpose16x16(r);
+			__mmask16 tm = width - t0 >= 16 ? (__mmask16)0xffff : tailmask(width - t0);
+			for (size_t j = 0; j < 16 && j0 + j < n; j++)
+				if (pos[j0 + j] != UINT32_MAX)
+					_mm512_mask_storeu_ps(out + (size_t)pos[j0 + j] * ldo + t0, tm, r[j]);
+		}
+	}
+}
+
 static const struct kern kern_avx512 = {
 	matmul_avx512, colaccum_avx512, widen_avx512, strip_avx512, rmsnorm_avx512, softmax_avx512,
-	swiglu_avx512, dots_avx512, axpys_avx512, tile_avx512,
+	swiglu_avx512, dots_avx512, axpys_avx512, tile_avx512, transpose_avx512,
 };
 
 #endif /* __x86_64__ */
@@ -2112,7 +2178,7 @@ static void tile_neon(float *y, size_t m, const uint8_t *base, size_t stride, co
 
 static const struct kern kern_neon = {
 	matmul_neon, colaccum_neon, widen_neon, strip_neon, rmsnorm_neon, softmax_neon,
-	swiglu_neon, dots_neon, axpys_neon, tile_neon,
+	swiglu_neon, dots_neon, axpys_neon, tile_neon, transpose_ref,
 };
 
 #endif /* __aarch64__ */
@@ -2337,6 +2403,12 @@ void sf_softmax(float *x, size_t n)
 void sf_swiglu(float *a, const float *g, const float *u, size_t n)
 {
 	K()->swiglu(a, g, u, n);
+}
+
+void sf_transpose_columns(float *out, size_t ldo, const uint32_t *pos, const float *in,
+			  size_t ldi, size_t T, size_t n, size_t width)
+{
+	K()->transpose(out, ldo, pos, in, ldi, T, n, width);
 }
 
 void sf_dot_rows(float *out, const float *q, const float *keys, size_t ldk, size_t n, size_t d,

@@ -123,6 +123,11 @@ void sf_rope_yarn_inv_freq(float *inv_freq, size_t head_dim, float theta, float 
 void sf_softmax(float *x, size_t n);
 /* a[i] = silu(g[i]) * u[i] */
 void sf_swiglu(float *a, const float *g, const float *u, size_t n);
+/* The columns of T rows (T, n) (row t at in + t * ldi) as rows of width
+ * floats: column j to out + pos[j] * ldo, its T values then 0 up to width
+ * (>= T); a column whose pos is UINT32_MAX is left out. */
+void sf_transpose_columns(float *out, size_t ldo, const uint32_t *pos, const float *in,
+			  size_t ldi, size_t T, size_t n, size_t width);
 /* Attention over n rows of d floats, row p at keys + p * ldk (or X + p *
  * ldx): out[p] = (q . keys[p]) * scale; and for nq outputs, y_q = y + q *
  * ldy, y_q += s_q[p] * X[p] for p = 0, 1, ... in turn, s_q = s + q * lds,

@@ -356,10 +356,8 @@ static void flush(struct sf_sparse *sp, void (*fn)(void *, int, int), struct com
 }
 
 /* A pass's inputs in (T, n) to s.xt by position (entry j at G->pos[j]),
- * (positions, ldx), in tiles that stay in the first caches: gathering a
- * position's inputs straight from in read a line per token, and from
- * rows by entry a permuted stream. The threads take the entries in
- * stretches: alone, a prompt's pass waited on it 8% of its time. */
+ * (positions, ldx). The threads take the entries in stretches: alone, a
+ * prompt's pass waited on it 8% of its time. */
 struct transpose_task {
 	struct sparse_scratch *s;
 	const struct sf_image_group *G;
@@ -370,20 +368,11 @@ struct transpose_task {
 static void transpose_worker(void *arg, int ith, int nth)
 {
 	const struct transpose_task *tt = arg;
-	const size_t tile = 32, n = tt->n, T = tt->T, ldx = tt->s->ldx;
 	size_t lo, hi;
-	sf_pool_split(n, tile, ith, nth, &lo, &hi);
-	for (size_t j0 = lo; j0 < hi; j0 += tile)
-		for (size_t k0 = 0; k0 < T; k0 += tile)
-			for (size_t j = j0; j < j0 + tile && j < hi; j++) {
-				if (tt->G->pos[j] == SF_IMAGE_ABSENT)
-					continue;
-				float *x = tt->s->xt + (size_t)tt->G->pos[j] * ldx;
-				for (size_t k = k0; k < k0 + tile && k < T; k++)
-					x[k] = tt->in[k * n + j];
-				if (k0 + tile >= T)
-					memset(x + T, 0, (ldx - T) * sizeof(float));
-			}
+	sf_pool_split(tt->n, 16, ith, nth, &lo, &hi);
+	if (lo < hi)
+		sf_transpose_columns(tt->s->xt, tt->s->ldx, tt->G->pos + lo, tt->in + lo, tt->n,
+				     tt->T, hi - lo, tt->s->ldx);
 }
 
 static void transpose_inputs(struct sf_sparse *sp, const struct sf_image_group *G,
