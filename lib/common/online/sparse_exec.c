@@ -247,6 +247,7 @@ struct compute_task {
 	uint32_t nspans;
 	unsigned weight_cost;		/* top-tier weights one weight costs */
 	const struct sf_slab *slab;	/* (nmat) the group held whole; NULL: columns */
+	const float *slab_x;		/* its batch's inputs: s.xv, or s.xt (below) */
 };
 
 /* Worker ith of nth's share of the output rows of every matrix of the
@@ -291,7 +292,7 @@ static void top_worker(void *arg, int ith, int nth)
 			size_t rows = (size_t)G->mat[i].rows, off = (size_t)G->mat[i].offset;
 			if (t->slab)
 				sf_slab_accum(t->y[i] + r0, t->ld[i], r0, r1, &t->slab[i], sp->s.idx,
-					      sp->s.nidx, sp->s.xv, sp->s.sel, sp->s.ldx, (size_t)t->T);
+					      sp->s.nidx, t->slab_x, sp->s.sel, sp->s.ldx, (size_t)t->T);
 			else if (sf_dtype_is_block(G->mat[i].dtype) && !sp->o.f32_activations)
 				sf_qcolaccum_int(t->y[i] + r0, t->ld[i], r0, r1, rows, sp->s.cols,
 						 sp->s.idx, off, G->mat[i].dtype, sp->s.xv,
@@ -594,16 +595,24 @@ static int plan_group(struct sf_sparse *sp, struct group_pass *gp)
 }
 
 /* The top tier of a group held whole: every selected position from its
- * slabs in one batch, a thread's rows one stretch of memory. */
+ * slabs in one batch, a thread's rows one stretch of memory. A pass whose
+ * tokens all take every position, in order, of q8/q4 slabs (which read
+ * no sel) computes from s.xt itself: its batch would be a copy of it,
+ * made on one thread while the others waited. */
 static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
 			 struct compute_task *t, const uint64_t *tbits)
 {
 	const uint32_t *perm = gp->G->perm;
+	int in_place = gp->T > 1 && !tbits && gp->nt && sp->s.tpos[gp->nt - 1] == gp->nt - 1;
 	t->slab = sp->slab.mat + (size_t)gp->gid * SF_GROUP_MAX_MATRICES;
+	for (int i = 0; i < gp->G->nmat; i++)
+		in_place &= sf_dtype_is_block(t->slab[i].dt);
+	t->slab_x = in_place ? sp->s.xt : sp->s.xv;
 	for (size_t i = 0; i < gp->nt; i++) {
 		uint32_t p = sp->s.tpos[i];
 		sp->s.idx[sp->s.nidx] = p;
-		gather_inputs(sp, t, gp->in, tbits, p, perm[p]);
+		if (!in_place)
+			gather_inputs(sp, t, gp->in, tbits, p, perm[p]);
 		sp->s.nidx++;
 	}
 	flush(sp, top_worker, t);
