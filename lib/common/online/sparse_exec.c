@@ -619,6 +619,71 @@ static void compute_held(struct sf_sparse *sp, const struct group_pass *gp,
 	t->slab = NULL;
 }
 
+/* The staged matrices' outputs of a group pass: cleared before its
+ * tiers, then copied to out (kept rows to their neurons); the threads
+ * take the tokens in turn (alone, a prompt's pass waited on these copies
+ * of T rows each). */
+struct stage_task {
+	const struct group_pass *gp;
+	const struct compute_task *t;
+	float *const *out;
+	const struct sf_weight *const *w;
+	const uint8_t *cm;		/* the computation set's rows; NULL: all */
+	void (*fn)(const struct stage_task *st, int k);
+};
+
+static void stage_worker(void *arg, int ith, int nth)
+{
+	const struct stage_task *st = arg;
+	size_t lo, hi;
+	sf_pool_split((size_t)st->gp->T, 1, ith, nth, &lo, &hi);
+	for (size_t k = lo; k < hi; k++)
+		st->fn(st, (int)k);
+}
+
+static void run_tokens(struct sf_sparse *sp, void (*fn)(const struct stage_task *, int),
+		       struct stage_task *st)
+{
+	st->fn = fn;
+	if (sp->pool && st->gp->T > 1)
+		sf_pool_run(sp->pool, stage_worker, st);
+	else
+		for (int k = 0; k < st->gp->T; k++)
+			fn(st, k);
+}
+
+static void stage_clear(const struct stage_task *st, int k)
+{
+	for (int i = 0; i < st->gp->G->nmat; i++)
+		if (sparse_staged(st->gp->G, i, st->gp->T))
+			memset(st->t->y[i] + (size_t)k * st->t->ld[i], 0,
+			       st->t->ld[i] * sizeof(float));
+}
+
+/* Token k's staged rows to out; rows outside the set (span gaps, whole
+ * middle-tier records) cleared. Neurons left out stay 0, and silu(0) * 0
+ * makes their ffn_out entry 0. */
+static void stage_out(const struct stage_task *st, int k)
+{
+	const struct sf_image_group *G = st->gp->G;
+	const uint8_t *cm = st->cm;
+	for (int i = 0; i < G->nmat; i++) {
+		int staged = sparse_staged(G, i, st->gp->T);
+		if (!staged && !cm)
+			continue;
+		float *o = st->out[i] + (size_t)k * st->w[i]->rows;
+		const float *yr = staged ? st->t->y[i] + (size_t)k * st->t->ld[i] : o;
+		if (staged && !G->rows && !cm) {
+			memcpy(o, yr, G->mat[i].rows * sizeof(float));
+			continue;
+		}
+		for (uint64_t r = 0; r < G->mat[i].rows; r++) {
+			uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
+			o[nr] = cm && !cm[nr] ? 0.0f : yr[r];
+		}
+	}
+}
+
 /* 5. Both tiers computed in position order as their reads complete,
  * middle then top, into out (sparse_staged matrices first into s.yrows). */
 static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, float *const *out,
@@ -647,12 +712,13 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 		if (sparse_staged(G, i, gp->T)) {
 			t.y[i] = sp->s.yrows + (size_t)i * (size_t)gp->T * ldy;
 			t.ld[i] = ldy;
-			memset(t.y[i], 0, (size_t)gp->T * ldy * sizeof(float));
 		} else {
 			t.y[i] = out[i];
 			t.ld[i] = (size_t)w[i]->rows;
 		}
 	}
+	struct stage_task st = { .gp = gp, .t = &t, .out = out, .w = w, .cm = cm };
+	run_tokens(sp, stage_clear, &st);
 	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
 								  : MID_COST_SCALAR;
 	const struct iobuf *b = sp->o.simulate ? NULL : gp->b;
@@ -665,26 +731,7 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	else if ((ret = compute_tier(sp, G, gp->in, ttop, sp->s.tpos, gp->nt, b, &gp->top,
 				     gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
 		return ret;
-	/* staged rows to out (kept rows to their neurons); rows outside the
-	 * set (span gaps, whole middle-tier records) cleared. Neurons left
-	 * out stay 0, and silu(0) * 0 makes their ffn_out entry 0 */
-	for (int i = 0; i < G->nmat; i++) {
-		int staged = sparse_staged(G, i, gp->T);
-		if (!staged && !cm)
-			continue;
-		for (int k = 0; k < gp->T; k++) {
-			float *o = out[i] + (size_t)k * w[i]->rows;
-			const float *yr = staged ? t.y[i] + (size_t)k * ldy : o;
-			if (staged && !G->rows && !cm) {
-				memcpy(o, yr, G->mat[i].rows * sizeof(float));
-				continue;
-			}
-			for (uint64_t r = 0; r < G->mat[i].rows; r++) {
-				uint32_t nr = G->rows ? G->rows[r] : (uint32_t)r;
-				o[nr] = cm && !cm[nr] ? 0.0f : yr[r];
-			}
-		}
-	}
+	run_tokens(sp, stage_out, &st);
 	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
 		sp->comp.entries += gp->sum_nt + gp->sum_nm;
 	return 0;
