@@ -153,6 +153,29 @@ static void test_slow(int nthreads)
 	sf_pool_destroy(p);
 }
 
+static void count_item(void *ctx, size_t i)
+{
+	int *seen = ctx;
+	seen[i]++;
+}
+
+/* sf_pool_for visits each item exactly once, on a pool and on none. */
+static void test_for(int nthreads)
+{
+	struct sf_pool *p = NULL;
+	if (nthreads && sf_pool_create(&p, nthreads))
+		return;
+	static const size_t ns[] = { 0, 1, 2, 3, 17, 100 };
+	for (size_t z = 0; z < sizeof ns / sizeof ns[0]; z++) {
+		int seen[100] = { 0 };
+		sf_pool_for(p, ns[z], count_item, seen);
+		for (size_t i = 0; i < 100; i++)
+			CHECK(seen[i] == (i < ns[z]), "%d threads for n %zu: item %zu seen %d times",
+			      nthreads, ns[z], i, seen[i]);
+	}
+	sf_pool_destroy(p);
+}
+
 int main(void)
 {
 	struct sf_pool *p = (struct sf_pool *)1;
@@ -165,7 +188,9 @@ int main(void)
 	for (int i = 0; i < 3; i++) {
 		test_run(sizes[i]);
 		test_slow(sizes[i]);
+		test_for(sizes[i]);
 	}
+	test_for(0);	/* no pool */
 	/* created and destroyed with no run in between */
 	for (int i = 0; i < 50; i++) {
 		if (sf_pool_create(&p, 3) == 0)

@@ -295,6 +295,29 @@ void sf_pool_split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t 
 	*hi = b1 * align < n ? b1 * align : n;
 }
 
+struct pool_for {
+	void (*fn)(void *ctx, size_t i);
+	void *ctx;
+	size_t n;
+};
+
+static void for_worker(void *arg, int ith, int nth)
+{
+	const struct pool_for *f = arg;
+	size_t lo, hi;
+	sf_pool_split(f->n, 1, ith, nth, &lo, &hi);
+	for (size_t i = lo; i < hi; i++)
+		f->fn(f->ctx, i);
+}
+
+void sf_pool_for(struct sf_pool *p, size_t n, void (*fn)(void *ctx, size_t i), void *ctx)
+{
+	struct pool_for f = { fn, ctx, n };
+	if (n < 2)
+		p = NULL;
+	sf_pool_run(p, for_worker, &f);
+}
+
 void sf_pool_busy(const struct sf_pool *p, double *seconds)
 {
 	for (int i = 0; i < sf_pool_size(p); i++)

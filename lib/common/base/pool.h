@@ -18,6 +18,11 @@ int sf_pool_size(const struct sf_pool *p);
  * time, and not from inside fn. A NULL pool runs fn(arg, 0, 1). */
 void sf_pool_run(struct sf_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
+/* fn(ctx, i) for every i in [0, n), the threads taking contiguous
+ * stretches of i (sf_pool_split); with n < 2 or a NULL pool, all on the
+ * caller. For work that splits by item, such as a pass's tokens. */
+void sf_pool_for(struct sf_pool *p, size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
+
 /* seconds[i] (sf_pool_size entries): the time thread i (0: the caller)
  * has spent inside the runs' fn since the pool was made, read between
  * runs: what is left of a span of wall time is waiting or serial work. */

@@ -703,30 +703,12 @@ struct token_step {
 	const struct sf_model *m;
 	struct sf_runstate *s;
 	const struct multi *mu;
-	int l, T, pos;
-	void (*fn)(const struct token_step *st, int t);
+	int l, pos;
 };
 
-static void token_worker(void *arg, int ith, int nth)
+static void attn_norm_step(void *ctx, size_t t)
 {
-	const struct token_step *st = arg;
-	size_t lo, hi;
-	sf_pool_split((size_t)st->T, 1, ith, nth, &lo, &hi);
-	for (size_t t = lo; t < hi; t++)
-		st->fn(st, (int)t);
-}
-
-static void each_token(struct token_step *st, void (*fn)(const struct token_step *, int))
-{
-	st->fn = fn;
-	if (st->T > 1)
-		run(st->s->pool, token_worker, st);
-	else
-		fn(st, 0);
-}
-
-static void attn_norm_step(const struct token_step *st, int t)
-{
+	const struct token_step *st = ctx;
 	const struct sf_config *c = &st->m->cfg;
 	size_t dim = (size_t)c->dim;
 	sf_rmsnorm(st->s->xb + t * dim, st->s->x + t * dim, st->m->layers[st->l].attn_norm.data,
@@ -735,8 +717,9 @@ static void attn_norm_step(const struct token_step *st, int t)
 
 /* q, k and v's biases, norms and clipping, RoPE at the token's position,
  * and k and v into its sequence's KV cache. */
-static void qkv_step(const struct token_step *st, int t)
+static void qkv_step(void *ctx, size_t t)
 {
+	const struct token_step *st = ctx;
 	const struct sf_config *c = &st->m->cfg;
 	const struct sf_layer_weights *w = &st->m->layers[st->l];
 	struct sf_runstate *s = st->s;
@@ -744,7 +727,7 @@ static void qkv_step(const struct token_step *st, int t)
 	size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
 	float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
 	struct sf_runstate *kvs = st->mu ? st->mu->seqs[t] : s;	/* whose KV cache */
-	int p = st->mu ? st->mu->pos[t] : st->pos + t;
+	int p = st->mu ? st->mu->pos[t] : st->pos + (int)t;
 	size_t row = (size_t)st->l * kvs->seq_len + (size_t)p;
 	add_bias(q, &w->bq);
 	add_bias(k, &w->bk);
@@ -761,8 +744,9 @@ static void qkv_step(const struct token_step *st, int t)
 }
 
 /* The attention's output into the residual, then the FFN's normed input. */
-static void attn_out_step(const struct token_step *st, int t)
+static void attn_out_step(void *ctx, size_t t)
 {
+	const struct token_step *st = ctx;
 	const struct sf_config *c = &st->m->cfg;
 	const struct sf_layer_weights *w = &st->m->layers[st->l];
 	size_t dim = (size_t)c->dim;
@@ -772,15 +756,17 @@ static void attn_out_step(const struct token_step *st, int t)
 	sf_rmsnorm(st->s->xb + t * dim, x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps);
 }
 
-static void swiglu_step(const struct token_step *st, int t)
+static void swiglu_step(void *ctx, size_t t)
 {
+	const struct token_step *st = ctx;
 	size_t hidden = (size_t)st->m->cfg.hidden_dim;
 	sf_swiglu(st->s->act + t * hidden, st->s->gate + t * hidden, st->s->up + t * hidden,
 		  hidden);
 }
 
-static void ffn_out_step(const struct token_step *st, int t)
+static void ffn_out_step(void *ctx, size_t t)
 {
+	const struct token_step *st = ctx;
 	size_t dim = (size_t)st->m->cfg.dim;
 	sf_axpy_f32(st->s->x + t * dim, 1.0f, st->s->proj + t * dim, dim);
 }
@@ -799,19 +785,19 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 	size_t q_dim = (size_t)c->n_heads * hd;
 	size_t hidden = (size_t)c->hidden_dim;
 	int window = c->layer_sliding[l] ? c->sliding_window : 0;	/* gpt-oss's */
-	struct token_step st = { .m = m, .s = s, .mu = mu, .l = l, .T = T, .pos = pos };
+	struct token_step st = { .m = m, .s = s, .mu = mu, .l = l, .pos = pos };
 	int bad;
 
 	const struct sf_layer_weights *w = &m->layers[l];
 
 	// attention: q, k, v from the normed residual
-	each_token(&st, attn_norm_step);
+	sf_pool_for(s->pool, (size_t)T, attn_norm_step, &st);
 	{
 		float *y[] = { s->q, s->k, s->v };
 		const struct sf_weight *mw[] = { &w->wq, &w->wk, &w->wv };
 		apply_group(s, l, SF_GROUP_ATTN_IN, s->xb, dim, T, 3, y, mw);
 	}
-	each_token(&st, qkv_step);
+	sf_pool_for(s->pool, (size_t)T, qkv_step, &st);
 	/* every key of the block is cached first; token t reads up to pos + t;
 	 * of several sequences, each token alone over its own cache, as a
 	 * one-token pass of its sequence attends (with that state's scores) */
@@ -836,7 +822,7 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 
 	// FFN: down(silu(gate(x)) * up(x)) on the normed residual, or a
 	// mixture of such experts
-	each_token(&st, attn_out_step);
+	sf_pool_for(s->pool, (size_t)T, attn_out_step, &st);
 	if (c->n_experts) {
 		moe_ffn(c, s, w, l + 1 < c->n_layers ? &m->layers[l + 1] : NULL, l, T);
 	} else {
@@ -845,14 +831,14 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
 			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
 		}
-		each_token(&st, swiglu_step);
+		sf_pool_for(s->pool, (size_t)T, swiglu_step, &st);
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->w_down };
 			apply_group(s, l, SF_GROUP_FFN_OUT, s->act, hidden, T, 1, y, mw);
 		}
 	}
-	each_token(&st, ffn_out_step);
+	sf_pool_for(s->pool, (size_t)T, ffn_out_step, &st);
 	if ((bad = nonfinite_row(s->x, T, dim)) >= 0)
 		return sf_err_set(&s->err, SF_EFORMAT, "layer %d: non-finite hidden state at "
 				  "position %d", l, pos + bad);

@@ -1333,10 +1333,11 @@ static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf
 			qpass_ahead(X, ldx, T, pos, k1, n);
 			/* the next run's scales, which a run of many tokens' work
 			 * otherwise leaves the hardware's prefetch to miss */
-			if (k1 < n)
+			if (k1 < n) {
+				const char *next = (const char *)run_at(s, c, pos[k1] / SF_QRUN);
 				for (size_t l = 0; l < 2 * SF_QRUN * nb; l += 64)
-					_mm_prefetch((const char *)run_at(s, c, pos[k1] / SF_QRUN) + l,
-						     _MM_HINT_T0);
+					_mm_prefetch(next + l, _MM_HINT_T0);
+			}
 			for (size_t k = k0; k < k1; k++)
 				xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
 			p.nq = r.nq;

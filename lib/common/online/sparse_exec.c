@@ -380,10 +380,7 @@ static void transpose_inputs(struct sf_sparse *sp, const struct sf_image_group *
 			     const float *in, size_t n, size_t T)
 {
 	struct transpose_task tt = { .s = &sp->s, .G = G, .in = in, .n = n, .T = T };
-	if (sp->pool)
-		sf_pool_run(sp->pool, transpose_worker, &tt);
-	else
-		transpose_worker(&tt, 0, 1);
+	sf_pool_run(sp->pool, transpose_worker, &tt);
 }
 
 /* The inputs of position p, whose entry is j, into the batch's next
@@ -629,31 +626,11 @@ struct stage_task {
 	float *const *out;
 	const struct sf_weight *const *w;
 	const uint8_t *cm;		/* the computation set's rows; NULL: all */
-	void (*fn)(const struct stage_task *st, int k);
 };
 
-static void stage_worker(void *arg, int ith, int nth)
+static void stage_clear(void *ctx, size_t k)
 {
-	const struct stage_task *st = arg;
-	size_t lo, hi;
-	sf_pool_split((size_t)st->gp->T, 1, ith, nth, &lo, &hi);
-	for (size_t k = lo; k < hi; k++)
-		st->fn(st, (int)k);
-}
-
-static void run_tokens(struct sf_sparse *sp, void (*fn)(const struct stage_task *, int),
-		       struct stage_task *st)
-{
-	st->fn = fn;
-	if (sp->pool && st->gp->T > 1)
-		sf_pool_run(sp->pool, stage_worker, st);
-	else
-		for (int k = 0; k < st->gp->T; k++)
-			fn(st, k);
-}
-
-static void stage_clear(const struct stage_task *st, int k)
-{
+	const struct stage_task *st = ctx;
 	for (int i = 0; i < st->gp->G->nmat; i++)
 		if (sparse_staged(st->gp->G, i, st->gp->T))
 			memset(st->t->y[i] + (size_t)k * st->t->ld[i], 0,
@@ -663,8 +640,9 @@ static void stage_clear(const struct stage_task *st, int k)
 /* Token k's staged rows to out; rows outside the set (span gaps, whole
  * middle-tier records) cleared. Neurons left out stay 0, and silu(0) * 0
  * makes their ffn_out entry 0. */
-static void stage_out(const struct stage_task *st, int k)
+static void stage_out(void *ctx, size_t k)
 {
+	const struct stage_task *st = ctx;
 	const struct sf_image_group *G = st->gp->G;
 	const uint8_t *cm = st->cm;
 	for (int i = 0; i < G->nmat; i++) {
@@ -718,7 +696,7 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 		}
 	}
 	struct stage_task st = { .gp = gp, .t = &t, .out = out, .w = w, .cm = cm };
-	run_tokens(sp, stage_clear, &st);
+	sf_pool_for(sp->pool, (size_t)gp->T, stage_clear, &st);
 	t.weight_cost = sp->img->codes_method == SF_CODES_TRELLIS ? MID_COST_TRELLIS
 								  : MID_COST_SCALAR;
 	const struct iobuf *b = sp->o.simulate ? NULL : gp->b;
@@ -731,7 +709,7 @@ static int compute_group(struct sf_sparse *sp, const struct group_pass *gp, floa
 	else if ((ret = compute_tier(sp, G, gp->in, ttop, sp->s.tpos, gp->nt, b, &gp->top,
 				     gp->slots, gp->tmir, G->top_bytes, top_worker, &t)))
 		return ret;
-	run_tokens(sp, stage_out, &st);
+	sf_pool_for(sp->pool, (size_t)gp->T, stage_out, &st);
 	if (gp->g == SF_GROUP_FFN_OUT && sp->comp.sc && sp->comp.set_mask[gp->layer])
 		sp->comp.entries += gp->sum_nt + gp->sum_nm;
 	return 0;
