@@ -953,17 +953,24 @@ INL T512I void slab_quad512(const uint8_t *p, enum sf_dtype dt, __m512i *w0, __m
 
 /* As qfinish256: y += d * (the sums less the codes' offset (q4: 8; q8:
  * 128, the flip of slab_quad512 and quad_rows512) times the activations'
- * sum). */
+ * sum); with folded, the sums began at that offset's negative
+ * (qoff512). */
+INL T512I __m512i qoff512(const struct qact512 *qa, size_t i, enum sf_dtype dt)
+{
+	return _mm512_set1_epi32(-(dt == SF_DTYPE_Q8 ? 128 : 8) * qa->sum[i]);
+}
+
 INL T512I void qfinish512(float *const *y, const struct qact512 *qa, const __m512i *lo,
-			  const __m512i *hi, size_t b, size_t i, enum sf_dtype dt, const int NT)
+			  const __m512i *hi, size_t b, size_t i, enum sf_dtype dt, const int NT,
+			  const int folded)
 {
 #pragma GCC unroll 8
 	for (int t = 0; t < NT; t++) {
-		__m512i off = _mm512_set1_epi32((dt == SF_DTYPE_Q8 ? 128 : 8) * qa[t].sum[i]);
+		__m512i off = folded ? _mm512_setzero_si512() : qoff512(&qa[t], i, dt);
 		__m512 d = _mm512_set1_ps(qa[t].d[i]);
 		float *yb = y[t] + SF_QBLOCK * b;
-		__m512 f0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[t], off));
-		__m512 f1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[t], off));
+		__m512 f0 = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], off));
+		__m512 f1 = _mm512_cvtepi32_ps(_mm512_add_epi32(hi[t], off));
 		_mm512_storeu_ps(yb, _mm512_fmadd_ps(d, f0, _mm512_loadu_ps(yb)));
 		_mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(d, f1, _mm512_loadu_ps(yb + 16)));
 	}
@@ -982,33 +989,47 @@ INL T512I void qdot512(__m512i *lo, __m512i *hi, __m512i w0, __m512i w1,
 	}
 }
 
-/* How far ahead of its block a slab's kernel asks for memory. */
-#define QSLAB_AHEAD 4096
 
 /* As qmac256_slab. */
 INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const struct slab_run *r,
-			    size_t nb, size_t b, size_t i, enum sf_dtype dt, const int NT)
+			    size_t nb, size_t b, size_t i, const enum sf_dtype dt, const int NT,
+			    const size_t nq)
 {
 	const uint8_t *blk = run_codes(r->run, dt, nb, b);
 	const size_t qb = 4 * top_code_bytes(dt);
+	/* a chunk of blocks ahead: the next chunk's codes are on their way
+	 * while its activations are prepared, which reads no codes */
+	const size_t ahead = 4096;
+	/* one token's sums in four chains by quad, summed at the end (exact
+	 * in integers): one chain would wait on vpdpbusd's latency 8 times
+	 * a block */
+	const int C = NT == 1 ? 4 : 1;
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
 	/* one stream of memory: what the prefetchers fetch of it alone
 	 * leaves the loads waiting */
-	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
-		__builtin_prefetch(blk + QSLAB_AHEAD + l);
 #pragma GCC unroll 8
-	for (int t = 0; t < NT; t++)
-		lo[t] = hi[t] = _mm512_setzero_si512();
-	/* unrolled whole, as qpass_block's */
+	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
+		__builtin_prefetch(blk + ahead + l);
+#pragma GCC unroll 8
+	for (int t = 0; t < NT * C; t++)
+		lo[t] = hi[t] = t < NT ? qoff512(&qa[t], i, dt) : _mm512_setzero_si512();
+	/* unrolled whole, as qpass_block's; a whole run's quads (nq 8) are
+	 * its slots in order, at offsets the compiler knows */
 #pragma GCC unroll 8
 	for (size_t a = 0; a < SF_QRUN / 4; a++) {
-		if (a == r->nq)
+		if (a == nq)
 			break;
+		size_t qd = nq == SF_QRUN / 4 ? a : r->quad[a];
 		__m512i w0, w1;
-		slab_quad512(blk + r->quad[a] * qb, dt, &w0, &w1);
-		qdot512(lo, hi, w0, w1, qa, r->quad[a], i, NT);
+		slab_quad512(blk + qd * qb, dt, &w0, &w1);
+		qdot512(lo + a % C * NT, hi + a % C * NT, w0, w1, qa, qd, i, NT);
 	}
-	qfinish512(y, qa, lo, hi, b, i, dt, NT);
+#pragma GCC unroll 4
+	for (int c = 1; c < C; c++) {
+		lo[0] = _mm512_add_epi32(lo[0], lo[c]);
+		hi[0] = _mm512_add_epi32(hi[0], hi[c]);
+	}
+	qfinish512(y, qa, lo, hi, b, i, dt, NT, 1);
 }
 
 /* The next run's scales and codes of blocks [b, b + nb), asked of memory
@@ -1101,7 +1122,7 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 				__m512i lo = _mm512_load_si512(acc[b - c0]);
 				__m512i hi = _mm512_load_si512(acc[b - c0] + 16);
 				qfinish512(&y, &qa[(b - c0) / QI512_BLOCKS], &lo, &hi, b,
-					   (b - c0) % QI512_BLOCKS, dt, 1);
+					   (b - c0) % QI512_BLOCKS, dt, 1, 0);
 			}
 		}
 	}
@@ -1374,8 +1395,16 @@ INL T512I void qslab512_tokens(float *Y, size_t ldy, size_t r0, const struct sla
 	size_t lx;
 	const float *x = slab_inputs(xd, r, X, ldx, k0, k1, t0, (size_t)NT, &lx);
 	qprep512(qa, sc, x, lx, SF_QRUN, NT);
-	for (size_t i = 0; i < nbc; i++)
-		qmac512_slab(y, qa, r, nb, b0 + i, i, dt, NT);
+	/* dt and a whole run's quads constants in the block's kernel */
+	if (r->nq == SF_QRUN / 4 && dt == SF_DTYPE_Q4)
+		for (size_t i = 0; i < nbc; i++)
+			qmac512_slab(y, qa, r, nb, b0 + i, i, SF_DTYPE_Q4, NT, SF_QRUN / 4);
+	else if (r->nq == SF_QRUN / 4)
+		for (size_t i = 0; i < nbc; i++)
+			qmac512_slab(y, qa, r, nb, b0 + i, i, SF_DTYPE_Q8, NT, SF_QRUN / 4);
+	else
+		for (size_t i = 0; i < nbc; i++)
+			qmac512_slab(y, qa, r, nb, b0 + i, i, dt, NT, r->nq);
 }
 
 /* A slab's whole blocks, tile by tile and run by run, each run read once
