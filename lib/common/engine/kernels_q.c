@@ -989,6 +989,8 @@ INL T512I void qdot512(__m512i *lo, __m512i *hi, __m512i w0, __m512i w1,
 	}
 }
 
+/* How far ahead of its block a slab's kernel asks for memory. */
+#define QSLAB_AHEAD 4096
 
 /* As qmac256_slab. */
 INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const struct slab_run *r,
@@ -997,9 +999,6 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 {
 	const uint8_t *blk = run_codes(r->run, dt, nb, b);
 	const size_t qb = 4 * top_code_bytes(dt);
-	/* a chunk of blocks ahead: the next chunk's codes are on their way
-	 * while its activations are prepared, which reads no codes */
-	const size_t ahead = 4096;
 	/* one token's sums in four chains by quad, summed at the end (exact
 	 * in integers): one chain would wait on vpdpbusd's latency 8 times
 	 * a block */
@@ -1009,7 +1008,7 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 	 * leaves the loads waiting */
 #pragma GCC unroll 8
 	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
-		__builtin_prefetch(blk + ahead + l);
+		__builtin_prefetch(blk + QSLAB_AHEAD + l);
 #pragma GCC unroll 8
 	for (int t = 0; t < NT * C; t++)
 		lo[t] = hi[t] = t < NT ? qoff512(&qa[t], i, dt) : _mm512_setzero_si512();
