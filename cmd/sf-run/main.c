@@ -1611,7 +1611,8 @@ static int write_stats(const struct session *S, const struct options *o, const c
 			"{s:s, s:s, s:I, s:I}", "type_k", sf_kv_type_name(S->state.kv_k),
 			"type_v", sf_kv_type_name(S->state.kv_v), "positions", (json_int_t)S->used,
 			"bytes_in_use", (json_int_t)sf_state_kv_bytes(&S->model.cfg, (int)S->used,
-								       S->state.kv_k, S->state.kv_v))))
+								       S->state.batch, S->state.kv_k,
+								       S->state.kv_v))))
 		ret = -ENOMEM;
 	if (!ret && S->sparse) {
 		json_t *sp = sf_sparse_stats_json(S->sparse);

@@ -232,9 +232,33 @@ same_at_any_batch() {
 	done
 }
 
-@test "gpt-oss (q/k/v/o biases, sinks, a sliding layer of window 4 then a full one, YaRN, the router's and experts' biases, clamped SwiGLU, fused experts): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+# At -b 1 a sliding layer's KV cache is a ring of window 4 + 1 - 1 rows,
+# which the text's 44 positions (and 15 of the 16 generated: the last is
+# not fed) wrap many times: the oracle's nll and greedy tokens all the
+# same, and the cache's bytes in use those of the ring's 4 positions
+# beside the full layer's 59.
+ring_matches() {
+	local m=$D/$1 ids want kv
+	ids=$(ids "$m")
+	want=$("$PYTHON" "$ORACLE" nll "$m" "$ids")
+	nll_matches "$(exact -m "$m" --ppl "$D/text.txt" --window 64 -b 1 | jq .nll)" "$want"
+	want=$("$PYTHON" "$ORACLE" greedy "$m" 16 "$ids")
+	run --separate-stderr exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos -b 1
+	[ "$status" -eq 0 ]
+	echo "greedy at -b 1: sf-run '$output', oracle '$want'"
+	[ "$output" = "$want" ]
+	run --separate-stderr exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos -b 1 --bench
+	[ "$status" -eq 0 ]
+	kv=$(jq '.num_key_value_heads * .head_dim * 4 * 2' "$m/config.json")
+	echo "kv_cache: $(echo "$output" | jq -c .kv_cache), $kv bytes a row of keys and values"
+	[ "$(echo "$output" | jq .kv_cache.positions)" -eq 59 ]
+	[ "$(echo "$output" | jq .kv_cache.bytes_in_use)" -eq $(((59 + 4) * kv)) ]
+}
+
+@test "gpt-oss (q/k/v/o biases, sinks, a sliding layer of window 4 then a full one, YaRN, the router's and experts' biases, clamped SwiGLU, fused experts): the nll within 2e-4 of the oracle, its greedy tokens, at any -b, a sliding layer's KV cache a ring" {
 	check_arch gpt_oss
 	same_at_any_batch gpt_oss
+	ring_matches gpt_oss
 }
 
 @test "gpt-oss with its experts in MXFP4 blocks and scales: the nll within 2e-4 of the oracle's decoding, its greedy tokens, at any -b" {

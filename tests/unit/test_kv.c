@@ -154,7 +154,7 @@ static void test_lazy(const struct sf_model *m)
 	CHECK(!sf_state_init_opts(&s, &c, &o, &e), "%s", e.msg);
 	long after = rss_pages();
 	long page = sysconf(_SC_PAGESIZE);
-	uint64_t kv = sf_state_kv_bytes(&c, c.max_seq_len, SF_KV_F32, SF_KV_F32);
+	uint64_t kv = sf_state_kv_bytes(&c, c.max_seq_len, 1, SF_KV_F32, SF_KV_F32);
 	/* under an emulator (make check ARCH=arm64 sets SF_EXEC) the resident
 	 * set is the emulator's, whose bookkeeping grows with every mapping */
 	if (*unit_env("SF_EXEC", ""))

@@ -71,18 +71,32 @@ uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_
 	return floats * sizeof(float) + z.moe_tok * sizeof(int);
 }
 
-uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_type k,
-			   enum sf_kv_type v)
+/* Positions layer l's KV cache holds in a state of seq_len positions and
+ * passes of batch tokens: a sliding layer's tokens see the window's
+ * positions up to their own, so a pass needs window + batch - 1 of them
+ * (position p at row p % held: a ring); any other layer every one. */
+static size_t kv_held(const struct sf_config *c, int l, size_t seq_len, size_t batch)
+{
+	size_t ring = (size_t)c->sliding_window + batch - 1;
+	return c->layer_sliding[l] && c->sliding_window > 0 && ring < seq_len ? ring : seq_len;
+}
+
+uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, int batch,
+			   enum sf_kv_type k, enum sf_kv_type v)
 {
 	size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-	return (uint64_t)c->n_layers * (uint64_t)positions *
-	       (sf_kv_row_bytes(k, kv_dim) + sf_kv_row_bytes(v, kv_dim));
+	uint64_t rows = 0;
+
+	for (int l = 0; l < c->n_layers; l++)
+		rows += kv_held(c, l, (size_t)positions, (size_t)batch);
+	return rows * (sf_kv_row_bytes(k, kv_dim) + sf_kv_row_bytes(v, kv_dim));
 }
 
 uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch)
 {
 	struct sf_state_opts o = { .seq_len = seq_len, .batch = batch };
-	return sf_state_buffer_bytes(c, &o) + sf_state_kv_bytes(c, seq_len, SF_KV_F32, SF_KV_F32);
+	return sf_state_buffer_bytes(c, &o) +
+	       sf_state_kv_bytes(c, seq_len, batch, SF_KV_F32, SF_KV_F32);
 }
 
 uint64_t sf_state_bytes(const struct sf_config *c, int seq_len)
@@ -150,10 +164,17 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	s->kv_v = v;
 	s->k_row = sf_kv_row_bytes(k, kv_dim);
 	s->v_row = sf_kv_row_bytes(v, kv_dim);
-	s->k_map = (uint64_t)c->n_layers * (uint64_t)seq_len * s->k_row;
-	s->v_map = (uint64_t)c->n_layers * (uint64_t)seq_len * s->v_row;
-	s->key_cache = map_zeros(s->k_map);
-	s->value_cache = map_zeros(s->v_map);
+	s->kv_first = malloc(((size_t)c->n_layers + 1) * sizeof(*s->kv_first));
+	if (s->kv_first) {
+		s->kv_first[0] = 0;
+		for (int l = 0; l < c->n_layers; l++)
+			s->kv_first[l + 1] = s->kv_first[l] +
+					     kv_held(c, l, (size_t)seq_len, (size_t)batch);
+		s->k_map = (uint64_t)s->kv_first[c->n_layers] * s->k_row;
+		s->v_map = (uint64_t)s->kv_first[c->n_layers] * s->v_row;
+		s->key_cache = map_zeros(s->k_map);
+		s->value_cache = map_zeros(s->v_map);
+	}
 	s->inv_freq = calloc(z.rope ? z.rope : 1, sizeof(float));
 	if (c->n_experts) {
 		s->router = calloc(z.experts, sizeof(float));
@@ -166,11 +187,13 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	if (c->shared_hidden_dim)
 		s->shared_gate = calloc(z.shared, sizeof(float));
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
-	    !s->up || !s->act || !s->att || !s->logits || !s->key_cache || !s->value_cache ||
+	    !s->up || !s->act || !s->att || !s->logits || !s->kv_first || !s->key_cache ||
+	    !s->value_cache ||
 	    !s->inv_freq || (c->n_experts && (!s->router || !s->route || !s->route_ahead || !s->moe_in ||
 					      !s->moe_out || !s->moe_tok)) ||
 	    (c->shared_hidden_dim && !s->shared_gate)) {
-		uint64_t bytes = sf_state_buffer_bytes(c, o) + sf_state_kv_bytes(c, seq_len, k, v);
+		uint64_t bytes = sf_state_buffer_bytes(c, o) +
+				 sf_state_kv_bytes(c, seq_len, batch, k, v);
 		sf_state_free(s);
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
@@ -209,6 +232,7 @@ void sf_state_free(struct sf_runstate *s)
 	free(s->moe_tok);
 	free(s->shared_gate);
 	free(s->logits);
+	free(s->kv_first);
 	if (s->key_cache)
 		munmap(s->key_cache, (size_t)(s->k_map ? s->k_map : 1));
 	if (s->value_cache)
@@ -379,9 +403,23 @@ static size_t kv_chunk(enum sf_kv_type t, size_t n, size_t hd)
 	return t == SF_KV_F32 ? n : KV_CHUNK_FLOATS / hd;
 }
 
-/* Positions [p0, p0 + m) of a KV head (element off of rows of row bytes
- * of type t from cache): in place when f32, else widened into buf (the
- * same floats). *ld: the rows' stride in floats. */
+/* The row of layer l's cache that holds position p. */
+static size_t kv_row(const struct sf_runstate *s, int l, size_t p)
+{
+	return s->kv_first[l] + p % (s->kv_first[l + 1] - s->kv_first[l]);
+}
+
+/* The positions from c0 (below n) that a chunk of at most step takes: in
+ * a ring of held rows, none past its last row. */
+static size_t kv_span(size_t c0, size_t n, size_t step, size_t held)
+{
+	size_t m = n - c0 < step ? n - c0 : step;
+	return m < held - c0 % held ? m : held - c0 % held;
+}
+
+/* Rows [p0, p0 + m) of a KV head (element off of rows of row bytes of
+ * type t from cache): in place when f32, else widened into buf (the same
+ * floats). *ld: the rows' stride in floats. */
 static const float *kv_rows(const uint8_t *cache, enum sf_kv_type t, size_t row, size_t off,
 			    size_t p0, size_t m, size_t hd, float *buf, size_t *ld)
 {
@@ -406,20 +444,23 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 {
 	const struct sf_config *c = t->c;
 	const struct sf_runstate *s = t->s;
-	size_t hd = (size_t)c->head_dim, qd = (size_t)c->n_heads * hd, ld;
-	size_t lrow = (size_t)t->layer * s->seq_len;
+	size_t hd = (size_t)c->head_dim, qd = (size_t)c->n_heads * hd, ld, m;
+	size_t first = s->kv_first[t->layer], held = s->kv_first[t->layer + 1] - first;
 	size_t shared = (size_t)t->pos + k0 + 1;	/* positions token k0 sees */
 	size_t n = shared + nq - 1, lds = s->seq_len;	/* positions the last one sees */
 	size_t lo = first_seen(t, shared - 1);	/* the first the first one sees */
 	/* YaRN's cos and sin scaled on q and k: the scores by its square */
 	float scale = 1.0f / sqrtf((float)hd) *
 		      (c->rope_yarn ? c->rope_attn_factor * c->rope_attn_factor : 1.0f);
-	const uint8_t *keys = s->key_cache + lrow * s->k_row;
-	const uint8_t *vals = s->value_cache + lrow * s->v_row;
+	const uint8_t *keys = s->key_cache + first * s->k_row;
+	const uint8_t *vals = s->value_cache + first * s->v_row;
 
-	for (size_t c0 = lo, step = kv_chunk(s->kv_k, n, hd); c0 < n; c0 += step) {
-		size_t m = n - c0 < step ? n - c0 : step;
-		const float *kr = kv_rows(keys, s->kv_k, s->k_row, off, c0, m, hd, buf, &ld);
+	/* a sliding layer's ring holds [lo, n) (kv_held), in at most two
+	 * stretches; the sums run in position order whatever the chunks */
+	for (size_t c0 = lo, step = kv_chunk(s->kv_k, n, hd); c0 < n; c0 += m) {
+		m = kv_span(c0, n, step, held);
+		const float *kr = kv_rows(keys, s->kv_k, s->k_row, off, c0 % held, m, hd, buf,
+					  &ld);
 		for (size_t h = h0; h < h1; h++)
 			for (size_t j = 0; j < nq; j++) {
 				const float *q = t->q + (k0 + j) * qd + h * hd;
@@ -441,9 +482,10 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 			memset(aj + lo, 0, (lj - lo) * sizeof(float));
 			memset(t->z + (k0 + j) * qd + h * hd, 0, hd * sizeof(float));
 		}
-	for (size_t c0 = lo, step = kv_chunk(s->kv_v, n, hd); c0 < n; c0 += step) {
-		size_t m = n - c0 < step ? n - c0 : step;
-		const float *vr = kv_rows(vals, s->kv_v, s->v_row, off, c0, m, hd, buf, &ld);
+	for (size_t c0 = lo, step = kv_chunk(s->kv_v, n, hd); c0 < n; c0 += m) {
+		m = kv_span(c0, n, step, held);
+		const float *vr = kv_rows(vals, s->kv_v, s->v_row, off, c0 % held, m, hd, buf,
+					  &ld);
 		for (size_t h = h0; h < h1; h++) {
 			const float *att = s->att + h * (size_t)att_queries(s->batch) * lds;
 			float *z = t->z + k0 * qd + h * hd;
@@ -728,7 +770,7 @@ static void qkv_step(void *ctx, size_t t)
 	float *q = s->q + t * q_dim, *k = s->k + t * kv_dim, *v = s->v + t * kv_dim;
 	struct sf_runstate *kvs = st->mu ? st->mu->seqs[t] : s;	/* whose KV cache */
 	int p = st->mu ? st->mu->pos[t] : st->pos + (int)t;
-	size_t row = (size_t)st->l * kvs->seq_len + (size_t)p;
+	size_t row = kv_row(kvs, st->l, (size_t)p);
 	add_bias(q, &w->bq);
 	add_bias(k, &w->bk);
 	add_bias(v, &w->bv);
@@ -959,13 +1001,22 @@ float *sf_forward_multi(const struct sf_model *m, struct sf_runstate *s,
 			   "tokens a pass and %d rows of logits", T, s->batch, s->logit_rows);
 		return NULL;
 	}
-	for (int t = 0; t < T; t++)
+	for (int t = 0; t < T; t++) {
 		if (pos[t] < 0 || pos[t] >= seqs[t]->seq_len) {
 			sf_err_set(&s->err, -EINVAL, "a pass of %d sequences' tokens: token %d at "
 				   "position %d of a cache of %d positions", T, t, pos[t],
 				   seqs[t]->seq_len);
 			return NULL;
 		}
+		/* one token a sequence: a sliding layer's ring holds what one
+		 * pass of its own batch needs, not more */
+		for (int u = 0; u < t; u++)
+			if (seqs[u] == seqs[t]) {
+				sf_err_set(&s->err, -EINVAL, "a pass of %d sequences' tokens: "
+					   "tokens %d and %d of the same sequence", T, u, t);
+				return NULL;
+			}
+	}
 	for (int t = 0, n; t < T; t += n) {
 		n = pass_tokens(s, T - t);
 		struct multi mu = { seqs + t, pos + t };

@@ -83,10 +83,14 @@ struct sf_runstate {
 	float *att;		/* (n_heads, min(batch, 4), seq_len) scores of a head's tokens */
 	float *logits;		/* (logit_rows, vocab_size) */
 	int logit_rows;		/* batch, or 1 (sf_state_opts.last_logits) */
-	/* the KV cache: (n_layers, seq_len) rows of n_kv_heads * head_dim in
-	 * kv_k and kv_v, k_row and v_row bytes; mapped anonymous, so that a
+	/* the KV cache: rows of n_kv_heads * head_dim in kv_k and kv_v, k_row
+	 * and v_row bytes, layer l's from row kv_first[l] (n_layers + 1 of
+	 * them): seq_len rows, position p at row p; a sliding layer's (gpt-oss)
+	 * sliding_window + batch - 1 when fewer, position p at row p % that,
+	 * a ring that holds what its tokens see. Mapped anonymous, so that a
 	 * page costs memory once a position is written in it */
 	uint8_t *key_cache, *value_cache;
+	size_t *kv_first;
 	enum sf_kv_type kv_k, kv_v;
 	size_t k_row, v_row;
 	uint64_t k_map, v_map;	/* bytes of the mappings */
@@ -128,10 +132,11 @@ struct sf_state_opts {
 	int last_logits;	/* 1: logits of a pass's last token only (one row, not
 				 * batch: sf_forward_batch's all_logits refused) */
 };
-/* The KV cache's bytes for positions positions in types k and v; the
- * state's bytes but its KV cache. */
-uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, enum sf_kv_type k,
-			   enum sf_kv_type v);
+/* The KV cache's bytes for positions positions in types k and v, in a
+ * state of passes of batch tokens (a sliding layer's ring holds at most
+ * sliding_window + batch - 1); the state's bytes but its KV cache. */
+uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, int batch,
+			   enum sf_kv_type k, enum sf_kv_type v);
 uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_opts *o);
 int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 		  struct sf_err *e);
@@ -164,9 +169,9 @@ float *sf_forward_batch(const struct sf_model *m, struct sf_runstate *s, const i
 			int T, int pos, int all_logits);
 
 /* Continuous batching: one pass over the weights for the next token of
- * T sequences, each with its own KV cache: token t at position pos[t]
- * of the sequence whose state is seqs[t] (its positions before pos[t]
- * in that cache; pos[t] < its seq_len), the keys and values written
+ * T distinct sequences, each with its own KV cache: token t at position
+ * pos[t] of the sequence whose state is seqs[t] (its positions before
+ * pos[t] in that cache; pos[t] < its seq_len), the keys and values written
  * there and attended there. s holds the pass's buffers: T within its
  * batch and its rows of logits (a state without last_logits), its own
  * KV cache unused. Returns the logits (T, vocab_size), each row the
