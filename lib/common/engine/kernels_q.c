@@ -999,16 +999,22 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 {
 	const uint8_t *blk = run_codes(r->run, dt, nb, b);
 	const size_t qb = 4 * top_code_bytes(dt);
-	/* one token's sums in four chains by quad, summed at the end (exact
-	 * in integers): one chain would wait on vpdpbusd's latency 8 times
-	 * a block */
-	const int C = NT == 1 ? 4 : 1;
+	/* one token's q4 sums in four chains by quad, summed at the end
+	 * (exact in integers): one chain would wait on vpdpbusd's latency 8
+	 * times a block (q8's loads take longer than that chain) */
+	const int C = NT == 1 && dt == SF_DTYPE_Q4 ? 4 : 1;
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
 	/* one stream of memory: what the prefetchers fetch of it alone
-	 * leaves the loads waiting */
+	 * leaves the loads waiting; q4's 8 lines a block unrolled, q8's 16
+	 * a loop (unrolled, q8 streamed 7% slower, q4 as a loop 5%: qint) */
+	if (dt == SF_DTYPE_Q4) {
 #pragma GCC unroll 8
-	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
-		__builtin_prefetch(blk + QSLAB_AHEAD + l);
+		for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
+			__builtin_prefetch(blk + QSLAB_AHEAD + l);
+	} else {
+		for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
+			__builtin_prefetch(blk + QSLAB_AHEAD + l);
+	}
 #pragma GCC unroll 8
 	for (int t = 0; t < NT * C; t++)
 		lo[t] = hi[t] = t < NT ? qoff512(&qa[t], i, dt) : _mm512_setzero_si512();
