@@ -75,8 +75,7 @@ void sf_cli_kv_opts(struct sf_sparse_opts *so, const struct sf_runstate *st,
 	struct sf_state_opts o = { .seq_len = st->seq_len, .batch = st->batch,
 				   .last_logits = st->logit_rows < st->batch };
 	so->state_bytes = sf_state_buffer_bytes(cfg, &o);
-	/* every layer's row: a sliding layer's ring, full, costs less */
-	so->kv_position_bytes = sf_state_kv_bytes(cfg, 1, st->batch, st->kv_k, st->kv_v);
+	sf_state_kv_cost(cfg, st->batch, st->kv_k, st->kv_v, &so->kv_cost);
 	so->kv_positions = (uint32_t)st->seq_len;
 	so->kv_least = (uint32_t)least;
 }

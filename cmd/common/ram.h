@@ -17,7 +17,7 @@
 
 /* The sparse decoder's figures of a run state for --ram: its buffers, and
  * its KV cache, of which --ram must leave room for least positions
- * (sf_sparse_opts.kv_position_bytes). */
+ * (sf_sparse_opts.kv_cost). */
 void sf_cli_kv_opts(struct sf_sparse_opts *so, const struct sf_runstate *st,
 		    const struct sf_config *cfg, int least);
 

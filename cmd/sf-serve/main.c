@@ -252,7 +252,8 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 		sf_cli_kv_opts(&so, &s->slots[0].st, &s->model.cfg,
 			       o->mo.ctx || SF_RUN_KV_LEAST > s->ctx ? s->ctx : SF_RUN_KV_LEAST);
 		so.state_bytes = so.state_bytes * (uint64_t)s->nslots + serve_pass_state_bytes(s);
-		so.kv_position_bytes *= (uint64_t)s->nslots;
+		so.kv_cost.position *= (uint64_t)s->nslots;
+		so.kv_cost.ring_position *= (uint64_t)s->nslots;
 		if ((ret = sf_device_load(o->mo.image, &peak, &iops, &buffered, e)) < 0)
 			return ret;
 		so.device_peak = peak;

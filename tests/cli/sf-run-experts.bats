@@ -194,6 +194,33 @@ short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" 
 	jq -n --argjson a "$q8" --argjson b "$q4" --argjson d "$dense" -e '($a - $d | fabs) < ($b - $d | fabs)'
 }
 
+# gpt-oss's sliding layer holds a ring of window 4 + 64 - 1 rows at sf-run's
+# -b 64, its full layer every position: f16 keys and values of 2 heads of
+# 16, 128 bytes a row. --ram grants positions by what they cost, and the
+# quarter of what it leaves that the KV cache gets holds twice as many
+# positions as if the sliding layer held every one too.
+@test "--ram counts a sliding layer's KV cache as its ring: the positions' bytes, the least's, a quarter's worth of positions" {
+	local m=$BATS_TEST_TMPDIR/long least n
+	need_gpt_oss
+	sf-run -q -p "$TEXT" -n 2 --stats "$D/ring.json" "$D/gpt_oss.sfimg" > /dev/null
+	jq -e '.memory.kv_positions == 256 and .memory.kv == (256 + 67) * 128' "$D/ring.json"
+	sf-pack --info "$D/gpt_oss.sfimg" | jq -e '.ram.kv_positions == 128 and .ram.kv == (128 + 67) * 128'
+	# a context of 32,768 positions, which the budget cannot all hold
+	cp -r "$D/gpt_oss" "$m"
+	jq '.max_position_embeddings = 32768' "$D/gpt_oss/config.json" > "$m/config.json"
+	sf-pack -q --model "$m" -o "$m.sfimg"
+	least=$(sf-pack --info "$m.sfimg" | jq .ram_at_least)
+	sf-run -q -p "$TEXT" -n 2 --ram $((least + 2000000)) --stats "$D/ring.json" "$m.sfimg" > /dev/null
+	jq -c .memory "$D/ring.json"
+	n=$(jq .memory.kv_positions "$D/ring.json")
+	[ "$n" -gt 1000 ] && [ "$n" -lt 32768 ]
+	# the KV cache near a quarter of what --ram leaves the cache, the
+	# held groups and it (an eighth were the ring's positions not counted)
+	jq -e --argjson n "$n" --argjson ram $((least + 2000000)) '.memory |
+		.kv == ($n + 67) * 128 and .kv / ($ram - .total + .kv + .held + .cache) > 0.2' \
+		"$D/ring.json"
+}
+
 @test "sf-pack: --info names the experts, --verify reads them; a resident FFN refused; a cut image one line, exit 1" {
 	sf-pack --verify "$D/mix.sfimg"
 	sf-pack --info "$D/mix.sfimg" | jq -e '.version == 6 and .experts.count == 4 and

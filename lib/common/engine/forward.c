@@ -81,15 +81,38 @@ static size_t kv_held(const struct sf_config *c, int l, size_t seq_len, size_t b
 	return c->layer_sliding[l] && c->sliding_window > 0 && ring < seq_len ? ring : seq_len;
 }
 
+void sf_state_kv_cost(const struct sf_config *c, int batch, enum sf_kv_type k,
+		      enum sf_kv_type v, struct sf_kv_cost *cost)
+{
+	size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+	uint64_t row = sf_kv_row_bytes(k, kv_dim) + sf_kv_row_bytes(v, kv_dim);
+	/* a layer's rows at ring + 1 positions tell a ring from a full layer */
+	size_t ring = (size_t)c->sliding_window + (size_t)batch - 1;
+
+	*cost = (struct sf_kv_cost){ 0 };
+	for (int l = 0; l < c->n_layers; l++) {
+		if (kv_held(c, l, ring + 1, (size_t)batch) == ring) {
+			cost->ring_position += row;
+			cost->ring = ring;
+		} else {
+			cost->position += row;
+		}
+	}
+}
+
+uint64_t sf_kv_cost_bytes(const struct sf_kv_cost *cost, uint64_t positions)
+{
+	return positions * cost->position +
+	       (positions < cost->ring ? positions : cost->ring) * cost->ring_position;
+}
+
 uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, int batch,
 			   enum sf_kv_type k, enum sf_kv_type v)
 {
-	size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-	uint64_t rows = 0;
+	struct sf_kv_cost cost;
 
-	for (int l = 0; l < c->n_layers; l++)
-		rows += kv_held(c, l, (size_t)positions, (size_t)batch);
-	return rows * (sf_kv_row_bytes(k, kv_dim) + sf_kv_row_bytes(v, kv_dim));
+	sf_state_kv_cost(c, batch, k, v, &cost);
+	return sf_kv_cost_bytes(&cost, (uint64_t)positions);
 }
 
 uint64_t sf_state_bytes_batch(const struct sf_config *c, int seq_len, int batch)

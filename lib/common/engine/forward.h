@@ -137,6 +137,16 @@ struct sf_state_opts {
  * sliding_window + batch - 1); the state's bytes but its KV cache. */
 uint64_t sf_state_kv_bytes(const struct sf_config *c, int positions, int batch,
 			   enum sf_kv_type k, enum sf_kv_type v);
+/* What the KV cache costs as its positions fill, in a state of passes of
+ * batch tokens: bytes a position in the layers that hold every one, and in
+ * the sliding layers, whose rings hold at most ring positions (0: none);
+ * sf_kv_cost_bytes gives the bytes of positions positions. */
+struct sf_kv_cost {
+	uint64_t position, ring_position, ring;
+};
+void sf_state_kv_cost(const struct sf_config *c, int batch, enum sf_kv_type k,
+		      enum sf_kv_type v, struct sf_kv_cost *cost);
+uint64_t sf_kv_cost_bytes(const struct sf_kv_cost *cost, uint64_t positions);
 uint64_t sf_state_buffer_bytes(const struct sf_config *c, const struct sf_state_opts *o);
 int sf_state_init(struct sf_runstate *s, const struct sf_config *c, int seq_len,
 		  struct sf_err *e);

@@ -407,21 +407,35 @@ static uint64_t kv_least(const struct sf_sparse_opts *o)
 	return o->kv_least && o->kv_least < o->kv_positions ? o->kv_least : o->kv_positions;
 }
 
-/* The KV cache's positions and bytes (sf_sparse_opts.kv_position_bytes
- * says how they are granted) beside the fixed memory and an empty cache. */
+/* The most KV cache positions that bytes hold (at most want). */
+static uint64_t kv_fit(const struct sf_kv_cost *kv, uint64_t bytes, uint64_t want)
+{
+	uint64_t both = kv->position + kv->ring_position, ring = kv->ring ? kv->ring : want;
+
+	if (bytes < ring * both)
+		return bytes / both;
+	/* past the ring only the layers holding every position grow */
+	if (!kv->position)
+		return want;
+	return ring + (bytes - ring * both) / kv->position;
+}
+
+/* The KV cache's positions and bytes (sf_sparse_opts.kv_cost says how they
+ * are granted) beside the fixed memory and an empty cache. */
 static void size_kv(struct sf_sparse *sp, uint64_t fixed, uint64_t empty)
 {
 	const struct sf_sparse_opts *o = &sp->o;
-	uint64_t want = o->kv_positions, pb = o->kv_position_bytes, n = want, least = kv_least(o);
+	uint64_t want = o->kv_positions, n = want, least = kv_least(o);
 
-	if (o->ram && o->cache_ratio < 0 && pb) {
+	if (o->ram && o->cache_ratio < 0 && o->kv_cost.position + o->kv_cost.ring_position) {
 		/* a quarter: at the 7B shape in 1 GB the cache then keeps the
 		 * speed of -c 512 (half of it cost a fifth, issue 32) */
-		uint64_t share = o->ram > fixed + empty ? (o->ram - fixed - empty) / 4 / pb : 0;
+		uint64_t share = o->ram > fixed + empty ?
+				 kv_fit(&o->kv_cost, (o->ram - fixed - empty) / 4, want) : 0;
 		n = want <= share ? want : share > least ? share : least;
 	}
 	sp->mem.kv_positions = (uint32_t)n;
-	sp->mem.kv = n * pb;
+	sp->mem.kv = sf_kv_cost_bytes(&o->kv_cost, n);
 }
 
 /* A mixture's expert slots with bytes of the cache's share: the
@@ -830,7 +844,7 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	uint64_t fixed = fixed_memory(sp, &fn), empty = sf_cache_footprint(&co);
 	/* read-ahead's buffers are the first thing a budget too small for them
 	 * beside the least KV cache gives up (--prefetch 0) */
-	uint64_t least_kv = kv_least(o) * o->kv_position_bytes;
+	uint64_t least_kv = sf_kv_cost_bytes(&o->kv_cost, kv_least(o));
 	int prefetch = sp->o.prefetch;
 	sp->o.prefetch = 0;
 	sp->mem.least = fixed_memory(sp, &fn) + least_kv + empty;

@@ -97,14 +97,15 @@ struct sf_sparse_opts {
 	double cache_ratio;		/* < 0: cache from ram; else share of offloaded bytes */
 	uint64_t ram;			/* 0: no limit */
 	uint64_t state_bytes;		/* the run state the caller holds, but its KV cache */
-	/* The caller's KV cache: bytes a position (every layer, keys and
-	 * values; 0: not counted), the positions its context holds, and the
-	 * least of them --ram must leave room for (0: all). Its memory is
-	 * taken as positions fill, so it counts only the positions granted
-	 * (sf_sparse_memory.kv_positions): all when they fit in a quarter of
-	 * what --ram leaves after the rest and an empty cache, else that quarter but
-	 * at least kv_least; without --ram or with --cache-ratio, all. */
-	uint64_t kv_position_bytes;
+	/* The caller's KV cache: what its positions cost (all 0: not
+	 * counted; a sliding layer's ring stops growing), the positions its
+	 * context holds, and the least of them --ram must leave room for (0:
+	 * all). Its memory is taken as positions fill, so it counts only the
+	 * positions granted (sf_sparse_memory.kv_positions): all when they
+	 * fit in a quarter of what --ram leaves after the rest and an empty
+	 * cache, else that quarter but at least kv_least; without --ram or
+	 * with --cache-ratio, all. */
+	struct sf_kv_cost kv_cost;
 	uint32_t kv_positions, kv_least;
 	uint64_t max_tokens;		/* latencies recorded for percentiles */
 	/* Entries whose whole bundle lies in a 4 KiB page the top tier's own
