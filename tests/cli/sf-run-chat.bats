@@ -34,7 +34,7 @@ ids_of() {
 @test "--chat-template: an unknown name lists the known ones; it needs -cnv, which refuses --ppl, --bench, --echo" {
 	run --separate-stderr sf-run --model "$MODEL" -cnv --chat-template chatml2
 	[ "$status" -eq 2 ]
-	[[ "${stderr_lines[0]}" == "sf-run: --chat-template: 'chatml2' is not one of chatml, phi4, llama2, "*", llama3" ]]
+	[[ "${stderr_lines[0]}" == "sf-run: --chat-template: 'chatml2' is not one of chatml, phi4, llama2, "*", llama3, gpt-oss" ]]
 	[ "${stderr_lines[1]}" = "Try 'sf-run --help'." ]
 	run --separate-stderr sf-run --model "$MODEL" --chat-template chatml -p hi
 	[ "$status" -eq 2 ]
@@ -133,6 +133,29 @@ ids_of() {
 	# an empty answer is an empty line
 	[ "$output" = $'\n' ] || [ "${#lines[@]}" -eq 0 ]
 	[ "$(sf-run -q --model "$m" -cnv -n 3 --temp 0 <<<$'Hello\nWho are you' | wc -l)" -eq 2 ]
+}
+
+# gpt-oss's harmony format in a tokenizer with its markers, where the
+# model's first answer token (',', 954) is <|return|>.
+@test "gpt-oss (harmony): found by its markers; an answer ends at <|return|>, fed back as <|end|>" {
+	local m id
+	m=$(chat_model '"{{- \"<|start|>user<|message|>\" + message.content + \"<|end|>\" }}{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content }}"')
+	cp "$MODEL/tokenizer.json" "$m/tokenizer.json"
+	for id in "1019 <|start|>" "1020 <|message|>" "1021 <|end|>" "1022 <|channel|>" "954 <|return|>"; do
+		jq --argjson id "${id%% *}" --arg c "${id#* }" '.added_tokens += [{"id": $id, "content": $c,
+			"single_word": false, "lstrip": false, "rstrip": false, "normalized": false,
+			"special": true}]' "$m/tokenizer.json" >"$BATS_TEST_TMPDIR/t.json"
+		mv "$BATS_TEST_TMPDIR/t.json" "$m/tokenizer.json"
+	done
+	run --separate-stderr sf-run --model "$m" -cnv -p "Be brief." -n 3 --temp 0 -v \
+		--verbose-prompt <<<$'Hello\nWho are you'
+	[ "$status" -eq 0 ]
+	printf '%s\n' "${stderr_lines[@]}" >"$BATS_TEST_TMPDIR/err"
+	grep -qx "sf-run: chat template gpt-oss (tokenizer_config.json); answers end at '<|return|>' (token 954) or the end-of-text token" "$BATS_TEST_TMPDIR/err"
+	grep -qx 'sf-run: turn 1: [0-9]* tokens: "<|start|>system<|message|>Be brief.<|end|><|start|>user<|message|>Hello<|end|><|start|>assistant"' "$BATS_TEST_TMPDIR/err"
+	grep -qx 'sf-run: answer 1: 0 tokens, stopped: end of turn (<|return|>); [0-9]* of 1024 positions used' "$BATS_TEST_TMPDIR/err"
+	grep -qx 'sf-run: turn 2: 15 tokens: "<|end|><|start|>user<|message|>Who are you<|end|><|start|>assistant"' "$BATS_TEST_TMPDIR/err"
+	[ "$(ids_of "turn 2" <"$BATS_TEST_TMPDIR/err" | cut -d' ' -f1-2)" = "1021 1019" ]
 }
 
 # Starts sf-run --conversation in the background on the FIFO

@@ -64,6 +64,14 @@ static const struct {
 	{ "phi3", "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n"
 	  "<|assistant|>\nHi there<|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n   I am an "
 	  "assistant   <|end|>\n<|user|>\nAnother question<|end|>\n<|assistant|>\n" },
+	/* not llama.cpp's (<|message|>...<|return|> for an answer): the
+	 * user's turns, the answers and the generation prompt as gpt-oss's
+	 * own template writes them for inference */
+	{ "gpt-oss", "<|start|>system<|message|>You are a helpful assistant<|end|><|start|>user"
+	  "<|message|>Hello<|end|><|start|>assistant<|channel|>final<|message|>Hi there<|end|>"
+	  "<|start|>user<|message|>Who are you<|end|><|start|>assistant<|channel|>final<|message|>"
+	  "   I am an assistant   <|end|><|start|>user<|message|>Another question<|end|>"
+	  "<|start|>assistant" },
 };
 
 static void test_render(void)
@@ -122,6 +130,11 @@ static void test_detect(void)
 		{ "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}",
 		  "llama3" },
 		{ "llama3", "llama3" },	/* a name, as llama.cpp takes it */
+		{ "{{- \"<|start|>user<|message|>\" + message.content + \"<|end|>\" }}{{- "
+		  "\"<|start|>assistant<|channel|>final<|message|>\" + message.content }}", "gpt-oss" },
+		{ "gpt-oss", "gpt-oss" },
+		/* Llama 4's markers come first in llama.cpp's order */
+		{ "<|header_start|>user<|header_end|><|start|><|channel|>", NULL },
 		/* families sf-run does not write are not taken for a later one */
 		{ "[gMASK]<sop>{% for item in messages %}<|{{ item['role'] }}|>\\n{{ item['content'] }}"
 		  "{% endfor %}<|assistant|>\\n<|user|>", NULL },	/* ChatGLM 4 */
@@ -185,6 +198,13 @@ static void test_turns(void)
 		    "<|start_header_id|>assistant<|end_header_id|>\n\n",
 		    "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother question"
 		    "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n" } },
+		/* an answer's <|return|> is fed back as <|end|>, and the
+		 * channels the model wrote are its own */
+		{ "gpt-oss", "Be brief.",
+		  { "<|start|>system<|message|>Be brief.<|end|><|start|>user<|message|>Hello<|end|>"
+		    "<|start|>assistant",
+		    "<|end|><|start|>user<|message|>Who are you<|end|><|start|>assistant",
+		    "<|end|><|start|>user<|message|>Another question<|end|><|start|>assistant" } },
 		{ "deepseek", NULL,
 		  { "### Instruction:\nHello\n### Response:\n",
 		    "\n<|EOT|>\n### Instruction:\nWho are you\n### Response:\n",

@@ -80,6 +80,15 @@ static const struct tmpl tmpls[] = {
 	    "<|start_header_id|>assistant<|end_header_id|>\n\n" },
 	  SAME3("<|eot_id|>"), "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>",
 	  TRIM },
+	/* harmony: an answer in the history is its final channel, ended by
+	 * <|end|>, as gpt-oss's own template writes it (llama.cpp's writes
+	 * <|message|>...<|return|>): the answer's own <|return|> is never
+	 * fed back, and what the model wrote after "<|start|>assistant"
+	 * (its channels) stays in the KV cache */
+	{ "gpt-oss", "", NULL,
+	  { "<|start|>system<|message|>", "<|start|>user<|message|>",
+	    "<|start|>assistant<|channel|>final<|message|>" },
+	  SAME3("<|end|>"), "<|start|>assistant", "<|return|>", 0 },
 };
 #define NTMPL ((int)(sizeof(tmpls) / sizeof(tmpls[0])))
 
@@ -137,6 +146,26 @@ int sf_chat_detect(const char *j)
 		return T("command-r");
 	if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>"))
 		return T("llama3");
+	/* ChatGLM 3, MiniCPM, DeepSeek 2 and 3, EXAONE, RWKV, Granite,
+	 * GigaChat, Megrez, Yandex, Bailing, Llama 4, dots.llm1, Hunyuan */
+	if (HAS("[gMASK]sop") || HAS("<\xe7\x94\xa8\xe6\x88\xb7>") ||
+	    HAS("'Assistant: ' + message['content'] + eos_token") ||
+	    (HAS("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") && HAS("<\xef\xbd\x9cUser\xef\xbd\x9c>") &&
+	     HAS("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>")) ||
+	    (HAS("[|system|]") && HAS("[|assistant|]") && HAS("[|endofturn|]")) ||
+	    HAS("rwkv-world") || HAS("{{- 'User: ' + message['content']|trim + '\\n\\n' -}}") ||
+	    HAS("<|start_of_role|>") ||
+	    HAS("message['role'] + additional_special_tokens[0] + message['content'] + "
+		"additional_special_tokens[1]") ||
+	    HAS("<|role_start|>") || HAS(" \xd0\x90\xd1\x81\xd1\x81\xd0\xb8\xd1\x81\xd1\x82\xd0\xb5\xd0\xbd\xd1\x82:") ||
+	    (HAS("<role>ASSISTANT</role>") &&
+	     (HAS("'HUMAN'") || (HAS("\"HUMAN\"") && HAS("<think>")) ||
+	      (HAS("<role>HUMAN</role>") && HAS("<|role_end|>")))) ||
+	    (HAS("<|header_start|>") && HAS("<|header_end|>")) || HAS("<|endofuserprompt|>") ||
+	    (HAS("<|extra_0|>") && HAS("<|extra_4|>")))
+		return -1;
+	if (HAS("<|start|>") && HAS("<|channel|>"))
+		return T("gpt-oss");
 	return -1;
 #undef HAS
 #undef T
@@ -262,19 +291,11 @@ static int push(struct sf_chat *c, enum sf_chat_role role, const char *text, str
 	return 0;
 }
 
-/* The rendering of the messages (and an empty answer after them when
- * empty_answer) that must begin with what was fed: the part after it. */
-static int render_after_fed(struct sf_chat *c, int gen, bool empty_answer, char **out,
-			    size_t *len, struct sf_err *e)
+/* The rendering of the messages, which must begin with what was fed. */
+static int render_after_fed(struct sf_chat *c, int gen, char **out, size_t *len,
+			    struct sf_err *e)
 {
-	int r;
-
-	if (empty_answer && (r = push(c, SF_CHAT_ASSISTANT, "", e)))
-		return r;
-	r = sf_chat_render(c->tmpl, c->msgs, c->n, gen, out, len);
-	if (empty_answer)
-		free((char *)c->msgs[--c->n].text);
-	if (r)
+	if (sf_chat_render(c->tmpl, c->msgs, c->n, gen, out, len))
 		return nomem(e);
 	if (*len < c->nfed || memcmp(*out, c->fed, c->nfed)) {
 		free(*out);
@@ -302,7 +323,7 @@ int sf_chat_user(struct sf_chat *c, const char *text, char **turn, size_t *len, 
 
 	*turn = NULL;
 	if ((ret = push(c, SF_CHAT_USER, text, e)) ||
-	    (ret = render_after_fed(c, 1, false, &r, &n, e)))
+	    (ret = render_after_fed(c, 1, &r, &n, e)))
 		return ret;
 	if (!(*turn = malloc(nt + n - c->nfed + 1))) {
 		free(r);
@@ -320,21 +341,23 @@ int sf_chat_user(struct sf_chat *c, const char *text, char **turn, size_t *len, 
 
 int sf_chat_answer(struct sf_chat *c, const char *text, struct sf_err *e)
 {
-	char *r, *s;
+	const char *s = tmpls[c->tmpl].suf[SF_CHAT_ASSISTANT];
+	char *r;
 	size_t n;
 	int ret;
 
-	/* what the template writes after an answer (an empty one tells it),
-	 * less the spaces before it, which the model writes itself */
-	if ((ret = render_after_fed(c, 0, true, &r, &n, e)))
-		return ret;
-	for (s = r + c->nfed; *s == ' '; s++)
-		;
-	memmove(r, s, strlen(s) + 1);
+	/* what the template writes after an answer, less the spaces before
+	 * it, which the model writes itself; not what opens the answer in
+	 * the history beyond the generation prompt (harmony's final
+	 * channel), which the model wrote its own way */
+	while (*s == ' ')
+		s++;
+	if (!(r = strdup(s)))
+		return nomem(e);
 	free(c->tail);
 	c->tail = r;
 	if ((ret = push(c, SF_CHAT_ASSISTANT, text, e)) ||
-	    (ret = render_after_fed(c, 0, false, &r, &n, e)))
+	    (ret = render_after_fed(c, 0, &r, &n, e)))
 		return ret;
 	free(c->fed);
 	c->fed = r;
