@@ -26,8 +26,11 @@ int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, flo
 	uint64_t z = sf_splitmix64(&seed);
 	s->rng = z ? z : 1;
 	s->candidates = malloc((size_t)vocab_size * sizeof(*s->candidates));
-	if (!s->candidates)
+	s->sort_scratch = malloc((size_t)vocab_size * sizeof(*s->sort_scratch));
+	if (!s->candidates || !s->sort_scratch) {
+		sf_sampler_free(s);
 		return sf_err_set(e, -ENOMEM, "sampler: %s", sf_strerror(-ENOMEM));
+	}
 	return 0;
 }
 
@@ -35,6 +38,8 @@ void sf_sampler_free(struct sf_sampler *s)
 {
 	free(s->candidates);
 	s->candidates = NULL;
+	free(s->sort_scratch);
+	s->sort_scratch = NULL;
 	free(s->recent);
 	s->recent = NULL;
 }
@@ -87,6 +92,15 @@ int sf_argmax(const float *x, size_t n)
 	return (int)best;
 }
 
+/* A probability's bits, complemented so that the largest sorts first. */
+static inline uint32_t prob_key(float p)
+{
+	uint32_t u = 0;
+	if (p != 0.0f)	/* -0 as +0 */
+		memcpy(&u, &p, sizeof(u));
+	return ~u;
+}
+
 static int sample_all(const float *p, int n, float coin)
 {
 	float cdf = 0.0f;
@@ -98,12 +112,39 @@ static int sample_all(const float *p, int n, float coin)
 	return n - 1;	/* rounding left the cdf short of 1 */
 }
 
-static int by_prob_desc(const void *a, const void *b)
+/* The n candidates, taken in index order, by probability, the largest
+ * first and ties in index order (a total order keeps sampling
+ * deterministic): a stable radix sort on the bits of the probabilities,
+ * which are >= 0 and so order as their bits do, three passes of 11 bits.
+ * qsort's comparisons took 15% of a decode's time over 32,000 tokens. */
+#define RADIX_BITS 11
+#define RADIX_PASSES 3
+
+static void sort_by_prob(struct sf_sampler *s, int n)
 {
-	const struct sf_prob_index *x = a, *y = b;
-	if (x->prob != y->prob)
-		return x->prob < y->prob ? 1 : -1;
-	return x->index - y->index;	/* a total order keeps sampling deterministic */
+	struct sf_prob_index *from = s->candidates, *to = s->sort_scratch;
+
+	for (int pass = 0; pass < RADIX_PASSES; pass++) {
+		int shift = pass * RADIX_BITS;
+		uint32_t count[1u << RADIX_BITS] = { 0 };
+		for (int i = 0; i < n; i++)
+			count[(prob_key(from[i].prob) >> shift) & ((1u << RADIX_BITS) - 1)]++;
+		uint32_t at = 0;
+		for (uint32_t d = 0; d < 1u << RADIX_BITS; d++) {
+			uint32_t c = count[d];
+			count[d] = at;
+			at += c;
+		}
+		for (int i = 0; i < n; i++)
+			to[count[(prob_key(from[i].prob) >> shift) & ((1u << RADIX_BITS) - 1)]++] =
+				from[i];
+		struct sf_prob_index *t = from;
+		from = to;
+		to = t;
+	}
+	/* an odd number of passes leaves the sorted candidates in the scratch */
+	if (from != s->candidates)
+		memcpy(s->candidates, from, (size_t)n * sizeof(*from));
 }
 
 /* The candidate of c[0..last] where the cumulative probability passes r
@@ -135,7 +176,7 @@ static void keep_top_p(struct sf_sampler *s, const float *p, int *last, float *m
 			m++;
 		}
 	}
-	qsort(s->candidates, (size_t)m, sizeof(*s->candidates), by_prob_desc);
+	sort_by_prob(s, m);
 
 	*mass = 0.0f;
 	*last = m - 1;
@@ -186,7 +227,7 @@ static void keep_truncated(struct sf_sampler *s, const float *p, int *last, floa
 			s->candidates[m].index = i;
 			m++;
 		}
-	qsort(s->candidates, (size_t)m, sizeof(*s->candidates), by_prob_desc);
+	sort_by_prob(s, m);
 	if (s->top_k > 0 && m > s->top_k)
 		m = s->top_k;
 	float total = 0.0f;

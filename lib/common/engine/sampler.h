@@ -31,6 +31,7 @@ struct sf_sampler {
 	int nrecent, head;
 	uint64_t rng;		/* xorshift64* state, never 0 */
 	struct sf_prob_index *candidates;	/* (vocab_size) truncation scratch */
+	struct sf_prob_index *sort_scratch;	/* (vocab_size) */
 };
 
 int sf_sampler_init(struct sf_sampler *s, int vocab_size, float temperature, float top_p,
