@@ -84,11 +84,17 @@ void sf_cli_interrupt_clear(void)
 
 void sf_cli_start(const char *progname)
 {
-	const char *ref = getenv("SF_REF");
+	const char *ref = getenv("SF_REF"), *level = getenv("SF_ISA");
+	enum sf_isa isa;
 
 	sf_progname = progname;
 	sf_catch_sigbus();
 	catch_interrupts();
+	if (level && *level && (sf_isa_parse(level, &isa) || sf_cpu_use(isa))) {
+		sf_error("SF_ISA: '%s' is not a level this CPU runs (ref, avx2, avx512; neon, "
+			 "dotprod, i8mm on aarch64)", level);
+		exit(SF_EXIT_USAGE);
+	}
 	if (ref && *ref && strcmp(ref, "0") != 0)
 		sf_cpu_use(SF_ISA_REF);
 }

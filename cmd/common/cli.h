@@ -24,8 +24,10 @@ extern const char *sf_progname;
 /* What every command does first: names itself for messages, installs the
  * SIGBUS guard (sf_catch_sigbus) and the interrupt handler
  * (sf_cli_interruptible) and applies the environment the library
- * never reads: SF_REF=1 makes every kernel family use its plain C
- * reference (engine/cpu.h). */
+ * never reads: SF_ISA=avx2 (a level, engine/cpu.h) makes every kernel
+ * family use that level's path, one below the CPU's best (an unknown
+ * level or one this CPU lacks: one line, exit 2); SF_REF=1 their plain C
+ * references. */
 void sf_cli_start(const char *progname);
 
 /* "prog: <message>\n" on stderr. */
