@@ -13,7 +13,11 @@
 # buffer types (llama.cpp's --no-repack: Q4_0/Q4_K/IQ4_NL/Q8_0 weights stay
 # in the mapped file instead of being copied into interleaved layouts),
 # LLAMACPP_WARMUP=0 (no warm-up pass), LLAMACPP_PURE=1 (quantize every
-# tensor to TYPE), LLAMACPP_VERBOSE=1 (llama.cpp's log on stderr).
+# tensor to TYPE), LLAMACPP_VERBOSE=1 (llama.cpp's log on stderr). Read by
+# llamacpp_setup: LLAMACPP_CPU=haswell (a libggml-cpu-*.so variant:
+# haswell is AVX2 alone) loads that CPU backend only, not the best this
+# CPU runs, through LD_LIBRARY_PATH (exported) to a folder of the
+# libraries with that one variant.
 set -euo pipefail
 LLAMACPP_NPM_VERSION=3.21.1
 llamacpp_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,6 +60,20 @@ llamacpp_setup() {	# DIR
 		cc -std=c11 -O2 -Wall -Wextra -o "$dir/bin/llamacpp" "$llamacpp_here/llamacpp/llamacpp.c" \
 			-I"$src/include" -I"$src/ggml/include" "$lib"/libllama.v*.so "$lib"/libggml.v*.so \
 			"$lib/libggml-base.so" -Wl,-rpath,"$lib" -lm
+	fi
+	if [ -n "${LLAMACPP_CPU:-}" ]; then
+		local only=$dir/cpu-$LLAMACPP_CPU f
+		if ! [ -f "$lib/libggml-cpu-$LLAMACPP_CPU.so" ]; then
+			echo "llamacpp_setup: LLAMACPP_CPU=$LLAMACPP_CPU: no $lib/libggml-cpu-$LLAMACPP_CPU.so" >&2
+			return 1
+		fi
+		rm -rf "$only" && mkdir -p "$only"
+		for f in "$lib"/*.so; do
+			case ${f##*/} in libggml-cpu-*) ;; *) ln -s "$f" "$only/" ;; esac
+		done
+		ln -s "$lib/libggml-cpu-$LLAMACPP_CPU.so" "$only/"
+		export LD_LIBRARY_PATH=$only
+		lib=$only
 	fi
 	LLAMACPP_DIR=$dir
 	LLAMACPP_BIN=$dir/bin/llamacpp

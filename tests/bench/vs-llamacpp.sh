@@ -42,6 +42,8 @@
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
 #       [SCRATCH=/var/tmp/sf-vs-llamacpp] [LLAMACPP_DIR=/var/tmp/sf-llamacpp] [QUICK=1]
 #       [CGROUP_REPACK=0: no repacked llama.cpp in the cgroups]
+#       [ISA=avx2: both sides on AVX2 alone, as a laptop without AVX-512:
+#        sf-run under SF_ISA=avx2, llama.cpp with its haswell CPU backend]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH=$root/bin:$PATH
@@ -93,6 +95,12 @@ fi
 mkdir -p "$scratch" "$out"
 log() { echo "vs-llamacpp: $*" >&2; }
 
+ISA=${ISA:-}
+case $ISA in
+'') ;;
+avx2) export SF_ISA=avx2 LLAMACPP_CPU=haswell ;;
+*) log "ISA=$ISA: only avx2 (both sides' AVX2 kernels)"; exit 2 ;;
+esac
 llamacpp_setup "${LLAMACPP_DIR:-/var/tmp/sf-llamacpp}"
 
 # --- the model, its GGUFs and images, made once
@@ -238,6 +246,7 @@ med() {	# NAME WHERE COLUMN(4 pp, 5 tg, 6 busy: sf-run's threads' mean share of 
 {
 	echo "{"
 	echo "\"date\": \"$(date -u +%F)\", \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)\","
+	echo "\"isa\": \"${ISA:-best}\","
 	echo "\"threads\": $THREADS, \"prompt_tokens\": $ntok, \"generated\": $NGEN, \"repeats\": $REPEATS,"
 	echo "\"device_gbs\": [$(cut -d, -f2 "$out/device.csv" | paste -sd,)],"
 	echo "\"medians\": ["
