@@ -725,6 +725,12 @@ INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *
 	qfinish256(y, qa, acc, b, i, dt, NT);
 }
 
+/* How far ahead of its block a slab's kernel asks for memory: a run's
+ * blocks are one stream, which the prefetchers alone leave the loads
+ * waiting on (qint, one thread: AVX-512 q4 14-17 GB/s without, 24-26
+ * with; AVX2 q8 21 and 23, q4 14 and 15). */
+#define QSLAB_AHEAD 4096
+
 /* The same over block b of a slab's run r (a tile of nb blocks), its
  * quads already rows. */
 INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const struct slab_run *r,
@@ -733,12 +739,19 @@ INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const stru
 	const uint8_t *blk = run_codes(r->run, dt, nb, b);
 	const size_t qb = 4 * top_code_bytes(dt);
 	__m256i acc[QI256_TOKENS][4] = { 0 };
+	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
+		__builtin_prefetch(blk + QSLAB_AHEAD + l);
 	for (size_t a = 0; a < r->nq; a++) {
 		const uint8_t *p = blk + r->quad[a] * qb;
 		__m256i w[4];
 		if (dt == SF_DTYPE_Q8) {
-			for (int h = 0; h < 4; h++)
-				w[h] = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+			/* four loads, not a loop: GCC made the loop a memcpy into
+			 * w on the stack, in 16-byte halves that the 32-byte loads
+			 * of w then waited on (qint: q8 11 GB/s) */
+			w[0] = _mm256_loadu_si256((const __m256i *)p);
+			w[1] = _mm256_loadu_si256((const __m256i *)(p + 32));
+			w[2] = _mm256_loadu_si256((const __m256i *)(p + 64));
+			w[3] = _mm256_loadu_si256((const __m256i *)(p + 96));
 		} else {
 			nibbles256(_mm256_loadu_si256((const __m256i *)p),
 				   _mm256_loadu_si256((const __m256i *)(p + 32)), w);
@@ -757,6 +770,86 @@ INL T256 __m256 scales256(const uint8_t *col, size_t b, size_t nb)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
+/* The next run's scales and codes of blocks [b, b + nb), asked of memory
+ * while this run computes: the columns sit in cache slots and read
+ * buffers anywhere, each visited for a few lines a chunk of blocks. */
+static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size_t b, size_t nb)
+{
+	const enum sf_dtype dt = q->dt;
+	const size_t rows = q->rows;
+	if (k0 >= n)
+		return;
+	for (size_t k = k0, k1 = sf_qrun_end(q->pos, k0, n); k < k1; k++) {
+		const uint8_t *c = qsrc_col(q, k);
+		__builtin_prefetch(sf_q_scale_at(c, b));
+		for (const uint8_t *p = top_codes_at(c, dt, rows, b);
+		     p < top_codes_at(c, dt, rows, b + nb); p += 64)
+			__builtin_prefetch(p);
+	}
+}
+
+/* One token, as qint512_one: per run, the activations of its blocks in
+ * chunks of QI256_ONE_BLOCKS, then each quad of columns down the chunk's
+ * blocks, the integer sums kept per row in acc, then y once per run and
+ * block. Going across every column each QI256_BLOCKS blocks (the pass's
+ * order) read a few hundred bytes a column at a time, anywhere in memory:
+ * qint 3-4 GB/s against the float path's 8-14. */
+#define QI256_ONE_BLOCKS 64
+
+static T256 void qint256_one(float *Y, size_t r0, const struct qsrc *q, const float *X,
+			     size_t n, size_t B0, size_t B1)
+{
+	const size_t rows = q->rows;
+	const enum sf_dtype dt = q->dt;
+	const uint32_t *pos = q->pos;
+	struct qact256 qa[QI256_ONE_BLOCKS / QI256_BLOCKS];
+	int32_t acc[QI256_ONE_BLOCKS][SF_QBLOCK] __attribute__((aligned(32)));
+	float *y = Y - r0;
+
+	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+		const uint8_t *col[SF_QRUN];
+		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
+		for (size_t k = 0; k < 4 * nq; k++)
+			col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+		for (size_t c0 = B0; c0 < B1; c0 += QI256_ONE_BLOCKS) {
+			size_t c1 = B1 - c0 < QI256_ONE_BLOCKS ? B1 : c0 + QI256_ONE_BLOCKS;
+			qint_prefetch(q, k1, n, c0, c1 - c0);
+			for (size_t b0 = c0; b0 < c1; b0 += QI256_BLOCKS) {
+				size_t nb = c1 - b0 < QI256_BLOCKS ? c1 - b0 : QI256_BLOCKS;
+				__m256 sc[SF_QRUN];
+				for (size_t k = 0; k < m; k++)
+					sc[k] = scales256(col[k], b0, nb);
+				qprep256(&qa[(b0 - c0) / QI256_BLOCKS], sc, X + k0, 1, m, 1);
+			}
+			memset(acc, 0, (c1 - c0) * sizeof(acc[0]));
+			for (size_t qd = 0; qd < nq; qd++) {
+				const uint8_t *c[4];
+				for (int j = 0; j < 4; j++)
+					c[j] = top_codes_at(col[4 * qd + j], dt, rows, c0);
+				for (size_t b = c0; b < c1; b++) {
+					__m256i w[4], *a = (__m256i *)acc[b - c0];
+					qcodes_quad256(c, dt, w);
+					for (int j = 0; j < 4; j++)
+						c[j] += top_code_bytes(dt);
+					__m256i x = _mm256_set1_epi32(
+						qa[(b - c0) / QI256_BLOCKS].q[qd][(b - c0) % QI256_BLOCKS]);
+#pragma GCC unroll 4
+					for (int r = 0; r < 4; r++)
+						_mm256_store_si256(a + r, dot4_256(_mm256_load_si256(a + r),
+										 w[r], x, dt));
+				}
+			}
+			for (size_t b = c0; b < c1; b++) {
+				__m256i sums[1][4];
+				for (int r = 0; r < 4; r++)
+					sums[0][r] = _mm256_load_si256((const __m256i *)acc[b - c0] + r);
+				qfinish256(&y, &qa[(b - c0) / QI256_BLOCKS], sums, b,
+					   (b - c0) % QI256_BLOCKS, dt, 1);
+			}
+		}
+	}
+}
+
 static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
 			   const float *X, size_t ldx, size_t T, size_t n)
 {
@@ -765,7 +858,9 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const str
 	const uint32_t *pos = q->pos;
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
-	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK; b0 += QI256_BLOCKS) {
+	if (T == 1 && s1 > s0)
+		qint256_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK && T > 1; b0 += QI256_BLOCKS) {
 		size_t nb = s1 / SF_QBLOCK - b0 < QI256_BLOCKS ? s1 / SF_QBLOCK - b0 : QI256_BLOCKS;
 		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 			const uint8_t *col[SF_QRUN];
@@ -989,9 +1084,6 @@ INL T512I void qdot512(__m512i *lo, __m512i *hi, __m512i w0, __m512i w1,
 	}
 }
 
-/* How far ahead of its block a slab's kernel asks for memory. */
-#define QSLAB_AHEAD 4096
-
 /* As qmac256_slab. */
 INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const struct slab_run *r,
 			    size_t nb, size_t b, size_t i, const enum sf_dtype dt, const int NT,
@@ -1004,9 +1096,8 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 	 * times a block (q8's loads take longer than that chain) */
 	const int C = NT == 1 && dt == SF_DTYPE_Q4 ? 4 : 1;
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
-	/* one stream of memory: what the prefetchers fetch of it alone
-	 * leaves the loads waiting; q4's 8 lines a block unrolled, q8's 16
-	 * a loop (unrolled, q8 streamed 7% slower, q4 as a loop 5%: qint) */
+	/* (QSLAB_AHEAD) q4's 8 lines a block unrolled, q8's 16 a loop
+	 * (unrolled, q8 streamed 7% slower, q4 as a loop 5%: qint) */
 	if (dt == SF_DTYPE_Q4) {
 #pragma GCC unroll 8
 		for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
@@ -1035,24 +1126,6 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 		hi[0] = _mm512_add_epi32(hi[0], hi[c]);
 	}
 	qfinish512(y, qa, lo, hi, b, i, dt, NT, 1);
-}
-
-/* The next run's scales and codes of blocks [b, b + nb), asked of memory
- * while this run computes: the columns sit in cache slots and read
- * buffers anywhere, each visited for a few lines a chunk of blocks. */
-static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size_t b, size_t nb)
-{
-	const enum sf_dtype dt = q->dt;
-	const size_t rows = q->rows;
-	if (k0 >= n)
-		return;
-	for (size_t k = k0, k1 = sf_qrun_end(q->pos, k0, n); k < k1; k++) {
-		const uint8_t *c = qsrc_col(q, k);
-		__builtin_prefetch(sf_q_scale_at(c, b));
-		for (const uint8_t *p = top_codes_at(c, dt, rows, b);
-		     p < top_codes_at(c, dt, rows, b + nb); p += 64)
-			__builtin_prefetch(p);
-	}
 }
 
 /* One token: per run, the activations of every block first, then the
