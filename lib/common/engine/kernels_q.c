@@ -741,6 +741,32 @@ INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const stru
 	__m256i acc[QI256_TOKENS][4] = { 0 };
 	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
 		__builtin_prefetch(blk + QSLAB_AHEAD + l);
+	if (dt == SF_DTYPE_Q4) {
+		/* a q4 product pair is at most 2 * 15 * 127: the run's eight
+		 * quads sum in 16 bits (30,480 at most), widened once */
+		__m256i s16[QI256_TOKENS][4] = { 0 };
+		for (size_t a = 0; a < r->nq; a++) {
+			const uint8_t *p = blk + r->quad[a] * qb;
+			__m256i w[4];
+			nibbles256(_mm256_loadu_si256((const __m256i *)p),
+				   _mm256_loadu_si256((const __m256i *)(p + 32)), w);
+#pragma GCC unroll 2
+			for (int t = 0; t < NT; t++) {
+				__m256i x = _mm256_set1_epi32(qa[t].q[r->quad[a]][i]);
+#pragma GCC unroll 4
+				for (int h = 0; h < 4; h++)
+					s16[t][h] = _mm256_add_epi16(s16[t][h],
+								     _mm256_maddubs_epi16(w[h], x));
+			}
+		}
+#pragma GCC unroll 2
+		for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++)
+				acc[t][h] = _mm256_madd_epi16(s16[t][h], _mm256_set1_epi16(1));
+		qfinish256(y, qa, acc, b, i, dt, NT);
+		return;
+	}
 	for (size_t a = 0; a < r->nq; a++) {
 		const uint8_t *p = blk + r->quad[a] * qb;
 		__m256i w[4];
@@ -766,6 +792,10 @@ INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const stru
 INL T256 __m256 scales256(const uint8_t *col, size_t b, size_t nb)
 {
 	uint16_t h[QI256_BLOCKS] = { 0 };
+	/* eight blocks straight from memory: the copy's stores in pieces
+	 * left the load of them waiting (a third of the q4 slab's time) */
+	if (nb == QI256_BLOCKS)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sf_q_scale_at(col, b)));
 	memcpy(h, sf_q_scale_at(col, b), 2 * nb);
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
@@ -1819,6 +1849,9 @@ INL void qfinish_n(float *const *y, const struct qactn *qa, int32x4_t (*acc)[8],
 INL float32x4_t scales_n(const uint8_t *col, size_t b, size_t nb)
 {
 	uint16_t h[QIN_BLOCKS] = { 0 };
+	/* as scales256: whole, straight from memory */
+	if (nb == QIN_BLOCKS)
+		return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sf_q_scale_at(col, b))));
 	memcpy(h, sf_q_scale_at(col, b), 2 * nb);
 	return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
 }
