@@ -29,7 +29,7 @@
 #define QR_CODES 65536
 #define QR_SPAN 32768
 #define QR_SUMS 16	/* float sums a row */
-#define QR_AHEAD 2048	/* bytes the row kernels prefetch ahead */
+#define QR_AHEAD 4096	/* bytes the row kernels prefetch ahead */
 
 struct qr_store {
 	int8_t q[QR_CODES];		/* (tokens, cols) */
@@ -139,7 +139,7 @@ static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum s
 // a block
 
 #define QT_TOKENS 4
-#define QT_AHEAD 1024	/* bytes the tile kernels prefetch ahead */
+#define QT_AHEAD 4096	/* bytes the tile kernels prefetch ahead */
 
 /* The tile's SF_QTILE rows for the nt tokens: y[t * ldy + r]; dt Q8 or Q4. */
 typedef void qt_tile_fn(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
@@ -328,6 +328,7 @@ INL T256 void qt_tile256(float *y, size_t ldy, const uint8_t *tile, const enum s
 			_mm_prefetch((const char *)p + QT_AHEAD + 64 * (1 + 2 * h), _MM_HINT_T0);
 			__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
 			__m256i w[8];
+#pragma GCC unroll 4
 			for (int g = 0; g < 4; g++) {
 				if (dt == SF_DTYPE_Q8) {
 					w[g] = _mm256_loadu_si256((const __m256i *)(c + 64 * g));
@@ -344,15 +345,22 @@ INL T256 void qt_tile256(float *y, size_t ldy, const uint8_t *tile, const enum s
 				memcpy(quad, q, sizeof(quad));
 				__m256i isum = _mm256_set1_epi32(dt == SF_DTYPE_Q8 ? 0
 								 : -8 * in->s[t * nb + b]);
+				/* q4's eight products in 16 bits (a pair at most
+				 * 2 * 15 * 127, eight 30,480), widened once */
+				__m256i s16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
 				for (int g = 0; g < 8; g++) {
-					__m256i qb = _mm256_set1_epi32(quad[g]), prod;
+					__m256i qb = _mm256_set1_epi32(quad[g]);
 					if (dt == SF_DTYPE_Q8)
-						prod = _mm256_maddubs_epi16(_mm256_abs_epi8(w[g]),
-									    _mm256_sign_epi8(qb, w[g]));
+						isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
+							_mm256_maddubs_epi16(_mm256_abs_epi8(w[g]),
+									     _mm256_sign_epi8(qb, w[g])),
+							ones));
 					else
-						prod = _mm256_maddubs_epi16(w[g], qb);
-					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, ones));
+						s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g], qb));
 				}
+				if (dt == SF_DTYPE_Q4)
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16, ones));
 				__m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(in->d[t * nb + b]));
 				acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[t]);
 			}
