@@ -136,8 +136,10 @@ int main(void)
 				}
 		/* more columns than a block and more tokens than a chunk of
 		 * the batched product */
-		for (size_t d = 0; d < 3; d++)
+		for (size_t d = 0; d < 3; d++) {
 			check_case(isa, dts[d], 14, 1100, 70, 1, 14, &seed);
+			check_case(isa, dts[d], 14, 1104, 70, 1, 14, &seed);	/* steps of 16 */
+		}
 		/* MXFP4: whole blocks; chunks of rows (16 of 4,096 columns) */
 		for (size_t t = 0; t < sizeof(toks) / sizeof(toks[0]); t += 3) {
 			mx_case(isa, 11, 32, toks[t], 0, 11, &seed);
