@@ -124,21 +124,32 @@ int sf_cli_chat_template(const struct sf_tokenizer *tok, int forced, const char 
 	return 0;
 }
 
-int sf_cli_end_of_turn(const struct sf_model *m, const struct sf_tokenizer *tok, int tmpl,
-		       int32_t *id, struct sf_err *e)
+int sf_cli_marker_token(const struct sf_tokenizer *tok, const char *marker, int32_t *id,
+			struct sf_err *e)
 {
-	const char *marker = sf_chat_end_of_turn(tmpl);
 	int32_t *ids;
 	size_t n;
 	int ret;
 
 	*id = -1;
-	if (!marker)
-		return 0;
 	if ((ret = sf_tokenizer_encode(tok, marker, strlen(marker), 0, &ids, &n, e)))
 		return ret;
-	if (n == 1 && !sf_cli_is_eos(m, tok, ids[0]))
+	if (n == 1)
 		*id = ids[0];
 	free(ids);
+	return 0;
+}
+
+int sf_cli_end_of_turn(const struct sf_model *m, const struct sf_tokenizer *tok, int tmpl,
+		       int32_t *id, struct sf_err *e)
+{
+	const char *marker = sf_chat_end_of_turn(tmpl);
+	int ret;
+
+	*id = -1;
+	if (!marker || (ret = sf_cli_marker_token(tok, marker, id, e)))
+		return marker ? ret : 0;
+	if (*id >= 0 && sf_cli_is_eos(m, tok, *id))
+		*id = -1;
 	return 0;
 }

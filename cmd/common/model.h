@@ -79,5 +79,9 @@ int sf_cli_chat_template(const struct sf_tokenizer *tok, int forced, const char 
  * text (</s>), which ends an answer anyway. */
 int sf_cli_end_of_turn(const struct sf_model *m, const struct sf_tokenizer *tok, int tmpl,
 		       int32_t *id, struct sf_err *e);
+/* The one token that is marker's text, or -1 when the vocabulary spells
+ * it in several. */
+int sf_cli_marker_token(const struct sf_tokenizer *tok, const char *marker, int32_t *id,
+			struct sf_err *e);
 
 #endif

@@ -507,6 +507,11 @@ struct session {
 	enum { STOP_NONE, STOP_EOS, STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT, STOP_INPUT,
 	       STOP_RAM } stop;
 	int32_t eot;		/* --conversation: the end-of-turn token, or -1 */
+	/* --conversation with gpt-oss's template: its answers' channels, the
+	 * final one to the text, the others (reasoning) to standard error */
+	struct sf_chat_channels channels;
+	int harmony, reasoning_open;
+	uint64_t text_bytes;	/* written to text so far */
 	FILE *text;		/* the generated text: stdout, or stderr with --stats - */
 	int text_open;		/* text written that does not end with a newline */
 	json_t *ppl;		/* --ppl --bench: the perplexity figures */
@@ -951,6 +956,7 @@ static int write_out(struct session *S, const char *p, size_t n, struct sf_err *
 				  S->text == stdout ? "output" : "error", strerror(errno));
 	if (n)
 		S->text_open = p[n - 1] != '\n';
+	S->text_bytes += n;
 	return 0;
 }
 
@@ -962,7 +968,22 @@ static int emit(struct session *S, struct sf_detok *d, int32_t id, struct sf_err
 
 	if (ret)
 		return sf_err_set(e, ret, "generation: %s", sf_strerror(ret));
-	return write_out(S, p, n, e);
+	if (!S->harmony)
+		return write_out(S, p, n, e);
+	switch (sf_chat_channels_push(&S->channels, id, p, n)) {
+	case SF_CHAT_PART_ANSWER:
+		return write_out(S, p, n, e);
+	case SF_CHAT_PART_REASONING:
+		fwrite(p, 1, n, stderr);
+		S->reasoning_open |= n > 0 && p[n - 1] != '\n';
+		return 0;
+	default:
+		/* a marker or a name: a reasoning channel's text ends its line */
+		if (S->reasoning_open)
+			fputc('\n', stderr);
+		S->reasoning_open = 0;
+		return 0;
+	}
 }
 
 /* End of text: the tokenizer's EOS or any of config.json's eos_token_id. */
@@ -1349,6 +1370,23 @@ static void print_stop(const struct session *S, const struct options *o)
 	}
 }
 
+/* gpt-oss's answers in channels (engine/chat.h), when its tokenizer has
+ * each marker as one token; else the text as written. */
+static int harmony_channels(struct session *S, struct sf_err *e)
+{
+	int32_t mark[SF_CHAT_NMARKS];
+	int ret;
+
+	for (int k = 0; k < SF_CHAT_NMARKS; k++)
+		if ((ret = sf_cli_marker_token(S->tok, sf_chat_marks[k], &mark[k], e)))
+			return ret;
+		else if (mark[k] < 0)
+			return 0;
+	sf_chat_channels_init(&S->channels, mark);
+	S->harmony = 1;
+	return 0;
+}
+
 /* --conversation: a turn per line of standard input, each answered; the
  * KV cache keeps every turn, so each is fed once. */
 static int conversation(struct session *S, const struct options *o, struct sf_err *e)
@@ -1368,7 +1406,8 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 	    (ret = prompt_text(o, &buf, &system, &len, e)) ||
 	    (ret = sf_chat_init(&chat, tmpl, system, e)))
 		goto out;
-	if ((ret = sf_cli_end_of_turn(&S->model, S->tok, tmpl, &S->eot, e)))
+	if ((ret = sf_cli_end_of_turn(&S->model, S->tok, tmpl, &S->eot, e)) ||
+	    (tmpl == sf_chat_find("gpt-oss") && (ret = harmony_channels(S, e))))
 		goto out;
 	if (o->verbose) {
 		fprintf(stderr, "%s: chat template %s (%s); answers end at ", sf_progname,
@@ -1415,7 +1454,12 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 		}
 		sf_detok_init(&detok, S->tok, SF_DECODE_SKIP_SPECIAL);
 		answer.n = 0;
+		sf_chat_channels_start(&S->channels);
+		uint64_t before = S->text_bytes;
 		ret = run(S, o, ids, n, &pos, 1, &detok, &answer, e);
+		if (S->reasoning_open)
+			fputc('\n', stderr);
+		S->reasoning_open = 0;
 		if (!ret)
 			ret = end_text(S, &detok, 0, e);
 		sf_detok_free(&detok);
@@ -1434,7 +1478,8 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 		}
 		if (ret || (ret = sf_tokenizer_decode(S->tok, answer.v, answer.n,
 						      SF_DECODE_SKIP_SPECIAL, &said, &len, e)) ||
-		    (!len && (ret = write_out(S, "\n", 1, e))) ||	/* a line even when empty */
+		    (S->text_bytes == before &&	/* a line even when empty */
+		     (ret = write_out(S, "\n", 1, e))) ||
 		    (ret = sf_chat_answer(&chat, said, e)))
 			break;
 		free(said);

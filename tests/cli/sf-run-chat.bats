@@ -135,18 +135,26 @@ ids_of() {
 	[ "$(sf-run -q --model "$m" -cnv -n 3 --temp 0 <<<$'Hello\nWho are you' | wc -l)" -eq 2 ]
 }
 
-# gpt-oss's harmony format in a tokenizer with its markers, where the
-# model's first answer token (',', 954) is <|return|>.
-@test "gpt-oss (harmony): found by its markers; an answer ends at <|return|>, fed back as <|end|>" {
+# A copy of the embedded model with gpt-oss's harmony template and its
+# markers as tokens 1019-1022, and token 954 (',', the model's first
+# answer token) the marker $1 if given.
+harmony_model() {
 	local m id
 	m=$(chat_model '"{{- \"<|start|>user<|message|>\" + message.content + \"<|end|>\" }}{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content }}"')
 	cp "$MODEL/tokenizer.json" "$m/tokenizer.json"
-	for id in "1019 <|start|>" "1020 <|message|>" "1021 <|end|>" "1022 <|channel|>" "954 <|return|>"; do
-		jq --argjson id "${id%% *}" --arg c "${id#* }" '.added_tokens += [{"id": $id, "content": $c,
-			"single_word": false, "lstrip": false, "rstrip": false, "normalized": false,
-			"special": true}]' "$m/tokenizer.json" >"$BATS_TEST_TMPDIR/t.json"
+	for id in "1019 <|start|>" "1020 <|message|>" "1021 <|end|>" "1022 <|channel|>" ${1:+"954 $1"}; do
+		jq --argjson id "${id%% *}" --arg c "${id#* }" '.added_tokens |= map(select(.content != $c))
+			| .added_tokens += [{"id": $id, "content": $c, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": false, "special": true}]' "$m/tokenizer.json" \
+			>"$BATS_TEST_TMPDIR/t.json"
 		mv "$BATS_TEST_TMPDIR/t.json" "$m/tokenizer.json"
 	done
+	echo "$m"
+}
+
+@test "gpt-oss (harmony): found by its markers; an answer ends at <|return|>, fed back as <|end|>" {
+	local m
+	m=$(harmony_model "<|return|>")
 	run --separate-stderr sf-run --model "$m" -cnv -p "Be brief." -n 3 --temp 0 -v \
 		--verbose-prompt <<<$'Hello\nWho are you'
 	[ "$status" -eq 0 ]
@@ -156,6 +164,24 @@ ids_of() {
 	grep -qx 'sf-run: answer 1: 0 tokens, stopped: end of turn (<|return|>); [0-9]* of 1024 positions used' "$BATS_TEST_TMPDIR/err"
 	grep -qx 'sf-run: turn 2: 15 tokens: "<|end|><|start|>user<|message|>Who are you<|end|><|start|>assistant"' "$BATS_TEST_TMPDIR/err"
 	[ "$(ids_of "turn 2" <"$BATS_TEST_TMPDIR/err" | cut -d' ' -f1-2)" = "1021 1019" ]
+}
+
+# The model's answers begin ", a." and ", and Indian" (-n 6): with ','
+# <|message|>, what follows it is a channel's text, of no name and so not
+# final: the reasoning on standard error, the answers empty lines.
+@test "gpt-oss (harmony): a channel's text not final goes to standard error, a line each; the answer, empty, a line" {
+	local m plain
+	plain=$(sf-run -q --model "$(harmony_model)" -cnv -n 6 --temp 0 <<<$'Hello\nWho are you')
+	echo "plain: $plain"
+	[ "${plain:0:4}" = ", a." ]
+	rm -rf "$BATS_TEST_TMPDIR/model"
+	m=$(harmony_model "<|message|>")
+	run --separate-stderr sf-run -q --model "$m" -cnv -n 6 --temp 0 <<<$'Hello\nWho are you'
+	[ "$status" -eq 0 ]
+	[ "$output" = $'\n' ] || [ "${#lines[@]}" -eq 0 ]
+	[ "$(sf-run -q --model "$m" -cnv -n 6 --temp 0 <<<$'Hello\nWho are you' 2>/dev/null | wc -l)" -eq 2 ]
+	[ "${stderr_lines[0]}" = "a." ]
+	[[ "$stderr" == *"and Indian"* ]]
 }
 
 # Starts sf-run --conversation in the background on the FIFO

@@ -254,10 +254,44 @@ static void test_turns(void)
 	      sf_chat_end_of_turn(sf_chat_find("falcon3")) == NULL, "end-of-turn markers");
 }
 
+/* gpt-oss's channels: a scripted answer, token by token (markers 1 to 4),
+ * each text where it belongs. */
+static void test_channels(void)
+{
+	enum { A = SF_CHAT_PART_ANSWER, R = SF_CHAT_PART_REASONING, N = SF_CHAT_PART_NONE };
+	static const int32_t mark[SF_CHAT_NMARKS] = { 1, 2, 3, 4 };
+	static const struct {
+		int32_t id;
+		const char *text;
+		int want;
+	} seq[] = {
+		{ 9, "Before", A },	/* no channel yet: the answer */
+		{ 2, "", N }, { 9, "analysis", N }, { 3, "", N },
+		{ 9, "Think", R }, { 9, " more", R }, { 4, "", N },
+		{ 1, "", N }, { 9, "assistant", N },
+		{ 2, "", N }, { 9, "commentary to=functions.f", N }, { 3, "", N }, { 9, "{}", R },
+		{ 4, "", N }, { 1, "", N }, { 9, "assistant", N },
+		{ 2, "", N }, { 9, "final", N }, { 9, "ize", N }, { 3, "", N }, { 9, "x", R },
+		{ 4, "", N }, { 1, "", N }, { 9, "assistant", N },
+		{ 2, "", N }, { 9, "fi", N }, { 9, "nal", N }, { 3, "", N },
+		{ 9, "Hi", A }, { 9, " there", A },
+	};
+	struct sf_chat_channels c;
+
+	sf_chat_channels_init(&c, mark);
+	for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+		int got = sf_chat_channels_push(&c, seq[i].id, seq[i].text, strlen(seq[i].text));
+		CHECK(got == seq[i].want, "token %zu ('%s'): part %d, expected %d", i, seq[i].text,
+		      got, seq[i].want);
+	}
+	CHECK(!strcmp(sf_chat_marks[SF_CHAT_MARK_CHANNEL], "<|channel|>"), "markers");
+}
+
 int main(void)
 {
 	test_render();
 	test_detect();
 	test_turns();
+	test_channels();
 	return unit_exit();
 }

@@ -268,6 +268,55 @@ int sf_chat_render(int tmpl, const struct sf_chat_msg *m, size_t n, int add_gene
 }
 
 // ----------------------------------------------------------------------------
+// Harmony's channels
+
+const char *const sf_chat_marks[SF_CHAT_NMARKS] = { "<|start|>", "<|channel|>", "<|message|>",
+						     "<|end|>" };
+
+enum { OUTSIDE, ROLE, NAME, BODY };
+
+void sf_chat_channels_init(struct sf_chat_channels *c, const int32_t *mark)
+{
+	memcpy(c->mark, mark, sizeof(c->mark));
+	sf_chat_channels_start(c);
+}
+
+void sf_chat_channels_start(struct sf_chat_channels *c)
+{
+	c->state = OUTSIDE;	/* after the generation prompt's <|start|>assistant */
+	c->nname = 0;
+}
+
+enum sf_chat_part sf_chat_channels_push(struct sf_chat_channels *c, int32_t id, const char *text,
+					size_t n)
+{
+	static const int after[SF_CHAT_NMARKS] = { ROLE, NAME, BODY, OUTSIDE };
+
+	for (int k = 0; k < SF_CHAT_NMARKS; k++)
+		if (id == c->mark[k]) {
+			c->state = after[k];
+			if (k == SF_CHAT_MARK_CHANNEL)
+				c->nname = 0;
+			return SF_CHAT_PART_NONE;
+		}
+	switch (c->state) {
+	case ROLE:
+		return SF_CHAT_PART_NONE;
+	case NAME:
+		for (size_t i = 0; i < n && c->nname < sizeof(c->name); i++)
+			c->name[c->nname++] = text[i];
+		return SF_CHAT_PART_NONE;
+	case BODY:
+		/* "final", or "final" and a constraint after a space */
+		return c->nname >= 5 && !memcmp(c->name, "final", 5) &&
+		       (c->nname == 5 || c->name[5] == ' ') ? SF_CHAT_PART_ANSWER
+							     : SF_CHAT_PART_REASONING;
+	default:
+		return SF_CHAT_PART_ANSWER;
+	}
+}
+
+// ----------------------------------------------------------------------------
 // A conversation
 
 static int nomem(struct sf_err *e)

@@ -7,6 +7,7 @@
 #define SF_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"
 
@@ -34,6 +35,32 @@ const char *sf_chat_end_of_turn(int tmpl);
  * opens the answer. *out is malloc'ed and NUL-terminated. 0 or -ENOMEM. */
 int sf_chat_render(int tmpl, const struct sf_chat_msg *m, size_t n, int add_generation_prompt,
 		   char **out, size_t *len);
+
+/* An answer as gpt-oss writes it, in harmony's channels:
+ * <|channel|>NAME<|message|>TEXT<|end|>, then <|start|>assistant and the
+ * next, the last one named final. Each token's text goes to the answer
+ * (the final channel's, or text outside any channel), the reasoning (the
+ * other channels': analysis, commentary) or nowhere (the markers, the
+ * channels' names, the role after <|start|>). */
+enum sf_chat_part { SF_CHAT_PART_ANSWER, SF_CHAT_PART_REASONING, SF_CHAT_PART_NONE };
+enum { SF_CHAT_MARK_START, SF_CHAT_MARK_CHANNEL, SF_CHAT_MARK_MESSAGE, SF_CHAT_MARK_END,
+       SF_CHAT_NMARKS };
+/* The markers' text, by the enum above. */
+extern const char *const sf_chat_marks[SF_CHAT_NMARKS];
+
+struct sf_chat_channels {
+	int32_t mark[SF_CHAT_NMARKS];	/* the markers' token ids */
+	int state;
+	char name[16];			/* the channel's name, cut to fit */
+	size_t nname;
+};
+
+void sf_chat_channels_init(struct sf_chat_channels *c, const int32_t *mark);
+/* An answer begins (after the generation prompt's <|start|>assistant). */
+void sf_chat_channels_start(struct sf_chat_channels *c);
+/* Token id, whose decoded text is text (n bytes): where that text goes. */
+enum sf_chat_part sf_chat_channels_push(struct sf_chat_channels *c, int32_t id, const char *text,
+					size_t n);
 
 /* A conversation. Each user turn gives the text to feed the model: the
  * rest of the previous answer's turn as the template writes it (its
