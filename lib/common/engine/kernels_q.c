@@ -97,6 +97,17 @@ static inline const uint8_t *qsrc_col(const struct qsrc *q, size_t k)
 	return (const uint8_t *)q->cols[k] + q->off;
 }
 
+/* The columns of a run, positions [k0, k1), into col in whole quads, the
+ * last repeated to fill the last quad (its inputs there are 0); the
+ * quads. */
+static inline size_t run_quads(const struct qsrc *q, size_t k0, size_t k1, const uint8_t **col)
+{
+	size_t m = k1 - k0, nq = (m + 3) / 4;
+	for (size_t k = 0; k < 4 * nq; k++)
+		col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+	return nq;
+}
+
 static const uint8_t *slab_scale_at(const struct sf_slab *s, size_t p, size_t b);
 static int slab_code(const struct sf_slab *s, size_t p, size_t j);
 
@@ -767,21 +778,15 @@ INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const stru
 		qfinish256(y, qa, acc, b, i, dt, NT);
 		return;
 	}
-	for (size_t a = 0; a < r->nq; a++) {
+	for (size_t a = 0; a < r->nq; a++) {	/* q8 */
 		const uint8_t *p = blk + r->quad[a] * qb;
-		__m256i w[4];
-		if (dt == SF_DTYPE_Q8) {
-			/* four loads, not a loop: GCC made the loop a memcpy into
-			 * w on the stack, in 16-byte halves that the 32-byte loads
-			 * of w then waited on (qint: q8 11 GB/s) */
-			w[0] = _mm256_loadu_si256((const __m256i *)p);
-			w[1] = _mm256_loadu_si256((const __m256i *)(p + 32));
-			w[2] = _mm256_loadu_si256((const __m256i *)(p + 64));
-			w[3] = _mm256_loadu_si256((const __m256i *)(p + 96));
-		} else {
-			nibbles256(_mm256_loadu_si256((const __m256i *)p),
-				   _mm256_loadu_si256((const __m256i *)(p + 32)), w);
-		}
+		/* four loads, not a loop: GCC made the loop a memcpy into w on
+		 * the stack, in 16-byte halves that the 32-byte loads of w then
+		 * waited on (qint: q8 11 GB/s) */
+		__m256i w[4] = { _mm256_loadu_si256((const __m256i *)p),
+				 _mm256_loadu_si256((const __m256i *)(p + 32)),
+				 _mm256_loadu_si256((const __m256i *)(p + 64)),
+				 _mm256_loadu_si256((const __m256i *)(p + 96)) };
 		qdot256(acc, w, qa, r->quad[a], i, dt, NT);
 	}
 	qfinish256(y, qa, acc, b, i, dt, NT);
@@ -838,9 +843,7 @@ static T256 void qint256_one(float *Y, size_t r0, const struct qsrc *q, const fl
 
 	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 		const uint8_t *col[SF_QRUN];
-		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
-		for (size_t k = 0; k < 4 * nq; k++)
-			col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = run_quads(q, k0, k1, col);
 		for (size_t c0 = B0; c0 < B1; c0 += QI256_ONE_BLOCKS) {
 			size_t c1 = B1 - c0 < QI256_ONE_BLOCKS ? B1 : c0 + QI256_ONE_BLOCKS;
 			qint_prefetch(q, k1, n, c0, c1 - c0);
@@ -895,9 +898,7 @@ static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const str
 		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 			const uint8_t *col[SF_QRUN];
 			__m256 sc[SF_QRUN];
-			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
-			for (size_t k = 0; k < 4 * nq; k++)
-				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = run_quads(q, k0, k1, col);
 			for (size_t k = 0; k < m; k++)
 				sc[k] = scales256(col[k], b0, nb);
 			for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
@@ -1181,12 +1182,9 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 	for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 		/* this run's columns in quads, then the next run's */
 		const uint8_t *col[2 * SF_QRUN];
-		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = (m + 3) / 4;
-		size_t k2 = k1 < n ? sf_qrun_end(pos, k1, n) : k1, nq2 = nq + (k2 - k1 + 3) / 4;
-		for (size_t k = 0; k < 4 * nq; k++)
-			col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
-		for (size_t k = 0; k < 4 * (nq2 - nq); k++)
-			col[4 * nq + k] = qsrc_col(q, k1 + k < k2 ? k1 + k : k2 - 1);
+		size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = run_quads(q, k0, k1, col);
+		size_t k2 = k1 < n ? sf_qrun_end(pos, k1, n) : k1;
+		size_t nq2 = nq + (k2 > k1 ? run_quads(q, k1, k2, col + 4 * nq) : 0);
 		for (size_t c0 = B0; c0 < B1; c0 += QI512_ONE_BLOCKS) {
 			size_t c1 = B1 - c0 < QI512_ONE_BLOCKS ? B1 : c0 + QI512_ONE_BLOCKS;
 			/* the next run's scales */
@@ -1953,9 +1951,8 @@ INL void qint_n(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q
 		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 			const uint8_t *col[SF_QRUN];
 			float32x4_t sc[SF_QRUN];
-			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0, nq = (m + 3) / 4;
-			for (size_t k = 0; k < 4 * nq; k++)
-				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
+			size_t nq = run_quads(q, k0, k1, col);
 			for (size_t k = 0; k < m; k++)
 				sc[k] = scales_n(col[k], b0, nb);
 			for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
