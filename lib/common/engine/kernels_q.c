@@ -389,6 +389,150 @@ static void qslab_edges(float *Y, size_t ldy, size_t r0, size_t r1, size_t B0, s
 						  sf_q_scale_at(col, b)[1] << 8))
 
 // ----------------------------------------------------------------------------
+// a pass of many tokens (the prompt's, --ppl's windows): both x86 levels'
+// frame over a slab or columns, each level's preparations and products
+
+/* A pass (T >= QP_TOKENS), one run over a chunk of at most QP_BLOCKS
+ * blocks: the run's codes laid out as a slab's quads (a slab's own, in
+ * place); then QP_TOKENS tokens at a time (one a lane) each block's
+ * activations quantized, and each quad's weights loaded once for several
+ * tokens whose sums stay in registers. A token's floats are the one-token
+ * path's (v = x * scale, |v| = |x| * |scale|), so a pass gives each token
+ * the one-token path's. */
+#define QP_TOKENS 16
+/* Blocks of a chunk: a slab's tile, so that a run's inputs are read once
+ * a tile (with T tokens they are as many bytes as 16 blocks of q4). */
+#define QP_BLOCKS SF_QSLAB_BLOCKS
+
+struct qpass {
+	const uint8_t *w[QP_BLOCKS][SF_QRUN / 4];	/* block, quad: a slab's quad bytes */
+	uint8_t buf[QP_BLOCKS][SF_QRUN / 4][128];	/* columns' quads made so */
+	const uint8_t *h[SF_QRUN];			/* slot: its scales (f16), NULL: none */
+	float s[SF_QRUN][QP_BLOCKS];			/* slot, block: the scales */
+	float as[SF_QRUN][QP_BLOCKS];			/* and their magnitudes */
+	const float *x[SF_QRUN];			/* slot: its inputs in X; NULL: none */
+	int32_t a[QP_BLOCKS][SF_QRUN / 4][QP_TOKENS];	/* four slots' codes a token */
+	int32_t off[QP_BLOCKS][QP_TOKENS];	/* minus the codes' offset times their sum */
+	float d[QP_BLOCKS][QP_TOKENS];
+	size_t nq, nb;
+};
+
+/* A level's pass over the run set up in p: every token, Y's rows from
+ * block 0 of the chunk at y0 (token 0's), tokens ldy apart. */
+typedef void qpass_tokens_fn(struct qpass *p, float *y0, size_t ldy, size_t T, enum sf_dtype dt);
+/* A level's quads of block b of the columns col[0, 4 * nq) (rows rows)
+ * into buf, as a slab lays them out. */
+typedef void qpass_quads_fn(uint8_t (*buf)[128], const uint8_t *const *col, size_t nq,
+			    size_t rows, size_t b, enum sf_dtype dt);
+
+/* The next run's scales and codes of blocks [b, b + nb), asked of memory
+ * while this run computes: the columns sit in cache slots and read
+ * buffers anywhere, each visited for a few lines a chunk of blocks. */
+static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size_t b, size_t nb)
+{
+	const enum sf_dtype dt = q->dt;
+	const size_t rows = q->rows;
+	if (k0 >= n)
+		return;
+	for (size_t k = k0, k1 = sf_qrun_end(q->pos, k0, n); k < k1; k++) {
+		const uint8_t *c = qsrc_col(q, k);
+		__builtin_prefetch(sf_q_scale_at(c, b));
+		for (const uint8_t *p = top_codes_at(c, dt, rows, b);
+		     p < top_codes_at(c, dt, rows, b + nb); p += 64)
+			__builtin_prefetch(p);
+	}
+}
+
+/* The next run's inputs (from column k1, T tokens) asked of memory while
+ * this run computes: with thousands of columns they outgrow the caches
+ * (5,632 by 64 tokens: 1.4 MB), and a run reads each column's a line at a
+ * time. */
+static inline void qpass_ahead(const float *X, size_t ldx, size_t T, const uint32_t *pos,
+			       size_t k1, size_t n)
+{
+	if (k1 >= n)
+		return;
+	for (size_t k = k1, k2 = sf_qrun_end(pos, k1, n); k < k2; k++)
+		for (size_t t = 0; t < T; t += 16)
+			__builtin_prefetch(X + k * ldx + t);
+}
+
+/* A pass over columns: chunk by chunk, run by run. */
+static void qint_pass(qpass_tokens_fn *tokens, qpass_quads_fn *quads, float *Y, size_t ldy,
+		      size_t r0, const struct qsrc *q, const float *X, size_t ldx, size_t T,
+		      size_t n, size_t B0, size_t B1)
+{
+	struct qpass p;
+
+	for (size_t b0 = B0; b0 < B1; b0 += QP_BLOCKS) {
+		p.nb = B1 - b0 < QP_BLOCKS ? B1 - b0 : QP_BLOCKS;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			const uint8_t *col[SF_QRUN];
+			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
+			p.nq = (m + 3) / 4;
+			qint_prefetch(q, k1, n, b0, p.nb);
+			qpass_ahead(X, ldx, T, q->pos, k1, n);
+			for (size_t k = 0; k < 4 * p.nq; k++) {
+				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
+				p.x[k] = k < m ? X + (k0 + k) * ldx : NULL;
+				p.h[k] = k < m ? sf_q_scale_at(col[k], b0) : NULL;
+			}
+			for (size_t i = 0; i < p.nb; i++) {
+				quads(p.buf[i], col, p.nq, q->rows, b0 + i, q->dt);
+				for (size_t qd = 0; qd < p.nq; qd++)
+					p.w[i][qd] = p.buf[i][qd];
+			}
+			tokens(&p, Y + SF_QBLOCK * b0 - r0, ldy, T, q->dt);
+		}
+	}
+}
+
+/* A pass over a slab's whole blocks [B0, B1): tile by tile (a tile is a
+ * chunk), run by run, the run's quads that hold a position. */
+static void qslab_pass(qpass_tokens_fn *tokens, float *Y, size_t ldy, size_t r0,
+		       const struct sf_slab *s, const uint32_t *pos, size_t n, const float *X,
+		       size_t ldx, size_t T, size_t B0, size_t B1)
+{
+	const enum sf_dtype dt = s->dt;
+	const size_t qb = 4 * top_code_bytes(dt);
+	struct qpass p;
+
+	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
+		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
+		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
+		p.nb = e1 - e0;
+		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+			struct slab_run r;
+			const float *xs[SF_QRUN] = { 0 };
+			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
+			qpass_ahead(X, ldx, T, pos, k1, n);
+			/* the next run's scales, which a run of many tokens' work
+			 * otherwise leaves the hardware's prefetch to miss */
+			if (k1 < n) {
+				const char *next = (const char *)run_at(s, c, pos[k1] / SF_QRUN);
+				for (size_t l = 0; l < 2 * SF_QRUN * nb; l += 64)
+					__builtin_prefetch(next + l);
+			}
+			for (size_t k = k0; k < k1; k++)
+				xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
+			p.nq = r.nq;
+			for (size_t a = 0; a < r.nq; a++)
+				for (size_t j = 0; j < 4; j++) {
+					size_t slot = 4 * r.quad[a] + j;
+					p.x[4 * a + j] = xs[slot];
+					p.h[4 * a + j] = r.run + 2 * (nb * slot + e0);
+				}
+			for (size_t i = 0; i < p.nb; i++) {
+				const uint8_t *blk = run_codes(r.run, dt, nb, e0 + i);
+				for (size_t a = 0; a < r.nq; a++)
+					p.w[i][a] = blk + r.quad[a] * qb;
+			}
+			tokens(&p, Y + SF_QBLOCK * (base + e0) - r0, ldy, T, dt);
+		}
+	}
+}
+
+// ----------------------------------------------------------------------------
 // AVX2: 16 rows (half a block) as two vectors of 8
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
@@ -805,24 +949,6 @@ INL T256 __m256 scales256(const uint8_t *col, size_t b, size_t nb)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-/* The next run's scales and codes of blocks [b, b + nb), asked of memory
- * while this run computes: the columns sit in cache slots and read
- * buffers anywhere, each visited for a few lines a chunk of blocks. */
-static inline void qint_prefetch(const struct qsrc *q, size_t k0, size_t n, size_t b, size_t nb)
-{
-	const enum sf_dtype dt = q->dt;
-	const size_t rows = q->rows;
-	if (k0 >= n)
-		return;
-	for (size_t k = k0, k1 = sf_qrun_end(q->pos, k0, n); k < k1; k++) {
-		const uint8_t *c = qsrc_col(q, k);
-		__builtin_prefetch(sf_q_scale_at(c, b));
-		for (const uint8_t *p = top_codes_at(c, dt, rows, b);
-		     p < top_codes_at(c, dt, rows, b + nb); p += 64)
-			__builtin_prefetch(p);
-	}
-}
-
 /* One token, as qint512_one: per run, the activations of its blocks in
  * chunks of QI256_ONE_BLOCKS, then each quad of columns down the chunk's
  * blocks, the integer sums kept per row in acc, then y once per run and
@@ -1234,32 +1360,8 @@ static T512I void qint512_one(float *Y, size_t r0, const struct qsrc *q, const f
 	}
 }
 
-/* A pass (T > 1), one run over a chunk of at most QP_BLOCKS blocks: the
- * run's codes laid out as a slab's quads (a slab's own, in place) and its
- * scales made once; then QP_TOKENS tokens at a time (one a lane) each
- * block's activations quantized, and each quad's weights loaded once for
- * eight tokens whose sums stay in registers. A token's floats are
- * qprep512's and qfinish512's (v = x * scale, |v| = |x| * |scale|), so a
- * pass gives each token the one-token path's. */
-#define QP_TOKENS 16
-/* Blocks of a chunk: a slab's tile, so that a run's inputs are read once
- * a tile (with T tokens they are as many bytes as 16 blocks of q4). */
-#define QP_BLOCKS SF_QSLAB_BLOCKS
-
-struct qpass512 {
-	const uint8_t *w[QP_BLOCKS][SF_QRUN / 4];	/* block, quad: a slab's quad bytes */
-	uint8_t buf[QP_BLOCKS][SF_QRUN / 4][128];	/* columns' quads made so */
-	float s[SF_QRUN][QP_BLOCKS];			/* slot, block: the scales */
-	float as[SF_QRUN][QP_BLOCKS];			/* and their magnitudes */
-	const float *x[SF_QRUN];			/* slot: its inputs in X; NULL: none */
-	int32_t a[QP_BLOCKS][SF_QRUN / 4][QP_TOKENS];	/* four slots' codes a token */
-	int32_t off[QP_BLOCKS][QP_TOKENS];	/* minus the codes' offset times their sum */
-	float d[QP_BLOCKS][QP_TOKENS];
-	size_t nq, nb;
-};
-
 /* Slot k's scales of the chunk's blocks from nb f16 at h (NULL: none). */
-INL T512I void qpass_scales(struct qpass512 *p, size_t k, const uint8_t *h)
+INL T512I void qpass_scales(struct qpass *p, size_t k, const uint8_t *h)
 {
 	for (size_t b = 0; b < QP_BLOCKS; b += 16) {
 		size_t nb = p->nb > b ? p->nb - b < 16 ? p->nb - b : 16 : 0;
@@ -1273,7 +1375,7 @@ INL T512I void qpass_scales(struct qpass512 *p, size_t k, const uint8_t *h)
 
 /* Block i's activations of the tokens xv (slot by slot, lanes tokens;
  * ax their magnitudes). */
-INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax, size_t i,
+INL T512I void qpass_prep(struct qpass *p, const __m512 *xv, const __m512 *ax, size_t i,
 			  enum sf_dtype dt)
 {
 	const __m512i lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
@@ -1314,7 +1416,7 @@ INL T512I void qpass_prep(struct qpass512 *p, const __m512 *xv, const __m512 *ax
 
 /* Block i for tokens [t0, t0 + NT) at y[t] (its row 0): each quad's
  * weights loaded once for the NT tokens, whose sums stay in registers. */
-INL T512I void qpass_block(const struct qpass512 *p, size_t i, const enum sf_dtype dt,
+INL T512I void qpass_block(const struct qpass *p, size_t i, const enum sf_dtype dt,
 			   float *const *y, size_t t0, const int NT, const size_t nq)
 {
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
@@ -1348,7 +1450,7 @@ INL T512I void qpass_block(const struct qpass512 *p, size_t i, const enum sf_dty
 
 /* Block i for tokens [0, nt), dt a constant: its test out of the loops
  * (inside, it cost the sums their registers). */
-INL T512I void qpass_blocks(const struct qpass512 *p, size_t i, const enum sf_dtype dt,
+INL T512I void qpass_blocks(const struct qpass *p, size_t i, const enum sf_dtype dt,
 			    float *const *y, size_t nt)
 {
 	size_t t = 0;
@@ -1363,12 +1465,13 @@ INL T512I void qpass_blocks(const struct qpass512 *p, size_t i, const enum sf_dt
 		qpass_block(p, i, dt, y, t, 1, p->nq);
 }
 
-/* Every token of the pass over the run p holds: Y's rows from block 0
- * of the chunk at y0 (token 0's), tokens ldy apart. */
-static T512I void qpass_tokens(struct qpass512 *p, float *y0, size_t ldy, size_t T,
-			       enum sf_dtype dt)
+/* The AVX-512 level's qpass_tokens_fn. */
+static T512I void qpass_tokens512(struct qpass *p, float *y0, size_t ldy, size_t T,
+				  enum sf_dtype dt)
 {
 	const size_t ns = 4 * p->nq;
+	for (size_t k = 0; k < ns; k++)
+		qpass_scales(p, k, p->h[k]);
 	for (size_t t0 = 0; t0 < T; t0 += QP_TOKENS) {
 		size_t nt = T - t0 < QP_TOKENS ? T - t0 : QP_TOKENS;
 		__mmask16 m = (__mmask16)((1u << nt) - 1);
@@ -1390,97 +1493,17 @@ static T512I void qpass_tokens(struct qpass512 *p, float *y0, size_t ldy, size_t
 	}
 }
 
-/* The next run's inputs (from column k1, T tokens) asked of memory while
- * this run computes: with thousands of columns they outgrow the caches
- * (5,632 by 64 tokens: 1.4 MB), and a run reads each column's a line at a
- * time. */
-static inline void qpass_ahead(const float *X, size_t ldx, size_t T, const uint32_t *pos,
-			       size_t k1, size_t n)
+/* The AVX-512 level's qpass_quads_fn. */
+static T512I void qpass_quads512(uint8_t (*buf)[128], const uint8_t *const *col, size_t nq,
+				 size_t rows, size_t b, enum sf_dtype dt)
 {
-	if (k1 >= n)
-		return;
-	for (size_t k = k1, k2 = sf_qrun_end(pos, k1, n); k < k2; k++)
-		for (size_t t = 0; t < T; t += 16)
-			__builtin_prefetch(X + k * ldx + t);
-}
-
-/* A pass over columns: chunk by chunk, run by run. */
-static T512I void qint512_pass(float *Y, size_t ldy, size_t r0, const struct qsrc *q,
-			       const float *X, size_t ldx, size_t T, size_t n, size_t B0, size_t B1)
-{
-	const enum sf_dtype dt = q->dt;
-	struct qpass512 p;
-
-	for (size_t b0 = B0; b0 < B1; b0 += QP_BLOCKS) {
-		p.nb = B1 - b0 < QP_BLOCKS ? B1 - b0 : QP_BLOCKS;
-		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-			const uint8_t *col[SF_QRUN];
-			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
-			p.nq = (m + 3) / 4;
-			qint_prefetch(q, k1, n, b0, p.nb);
-			qpass_ahead(X, ldx, T, q->pos, k1, n);
-			for (size_t k = 0; k < 4 * p.nq; k++) {
-				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
-				p.x[k] = k < m ? X + (k0 + k) * ldx : NULL;
-				qpass_scales(&p, k, k < m ? sf_q_scale_at(col[k], b0) : NULL);
-			}
-			for (size_t i = 0; i < p.nb; i++)
-				for (size_t qd = 0; qd < p.nq; qd++) {
-					const uint8_t *c[4];
-					for (int j = 0; j < 4; j++)
-						c[j] = top_codes_at(col[4 * qd + j], dt, q->rows, b0 + i);
-					_mm512_storeu_si512(p.buf[i][qd], rows4x16_512(c, 0));
-					if (dt == SF_DTYPE_Q8)
-						_mm512_storeu_si512(p.buf[i][qd] + 64, rows4x16_512(c, 16));
-					p.w[i][qd] = p.buf[i][qd];
-				}
-			qpass_tokens(&p, Y + SF_QBLOCK * b0 - r0, ldy, T, dt);
-		}
-	}
-}
-
-/* A pass over a slab's whole blocks [B0, B1): tile by tile (a tile is a
- * chunk), run by run, the run's quads that hold a position. */
-static T512I void qslab512_pass(float *Y, size_t ldy, size_t r0, const struct sf_slab *s,
-				const uint32_t *pos, size_t n, const float *X, size_t ldx,
-				size_t T, size_t B0, size_t B1)
-{
-	const enum sf_dtype dt = s->dt;
-	const size_t qb = 4 * top_code_bytes(dt);
-	struct qpass512 p;
-
-	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
-		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
-		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
-		p.nb = e1 - e0;
-		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-			struct slab_run r;
-			const float *xs[SF_QRUN] = { 0 };
-			slab_run_of(&r, s, c, pos, k0, k1 = sf_qrun_end(pos, k0, n));
-			qpass_ahead(X, ldx, T, pos, k1, n);
-			/* the next run's scales, which a run of many tokens' work
-			 * otherwise leaves the hardware's prefetch to miss */
-			if (k1 < n) {
-				const char *next = (const char *)run_at(s, c, pos[k1] / SF_QRUN);
-				for (size_t l = 0; l < 2 * SF_QRUN * nb; l += 64)
-					_mm_prefetch(next + l, _MM_HINT_T0);
-			}
-			for (size_t k = k0; k < k1; k++)
-				xs[k1 - k0 == SF_QRUN ? k - k0 : r.slot[k - k0]] = X + k * ldx;
-			p.nq = r.nq;
-			for (size_t a = 0; a < r.nq; a++)
-				for (size_t j = 0; j < 4; j++) {
-					size_t slot = 4 * r.quad[a] + j;
-					p.x[4 * a + j] = xs[slot];
-					qpass_scales(&p, 4 * a + j, r.run + 2 * (nb * slot + e0));
-				}
-			for (size_t i = 0; i < p.nb; i++) {
-				const uint8_t *blk = run_codes(r.run, dt, nb, e0 + i);
-				for (size_t a = 0; a < r.nq; a++)
-					p.w[i][a] = blk + r.quad[a] * qb;
-			}
-			qpass_tokens(&p, Y + SF_QBLOCK * (base + e0) - r0, ldy, T, dt);
-		}
+	for (size_t qd = 0; qd < nq; qd++) {
+		const uint8_t *c[4];
+		for (int j = 0; j < 4; j++)
+			c[j] = top_codes_at(col[4 * qd + j], dt, rows, b);
+		_mm512_storeu_si512(buf[qd], rows4x16_512(c, 0));
+		if (dt == SF_DTYPE_Q8)
+			_mm512_storeu_si512(buf[qd] + 64, rows4x16_512(c, 16));
 	}
 }
 
@@ -1525,7 +1548,7 @@ static T512I void qslab_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 	/* below a tile of tokens, the pass's lanes idle and its setup costs
 	 * more than the tokens' own preparations */
 	if (T >= QP_TOKENS) {
-		qslab512_pass(Y, ldy, r0, s, pos, n, X, ldx, T, B0, B1);
+		qslab_pass(qpass_tokens512, Y, ldy, r0, s, pos, n, X, ldx, T, B0, B1);
 		qslab_edges(Y, ldy, r0, r1, B0, B1, s, pos, n, X, ldx, T);
 		return;
 	}
@@ -1573,7 +1596,8 @@ static T512I void qint_avx512(float *Y, size_t ldy, size_t r0, size_t r1,
 		if (T == 1)
 			qint512_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
 		else
-			qint512_pass(Y, ldy, r0, q, X, ldx, T, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
+			qint_pass(qpass_tokens512, qpass_quads512, Y, ldy, r0, q, X, ldx, T, n,
+				  s0 / SF_QBLOCK, s1 / SF_QBLOCK);
 	}
 	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 }
