@@ -862,24 +862,6 @@ INL T256 void qfinish256(float *const *y, const struct qact256 *qa, __m256i (*ac
 	}
 }
 
-/* Block b0 + i of a run's columns (col[k], quads of them) for tokens
- * [0, NT): their 32 rows of Y (y[t] at row 32 * (b0 + i)) += d * the
- * integer sums. */
-INL T256 void qmac256(float *const *y, const struct qact256 *qa, const uint8_t *const *col,
-		      size_t nq, size_t rows, size_t b, size_t i, enum sf_dtype dt, const int NT)
-{
-	__m256i acc[QI256_TOKENS][4] = { 0 };
-	for (size_t qd = 0; qd < nq; qd++) {
-		const uint8_t *c[4];
-		for (int j = 0; j < 4; j++)
-			c[j] = top_codes_at(col[4 * qd + j], dt, rows, b);
-		__m256i w[4];
-		qcodes_quad256(c, dt, w);
-		qdot256(acc, w, qa, qd, i, dt, NT);
-	}
-	qfinish256(y, qa, acc, b, i, dt, NT);
-}
-
 /* How far ahead of its block a slab's kernel asks for memory: a run's
  * blocks are one stream, which the prefetchers alone leave the loads
  * waiting on (qint, one thread: AVX-512 q4 14-17 GB/s without, 24-26
@@ -1009,40 +991,214 @@ static T256 void qint256_one(float *Y, size_t r0, const struct qsrc *q, const fl
 	}
 }
 
+/* The pass (struct qpass) at the AVX2 level: eight tokens a vector in the
+ * preparations, four tokens' sums of half a block's rows in registers in
+ * the products (all of a block's would not fit the 16 registers). */
+
+/* Slot k's scales of the chunk's blocks from p->nb f16 at h (NULL: none). */
+INL T256 void qpass_scales256(struct qpass *p, size_t k, const uint8_t *h)
+{
+	for (size_t b = 0; b < p->nb; b += 8) {
+		uint16_t f[8] = { 0 };
+		size_t nb = p->nb - b < 8 ? p->nb - b : 8;
+		__m256 s;
+		if (h && nb == 8)
+			s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 2 * b)));
+		else {
+			if (h)
+				memcpy(f, h + 2 * b, 2 * nb);
+			s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)f));
+		}
+		_mm256_storeu_ps(p->s[k] + b, s);
+		_mm256_storeu_ps(p->as[k] + b, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), s));
+	}
+}
+
+/* Block i's activations of the eight tokens from t (xv slot by slot,
+ * lanes tokens; ax their magnitudes), as qpass_prep's at AVX-512; q8
+ * takes no offset (its products are signed, by the sign trick). */
+INL T256 void qpass_prep256(struct qpass *p, const __m256 *xv, const __m256 *ax, size_t i,
+			    size_t t, enum sf_dtype dt)
+{
+	const __m256i lanes = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+		0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+	__m256 am[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			 _mm256_setzero_ps() };
+	for (size_t qd = 0; qd < p->nq; qd++)
+#pragma GCC unroll 4
+		for (size_t c = 0; c < 4; c++)
+			am[c] = _mm256_max_ps(am[c], _mm256_mul_ps(ax[4 * qd + c],
+								   _mm256_set1_ps(p->as[4 * qd + c][i])));
+	__m256 amax = _mm256_max_ps(_mm256_max_ps(am[0], am[1]), _mm256_max_ps(am[2], am[3]));
+	__m256 id = _mm256_and_ps(_mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ),
+				  _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
+	_mm256_storeu_ps(p->d[i] + t, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
+	__m256i sum = _mm256_setzero_si256();
+	for (size_t qd = 0; qd < p->nq; qd++) {
+		__m256i q[4];
+#pragma GCC unroll 4
+		for (size_t c = 0; c < 4; c++) {
+			size_t k = 4 * qd + c;
+			q[c] = _mm256_cvtps_epi32(_mm256_mul_ps(
+				_mm256_mul_ps(xv[k], _mm256_set1_ps(p->s[k][i])), id));
+		}
+		/* per 128-bit lane four tokens' int16 of two slots, then bytes
+		 * of four slots, then each token's four side by side */
+		__m256i word = _mm256_shuffle_epi8(_mm256_packs_epi16(
+			_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), lanes);
+		if (dt == SF_DTYPE_Q4)
+			sum = _mm256_add_epi32(sum, _mm256_madd_epi16(
+				_mm256_maddubs_epi16(_mm256_set1_epi8(1), word), _mm256_set1_epi16(1)));
+		_mm256_storeu_si256((__m256i *)(p->a[i][qd] + t), word);
+	}
+	_mm256_storeu_si256((__m256i *)(p->off[i] + t),
+			    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 3)));
+}
+
+/* Half h of block i (q4: rows 8h-8h+7 and 16+8h-23+8h, one 32-byte load a
+ * quad; q8: rows 16h-16h+15, two) for tokens [t0, t0 + NT), NT <= 4, at
+ * y[t] (its row 0). */
+INL T256 void qpass_half256(const struct qpass *p, size_t i, const enum sf_dtype dt,
+			    float *const *y, size_t t0, const int NT, const size_t nq, const int h)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i u[4], v[4];
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+		u[t] = v[t] = _mm256_setzero_si256();
+	/* unrolled whole, as qpass_block's quads at AVX-512 */
+#pragma GCC unroll 8
+	for (size_t qd = 0; qd < SF_QRUN / 4; qd++) {
+		if (qd == nq)
+			break;
+		if (dt == SF_DTYPE_Q4) {
+			/* a q4 product pair is at most 2 * 15 * 127: a run's
+			 * eight quads sum in 16 bits, widened once */
+			__m256i c = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 32 * h));
+			__m256i lo = _mm256_and_si256(c, _mm256_set1_epi8(15));
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), _mm256_set1_epi8(15));
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				__m256i a = _mm256_set1_epi32(p->a[i][qd][t0 + t]);
+				u[t] = _mm256_add_epi16(u[t], _mm256_maddubs_epi16(lo, a));
+				v[t] = _mm256_add_epi16(v[t], _mm256_maddubs_epi16(hi, a));
+			}
+		} else {
+			__m256i w0 = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 64 * h));
+			__m256i w1 = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 64 * h + 32));
+			__m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				__m256i a = _mm256_set1_epi32(p->a[i][qd][t0 + t]);
+				u[t] = _mm256_add_epi32(u[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
+					a0, _mm256_sign_epi8(a, w0)), ones));
+				v[t] = _mm256_add_epi32(v[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
+					a1, _mm256_sign_epi8(a, w1)), ones));
+			}
+		}
+	}
+	const size_t ru = dt == SF_DTYPE_Q4 ? 8 * (size_t)h : 16 * (size_t)h;
+	const size_t rv = dt == SF_DTYPE_Q4 ? 16 + 8 * (size_t)h : 16 * (size_t)h + 8;
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++) {
+		__m256i off = _mm256_set1_epi32(p->off[i][t0 + t]);
+		__m256 d = _mm256_set1_ps(p->d[i][t0 + t]);
+		float *yb = y[t0 + t] + SF_QBLOCK * i;
+		if (dt == SF_DTYPE_Q4) {
+			u[t] = _mm256_madd_epi16(u[t], ones);
+			v[t] = _mm256_madd_epi16(v[t], ones);
+		}
+		_mm256_storeu_ps(yb + ru, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(
+			_mm256_add_epi32(u[t], off)), _mm256_loadu_ps(yb + ru)));
+		_mm256_storeu_ps(yb + rv, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(
+			_mm256_add_epi32(v[t], off)), _mm256_loadu_ps(yb + rv)));
+	}
+}
+
+/* Block i for tokens [0, nt), dt a constant. */
+INL T256 void qpass_blocks256(const struct qpass *p, size_t i, const enum sf_dtype dt,
+			      float *const *y, size_t nt)
+{
+	size_t t = 0;
+	if (p->nq == SF_QRUN / 4)	/* a whole run: no exit inside the quads' loop */
+		for (; t + 4 <= nt; t += 4)
+			for (int h = 0; h < 2; h++)
+				qpass_half256(p, i, dt, y, t, 4, SF_QRUN / 4, h);
+	for (; t + 4 <= nt; t += 4)
+		for (int h = 0; h < 2; h++)
+			qpass_half256(p, i, dt, y, t, 4, p->nq, h);
+	for (; t < nt; t++)
+		for (int h = 0; h < 2; h++)
+			qpass_half256(p, i, dt, y, t, 1, p->nq, h);
+}
+
+/* A slab's pass from 8 tokens (qint: q4 60 GMAC/s against 57 by two
+ * tokens at a time, q8 level; from 4 the other way round, 37 against 48);
+ * columns always: the pass lays their codes out once, the two tokens'
+ * path for every two (qint, 2 tokens: q4 17.5 against 8.6). */
+#define QP256_SLAB_MIN 8
+/* The AVX2 level's qpass_tokens_fn. */
+static T256 void qpass_tokens256(struct qpass *p, float *y0, size_t ldy, size_t T,
+				 enum sf_dtype dt)
+{
+	const size_t ns = 4 * p->nq;
+	for (size_t k = 0; k < ns; k++)
+		qpass_scales256(p, k, p->h[k]);
+	for (size_t t0 = 0; t0 < T; t0 += QP_TOKENS) {
+		size_t nt = T - t0 < QP_TOKENS ? T - t0 : QP_TOKENS;
+		float *y[QP_TOKENS];
+		for (size_t t = 0; t < nt; t++)
+			y[t] = y0 + (t0 + t) * ldy;
+		for (size_t g = 0; g < nt; g += 8) {
+			__m256 xv[SF_QRUN], ax[SF_QRUN];
+			__m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nt - g)),
+						       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+			for (size_t k = 0; k < ns; k++) {
+				xv[k] = p->x[k] ? _mm256_maskload_ps(p->x[k] + t0 + g, m)
+						: _mm256_setzero_ps();
+				ax[k] = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), xv[k]);
+			}
+			for (size_t i = 0; i < p->nb; i++)
+				qpass_prep256(p, xv, ax, i, g, dt);
+		}
+		for (size_t i = 0; i < p->nb; i++)
+			if (dt == SF_DTYPE_Q8)
+				qpass_blocks256(p, i, SF_DTYPE_Q8, y, nt);
+			else
+				qpass_blocks256(p, i, SF_DTYPE_Q4, y, nt);
+	}
+}
+
+/* The AVX2 level's qpass_quads_fn. */
+static T256 void qpass_quads256(uint8_t (*buf)[128], const uint8_t *const *col, size_t nq,
+				size_t rows, size_t b, enum sf_dtype dt)
+{
+	for (size_t qd = 0; qd < nq; qd++) {
+		const uint8_t *c[4];
+		for (int j = 0; j < 4; j++)
+			c[j] = top_codes_at(col[4 * qd + j], dt, rows, b);
+		for (size_t h = 0; h < (dt == SF_DTYPE_Q8 ? 2u : 1u); h++) {
+			__m256i lo, hi;
+			rows4x16_256(_mm_loadu_si128((const __m128i *)(c[0] + 16 * h)),
+				     _mm_loadu_si128((const __m128i *)(c[1] + 16 * h)),
+				     _mm_loadu_si128((const __m128i *)(c[2] + 16 * h)),
+				     _mm_loadu_si128((const __m128i *)(c[3] + 16 * h)), &lo, &hi);
+			_mm256_storeu_si256((__m256i *)(buf[qd] + 64 * h), lo);
+			_mm256_storeu_si256((__m256i *)(buf[qd] + 64 * h + 32), hi);
+		}
+	}
+}
+
 static T256 void qint_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const struct qsrc *q,
 			   const float *X, size_t ldx, size_t T, size_t n)
 {
-	const size_t rows = q->rows;
-	const enum sf_dtype dt = q->dt;
-	const uint32_t *pos = q->pos;
 	size_t s0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK * SF_QBLOCK, s1 = r1 / SF_QBLOCK * SF_QBLOCK;
 
 	if (T == 1 && s1 > s0)
 		qint256_one(Y, r0, q, X, n, s0 / SF_QBLOCK, s1 / SF_QBLOCK);
-	for (size_t b0 = s0 / SF_QBLOCK; b0 < s1 / SF_QBLOCK && T > 1; b0 += QI256_BLOCKS) {
-		size_t nb = s1 / SF_QBLOCK - b0 < QI256_BLOCKS ? s1 / SF_QBLOCK - b0 : QI256_BLOCKS;
-		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
-			const uint8_t *col[SF_QRUN];
-			__m256 sc[SF_QRUN];
-			size_t m = (k1 = sf_qrun_end(pos, k0, n)) - k0, nq = run_quads(q, k0, k1, col);
-			for (size_t k = 0; k < m; k++)
-				sc[k] = scales256(col[k], b0, nb);
-			for (size_t t0 = 0, nt; t0 < T; t0 += nt) {
-				struct qact256 qa[QI256_TOKENS];
-				float *y[QI256_TOKENS] = { Y + t0 * ldy - r0, Y + (t0 + 1) * ldy - r0 };
-				nt = T - t0 >= QI256_TOKENS ? QI256_TOKENS : 1;
-				if (nt == QI256_TOKENS) {
-					qprep256(qa, sc, X + k0 * ldx + t0, ldx, m, QI256_TOKENS);
-					for (size_t i = 0; i < nb; i++)
-						qmac256(y, qa, col, nq, rows, b0 + i, i, dt, QI256_TOKENS);
-				} else {
-					qprep256(qa, sc, X + k0 * ldx + t0, ldx, m, 1);
-					for (size_t i = 0; i < nb; i++)
-						qmac256(y, qa, col, nq, rows, b0 + i, i, dt, 1);
-				}
-			}
-		}
-	}
+	else if (s1 > s0)
+		qint_pass(qpass_tokens256, qpass_quads256, Y, ldy, r0, q, X, ldx, T, n,
+			  s0 / SF_QBLOCK, s1 / SF_QBLOCK);
 	qint_edges(Y, ldy, r0, r1, s0, s1, q, X, ldx, T, n);
 }
 
@@ -1056,6 +1212,11 @@ static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const st
 	const enum sf_dtype dt = s->dt;
 	size_t B0 = (r0 + SF_QBLOCK - 1) / SF_QBLOCK, B1 = r1 / SF_QBLOCK;
 
+	if (T >= QP256_SLAB_MIN) {
+		qslab_pass(qpass_tokens256, Y, ldy, r0, s, pos, n, X, ldx, T, B0, B1);
+		qslab_edges(Y, ldy, r0, r1, B0, B1, s, pos, n, X, ldx, T);
+		return;
+	}
 	for (size_t c = B0 / SF_QSLAB_BLOCKS; c * SF_QSLAB_BLOCKS < B1; c++) {
 		size_t base = c * SF_QSLAB_BLOCKS, nb = tile_blocks(s, c);
 		size_t e0 = B0 > base ? B0 - base : 0, e1 = B1 - base < nb ? B1 - base : nb;
