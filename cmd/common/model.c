@@ -140,6 +140,25 @@ int sf_cli_marker_token(const struct sf_tokenizer *tok, const char *marker, int3
 	return 0;
 }
 
+int sf_cli_chat_channels(const struct sf_tokenizer *tok, int tmpl, struct sf_chat_channels *c,
+			 int *on, struct sf_err *e)
+{
+	int32_t mark[SF_CHAT_NMARKS];
+	int ret;
+
+	*on = 0;
+	if (tmpl != sf_chat_find("gpt-oss"))
+		return 0;
+	for (int k = 0; k < SF_CHAT_NMARKS; k++)
+		if ((ret = sf_cli_marker_token(tok, sf_chat_marks[k], &mark[k], e)))
+			return ret;
+		else if (mark[k] < 0)
+			return 0;
+	sf_chat_channels_init(c, mark);
+	*on = 1;
+	return 0;
+}
+
 int sf_cli_end_of_turn(const struct sf_model *m, const struct sf_tokenizer *tok, int tmpl,
 		       int32_t *id, struct sf_err *e)
 {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/chat.h"
 #include "engine/kv.h"
 #include "formats/image.h"
 #include "formats/model.h"
@@ -83,5 +84,11 @@ int sf_cli_end_of_turn(const struct sf_model *m, const struct sf_tokenizer *tok,
  * it in several. */
 int sf_cli_marker_token(const struct sf_tokenizer *tok, const char *marker, int32_t *id,
 			struct sf_err *e);
+/* With gpt-oss's template, whose answers come in harmony's channels
+ * (engine/chat.h), and each of its markers one token: *on = 1 and c set
+ * up to tell an answer's text from its reasoning; else *on = 0 (the text
+ * as written). */
+int sf_cli_chat_channels(const struct sf_tokenizer *tok, int tmpl, struct sf_chat_channels *c,
+			 int *on, struct sf_err *e);
 
 #endif

@@ -1370,23 +1370,6 @@ static void print_stop(const struct session *S, const struct options *o)
 	}
 }
 
-/* gpt-oss's answers in channels (engine/chat.h), when its tokenizer has
- * each marker as one token; else the text as written. */
-static int harmony_channels(struct session *S, struct sf_err *e)
-{
-	int32_t mark[SF_CHAT_NMARKS];
-	int ret;
-
-	for (int k = 0; k < SF_CHAT_NMARKS; k++)
-		if ((ret = sf_cli_marker_token(S->tok, sf_chat_marks[k], &mark[k], e)))
-			return ret;
-		else if (mark[k] < 0)
-			return 0;
-	sf_chat_channels_init(&S->channels, mark);
-	S->harmony = 1;
-	return 0;
-}
-
 /* --conversation: a turn per line of standard input, each answered; the
  * KV cache keeps every turn, so each is fed once. */
 static int conversation(struct session *S, const struct options *o, struct sf_err *e)
@@ -1407,7 +1390,7 @@ static int conversation(struct session *S, const struct options *o, struct sf_er
 	    (ret = sf_chat_init(&chat, tmpl, system, e)))
 		goto out;
 	if ((ret = sf_cli_end_of_turn(&S->model, S->tok, tmpl, &S->eot, e)) ||
-	    (tmpl == sf_chat_find("gpt-oss") && (ret = harmony_channels(S, e))))
+	    (ret = sf_cli_chat_channels(S->tok, tmpl, &S->channels, &S->harmony, e)))
 		goto out;
 	if (o->verbose) {
 		fprintf(stderr, "%s: chat template %s (%s); answers end at ", sf_progname,

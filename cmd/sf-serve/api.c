@@ -355,6 +355,7 @@ int api_parse(struct server *s, const char *body, size_t n, int chat, enum api_w
 	}
 	if ((ret = prompt_of(s, req, r, &text, &len, &j->answer, err)))
 		goto out;
+	j->channels = j->answer && s->harmony;
 	if ((ret = sf_tokenizer_encode(s->tok, text, len, 1, &j->prompt, &j->nprompt, &e))) {
 		ret = bad(err, NULL, "%s", e.msg);
 		goto out;
@@ -451,9 +452,10 @@ static void ollama_name(const struct server *s, char *buf, size_t size)
  * token's text (j NULL), or with j the end (done, done_reason, the counts
  * and the durations in nanoseconds; load_duration is the wait for a slot,
  * the model being loaded once at start); with r->load, "done_reason":
- * "load". */
+ * "load". The reasoning (think, nthink bytes; NULL: none), as ollama's
+ * "thinking" beside the text. */
 static json_t *ollama_object(const struct server *s, const struct api_req *r, const char *text,
-			     size_t n, const struct job *j)
+			     size_t n, const char *think, size_t nthink, const struct job *j)
 {
 	char name[300], at[48];
 	struct timespec ts;
@@ -464,11 +466,14 @@ static json_t *ollama_object(const struct server *s, const struct api_req *r, co
 	json_t *o = json_pack("{s:s,s:s}", "model", name, "created_at", at);
 	if (!o)
 		return NULL;
+	json_t *m = o;
 	if (r->chat)
-		json_object_set_new(o, "message", json_pack("{s:s,s:o}", "role", "assistant",
-							     "content", api_string(text, n)));
+		json_object_set_new(o, "message", m = json_pack("{s:s,s:o}", "role", "assistant",
+								 "content", api_string(text, n)));
 	else
 		json_object_set_new(o, "response", api_string(text, n));
+	if (think && m)
+		json_object_set_new(m, "thinking", api_string(think, nthink));
 	json_object_set_new(o, "done", json_boolean(j || r->load));
 	if (r->load)
 		json_object_set_new(o, "done_reason", json_string("load"));
@@ -566,13 +571,21 @@ int api_show(const struct server *s, const char *body, size_t n, json_t **out)
 json_t *api_answer(const struct server *s, const struct api_req *r, const char *id,
 		   time_t created, const char *text, size_t n, const struct job *j)
 {
+	/* the reasoning of an answer in channels, when it has any */
+	const char *think = j && j->reasoning.n ? j->reasoning.p : NULL;
+	size_t nthink = think ? j->reasoning.n : 0;
+
 	if (r->wire == WIRE_OLLAMA)
-		return ollama_object(s, r, text, n, j);
+		return ollama_object(s, r, text, n, think, nthink, j);
 	json_t *choice = r->chat
 		? json_pack("{s:i,s:{s:s,s:o},s:s}", "index", 0, "message", "role", "assistant",
 			    "content", api_string(text, n), "finish_reason", api_finish_name(j->finish))
 		: json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "text", api_string(text, n), "logprobs",
 			    "finish_reason", api_finish_name(j->finish));
+	/* llama-server's name for it */
+	if (think && r->chat && choice)
+		json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
+				    api_string(think, nthink));
 	return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", id, "object",
 			 r->chat ? "chat.completion" : "text_completion", "created",
 			 (json_int_t)created, "model", s->model_id, "choices", choice, "usage",
@@ -584,9 +597,10 @@ int api_chunk(struct sbuf *out, const struct server *s, const struct api_req *r,
 	      const struct job *j)
 {
 	if (r->wire == WIRE_OLLAMA) {	/* a line a token, then the end's */
-		if (kind != CHUNK_DELTA && kind != CHUNK_FINISH)
+		if (kind != CHUNK_DELTA && kind != CHUNK_REASONING && kind != CHUNK_FINISH)
 			return 0;
-		json_t *o = ollama_object(s, r, text, n, kind == CHUNK_FINISH ? j : NULL);
+		json_t *o = kind == CHUNK_REASONING ? ollama_object(s, r, "", 0, text, n, NULL)
+			    : ollama_object(s, r, text, n, NULL, 0, kind == CHUNK_FINISH ? j : NULL);
 		char *d = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		int ret = d ? sbuf_printf(out, "%s\n", d) : -ENOMEM;
 		free(d);
@@ -600,6 +614,9 @@ int api_chunk(struct sbuf *out, const struct server *s, const struct api_req *r,
 			      "content", "", "finish_reason");
 	else if (kind == CHUNK_DELTA && r->chat)
 		c = json_pack("{s:i,s:{s:o},s:n}", "index", 0, "delta", "content",
+			      api_string(text, n), "finish_reason");
+	else if (kind == CHUNK_REASONING)
+		c = json_pack("{s:i,s:{s:o},s:n}", "index", 0, "delta", "reasoning_content",
 			      api_string(text, n), "finish_reason");
 	else if (kind == CHUNK_DELTA)
 		c = json_pack("{s:i,s:o,s:n,s:n}", "index", 0, "text", api_string(text, n),

@@ -34,6 +34,7 @@ struct request {
 	struct sbuf out;	/* bytes to write */
 	size_t out_at;
 	size_t sent;		/* of the job's text */
+	size_t rsent;		/* of its reasoning */
 	size_t token;		/* the token whose text ends after sent */
 	int phase;		/* 0: text, 1: the end written */
 	size_t prompt_tokens, completion_tokens;
@@ -141,7 +142,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		pthread_mutex_lock(&s->mu);
 		struct job *j = q->api.job;
 		int gone = 0;
-		while (!j->done && j->ready == q->sent && !(gone = wait_job(q)))
+		while (!j->done && j->ready == q->sent && j->reasoning.n == q->rsent &&
+		       !(gone = wait_job(q)))
 			;
 		if (gone) {
 			drop_job(q);
@@ -149,6 +151,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
 		int ret = 0;
+		/* the reasoning as it comes (no stop string takes it back); in
+		 * harmony it comes before the answer's text */
+		if (j->reasoning.n > q->rsent) {
+			ret = api_chunk(&q->out, s, &q->api, q->id, q->created, CHUNK_REASONING,
+					j->reasoning.p + q->rsent, j->reasoning.n - q->rsent, j);
+			q->rsent = j->reasoning.n;
+		}
 		/* a chunk a token, of the text no stop string can take back */
 		const size_t *ends = (const size_t *)j->ends.p;
 		size_t nends = j->ends.n / sizeof(size_t);

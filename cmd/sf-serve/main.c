@@ -232,7 +232,8 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 			fprintf(stderr, "%s: %s; chat in chatml\n", sf_progname, e->msg);
 		*e = (struct sf_err){ 0 };
 	}
-	if ((ret = sf_cli_end_of_turn(&s->model, s->tok, s->tmpl, &s->eot, e)))
+	if ((ret = sf_cli_end_of_turn(&s->model, s->tok, s->tmpl, &s->eot, e)) ||
+	    (ret = sf_cli_chat_channels(s->tok, s->tmpl, &s->channels, &s->harmony, e)))
 		return ret;
 	if ((ret = sf_pool_create(&s->pool, o->threads)))
 		return sf_err_set(e, ret, "thread pool of %d: %s", o->threads, sf_strerror(ret));

@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "base/pool.h"
+#include "engine/chat.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -51,6 +52,9 @@ struct job {
 	int ignore_eos;		/* llama-server's: past the end-of-text token */
 	int answer;		/* chat: the text decoded on its own, as sf-run -cnv's
 				 * answers; else after the prompt, as sf-run's text */
+	int channels;		/* an answer in harmony's channels (gpt-oss): the
+				 * final one's text is the text, the others' the
+				 * reasoning */
 	uint64_t seed;
 	char *stop[SERVE_MAX_STOPS];	/* the stop strings, NUL-terminated */
 	int nstop;
@@ -61,6 +65,7 @@ struct job {
 	size_t ntokens;		/* tokens generated */
 	struct sbuf ends;	/* (size_t) the text's length after each token: a
 				 * stream's chunk a token */
+	struct sbuf reasoning;	/* channels: the reasoning so far */
 	enum finish finish;
 	int done, cancelled, refs;
 	int in_queue;		/* queued, not in a slot yet */
@@ -76,6 +81,7 @@ struct slot {
 	struct sf_runstate st;	/* its own KV cache */
 	struct sf_sampler sampler;
 	struct sf_detok detok;
+	struct sf_chat_channels channels;	/* where the job's answer is */
 	struct job *job;	/* NULL: free */
 	int fresh;		/* job given, its sampler and decoder not set up yet */
 	size_t at;		/* prompt tokens fed (or kept from the job before) */
@@ -101,6 +107,8 @@ struct server {
 	uint64_t model_bytes;	/* the model's files, for /api/tags */
 	time_t model_mtime;
 	int32_t eot;		/* the chat template's end-of-turn token, or -1 */
+	struct sf_chat_channels channels;	/* harmony's markers, when harmony */
+	int harmony;		/* the template's answers come in channels */
 	const char *model_id;
 	time_t created;
 	/* options */
@@ -185,7 +193,7 @@ json_t *api_answer(const struct server *s, const struct api_req *r, const char *
 /* A stream's chunk: role (chat's first), a content delta, the finish or
  * the usage; appended to out as "data: JSON\n\n" (OpenAI's) or a line
  * of JSON (ollama's, which has no role or usage chunks). */
-enum api_chunk { CHUNK_ROLE, CHUNK_DELTA, CHUNK_FINISH, CHUNK_USAGE };
+enum api_chunk { CHUNK_ROLE, CHUNK_DELTA, CHUNK_REASONING, CHUNK_FINISH, CHUNK_USAGE };
 int api_chunk(struct sbuf *out, const struct server *s, const struct api_req *r,
 	      const char *id, time_t created, enum api_chunk kind, const char *text, size_t n,
 	      const struct job *j);

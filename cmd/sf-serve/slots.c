@@ -74,6 +74,7 @@ void job_free(struct job *j)
 		free(j->stop[i]);
 	sbuf_free(&j->text);
 	sbuf_free(&j->ends);
+	sbuf_free(&j->reasoning);
 	free(j);
 }
 
@@ -248,6 +249,30 @@ static void finish(struct server *s, struct slot *sl, enum finish f)
 	pthread_cond_broadcast(&s->progress);
 }
 
+/* Under mu: token's text (n bytes at p; token -1: what the decoder held
+ * back) added to the job's text, as add_text, or in an answer in
+ * channels to where its channel puts it: the text, the reasoning (no
+ * stop string looks there) or nowhere (the markers and names). */
+static int add_part(struct slot *sl, int32_t token, const char *p, size_t n, int final)
+{
+	struct job *j = sl->job;
+
+	if (j->channels)
+		switch (sf_chat_channels_push(&sl->channels, token, p, n)) {
+		case SF_CHAT_PART_REASONING:
+			if (sbuf_add(&j->reasoning, p, n))
+				return -ENOMEM;
+			/* the text grows by nothing */
+			__attribute__((fallthrough));
+		case SF_CHAT_PART_NONE:
+			n = 0;
+			break;
+		default:
+			break;
+		}
+	return add_text(j, p, n, final);
+}
+
 /* Outside mu: the job's sampler and its decoder, which has seen the
  * prompt unless the job is a chat's answer (how the first piece decodes
  * depends on what precedes it: the same text as sf-run's, as sf-run
@@ -261,6 +286,10 @@ static int slot_start(struct server *s, struct slot *sl, struct sf_err *e)
 		usleep((useconds_t)s->delay_ms * 1000);
 	j->t_start = sf_now_ns();
 	sf_detok_init(&sl->detok, s->tok, SF_DECODE_SKIP_SPECIAL);
+	if (j->channels) {	/* the answer opens after <|start|>assistant */
+		sl->channels = s->channels;
+		sf_chat_channels_start(&sl->channels);
+	}
 	if ((ret = sf_sampler_init(&sl->sampler, s->model.cfg.vocab_size, j->temp, j->top_p,
 				   j->seed, e)) ||
 	    (ret = sf_sampler_set_penalty(&sl->sampler, j->repeat_penalty, j->repeat_last_n, e)))
@@ -361,7 +390,7 @@ static int slot_step(struct server *s, struct slot *sl, int32_t *token_out)
 	}
 	pthread_mutex_lock(&s->mu);
 	j->ntokens++;
-	stopped = add_text(j, p, n, 0);
+	stopped = add_part(sl, token, p, n, 0);
 	if (stopped >= 0 && sbuf_add(&j->ends, (const char *)&j->text.n, sizeof(size_t)))
 		stopped = -ENOMEM;
 	if (stopped < 0) {
@@ -389,7 +418,7 @@ publish:
 		goto failed;
 	}
 	pthread_mutex_lock(&s->mu);
-	if (add_text(j, p, n, 1) < 0)
+	if (add_part(sl, -1, p, n, 1) < 0)
 		snprintf(j->error, sizeof(j->error), "generation: %s", strerror(ENOMEM));
 	finish(s, sl, j->error[0] ? FINISH_ERROR : f);
 	pthread_mutex_unlock(&s->mu);

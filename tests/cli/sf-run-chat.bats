@@ -4,15 +4,6 @@
 
 load helpers
 
-# A copy of the embedded model (no template of its own) whose
-# tokenizer_config.json has chat_template set to the JSON value $1.
-chat_model() {
-	local dst
-	dst=$(copy_model)
-	jq --argjson t "$1" '.chat_template = $t' "$MODEL/tokenizer_config.json" >"$dst/tokenizer_config.json"
-	echo "$dst"
-}
-
 CHATML='"{% for m in messages %}{{ \"<|im_start|>\" + m.role + \"\\n\" + m.content + \"<|im_end|>\\n\" }}{% endfor %}{% if add_generation_prompt %}{{ \"<|im_start|>assistant\\n\" }}{% endif %}"'
 
 # The ids --verbose-prompt lists after its "LABEL: N tokens" line, on one line.
@@ -133,23 +124,6 @@ ids_of() {
 	# an empty answer is an empty line
 	[ "$output" = $'\n' ] || [ "${#lines[@]}" -eq 0 ]
 	[ "$(sf-run -q --model "$m" -cnv -n 3 --temp 0 <<<$'Hello\nWho are you' | wc -l)" -eq 2 ]
-}
-
-# A copy of the embedded model with gpt-oss's harmony template and its
-# markers as tokens 1019-1022, and token 954 (',', the model's first
-# answer token) the marker $1 if given.
-harmony_model() {
-	local m id
-	m=$(chat_model '"{{- \"<|start|>user<|message|>\" + message.content + \"<|end|>\" }}{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content }}"')
-	cp "$MODEL/tokenizer.json" "$m/tokenizer.json"
-	for id in "1019 <|start|>" "1020 <|message|>" "1021 <|end|>" "1022 <|channel|>" ${1:+"954 $1"}; do
-		jq --argjson id "${id%% *}" --arg c "${id#* }" '.added_tokens |= map(select(.content != $c))
-			| .added_tokens += [{"id": $id, "content": $c, "single_word": false, "lstrip": false,
-			"rstrip": false, "normalized": false, "special": true}]' "$m/tokenizer.json" \
-			>"$BATS_TEST_TMPDIR/t.json"
-		mv "$BATS_TEST_TMPDIR/t.json" "$m/tokenizer.json"
-	done
-	echo "$m"
 }
 
 @test "gpt-oss (harmony): found by its markers; an answer ends at <|return|>, fed back as <|end|>" {

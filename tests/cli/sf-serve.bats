@@ -55,8 +55,39 @@ load serve-helpers
 	[ "$code" = 200 ]
 	[ "$(echo "$output" | jq -r .choices[0].message.content)" = "$want" ]
 	[ "$(echo "$output" | jq -r '.object, .choices[0].message.role')" = "$(printf 'chat.completion\nassistant')" ]
+	[ "$(echo "$output" | jq '.choices[0].message | has("reasoning_content")')" = false ]
 	post /v1/chat/completions '{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}], "max_tokens": 16, "temperature": 0}'
 	[ "$(echo "$output" | jq -r .choices[0].message.content)" = "$want" ]
+}
+
+# gpt-oss's harmony (helpers.bash's harmony_model, ',' made <|message|>):
+# the model's answer ", a. ..." becomes a channel of no name, not final.
+@test "sf-serve: gpt-oss's channels: the final one's text the content, the others' reasoning_content (ollama: thinking), streamed or not, as sf-run -cnv splits them" {
+	local m reason want
+	m=$(harmony_model "<|message|>")
+	want=$(echo "Hello" | sf-run -q --model "$m" -cnv -n 6 --temp 0 2>"$BATS_TEST_TMPDIR/reason")
+	# sf-run ends each channel's line at a marker; reasoning_content is
+	# the channels' text as written, one after the other
+	reason=$(tr -d '\n' <"$BATS_TEST_TMPDIR/reason")
+	[ -n "$reason" ]
+	MODEL=$m start_server
+	post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "temperature": 0}'
+	[ "$code" = 200 ]
+	[ "$(echo "$output" | jq -r .choices[0].message.content)" = "$want" ]
+	[ "$(echo "$output" | jq -r .choices[0].message.reasoning_content)" = "$reason" ]
+	[ "$(echo "$output" | jq -r .usage.completion_tokens)" = 6 ]
+	post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "temperature": 0, "stream": true}' -N
+	chunks=$(echo "$output" | sed -n 's/^data: //p' | sed '$d')
+	[ "$(echo "$chunks" | jq -j '.choices[0].delta.reasoning_content // empty')" = "$reason" ]
+	[ "$(echo "$chunks" | jq -j '.choices[0].delta.content // empty')" = "$want" ]
+	post /api/chat '{"model": "model", "messages": [{"role": "user", "content": "Hello"}], "options": {"temperature": 0, "num_predict": 6}, "stream": false}'
+	[ "$(echo "$output" | jq -r .message.thinking)" = "$reason" ]
+	[ "$(echo "$output" | jq -r .message.content)" = "$want" ]
+	post /api/chat '{"model": "model", "messages": [{"role": "user", "content": "Hello"}], "options": {"temperature": 0, "num_predict": 6}}' -N
+	[ "$(echo "$output" | jq -j '.message.thinking // empty')" = "$reason" ]
+	# a completion's text is as the model writes it, markers dropped
+	post /v1/completions '{"prompt": "Hello", "max_tokens": 6, "temperature": 0}'
+	[ "$(echo "$output" | jq '.choices[0] | has("reasoning_content")')" = false ]
 }
 
 @test "sf-serve: a stream is the same text, a chunk a token, role first, usage, then [DONE]" {
