@@ -956,26 +956,49 @@ static T256 void axpys_avx2(float *y, size_t ldy, const float *s, size_t lds, si
 /* A float slab's tile: 8-row vectors with their sums in registers across
  * the columns, the rows past them scalar (each row one fused
  * multiply-add a column in order, as the _ref). */
-static T256 void tile_avx2(float *y, size_t m, const uint8_t *base, size_t stride,
-			   const uint32_t *pos, enum sf_dtype dt, const float *xv, size_t n)
+/* NV vectors of 8 rows in registers (NV a constant: with a count known
+ * at run time GCC kept them on the stack, a load and a store each FMA:
+ * the BF16 image decoded at 0.86x the dense engine), the rows past them
+ * one by one. */
+INL T256 void tile256(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
+		      enum sf_dtype dt, const float *xv, size_t n, const int NV)
 {
-	size_t es = dt_size(dt), nv = m / 8;
+	size_t es = dt_size(dt);
 	__m256 acc[SF_FSLAB_ROWS / 8];
 
-	for (size_t v = 0; v < nv; v++)
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
 		acc[v] = _mm256_loadu_ps(y + 8 * v);
 	for (size_t k = 0; k < n; k++) {
 		const uint8_t *c = base + pos[k] * stride;
 		__m256 x = _mm256_set1_ps(xv[k]);
 		for (size_t o = 0; o < stride; o += 64)
 			__builtin_prefetch(c + FSLAB_AHEAD + o);
-		for (size_t v = 0; v < nv; v++)
-			acc[v] = _mm256_fmadd_ps(ld8(c + 8 * v * es, dt), x, acc[v]);
-		for (size_t j = 8 * nv; j < m; j++)
+#pragma GCC unroll 8
+		for (int v = 0; v < NV; v++)
+			acc[v] = _mm256_fmadd_ps(ld8(c + 8 * (size_t)v * es, dt), x, acc[v]);
+		for (size_t j = 8 * (size_t)NV; j < m; j++)
 			y[j] = fmaf(xv[k], ld_w(c, dt, j), y[j]);
 	}
-	for (size_t v = 0; v < nv; v++)
+#pragma GCC unroll 8
+	for (int v = 0; v < NV; v++)
 		_mm256_storeu_ps(y + 8 * v, acc[v]);
+}
+
+static T256 void tile_avx2(float *y, size_t m, const uint8_t *base, size_t stride,
+			   const uint32_t *pos, enum sf_dtype dt, const float *xv, size_t n)
+{
+	switch (m / 8) {
+	case 8: tile256(y, m, base, stride, pos, dt, xv, n, 8); break;
+	case 7: tile256(y, m, base, stride, pos, dt, xv, n, 7); break;
+	case 6: tile256(y, m, base, stride, pos, dt, xv, n, 6); break;
+	case 5: tile256(y, m, base, stride, pos, dt, xv, n, 5); break;
+	case 4: tile256(y, m, base, stride, pos, dt, xv, n, 4); break;
+	case 3: tile256(y, m, base, stride, pos, dt, xv, n, 3); break;
+	case 2: tile256(y, m, base, stride, pos, dt, xv, n, 2); break;
+	case 1: tile256(y, m, base, stride, pos, dt, xv, n, 1); break;
+	default: tile256(y, m, base, stride, pos, dt, xv, n, 0); break;
+	}
 }
 
 static const struct kern kern_avx2 = {
