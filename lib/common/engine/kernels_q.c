@@ -1055,26 +1055,30 @@ INL T256 void qpass_prep256(struct qpass *p, const __m256 *xv, const __m256 *ax,
 			    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 3)));
 }
 
-/* Half h of block i (q4: rows 8h-8h+7 and 16+8h-23+8h, one 32-byte load a
- * quad; q8: rows 16h-16h+15, two) for tokens [t0, t0 + NT), NT <= 4, at
- * y[t] (its row 0). */
-INL T256 void qpass_half256(const struct qpass *p, size_t i, const enum sf_dtype dt,
+/* Part h of block i for tokens [t0, t0 + NT) at y[t] (its row 0): q4's
+ * half h, rows 8h-8h+7 and 8h+16-8h+23 (the low and high nibbles of one
+ * 32-byte load a quad), NT <= 4; q8's quarter h, rows 8h-8h+7, NT <= 8
+ * (more sums and the sign trick's operands would not fit the registers). */
+INL T256 void qpass_part256(const struct qpass *p, size_t i, const enum sf_dtype dt,
 			    float *const *y, size_t t0, const int NT, const size_t nq, const int h)
 {
 	const __m256i ones = _mm256_set1_epi16(1);
-	__m256i u[4], v[4];
-#pragma GCC unroll 4
+	__m256i u[8], v[4];
+#pragma GCC unroll 8
 	for (int t = 0; t < NT; t++)
-		u[t] = v[t] = _mm256_setzero_si256();
+		u[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+	for (int t = 0; t < NT && dt == SF_DTYPE_Q4; t++)
+		v[t] = _mm256_setzero_si256();
 	/* unrolled whole, as qpass_block's quads at AVX-512 */
 #pragma GCC unroll 8
 	for (size_t qd = 0; qd < SF_QRUN / 4; qd++) {
 		if (qd == nq)
 			break;
+		__m256i c = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 32 * h));
 		if (dt == SF_DTYPE_Q4) {
 			/* a q4 product pair is at most 2 * 15 * 127: a run's
 			 * eight quads sum in 16 bits, widened once */
-			__m256i c = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 32 * h));
 			__m256i lo = _mm256_and_si256(c, _mm256_set1_epi8(15));
 			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), _mm256_set1_epi8(15));
 #pragma GCC unroll 4
@@ -1084,52 +1088,51 @@ INL T256 void qpass_half256(const struct qpass *p, size_t i, const enum sf_dtype
 				v[t] = _mm256_add_epi16(v[t], _mm256_maddubs_epi16(hi, a));
 			}
 		} else {
-			__m256i w0 = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 64 * h));
-			__m256i w1 = _mm256_loadu_si256((const __m256i *)(p->w[i][qd] + 64 * h + 32));
-			__m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
-#pragma GCC unroll 4
+			__m256i ac = _mm256_abs_epi8(c);
+#pragma GCC unroll 8
 			for (int t = 0; t < NT; t++) {
 				__m256i a = _mm256_set1_epi32(p->a[i][qd][t0 + t]);
 				u[t] = _mm256_add_epi32(u[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
-					a0, _mm256_sign_epi8(a, w0)), ones));
-				v[t] = _mm256_add_epi32(v[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
-					a1, _mm256_sign_epi8(a, w1)), ones));
+					ac, _mm256_sign_epi8(a, c)), ones));
 			}
 		}
 	}
-	const size_t ru = dt == SF_DTYPE_Q4 ? 8 * (size_t)h : 16 * (size_t)h;
-	const size_t rv = dt == SF_DTYPE_Q4 ? 16 + 8 * (size_t)h : 16 * (size_t)h + 8;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int t = 0; t < NT; t++) {
 		__m256i off = _mm256_set1_epi32(p->off[i][t0 + t]);
 		__m256 d = _mm256_set1_ps(p->d[i][t0 + t]);
-		float *yb = y[t0 + t] + SF_QBLOCK * i;
+		float *yb = y[t0 + t] + SF_QBLOCK * i + 8 * h;
 		if (dt == SF_DTYPE_Q4) {
 			u[t] = _mm256_madd_epi16(u[t], ones);
 			v[t] = _mm256_madd_epi16(v[t], ones);
+			_mm256_storeu_ps(yb + 16, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(
+				_mm256_add_epi32(v[t], off)), _mm256_loadu_ps(yb + 16)));
 		}
-		_mm256_storeu_ps(yb + ru, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(
-			_mm256_add_epi32(u[t], off)), _mm256_loadu_ps(yb + ru)));
-		_mm256_storeu_ps(yb + rv, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(
-			_mm256_add_epi32(v[t], off)), _mm256_loadu_ps(yb + rv)));
+		_mm256_storeu_ps(yb, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(
+			_mm256_add_epi32(u[t], off)), _mm256_loadu_ps(yb)));
 	}
 }
 
-/* Block i for tokens [0, nt), dt a constant. */
+/* Block i for tokens [0, nt), dt a constant: q4 in halves four tokens at
+ * a time, q8 in quarters eight at a time. */
 INL T256 void qpass_blocks256(const struct qpass *p, size_t i, const enum sf_dtype dt,
 			      float *const *y, size_t nt)
 {
+	const int parts = dt == SF_DTYPE_Q4 ? 2 : 4, NT = dt == SF_DTYPE_Q4 ? 4 : 8;
 	size_t t = 0;
 	if (p->nq == SF_QRUN / 4)	/* a whole run: no exit inside the quads' loop */
-		for (; t + 4 <= nt; t += 4)
-			for (int h = 0; h < 2; h++)
-				qpass_half256(p, i, dt, y, t, 4, SF_QRUN / 4, h);
+		for (; t + (size_t)NT <= nt; t += (size_t)NT)
+			for (int h = 0; h < parts; h++)
+				qpass_part256(p, i, dt, y, t, NT, SF_QRUN / 4, h);
+	for (; t + (size_t)NT <= nt; t += (size_t)NT)
+		for (int h = 0; h < parts; h++)
+			qpass_part256(p, i, dt, y, t, NT, p->nq, h);
 	for (; t + 4 <= nt; t += 4)
-		for (int h = 0; h < 2; h++)
-			qpass_half256(p, i, dt, y, t, 4, p->nq, h);
+		for (int h = 0; h < parts; h++)
+			qpass_part256(p, i, dt, y, t, 4, p->nq, h);
 	for (; t < nt; t++)
-		for (int h = 0; h < 2; h++)
-			qpass_half256(p, i, dt, y, t, 1, p->nq, h);
+		for (int h = 0; h < parts; h++)
+			qpass_part256(p, i, dt, y, t, 1, p->nq, h);
 }
 
 /* A slab's pass from 8 tokens (qint: q4 60 GMAC/s against 57 by two
@@ -1137,6 +1140,7 @@ INL T256 void qpass_blocks256(const struct qpass *p, size_t i, const enum sf_dty
  * columns always: the pass lays their codes out once, the two tokens'
  * path for every two (qint, 2 tokens: q4 17.5 against 8.6). */
 #define QP256_SLAB_MIN 8
+
 /* The AVX2 level's qpass_tokens_fn. */
 static T256 void qpass_tokens256(struct qpass *p, float *y0, size_t ldy, size_t T,
 				 enum sf_dtype dt)
