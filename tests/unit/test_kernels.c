@@ -409,8 +409,10 @@ static void check_fslab(const char *isa, enum sf_dtype dt, const char *dn, size_
 		if (all || rnd32() % 2) {
 			pos[k] = (uint32_t)p;
 			cols[k] = C + p * rows * es;
+			/* all: every token selects every position, as the decoder's
+			 * dense groups (the strips' path without masks) */
 			for (size_t t = 0; t < T; t++)
-				if (T == 1 || rnd32() % 3) {
+				if (T == 1 || all || rnd32() % 3) {
 					sel[k * ldx + t] = ~0u;
 					X[k * ldx + t] = frand();
 				}

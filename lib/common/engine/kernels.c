@@ -146,6 +146,18 @@ static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_
 		}
 }
 
+/* Whether every token of [0, T) selected each of the n columns: the SIMD
+ * strips then leave out their blends (half their work on AVX2 and NEON;
+ * the sums of a group's tokens past T are never stored). */
+static inline int strip_all_selected(const uint32_t *sel, size_t ldx, size_t T, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t t = 0; t < T; t++)
+			if (!sel[k * ldx + t])
+				return 0;
+	return 1;
+}
+
 static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype dt,
 			size_t n, float eps)
 {
@@ -721,7 +733,7 @@ INL T256 __m256i rows8(size_t m, size_t j)
 #define STRIP256_TOKENS 4
 INL T256 void strip256(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
-		       size_t n, const int scaled)
+		       size_t n, const int scaled, const int masked)
 {
 	for (size_t j0 = 0; j0 < m; j0 += 16) {
 		__m256i k0 = rows8(m, j0), k1 = rows8(m, j0 + 8);
@@ -740,9 +752,16 @@ INL T256 void strip256(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 #pragma GCC unroll 4
 				for (size_t t = 0; t < STRIP256_TOKENS; t++) {
 					__m256 xb = _mm256_set1_ps(scaled ? x[t] * xs[k] : x[t]);
-					__m256 mk = _mm256_castsi256_ps(_mm256_set1_epi32((int)s[t]));
-					a[t][0] = _mm256_blendv_ps(a[t][0], _mm256_fmadd_ps(c0, xb, a[t][0]), mk);
-					a[t][1] = _mm256_blendv_ps(a[t][1], _mm256_fmadd_ps(c1, xb, a[t][1]), mk);
+					__m256 f0 = _mm256_fmadd_ps(c0, xb, a[t][0]);
+					__m256 f1 = _mm256_fmadd_ps(c1, xb, a[t][1]);
+					if (masked) {
+						__m256 mk = _mm256_castsi256_ps(
+							_mm256_set1_epi32((int)s[t]));
+						f0 = _mm256_blendv_ps(a[t][0], f0, mk);
+						f1 = _mm256_blendv_ps(a[t][1], f1, mk);
+					}
+					a[t][0] = f0;
+					a[t][1] = f1;
 				}
 			}
 			for (size_t t = 0; t < STRIP256_TOKENS && t0 + t < T; t++) {
@@ -754,14 +773,21 @@ INL T256 void strip256(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 	}
 }
 
+/* A pass's strip; its blends (half its work) left out where every token
+ * selected every column (an image's dense groups, budget 1). */
 static T256 void strip_avx2(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 			    const float *xs, const float *X, const uint32_t *sel, size_t ldx,
 			    size_t T, size_t n)
 {
-	if (xs)
-		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1);
+	int masked = !strip_all_selected(sel, ldx, T, n);
+	if (xs && masked)
+		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 1);
+	else if (xs)
+		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 0);
+	else if (masked)
+		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0, 1);
 	else
-		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
+		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0, 0);
 }
 
 static T256 void colaccum_avx2(float *y, size_t m, const void *const *cols, size_t off,
@@ -2042,7 +2068,7 @@ static void widen_neon(float *w, const void *c, enum sf_dtype dt, size_t m)
 #define STRIPN_TOKENS 4
 INL void stripn(float *Y, size_t ldy, size_t j0, const float (*W)[SF_STRIP_ROWS],
 		const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
-		size_t n, const int NV, const int scaled)
+		size_t n, const int NV, const int scaled, const int masked)
 {
 	for (size_t t0 = 0; t0 < T; t0 += STRIPN_TOKENS) {
 		float32x4_t a[STRIPN_TOKENS][4];
@@ -2065,7 +2091,9 @@ INL void stripn(float *Y, size_t ldy, size_t j0, const float (*W)[SF_STRIP_ROWS]
 				uint32x4_t mk = vdupq_n_u32(s[t]);
 #pragma GCC unroll 4
 				for (int v = 0; v < NV; v++)
-					a[t][v] = vbslq_f32(mk, vfmaq_f32(a[t][v], c[v], xb), a[t][v]);
+					a[t][v] = masked ? vbslq_f32(mk, vfmaq_f32(a[t][v], c[v], xb),
+								     a[t][v])
+							 : vfmaq_f32(a[t][v], c[v], xb);
 			}
 		}
 		for (size_t t = 0; t < STRIPN_TOKENS && t0 + t < T; t++)
@@ -2082,10 +2110,13 @@ INL void strip_neon_with(float *Y, size_t ldy, size_t m, const float (*W)[SF_STR
 			 size_t T, size_t n, const int scaled)
 {
 	size_t j0 = 0;
+	int masked = !strip_all_selected(sel, ldx, T, n);
+	for (; j0 + 16 <= m && masked; j0 += 16)
+		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 4, scaled, 1);
 	for (; j0 + 16 <= m; j0 += 16)
-		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 4, scaled);
+		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 4, scaled, 0);
 	for (; j0 + 4 <= m; j0 += 4)
-		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 1, scaled);
+		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 1, scaled, 1);
 	if (j0 < m)
 		strip_ref(Y + j0, ldy, m - j0, (const float (*)[SF_STRIP_ROWS])(W[0] + j0), xs, X,
 			  sel, ldx, T, n);
