@@ -138,7 +138,7 @@ static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_
 {
 	for (size_t k = 0; k < n; k++)
 		for (size_t t = 0; t < T; t++) {
-			if (!sel[k * ldx + t])
+			if (sel && !sel[k * ldx + t])
 				continue;
 			float x = xs ? X[k * ldx + t] * xs[k] : X[k * ldx + t];
 			for (size_t j = 0; j < m; j++)
@@ -146,9 +146,10 @@ static void strip_ref(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_
 		}
 }
 
-/* Whether every token of [0, T) selected each of the n columns: the SIMD
- * strips then leave out their blends (half their work on AVX2 and NEON;
- * the sums of a group's tokens past T are never stored). */
+/* Whether every token of [0, T) selected each of the n columns: the
+ * strips are then given no sel and leave out their masks (the blends,
+ * half their work on AVX2 and NEON; the sums of a group's tokens past T
+ * are never stored). */
 static inline int strip_all_selected(const uint32_t *sel, size_t ldx, size_t T, size_t n)
 {
 	for (size_t k = 0; k < n; k++)
@@ -314,7 +315,8 @@ struct kern {
 			 const float *xv, size_t n);
 	/* the batched column-accumulate (sf_colaccum_strips): m rows of a
 	 * column widened to f32 (m <= SF_STRIP_ROWS), and the register-tiled
-	 * product of a block of such strips, xs the columns' factors or NULL */
+	 * product of a block of such strips, xs the columns' factors or NULL,
+	 * sel NULL when every token selected every column (no masks) */
 	void (*widen)(float *w, const void *c, enum sf_dtype dt, size_t m);
 	void (*strip)(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 		      const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
@@ -748,7 +750,7 @@ INL T256 void strip256(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 			for (size_t k = 0; k < n; k++) {
 				__m256 c0 = _mm256_load_ps(W[k] + j0), c1 = _mm256_load_ps(W[k] + j0 + 8);
 				const float *x = X + k * ldx + t0;
-				const uint32_t *s = sel + k * ldx + t0;
+				const uint32_t *s = masked ? sel + k * ldx + t0 : NULL;
 #pragma GCC unroll 4
 				for (size_t t = 0; t < STRIP256_TOKENS; t++) {
 					__m256 xb = _mm256_set1_ps(scaled ? x[t] * xs[k] : x[t]);
@@ -773,13 +775,13 @@ INL T256 void strip256(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 	}
 }
 
-/* A pass's strip; its blends (half its work) left out where every token
- * selected every column (an image's dense groups, budget 1). */
+/* A pass's strip; without sel (every token selected every column: an
+ * image's dense groups, budget 1) its blends, half its work, left out. */
 static T256 void strip_avx2(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 			    const float *xs, const float *X, const uint32_t *sel, size_t ldx,
 			    size_t T, size_t n)
 {
-	int masked = !strip_all_selected(sel, ldx, T, n);
+	int masked = sel != NULL;
 	if (xs && masked)
 		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 1);
 	else if (xs)
@@ -979,13 +981,11 @@ static T256 void axpys_avx2(float *y, size_t ldy, const float *s, size_t lds, si
 		axpys1_avx2(y + q * ldy, s + q * lds, X, ldx, n, d);
 }
 
-/* A float slab's tile: 8-row vectors with their sums in registers across
- * the columns, the rows past them scalar (each row one fused
- * multiply-add a column in order, as the _ref). */
-/* NV vectors of 8 rows in registers (NV a constant: with a count known
- * at run time GCC kept them on the stack, a load and a store each FMA:
- * the BF16 image decoded at 0.86x the dense engine), the rows past them
- * one by one. */
+/* A float slab's tile: NV 8-row vectors with their sums in registers
+ * across the columns (NV a constant: with a count known at run time GCC
+ * kept them on the stack, a load and a store each FMA, and the BF16 image
+ * decoded at 0.86x the dense engine), the rows past them scalar (each row
+ * one fused multiply-add a column in order, as the _ref). */
 INL T256 void tile256(float *y, size_t m, const uint8_t *base, size_t stride, const uint32_t *pos,
 		      enum sf_dtype dt, const float *xv, size_t n, const int NV)
 {
@@ -1545,7 +1545,7 @@ static T512 void widen_avx512(float *w, const void *c, enum sf_dtype dt, size_t 
 #define STRIP512_TOKENS 8
 INL T512 void strip512(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP_ROWS],
 		       const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
-		       size_t n, const int scaled)
+		       size_t n, const int scaled, const int masked)
 {
 	enum { V = SF_STRIP_ROWS / 16 };
 	__mmask16 km[V];
@@ -1567,11 +1567,11 @@ INL T512 void strip512(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 			for (size_t v = 0; v < V; v++)
 				w[v] = _mm512_load_ps(W[k] + 16 * v);
 			const float *x = X + k * ldx + t0;
-			const uint32_t *s = sel + k * ldx + t0;
+			const uint32_t *s = masked ? sel + k * ldx + t0 : NULL;
 #pragma GCC unroll 8
 			for (size_t t = 0; t < STRIP512_TOKENS; t++) {
 				__m512 xb = _mm512_set1_ps(scaled ? x[t] * xs[k] : x[t]);
-				__mmask16 mk = (__mmask16)s[t];
+				__mmask16 mk = masked ? (__mmask16)s[t] : (__mmask16)0xffff;
 #pragma GCC unroll 4
 				for (size_t v = 0; v < V; v++)
 					a[t][v] = _mm512_mask3_fmadd_ps(w[v], xb, a[t][v], mk);
@@ -1588,10 +1588,14 @@ static T512 void strip_avx512(float *Y, size_t ldy, size_t m, const float (*W)[S
 			      const float *xs, const float *X, const uint32_t *sel, size_t ldx,
 			      size_t T, size_t n)
 {
-	if (xs)
-		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1);
+	if (xs && sel)
+		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 1);
+	else if (xs)
+		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 0);
+	else if (sel)
+		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0, 1);
 	else
-		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0);
+		strip512(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0, 0);
 }
 
 static T512 void colaccum_avx512(float *y, size_t m, const void *const *cols, size_t off,
@@ -2126,11 +2130,11 @@ INL void stripn(float *Y, size_t ldy, size_t j0, const float (*W)[SF_STRIP_ROWS]
 			for (int v = 0; v < NV; v++)
 				c[v] = vld1q_f32(W[k] + j0 + 4 * v);
 			const float *x = X + k * ldx + t0;
-			const uint32_t *s = sel + k * ldx + t0;
+			const uint32_t *s = masked ? sel + k * ldx + t0 : NULL;
 #pragma GCC unroll 4
 			for (size_t t = 0; t < STRIPN_TOKENS; t++) {
 				float32x4_t xb = vdupq_n_f32(scaled ? x[t] * xs[k] : x[t]);
-				uint32x4_t mk = vdupq_n_u32(s[t]);
+				uint32x4_t mk = vdupq_n_u32(masked ? s[t] : ~0u);
 #pragma GCC unroll 4
 				for (int v = 0; v < NV; v++)
 					a[t][v] = masked ? vbslq_f32(mk, vfmaq_f32(a[t][v], c[v], xb),
@@ -2152,13 +2156,14 @@ INL void strip_neon_with(float *Y, size_t ldy, size_t m, const float (*W)[SF_STR
 			 size_t T, size_t n, const int scaled)
 {
 	size_t j0 = 0;
-	int masked = !strip_all_selected(sel, ldx, T, n);
-	for (; j0 + 16 <= m && masked; j0 += 16)
+	for (; j0 + 16 <= m && sel; j0 += 16)
 		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 4, scaled, 1);
 	for (; j0 + 16 <= m; j0 += 16)
 		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 4, scaled, 0);
-	for (; j0 + 4 <= m; j0 += 4)
+	for (; j0 + 4 <= m && sel; j0 += 4)
 		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 1, scaled, 1);
+	for (; j0 + 4 <= m; j0 += 4)
+		stripn(Y, ldy, j0, W, xs, X, sel, ldx, T, n, 1, scaled, 0);
 	if (j0 < m)
 		strip_ref(Y + j0, ldy, m - j0, (const float (*)[SF_STRIP_ROWS])(W[0] + j0), xs, X,
 			  sel, ldx, T, n);
@@ -2432,6 +2437,8 @@ static void colaccum_strips_with(const struct kern *kern, float *Y, size_t ldy, 
 {
 	float W[SF_STRIP_COLUMNS][SF_STRIP_ROWS] __attribute__((aligned(64)));
 	float xs[SF_STRIP_COLUMNS];
+	/* looked at once a call, not once a strip of rows */
+	const uint32_t *mask = strip_all_selected(sel, ldx, T, n) ? NULL : sel;
 
 	for (size_t j0 = s0; j0 < s1; j0 += SF_STRIP_ROWS) {
 		size_t rows = s1 - j0 < SF_STRIP_ROWS ? s1 - j0 : SF_STRIP_ROWS;
@@ -2443,7 +2450,8 @@ static void colaccum_strips_with(const struct kern *kern, float *Y, size_t ldy, 
 					W[k][j] = 0.0f;
 			}
 			kern->strip(Y + (j0 - s0), ldy, rows, (const float (*)[SF_STRIP_ROWS])W,
-				    scaled ? xs : NULL, X + kb * ldx, sel + kb * ldx, ldx, T, kn);
+				    scaled ? xs : NULL, X + kb * ldx, mask ? mask + kb * ldx : NULL,
+				    ldx, T, kn);
 		}
 	}
 }

@@ -469,11 +469,10 @@ static void qint_pass(qpass_tokens_fn *tokens, qpass_quads_fn *quads, float *Y, 
 		for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
 			const uint8_t *col[SF_QRUN];
 			size_t m = (k1 = sf_qrun_end(q->pos, k0, n)) - k0;
-			p.nq = (m + 3) / 4;
+			p.nq = run_quads(q, k0, k1, col);
 			qint_prefetch(q, k1, n, b0, p.nb);
 			qpass_ahead(X, ldx, T, q->pos, k1, n);
 			for (size_t k = 0; k < 4 * p.nq; k++) {
-				col[k] = qsrc_col(q, k0 + (k < m ? k : m - 1));
 				p.x[k] = k < m ? X + (k0 + k) * ldx : NULL;
 				p.h[k] = k < m ? sf_q_scale_at(col[k], b0) : NULL;
 			}
