@@ -188,9 +188,10 @@ static const struct sf_opt options[] = {
 	  "ffn_out from the previous token) (default residual)", NULL, SPARSE },
 	{ "no-direct", OPT_NO_DIRECT, NULL, "read through the page cache (no O_DIRECT)", NULL,
 	  SPARSE },
-	{ "activations", OPT_ACTIVATIONS, "T", "a q8 or q4 image's products: q8, activations in\n"
-	  "8 bits and integer dot products; f32, every weight\n"
-	  "widened to f32 (the reference) (default q8)", NULL, SPARSE },
+	{ "activations", OPT_ACTIVATIONS, "T", "a q8 or q4 image's products and MXFP4 experts':\n"
+	  "q8, activations in 8 bits and integer dot products;\n"
+	  "f32, every weight widened to f32 (the reference)\n"
+	  "(default q8)", NULL, 0 },
 	{ "cache-policy", OPT_CACHE_POLICY, "P", "s3fifo, lru or none (default s3fifo)", NULL,
 	  SPARSE },
 	{ "seg-admit", OPT_SEG_ADMIT, "P", "admission probability of an entry read inside a run\n"
@@ -808,6 +809,7 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 		return ret;
 	D->sampler.top_k = o->top_k;
 	D->sampler.min_p = (float)o->min_p;
+	D->state.mxfp4_f32 = o->sparse.f32_activations;
 	if (o->draft_threads > 1 && (ret = sf_pool_create(&D->pool, o->draft_threads)))
 		return sf_err_set(e, ret, "--threads-draft %d: %s", o->draft_threads,
 				  sf_strerror(ret));
@@ -873,6 +875,7 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	S->sampler.top_k = o->top_k;
 	S->sampler.min_p = (float)o->min_p;
 	S->state.pool = S->pool;
+	S->state.mxfp4_f32 = o->sparse.f32_activations;
 	S->positions = ctx;
 	if (o->mo.image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)

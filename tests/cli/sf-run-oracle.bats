@@ -44,8 +44,9 @@ need_numpy() {
 		skip "no numpy for $PYTHON (apt install python3-numpy): the NumPy oracle not run"
 }
 
-# The f32 KV cache: the oracle's attention has no f16 rounding.
-exact() { sf-run -q -ctk f32 -ctv f32 "$@"; }
+# The f32 KV cache: the oracle's attention has no f16 rounding; MXFP4
+# experts times f32 inputs, not rounded to 8 bits as llama.cpp's are.
+exact() { sf-run -q -ctk f32 -ctv f32 --activations f32 "$@"; }
 
 # The text's token ids as sf-run gives them (BOS first), comma-separated.
 ids() {
@@ -261,9 +262,17 @@ ring_matches() {
 	ring_matches gpt_oss
 }
 
-@test "gpt-oss with its experts in MXFP4 blocks and scales: the nll within 2e-4 of the oracle's decoding, its greedy tokens, at any -b" {
+@test "gpt-oss with its experts in MXFP4 blocks and scales: the nll within 2e-4 of the oracle's decoding with --activations f32, its greedy tokens, at any -b; their inputs rounded to 8 bits (the default) within 5e-3" {
+	local got want
 	check_arch gpt_oss_mxfp4
 	same_at_any_batch gpt_oss_mxfp4
+	want=$(exact -m "$D/gpt_oss_mxfp4" --ppl "$D/text.txt" --window 64 | jq .nll)
+	got=$(sf-run -q -ctk f32 -ctv f32 -m "$D/gpt_oss_mxfp4" --ppl "$D/text.txt" --window 64 |
+		jq .nll)
+	[ "$got" != "$want" ]
+	NLL_TOL=5e-3 nll_matches "$got" "$want"
+	[ "$(sf-run -q -ctk f32 -ctv f32 -m "$D/gpt_oss_mxfp4" --ppl "$D/text.txt" --window 64 \
+		-b 1 -t 1 | jq .nll)" = "$got" ]
 }
 
 @test "gpt-oss: sinks of the wrong shape, a fused expert tensor missing or of another count, a top k above the count, layer_types of the wrong length, an unsupported rope type, MXFP4 scales of the wrong shape: one line, exit 1" {

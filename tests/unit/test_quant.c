@@ -354,6 +354,16 @@ static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	      *Y1 = malloc(rows * sizeof(float)), *g = malloc(cols * sizeof(float));
 
 	for (size_t r = 0; r < rows; r++) {
+		if (dt == SF_DTYPE_MXFP4) {	/* gpt-oss's blocks: scales 2^-9 to 2^0, any
+						 * codes; every fifth row's 2^-127 (subnormal)
+						 * to 2^-125 */
+			for (size_t b = 0; b < nb; b++)
+				W[r * rb + b] = r % 5 == 4 ? (uint8_t)((r + b) % 3)
+						: (uint8_t)(118 + (size_t)(uniform() * 10) % 10);
+			for (size_t i = nb; i < rb; i++)
+				W[r * rb + i] = (uint8_t)((size_t)(uniform() * 256) % 256);
+			continue;
+		}
 		for (size_t c = 0; c < cols; c++)
 			f[c] = gauss() * (c % 61 == 5 ? 4.0f : 0.05f);
 		CHECK(sf_quant_column(W + r * rb, dt, f, cols, SF_QUANT_SEARCH) == 0, "quantize");
@@ -430,6 +440,11 @@ static void test_kernels(enum sf_isa level)
 			for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
 				check_rows_kernel(isa, qdt[d], row_sizes[i][0], row_sizes[i][1],
 						  row_sizes[i][2], row_sizes[i][3], row_tokens[t], 0);
+	/* gpt-oss's experts: MXFP4 rows, the codes twice their e2m1 values */
+	for (size_t i = 0; i < sizeof(row_sizes) / sizeof(row_sizes[0]); i++)
+		for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
+			check_rows_kernel(isa, SF_DTYPE_MXFP4, row_sizes[i][0], row_sizes[i][1],
+					  row_sizes[i][2], row_sizes[i][3], row_tokens[t], 0);
 	/* tiles: whole, cut by the range, one tile; roundings of 2,080 inputs */
 	static const size_t tile_sizes[][4] = {	/* rows, cols, r0, r1 */
 		{ 16, 32, 0, 16 }, { 48, 96, 0, 48 }, { 64, 2080, 5, 59 }, { 32, 512, 16, 20 },

@@ -28,9 +28,16 @@ int sf_quant_method_parse(const char *name, enum sf_quant_method *m)
 const float sf_e2m1[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
 			    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
 
+const int8_t sf_e2m1_twice[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
 float sf_quant_scale(const uint8_t *col, size_t b)
 {
 	return sf_f16_to_f32(sf_get_le16(sf_q_scale_at(col, b)));
+}
+
+float sf_q_int_scale(const uint8_t *row, enum sf_dtype dt, size_t b)
+{
+	return dt == SF_DTYPE_MXFP4 ? 0.5f * sf_mxfp4_scale(row[b]) : sf_quant_scale(row, b);
 }
 
 /* The smallest f16 at least s (s >= 0 finite), or 0x7c00 (inf) past the

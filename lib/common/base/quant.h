@@ -159,6 +159,18 @@ static inline int sf_mxfp4_code(const uint8_t *codes, size_t i)
 	return (codes[i % 16] >> (i / 16 * 4)) & 15;
 }
 
+/* The integer products' view of a row's blocks (engine/kernels_qrows.h):
+ * q8, q6 and q4 their codes and f16 scales; MXFP4 twice its e2m1 value
+ * (an integer, |c| <= 12: sf_e2m1_twice) and half its scale (exact: a
+ * power of two), the same weights. */
+extern const int8_t sf_e2m1_twice[16];
+static inline int sf_q_int_code(const uint8_t *codes, enum sf_dtype dt, size_t i)
+{
+	return dt == SF_DTYPE_MXFP4 ? sf_e2m1_twice[sf_mxfp4_code(codes, i)]
+				    : sf_q_code(codes, dt, i);
+}
+float sf_q_int_scale(const uint8_t *row, enum sf_dtype dt, size_t b);
+
 /* The weight of row r of the column at col: code * scale in f32, as every
  * kernel computes it. */
 static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t r)

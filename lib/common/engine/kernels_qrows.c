@@ -93,11 +93,11 @@ static void qr_rows_ref(float *y, size_t ldy, const uint8_t *W, enum sf_dtype dt
 			float sum[QR_SUMS] = { 0 };
 			for (size_t b = 0; b < nb; b++) {
 				const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
-				float s = sf_quant_scale(row, b) * in->d[t * nb + b];
+				float s = sf_q_int_scale(row, dt, b) * in->d[t * nb + b];
 				for (size_t g = 0; g < 8; g++) {
 					int32_t isum = 0;
 					for (size_t i = 4 * g; i < 4 * g + 4; i++)
-						isum += sf_q_code(c, dt, i) * q[b * SF_QBLOCK + i];
+						isum += sf_q_int_code(c, dt, i) * q[b * SF_QBLOCK + i];
 					float *a = &sum[(b % 2) * 8 + g];
 					*a = fmaf((float)isum, s, *a);
 				}
@@ -224,7 +224,8 @@ void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, 
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 
-/* Block b's codes less sf_q_bias, as signed bytes. */
+/* Block b's codes less sf_q_bias (MXFP4: sf_q_int_code's), as signed
+ * bytes. */
 INL T256 __m256i qr_unpack256(const uint8_t *c, enum sf_dtype dt)
 {
 	if (dt == SF_DTYPE_Q8)
@@ -232,6 +233,9 @@ INL T256 __m256i qr_unpack256(const uint8_t *c, enum sf_dtype dt)
 	__m128i v = _mm_loadu_si128((const __m128i *)c);
 	__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
 				     _mm256_set1_epi8(15));
+	if (dt == SF_DTYPE_MXFP4)
+		return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+						   (const __m128i *)sf_e2m1_twice)), u);
 	if (dt == SF_DTYPE_Q6) {
 		int64_t h;
 		memcpy(&h, c + 16, 8);
@@ -241,6 +245,20 @@ INL T256 __m256i qr_unpack256(const uint8_t *c, enum sf_dtype dt)
 							 4));
 	}
 	return _mm256_sub_epi8(u, _mm256_set1_epi8((char)sf_q_bias(dt)));
+}
+
+/* Eight blocks' scales from block b0 of a row (sf_q_int_scale); past the
+ * last scale the load reads codes (the row goes on), in lanes no block
+ * uses. MXFP4's: 2^(e - 127) from its bits (e = 0, 2^-127, subnormal),
+ * halved. */
+INL T256 __m256 qr_scales256(const uint8_t *row, enum sf_dtype dt, size_t b0)
+{
+	if (dt != SF_DTYPE_MXFP4)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sf_q_scale_at(row, b0)));
+	__m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + b0)));
+	__m256i bits = _mm256_blendv_epi8(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(0x00400000),
+					  _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+	return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f));
 }
 
 INL T256 float qr_reduce256(__m256 a0, __m256 a1)
@@ -269,9 +287,7 @@ INL T256 void qr_row256(float *y, size_t ldy, const uint8_t *row, enum sf_dtype 
 		size_t n8 = nb - b0 < 8 ? nb - b0 : 8;
 		__m256i k8 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n8),
 						_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-		/* past the last scale the load reads codes (the row goes on),
-		 * in lanes no block uses */
-		__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sf_q_scale_at(row, b0)));
+		__m256 ws = qr_scales256(row, dt, b0);
 		for (size_t t = 0; t < nt; t++)
 			_mm256_storeu_ps(s8[t], _mm256_mul_ps(ws, _mm256_maskload_ps(
 							in->d + t * nb + b0, k8)));
@@ -387,6 +403,31 @@ static T256 void qt_tiles_avx2(float *y, size_t ldy, const uint8_t *tile, enum s
 #define T512I __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
 					  "avx512vbmi,fma,f16c")))
 
+/* MXFP4's codes as unsigned bytes: sf_e2m1_twice's plus 12 (its bias,
+ * qr_bias512). */
+static const uint8_t qr_e2m1_biased[16] = { 12, 13, 14, 15, 16, 18, 20, 24,
+					    12, 11, 10, 9, 8, 6, 4, 0 };
+
+/* What the unsigned bytes of qr_unpack512 are, the codes plus. */
+INL T512I __m512i qr_bias512(enum sf_dtype dt)
+{
+	return _mm512_set1_epi8((char)(dt == SF_DTYPE_Q8 ? 0x80 : dt == SF_DTYPE_MXFP4 ? 12
+										: sf_q_bias(dt)));
+}
+
+/* Sixteen blocks' scales from block b0 of a row (the blocks of k16), as
+ * qr_scales256. */
+INL T512I __m512 qr_scales512(const uint8_t *row, enum sf_dtype dt, size_t b0, __mmask16 k16)
+{
+	if (dt != SF_DTYPE_MXFP4)
+		return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k16, sf_q_scale_at(row, b0)));
+	__m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k16, row + b0));
+	__m512i bits = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+					       _mm512_slli_epi32(e, 23),
+					       _mm512_set1_epi32(0x00400000));
+	return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0.5f));
+}
+
 /* Blocks b and b + 1 (only b when !two) as 64 unsigned bytes. */
 INL T512I __m512i qr_unpack512(const uint8_t *c, enum sf_dtype dt, int two)
 {
@@ -396,7 +437,7 @@ INL T512I __m512i qr_unpack512(const uint8_t *c, enum sf_dtype dt, int two)
 	if (dt == SF_DTYPE_Q8)
 		return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
 	/* each block's 16 nibble bytes twice, the second copy shifted by 4 */
-	__m512i idx = dt == SF_DTYPE_Q4
+	__m512i idx = dt != SF_DTYPE_Q6
 		? _mm512_set_epi8(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
 				  31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
 				  15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
@@ -411,6 +452,9 @@ INL T512I __m512i qr_unpack512(const uint8_t *c, enum sf_dtype dt, int two)
 				     _mm512_set1_epi8(15));
 	if (dt == SF_DTYPE_Q4)
 		return u;
+	if (dt == SF_DTYPE_MXFP4)
+		return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(
+						   (const __m128i *)qr_e2m1_biased)), u);
 	/* q6: element e of a block takes bits 2k of high byte e % 8, k = e / 8 */
 	__m512i hidx = _mm512_set_epi8(47, 46, 45, 44, 43, 42, 41, 40, 47, 46, 45, 44, 43, 42, 41, 40,
 				       47, 46, 45, 44, 43, 42, 41, 40, 47, 46, 45, 44, 43, 42, 41, 40,
@@ -435,7 +479,7 @@ INL T512I void qr_row512(float *y, size_t ldy, const uint8_t *row, enum sf_dtype
 			 size_t cols, const struct qr_input *in, size_t nt)
 {
 	const size_t nb = cols / SF_QBLOCK, cb = sf_q_code_bytes(dt);
-	const __m512i bias = _mm512_set1_epi8((char)(dt == SF_DTYPE_Q8 ? 0x80 : sf_q_bias(dt)));
+	const __m512i bias = qr_bias512(dt);
 	const uint8_t *codes = sf_q_codes_at(row, dt, cols, 0);
 	__m512 acc[QR_TOKENS];
 
@@ -444,7 +488,7 @@ INL T512I void qr_row512(float *y, size_t ldy, const uint8_t *row, enum sf_dtype
 	for (size_t b0 = 0; b0 < nb; b0 += 16) {
 		size_t n16 = nb - b0 < 16 ? nb - b0 : 16;
 		__mmask16 k16 = (__mmask16)(0xffffu >> (16 - n16));
-		__m512 ws = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k16, row + 2 * b0));
+		__m512 ws = qr_scales512(row, dt, b0, k16);
 		__m512 s16[QR_TOKENS];
 		for (size_t t = 0; t < nt; t++)
 			s16[t] = _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(k16, in->d + t * nb + b0));
@@ -482,7 +526,7 @@ INL T512I void qr_tile512(float *y, size_t ldy, const uint8_t *row0, size_t rb,
 			  enum sf_dtype dt, size_t cols, const struct qr_input *in, const int NT)
 {
 	const size_t nb = cols / SF_QBLOCK;
-	const __m512i bias = _mm512_set1_epi8((char)(dt == SF_DTYPE_Q8 ? 0x80 : sf_q_bias(dt)));
+	const __m512i bias = qr_bias512(dt);
 	__m512 acc[QR_ROWS][QR_TOKENS];
 
 #pragma GCC unroll 4
@@ -496,7 +540,7 @@ INL T512I void qr_tile512(float *y, size_t ldy, const uint8_t *row0, size_t rb,
 		__m512 ws[QR_ROWS], d16[QR_TOKENS];
 #pragma GCC unroll 4
 		for (int r = 0; r < QR_ROWS; r++)
-			ws[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k16, row0 + r * rb + 2 * b0));
+			ws[r] = qr_scales512(row0 + r * rb, dt, b0, k16);
 #pragma GCC unroll 4
 		for (int t = 0; t < NT; t++)
 			d16[t] = _mm512_maskz_loadu_ps(k16, in->d + (size_t)t * nb + b0);
@@ -657,6 +701,12 @@ INL void qr_unpack_n(const uint8_t *c, enum sf_dtype dt, int8x16_t *lo, int8x16_
 		return;
 	}
 	uint8x16_t v = vld1q_u8(c), l = vandq_u8(v, vdupq_n_u8(15)), h = vshrq_n_u8(v, 4);
+	if (dt == SF_DTYPE_MXFP4) {
+		int8x16_t lut = vld1q_s8(sf_e2m1_twice);
+		*lo = vqtbl1q_s8(lut, l);
+		*hi = vqtbl1q_s8(lut, h);
+		return;
+	}
 	if (dt == SF_DTYPE_Q6) {
 		/* row i's high bits: bits 2 * (i / 8) of byte 16 + i % 8 */
 		static const int8_t shl[16] = { 0, 0, 0, 0, 0, 0, 0, 0, -2, -2, -2, -2, -2, -2, -2, -2 };
@@ -711,7 +761,7 @@ INL void qr_row_n(float *y, size_t ldy, const uint8_t *row, enum sf_dtype dt, si
 		__builtin_prefetch(c + QR_AHEAD);
 		int8x16_t lo, hi;
 		qr_unpack_n(c, dt, &lo, &hi);
-		float ws = sf_quant_scale(row, b);
+		float ws = sf_q_int_scale(row, dt, b);
 		for (size_t t = 0; t < nt; t++) {
 			const int8_t *q = in->q + t * cols + b * SF_QBLOCK;
 			float s = ws * in->d[t * nb + b];

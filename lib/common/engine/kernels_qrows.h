@@ -1,5 +1,6 @@
 /* Products of a matrix whose rows are quantized vectors (base/quant.h:
- * an image's q8, q6 or q4 embedding and output head), llama.cpp's way:
+ * an image's q8, q6 or q4 embedding and output head, a GGUF's Q8_0 and
+ * Q4_0 matrices, gpt-oss's MXFP4 experts), llama.cpp's way:
  * each token's input rounded to int8 per block of 32 with its own scale,
  * then per block one integer dot product of codes and inputs. A portable
  * _ref and AVX2, AVX-512 (VNNI with VBMI) paths that give its floats bit
@@ -13,7 +14,8 @@
 
 /* y[t * ldy + r - r0] = W[r] . x_t for rows r in [r0, r1) and tokens
  * t < T (x_t at x + t * ldx), W's rows of cols elements in block dtype dt
- * (Q8, Q6 or Q4), each sf_dtype_col_bytes(dt, cols) bytes, cols a
+ * (Q8, Q6, Q4 or MXFP4: its codes and scales as sf_q_int_code and
+ * sf_q_int_scale give them), each sf_dtype_col_bytes(dt, cols) bytes, cols a
  * multiple of SF_QBLOCK. For token t and block b of x_t: amax = max |x|,
  * d_b = amax / 127, q = round(x * (127 / amax)) (0 when amax is 0). Per
  * row, 16 float sums start at 0; block b's eight runs of four elements,
