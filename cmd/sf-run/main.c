@@ -54,6 +54,7 @@ struct options {
 	const char *stats_file;
 	const char *read_log;
 	int head_on_flash;
+	int mxfp4_int8;			/* --activations q8 */
 	long n_predict;			/* -1: until EOS or the context is full */
 	double temp, top_p, min_p, repeat_penalty;
 	int top_k, repeat_last_n;
@@ -190,8 +191,8 @@ static const struct sf_opt options[] = {
 	  SPARSE },
 	{ "activations", OPT_ACTIVATIONS, "T", "a q8 or q4 image's products and MXFP4 experts':\n"
 	  "q8, activations in 8 bits and integer dot products;\n"
-	  "f32, every weight widened to f32 (the reference)\n"
-	  "(default q8)", NULL, 0 },
+	  "f32, every weight widened to f32 (the reference);\n"
+	  "auto, q8 for images, f32 for MXFP4 (default auto)", NULL, 0 },
 	{ "cache-policy", OPT_CACHE_POLICY, "P", "s3fifo, lru or none (default s3fifo)", NULL,
 	  SPARSE },
 	{ "seg-admit", OPT_SEG_ADMIT, "P", "admission probability of an entry read inside a run\n"
@@ -353,9 +354,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case OPT_NO_DIRECT: so->buffered = 1; break;
 		case OPT_ACTIVATIONS:
-			if (strcmp(optarg, "q8") && strcmp(optarg, "f32"))
-				sf_usage_error("--activations: '%s': expected q8 or f32", optarg);
+			if (strcmp(optarg, "auto") && strcmp(optarg, "q8") && strcmp(optarg, "f32"))
+				sf_usage_error("--activations: '%s': expected auto, q8 or f32", optarg);
 			so->f32_activations = !strcmp(optarg, "f32");
+			o->mxfp4_int8 = !strcmp(optarg, "q8");
 			break;
 		case OPT_CACHE_POLICY:
 			if (sf_cache_policy_parse(optarg, &so->policy))
@@ -809,7 +811,7 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 		return ret;
 	D->sampler.top_k = o->top_k;
 	D->sampler.min_p = (float)o->min_p;
-	D->state.mxfp4_f32 = o->sparse.f32_activations;
+	D->state.mxfp4_int8 = o->mxfp4_int8;
 	if (o->draft_threads > 1 && (ret = sf_pool_create(&D->pool, o->draft_threads)))
 		return sf_err_set(e, ret, "--threads-draft %d: %s", o->draft_threads,
 				  sf_strerror(ret));
@@ -875,7 +877,7 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	S->sampler.top_k = o->top_k;
 	S->sampler.min_p = (float)o->min_p;
 	S->state.pool = S->pool;
-	S->state.mxfp4_f32 = o->sparse.f32_activations;
+	S->state.mxfp4_int8 = o->mxfp4_int8;
 	S->positions = ctx;
 	if (o->mo.image && (ret = open_sparse(S, o, o->ppl_file ? (o->max_tokens &&
 			 o->max_tokens < DEFAULT_LATENCIES ? o->max_tokens : DEFAULT_LATENCIES)

@@ -154,7 +154,7 @@ need_gpt_oss() {
 # The short text (44 tokens) passes the sliding layer's window of 4.
 short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" | jq .nll; }
 
-@test "gpt-oss (fused F32 and MXFP4 experts): the dense nll bit for bit with attention resident, at any -b, --simulate, in few slots or all held; within 2e-4 from flash; greedy tokens; --info and --verify" {
+@test "gpt-oss (fused F32 and MXFP4 experts): the dense nll bit for bit with attention resident, at any -b, --simulate, in few slots or all held (MXFP4 also with --activations q8); within 2e-4 from flash; greedy tokens; --info and --verify" {
 	local a dense
 	need_gpt_oss
 	for a in gpt_oss gpt_oss_mxfp4; do
@@ -175,6 +175,10 @@ short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" 
 	sf-pack --info "$D/gpt_oss_mxfp4.sfimg" | jq -e '.experts.dtype == "MXFP4" and
 		.experts.record_bytes == 4096'
 	sf-pack --info "$D/gpt_oss.sfimg" | jq -e '.experts.dtype == "F32"'
+	# the experts' inputs rounded to 8 bits: the same from flash as dense
+	dense=$(short_nll --activations q8 -m "$D/gpt_oss_mxfp4")
+	[ "$dense" != "$(short_nll -m "$D/gpt_oss_mxfp4")" ]
+	[ "$(short_nll --activations q8 "$D/gpt_oss_mxfp4-r.sfimg" -b 7 --ram 200M)" = "$dense" ]
 }
 
 @test "gpt-oss MXFP4 --dtype q8 and q4: the experts keep their MXFP4 codes, attention's columns quantized, the same floats from reads, --simulate and any -b, q8 nearer the dense nll than q4" {

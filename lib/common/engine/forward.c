@@ -325,7 +325,7 @@ struct matvec_task {
 	float *y[MAX_GROUP_MATRICES];	/* (T, w[i]->rows) */
 	const struct sf_weight *w[MAX_GROUP_MATRICES];
 	uint64_t total_rows;
-	int mxfp4_f32;			/* sf_runstate's */
+	int mxfp4_int8;			/* sf_runstate's */
 };
 
 /* The rows of all matrices are split as one range, so one dispatch serves
@@ -341,7 +341,7 @@ static void matvec_worker(void *arg, int ith, int nth)
 		const struct sf_weight *w = t->w[i];
 		size_t a = lo > base ? lo - base : 0;
 		size_t b = hi - base < w->rows ? hi - base : w->rows;
-		if (hi > base && a < b && w->dtype == SF_DTYPE_MXFP4 && !t->mxfp4_f32)
+		if (hi > base && a < b && w->dtype == SF_DTYPE_MXFP4 && t->mxfp4_int8)
 			sf_qmatmul_rows(t->y[i] + a, w->rows, w->data, w->dtype, w->cols, t->x,
 					t->ldx, t->T, a, b);
 		else if (hi > base && a < b)
@@ -357,12 +357,12 @@ void sf_group_dense(struct sf_pool *pool, const float *x, int n, float *const *y
 	sf_group_dense_batch(pool, x, 0, 1, n, y, w);
 }
 
-/* sf_group_dense_batch, MXFP4 matrices as mxfp4_f32 says (sf_runstate). */
+/* sf_group_dense_batch, MXFP4 matrices as mxfp4_int8 says (sf_runstate). */
 static void group_dense(struct sf_pool *pool, const float *x, size_t ldx, int T, int n,
-			float *const *y, const struct sf_weight *const *w, int mxfp4_f32)
+			float *const *y, const struct sf_weight *const *w, int mxfp4_int8)
 {
 	struct matvec_task t = { .x = x, .ldx = ldx, .T = (size_t)T, .n = n, .total_rows = 0,
-				 .mxfp4_f32 = mxfp4_f32 };
+				 .mxfp4_int8 = mxfp4_int8 };
 	for (int i = 0; i < n; i++) {
 		t.y[i] = y[i];
 		t.w[i] = w[i];
@@ -374,7 +374,7 @@ static void group_dense(struct sf_pool *pool, const float *x, size_t ldx, int T,
 void sf_group_dense_batch(struct sf_pool *pool, const float *x, size_t ldx, int T, int n,
 			  float *const *y, const struct sf_weight *const *w)
 {
-	group_dense(pool, x, ldx, T, n, y, w, 1);
+	group_dense(pool, x, ldx, T, n, y, w, 0);
 }
 
 /* A group's products for T tokens, in (T, n) and y[i] (T, rows): observed
@@ -651,7 +651,7 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
 	{
 		float *y[] = { s->gate, s->up };
 		const struct sf_weight *mw[] = { &x->w_gate, &x->w_up };
-		group_dense(s->pool, in, dim, n, 2, y, mw, s->mxfp4_f32);
+		group_dense(s->pool, in, dim, n, 2, y, mw, s->mxfp4_int8);
 	}
 	for (int i = 0; i < n; i++) {
 		float *g = s->gate + i * hidden, *u = s->up + i * hidden;
@@ -666,7 +666,7 @@ static void expert_ffn(const struct sf_config *c, struct sf_runstate *s,
 	{
 		float *y[] = { out };
 		const struct sf_weight *mw[] = { &x->w_down };
-		group_dense(s->pool, s->act, hidden, n, 1, y, mw, s->mxfp4_f32);
+		group_dense(s->pool, s->act, hidden, n, 1, y, mw, s->mxfp4_int8);
 	}
 	for (int i = 0; i < n; i++)
 		add_bias(out + i * dim, &b->b_down);

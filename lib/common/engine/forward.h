@@ -111,9 +111,9 @@ struct sf_runstate {
 	const struct sf_observer *observer;	/* NULL for none */
 	const struct sf_group_exec *exec;	/* NULL: dense products */
 	int skip_logits;	/* set during prefill: the head is not applied */
-	int mxfp4_f32;		/* MXFP4 experts times the f32 inputs, each weight
-				 * widened (the reference); 0: the inputs rounded to
-				 * int8 a block as llama.cpp does (sf_qmatmul_rows) */
+	int mxfp4_int8;		/* MXFP4 experts' inputs rounded to int8 a block as
+				 * llama.cpp does (sf_qmatmul_rows); 0: times the f32
+				 * inputs, each weight widened (the reference) */
 	int release_weights;	/* each layer's weights leave the resident set after
 				 * the layer (sf_model_release_layer): set for a
 				 * model larger than memory, which then needs one
@@ -227,7 +227,7 @@ int sf_state_check_tokens(struct sf_runstate *s, const struct sf_config *c,
 /* sf_group_dense for T tokens: x (T, ldx), y[i] (T, w[i]->rows); each
  * (row, token) as sf_group_dense gives it for that token alone (MXFP4
  * matrices widened to f32: the forward pass's experts follow
- * sf_runstate.mxfp4_f32). */
+ * sf_runstate.mxfp4_int8). */
 void sf_group_dense_batch(struct sf_pool *pool, const float *x, size_t ldx, int T, int n,
 			  float *const *y, const struct sf_weight *const *w);
 
