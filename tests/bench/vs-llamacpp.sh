@@ -29,8 +29,9 @@
 # experts in MXFP4 as the released checkpoints (tests/oracle/hf_forward.py
 # writes it), converted to a GGUF with BF16 attention (hf2gguf.py: 4.0 GB)
 # that both sides run, sparseflash also as an image packed from that GGUF
-# (MXFP4 experts kept, BF16 attention columns); the default cgroup is 25%
-# of the image.
+# (MXFP4 experts kept, BF16 attention columns), in RAM also with
+# --activations q8 (sf-q4-int8: the experts' inputs rounded to 8 bits as
+# llama.cpp's are); the default cgroup is 25% of the image.
 # Every shape also runs sf-run --model on llama.cpp's 4-bit file in RAM.
 # Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
 # averaged over its threads; expert_hit, ahead_precision, ahead_recall: a
@@ -180,7 +181,8 @@ configs=()
 for p in $PARTS; do
 	case $p in
 	ram) if [ "$SHAPE" = gpt-oss ]; then
-		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-gguf")
+		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-int8"
+			  "ram sf-q4-gguf")
 	     elif [ "$SHAPE" = mixtral ]; then
 		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-gguf" "ram sf-dense")
 	     else
@@ -212,6 +214,7 @@ run_config() {	# WHERE NAME
 	lc-q8) lc "$ram" "$scratch/Q8_0.gguf" ;;
 	lc-bf16) lc "$ram" "$scratch/bf16.gguf" ;;
 	sf-q4) sf "$ram" "$scratch/$i4.sfimg" --ram "$sfram" ;;
+	sf-q4-int8) sf "$ram" "$scratch/$i4.sfimg" --ram "$sfram" --activations q8 ;;
 	sf-q8) sf "$ram" "$scratch/q8.sfimg" --ram "$sfram" ;;
 	sf-bf16-cache) sf "$ram" "$scratch/bf16.sfimg" --ram "$sfram" --seg-admit 1 ;;
 	sf-q4-gguf) sf "$ram" --model "$scratch/$g4.gguf" ;;
@@ -282,6 +285,9 @@ if [[ " $PARTS " == *" ram "* ]]; then
 	     "BF16 image/dense engine $(ratio ram sf-bf16-cache sf-dense tg)"
 	echo "prompt: dense engine/llama.cpp BF16 $(ratio ram sf-dense lc-bf16 pp);" \
 	     "$i4 image/$g4 $(ratio ram sf-q4 lc-q4-repack pp) (repacked) $(ratio ram sf-q4 lc-q4-plain pp) (plain)"
+	[ "$SHAPE" = gpt-oss ] && echo "--activations q8: $i4 image/$g4 decode" \
+		"$(ratio ram sf-q4-int8 lc-q4-repack tg), prompt $(ratio ram sf-q4-int8 lc-q4-repack pp)" \
+		"(repacked)"
 fi
 for c in $CGROUPS; do
 	[[ " $PARTS " == *" cgroup "* ]] || break
