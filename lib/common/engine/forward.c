@@ -341,12 +341,14 @@ static void matvec_worker(void *arg, int ith, int nth)
 		const struct sf_weight *w = t->w[i];
 		size_t a = lo > base ? lo - base : 0;
 		size_t b = hi - base < w->rows ? hi - base : w->rows;
-		if (hi > base && a < b && w->dtype == SF_DTYPE_MXFP4 && t->mxfp4_int8)
-			sf_qmatmul_rows(t->y[i] + a, w->rows, w->data, w->dtype, w->cols, t->x,
-					t->ldx, t->T, a, b);
-		else if (hi > base && a < b)
-			sf_matmul_rows(t->y[i] + a, w->rows, w->data, w->dtype, w->cols, t->x,
-				       t->ldx, t->T, a, b);
+		if (hi > base && a < b) {
+			if (w->dtype == SF_DTYPE_MXFP4 && t->mxfp4_int8)
+				sf_qmatmul_rows(t->y[i] + a, w->rows, w->data, w->dtype, w->cols,
+						t->x, t->ldx, t->T, a, b);
+			else
+				sf_matmul_rows(t->y[i] + a, w->rows, w->data, w->dtype, w->cols,
+					       t->x, t->ldx, t->T, a, b);
+		}
 		base += w->rows;
 	}
 }

@@ -781,12 +781,11 @@ static T256 void strip_avx2(float *Y, size_t ldy, size_t m, const float (*W)[SF_
 			    const float *xs, const float *X, const uint32_t *sel, size_t ldx,
 			    size_t T, size_t n)
 {
-	int masked = sel != NULL;
-	if (xs && masked)
+	if (xs && sel)
 		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 1);
 	else if (xs)
 		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 1, 0);
-	else if (masked)
+	else if (sel)
 		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0, 1);
 	else
 		strip256(Y, ldy, m, W, xs, X, sel, ldx, T, n, 0, 0);
