@@ -109,3 +109,20 @@ void sf_cpu_use_best(void)
 {
 	atomic_store_explicit(&isa_now, (int)best(), memory_order_relaxed);
 }
+
+size_t sf_cpu_ahead(void)
+{
+	static _Atomic size_t ahead;	/* 0 until first use, as isa_now */
+	size_t a = atomic_load_explicit(&ahead, memory_order_relaxed);
+
+	if (!a) {
+		a = 4096;
+#if defined(__x86_64__)
+		__builtin_cpu_init();
+		if (__builtin_cpu_is("intel"))
+			a = 2048;
+#endif
+		atomic_store_explicit(&ahead, a, memory_order_relaxed);
+	}
+	return a;
+}

@@ -8,6 +8,8 @@
 #ifndef SF_CPU_H
 #define SF_CPU_H
 
+#include <stddef.h>
+
 enum sf_isa {
 	SF_ISA_REF,	/* portable C, the reference every other path is tested against */
 	SF_ISA_AVX2,	/* AVX2 + FMA + F16C (+ POPCNT) */
@@ -38,5 +40,14 @@ enum sf_isa sf_cpu_isa(void);
 int sf_cpu_use(enum sf_isa isa);
 /* Back to the best level. */
 void sf_cpu_use_best(void);
+
+/* Bytes ahead of its loads that a kernel streaming weights from memory
+ * (slabs, tiles) asks for them by software prefetch: 2 KiB on Intel, 4 KiB
+ * elsewhere. Measured with tests/bench/qint, 5,632 x 2,048 q4, one and
+ * two threads: on a Sapphire Rapids Xeon 2 KiB streams AVX-512 slabs at
+ * 16 and 27 GB/s against 13 and 23 at 4 KiB (tiles 16 and 30 against 12
+ * and 21; 1 KiB no better); on Zen 5, where 4 KiB was chosen, 0 and 1 KiB
+ * were slower in sf-run's decode and 16 KiB no faster. */
+size_t sf_cpu_ahead(void);
 
 #endif

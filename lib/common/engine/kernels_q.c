@@ -257,6 +257,11 @@ struct slab_run {
 	uint8_t slot[SF_QRUN];
 	uint8_t quad[SF_QRUN / 4];
 	size_t nq;
+	/* bytes ahead of its block a kernel asks for memory (sf_cpu_ahead): a
+	 * run's blocks are one stream, which the prefetchers alone leave the
+	 * loads waiting on (qint, Zen 5, one thread: AVX-512 q4 14-17 GB/s
+	 * without, 24-26 with; AVX2 q8 21 and 23, q4 14 and 15) */
+	size_t ahead;
 };
 
 static void slab_run_of(struct slab_run *r, const struct sf_slab *s, size_t c,
@@ -264,6 +269,7 @@ static void slab_run_of(struct slab_run *r, const struct sf_slab *s, size_t c,
 {
 	unsigned quads = 0;
 	r->run = run_at(s, c, pos[k0] / SF_QRUN);
+	r->ahead = sf_cpu_ahead();
 	if (k1 - k0 == SF_QRUN) {	/* whole: every slot, in order */
 		for (unsigned qd = 0; qd < SF_QRUN / 4; qd++)
 			r->quad[qd] = (uint8_t)qd;
@@ -861,12 +867,6 @@ INL T256 void qfinish256(float *const *y, const struct qact256 *qa, __m256i (*ac
 	}
 }
 
-/* How far ahead of its block a slab's kernel asks for memory: a run's
- * blocks are one stream, which the prefetchers alone leave the loads
- * waiting on (qint, one thread: AVX-512 q4 14-17 GB/s without, 24-26
- * with; AVX2 q8 21 and 23, q4 14 and 15). */
-#define QSLAB_AHEAD 4096
-
 /* The same over block b of a slab's run r (a tile of nb blocks), its
  * quads already rows. */
 INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const struct slab_run *r,
@@ -876,7 +876,7 @@ INL T256 void qmac256_slab(float *const *y, const struct qact256 *qa, const stru
 	const size_t qb = 4 * top_code_bytes(dt);
 	__m256i acc[QI256_TOKENS][4] = { 0 };
 	for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
-		__builtin_prefetch(blk + QSLAB_AHEAD + l);
+		__builtin_prefetch(blk + r->ahead + l);
 	if (dt == SF_DTYPE_Q4) {
 		/* a q4 product pair is at most 2 * 15 * 127: the run's eight
 		 * quads sum in 16 bits (30,480 at most), widened once */
@@ -1417,15 +1417,15 @@ INL T512I void qmac512_slab(float *const *y, const struct qact512 *qa, const str
 	 * times a block (q8's loads take longer than that chain) */
 	const int C = NT == 1 && dt == SF_DTYPE_Q4 ? 4 : 1;
 	__m512i lo[QI512_TOKENS], hi[QI512_TOKENS];
-	/* (QSLAB_AHEAD) q4's 8 lines a block unrolled, q8's 16 a loop
+	/* (r->ahead) q4's 8 lines a block unrolled, q8's 16 a loop
 	 * (unrolled, q8 streamed 7% slower, q4 as a loop 5%: qint) */
 	if (dt == SF_DTYPE_Q4) {
 #pragma GCC unroll 8
 		for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
-			__builtin_prefetch(blk + QSLAB_AHEAD + l);
+			__builtin_prefetch(blk + r->ahead + l);
 	} else {
 		for (size_t l = 0; l < SF_QRUN / 4 * qb; l += 64)
-			__builtin_prefetch(blk + QSLAB_AHEAD + l);
+			__builtin_prefetch(blk + r->ahead + l);
 	}
 #pragma GCC unroll 8
 	for (int t = 0; t < NT * C; t++)

@@ -29,7 +29,8 @@
 #define QR_CODES 65536
 #define QR_SPAN 32768
 #define QR_SUMS 16	/* float sums a row */
-#define QR_AHEAD 4096	/* bytes the row kernels prefetch ahead */
+#define QR_AHEAD 4096	/* bytes the row kernels prefetch ahead (AVX2: 2 KiB was
+			 * 6% slower on the Xeon where tiles gain by it) */
 
 struct qr_store {
 	int8_t q[QR_CODES];		/* (tokens, cols) */
@@ -44,6 +45,8 @@ struct qr_input {
 	const float *d;
 	const int32_t *s;
 	size_t nt;
+	size_t ahead;	/* bytes the kernels prefetch ahead: rows QR_AHEAD, tiles
+			 * sf_cpu_ahead() */
 };
 
 /* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says (fmaxf
@@ -127,7 +130,8 @@ static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum s
 			b = nt <= QR_TOKENS || r1 - a < span ? r1 : a + span;
 			for (size_t t = 0; t < nt; t += QR_TOKENS) {
 				struct qr_input in = { st.q + t * cols, st.d + t * nb, st.s + t * nb,
-						       nt - t < QR_TOKENS ? nt - t : QR_TOKENS };
+						       nt - t < QR_TOKENS ? nt - t : QR_TOKENS,
+						       QR_AHEAD };
 				fn(y + (t0 + t) * ldy + (a - r0), ldy, W, dt, cols, &in, a, b);
 			}
 		}
@@ -139,7 +143,6 @@ static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum s
 // a block
 
 #define QT_TOKENS 4
-#define QT_AHEAD 4096	/* bytes the tile kernels prefetch ahead */
 
 /* The tile's SF_QTILE rows for the nt tokens: y[t * ldy + r]; dt Q8 or Q4. */
 typedef void qt_tile_fn(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
@@ -188,7 +191,8 @@ static void qt_drive(qt_tile_fn *fn, float *y, size_t ldy, const void *W, enum s
 			const uint8_t *tile = (const uint8_t *)W + i * tb;
 			for (size_t t = 0; t < nt; t += QT_TOKENS) {
 				struct qr_input in = { st.q + t * cols, st.d + t * nb, st.s + t * nb,
-						       nt - t < QT_TOKENS ? nt - t : QT_TOKENS };
+						       nt - t < QT_TOKENS ? nt - t : QT_TOKENS,
+						       sf_cpu_ahead() };
 				float *yt = y + (t0 + t) * ldy + (a - r0);
 				if (b - a == SF_QTILE) {
 					fn(yt, ldy, tile, bt, cols, &in);
@@ -295,7 +299,7 @@ INL T256 void qr_row256(float *y, size_t ldy, const uint8_t *row, enum sf_dtype 
 			size_t b = b0 + i;
 			const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
 			/* the rows stream: ask for the bytes a row ahead */
-			_mm_prefetch((const char *)c + QR_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)c + in->ahead, _MM_HINT_T0);
 			__m256i w = qr_unpack256(c, dt), aw = _mm256_abs_epi8(w);
 			for (size_t t = 0; t < nt; t++) {
 				__m256i q = _mm256_loadu_si256((const __m256i *)(in->q + t * cols +
@@ -340,8 +344,8 @@ INL T256 void qt_tile256(float *y, size_t ldy, const uint8_t *tile, const enum s
 			acc[t] = _mm256_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
 			const uint8_t *p = tile + b * bb, *c = p + 2 * SF_QTILE + 32 * h;
-			_mm_prefetch((const char *)p + QT_AHEAD, _MM_HINT_T0);
-			_mm_prefetch((const char *)p + QT_AHEAD + 64 * (1 + 2 * h), _MM_HINT_T0);
+			_mm_prefetch((const char *)p + in->ahead, _MM_HINT_T0);
+			_mm_prefetch((const char *)p + in->ahead + 64 * (1 + 2 * h), _MM_HINT_T0);
 			__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
 			__m256i w[8];
 #pragma GCC unroll 4
@@ -498,7 +502,7 @@ INL T512I void qr_row512(float *y, size_t ldy, const uint8_t *row, enum sf_dtype
 			size_t b = b0 + i;
 			int two = i + 1 < n16;
 			/* the rows stream: ask for the bytes a row ahead */
-			_mm_prefetch((const char *)(codes + b * cb) + QR_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)(codes + b * cb) + in->ahead, _MM_HINT_T0);
 			__m512i u = qr_unpack512(codes + b * cb, dt, two);
 			__m512i pick = _mm512_castsi256_si512(_mm256_set1_epi32((int)i));
 			pick = _mm512_inserti32x8(pick, _mm256_set1_epi32((int)i + 1), 1);
@@ -627,7 +631,7 @@ INL T512I void qt_tile512(float *y, size_t ldy, const uint8_t *tile, const enum 
 		const uint8_t *p = tile + b * bb, *c = p + 2 * SF_QTILE;
 		/* the tiles stream: ask for a block's bytes ahead */
 		for (size_t at = 0; at < bb; at += 64)
-			_mm_prefetch((const char *)p + QT_AHEAD + at, _MM_HINT_T0);
+			_mm_prefetch((const char *)p + in->ahead + at, _MM_HINT_T0);
 		__m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 		__m512i w[8];
 #pragma GCC unroll 4
@@ -760,7 +764,7 @@ INL void qr_row_n(float *y, size_t ldy, const uint8_t *row, enum sf_dtype dt, si
 	for (size_t b = 0; b < nb; b++) {
 		const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
 		/* the rows stream: ask for the bytes a row ahead */
-		__builtin_prefetch(c + QR_AHEAD);
+		__builtin_prefetch(c + in->ahead);
 		int8x16_t lo, hi;
 		qr_unpack_n(c, dt, &lo, &hi);
 		float ws = sf_q_int_scale(row, dt, b);
@@ -815,7 +819,7 @@ INL void qt_tile_n(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt, 
 			acc[t] = vdupq_n_f32(0.0f);
 		for (size_t b = 0; b < nb; b++) {
 			const uint8_t *p = tile + b * bb, *c = p + 2 * SF_QTILE + 16 * j;
-			__builtin_prefetch(p + QT_AHEAD);
+			__builtin_prefetch(p + in->ahead);
 			float32x4_t ws = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p + 8 * j)));
 			int8x16_t w[8];
 			for (int g = 0; g < 4; g++) {
