@@ -24,6 +24,7 @@
 #include "formats/gguf.h"
 #include "formats/image.h"
 #include "engine/kernels.h"
+#include "engine/kernels_qrows.h"
 #include "formats/model.h"
 #include "base/file.h"
 #include "base/pool.h"
@@ -1601,6 +1602,30 @@ static json_t *speculative_json(const struct session *S, const struct options *o
 	return j;
 }
 
+/* Does the model route to MXFP4 experts (their products as
+ * --activations says, apart from the top tier's)? */
+static int mxfp4_experts(const struct session *S)
+{
+	if (!S->model.cfg.n_experts)
+		return 0;
+	if (S->sparse)
+		return sf_dtype_untiled(S->image.experts.dtype) == SF_DTYPE_MXFP4;
+	return S->model.layers[0].experts[0].w_gate.dtype == SF_DTYPE_MXFP4;
+}
+
+/* The MXFP4 experts' products in j's "experts" object (made without an
+ * image): "activations", as the top tier's. */
+static int experts_activations(json_t *j, const struct options *o)
+{
+	json_t *x = json_object_get(j, "experts");
+	if (!x && (json_object_set_new(j, "experts", json_object()) ||
+		   !(x = json_object_get(j, "experts"))))
+		return -ENOMEM;
+	return json_object_set_new(x, "activations", json_pack("{s:s, s:s, s:s}", "dtype",
+		"MXFP4", "type", o->mxfp4_int8 ? "q8" : "f32", "kernel", o->mxfp4_int8 ?
+		sf_qmatmul_rows_kernel() : sf_isa_name(sf_cpu_isa()))) ? -ENOMEM : 0;
+}
+
 /* Timings (and with IMAGE the sparse decoder's figures) as JSON to path
  * (--stats: written whole or not at all, base/outfile.h), "-" or NULL
  * (--bench) for one line on standard output. */
@@ -1655,6 +1680,8 @@ static int write_stats(const struct session *S, const struct options *o, const c
 		if (S->ppl)
 			json_object_set(j, "ppl", S->ppl);
 	}
+	if (!ret && mxfp4_experts(S))
+		ret = experts_activations(j, o);
 	if (ret)
 		ret = sf_err_set(e, ret, "statistics: %s", strerror(-ret));
 	else if (path == NULL || strcmp(path, "-") == 0)

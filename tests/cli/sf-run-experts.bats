@@ -181,6 +181,22 @@ short_nll() { sf-run -q -ctk f32 -ctv f32 --ppl "$D/short.txt" --window 64 "$@" 
 	[ "$(short_nll --activations q8 "$D/gpt_oss_mxfp4-r.sfimg" -b 7 --ram 200M)" = "$dense" ]
 }
 
+@test "--stats: MXFP4 experts' products, f32 by default and q8 with --activations q8, from -m and from an image; none for F32 experts" {
+	local f=$BATS_TEST_TMPDIR/stats.json
+	need_gpt_oss
+	gen -m "$D/gpt_oss_mxfp4" --stats "$f" > /dev/null
+	jq -e '.experts.activations | .dtype == "MXFP4" and .type == "f32" and
+		(.kernel | type) == "string"' "$f"
+	gen -m "$D/gpt_oss_mxfp4" --activations q8 --stats "$f" > /dev/null
+	jq -e '.experts.activations.type == "q8"' "$f"
+	gen "$D/gpt_oss_mxfp4-r.sfimg" --activations q8 --stats "$f" > /dev/null
+	jq -e '.experts.activations.type == "q8" and (.experts.hit_rate | type) == "number"' "$f"
+	gen "$D/gpt_oss_mxfp4-r.sfimg" --stats "$f" > /dev/null
+	jq -e '.experts.activations.type == "f32"' "$f"
+	gen "$D/gpt_oss-r.sfimg" --stats "$f" > /dev/null
+	jq -e '.experts.activations == null' "$f"
+}
+
 @test "gpt-oss MXFP4 --dtype q8 and q4: the experts keep their MXFP4 codes, attention's columns quantized, the same floats from reads, --simulate and any -b, q8 nearer the dense nll than q4" {
 	local dense dt q8 q4 got
 	need_gpt_oss
