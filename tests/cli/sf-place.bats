@@ -245,9 +245,8 @@ is_permutation() {
 	[[ "${stderr_lines[0]}" =~ ^"sf-place: memory: about "[0-9.]+" MiB: the statistics a group at a time, the largest group's search"$ ]]
 }
 
-# sf-pack takes such a placement and keeps the experts in id order.
-@test "a mixture's experts: every method a permutation of the experts, --eval's runs per token of them equal a recount of the trace, the bytes whole experts" {
-	local m t=$BATS_TEST_TMPDIR python=${SF_PYTHON:-python3}
+@test "a mixture's experts: every method a permutation of the experts, --eval's runs per token of them equal a recount of the trace, the bytes whole experts; sf-pack lays them in its order, the nll the same" {
+	local m want t=$BATS_TEST_TMPDIR python=${SF_PYTHON:-python3}
 	"$SF_FIXTURES/mkmodel" -o "$t/mix" --arch mixtral --experts 4 --experts-used 2 --layers 2 \
 		--hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --vocab 1024 --seed 3 \
 		--tokenizer "$MODEL" >/dev/null
@@ -272,5 +271,15 @@ is_permutation() {
 		  "$("$python" "$SF_ROOT/tests/oracle/recount.py" --runs "$t/mix.sft" "$t/$m.json" |
 			jq -c '[.[].runs_per_token]')" ]
 	done
-	sf-pack -q --model "$t/mix" --placement "$t/coact.json" -o "$t/mix.sfimg"
+	# the image in the placement's order (here each layer's reversed):
+	# the same nll as in id order
+	jq '.groups[].perm |= reverse' "$t/identity.json" >"$t/reversed.json"
+	sf-pack -q --model "$t/mix" -o "$t/id.sfimg"
+	sf-pack -q --model "$t/mix" --placement "$t/reversed.json" -o "$t/mix.sfimg"
+	sf-pack --info "$t/id.sfimg" | jq -e '.experts.placed == false'
+	sf-pack --info "$t/mix.sfimg" | jq -e '.experts.placed == true'
+	sf-pack --verify "$t/mix.sfimg"
+	want=$(sf-run -q --ppl "$t/text.txt" --max-tokens 64 "$t/id.sfimg" | jq .nll)
+	[ "$(sf-run -q --ppl "$t/text.txt" --max-tokens 64 "$t/mix.sfimg" | jq .nll)" = "$want" ]
+	[ "$(sf-run -q --ppl "$t/text.txt" --max-tokens 64 --ram 64M "$t/mix.sfimg" | jq .nll)" = "$want" ]
 }

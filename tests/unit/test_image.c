@@ -466,6 +466,17 @@ static void experts_none(json_t *h)
 	json_object_set_new(h, "experts", json_null());
 }
 
+static void experts_order_twice(json_t *h)
+{
+	json_object_set_new(json_object_get(h, "experts"), "order",
+			    json_loads("[[0, 0, 1, 2], [0, 1, 2, 3]]", 0, NULL));
+}
+
+static void experts_order_short(json_t *h)
+{
+	json_object_set_new(json_object_get(h, "experts"), "order", json_loads("[[0, 1, 2, 3]]", 0, NULL));
+}
+
 static void experts_record(json_t *h)
 {
 	json_t *x = json_object_get(h, "experts");
@@ -514,6 +525,39 @@ static void experts_config(json_t *h)
 	json_decref(c);
 }
 
+/* Every expert's record of img against m's weights, at its own slot, or
+ * with reversed at slot 3 - x in layer 0 (a placement's order; layer 1
+ * in id order). */
+static void check_expert_records(const struct sf_image *img, const struct sf_model *m,
+				 int reversed)
+{
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		CHECK(sf_image_group(img, l, SF_GROUP_FFN_IN)->resident &&
+		      !sf_image_group(img, l, SF_GROUP_FFN_OUT)->nmat, "layer %d FFN groups", l);
+		for (int x = 0; x < 4; x++) {
+			uint64_t off, len;
+			struct sf_expert_weights w;
+			const struct sf_expert_weights *want = &m->layers[l].experts[x];
+			int slot = reversed && l == 0 ? 3 - x : x;
+			sf_image_expert_range(img, l, x, &off, &len);
+			CHECK(off % SF_IMAGE_ALIGN == 0 && off + len <= img->file_size &&
+			      off == img->experts.layer[l]->offset + (uint64_t)slot * len,
+			      "layer %d expert %d: range", l, x);
+			uint8_t *rec = malloc((size_t)len);
+			CHECK(pread(img->fd, rec, (size_t)len, (off_t)off) == (ssize_t)len, "read");
+			sf_image_expert_weights(img, rec, &w);
+			const struct sf_weight *got[3] = { &w.w_gate, &w.w_up, &w.w_down };
+			const struct sf_weight *exp[3] = { &want->w_gate, &want->w_up, &want->w_down };
+			for (int i = 0; i < 3; i++)
+				CHECK(got[i]->rows == exp[i]->rows && got[i]->cols == exp[i]->cols &&
+				      !memcmp(got[i]->data, exp[i]->data,
+					      (size_t)(exp[i]->rows * exp[i]->cols * 2)),
+				      "layer %d expert %d matrix %d", l, x, i);
+			free(rec);
+		}
+	}
+}
+
 /* A random Mixtral packed: each expert's record holds its three matrices
  * byte for byte at the header's offsets, in the file; the router and the
  * FFN norms resident; the model bound from the image is the model's
@@ -539,40 +583,45 @@ static void check_experts(void)
 	CHECK(img.version == SF_IMAGE_VERSION && img.experts.count == 4 &&
 	      img.experts.dtype == SF_DTYPE_BF16 && img.experts.record_bytes % SF_IMAGE_ALIGN == 0,
 	      "experts table");
-	for (int l = 0; l < m.cfg.n_layers; l++) {
-		CHECK(sf_image_group(&img, l, SF_GROUP_FFN_IN)->resident &&
-		      !sf_image_group(&img, l, SF_GROUP_FFN_OUT)->nmat, "layer %d FFN groups", l);
-		for (int x = 0; x < 4; x++) {
-			uint64_t off, len;
-			struct sf_expert_weights w;
-			const struct sf_expert_weights *want = &m.layers[l].experts[x];
-			sf_image_expert_range(&img, l, x, &off, &len);
-			CHECK(off % SF_IMAGE_ALIGN == 0 && off + len <= img.file_size, "expert range");
-			uint8_t *rec = malloc((size_t)len);
-			CHECK(pread(img.fd, rec, (size_t)len, (off_t)off) == (ssize_t)len, "read");
-			sf_image_expert_weights(&img, rec, &w);
-			const struct sf_weight *got[3] = { &w.w_gate, &w.w_up, &w.w_down };
-			const struct sf_weight *exp[3] = { &want->w_gate, &want->w_up, &want->w_down };
-			for (int i = 0; i < 3; i++)
-				CHECK(got[i]->rows == exp[i]->rows && got[i]->cols == exp[i]->cols &&
-				      !memcmp(got[i]->data, exp[i]->data,
-					      (size_t)(exp[i]->rows * exp[i]->cols * 2)),
-				      "layer %d expert %d matrix %d", l, x, i);
-			free(rec);
-		}
-	}
+	check_expert_records(&img, &m, 0);
 	CHECK(!sf_image_verify(&img, &e), "%s", e.msg);
 	CHECK(!sf_image_model(&img, &bound, &e), "%s", e.msg);
 	CHECK(bound.layers[1].router.data && !bound.layers[1].experts[3].w_down.data &&
 	      !strcmp(bound.fingerprint.shape, m.fingerprint.shape), "bound mixture");
 	sf_model_close(&bound);
 	sf_image_close(&img);
+	/* a placement of layer 0's experts (sf-place on their picks): the
+	 * records in its order, each found where it lies */
+	struct sf_placement pl = { 0 };
+	const uint32_t rev[4] = { 3, 2, 1, 0 };
+	CHECK(!sf_placement_init(&pl, &m.fingerprint, 1, &e) &&
+	      !sf_placement_set(&pl, 0, 0, SF_GROUP_EXPERTS, 4, SF_PLACE_COACT, NULL, 0, 0, 0, rev,
+				&e), "%s", e.msg);
+	CHECK(!imagetest_pack(tmpdir, "moe-placed.sfimg", &m, dir, &pl, NULL, NULL, 0,
+			      SF_IMAGE_DTYPE_KEEP, &e), "%s", e.msg);
+	image_path(dst, sizeof(dst), "moe-placed.sfimg");
+	CHECK(!sf_image_open(&img, dst, &e), "%s", e.msg);
+	CHECK(img.experts.slot != NULL, "placed experts");
+	check_expert_records(&img, &m, 1);
+	CHECK(!sf_image_verify(&img, &e), "%s", e.msg);
+	sf_image_close(&img);
+	unlink(dst);
+	/* a placement of another shape's experts */
+	pl.groups[0].n = 5;
+	CHECK_ERR(imagetest_pack(tmpdir, "x.sfimg", &m, dir, &pl, NULL, NULL, 0,
+				 SF_IMAGE_DTYPE_KEEP, &e), &e,
+		  "pl.json: layer 0 experts: 5 entries, the model has 4");
+	pl.groups[0].n = 4;
+	sf_placement_free(&pl);
 	/* the tables against the config and the regions */
 	image_path(dst, sizeof(dst), "moe-bad.sfimg");
 	struct { void (*fn)(json_t *); const char *want; } bad[] = {
 		{ experts_count3, "header: experts: count 3, the config gives 4 (num_local_experts)" },
 		{ experts_none, "a mixture of 4 experts (config.json) without experts in the image" },
 		{ experts_record, "header: experts: record_bytes" },
+		{ experts_order_twice, "header: experts: order[0][1]: not an expert below 4, or one "
+				       "named twice" },
+		{ experts_order_short, "header: experts: \"order\" is not an array of 2" },
 		{ experts_same_region, "region 4 is not layer 1's own experts region" },
 		{ experts_down_offset, "matrices[2]: expected down of shape [64, 96] at offset" },
 		{ experts_ffn_on_flash, "layer 0 ffn_in: on flash in a mixture of experts" },

@@ -57,6 +57,7 @@ static void plan_free(struct plan *p)
 		}
 	free(p->g);
 	free(p->x.region);
+	free(p->x.order);
 	free(p->t);
 	free(p->r);
 	for (int i = 0; i < 3; i++)
@@ -499,6 +500,7 @@ void sf_image_close(struct sf_image *img)
 	free(img->u32);
 	free(img->cb);
 	free(img->experts.layer);
+	free(img->experts.slot);
 	free(img->path);
 	memset(img, 0, sizeof(*img));
 	img->fd = -1;
@@ -1025,11 +1027,12 @@ json_t *sf_image_info_json(const struct sf_image *img)
 	json_object_set_new(o, "placement_methods", methods);
 	/* a mixture's routed experts: on flash, one record each */
 	json_object_set_new(o, "experts", !img->experts.count ? json_null() :
-			    json_pack("{s:i, s:i, s:s, s:I}", "count", img->experts.count, "used",
+			    json_pack("{s:i, s:i, s:s, s:I, s:b}", "count", img->experts.count, "used",
 				      img->cfg.n_experts_used, "dtype",
 				      sf_dtype_name(sf_dtype_untiled(img->experts.dtype)),
 				      "record_bytes",
-				      (json_int_t)img->experts.record_bytes));
+				      (json_int_t)img->experts.record_bytes,
+				      "placed", img->experts.slot != NULL));
 	json_object_set_new(o, "codes", img->has_codes ?
 			    json_pack("{s:s, s:I}", "method", sf_codes_method_name(img->codes_method),
 				      "seed", (json_int_t)img->codes_seed) : json_null());

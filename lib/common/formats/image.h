@@ -97,7 +97,8 @@ struct sf_image_group {
 };
 
 /* A mixture's routed experts (cfg.n_experts > 0): per layer one region
- * of n_experts records of record_bytes, expert x's at x * record_bytes,
+ * of n_experts records of record_bytes, expert x's at slot[l][x] *
+ * record_bytes (x itself without a placement's order),
  * each holding its gate (hidden_dim, dim), up (hidden_dim, dim) and down
  * (dim, hidden_dim) row-major in dtype at off[0..2] (safetensors layout,
  * so that one expert is one contiguous read and computes exactly as the
@@ -114,6 +115,8 @@ struct sf_image_experts {
 	uint64_t off[SF_IMAGE_EXPERT_MATRICES];	/* gate, up, down in a record */
 	uint64_t record_bytes;
 	const struct sf_image_region **layer;	/* (n_layers) each layer's region */
+	uint32_t *slot;		/* (n_layers, count) expert x's record in layer l's
+				 * region, slot[l * count + x]; NULL: x's own */
 };
 
 struct sf_image {
@@ -220,7 +223,9 @@ static inline void sf_image_align(uint64_t off, uint64_t len, uint64_t *aoff, ui
 static inline void sf_image_expert_range(const struct sf_image *img, int l, int x, uint64_t *off,
 					 uint64_t *len)
 {
-	*off = img->experts.layer[l]->offset + (uint64_t)x * img->experts.record_bytes;
+	uint64_t s = img->experts.slot ? img->experts.slot[(size_t)l * img->experts.count + x]
+				       : (uint64_t)x;
+	*off = img->experts.layer[l]->offset + s * img->experts.record_bytes;
 	*len = img->experts.record_bytes;
 }
 

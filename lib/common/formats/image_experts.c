@@ -64,6 +64,36 @@ static int block_rows_fit(const struct sf_config *c)
 // ----------------------------------------------------------------------------
 // writer
 
+/* The placement's order of each layer's experts (sf-place on a trace's
+ * experts slots), identity for a layer it does not place; none without
+ * an experts group in it. */
+static int plan_order(struct plan *p, struct sf_err *e)
+{
+	const struct sf_image_pack_opts *o = p->o;
+	const size_t n = (size_t)p->x.count;
+	int any = 0;
+
+	for (int i = 0; o->placement && i < o->placement->ngroups; i++)
+		any |= o->placement->groups[i].group == SF_GROUP_EXPERTS;
+	if (!any)
+		return 0;
+	if (!(p->x.order = malloc((size_t)p->nl * n * sizeof(*p->x.order))))
+		return sf_err_set(e, -ENOMEM, "out of memory");
+	for (int l = 0; l < p->nl; l++) {
+		const struct sf_placement_group *pg = NULL;
+		for (int i = 0; i < o->placement->ngroups; i++)
+			if (o->placement->groups[i].layer == l &&
+			    o->placement->groups[i].group == SF_GROUP_EXPERTS)
+				pg = &o->placement->groups[i];
+		if (pg && !(pg = sf_placement_lookup(o->placement, o->placement_path, l,
+						     SF_GROUP_EXPERTS, (uint32_t)n, "the model", e)))
+			return e ? e->code : SF_EMISMATCH;
+		for (size_t q = 0; q < n; q++)
+			p->x.order[(size_t)l * n + q] = pg ? pg->perm[q] : (uint32_t)q;
+	}
+	return 0;
+}
+
 int image_plan_experts(struct plan *p, struct sf_err *e)
 {
 	const struct sf_model *m = p->o->model;
@@ -105,7 +135,7 @@ int image_plan_experts(struct plan *p, struct sf_err *e)
 	p->x.record_bytes = layout(c, p->x.dt, p->x.off);
 	if (!(p->x.region = calloc((size_t)p->nl, sizeof(*p->x.region))))
 		return sf_err_set(e, -ENOMEM, "out of memory");
-	return 0;
+	return plan_order(p, e);
 }
 
 json_t *image_experts_json(const struct plan *p)
@@ -126,10 +156,23 @@ json_t *image_experts_json(const struct plan *p)
 	}
 	for (int l = 0; l < p->nl; l++)
 		json_array_append_new(regions, json_integer(p->x.region[l]));
-	return json_pack("{s:i, s:s, s:s, s:o, s:o, s:o}", "count", p->x.count, "dtype",
-			 sf_dtype_name(sf_dtype_untiled(p->x.dt)), "source_dtype",
-			 sf_dtype_name(p->x.source_dt),
-			 "record_bytes", ju(p->x.record_bytes), "matrices", mats, "regions", regions);
+	json_t *x = json_pack("{s:i, s:s, s:s, s:o, s:o, s:o}", "count", p->x.count, "dtype",
+			      sf_dtype_name(sf_dtype_untiled(p->x.dt)), "source_dtype",
+			      sf_dtype_name(p->x.source_dt),
+			      "record_bytes", ju(p->x.record_bytes), "matrices", mats,
+			      "regions", regions);
+	if (x && p->x.order) {
+		json_t *order = json_array();
+		for (int l = 0; l < p->nl; l++) {
+			json_t *perm = json_array();
+			for (int q = 0; q < p->x.count; q++)
+				json_array_append_new(perm, json_integer(
+					p->x.order[(size_t)l * (size_t)p->x.count + (size_t)q]));
+			json_array_append_new(order, perm);
+		}
+		json_object_set_new(x, "order", order);
+	}
+	return x;
 }
 
 /* Layer l's records: each expert's matrices byte for byte from the
@@ -140,7 +183,8 @@ int image_write_experts(struct wr *w, const struct plan *p, int l, struct sf_err
 	const struct sf_model *m = p->o->model;
 	int ret = 0;
 
-	for (int x = 0; x < p->x.count && !ret; x++) {
+	for (int q = 0; q < p->x.count && !ret; q++) {
+		int x = p->x.order ? (int)p->x.order[(size_t)l * (size_t)p->x.count + (size_t)q] : q;
 		const struct sf_expert_weights *ew = &m->layers[l].experts[x];
 		const struct sf_weight *mw[3] = { &ew->w_gate, &ew->w_up, &ew->w_down };
 		uint64_t at = 0;
@@ -184,6 +228,40 @@ void image_add_expert_tensors(const struct sf_image *img, struct sf_tensor *t)
 				t->ndim = 2;
 				mat_shape(c, i, &t->shape[0], &t->shape[1]);
 			}
+}
+
+/* "order": absent or null (each layer's records in id order), or per
+ * layer a permutation of the experts (record s holds expert order[l][s]),
+ * kept inverted as img->experts.slot. */
+static int open_order(struct sf_image *img, const json_t *order, const char *where,
+		      struct sf_err *e)
+{
+	const size_t n = (size_t)img->experts.count, nl = (size_t)img->cfg.n_layers;
+
+	if (!order || json_is_null(order))
+		return 0;
+	if (!json_is_array(order) || json_array_size(order) != nl)
+		return sf_err_set(e, SF_EFORMAT, "%s: \"order\" is not an array of %zu", where, nl);
+	if (!(img->experts.slot = malloc(nl * n * sizeof(*img->experts.slot))))
+		return sf_err_set(e, -ENOMEM, "%s: out of memory", img->path);
+	for (size_t l = 0; l < nl; l++) {
+		const json_t *perm = json_array_get(order, l);
+		uint32_t *slot = img->experts.slot + l * n;
+		if (!json_is_array(perm) || json_array_size(perm) != n)
+			return sf_err_set(e, SF_EFORMAT, "%s: order[%zu] is not an array of %zu",
+					  where, l, n);
+		for (size_t x = 0; x < n; x++)
+			slot[x] = UINT32_MAX;
+		for (size_t q = 0; q < n; q++) {
+			const json_t *v = json_array_get(perm, q);
+			json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
+			if (x < 0 || (size_t)x >= n || slot[x] != UINT32_MAX)
+				return sf_err_set(e, SF_EFORMAT, "%s: order[%zu][%zu]: not an expert "
+						  "below %zu, or one named twice", where, l, q, n);
+			slot[x] = (uint32_t)q;
+		}
+	}
+	return 0;
 }
 
 int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e)
@@ -279,7 +357,7 @@ int image_open_experts(struct sf_image *img, int *refs, struct sf_err *e)
 		R->layer = l;
 		img->experts.layer[l] = R;
 	}
-	return 0;
+	return open_order(img, json_object_get(o, "order"), where, e);
 }
 
 void sf_image_expert_weights(const struct sf_image *img, const uint8_t *rec,

@@ -65,6 +65,9 @@ struct pexperts {
 	enum sf_dtype dt, source_dt;
 	uint64_t off[SF_IMAGE_EXPERT_MATRICES], record_bytes;
 	int *region;		/* (nl) */
+	uint32_t *order;	/* (nl, count) layer l's record s holds expert
+				 * order[l * count + s] (the placement's); NULL:
+				 * every layer in id order */
 };
 
 struct plan {
