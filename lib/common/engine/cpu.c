@@ -5,6 +5,11 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__aarch64__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -57,9 +62,38 @@ int sf_cpu_has(enum sf_isa isa)
 	}
 }
 
+#if defined(__x86_64__)
+/* Linux's request for a process's leave to use a state component
+ * (asm/prctl.h), and AMX's tile data's */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* AMX's tiles and their int8 products (CPUID leaf 7: EDX bits 24 and 25)
+ * with the kernel's leave to use them: Linux gives a process the tiles'
+ * 8 KB of state only when asked (5.16 on; an older kernel refuses, and
+ * then there is no AMX). Asked once; racing first callers ask twice,
+ * which changes nothing. */
+static int amx_int8(void)
+{
+	static _Atomic int amx = -1;
+	int a = atomic_load_explicit(&amx, memory_order_relaxed);
+	unsigned eax, ebx, ecx, edx;
+
+	if (a < 0) {
+		a = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1) &&
+		    (edx >> 25 & 1) &&
+		    syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+		atomic_store_explicit(&amx, a, memory_order_relaxed);
+	}
+	return a;
+}
+#endif
+
 int sf_cpu_has_feature(const char *name)
 {
 #if defined(__x86_64__)
+	if (!strcmp(name, "amx-int8"))
+		return amx_int8();
 	__builtin_cpu_init();
 	/* __builtin_cpu_supports takes only literals */
 	if (!strcmp(name, "avx512vpopcntdq"))

@@ -28,7 +28,9 @@ int sf_isa_parse(const char *name, enum sf_isa *isa);
 /* Does this CPU (and this build) run isa's paths? */
 int sf_cpu_has(enum sf_isa isa);
 /* Finer features some families use inside a level ("avx512vpopcntdq"):
- * __builtin_cpu_supports' names; 0 off x86-64. */
+ * __builtin_cpu_supports' names, and "amx-int8" (AMX's tiles and int8
+ * products, once the kernel grants the process their state: the first
+ * call asks); 0 off x86-64. */
 int sf_cpu_has_feature(const char *name);
 
 /* The level every family uses now: the best this CPU has, unless

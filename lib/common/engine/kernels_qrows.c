@@ -51,14 +51,15 @@ struct qr_input {
 
 /* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says (fmaxf
  * and nearbyintf inline: libm's calls were a tenth of a prompt). */
-static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt, size_t cols)
+static void qr_round_to(int8_t *qs, float *ds, int32_t *ss, const float *x, size_t ldx,
+			size_t nt, size_t cols)
 {
 	size_t nb = cols / SF_QBLOCK;
 
 	for (size_t t = 0; t < nt; t++)
 		for (size_t b = 0; b < nb; b++) {
 			const float *v = x + t * ldx + b * SF_QBLOCK;
-			int8_t *q = st->q + t * cols + b * SF_QBLOCK;
+			int8_t *q = qs + t * cols + b * SF_QBLOCK;
 			float amax = 0.0f;
 			int32_t sum = 0;
 			for (size_t i = 0; i < SF_QBLOCK; i++) {
@@ -70,9 +71,15 @@ static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt,
 				q[i] = (int8_t)sf_round_even(v[i] * id);
 				sum += q[i];
 			}
-			st->d[t * nb + b] = amax / 127.0f;
-			st->s[t * nb + b] = sum;
+			ds[t * nb + b] = amax / 127.0f;
+			ss[t * nb + b] = sum;
 		}
+}
+
+/* Into the store: tokens (nt, cols). */
+static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt, size_t cols)
+{
+	qr_round_to(st->q, st->d, st->s, x, ldx, nt, cols);
 }
 
 /* sum[i] += sum[i + w] for w = 8, 4, 2, 1: sum[0]. */
@@ -686,6 +693,128 @@ static T512I void qt_tiles_avx512(float *y, size_t ldy, const uint8_t *tile, enu
 		qt_tiles512(y, ldy, tile, SF_DTYPE_Q4, cols, in);
 }
 
+// ----------------------------------------------------------------------------
+// AMX (inside the AVX-512 level, where the CPU has it): a pass's tiles 16
+// tokens at a time, each block's int8 products of the 16 tokens by the
+// tile's 16 rows in one TDPBSSD. Its sums are the vpdpbusd chains' own
+// (exact integers), and each token's float steps qt_tile512's, in its
+// order: the same floats as the AVX-512 tiles.
+
+#define QT_AMX_TOKENS 16
+#define QT_AMX_COLS 16384	/* wider rows take the AVX-512 tiles alone */
+
+#define TAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma," \
+				   "amx-tile,amx-int8")))
+
+/* LDTILECFG's 64 bytes (palette 1): each tile's rows and bytes a row. */
+struct amx_config {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+} __attribute__((aligned(64)));
+
+/* A q4 tile's block b as TDPBSSD's second operand: eight rows of 64
+ * signed bytes, row g byte 4r + c row r's code of column 4g + c (the
+ * tile's groups, its nibbles split and their bias taken off; a q8
+ * tile's block is that already). */
+INL TAMX void qt_amx_q4(int8_t (*w)[64], const uint8_t *c)
+{
+	const __m512i nib = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+	for (int g = 0; g < 4; g++) {
+		__m512i v = _mm512_loadu_si512(c + 64 * g);
+		_mm512_store_si512(w[g], _mm512_sub_epi8(_mm512_and_si512(v, nib), eight));
+		_mm512_store_si512(w[g + 4], _mm512_sub_epi8(
+			_mm512_and_si512(_mm512_srli_epi16(v, 4), nib), eight));
+	}
+}
+
+/* The tile's 16 rows for 16 tokens whose codes lie cols apart at q
+ * (scales d, nb a token): y[t * ldy + r]. Tiles 0 (sums), 1 (codes), 2
+ * (weights) as qt_amx_drive configured them. */
+INL TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
+			  size_t cols, const int8_t *q, const float *d, size_t ahead)
+{
+	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+	int8_t w[8][64] __attribute__((aligned(64)));
+	int32_t sums[QT_AMX_TOKENS][SF_QTILE] __attribute__((aligned(64)));
+	__m512 acc[QT_AMX_TOKENS];
+
+#pragma GCC unroll 16
+	for (int t = 0; t < QT_AMX_TOKENS; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (size_t b = 0; b < nb; b++) {
+		const uint8_t *p = tile + b * bb;
+		for (size_t at = 0; at < bb; at += 64)
+			_mm_prefetch((const char *)p + ahead + at, _MM_HINT_T0);
+		_tile_zero(0);
+		_tile_loadd(1, q + b * SF_QBLOCK, cols);
+		if (dt == SF_DTYPE_Q8) {
+			_tile_loadd(2, p + 2 * SF_QTILE, 64);
+		} else {
+			qt_amx_q4(w, p + 2 * SF_QTILE);
+			_tile_loadd(2, w, 64);
+		}
+		_tile_dpbssd(0, 1, 2);
+		_tile_stored(0, sums, 64);
+		__m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#pragma GCC unroll 16
+		for (int t = 0; t < QT_AMX_TOKENS; t++) {
+			__m512 dt_ = _mm512_mul_ps(ws, _mm512_set1_ps(d[(size_t)t * nb + b]));
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[t])), dt_,
+						 acc[t]);
+		}
+	}
+#pragma GCC unroll 16
+	for (int t = 0; t < QT_AMX_TOKENS; t++)
+		_mm512_storeu_ps(y + (size_t)t * ldy, acc[t]);
+}
+
+/* Tokens [0, T - T % 16) of a tiled matrix's rows [r0, r1), 16 at a
+ * time, as qt_drive takes them (a tile the range cuts computed whole
+ * aside); returns the tokens done, 0 where AMX is not to be had. */
+static TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_dtype dt,
+				size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
+				size_t r1)
+{
+	struct {	/* 320 KiB of the stack, as qr_store's 80 */
+		int8_t q[QT_AMX_TOKENS * QT_AMX_COLS];
+		float d[QT_AMX_TOKENS * QT_AMX_COLS / SF_QBLOCK];
+		int32_t s[QT_AMX_TOKENS * QT_AMX_COLS / SF_QBLOCK];
+	} st;
+	const enum sf_dtype bt = sf_dtype_untiled(dt);
+	const size_t nb = cols / SF_QBLOCK, tb = nb * sf_qtile_block_bytes(bt);
+	const size_t ahead = sf_cpu_ahead();
+	float part[QT_AMX_TOKENS * SF_QTILE];
+	struct amx_config cfg = { .palette = 1 };
+	size_t done = T / QT_AMX_TOKENS * QT_AMX_TOKENS;
+
+	if (!done || cols > QT_AMX_COLS || !sf_cpu_has_feature("amx-int8"))
+		return 0;
+	cfg.rows[0] = QT_AMX_TOKENS, cfg.colsb[0] = 4 * SF_QTILE;
+	cfg.rows[1] = QT_AMX_TOKENS, cfg.colsb[1] = SF_QBLOCK;
+	cfg.rows[2] = SF_QBLOCK / 4, cfg.colsb[2] = 4 * SF_QTILE;
+	_tile_loadconfig(&cfg);
+	for (size_t t0 = 0; t0 < done; t0 += QT_AMX_TOKENS) {
+		qr_round_to(st.q, st.d, st.s, x + t0 * ldx, ldx, QT_AMX_TOKENS, cols);
+		for (size_t i = r0 / SF_QTILE; i * SF_QTILE < r1; i++) {
+			size_t a = i * SF_QTILE > r0 ? i * SF_QTILE : r0;
+			size_t b = (i + 1) * SF_QTILE < r1 ? (i + 1) * SF_QTILE : r1;
+			const uint8_t *tile = (const uint8_t *)W + i * tb;
+			float *yt = y + t0 * ldy + (a - r0);
+			if (b - a == SF_QTILE) {
+				qt_tile_amx(yt, ldy, tile, bt, cols, st.q, st.d, ahead);
+				continue;
+			}
+			qt_tile_amx(part, SF_QTILE, tile, bt, cols, st.q, st.d, ahead);
+			for (size_t u = 0; u < QT_AMX_TOKENS; u++)
+				memcpy(yt + u * ldy, part + u * SF_QTILE + (a - i * SF_QTILE),
+				       (b - a) * sizeof(float));
+		}
+	}
+	_tile_release();
+	return done;
+}
+
 #endif /* __x86_64__ */
 
 #if defined(__aarch64__)
@@ -916,10 +1045,18 @@ void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size
 {
 	if (r0 >= r1 || !T)
 		return;
-	if (sf_dtype_untiled(dt) != dt)
-		qt_drive(qt_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
-	else
+	if (sf_dtype_untiled(dt) == dt) {
 		qr_drive(qr_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+		return;
+	}
+	size_t done = 0;
+#if defined(__x86_64__)
+	/* a pass's tokens 16 at a time on AMX, the rest the level's tiles */
+	if (sf_qint_isa() == SF_ISA_AVX512)
+		done = qt_amx_drive(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+#endif
+	qt_drive(qt_table[sf_qint_isa()], y + done * ldy, ldy, W, dt, cols, x + done * ldx, ldx,
+		 T - done, r0, r1);
 }
 
 const char *sf_qmatmul_rows_kernel(void)

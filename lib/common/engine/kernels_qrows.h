@@ -3,8 +3,8 @@
  * Q4_0 matrices, gpt-oss's MXFP4 experts), llama.cpp's way:
  * each token's input rounded to int8 per block of 32 with its own scale,
  * then per block one integer dot product of codes and inputs. A portable
- * _ref and AVX2, AVX-512 (VNNI with VBMI) paths that give its floats bit
- * for bit. sf_matmul_rows (engine/kernels.h) sends block dtypes here. */
+ * _ref and AVX2, AVX-512 (VNNI with VBMI; AMX tiles for a pass's tiled
+ * matrices) paths that give its floats bit for bit. sf_matmul_rows (engine/kernels.h) sends block dtypes here. */
 #ifndef SF_KERNELS_QROWS_H
 #define SF_KERNELS_QROWS_H
 
@@ -33,7 +33,11 @@ void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, 
  * block by block in order, sum = fmaf((float)(the block's integer sum of
  * code * q), scale_b * d_b, sum): llama.cpp's order, one rounding a block
  * where the rows above take eight, and with the tiles' interleaving one
- * load of codes feeds SF_QTILE rows. Any [r0, r1) within the rows. */
+ * load of codes feeds SF_QTILE rows. Any [r0, r1) within the rows. At the
+ * AVX-512 level a CPU with AMX (sf_cpu_has_feature "amx-int8") takes a
+ * pass's tiles 16 tokens at a time, each block's integer sums of the 16
+ * tokens by a tile's 16 rows in one TDPBSSD: the same integers, the same
+ * float steps, so the same floats. */
 /* The path sf_qmatmul_rows takes here: "avx512vnni", "avx2", "dotprod",
  * "neon" or "ref". */
 const char *sf_qmatmul_rows_kernel(void);
