@@ -156,6 +156,39 @@ fifo_model() {
 	[ "${stderr_lines[0]}" = "sf-run: layer 2: non-finite hidden state at position 0" ]
 }
 
+# Writes the bf16 bytes BYTES (printf escapes) over every weight of layer
+# 0's input_layernorm (128 of them) in model directory M: set_norm M BYTES
+set_norm() {
+	local f=$1/model.safetensors hl off
+	hl=$(od -An -tu8 -N8 "$f" | tr -d ' ')
+	off=$(dd if="$f" bs=4096 iflag=skip_bytes,count_bytes skip=8 count="$hl" status=none |
+		jq '.["model.layers.0.input_layernorm.weight"].data_offsets[0]')
+	for _ in $(seq 128); do printf "$2"; done |
+		dd of="$f" bs=1 seek=$((8 + hl + off)) conv=notrunc status=none
+}
+
+@test "q4 image, subnormal or NaN layer norm: decoded, or the layer named; no out-of-range int conversion" {
+	# subnormal norm weights make activations too small for 127 / amax
+	# (it overflowed to infinity and the integer products' codes came from
+	# x * inf: in the _ref, SF_REF=1, INT_MIN times a code, UBSan's report
+	# under SANITIZE=1)
+	m=$(copy_model)
+	set_norm "$m" '\x01\x00'
+	sf-pack --model "$m" --dtype q4 -o "$BATS_TEST_TMPDIR/small.sfimg"
+	for ref in 0 1; do
+		SF_REF=$ref run --separate-stderr sf-run -n 2 -p hi "$BATS_TEST_TMPDIR/small.sfimg"
+		[ "$status" -eq 0 ]
+	done
+	set_norm "$m" '\xc0\x7f'
+	sf-pack --model "$m" --dtype q4 -o "$BATS_TEST_TMPDIR/nan.sfimg"
+	for ref in 0 1; do
+		SF_REF=$ref run --separate-stderr sf-run -n 2 -p hi "$BATS_TEST_TMPDIR/nan.sfimg"
+		[ "$status" -eq 1 ]
+		[ "${stderr_lines[0]}" = "sf-run: layer 0: non-finite hidden state at position 0" ]
+		[ "${#stderr_lines[@]}" -eq 1 ]
+	done
+}
+
 @test "--static scores of another model: refused, nothing leaked" {
 	jq '.fingerprint = "0123456789abcdef"' "$D/task.json" > "$BATS_TEST_TMPDIR/other.json"
 	fp=$(jq -r .fingerprint "$D/task.json")

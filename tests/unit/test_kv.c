@@ -4,8 +4,9 @@
  * widening of every level the machine has equals the _ref; the forward
  * pass of the embedded mix4-1m with an f16 or q8_0 cache gives logits
  * near the f32 cache's, and with f32 the same floats as sf_state_init's;
- * q8_0 refuses heads that are not whole blocks; a long context's cache
- * costs no memory until positions fill it. */
+ * q8_0 refuses heads that are not whole blocks, rounds a block too small
+ * for 1 / d to codes 0 and keeps a non-finite input's block non-finite;
+ * a long context's cache costs no memory until positions fill it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,33 @@ static void test_round_trip(void)
 	enum sf_kv_type t;
 	CHECK(!sf_kv_type_parse("q8_0", &t) && t == SF_KV_Q8_0 && sf_kv_type_parse("q4_0", &t),
 	      "type names");
+}
+
+/* q8_0 of a block too small for 1 / d (subnormal keys of a damaged
+ * model's norm) stores codes 0 and reads back 0; a NaN or an infinity in
+ * a block reads back as NaN over the block (its scale keeps it), where
+ * the NaN was an out-of-range int8 conversion read back as a number. */
+static void test_q8_extremes(void)
+{
+	enum { N = 64 };
+	float x[N], y[N];
+	uint8_t row[4 * N];
+
+	for (int i = 0; i < N; i++)
+		x[i] = i < 32 ? (i % 2 ? 1e-40f : -3e-41f) : gauss();
+	sf_kv_put(row, SF_KV_Q8_0, x, N);
+	sf_kv_widen_ref(y, row, SF_KV_Q8_0, 0, 0, 1, N);
+	for (int i = 0; i < 32; i++)
+		CHECK(y[i] == 0.0f && row[2 + i] == 0, "q8_0 subnormal element %d: %g, code %d", i,
+		      y[i], (int8_t)row[2 + i]);
+	for (int bad = 0; bad < 2; bad++) {
+		x[40] = bad ? INFINITY : NAN;
+		sf_kv_put(row, SF_KV_Q8_0, x, N);
+		sf_kv_widen_ref(y, row, SF_KV_Q8_0, 0, 0, 1, N);
+		for (int i = 32; i < N; i++)
+			CHECK(isnan(y[i]), "q8_0 element %d of a block with %s: %g", i,
+			      bad ? "inf" : "NaN", y[i]);
+	}
 }
 
 /* n rows of every type, ld bytes apart, widened from element off: each
@@ -177,6 +205,7 @@ int main(void)
 	struct sf_err e = { 0 };
 
 	test_round_trip();
+	test_q8_extremes();
 	for (int i = 0; i < SF_NISA; i++)
 		test_widen((enum sf_isa)i);
 	snprintf(dir, sizeof(dir), "%s/models/mix4-1m", root);

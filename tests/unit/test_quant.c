@@ -5,7 +5,8 @@
  * level the machine has equal to the _ref bit for bit, a pass equal to one
  * token at a time; the integer path over columns and over slabs likewise,
  * and the two equal; the row products of the embedding and head likewise,
- * within their rounding of a float product. */
+ * within their rounding of a float product; inputs too small for 127 /
+ * amax give codes 0 on every path, and a NaN input a NaN product. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -415,6 +416,67 @@ static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	free(W), free(f), free(X), free(Y), free(Yr), free(Y1), free(g);
 }
 
+/* Activations so small that 127 / amax overflows (a layer norm's
+ * subnormal weights in a damaged model give them): every code 0, so the
+ * integer paths leave Y as it was (here 0) on every level, where an
+ * infinite 127 / amax made codes of x * inf (the _ref's INT_MIN times a
+ * code overflowed). A NaN input: the _ref's rows of that token NaN, and
+ * the rows products' too, where both went on as if it were 0. */
+static void check_extreme_inputs(const char *isa, enum sf_dtype dt)
+{
+	const char *dn = sf_dtype_name(dt);
+	enum { ROWS = 64, N = 40, T = 3, COLS = 64 };
+	size_t stride = (size_t)sf_dtype_col_bytes(dt, ROWS), rb = stride;
+	uint8_t *C = malloc(N * stride), *W = malloc(ROWS * rb);
+	const void *cols[N];
+	uint32_t pos[N];
+	float col[ROWS], X[N * T], Y[T * ROWS], Yr[T * ROWS], x[T * COLS], y[T * ROWS];
+
+	for (size_t k = 0; k < N; k++) {
+		for (size_t i = 0; i < ROWS; i++)
+			col[i] = gauss() * 0.05f;
+		CHECK(sf_quant_column(C + k * stride, dt, col, ROWS, SF_QUANT_RTN) == 0, "quant");
+		cols[k] = C + k * stride;
+		pos[k] = (uint32_t)k;
+		for (size_t t = 0; t < T; t++)
+			X[k * T + t] = (k + t) % 3 ? 1e-38f : -3e-39f;
+	}
+	memset(Y, 0, sizeof(Y));
+	memset(Yr, 0, sizeof(Yr));
+	sf_qcolaccum_int(Y, ROWS, 0, ROWS, ROWS, cols, pos, 0, dt, X, T, T, N);
+	sf_qcolaccum_int_ref(Yr, ROWS, 0, ROWS, ROWS, cols, pos, 0, dt, X, T, T, N);
+	for (size_t i = 0; i < T * ROWS; i++) {
+		CHECK(Y[i] == 0.0f, "%s %s int, inputs of 1e-38: row %zu token %zu %g, want 0", isa,
+		      dn, i % ROWS, i / ROWS, Y[i]);
+		CHECK(Yr[i] == 0.0f, "%s %s int _ref, inputs of 1e-38: row %zu token %zu %g, want 0",
+		      isa, dn, i % ROWS, i / ROWS, Yr[i]);
+	}
+	X[5 * T + 1] = NAN;
+	sf_qcolaccum_int_ref(Yr, ROWS, 0, ROWS, ROWS, cols, pos, 0, dt, X, T, T, N);
+	for (size_t j = 0; j < ROWS; j++)
+		CHECK(isnan(Yr[ROWS + j]) && Yr[j] == 0.0f && Yr[2 * ROWS + j] == 0.0f,
+		      "%s %s int _ref, a NaN input of token 1: row %zu %g %g %g", isa, dn, j, Yr[j],
+		      Yr[ROWS + j], Yr[2 * ROWS + j]);
+	/* the rows products (an image's head, a GGUF's Q8_0 and Q4_0) */
+	for (size_t r = 0; r < ROWS; r++) {
+		for (size_t c = 0; c < COLS; c++)
+			col[c] = gauss() * 0.05f;
+		CHECK(sf_quant_column(W + r * rb, dt, col, COLS, SF_QUANT_RTN) == 0, "quant");
+	}
+	for (size_t i = 0; i < T * COLS; i++)
+		x[i] = i % 2 ? 1e-38f : -2e-40f;
+	x[COLS + 3] = NAN;
+	for (int ref = 0; ref < 2; ref++) {
+		(ref ? sf_qmatmul_rows_ref : sf_qmatmul_rows)(y, ROWS, W, dt, COLS, x, COLS, T, 0,
+							       ROWS);
+		for (size_t r = 0; r < ROWS; r++)
+			CHECK(y[r] == 0.0f && isnan(y[ROWS + r]) && y[2 * ROWS + r] == 0.0f,
+			      "%s %s rows%s, inputs of 1e-38 and a NaN in token 1: row %zu %g %g %g",
+			      isa, dn, ref ? " _ref" : "", r, y[r], y[ROWS + r], y[2 * ROWS + r]);
+	}
+	free(C), free(W);
+}
+
 static void test_kernels(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
@@ -477,6 +539,8 @@ static void test_kernels(enum sf_isa level)
 				for (int all = 0; all < 2; all++)
 					check_slab_kernel(isa, qdt[d], int_sizes[i][0], int_sizes[i][1],
 							  int_sizes[i][2], int_tokens[t], 70 + t * 13, all);
+	for (int d = 0; d < 2; d++)
+		check_extreme_inputs(isa, qdt[d]);
 	printf("%s: compared against ref (integer path: %s, rows: %s)\n", isa,
 	       sf_qcolaccum_int_kernel(), sf_qmatmul_rows_kernel());
 }

@@ -12,6 +12,7 @@
 #ifndef SF_QUANT_H
 #define SF_QUANT_H
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,26 @@ static inline float sf_round_even(float x)
 	const float magic = 12582912.0f;
 
 	return fabsf(x) < 4194304.0f ? (x + magic) - magic : nearbyintf(x);
+}
+
+/* 127 / amax, the factor that rounds activations whose largest magnitude
+ * is amax to int8 codes; 0 where it is not finite: amax 0, amax below
+ * about 2^-121 (the quotient overflows: a code from x * inf would be an
+ * out-of-range int conversion), NaN. An infinite amax gives 0 too. */
+static inline float sf_q8_inv_scale(float amax)
+{
+	float id = 127.0f / amax;
+
+	return id <= FLT_MAX ? id : 0.0f;
+}
+
+/* max(amax, |x|), infinite or NaN for good once x is: a block with a
+ * non-finite input is known by its amax, never rounded to codes. */
+static inline float sf_q8_amax(float amax, float x)
+{
+	float a = fabsf(x);
+
+	return a > amax || a != a ? a : amax;
 }
 
 /* The blocks of a column of rows rows. */

@@ -7,6 +7,7 @@
  * same operations. */
 #include "engine/kernels_q.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -140,11 +141,13 @@ static void qint_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct qs
 				float v[SF_QRUN], amax = 0.0f;
 				for (size_t k = k0; k < k1; k++) {
 					v[k - k0] = X[k * ldx + t] * qsrc_scale(q, k, b);
-					amax = fmaxf(amax, fabsf(v[k - k0]));
+					amax = sf_q8_amax(amax, v[k - k0]);
 				}
-				float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+				/* id 0: no codes; a non-finite v leaves amax / 127,
+				 * and so y, non-finite */
+				float id = sf_q8_inv_scale(amax);
 				int32_t sum = 0;
-				for (size_t k = k0; k < k1; k++) {
+				for (size_t k = k0; id != 0.0f && k < k1; k++) {
 					int qk = (int)nearbyintf(v[k - k0] * id);
 					sum += qk * qsrc_code(q, k, j);
 				}
@@ -809,8 +812,8 @@ INL T256 void qprep256(struct qact256 *qa, const __m256 *sc, const float *X, siz
 			__m256 v = _mm256_mul_ps(sc[k], _mm256_set1_ps(X[k * ldx + t]));
 			amax = _mm256_max_ps(amax, _mm256_andnot_ps(sgn, v));
 		}
-		__m256 pos = _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ);
-		__m256 id = _mm256_and_ps(pos, _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
+		__m256 id = _mm256_div_ps(_mm256_set1_ps(127.0f), amax);
+		id = _mm256_and_ps(_mm256_cmp_ps(id, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
 		/* as qprep512: packed to bytes, each block's four side by side,
 		 * their sum by two multiply-adds with ones */
 		const __m256i lanes = _mm256_broadcastsi128_si256(_mm_setr_epi8(
@@ -1029,8 +1032,8 @@ INL T256 void qpass_prep256(struct qpass *p, const __m256 *xv, const __m256 *ax,
 			am[c] = _mm256_max_ps(am[c], _mm256_mul_ps(ax[4 * qd + c],
 								   _mm256_set1_ps(p->as[4 * qd + c][i])));
 	__m256 amax = _mm256_max_ps(_mm256_max_ps(am[0], am[1]), _mm256_max_ps(am[2], am[3]));
-	__m256 id = _mm256_and_ps(_mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ),
-				  _mm256_div_ps(_mm256_set1_ps(127.0f), amax));
+	__m256 id = _mm256_div_ps(_mm256_set1_ps(127.0f), amax);
+	id = _mm256_and_ps(_mm256_cmp_ps(id, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
 	_mm256_storeu_ps(p->d[i] + t, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
 	__m256i sum = _mm256_setzero_si256();
 	for (size_t qd = 0; qd < p->nq; qd++) {
@@ -1287,8 +1290,9 @@ INL T512I void qprep512(struct qact512 *qa, const __m512 *sc, const float *X, si
 			__m512 v = _mm512_mul_ps(sc[k], _mm512_set1_ps(X[k * ldx + t]));
 			amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
 		}
-		__mmask16 pos = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
-		__m512 id = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), amax);
+		__m512 id = _mm512_div_ps(_mm512_set1_ps(127.0f), amax);
+		id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ),
+					 id);
 		/* four columns' codes (|q| <= 127) packed to bytes, per 128-bit
 		 * lane a0-3 b0-3 c0-3 d0-3, then each block's four side by side */
 		const __m512i lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
@@ -1556,8 +1560,8 @@ INL T512I void qpass_prep(struct qpass *p, const __m512 *xv, const __m512 *ax, s
 			am[c] = _mm512_max_ps(am[c], _mm512_mul_ps(ax[4 * qd + c],
 								   _mm512_set1_ps(p->as[4 * qd + c][i])));
 	__m512 amax = _mm512_max_ps(_mm512_max_ps(am[0], am[1]), _mm512_max_ps(am[2], am[3]));
-	__mmask16 on = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
-	__m512 id = _mm512_maskz_div_ps(on, _mm512_set1_ps(127.0f), amax);
+	__m512 id = _mm512_div_ps(_mm512_set1_ps(127.0f), amax);
+	id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
 	_mm512_storeu_ps(p->d[i], _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
 	__m512i sum[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
 	const __m512i ones = _mm512_set1_epi8(1);
@@ -1908,8 +1912,8 @@ INL void qprep_n(struct qactn *qa, const float32x4_t *sc, const float *X, size_t
 		float32x4_t amax = vdupq_n_f32(0.0f);
 		for (size_t k = 0; k < m; k++)
 			amax = vmaxq_f32(amax, vabsq_f32(vmulq_n_f32(sc[k], X[k * ldx + t])));
-		float32x4_t id = vbslq_f32(vcgtq_f32(amax, vdupq_n_f32(0.0f)),
-					   vdivq_f32(vdupq_n_f32(127.0f), amax), vdupq_n_f32(0.0f));
+		float32x4_t id = vdivq_f32(vdupq_n_f32(127.0f), amax);
+		id = vbslq_f32(vcleq_f32(id, vdupq_n_f32(FLT_MAX)), id, vdupq_n_f32(0.0f));
 		vst1q_f32(qa[t].d, vdivq_f32(amax, vdupq_n_f32(127.0f)));
 		for (size_t k0 = 0; k0 < m; k0 += 4) {
 			int16x4_t q[4];

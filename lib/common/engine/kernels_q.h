@@ -34,13 +34,18 @@ void sf_qcolaccum_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,
  * positions share pos / SF_QRUN (at most SF_QRUN of them, cut there
  * otherwise: sf_qrun_end). For row j of block b = j / 32 and token t,
  * per run in turn: v_k = X[k * ldx + t] * scale_k(b), amax = max |v_k|,
- * q_k = round(v_k * 127 / amax) (0 when amax is 0), then
+ * q_k = round(v_k * id) with id = 127 / amax where that is finite, else 0
+ * (amax 0, or below about 2^-121: sf_q8_inv_scale), then
  * Y[t * ldy + j - r0] = fmaf(amax / 127, sum of q_k * code_k(j), Y[...]):
  * the block scales folded into the activations, which then multiply the
  * codes in integers (AVX-512 VNNI with VBMI, AVX2, and this _ref, equal
  * bit for bit). A token's inputs not selected are 0 in X (no sel): they
  * change neither amax nor the sum, so a pass gives each token the floats
- * of a one-token call over its own columns, cut into the same runs. */
+ * of a one-token call over its own columns, cut into the same runs.
+ * The paths agree for finite v; a non-finite v makes the _ref's Y
+ * non-finite (its amax keeps it, sf_q8_amax, and no code is rounded from
+ * it), the SIMD paths' Y is unspecified there; no path converts an
+ * out-of-range float to an integer in C. */
 #define SF_QRUN 32
 size_t sf_qrun_end(const uint32_t *pos, size_t k0, size_t n);
 void sf_qcolaccum_int(float *Y, size_t ldy, size_t r0, size_t r1, size_t rows,

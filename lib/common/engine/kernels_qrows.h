@@ -17,7 +17,9 @@
  * (Q8, Q6, Q4 or MXFP4: its codes and scales as sf_q_int_code and
  * sf_q_int_scale give them), each sf_dtype_col_bytes(dt, cols) bytes, cols a
  * multiple of SF_QBLOCK. For token t and block b of x_t: amax = max |x|,
- * d_b = amax / 127, q = round(x * (127 / amax)) (0 when amax is 0). Per
+ * d_b = amax / 127, q = round(x * (127 / amax)) (0 when 127 / amax is not
+ * finite: amax 0 or below about 2^-121; a non-finite x keeps amax, so d_b
+ * and the products, non-finite, its codes 0: sf_q8_amax). Per
  * row, 16 float sums start at 0; block b's eight runs of four elements,
  * g = 0..7, in block order, each do sum[(b % 2) * 8 + g] = fmaf((float)
  * (the run's sum of code * q), scale_b * d_b, sum[...]); then sum[i] +=

@@ -1,10 +1,12 @@
 /* The KV cache's rows: see kv.h. */
 #include "engine/kv.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "base/bytes.h"
+#include "base/quant.h"
 #include "base/vocab.h"
 #include "engine/cpu.h"
 
@@ -63,11 +65,16 @@ void sf_kv_put(void *row, enum sf_kv_type t, const float *x, size_t n)
 			const float *v = x + b * SF_KV_Q8_0_BLOCK;
 			float amax = 0.0f;
 			for (size_t i = 0; i < SF_KV_Q8_0_BLOCK; i++)
-				amax = fmaxf(amax, fabsf(v[i]));
+				amax = sf_q8_amax(amax, v[i]);
+			/* id 0 (d 0, or below about 2^-128 where 1 / d
+			 * overflows, or non-finite): codes 0; a non-finite
+			 * input leaves d, and so the block, non-finite */
 			float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+			if (!(id <= FLT_MAX))
+				id = 0.0f;
 			sf_put_le16(r, sf_f32_to_f16(d));
 			for (size_t i = 0; i < SF_KV_Q8_0_BLOCK; i++)
-				r[2 + i] = (uint8_t)(int8_t)roundf(v[i] * id);
+				r[2 + i] = id != 0.0f ? (uint8_t)(int8_t)roundf(v[i] * id) : 0;
 		}
 		break;
 	}

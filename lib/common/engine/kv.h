@@ -12,7 +12,9 @@
 
 /* q8_0: blocks of SF_KV_Q8_0_BLOCK elements, each an f16 scale d =
  * max |x| / 127 and the elements' codes round(x / d), int8 (llama.cpp's
- * Q8_0: 34 bytes a block, scale first); element = f32(d) * code. */
+ * Q8_0: 34 bytes a block, scale first); element = f32(d) * code. Codes
+ * are 0 where 1 / d is not finite, and a non-finite x makes d so (the
+ * block reads back non-finite, NaN or infinity times 0). */
 enum sf_kv_type { SF_KV_F32, SF_KV_F16, SF_KV_Q8_0 };
 #define SF_KV_Q8_0_BLOCK 32
 #define SF_KV_Q8_0_BYTES 34
