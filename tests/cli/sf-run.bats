@@ -205,6 +205,27 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ "${#stderr_lines[@]}" -eq 1 ]
 }
 
+@test "a safetensors header not padded to 8 (tensors at odd bytes): the same text, SF_REF=1 too" {
+	local m f hl hdr n ref want LC_ALL=C
+	m=$(copy_model)
+	f=$MODEL/model.safetensors
+	hl=$(od -An -tu8 -N8 "$f" | tr -d ' ')
+	# the header without its padding, one space back when that leaves it even
+	hdr=$(dd if="$f" bs=4096 iflag=skip_bytes,count_bytes skip=8 count="$hl" status=none |
+		sed 's/ *$//')
+	[ $((${#hdr} % 2)) -eq 1 ] || hdr="$hdr "
+	n=${#hdr}
+	{ printf "$(printf '\\x%02x' $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)))"
+	  printf '\0\0\0\0\0'; printf '%s' "$hdr"; tail -c +$((9 + hl)) "$f"; } > "$m/model.safetensors"
+	[ "$(od -An -tu8 -N8 "$m/model.safetensors" | tr -d ' ')" -eq "$n" ]
+	want=$(sf-run --model "$MODEL" -p "In the" -n 8 --temp 0 2>/dev/null)
+	for ref in 0 1; do
+		SF_REF=$ref run --separate-stderr sf-run --model "$m" -p "In the" -n 8 --temp 0
+		[ "$status" -eq 0 ]
+		[ "$output" = "$want" ]
+	done
+}
+
 @test "a malformed tokenizer.json is a data error" {
 	local m; m=$(copy_model)
 	head -c 5000 "$MODEL/tokenizer.json" > "$m/tokenizer.json"

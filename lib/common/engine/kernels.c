@@ -19,12 +19,19 @@
 #include <arm_neon.h>
 #endif
 
+/* Element i of weights p, by memcpy: a tensor in its file's mapping sits
+ * at any byte (a safetensors header not padded to 8, a GGUF of alignment
+ * 1), where a uint16_t or float load would be misaligned. */
 static inline float ld_w(const void *p, enum sf_dtype dt, size_t i)
 {
+	const unsigned char *b = p;
+	uint16_t h;
+	float f;
+
 	switch (dt) {
-	case SF_DTYPE_F16: return sf_f16_to_f32(((const uint16_t *)p)[i]);
-	case SF_DTYPE_BF16: return sf_bf16_to_f32(((const uint16_t *)p)[i]);
-	default: return ((const float *)p)[i];
+	case SF_DTYPE_F16: memcpy(&h, b + 2 * i, 2); return sf_f16_to_f32(h);
+	case SF_DTYPE_BF16: memcpy(&h, b + 2 * i, 2); return sf_bf16_to_f32(h);
+	default: memcpy(&f, b + 4 * i, 4); return f;
 	}
 }
 
