@@ -62,15 +62,26 @@ static void qr_round_to(int8_t *qs, float *ds, int32_t *ss, const float *x, size
 			int8_t *q = qs + t * cols + b * SF_QBLOCK;
 			float amax = 0.0f;
 			int32_t sum = 0;
-			for (size_t i = 0; i < SF_QBLOCK; i++)
-				amax = sf_q8_amax(amax, v[i]);
+			int nan = 0;
+			/* a plain maximum and a NaN test apart, the test of id
+			 * out of the rounding loop: as sf_q8_amax and a test
+			 * each code, -m Q4_0's prompt took 10% longer */
+			for (size_t i = 0; i < SF_QBLOCK; i++) {
+				float a = fabsf(v[i]);
+				amax = a > amax ? a : amax;
+				nan |= a != a;
+			}
+			amax = nan ? NAN : amax;
 			/* id 0: codes 0; a non-finite input leaves d, and so
 			 * the block's products, non-finite */
 			float id = sf_q8_inv_scale(amax);
-			for (size_t i = 0; i < SF_QBLOCK; i++) {
-				q[i] = id != 0.0f ? (int8_t)sf_round_even(v[i] * id) : 0;
-				sum += q[i];
-			}
+			if (id == 0.0f)
+				memset(q, 0, SF_QBLOCK);
+			else
+				for (size_t i = 0; i < SF_QBLOCK; i++) {
+					q[i] = (int8_t)sf_round_even(v[i] * id);
+					sum += q[i];
+				}
 			ds[t * nb + b] = amax / 127.0f;
 			ss[t * nb + b] = sum;
 		}
