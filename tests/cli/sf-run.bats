@@ -179,6 +179,13 @@ ref() { jq -r "$1" "$MODEL/reference.json"; }
 	[ -z "$output" ]
 }
 
+@test "a model path that is not there is named itself (not as a directory's config.json)" {
+	run --separate-stderr sf-run --model "$BATS_TEST_TMPDIR/missing.gguf" -p hi
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sf-run: $BATS_TEST_TMPDIR/missing.gguf: No such file or directory" ]
+	[ -z "$output" ]
+}
+
 @test "a malformed config.json is a data error" {
 	local m; m=$(copy_model)
 	printf '{"hidden_size": 128,' > "$m/config.json"

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/bytes.h"
 #include "formats/model_gguf.h"
@@ -564,6 +565,13 @@ static int open_any(struct sf_model *m, const char *path, int element_only, stru
 	int ret;
 
 	memset(m, 0, sizeof(*m));
+	/* a path that is not there is named itself, not as a directory's
+	 * config.json (a mistyped GGUF file's name) */
+	struct stat st;
+	if (stat(path, &st)) {
+		ret = sf_err_set(e, -errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
 	if (sf_gguf_probe(path)) {
 		ret = open_gguf(m, path, element_only, e);
 		goto out;
