@@ -18,7 +18,8 @@
  *       column, and leaves out the float path. --ldy N puts a token's
  *       outputs N floats apart (default the rows): 2,048 rows at --ldy
  *       2048 against 2064 shows what a 4 KiB stride costs a pass.
- *       SF_ISA=avx2 (or ref) times that level's kernels. */
+ *       SF_ISA=avx2 (or ref) times that level's kernels, SF_AMX=0 the
+ *       AVX-512 level's without AMX's tiles. */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -109,6 +110,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "qint: SF_ISA=%s: not a level this machine has\n", isa_name);
 		return 2;
 	}
+	/* SF_AMX=0: the AVX-512 level's passes without AMX's tiles */
+	const char *amx = getenv("SF_AMX");
+	if (amx && !strcmp(amx, "0"))
+		sf_cpu_use_amx(0);
 	ldy = ldy > rows ? ldy : rows;
 	size_t cb = (size_t)sf_dtype_col_bytes(dt, rows), mat = cb * cols;
 	size_t copies = size / mat ? size / mat : 1;

@@ -554,6 +554,12 @@ int main(void)
 	test_q6_layout();
 	for (int i = 0; i < SF_NISA; i++)
 		test_kernels((enum sf_isa)i);
+	if (sf_cpu_has_feature("amx-int8")) {	/* the AVX-512 level's passes without the tiles */
+		sf_cpu_use_amx(0);
+		printf("avx512 again, AMX's tiles kept out:\n");
+		test_kernels(SF_ISA_AVX512);
+		sf_cpu_use_amx(1);
+	}
 	sf_cpu_use_best();
 	for (int d = 0; d < 3; d++)	/* last: the kernels' draws stay as they were */
 		test_columns(qdt[d]);

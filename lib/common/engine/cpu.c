@@ -89,11 +89,18 @@ static int amx_int8(void)
 }
 #endif
 
+static _Atomic int amx_on = 1;
+
+void sf_cpu_use_amx(int on)
+{
+	atomic_store_explicit(&amx_on, on != 0, memory_order_relaxed);
+}
+
 int sf_cpu_has_feature(const char *name)
 {
 #if defined(__x86_64__)
 	if (!strcmp(name, "amx-int8"))
-		return amx_int8();
+		return atomic_load_explicit(&amx_on, memory_order_relaxed) && amx_int8();
 	__builtin_cpu_init();
 	/* __builtin_cpu_supports takes only literals */
 	if (!strcmp(name, "avx512vpopcntdq"))

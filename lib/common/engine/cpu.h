@@ -33,6 +33,12 @@ int sf_cpu_has(enum sf_isa isa);
  * call asks); 0 off x86-64. */
 int sf_cpu_has_feature(const char *name);
 
+/* Lets (on 1, the default) or keeps (0) the families inside the AVX-512
+ * level from AMX's tiles where the CPU has them, so that tests check the
+ * paths with and without them on one machine ("amx-int8" then reads 0).
+ * Not while kernels are running. */
+void sf_cpu_use_amx(int on);
+
 /* The level every family uses now: the best this CPU has, unless
  * sf_cpu_use set another. */
 enum sf_isa sf_cpu_isa(void);

@@ -15,6 +15,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "engine/amx.h"
 #endif
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -714,21 +716,11 @@ static T512I void qt_tiles_avx512(float *y, size_t ldy, const uint8_t *tile, enu
 #define QT_AMX_TOKENS 16
 #define QT_AMX_COLS 16384	/* wider rows take the AVX-512 tiles alone */
 
-#define TAMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma," \
-				   "amx-tile,amx-int8")))
-
-/* LDTILECFG's 64 bytes (palette 1): each tile's rows and bytes a row. */
-struct amx_config {
-	uint8_t palette, start_row, reserved[14];
-	uint16_t colsb[16];
-	uint8_t rows[16];
-} __attribute__((aligned(64)));
-
 /* A q4 tile's block b as TDPBSSD's second operand: eight rows of 64
  * signed bytes, row g byte 4r + c row r's code of column 4g + c (the
  * tile's groups, its nibbles split and their bias taken off; a q8
  * tile's block is that already). */
-INL TAMX void qt_amx_q4(int8_t (*w)[64], const uint8_t *c)
+INL SF_TAMX void qt_amx_q4(int8_t (*w)[64], const uint8_t *c)
 {
 	const __m512i nib = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
 	for (int g = 0; g < 4; g++) {
@@ -742,7 +734,7 @@ INL TAMX void qt_amx_q4(int8_t (*w)[64], const uint8_t *c)
 /* The tile's 16 rows for 16 tokens whose codes lie cols apart at q
  * (scales d, nb a token): y[t * ldy + r]. Tiles 0 (sums), 1 (codes), 2
  * (weights) as qt_amx_drive configured them. */
-INL TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
+INL SF_TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
 			  size_t cols, const int8_t *q, const float *d, size_t ahead)
 {
 	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
@@ -783,7 +775,7 @@ INL TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, const enum 
 /* Tokens [0, T - T % 16) of a tiled matrix's rows [r0, r1), 16 at a
  * time, as qt_drive takes them (a tile the range cuts computed whole
  * aside); returns the tokens done, 0 where AMX is not to be had. */
-static TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_dtype dt,
+static SF_TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_dtype dt,
 				size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
 				size_t r1)
 {
@@ -796,7 +788,7 @@ static TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_dty
 	const size_t nb = cols / SF_QBLOCK, tb = nb * sf_qtile_block_bytes(bt);
 	const size_t ahead = sf_cpu_ahead();
 	float part[QT_AMX_TOKENS * SF_QTILE];
-	struct amx_config cfg = { .palette = 1 };
+	struct sf_amx_config cfg = { .palette = 1 };
 	size_t done = T / QT_AMX_TOKENS * QT_AMX_TOKENS;
 
 	if (!done || cols > QT_AMX_COLS || !sf_cpu_has_feature("amx-int8"))
@@ -804,7 +796,7 @@ static TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_dty
 	cfg.rows[0] = QT_AMX_TOKENS, cfg.colsb[0] = 4 * SF_QTILE;
 	cfg.rows[1] = QT_AMX_TOKENS, cfg.colsb[1] = SF_QBLOCK;
 	cfg.rows[2] = SF_QBLOCK / 4, cfg.colsb[2] = 4 * SF_QTILE;
-	_tile_loadconfig(&cfg);
+	sf_amx_load_config(&cfg);
 	for (size_t t0 = 0; t0 < done; t0 += QT_AMX_TOKENS) {
 		qr_round_to(st.q, st.d, st.s, x + t0 * ldx, ldx, QT_AMX_TOKENS, cols);
 		for (size_t i = r0 / SF_QTILE; i * SF_QTILE < r1; i++) {
