@@ -189,30 +189,41 @@ static void qt_tile_ref(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype
 		}
 }
 
-/* The tokens through fn: as many rounded at once as the store holds,
- * then tile by tile, QT_TOKENS tokens at a time while the tile stays in
- * the caches. A tile that [r0, r1) cuts is computed whole aside, and its
- * rows in the range copied. */
-static void qt_drive(qt_tile_fn *fn, float *y, size_t ldy, const void *W, enum sf_dtype dt,
-		     size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+/* Where a driver rounds its tokens: room for codes bytes of codes (the
+ * tokens times cols), their block scales and sums. */
+struct qt_room {
+	int8_t *q;
+	float *d;
+	int32_t *s;
+	size_t codes;
+};
+
+/* The tokens through fn, at most group a call: as many rounded at once as
+ * the room holds (a multiple of group; at least group), then tile by
+ * tile, group tokens at a time while the tile stays in the caches. A tile
+ * that [r0, r1) cuts is computed whole aside, and its rows in the range
+ * copied. */
+#define QT_GROUP_MAX 16
+static void qt_drive(qt_tile_fn *fn, size_t group, const struct qt_room *room, float *y,
+		     size_t ldy, const void *W, enum sf_dtype dt, size_t cols, const float *x,
+		     size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	struct qr_store st;
 	const enum sf_dtype bt = sf_dtype_untiled(dt);
-	size_t step = QR_CODES / cols, nb = cols / SF_QBLOCK;
+	size_t step = room->codes / cols / group * group, nb = cols / SF_QBLOCK;
 	size_t tb = nb * sf_qtile_block_bytes(bt);
-	float part[QT_TOKENS * SF_QTILE];
+	float part[QT_GROUP_MAX * SF_QTILE];
 
 	for (size_t t0 = 0; t0 < T; t0 += step) {
 		size_t nt = T - t0 < step ? T - t0 : step;
-		qr_round(&st, x + t0 * ldx, ldx, nt, cols);
+		qr_round_to(room->q, room->d, room->s, x + t0 * ldx, ldx, nt, cols);
 		for (size_t i = r0 / SF_QTILE; i * SF_QTILE < r1; i++) {
 			size_t a = i * SF_QTILE > r0 ? i * SF_QTILE : r0;
 			size_t b = (i + 1) * SF_QTILE < r1 ? (i + 1) * SF_QTILE : r1;
 			const uint8_t *tile = (const uint8_t *)W + i * tb;
-			for (size_t t = 0; t < nt; t += QT_TOKENS) {
-				struct qr_input in = { st.q + t * cols, st.d + t * nb, st.s + t * nb,
-						       nt - t < QT_TOKENS ? nt - t : QT_TOKENS,
-						       sf_cpu_ahead() };
+			for (size_t t = 0; t < nt; t += group) {
+				struct qr_input in = { room->q + t * cols, room->d + t * nb,
+						       room->s + t * nb,
+						       nt - t < group ? nt - t : group, sf_cpu_ahead() };
 				float *yt = y + (t0 + t) * ldy + (a - r0);
 				if (b - a == SF_QTILE) {
 					fn(yt, ldy, tile, bt, cols, &in);
@@ -227,11 +238,20 @@ static void qt_drive(qt_tile_fn *fn, float *y, size_t ldy, const void *W, enum s
 	}
 }
 
+/* qt_drive with QT_TOKENS a call, rounding into a qr_store. */
+static void qt_drive_store(qt_tile_fn *fn, float *y, size_t ldy, const void *W, enum sf_dtype dt,
+			   size_t cols, const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
+{
+	struct qr_store st;
+	const struct qt_room room = { st.q, st.d, st.s, QR_CODES };
+	qt_drive(fn, QT_TOKENS, &room, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+}
+
 void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	if (sf_dtype_untiled(dt) != dt)
-		qt_drive(qt_tile_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+		qt_drive_store(qt_tile_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 	else
 		qr_drive(qr_rows_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 }
@@ -715,6 +735,7 @@ static T512I void qt_tiles_avx512(float *y, size_t ldy, const uint8_t *tile, enu
 
 #define QT_AMX_TOKENS 16
 #define QT_AMX_COLS 16384	/* wider rows take the AVX-512 tiles alone */
+_Static_assert(QT_AMX_TOKENS <= QT_GROUP_MAX, "qt_drive's part holds a group");
 
 /* A q4 tile's block b as TDPBSSD's second operand: eight rows of 64
  * signed bytes, row g byte 4r + c row r's code of column 4g + c (the
@@ -731,13 +752,15 @@ INL SF_TAMX void qt_amx_q4(int8_t (*w)[64], const uint8_t *c)
 	}
 }
 
-/* The tile's 16 rows for 16 tokens whose codes lie cols apart at q
- * (scales d, nb a token): y[t * ldy + r]. Tiles 0 (sums), 1 (codes), 2
- * (weights) as qt_amx_drive configured them. */
-INL SF_TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, const enum sf_dtype dt,
-			  size_t cols, const int8_t *q, const float *d, size_t ahead)
+/* The tile's 16 rows for in's 16 tokens (qt_tile_fn): y[t * ldy + r].
+ * Tiles 0 (sums), 1 (codes), 2 (weights) as qt_amx_drive configured
+ * them. */
+static SF_TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+				size_t cols, const struct qr_input *in)
 {
-	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt), ahead = in->ahead;
+	const int8_t *q = in->q;
+	const float *d = in->d;
 	int8_t w[8][64] __attribute__((aligned(64)));
 	int32_t sums[QT_AMX_TOKENS][SF_QTILE] __attribute__((aligned(64)));
 	__m512 acc[QT_AMX_TOKENS];
@@ -772,22 +795,21 @@ INL SF_TAMX void qt_tile_amx(float *y, size_t ldy, const uint8_t *tile, const en
 		_mm512_storeu_ps(y + (size_t)t * ldy, acc[t]);
 }
 
-/* Tokens [0, T - T % 16) of a tiled matrix's rows [r0, r1), 16 at a
- * time, as qt_drive takes them (a tile the range cuts computed whole
- * aside); returns the tokens done, 0 where AMX is not to be had. */
+/* Tokens [0, T - T % 16) of a tiled matrix's rows [r0, r1) through
+ * qt_drive, 16 a call; returns the tokens done, 0 where AMX is not to be
+ * had. */
 static SF_TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_dtype dt,
-				size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
-				size_t r1)
+				   size_t cols, const float *x, size_t ldx, size_t T, size_t r0,
+				   size_t r1)
 {
 	struct {	/* 320 KiB of the stack, as qr_store's 80 */
 		int8_t q[QT_AMX_TOKENS * QT_AMX_COLS];
 		float d[QT_AMX_TOKENS * QT_AMX_COLS / SF_QBLOCK];
 		int32_t s[QT_AMX_TOKENS * QT_AMX_COLS / SF_QBLOCK];
 	} st;
-	const enum sf_dtype bt = sf_dtype_untiled(dt);
-	const size_t nb = cols / SF_QBLOCK, tb = nb * sf_qtile_block_bytes(bt);
-	const size_t ahead = sf_cpu_ahead();
-	float part[QT_AMX_TOKENS * SF_QTILE];
+	/* 16 tokens rounded at a time, their codes in L1 while every tile
+	 * goes by: rounding 128 at once (in L2) ran 5-10% slower */
+	const struct qt_room room = { st.q, st.d, st.s, QT_AMX_TOKENS * cols };
 	struct sf_amx_config cfg = { .palette = 1 };
 	size_t done = T / QT_AMX_TOKENS * QT_AMX_TOKENS;
 
@@ -797,23 +819,7 @@ static SF_TAMX size_t qt_amx_drive(float *y, size_t ldy, const void *W, enum sf_
 	cfg.rows[1] = QT_AMX_TOKENS, cfg.colsb[1] = SF_QBLOCK;
 	cfg.rows[2] = SF_QBLOCK / 4, cfg.colsb[2] = 4 * SF_QTILE;
 	sf_amx_load_config(&cfg);
-	for (size_t t0 = 0; t0 < done; t0 += QT_AMX_TOKENS) {
-		qr_round_to(st.q, st.d, st.s, x + t0 * ldx, ldx, QT_AMX_TOKENS, cols);
-		for (size_t i = r0 / SF_QTILE; i * SF_QTILE < r1; i++) {
-			size_t a = i * SF_QTILE > r0 ? i * SF_QTILE : r0;
-			size_t b = (i + 1) * SF_QTILE < r1 ? (i + 1) * SF_QTILE : r1;
-			const uint8_t *tile = (const uint8_t *)W + i * tb;
-			float *yt = y + t0 * ldy + (a - r0);
-			if (b - a == SF_QTILE) {
-				qt_tile_amx(yt, ldy, tile, bt, cols, st.q, st.d, ahead);
-				continue;
-			}
-			qt_tile_amx(part, SF_QTILE, tile, bt, cols, st.q, st.d, ahead);
-			for (size_t u = 0; u < QT_AMX_TOKENS; u++)
-				memcpy(yt + u * ldy, part + u * SF_QTILE + (a - i * SF_QTILE),
-				       (b - a) * sizeof(float));
-		}
-	}
+	qt_drive(qt_tile_amx, QT_AMX_TOKENS, &room, y, ldy, W, dt, cols, x, ldx, done, r0, r1);
 	_tile_release();
 	return done;
 }
@@ -1058,8 +1064,8 @@ void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size
 	if (sf_qint_isa() == SF_ISA_AVX512)
 		done = qt_amx_drive(y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 #endif
-	qt_drive(qt_table[sf_qint_isa()], y + done * ldy, ldy, W, dt, cols, x + done * ldx, ldx,
-		 T - done, r0, r1);
+	qt_drive_store(qt_table[sf_qint_isa()], y + done * ldy, ldy, W, dt, cols, x + done * ldx,
+		       ldx, T - done, r0, r1);
 }
 
 const char *sf_qmatmul_rows_kernel(void)
