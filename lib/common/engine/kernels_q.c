@@ -545,6 +545,14 @@ static void qslab_pass(qpass_tokens_fn *tokens, float *Y, size_t ldy, size_t r0,
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 
+/* sf_q8_inv_scale lane by lane: 127 / amax where that is finite, else 0
+ * (the test ordered: a NaN fails it). */
+INL T256 __m256 inv_scale256(__m256 amax)
+{
+	__m256 id = _mm256_div_ps(_mm256_set1_ps(127.0f), amax);
+	return _mm256_and_ps(_mm256_cmp_ps(id, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
+}
+
 /* The 16 weights of rows [j0, j0 + 16) (j0 a multiple of 16) of the
  * column at col. */
 INL T256 void deq16_256(const uint8_t *col, enum sf_dtype dt, size_t rows, size_t j0,
@@ -812,8 +820,7 @@ INL T256 void qprep256(struct qact256 *qa, const __m256 *sc, const float *X, siz
 			__m256 v = _mm256_mul_ps(sc[k], _mm256_set1_ps(X[k * ldx + t]));
 			amax = _mm256_max_ps(amax, _mm256_andnot_ps(sgn, v));
 		}
-		__m256 id = _mm256_div_ps(_mm256_set1_ps(127.0f), amax);
-		id = _mm256_and_ps(_mm256_cmp_ps(id, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
+		__m256 id = inv_scale256(amax);
 		/* as qprep512: packed to bytes, each block's four side by side,
 		 * their sum by two multiply-adds with ones */
 		const __m256i lanes = _mm256_broadcastsi128_si256(_mm_setr_epi8(
@@ -1032,8 +1039,7 @@ INL T256 void qpass_prep256(struct qpass *p, const __m256 *xv, const __m256 *ax,
 			am[c] = _mm256_max_ps(am[c], _mm256_mul_ps(ax[4 * qd + c],
 								   _mm256_set1_ps(p->as[4 * qd + c][i])));
 	__m256 amax = _mm256_max_ps(_mm256_max_ps(am[0], am[1]), _mm256_max_ps(am[2], am[3]));
-	__m256 id = _mm256_div_ps(_mm256_set1_ps(127.0f), amax);
-	id = _mm256_and_ps(_mm256_cmp_ps(id, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
+	__m256 id = inv_scale256(amax);
 	_mm256_storeu_ps(p->d[i] + t, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
 	__m256i sum = _mm256_setzero_si256();
 	for (size_t qd = 0; qd < p->nq; qd++) {
@@ -1274,6 +1280,13 @@ static T256 void qslab_avx2(float *Y, size_t ldy, size_t r0, size_t r1, const st
 #define QI512_BLOCKS 16
 #define QI512_TOKENS 8
 
+/* inv_scale256's. */
+INL T512I __m512 inv_scale512(__m512 amax)
+{
+	__m512 id = _mm512_div_ps(_mm512_set1_ps(127.0f), amax);
+	return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
+}
+
 /* As struct qact256, over 16 blocks. */
 struct qact512 {
 	int32_t q[SF_QRUN / 4][QI512_BLOCKS];
@@ -1290,9 +1303,7 @@ INL T512I void qprep512(struct qact512 *qa, const __m512 *sc, const float *X, si
 			__m512 v = _mm512_mul_ps(sc[k], _mm512_set1_ps(X[k * ldx + t]));
 			amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
 		}
-		__m512 id = _mm512_div_ps(_mm512_set1_ps(127.0f), amax);
-		id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ),
-					 id);
+		__m512 id = inv_scale512(amax);
 		/* four columns' codes (|q| <= 127) packed to bytes, per 128-bit
 		 * lane a0-3 b0-3 c0-3 d0-3, then each block's four side by side */
 		const __m512i lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
@@ -1560,8 +1571,7 @@ INL T512I void qpass_prep(struct qpass *p, const __m512 *xv, const __m512 *ax, s
 			am[c] = _mm512_max_ps(am[c], _mm512_mul_ps(ax[4 * qd + c],
 								   _mm512_set1_ps(p->as[4 * qd + c][i])));
 	__m512 amax = _mm512_max_ps(_mm512_max_ps(am[0], am[1]), _mm512_max_ps(am[2], am[3]));
-	__m512 id = _mm512_div_ps(_mm512_set1_ps(127.0f), amax);
-	id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ), id);
+	__m512 id = inv_scale512(amax);
 	_mm512_storeu_ps(p->d[i], _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
 	__m512i sum[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
 	const __m512i ones = _mm512_set1_epi8(1);
