@@ -210,7 +210,7 @@ static void qt_drive(qt_tile_fn *fn, size_t group, const struct qt_room *room, f
 {
 	const enum sf_dtype bt = sf_dtype_untiled(dt);
 	size_t step = room->codes / cols / group * group, nb = cols / SF_QBLOCK;
-	size_t tb = nb * sf_qtile_block_bytes(bt);
+	size_t tb = nb * sf_qtile_block_bytes(bt), ahead = sf_cpu_ahead();
 	float part[QT_GROUP_MAX * SF_QTILE];
 
 	for (size_t t0 = 0; t0 < T; t0 += step) {
@@ -223,7 +223,7 @@ static void qt_drive(qt_tile_fn *fn, size_t group, const struct qt_room *room, f
 			for (size_t t = 0; t < nt; t += group) {
 				struct qr_input in = { room->q + t * cols, room->d + t * nb,
 						       room->s + t * nb,
-						       nt - t < group ? nt - t : group, sf_cpu_ahead() };
+						       nt - t < group ? nt - t : group, ahead };
 				float *yt = y + (t0 + t) * ldy + (a - r0);
 				if (b - a == SF_QTILE) {
 					fn(yt, ldy, tile, bt, cols, &in);
