@@ -540,6 +540,14 @@ int image_read_at(int fd, void *buf, size_t len, uint64_t off, const char *path,
 	return 0;
 }
 
+static int printable(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return 0;
+	return 1;
+}
+
 static int open_regions(struct sf_image *img, uint64_t data_start, struct sf_err *e)
 {
 	const char *path = img->path;
@@ -560,7 +568,10 @@ static int open_regions(struct sf_image *img, uint64_t data_start, struct sf_err
 		const char *name, *kind, *crc;
 
 		snprintf(where, sizeof(where), "%s: header: regions[%zu]", path, i);
+		/* names go into messages and --info: printable, so that an
+		 * error stays one line */
 		if (sf_json_str(r, "name", &name, where, e) || strlen(name) >= sizeof(R->name) ||
+		    !printable(name) ||
 		    sf_json_str(r, "kind", &kind, where, e) || kind_parse(kind, &R->kind) ||
 		    sf_json_str(r, "crc32c", &crc, where, e) || strlen(crc) != 8 ||
 		    strspn(crc, "0123456789abcdef") != 8)
@@ -701,6 +712,13 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	if (sf_json_str(img->header, "format", &fmt, path, e) || strcmp(fmt, FORMAT_NAME)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"format\" is not \"%s\"", path,
 				 FORMAT_NAME);
+		goto out;
+	}
+	/* the header's own version, written with the preamble's */
+	json_t *hv = json_object_get(img->header, "version");
+	if (!json_is_integer(hv) || json_integer_value(hv) != (json_int_t)version) {
+		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"version\" is not %" PRIu32
+				 ", the preamble's", path, version);
 		goto out;
 	}
 	char where[SF_ERR_MAX];
