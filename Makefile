@@ -16,8 +16,8 @@ LDLIBS_sf-serve = -lmicrohttpd
 ifeq ($(SANITIZE),1)
 BUILD   = build/san
 BINDIR  = build/san/bin
-CFLAGS_OPT = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-LDFLAGS_MODE = -fsanitize=address,undefined
+CFLAGS_OPT = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
+LDFLAGS_MODE = -fsanitize=address,undefined,float-cast-overflow
 else ifeq ($(COVERAGE),1)
 BUILD   = build/cov
 BINDIR  = build/cov/bin

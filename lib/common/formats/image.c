@@ -714,13 +714,6 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 				 FORMAT_NAME);
 		goto out;
 	}
-	/* the header's own version, written with the preamble's */
-	json_t *hv = json_object_get(img->header, "version");
-	if (!json_is_integer(hv) || json_integer_value(hv) != (json_int_t)version) {
-		ret = sf_err_set(e, SF_EFORMAT, "%s: header: \"version\" is not %" PRIu32
-				 ", the preamble's", path, version);
-		goto out;
-	}
 	char where[SF_ERR_MAX];
 	snprintf(where, sizeof(where), "%s: header", path);
 	if ((ret = sf_fingerprint_parse(&img->fingerprint, img->header, where, e)))
