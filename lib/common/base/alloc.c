@@ -1,6 +1,8 @@
 #include "base/alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 void *sf_alloc_large(size_t bytes, size_t align)
@@ -12,5 +14,19 @@ void *sf_alloc_large(size_t bytes, size_t align)
 		return NULL;
 	if (bytes >= huge)
 		(void)madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
+	return p;
+}
+
+void *sf_calloc_lines(size_t n, size_t size)
+{
+	size_t bytes;
+	void *p;
+
+	if (size && n > (SIZE_MAX - 63) / size)
+		return NULL;
+	bytes = n * size;
+	bytes += !bytes;
+	if ((p = sf_alloc_large((bytes + 63) / 64 * 64, 64)))
+		memset(p, 0, bytes);
 	return p;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/alloc.h"
 #include "engine/kernels.h"
 #include "engine/kernels_qrows.h"
 
@@ -172,18 +173,18 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	s->seq_len = seq_len;
 	s->batch = batch;
 	s->logit_rows = logit_rows(o);
-	s->x = calloc(z.dim, sizeof(float));
-	s->xb = calloc(z.dim, sizeof(float));
-	s->proj = calloc(z.dim, sizeof(float));
-	s->q = calloc(z.q, sizeof(float));
-	s->z = calloc(z.q, sizeof(float));
-	s->k = calloc(z.kv, sizeof(float));
-	s->v = calloc(z.kv, sizeof(float));
-	s->gate = calloc(z.hidden, sizeof(float));
-	s->up = calloc(z.hidden, sizeof(float));
-	s->act = calloc(z.hidden, sizeof(float));
-	s->att = calloc(z.att, sizeof(float));
-	s->logits = calloc(z.vocab, sizeof(float));
+	s->x = sf_calloc_lines(z.dim, sizeof(float));
+	s->xb = sf_calloc_lines(z.dim, sizeof(float));
+	s->proj = sf_calloc_lines(z.dim, sizeof(float));
+	s->q = sf_calloc_lines(z.q, sizeof(float));
+	s->z = sf_calloc_lines(z.q, sizeof(float));
+	s->k = sf_calloc_lines(z.kv, sizeof(float));
+	s->v = sf_calloc_lines(z.kv, sizeof(float));
+	s->gate = sf_calloc_lines(z.hidden, sizeof(float));
+	s->up = sf_calloc_lines(z.hidden, sizeof(float));
+	s->act = sf_calloc_lines(z.hidden, sizeof(float));
+	s->att = sf_calloc_lines(z.att, sizeof(float));
+	s->logits = sf_calloc_lines(z.vocab, sizeof(float));
 	s->kv_k = k;
 	s->kv_v = v;
 	s->k_row = sf_kv_row_bytes(k, kv_dim);
@@ -204,12 +205,12 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		s->router = calloc(z.experts, sizeof(float));
 		s->route = calloc(z.experts, sizeof(float));
 		s->route_ahead = calloc(z.experts, sizeof(float));
-		s->moe_in = calloc(z.moe_dim, sizeof(float));
-		s->moe_out = calloc(z.moe_dim, sizeof(float));
+		s->moe_in = sf_calloc_lines(z.moe_dim, sizeof(float));
+		s->moe_out = sf_calloc_lines(z.moe_dim, sizeof(float));
 		s->moe_tok = calloc(z.moe_tok, sizeof(int));
 	}
 	if (c->shared_hidden_dim)
-		s->shared_gate = calloc(z.shared, sizeof(float));
+		s->shared_gate = sf_calloc_lines(z.shared, sizeof(float));
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->kv_first || !s->key_cache ||
 	    !s->value_cache ||

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "formats/trace.h"
 #include "online/sparse_impl.h"
 #include "online/uring.h"
@@ -224,8 +225,8 @@ static int setup_allow(struct sf_sparse *sp)
 	if (!(sp->tiers.allow = calloc(ng, sizeof(*sp->tiers.allow))) ||
 	    !(sp->tiers.keep_allow = calloc(ng, sizeof(*sp->tiers.keep_allow))))
 		return -ENOMEM;
-	if (rows && !(sp->s.yrows = malloc(SF_GROUP_MAX_MATRICES * (size_t)sp->s.tokens *
-					   sp->s.ldy * sizeof(float))))
+	if (rows && !(sp->s.yrows = sf_calloc_lines(SF_GROUP_MAX_MATRICES * (size_t)sp->s.tokens *
+						    sp->s.ldy, sizeof(float))))
 		return -ENOMEM;
 	if (!nr)
 		return 0;
@@ -557,9 +558,9 @@ static int alloc_scratch(struct sf_sparse *sp)
 	sp->s.runlen = calloc(n, 4);
 	sp->s.idx = calloc(n, 4);
 	size_t ldx = sparse_ldx(sp->s.tokens);
-	sp->s.xv = calloc(ldx * n, sizeof(float));
+	sp->s.xv = sf_calloc_lines(ldx * n, sizeof(float));
 	sp->s.sel = calloc(ldx * n, 4);
-	sp->s.xt = calloc(ldx * n, sizeof(float));
+	sp->s.xt = sf_calloc_lines(ldx * n, sizeof(float));
 	sp->s.tok_top = calloc((size_t)sp->s.tokens * words, 8);
 	sp->s.tok_mid = calloc((size_t)sp->s.tokens * words, 8);
 	sp->s.any_top = calloc(words, 8);
