@@ -48,7 +48,7 @@ void sf_colaccum_ref(float *y, size_t m, const void *const *cols, size_t off, en
  * floats sf_colaccum gives it over its own columns in the same order (one
  * fused multiply-add per weight in every path, so any split of the rows
  * gives the same sums, equal to the _ref's). */
-#define SF_BATCH_PAD 8
+#define SF_BATCH_PAD 16	/* a cache line of floats: each column's inputs start on one */
 void sf_colaccum_batch(float *Y, size_t ldy, size_t m, const void *const *cols, size_t off,
 		       enum sf_dtype dt, const float *X, const uint32_t *sel, size_t ldx, size_t T,
 		       size_t n);
