@@ -26,7 +26,10 @@ void *sf_calloc_lines(size_t n, size_t size)
 		return NULL;
 	bytes = n * size;
 	bytes += !bytes;
-	if ((p = sf_alloc_large((bytes + 63) / 64 * 64, 64)))
-		memset(p, 0, bytes);
+	/* no huge pages: a buffer sized for a pass's tokens and used by
+	 * one token's would then be resident 2 MiB at a time */
+	if (posix_memalign(&p, 64, (bytes + 63) / 64 * 64))
+		return NULL;
+	memset(p, 0, bytes);
 	return p;
 }
