@@ -507,10 +507,11 @@ static void test_kernels(enum sf_isa level)
 		for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
 			check_rows_kernel(isa, SF_DTYPE_MXFP4, row_sizes[i][0], row_sizes[i][1],
 					  row_sizes[i][2], row_sizes[i][3], row_tokens[t], 0);
-	/* tiles: whole, cut by the range, one tile; roundings of 2,080 inputs */
+	/* tiles: whole, cut by the range, one tile; roundings of 2,080 inputs;
+	 * rows of 20,000 (three tokens rounded at a time, none on AMX) */
 	static const size_t tile_sizes[][4] = {	/* rows, cols, r0, r1 */
 		{ 16, 32, 0, 16 }, { 48, 96, 0, 48 }, { 64, 2080, 5, 59 }, { 32, 512, 16, 20 },
-		{ 160, 160, 7, 160 },
+		{ 160, 160, 7, 160 }, { 16, 20000, 3, 16 },
 	};
 	for (int d = 0; d < 2; d++)
 		for (size_t i = 0; i < sizeof(tile_sizes) / sizeof(tile_sizes[0]); i++)

@@ -199,20 +199,21 @@ struct qt_room {
 };
 
 /* The tokens through fn, at most group a call: as many rounded at once as
- * the room holds (a multiple of group; at least group), then tile by
- * tile, group tokens at a time while the tile stays in the caches. A tile
- * that [r0, r1) cuts is computed whole aside, and its rows in the range
- * copied. */
+ * the room holds (a multiple of group where it holds a group, else one
+ * token or more), then tile by tile, group tokens at a time while the
+ * tile stays in the caches. A tile that [r0, r1) cuts is computed whole
+ * aside, and its rows in the range copied. */
 #define QT_GROUP_MAX 16
 static void qt_drive(qt_tile_fn *fn, size_t group, const struct qt_room *room, float *y,
 		     size_t ldy, const void *W, enum sf_dtype dt, size_t cols, const float *x,
 		     size_t ldx, size_t T, size_t r0, size_t r1)
 {
 	const enum sf_dtype bt = sf_dtype_untiled(dt);
-	size_t step = room->codes / cols / group * group, nb = cols / SF_QBLOCK;
+	size_t step = room->codes / cols, nb = cols / SF_QBLOCK;
 	size_t tb = nb * sf_qtile_block_bytes(bt), ahead = sf_cpu_ahead();
 	float part[QT_GROUP_MAX * SF_QTILE];
 
+	step = step >= group ? step / group * group : step;
 	for (size_t t0 = 0; t0 < T; t0 += step) {
 		size_t nt = T - t0 < step ? T - t0 : step;
 		qr_round_to(room->q, room->d, room->s, x + t0 * ldx, ldx, nt, cols);
