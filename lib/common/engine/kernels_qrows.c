@@ -51,7 +51,8 @@ struct qr_input {
 			 * sf_cpu_ahead() */
 };
 
-/* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says (fmaxf
+/* Tokens x_t (t < nt) rounded per block as kernels_qrows.h says, into
+ * codes qs (nt, cols), scales ds and sums ss (nt, cols / 32) (fmaxf
  * and nearbyintf inline: libm's calls were a tenth of a prompt). */
 static void qr_round_to(int8_t *qs, float *ds, int32_t *ss, const float *x, size_t ldx,
 			size_t nt, size_t cols)
@@ -87,12 +88,6 @@ static void qr_round_to(int8_t *qs, float *ds, int32_t *ss, const float *x, size
 			ds[t * nb + b] = amax / 127.0f;
 			ss[t * nb + b] = sum;
 		}
-}
-
-/* Into the store: tokens (nt, cols). */
-static void qr_round(struct qr_store *st, const float *x, size_t ldx, size_t nt, size_t cols)
-{
-	qr_round_to(st->q, st->d, st->s, x, ldx, nt, cols);
 }
 
 /* sum[i] += sum[i + w] for w = 8, 4, 2, 1: sum[0]. */
@@ -145,7 +140,7 @@ static void qr_drive(qr_rows_fn *fn, float *y, size_t ldy, const void *W, enum s
 	span = span ? span : 4;
 	for (size_t t0 = 0; t0 < T; t0 += step) {
 		size_t nt = T - t0 < step ? T - t0 : step;
-		qr_round(&st, x + t0 * ldx, ldx, nt, cols);
+		qr_round_to(st.q, st.d, st.s, x + t0 * ldx, ldx, nt, cols);
 		for (size_t a = r0, b; a < r1; a = b) {
 			b = nt <= QR_TOKENS || r1 - a < span ? r1 : a + span;
 			for (size_t t = 0; t < nt; t += QR_TOKENS) {

@@ -69,9 +69,8 @@ void sf_kv_put(void *row, enum sf_kv_type t, const float *x, size_t n)
 			/* id 0 (d 0, or below about 2^-128 where 1 / d
 			 * overflows, or non-finite): codes 0; a non-finite
 			 * input leaves d, and so the block, non-finite */
-			float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-			if (!(id <= FLT_MAX))
-				id = 0.0f;
+			float d = amax / 127.0f, id = 1.0f / d;
+			id = id <= FLT_MAX ? id : 0.0f;
 			sf_put_le16(r, sf_f32_to_f16(d));
 			for (size_t i = 0; i < SF_KV_Q8_0_BLOCK; i++)
 				r[2 + i] = id != 0.0f ? (uint8_t)(int8_t)roundf(v[i] * id) : 0;
