@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "base/alloc.h"
 #include "engine/kernels.h"
 #include "engine/kernels_qrows.h"
 
@@ -151,6 +150,36 @@ static uint8_t *map_zeros(uint64_t n)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* The state's float buffers in one mapping of zero pages, as calloc's
+ * large blocks are (resident as they are used, so that the resident set
+ * sf-run measures at start does not count them besides their own
+ * figure), each on a cache line: the kernels load a token's activations
+ * 64 bytes at a time, and calloc's blocks start 16 bytes into a page,
+ * which split every such load over two lines. A buffer the model has no
+ * use for (0 floats) stays NULL; all stay NULL when the mapping fails. */
+static void map_floats(struct sf_runstate *s, const struct state_sizes *z)
+{
+	float **const buf[] = { &s->x, &s->xb, &s->proj, &s->q, &s->z, &s->k, &s->v, &s->gate,
+				&s->up, &s->act, &s->att, &s->logits, &s->moe_in, &s->moe_out,
+				&s->shared_gate };
+	const size_t n[] = { z->dim, z->dim, z->dim, z->q, z->q, z->kv, z->kv, z->hidden,
+			     z->hidden, z->hidden, z->att, z->vocab,
+			     z->moe_dim, z->moe_dim, z->shared };
+	const size_t nbuf = sizeof(n) / sizeof(n[0]);
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < nbuf; i++)
+		bytes += (n[i] * sizeof(float) + 63) / 64 * 64;
+	if (!(s->floats = map_zeros(bytes)))
+		return;
+	s->floats_map = bytes;
+	bytes = 0;
+	for (size_t i = 0; i < nbuf; i++) {
+		*buf[i] = n[i] ? (float *)(s->floats + bytes) : NULL;
+		bytes += (n[i] * sizeof(float) + 63) / 64 * 64;
+	}
+}
+
 int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		       const struct sf_state_opts *o, struct sf_err *e)
 {
@@ -173,18 +202,7 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 	s->seq_len = seq_len;
 	s->batch = batch;
 	s->logit_rows = logit_rows(o);
-	s->x = sf_calloc_lines(z.dim, sizeof(float));
-	s->xb = sf_calloc_lines(z.dim, sizeof(float));
-	s->proj = sf_calloc_lines(z.dim, sizeof(float));
-	s->q = sf_calloc_lines(z.q, sizeof(float));
-	s->z = sf_calloc_lines(z.q, sizeof(float));
-	s->k = sf_calloc_lines(z.kv, sizeof(float));
-	s->v = sf_calloc_lines(z.kv, sizeof(float));
-	s->gate = sf_calloc_lines(z.hidden, sizeof(float));
-	s->up = sf_calloc_lines(z.hidden, sizeof(float));
-	s->act = sf_calloc_lines(z.hidden, sizeof(float));
-	s->att = sf_calloc_lines(z.att, sizeof(float));
-	s->logits = sf_calloc_lines(z.vocab, sizeof(float));
+	map_floats(s, &z);
 	s->kv_k = k;
 	s->kv_v = v;
 	s->k_row = sf_kv_row_bytes(k, kv_dim);
@@ -205,12 +223,8 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		s->router = calloc(z.experts, sizeof(float));
 		s->route = calloc(z.experts, sizeof(float));
 		s->route_ahead = calloc(z.experts, sizeof(float));
-		s->moe_in = sf_calloc_lines(z.moe_dim, sizeof(float));
-		s->moe_out = sf_calloc_lines(z.moe_dim, sizeof(float));
 		s->moe_tok = calloc(z.moe_tok, sizeof(int));
 	}
-	if (c->shared_hidden_dim)
-		s->shared_gate = sf_calloc_lines(z.shared, sizeof(float));
 	if (!s->x || !s->xb || !s->proj || !s->q || !s->z || !s->k || !s->v || !s->gate ||
 	    !s->up || !s->act || !s->att || !s->logits || !s->kv_first || !s->key_cache ||
 	    !s->value_cache ||
@@ -238,25 +252,12 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 
 void sf_state_free(struct sf_runstate *s)
 {
-	free(s->x);
-	free(s->xb);
-	free(s->proj);
-	free(s->q);
-	free(s->z);
-	free(s->k);
-	free(s->v);
-	free(s->gate);
-	free(s->up);
-	free(s->act);
-	free(s->att);
+	if (s->floats)
+		munmap(s->floats, (size_t)(s->floats_map ? s->floats_map : 1));
 	free(s->router);
 	free(s->route);
 	free(s->route_ahead);
-	free(s->moe_in);
-	free(s->moe_out);
 	free(s->moe_tok);
-	free(s->shared_gate);
-	free(s->logits);
 	free(s->kv_first);
 	if (s->key_cache)
 		munmap(s->key_cache, (size_t)(s->k_map ? s->k_map : 1));

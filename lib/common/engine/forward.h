@@ -94,6 +94,10 @@ struct sf_runstate {
 	enum sf_kv_type kv_k, kv_v;
 	size_t k_row, v_row;
 	uint64_t k_map, v_map;	/* bytes of the mappings */
+	/* x to logits, moe_in, moe_out and shared_gate: one anonymous
+	 * mapping (resident as used), each buffer on a cache line */
+	uint8_t *floats;
+	uint64_t floats_map;	/* its bytes */
 	float *inv_freq;	/* (head_dim / 2) RoPE inverse frequencies */
 	/* a mixture of experts' FFN (cfg.n_experts > 0), else NULL */
 	float *router;		/* (batch, n_experts) router logits, then probabilities */

@@ -225,8 +225,10 @@ static int setup_allow(struct sf_sparse *sp)
 	if (!(sp->tiers.allow = calloc(ng, sizeof(*sp->tiers.allow))) ||
 	    !(sp->tiers.keep_allow = calloc(ng, sizeof(*sp->tiers.keep_allow))))
 		return -ENOMEM;
-	if (rows && !(sp->s.yrows = sf_calloc_lines(SF_GROUP_MAX_MATRICES * (size_t)sp->s.tokens *
-						    sp->s.ldy, sizeof(float))))
+	/* on cache lines, and untouched until used: the resident set that
+	 * fixed_memory measures next must not hold it besides its figure */
+	if (rows && posix_memalign((void **)&sp->s.yrows, 64, SF_GROUP_MAX_MATRICES *
+				   (size_t)sp->s.tokens * sp->s.ldy * sizeof(float)))
 		return -ENOMEM;
 	if (!nr)
 		return 0;
