@@ -31,7 +31,7 @@ int sf_cli_ram_least(const char *path, int threads, struct sf_sparse_memory *mem
 		ret = sf_err_set(e, ret, "thread pool of %d: %s", threads, sf_strerror(ret));
 		goto out;
 	}
-	int ctx = m.cfg.max_seq_len;
+	int ctx = sf_config_default_ctx(&m.cfg);
 	int batch = SF_RUN_DEFAULT_BATCH < ctx ? SF_RUN_DEFAULT_BATCH : ctx;
 	/* the state and sampler sf-run holds when it sets up the decoder: the
 	 * pages they touch are in the resident set it measures */

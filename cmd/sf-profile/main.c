@@ -225,7 +225,7 @@ static int session_open(struct session *S, struct options *o)
 			 cfg->max_seq_len);
 		return -EINVAL;
 	}
-	int ctx = o->ctx ? o->ctx : cfg->max_seq_len;
+	int ctx = o->ctx ? o->ctx : sf_config_default_ctx(cfg);
 	if (o->window > ctx) {
 		if (o->ctx)
 			sf_error("--window %d: longer than the context (--ctx-size %d)", o->window, ctx);

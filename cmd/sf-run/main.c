@@ -851,7 +851,7 @@ static int session_open(struct session *S, const struct options *o, int ctx, str
 	if ((ret = open_model(S, o, e)))
 		return ret;
 	if (ctx == 0)
-		ctx = S->model.cfg.max_seq_len;
+		ctx = sf_config_default_ctx(&S->model.cfg);
 	if (ctx > S->model.cfg.max_seq_len && o->ppl_file)	/* ctx is the window's */
 		return sf_err_set(e, -EINVAL, "--window %d: a window takes %d positions, the model "
 				  "supports at most %d", o->window, ctx, S->model.cfg.max_seq_len);

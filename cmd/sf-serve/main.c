@@ -218,7 +218,7 @@ static int load(struct server *s, const struct options *o, struct sf_err *e)
 	if ((ret = sf_cli_open_model(o->mo.model_dir, o->mo.image, SF_IMAGE_OPEN_EMBED_ON_FLASH,
 				     &s->image, &s->model, &s->tok, e)))
 		return ret;
-	s->ctx = o->mo.ctx ? o->mo.ctx : s->model.cfg.max_seq_len;
+	s->ctx = o->mo.ctx ? o->mo.ctx : sf_config_default_ctx(&s->model.cfg);
 	if (s->ctx > s->model.cfg.max_seq_len)
 		return sf_err_set(e, -EINVAL, "--ctx-size %d: the model supports at most %d "
 				  "positions", s->ctx, s->model.cfg.max_seq_len);

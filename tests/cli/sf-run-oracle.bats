@@ -5,7 +5,8 @@
 # the nll of a text within 2e-4 and the same greedy tokens. Llama checks
 # the oracle against the path the PyTorch references already vouch for;
 # Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head), dense
-# and from an image at budget 1, and the mixtures of experts Mixtral (4
+# and from an image at budget 1, Phi-3 (fused projections, partial RoPE,
+# longrope, a sliding window in every layer), and the mixtures of experts Mixtral (4
 # experts, top 2), Qwen2-MoE (a gated shared expert, biases, two shards),
 # Qwen3-MoE, OLMoE (q/k norms over the whole projection, clip_qkv) and
 # gpt-oss (sinks, sliding layers, YaRN, biases, clamped SwiGLU, fused or
@@ -27,6 +28,7 @@ setup_file() {
 	"$PYTHON" -c 'import numpy' 2> /dev/null || return 0
 	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
 	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
+	"$PYTHON" "$ORACLE" write "$D/phi3" phi3 7
 	"$PYTHON" "$ORACLE" write "$D/mixtral" mixtral 7
 	"$PYTHON" "$ORACLE" write "$D/qwen2_moe" qwen2_moe 7 2
 	"$PYTHON" "$ORACLE" write "$D/qwen3_moe" qwen3_moe 7
@@ -62,15 +64,17 @@ nll_matches() {
 	jq -n --argjson g "$got" --argjson w "$want" --argjson t "$NLL_TOL" -e '($g - $w | fabs) < $t'
 }
 
+# check_arch ARCH [ARGS]: ARGS go to sf-run's greedy run.
 check_arch() {
 	local m=$D/$1 ids got want
+	shift
 	need_numpy
 	ids=$(ids "$m")
 	[ "$(echo "$ids" | tr , '\n' | wc -l)" -eq 44 ]
 	got=$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)
 	want=$("$PYTHON" "$ORACLE" nll "$m" "$ids")
 	nll_matches "$got" "$want"
-	run --separate-stderr exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos
+	run --separate-stderr exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos "$@"
 	[ "$status" -eq 0 ]
 	want=$("$PYTHON" "$ORACLE" greedy "$m" 16 "$ids")
 	echo "greedy: sf-run '$output', oracle '$want'"
@@ -85,18 +89,26 @@ check_arch() {
 	check_arch qwen3
 }
 
-@test "a Qwen3 image at budget 1 gives the dense nll and greedy text" {
-	local dense got
+# image_matches_dense ARCH CLASS [ARGS]: an image of checkpoint ARCH (its
+# architectures[0] CLASS) at budget 1 gives the dense nll and greedy
+# text, ARGS to both greedy runs.
+image_matches_dense() {
+	local m=$D/$1 class=$2 dense got
+	shift 2
 	need_numpy
-	sf-pack -q --model "$D/qwen3" -o "$D/qwen3.sfimg"
-	probe_direct "$D/qwen3.sfimg"
+	sf-pack -q --model "$m" -o "$m.sfimg"
+	probe_direct "$m.sfimg"
 	need_direct
-	sf-pack --info "$D/qwen3.sfimg" | jq -e '.model.arch == "Qwen3ForCausalLM"'
-	dense=$(exact -m "$D/qwen3" --ppl "$D/text.txt" --window 64 | jq .nll)
-	got=$(exact "$D/qwen3.sfimg" --ppl "$D/text.txt" --window 64 | jq .nll)
+	sf-pack --info "$m.sfimg" | jq -e --arg c "$class" '.model.arch == $c'
+	dense=$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)
+	got=$(exact "$m.sfimg" --ppl "$D/text.txt" --window 64 | jq .nll)
 	nll_matches "$got" "$dense"
-	[ "$(exact "$D/qwen3.sfimg" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" = \
-	  "$(exact -m "$D/qwen3" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" ]
+	[ "$(exact "$m.sfimg" -p "$TEXT" -n 16 --temp 0 --ignore-eos "$@")" = \
+	  "$(exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos "$@")" ]
+}
+
+@test "a Qwen3 image at budget 1 gives the dense nll and greedy text" {
+	image_matches_dense qwen3 Qwen3ForCausalLM
 }
 
 # A copy of checkpoint ARCH with tensor NAME replaced by N ones, or
@@ -145,6 +157,51 @@ refused() {
 	need_numpy
 	m=$(with_config qwen3 '.head_dim = 12')
 	refused "sf-run: $m/model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight': shape [64, 48], expected [48, 48] (head_dim 12)" sf-run -m "$m" -p hi
+}
+
+# The contexts (--ppl's window of 64 and -c 64) are past the pretrained
+# one of 32, as the oracle's text of 44 tokens is: longrope's long factors
+# on both sides.
+@test "Phi-3 (fused q/k/v and gate/up, half of each head turned, longrope's long factors, a window of 20 in every layer): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	check_arch phi3 -c 64
+	same_at_any_batch phi3
+}
+
+# A context within original_max_position_embeddings takes longrope's short
+# factors, as transformers does for a text that short (44 tokens, and 60
+# with the greedy ones, in 64), and it is -c's default; a longer one the
+# long factors, as llama.cpp chooses by its context: another nll.
+@test "Phi-3: longrope's short factors in a context within the pretrained one (the default -c), the long ones past it" {
+	local m ids got want
+	need_numpy
+	m=$(with_config phi3 '.original_max_position_embeddings = 64')
+	ids=$(ids "$m")
+	got=$(exact -m "$m" --ppl "$D/text.txt" --window 43 | jq .nll)
+	want=$("$PYTHON" "$ORACLE" nll "$m" "$ids")
+	nll_matches "$got" "$want"
+	[ "$(exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" = \
+	  "$("$PYTHON" "$ORACLE" greedy "$m" 16 "$ids")" ]
+	run --separate-stderr sf-run -m "$m" -p "$TEXT" -n 32 --temp 0 --ignore-eos
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *"context 64 positions"* ]]
+	got=$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)
+	! nll_matches "$got" "$want"
+}
+
+@test "a Phi-3 image at budget 1 gives the dense nll and greedy text" {
+	image_matches_dense phi3 Phi3ForCausalLM -c 64
+}
+
+@test "Phi-3: a fused projection of the wrong size, factors of the wrong length, an odd partial rotation: one line, exit 1" {
+	local m
+	need_numpy
+	m=$(with_tensor phi3 model.layers.1.self_attn.qkv_proj.weight 12)
+	refused "sf-run: $m/model.safetensors: tensor 'model.layers.1.self_attn.qkv_proj.weight': shape [12], expected [96, 48] (head_dim 12)" sf-run -m "$m" -p hi
+	rm -rf "$m"
+	refuses_config phi3 '.rope_scaling.long_factor = [1, 2]' "config.json: 'rope_scaling.long_factor': expected a list of 3 numbers (rotated dimensions / 2)"
+	refuses_config phi3 '.rope_scaling.short_factor[1] = 0' "config.json: 'rope_scaling.short_factor[1]': expected a finite number above 0"
+	refuses_config phi3 '.partial_rotary_factor = 0.25' "config.json: 'partial_rotary_factor': 0.25 of head_dim 12 turns 3 dimensions, expected an even number of at least 2"
+	refuses_config phi3 '.rope_scaling.type = "dynamic"' "config.json: 'rope_scaling': type 'dynamic' unsupported (only llama3, yarn and longrope)"
 }
 
 @test "Mixtral (4 experts, top 2): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
@@ -284,7 +341,7 @@ ring_matches() {
 	refuses_config gpt_oss '.num_local_experts = 3' "model.safetensors: tensor 'model.layers.0.mlp.experts.gate_up_proj': shape [4, 64, 64], expected [3, 64, 64] (num_local_experts 3)"
 	refuses_config gpt_oss '.num_experts_per_tok = 5' "config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4"
 	refuses_config gpt_oss '.layer_types = ["full_attention"]' "config.json: 'layer_types': expected a list of 2 strings (num_hidden_layers)"
-	refuses_config gpt_oss '.rope_scaling.rope_type = "longrope"' "config.json: 'rope_scaling': type 'longrope' unsupported (only llama3 and yarn)"
+	refuses_config gpt_oss '.rope_scaling.rope_type = "dynamic"' "config.json: 'rope_scaling': type 'dynamic' unsupported (only llama3, yarn and longrope)"
 	refused "sf-run: $(with_tensor gpt_oss_mxfp4 model.layers.0.mlp.experts.down_proj_scales 3)/model.safetensors: tensor 'model.layers.0.mlp.experts.down_proj_scales': shape [3], expected [4, 64, 1] (num_local_experts 4)" \
 		sf-run -m "$BATS_TEST_TMPDIR/bad" -p hi
 }
@@ -292,7 +349,7 @@ ring_matches() {
 @test "-v counts every parameter of each architecture's checkpoint" {
 	local a want
 	need_numpy
-	for a in llama qwen3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
+	for a in llama qwen3 phi3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
 		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
 print(sum(a.size for a in h.read_checkpoint(sys.argv[1]).values()))' "$D/$a")
 		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The oracle of tests/cli/sf-run-oracle.bats: a literal NumPy forward pass
-of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM and the mixtures of
-experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
-OlmoeForCausalLM and GptOssForCausalLM, in float64, as transformers'
-modeling_llama.py, modeling_qwen3.py, modeling_mixtral.py,
+of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM and
+the mixtures of experts MixtralForCausalLM, Qwen2MoeForCausalLM,
+Qwen3MoeForCausalLM, OlmoeForCausalLM and GptOssForCausalLM, in float64, as
+transformers' modeling_llama.py, modeling_qwen3.py, modeling_phi3.py (with
+modeling_rope_utils.py's longrope), modeling_mixtral.py,
 modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_olmoe.py and
 modeling_gpt_oss.py compute it, and the writer of the tiny random F32
 checkpoints it runs on (gpt_oss_mxfp4: gpt-oss's experts as the released
@@ -39,6 +40,15 @@ SHAPES = {
                   tie_word_embeddings=True),
     "qwen3": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=16,
                   tie_word_embeddings=False, attention_bias=False),
+    # q/k/v and gate/up fused, half of each head's 12 dimensions turned,
+    # longrope's short and long factors over a pretrained context of 32
+    # (the text's 44 tokens take the long ones), a sliding window of 20 in
+    # every layer, rms_norm_eps left to Phi3Config's 1e-5
+    "phi3": dict(architectures=["Phi3ForCausalLM"], model_type="phi3",
+                 tie_word_embeddings=False, partial_rotary_factor=0.5,
+                 original_max_position_embeddings=32, sliding_window=20,
+                 rope_scaling=dict(type="longrope", short_factor=[1.0, 1.5, 3.0],
+                                   long_factor=[1.2, 4.0, 9.0]), rms_norm_eps=None),
     # 4 experts, 2 a token: every expert has tokens, and none has all
     "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral",
                     tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2),
@@ -79,7 +89,7 @@ SHAPES["gpt_oss_mxfp4"] = dict(SHAPES["gpt_oss"],
                                quantization_config=dict(quant_method="mxfp4"))
 
 # rms_norm_eps where the config leaves it out: each config class's default
-EPS = {"mixtral": 1e-5, "olmoe": 1e-5, "gpt_oss": 1e-5}
+EPS = {"mixtral": 1e-5, "olmoe": 1e-5, "gpt_oss": 1e-5, "phi3": 1e-5}
 
 # MXFP4 (OCP Microscaling): blocks of 32 values, 16 bytes of 4-bit e2m1
 # codes (value 2j in byte j's low nibble, 2j + 1 in its high one: sign,
@@ -267,6 +277,11 @@ def write(d, arch, seed, shards=1):
             t[p + "mlp.gate_proj.weight"] = mat(hid, dim)
             t[p + "mlp.up_proj.weight"] = mat(hid, dim)
             t[p + "mlp.down_proj.weight"] = mat(dim, hid)
+        if c["model_type"] == "phi3":  # Phi3Attention's and Phi3MLP's fused layers
+            t[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [t.pop(p + "self_attn.%s_proj.weight" % x) for x in "qkv"])
+            t[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [t.pop(p + "mlp.%s_proj.weight" % x) for x in ("gate", "up")])
     t["model.norm.weight"] = gain(dim)
     if not c["tie_word_embeddings"]:
         t["lm_head.weight"] = 3 * mat(c["vocab_size"], dim)
@@ -390,6 +405,38 @@ def yarn(c, hd):
     return inv, att
 
 
+def longrope(c, hd, T):
+    """_compute_longrope_parameters for a text of T tokens: the inverse
+    frequencies of the turned dimensions and the attention factor."""
+    r, base = c["rope_scaling"], c["rope_theta"]
+    dim = int(hd * c.get("partial_rotary_factor", 1.0))
+    orig = c.get("original_max_position_embeddings")
+    factor = r.get("factor")
+    if orig:
+        factor = c["max_position_embeddings"] / orig
+    else:
+        orig = c["max_position_embeddings"]
+    att = r.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1.0 else np.sqrt(1 + np.log(factor) / np.log(orig))
+    ext = np.array(r["long_factor"] if T > orig else r["short_factor"])
+    return 1.0 / (ext * base ** (np.arange(0, dim, 2) / dim)), att
+
+
+def unfuse(w, c):
+    """Phi-3's fused qkv_proj and gate_up_proj as the separate projections
+    they hold: q's rows, k's, v's; gate's, up's (Phi3MLP's chunk)."""
+    q, kv = c["num_attention_heads"] * head_dim(c), c["num_key_value_heads"] * head_dim(c)
+    for k in [k for k in w if k.endswith("qkv_proj.weight")]:
+        f, p = w.pop(k), k[:-len("qkv_proj.weight")]
+        w[p + "q_proj.weight"], w[p + "k_proj.weight"], w[p + "v_proj.weight"] = \
+            f[:q], f[q:q + kv], f[q + kv:]
+    for k in [k for k in w if k.endswith("gate_up_proj.weight")]:
+        f, p = w.pop(k), k[:-len("gate_up_proj.weight")]
+        w[p + "gate_proj.weight"], w[p + "up_proj.weight"] = np.split(f, 2)
+    return w
+
+
 def dequantize(w):
     """The MXFP4 _blocks and _scales of gpt-oss's experts as the fused
     float tensors they stand for (transposed to input-major)."""
@@ -404,16 +451,21 @@ def logits(d, ids):
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
     w = {k: v.astype(np.float64) for k, v in dequantize(read_checkpoint(d)).items()}
+    w = unfuse(w, c)
     eps, hd = c.get("rms_norm_eps", EPS.get(c["model_type"], 1e-6)), head_dim(c)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     T = len(ids)
     gpt_oss = c["model_type"] == "gpt_oss"
 
-    inv_freq, att = 1.0 / c["rope_theta"] ** (np.arange(0, hd, 2) / hd), 1.0
-    if (c.get("rope_scaling") or {}).get("rope_type") == "yarn":
+    rd = int(hd * c.get("partial_rotary_factor", 1.0))  # the dimensions turned
+    inv_freq, att = 1.0 / c["rope_theta"] ** (np.arange(0, rd, 2) / rd), 1.0
+    rope = c.get("rope_scaling") or {}
+    if rope.get("rope_type") == "yarn":
         inv_freq, att = yarn(c, hd)
+    if rope.get("rope_type", rope.get("type")) in ("longrope", "su"):
+        inv_freq, att = longrope(c, hd, T)
     freqs = np.outer(np.arange(T), inv_freq)
-    emb = np.concatenate((freqs, freqs), axis=-1)  # (T, hd)
+    emb = np.concatenate((freqs, freqs), axis=-1)  # (T, rd)
     cos, sin = att * np.cos(emb)[None], att * np.sin(emb)[None]
     causal = np.triu(np.full((T, T), -np.inf), 1)
     # a sliding layer's token at i sees j when j > i - sliding_window
@@ -442,12 +494,14 @@ def logits(d, ids):
         if c["model_type"] in ("qwen3", "qwen3_moe"):  # per head, before RoPE
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q = np.concatenate((q[..., :rd] * cos + rotate_half(q[..., :rd]) * sin, q[..., rd:]), -1)
+        k = np.concatenate((k[..., :rd] * cos + rotate_half(k[..., :rd]) * sin, k[..., rd:]), -1)
         k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
         v = np.repeat(v, nh // nkv, axis=0)
         s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
-        if gpt_oss and c["layer_types"][l] == "sliding_attention":
+        # Phi-3 (Mistral's masks): every layer slides when it has a window
+        if (gpt_oss and c["layer_types"][l] == "sliding_attention") or \
+                (c["model_type"] == "phi3" and c.get("sliding_window")):
             s = s + sliding
         else:
             s = s + causal

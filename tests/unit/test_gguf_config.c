@@ -23,7 +23,8 @@ static const char *tmpdir;
 /* Which key of the valid file to change: none, or one of these; the
  * MOE ones make it a qwen2moe file. */
 enum change {
-	NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, LINEAR, YARN, HEADS_7, ROPE_DIMS, BIG_BOS, UNTIED, MOE,
+	NONE, ARCH_GEMMA, NO_BLOCKS, EXPERTS, LINEAR, YARN, HEADS_7, ROPE_DIMS, ROPE_ODD, BIG_BOS,
+	UNTIED, LONG_ONLY, MOE,
 	MOE_TOPK, MOE_NO_EXPERTS, MOE_SCALE
 };
 
@@ -44,12 +45,12 @@ static void qwen2_file(struct gb *b, enum change ch)
 	int moe = ch >= MOE;
 	const char *a = moe ? "qwen2moe" : "qwen2";
 	int nkv = ch == NO_BLOCKS ? 9 : ch == YARN ? 12 :
-		  ch == EXPERTS || ch == LINEAR || ch == ROPE_DIMS ? 11 :
+		  ch == EXPERTS || ch == LINEAR || ch == ROPE_DIMS || ch == ROPE_ODD ? 11 :
 		  ch == MOE_NO_EXPERTS ? 12 : ch == MOE_SCALE ? 15 : moe ? 14 : 10;
 	char key[96];
 
 	b->n = 0;
-	gb_header(b, 3, ch == UNTIED, (uint64_t)nkv);
+	gb_header(b, 3, ch == UNTIED || ch == LONG_ONLY, (uint64_t)nkv);
 	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma3" : a);
 	kv_u32(b, a, "embedding_length", 256);
 	kv_u32(b, a, "feed_forward_length", 768);
@@ -88,13 +89,17 @@ static void qwen2_file(struct gb *b, enum change ch)
 		gb_key(b, "qwen2.rope.scaling.factor", 6);
 		gb_u32(b, 0x40800000u);	/* 4.0f */
 	}
-	if (ch == ROPE_DIMS)
-		gb_kv_u32(b, "qwen2.rope.dimension_count", 16);
+	if (ch == ROPE_DIMS || ch == ROPE_ODD)
+		gb_kv_u32(b, "qwen2.rope.dimension_count", ch == ROPE_ODD ? 15 : 16);
 	if (ch == UNTIED)
 		gb_tensor(b, "output.weight", 1, ne, 0, 0);
+	if (ch == LONG_ONLY)	/* head_dim / 2 LongRoPE factors, the short ones missing */
+		gb_tensor(b, "rope_factors_long.weight", 1, (uint64_t[1]){ 16 }, 0, 0);
 	gb_pad(b, 32);
 	if (ch == UNTIED)
 		gb_bytes(b, (unsigned char[128]){ 0 }, 128);
+	for (int i = 0; ch == LONG_ONLY && i < 16; i++)
+		gb_u32(b, 0x3f800000u);	/* 1.0f */
 }
 
 static int config_of(const struct gb *b, struct sf_config *c, struct sf_err *e)
@@ -159,11 +164,16 @@ static void test_built(void)
 	      fabsf(c.rope_attn_factor - (float)(0.1 * log(4.0) + 1.0)) < 1e-6f,
 	      "yarn: factor %g, original %d, attention factor %g", (double)c.rope_factor,
 	      c.rope_orig_max_pos, (double)c.rope_attn_factor);
+	/* RoPE on the first 16 of each head's 32 dimensions (Phi-3's partial
+	 * rotation) */
+	qwen2_file(&b, ROPE_DIMS);
+	CHECK(config_of(&b, &c, &e) == 0 && c.rope_dim == 16 && c.head_dim == 32,
+	      "rope.dimension_count 16: %d of %d (%s)", c.rope_dim, c.head_dim, e.msg);
 	free(b.p);
 
 	REFUSED(ARCH_GEMMA, SF_EUNSUPPORTED,
 		"key 'general.architecture': 'gemma3' unsupported (expected llama, qwen2, qwen3, "
-		"qwen2moe, qwen3moe, olmoe or gpt-oss)");
+		"phi3, qwen2moe, qwen3moe, olmoe or gpt-oss)");
 	REFUSED(NO_BLOCKS, -ENOENT, "key 'qwen2.block_count': missing");
 	REFUSED(EXPERTS, SF_EUNSUPPORTED, "key 'qwen2.expert_count': 8, experts in architecture "
 		"qwen2 unsupported");
@@ -174,8 +184,11 @@ static void test_built(void)
 	REFUSED(LINEAR, SF_EUNSUPPORTED, "key 'qwen2.rope.scaling.type': 'linear' unsupported "
 		"(only none and yarn)");
 	REFUSED(HEADS_7, SF_EFORMAT, "'embedding_length' 256 is not a multiple of 'attention.head_count' 7");
-	REFUSED(ROPE_DIMS, SF_EUNSUPPORTED, "'qwen2.rope.dimension_count' 16");
+	REFUSED(ROPE_ODD, SF_EUNSUPPORTED, "'qwen2.rope.dimension_count' 15, expected an even "
+		"number up to the key length 32");
 	REFUSED(BIG_BOS, SF_EFORMAT, "key 'tokenizer.ggml.bos_token_id': 3, expected 0..2");
+	REFUSED(LONG_ONLY, SF_EFORMAT, "tensor 'rope_factors_long.weight': without its long or "
+		"short twin");
 }
 
 /* mix4-5m through hf2gguf.py: the same config as its config.json. */

@@ -676,7 +676,7 @@ static void test_rope(void)
 			int inter = pi >= 6, pos = poss[pi % 6];
 			for (size_t i = 0; i < 3 * d; i++)
 				v[i] = v0[i] = frand();
-			sf_rope(v, 3, d, inv, pos, inter);	/* three heads */
+			sf_rope(v, 3, d, d, inv, 1.0f, pos, inter);	/* three heads */
 			for (size_t j = 0; j < 3 * h; j++) {
 				/* the angle as torch forms it (a float product), then
 				 * exact trigonometry */

@@ -330,11 +330,50 @@ static void test_config(void)
 	ret = VARIANT(with(json_deep_copy(j), "num_experts_per_tok", json_integer(129)));
 	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'num_experts_per_tok' 129 is above 'num_local_experts' 128");
 	ret = VARIANT(with(json_deep_copy(j), "rope_scaling", json_pack("{s:s}", "rope_type", "longrope")));
-	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'longrope' unsupported (only llama3 and yarn)");
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'rope_scaling.short_factor': expected a list of 16 numbers (rotated dimensions / 2)");
 	ret = VARIANT(with(json_deep_copy(j), "rope_parameters", json_pack("{s:s}", "rope_type", "yarn")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_parameters': unsupported (give rope_theta and rope_scaling)");
 	ret = VARIANT(with(j, "swiglu_limit", json_integer(0)));
 	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'swiglu_limit': 0, expected above 0");
+	/* Phi-3: Phi3Config's eps 1e-5; partial_rotary_factor 0.5 turns 16
+	 * of head_dim 32; longrope's 8 factors each, the pretrained context
+	 * the config's own key (factor 1024 / 256: attention factor
+	 * sqrt(1 + ln 4 / ln 256)); the window in every layer, the context
+	 * not cut to it; sf_config_json's text reads back the same */
+	j = with(base_config(), "architectures", json_pack("[s]", "Phi3ForCausalLM"));
+	j = with(j, "rms_norm_eps", NULL);
+	j = with(j, "partial_rotary_factor", json_real(0.5));
+	j = with(j, "sliding_window", json_integer(100));
+	j = with(j, "original_max_position_embeddings", json_integer(256));
+	j = with(j, "rope_scaling", json_pack("{s:s,s:[f,f,f,f,f,f,f,f],s:[f,f,f,f,f,f,f,f]}", "type",
+					      "longrope", "short_factor", 1.0, 1.0, 1.0, 1.0, 1.5,
+					      2.0, 2.0, 2.5, "long_factor", 1.0, 2.0, 3.0, 4.0, 5.0,
+					      6.0, 7.0, 8.0));
+	ret = VARIANT(json_deep_copy(j));
+	CHECK(ret == 0 && c.arch == SF_ARCH_PHI3 && c.norm_eps == 1e-5f && c.head_dim == 32 &&
+	      c.rope_dim == 16 && c.rope_longrope && c.n_rope_freqs == 8 &&
+	      c.rope_freqs[7] == 2.5f && c.rope_freqs_long[7] == 8.0f && c.rope_orig_max_pos == 256 &&
+	      c.rope_attn_factor == (float)sqrt(1 + log(4.0) / log(256.0)) &&
+	      c.sliding_window == 100 && c.layer_sliding[0] && c.layer_sliding[3] &&
+	      c.max_seq_len == 1024, "phi3: %d %s", ret, e.msg);
+	{
+		char *text = sf_config_json(&c);
+		struct sf_config back;
+		CHECK(text && sf_config_parse(&back, "config.json", text, strlen(text), &e) == 0 &&
+		      !memcmp(&back, &c, sizeof(c)), "phi3 sf_config_json: '%s' reads back otherwise: "
+		      "%s", text ? text : "(null)", e.msg);
+		free(text);
+	}
+	/* without its own original_max_position_embeddings: the context and
+	 * rope_scaling's factor (1 by default: attention factor 1) */
+	ret = VARIANT(with(json_deep_copy(j), "original_max_position_embeddings", NULL));
+	CHECK(ret == 0 && c.rope_orig_max_pos == 1024 && c.rope_attn_factor == 1.0f,
+	      "phi3 no original: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "rope_freqs", json_pack("[f,f,f,f,f,f,f,f]", 1.0, 1.0,
+					 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)));
+	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'rope_freqs': beside a longrope rope_scaling");
+	ret = VARIANT(with(j, "partial_rotary_factor", json_real(1.5)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'partial_rotary_factor': 1.5, expected above 0 and at most 1");
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("gemma")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");
@@ -344,7 +383,7 @@ static void test_config(void)
 
 	/* Unsupported features, by name. */
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "type", "dynamic", "factor", 4.0)));
-	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'dynamic' unsupported (only llama3 and yarn)");
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'dynamic' unsupported (only llama3, yarn and longrope)");
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f,s:f}", "type", "yarn", "factor", 4.0, "mscale", 0.7)));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling.mscale': unsupported");
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "linear", "factor", 2.0)));

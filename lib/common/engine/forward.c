@@ -238,15 +238,18 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
 	}
 	if (c->rope_yarn)
-		sf_rope_yarn_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
+		sf_rope_yarn_inv_freq(s->inv_freq, (size_t)c->rope_dim, c->rope_theta,
 				      c->rope_factor, c->rope_beta_fast, c->rope_beta_slow,
 				      c->rope_orig_max_pos, c->rope_truncate);
 	else
-		sf_rope_inv_freq(s->inv_freq, (size_t)c->head_dim, c->rope_theta,
+		sf_rope_inv_freq(s->inv_freq, (size_t)c->rope_dim, c->rope_theta,
 				 c->rope_llama3 ? c->rope_factor : 0.0f, c->rope_low_freq_factor,
 				 c->rope_high_freq_factor, c->rope_orig_max_pos);
+	/* longrope's long factors for a context past the pretrained one */
+	const float *div = c->rope_longrope && seq_len > c->rope_orig_max_pos ? c->rope_freqs_long
+									       : c->rope_freqs;
 	for (int i = 0; i < c->n_rope_freqs; i++)	/* llama.cpp's division */
-		s->inv_freq[i] /= c->rope_freqs[i];
+		s->inv_freq[i] /= div[i];
 	return 0;
 }
 
@@ -489,9 +492,7 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 	size_t shared = (size_t)t->pos + k0 + 1;	/* positions token k0 sees */
 	size_t n = shared + nq - 1, lds = s->seq_len;	/* positions the last one sees */
 	size_t lo = first_seen(t, shared - 1);	/* the first the first one sees */
-	/* YaRN's cos and sin scaled on q and k: the scores by its square */
-	float scale = 1.0f / sqrtf((float)hd) *
-		      (c->rope_yarn ? c->rope_attn_factor * c->rope_attn_factor : 1.0f);
+	float scale = 1.0f / sqrtf((float)hd);
 	const uint8_t *keys = s->key_cache + first * s->k_row;
 	const uint8_t *vals = s->value_cache + first * s->v_row;
 
@@ -819,8 +820,10 @@ static void qkv_step(void *ctx, size_t t)
 	clip(q, q_dim, c->clip_qkv);
 	clip(k, kv_dim, c->clip_qkv);
 	clip(v, kv_dim, c->clip_qkv);
-	sf_rope(q, (size_t)c->n_heads, hd, s->inv_freq, p, c->rope_interleaved);
-	sf_rope(k, (size_t)c->n_kv_heads, hd, s->inv_freq, p, c->rope_interleaved);
+	sf_rope(q, (size_t)c->n_heads, hd, (size_t)c->rope_dim, s->inv_freq, c->rope_attn_factor, p,
+		c->rope_interleaved);
+	sf_rope(k, (size_t)c->n_kv_heads, hd, (size_t)c->rope_dim, s->inv_freq, c->rope_attn_factor,
+		p, c->rope_interleaved);
 	sf_kv_put(kvs->key_cache + row * kvs->k_row, kvs->kv_k, k, kv_dim);
 	sf_kv_put(kvs->value_cache + row * kvs->v_row, kvs->kv_v, v, kv_dim);
 }

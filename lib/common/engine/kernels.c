@@ -234,14 +234,14 @@ static void axpys_ref(float *y, size_t ldy, const float *s, size_t lds, size_t n
 // ----------------------------------------------------------------------------
 // RoPE (scalar only: a few hundred sin/cos per token are not worth SIMD)
 
-void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos,
-	     int interleaved)
+void sf_rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, const float *inv_freq,
+	     float mscale, int pos, int interleaved)
 {
-	size_t half = head_dim / 2;
+	size_t half = rope_dim / 2;
 	for (size_t i = 0; i < half; i++) {
 		/* float product then float cos/sin, as torch computes freqs */
 		float a = (float)pos * inv_freq[i];
-		float c = cosf(a), s = sinf(a);
+		float c = cosf(a) * mscale, s = sinf(a) * mscale;
 		size_t i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
 		for (size_t h = 0; h < n_heads; h++) {
 			float *vh = v + h * head_dim;

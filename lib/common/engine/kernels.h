@@ -102,13 +102,17 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);
 
 /* Rotate-half RoPE on n_heads head vectors of head_dim side by side, all
- * at position pos, with inverse frequencies inv_freq[head_dim / 2] (see
- * sf_rope_inv_freq): each angle's cos and sin serve every head. Frequency
- * i turns the pair (i, i + head_dim / 2), or with interleaved (a llama
- * GGUF's rows, sf_config.rope_interleaved) the pair (2i, 2i + 1). */
-void sf_rope(float *v, size_t n_heads, size_t head_dim, const float *inv_freq, int pos,
-	     int interleaved);
-/* inv_freq[i] = theta^(-2i/head_dim), with Llama 3 rope_scaling applied
+ * at position pos, over the first rope_dim dimensions of each (Phi-3's
+ * partial rotary; else head_dim), with inverse frequencies
+ * inv_freq[rope_dim / 2] (see sf_rope_inv_freq): each angle's cos and sin,
+ * times mscale (YaRN's and longrope's attention factor, else 1), serve
+ * every head. Frequency i turns the pair (i, i + rope_dim / 2), or with
+ * interleaved (a llama GGUF's rows, sf_config.rope_interleaved) the pair
+ * (2i, 2i + 1); the dimensions from rope_dim on pass unchanged. */
+void sf_rope(float *v, size_t n_heads, size_t head_dim, size_t rope_dim, const float *inv_freq,
+	     float mscale, int pos, int interleaved);
+/* inv_freq[i] = theta^(-2i/head_dim) for i < head_dim / 2 (head_dim: the
+ * dimensions turned, sf_rope's rope_dim), with Llama 3 rope_scaling applied
  * when factor > 0 (low, high: the frequency factors; orig: the original
  * max position). */
 void sf_rope_inv_freq(float *inv_freq, size_t head_dim, float theta, float factor,

@@ -1,4 +1,4 @@
-/* config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 causal LM,
+/* config.json of a Hugging Face Llama, Mistral, Qwen2, Qwen3 or Phi-3 causal LM,
  * or of the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE or
  * gpt-oss, into a
  * struct sf_config, with Hugging Face's defaults for absent fields and a
@@ -46,6 +46,7 @@ static const struct {
 	{ "Qwen3MoeForCausalLM", "qwen3_moe", SF_ARCH_QWEN3_MOE, 1e-6, 10000.0 },
 	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5, 10000.0 },
 	{ "GptOssForCausalLM", "gpt_oss", SF_ARCH_GPT_OSS, 1e-5, 150000.0 },
+	{ "Phi3ForCausalLM", "phi3", SF_ARCH_PHI3, 1e-5, 10000.0 },
 };
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
@@ -155,26 +156,65 @@ static int get_bool(const char *path, json_t *obj, const char *key, int def, int
 	return 0;
 }
 
+/* KEY of obj (named CTX KEY in messages): a list of n finite numbers
+ * above 0, into out. */
+static int get_factors(const char *path, json_t *obj, const char *ctx, const char *key, int n,
+		       const char *what, float *out, struct sf_err *e)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v || !json_is_array(v) || json_array_size(v) != (size_t)n)
+		return sf_err_set(e, SF_EFORMAT, "%s: '%s%s': expected a list of %d numbers (%s)",
+				  path, ctx, key, n, what);
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		double f = json_number_value(json_array_get(v, i));
+		if (!json_is_number(json_array_get(v, i)) || !(f > 0) || !isfinite((float)f))
+			return sf_err_set(e, SF_EFORMAT, "%s: '%s%s[%zu]': expected a finite number "
+					  "above 0", path, ctx, key, i);
+		out[i] = (float)f;
+	}
+	return 0;
+}
+
 /* "rope_freqs": sparseflash's own key, in the config.json an image of a
  * GGUF embeds (sf_config_json): head_dim / 2 factors above 0. */
 static int parse_rope_freqs(const char *path, json_t *root, struct sf_config *c,
 			    struct sf_err *e)
 {
 	json_t *v = json_object_get(root, "rope_freqs");
+	int ret;
 
 	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_array(v) || json_array_size(v) != (size_t)c->head_dim / 2)
-		return sf_err_set(e, SF_EFORMAT, "%s: 'rope_freqs': expected a list of %d numbers "
-				  "(head_dim / 2)", path, c->head_dim / 2);
-	for (size_t i = 0; i < json_array_size(v); i++) {
-		double f = json_number_value(json_array_get(v, i));
-		if (!json_is_number(json_array_get(v, i)) || !(f > 0) || !isfinite((float)f))
-			return sf_err_set(e, SF_EFORMAT, "%s: 'rope_freqs[%zu]': expected a finite "
-					  "number above 0", path, i);
-		c->rope_freqs[i] = (float)f;
-	}
-	c->n_rope_freqs = c->head_dim / 2;
+	if (c->rope_longrope)	/* both would set the same factors */
+		return sf_err_set(e, SF_EFORMAT, "%s: 'rope_freqs': beside a longrope rope_scaling, "
+				  "which gives the factors", path);
+	if ((ret = get_factors(path, root, "", "rope_freqs", c->rope_dim / 2, "rotated dimensions "
+			       "/ 2", c->rope_freqs, e)))
+		return ret;
+	c->n_rope_freqs = c->rope_dim / 2;
+	return 0;
+}
+
+/* Phi-3's partial_rotary_factor (1 by default): RoPE turns the first
+ * int(head_dim * factor) dimensions of each head, which must be even. */
+static int parse_rope_dim(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	float f;
+	int ret;
+
+	c->rope_dim = c->head_dim;
+	if (c->arch != SF_ARCH_PHI3)
+		return 0;
+	if ((ret = get_num(path, root, "", "partial_rotary_factor", 0, 1.0, 0, 0, 1, &f, e)))
+		return ret;
+	/* transformers' int(); the slack keeps a factor written back from
+	 * rope_dim / head_dim (sf_config_json) from falling below it */
+	c->rope_dim = (int)((double)c->head_dim * (double)f + 1e-6);
+	if (c->rope_dim < 2 || c->rope_dim % 2)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'partial_rotary_factor': %g of head_dim %d "
+				  "turns %d dimensions, expected an even number of at least 2",
+				  path, (double)f, c->head_dim, c->rope_dim);
 	return 0;
 }
 
@@ -198,7 +238,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
@@ -271,7 +311,41 @@ static int parse_yarn(const char *path, json_t *rs, struct sf_config *c, struct 
 	return 0;
 }
 
-/* rope_scaling: null, a "default" type (plain RoPE), llama3 or yarn.
+/* LongRoPE (_compute_longrope_parameters): short_factor and long_factor,
+ * rope_dim / 2 numbers each; the pretrained context from the config's
+ * own original_max_position_embeddings (then the factor is
+ * max_position_embeddings over it), else max_position_embeddings with
+ * rope_scaling's factor; attention_factor, else sqrt(1 + ln factor /
+ * ln original) above a factor of 1. */
+static int parse_longrope(const char *path, json_t *root, json_t *rs, struct sf_config *c,
+			  struct sf_err *e)
+{
+	int n = c->rope_dim / 2, ret;
+	float factor;
+
+	if ((ret = get_factors(path, rs, "rope_scaling.", "short_factor", n, "rotated dimensions "
+			       "/ 2", c->rope_freqs, e)) ||
+	    (ret = get_factors(path, rs, "rope_scaling.", "long_factor", n, "rotated dimensions "
+			       "/ 2", c->rope_freqs_long, e)) ||
+	    (ret = get_int(path, root, "", "original_max_position_embeddings", 0, 0, 1, SEQ_MAX,
+			   &c->rope_orig_max_pos, e)) ||
+	    (ret = get_num(path, rs, "rope_scaling.", "factor", 0, 1.0, 0, 0, 1e6, &factor, e)))
+		return ret;
+	if (c->rope_orig_max_pos)
+		factor = (float)((double)c->max_seq_len / (double)c->rope_orig_max_pos);
+	else
+		c->rope_orig_max_pos = c->max_seq_len;
+	if ((ret = get_num(path, rs, "rope_scaling.", "attention_factor", 0,
+			   factor > 1 ? sqrt(1 + log(factor) / log(c->rope_orig_max_pos)) : 1.0, 0,
+			   0, 1e6, &c->rope_attn_factor, e)))
+		return ret;
+	c->rope_longrope = 1;
+	c->n_rope_freqs = n;
+	return 0;
+}
+
+/* rope_scaling: null, a "default" type (plain RoPE), llama3, yarn
+ * or longrope ("su" its older name).
  * GptOssConfig's default when absent is yarn of factor 32 over 4096
  * positions, not truncated. */
 static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *c,
@@ -319,10 +393,11 @@ static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *
 		return 0;
 	if (!strcmp(type, "yarn"))
 		return parse_yarn(path, rs, c, e);
+	if (!strcmp(type, "longrope") || !strcmp(type, "su"))
+		return parse_longrope(path, root, rs, c, e);
 	if (strcmp(type, "llama3"))
-		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: 'rope_scaling': type '%.60s' unsupported (only llama3 and yarn)",
-				  path, type);
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'rope_scaling': type '%.60s' unsupported "
+				  "(only llama3, yarn and longrope)", path, type);
 	c->rope_llama3 = 1;
 	if ((ret = get_rs_nums(path, rs, llama3, sizeof(llama3) / sizeof(llama3[0]), e)) ||
 	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 1, 0, 1,
@@ -534,15 +609,16 @@ static int parse_gpt_oss(const char *path, json_t *root, struct sf_config *c, st
 	return 0;
 }
 
-/* A sliding window narrower than the context changes attention; we keep
- * attention exact by limiting the context to the window instead (gpt-oss
- * computes its sliding layers' windows: parse_layer_types). */
+/* A sliding window narrower than the context changes attention: Phi-3's
+ * every layer computes its window (as gpt-oss's sliding layers:
+ * parse_layer_types); the others keep attention exact by limiting the
+ * context to the window instead. */
 static int parse_sliding_window(const char *path, json_t *root, struct sf_config *c,
 				struct sf_err *e)
 {
 	int use = 0, ret;
 
-	if (c->arch == SF_ARCH_MISTRAL || c->arch == SF_ARCH_MIXTRAL)
+	if (c->arch == SF_ARCH_MISTRAL || c->arch == SF_ARCH_MIXTRAL || c->arch == SF_ARCH_PHI3)
 		use = 1;	/* their configs apply sliding_window whenever set */
 	else if ((c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN3 ||
 		  c->arch == SF_ARCH_QWEN2_MOE || c->arch == SF_ARCH_QWEN3_MOE) &&
@@ -552,6 +628,11 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 		return 0;
 	if ((ret = get_int(path, root, "", "sliding_window", 0, 0, 1, SEQ_MAX, &c->sliding_window, e)))
 		return ret;
+	if (c->arch == SF_ARCH_PHI3) {
+		for (int l = 0; l < c->n_layers; l++)
+			c->layer_sliding[l] = c->sliding_window > 0;
+		return 0;
+	}
 	if (c->sliding_window && c->sliding_window < c->max_seq_len)
 		c->max_seq_len = c->sliding_window;
 	return 0;
@@ -646,6 +727,8 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3, &json_names,
 			       e)))
 		goto out;
+	if ((ret = parse_rope_dim(path, root, c, e)))
+		goto out;
 	double eps, theta;
 	arch_defaults(c->arch, &eps, &theta);
 	if ((ret = get_num(path, root, "", "rms_norm_eps", 0, eps, 0, 0, 1, &c->norm_eps, e)) ||
@@ -680,6 +763,20 @@ out:
 	if (ret)
 		memset(c, 0, sizeof(*c));
 	return ret;
+}
+
+/* n floats as a JSON list (NULL when out of memory: json_pack and
+ * json_object_set_new then fail too); doubles that parse back to them */
+static json_t *float_list(const float *v, int n)
+{
+	json_t *f = json_array();
+
+	for (int i = 0; f && i < n; i++)
+		if (json_array_append_new(f, json_real((double)v[i]))) {
+			json_decref(f);
+			return NULL;
+		}
+	return f;
 }
 
 char *sf_config_json(const struct sf_config *c)
@@ -745,21 +842,36 @@ char *sf_config_json(const struct sf_config *c)
 		    json_object_set_new(o, "swiglu_alpha", json_real((double)c->swiglu_alpha)))
 			goto done;
 	}
-	if (c->n_rope_freqs) {
-		json_t *f = json_array();
-		for (int i = 0; f && i < c->n_rope_freqs; i++)
-			if (json_array_append_new(f, json_real((double)c->rope_freqs[i])))
-				break;
-		if (json_object_set_new(o, "rope_freqs", f) ||
-		    json_array_size(f) != (size_t)c->n_rope_freqs)
-			goto done;
-	}
+	if (c->rope_longrope &&
+	    (json_object_set_new(o, "rope_scaling", json_pack(
+		    "{s:s, s:o, s:o, s:f}", "rope_type", "longrope", "short_factor",
+		    float_list(c->rope_freqs, c->n_rope_freqs), "long_factor",
+		    float_list(c->rope_freqs_long, c->n_rope_freqs), "attention_factor",
+		    (double)c->rope_attn_factor)) ||
+	     json_object_set_new(o, "original_max_position_embeddings",
+				 json_integer(c->rope_orig_max_pos))))
+		goto done;
+	if (c->arch == SF_ARCH_PHI3 &&
+	    (json_object_set_new(o, "partial_rotary_factor",
+				 json_real((double)c->rope_dim / (double)c->head_dim)) ||
+	     (c->sliding_window &&
+	      json_object_set_new(o, "sliding_window", json_integer(c->sliding_window)))))
+		goto done;
+	if (c->n_rope_freqs && !c->rope_longrope &&
+	    json_object_set_new(o, "rope_freqs", float_list(c->rope_freqs, c->n_rope_freqs)))
+		goto done;
 	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 done:
 	json_decref(o);
 out:
 	json_decref(eos);
 	return text;
+}
+
+int sf_config_default_ctx(const struct sf_config *c)
+{
+	return c->rope_longrope && c->rope_orig_max_pos < c->max_seq_len ? c->rope_orig_max_pos
+									  : c->max_seq_len;
 }
 
 size_t sf_group_entries(const struct sf_config *c, enum sf_group g)
@@ -922,28 +1034,75 @@ static int gguf_gpt_oss(const struct sf_gguf *g, const char *arch, struct sf_con
 	return 0;
 }
 
-/* convert_hf_to_gguf.py stores llama3's rope_scaling as per-frequency
- * factors in this tensor, not as keys: each frequency divided by one. */
-static int gguf_rope_freqs(const struct sf_gguf *g, struct sf_config *c, struct sf_err *e)
+/* A tensor of rope_dim / 2 RoPE factors (F32, finite, above 0) into out:
+ * 1, or 0 when the file has no tensor NAME. */
+static int gguf_factors(const struct sf_gguf *g, const char *name, const struct sf_config *c,
+			float *out, struct sf_err *e)
 {
-	const struct sf_gguf_tensor *t = sf_gguf_tensor(g, SF_GGUF_ROPE_FREQS);
+	const struct sf_gguf_tensor *t = sf_gguf_tensor(g, name);
 
 	if (!t)
 		return 0;
-	if (t->type != SF_GGML_F32 || t->n_dims != 1 || t->ne[0] != (uint64_t)c->head_dim / 2)
-		return sf_err_set(e, SF_EFORMAT, "%s: tensor 'rope_freqs.weight': %s [%llu], expected "
-				  "F32 [%d] (head_dim / 2)", g->path, sf_ggml_type_name(t->type),
-				  (unsigned long long)t->ne[0], c->head_dim / 2);
-	for (int i = 0; i < c->head_dim / 2; i++) {
+	if (t->type != SF_GGML_F32 || t->n_dims != 1 || t->ne[0] != (uint64_t)c->rope_dim / 2)
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %s [%llu], expected F32 [%d] "
+				  "(rope.dimension_count / 2)", g->path, name,
+				  sf_ggml_type_name(t->type), (unsigned long long)t->ne[0],
+				  c->rope_dim / 2);
+	for (int i = 0; i < c->rope_dim / 2; i++) {
 		float f;
 		memcpy(&f, (const char *)t->data + 4 * i, 4);
 		if (!(f > 0.0f) || !isfinite(f))
-			return sf_err_set(e, SF_EFORMAT, "%s: tensor 'rope_freqs.weight': factor %d is "
-					  "%g, expected a finite number above 0", g->path, i, (double)f);
-		c->rope_freqs[i] = f;
+			return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': factor %d is %g, expected a "
+					  "finite number above 0", g->path, name, i, (double)f);
+		out[i] = f;
 	}
-	c->n_rope_freqs = c->head_dim / 2;
-	return 0;
+	return 1;
+}
+
+/* convert_hf_to_gguf.py stores llama3's rope_scaling as per-frequency
+ * factors in rope_freqs.weight, not as keys: each frequency divided by
+ * one; and Phi-3's LongRoPE as two such tensors, the short factors and
+ * the long ones, with the pretrained context in
+ * rope.scaling.original_context_length and the attention factor in
+ * rope.scaling.attn_factor (1 when absent), as llama.cpp reads them. */
+static int gguf_rope_freqs(const struct sf_gguf *g, const char *arch, struct sf_config *c,
+			   struct sf_err *e)
+{
+	int ret, s, l;
+
+	if ((ret = gguf_factors(g, SF_GGUF_ROPE_FREQS, c, c->rope_freqs, e)) < 0)
+		return ret;
+	c->n_rope_freqs = ret ? c->rope_dim / 2 : 0;
+	if ((s = gguf_factors(g, SF_GGUF_ROPE_FACTORS_SHORT, c, c->rope_freqs, e)) < 0 ||
+	    (l = gguf_factors(g, SF_GGUF_ROPE_FACTORS_LONG, c, c->rope_freqs_long, e)) < 0)
+		return s < 0 ? s : l;
+	if (!s && !l)
+		return 0;
+	if (!s || !l || ret || c->rope_yarn)
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': %s", g->path,
+				  s ? SF_GGUF_ROPE_FACTORS_SHORT : SF_GGUF_ROPE_FACTORS_LONG,
+				  !s || !l ? "without its long or short twin" :
+				  "beside rope_freqs.weight or YaRN");
+	c->rope_longrope = 1;
+	c->n_rope_freqs = c->rope_dim / 2;
+	if ((ret = gguf_int(g, arch, "rope.scaling.original_context_length", 1, 0, 1, SEQ_MAX,
+			    &c->rope_orig_max_pos, e)))
+		return ret;
+	return gguf_num(g, arch, "rope.scaling.attn_factor", 1.0, 0, 1e6, &c->rope_attn_factor, e);
+}
+
+/* Phi-3's attention.sliding_window (0 or absent: none) in every layer, as
+ * transformers computes it; llama.cpp's graph leaves it out for now (full
+ * attention), which agrees within the window. */
+static int gguf_phi3(const struct sf_gguf *g, const char *arch, struct sf_config *c,
+		     struct sf_err *e)
+{
+	int ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX, &c->sliding_window,
+			   e);
+
+	for (int l = 0; !ret && l < c->n_layers; l++)
+		c->layer_sliding[l] = c->sliding_window > 0;
+	return ret;
 }
 
 /* llama.cpp's architectures we compute, and what its graph of each does
@@ -963,6 +1122,7 @@ static const struct {
 	{ "qwen3moe", SF_ARCH_QWEN3_MOE, 1, 1 },
 	{ "olmoe", SF_ARCH_OLMOE, 1, 0 },
 	{ "gpt-oss", SF_ARCH_GPT_OSS, 1, 1 },	/* a softmax of the top k logits */
+	{ "phi3", SF_ARCH_PHI3, 0, 0 },
 };
 
 /* A mixture's experts from the ARCH.expert_* keys: count, top k, their
@@ -1024,7 +1184,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if (a == sizeof(gguf_archs) / sizeof(gguf_archs[0])) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
 				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama, "
-				 "qwen2, qwen3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
+				 "qwen2, qwen3, phi3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
 				 g->path, len > 60 ? 60 : (int)len, name);
 		goto out;
 	}
@@ -1052,13 +1212,21 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	    (ret = gguf_int(g, arch, "rope.dimension_count", 0, c->head_dim, 1, HEAD_DIM_MAX,
 			    &rope_dims, e)))
 		goto out;
-	if (v_len != c->head_dim || rope_dims != c->head_dim) {
+	if (v_len != c->head_dim) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
-				 "%s: '%s.attention.value_length' %d and '%s.rope.dimension_count' %d, "
-				 "expected the key length %d (partial RoPE or other value heads unsupported)",
-				 g->path, arch, v_len, arch, rope_dims, c->head_dim);
+				 "%s: '%s.attention.value_length' %d, expected the key length %d (other "
+				 "value heads unsupported)", g->path, arch, v_len, c->head_dim);
 		goto out;
 	}
+	/* RoPE on the first rope.dimension_count of each head (Phi-3's
+	 * partial_rotary_factor), in pairs */
+	if (rope_dims % 2 || rope_dims > c->head_dim) {
+		ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: '%s.rope.dimension_count' %d, expected an "
+				 "even number up to the key length %d", g->path, arch, rope_dims,
+				 c->head_dim);
+		goto out;
+	}
+	c->rope_dim = rope_dims;
 	/* the vocabulary: its own key, else the tokenizer's token list */
 	ret = gguf_int(g, arch, "vocab_size", 0, 0, 1, VOCAB_MAX, &c->vocab_size, e);
 	if (!ret && !c->vocab_size) {
@@ -1077,7 +1245,8 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	    (ret = gguf_rope_scaling(g, arch, c, e)) ||
 	    (ret = gguf_experts(g, arch, (int)a, c, e)) ||
 	    (c->arch == SF_ARCH_GPT_OSS && (ret = gguf_gpt_oss(g, arch, c, e))) ||
-	    (ret = gguf_rope_freqs(g, c, e)) ||
+	    (c->arch == SF_ARCH_PHI3 && (ret = gguf_phi3(g, arch, c, e))) ||
+	    (ret = gguf_rope_freqs(g, arch, c, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eot_token_id", c->vocab_size, &eot, e)))

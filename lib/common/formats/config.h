@@ -1,8 +1,9 @@
 /* config.json of a Hugging Face causal LM: LlamaForCausalLM,
- * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and the mixtures
+ * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM
+ * and the mixtures
  * of experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
- * OlmoeForCausalLM; or the llama, qwen2 and qwen3 families from a GGUF's
- * metadata. Anything we do
+ * OlmoeForCausalLM; or the llama, qwen2, qwen3 and phi3 families from a
+ * GGUF's metadata. Anything we do
  * not implement is refused by name. See man/sparseflash.7 for the
  * supported fields. */
 #ifndef SF_CONFIG_H
@@ -14,7 +15,7 @@
 
 enum sf_arch {
 	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL,
-	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE, SF_ARCH_GPT_OSS
+	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE, SF_ARCH_GPT_OSS, SF_ARCH_PHI3
 };
 
 /* RMSNorm of q and k before RoPE: none; each head over its head_dim
@@ -52,6 +53,17 @@ struct sf_config {
 	int rope_yarn;
 	float rope_beta_fast, rope_beta_slow, rope_attn_factor;
 	int rope_truncate;
+	/* rope_scaling of type longrope (Phi-3's; "su" its older name):
+	 * frequency i divided by rope_freqs[i] (short_factor) in a context of
+	 * at most rope_orig_max_pos positions, by rope_freqs_long[i]
+	 * (long_factor) in a longer one (the choice llama.cpp makes by its
+	 * context); every score times rope_attn_factor^2, as YaRN's */
+	int rope_longrope;
+	float rope_freqs_long[SF_ROPE_FREQS_MAX];
+	/* the dimensions of each head RoPE turns: the first rope_dim, in
+	 * pairs (i, i + rope_dim / 2); the rest pass unchanged (Phi-3's
+	 * partial_rotary_factor times head_dim; head_dim elsewhere) */
+	int rope_dim;
 	int tie_embeddings;
 	int qkv_bias;		/* Qwen2; gpt-oss's attention_bias */
 	int o_bias;		/* gpt-oss's attention_bias: o_proj's bias too */
@@ -63,19 +75,20 @@ struct sf_config {
 	int rope_interleaved;	/* a llama GGUF's q and k rows: each head's RoPE pairs
 				 * adjacent (2i, 2i + 1), not (i, i + head_dim / 2) */
 	/* a GGUF's rope_freqs.weight (Llama 3's rope_scaling as llama.cpp's
-	 * converters store it): frequency i divided by rope_freqs[i];
-	 * n_rope_freqs is head_dim / 2, or 0 */
+	 * converters store it), or longrope's short_factor: frequency i
+	 * divided by rope_freqs[i]; n_rope_freqs is rope_dim / 2, or 0 */
 	int n_rope_freqs;
 	float rope_freqs[SF_ROPE_FREQS_MAX];
 	int bos_id;		/* -1 when absent */
 	int eos_ids[SF_MAX_EOS];
 	int n_eos;
 	int sliding_window;	/* Mistral, Mixtral, or Qwen2/3 with use_sliding_window;
-				 * 0 when none; gpt-oss: the window of the layers
-				 * layer_sliding marks */
+				 * 0 when none; gpt-oss and Phi-3: the window of the
+				 * layers layer_sliding marks */
 	/* gpt-oss's layer_types: 1 where a layer is "sliding_attention" (its
 	 * tokens see the sliding_window positions up to their own), 0 where
-	 * "full_attention"; all 0 in the other architectures */
+	 * "full_attention"; Phi-3's every layer when it has a sliding_window;
+	 * all 0 in the other architectures */
 	unsigned char layer_sliding[SF_LAYERS_MAX];
 	int n_experts;		/* Mixtral's num_local_experts, the others'
 				 * num_experts; 0: a dense FFN */
@@ -103,16 +116,18 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
 int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
 		    struct sf_err *e);
 /* The same from a GGUF's metadata, llama.cpp's keys: general.architecture
- * llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
+ * llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
  * refused by name), ARCH.embedding_length,
  * feed_forward_length, block_count, attention.head_count and
  * context_length required; attention.head_count_kv, attention.key_length
- * (= value_length = rope.dimension_count), vocab_size (else the length of
+ * (= value_length; rope.dimension_count at most it, even), vocab_size (else the length of
  * tokenizer.ggml.tokens), attention.layer_norm_rms_epsilon (1e-6),
  * rope.freq_base (10000) and tokenizer.ggml.bos/eos/eot_token_id
  * optional; tied embeddings when there is no output.weight tensor.
  * rope_freqs.weight (F32, head_dim / 2 finite factors above 0) read into
- * rope_freqs; a mixture's expert_* keys; rope.scaling.type none or yarn
+ * rope_freqs; phi3's rope_factors_short/long.weight (its LongRoPE) with
+ * rope.scaling.original_context_length and attn_factor, and its
+ * attention.sliding_window; a mixture's expert_* keys; rope.scaling.type none or yarn
  * with its keys, as llama.cpp computes them; gpt-oss's sliding window
  * keys, and what its graph computes without a key (biases, sinks, the
  * clamped SwiGLU). Refused: other RoPE scaling, expert weight scales.
@@ -130,6 +145,13 @@ const char *sf_config_experts_key(const struct sf_config *c);
  * path sets: the experts, YaRN, gpt-oss's layer types, window, biases and
  * SwiGLU's constants. */
 char *sf_config_json(const struct sf_config *c);
+
+/* The context the commands give c when -c leaves it to them: the
+ * model's max_position_embeddings, or with longrope its pretrained
+ * context (original_max_position_embeddings), where its short factors
+ * hold as transformers computes a text that short; -c beyond it takes
+ * the long factors (sf_state_init). */
+int sf_config_default_ctx(const struct sf_config *c);
 
 /* Entries of a group: the length of its input vector. */
 size_t sf_group_entries(const struct sf_config *c, enum sf_group g);

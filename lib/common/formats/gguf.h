@@ -15,8 +15,11 @@
 #define SF_GGUF_MAX_DIMS 4		/* ggml's GGML_MAX_DIMS */
 #define SF_GGUF_NAME_MAX 256		/* bytes of a key or tensor name */
 #define SF_GGUF_DEFAULT_ALIGNMENT 32	/* when general.alignment is absent */
-/* Llama 3's RoPE frequency factors, a tensor the config reads */
+/* Llama 3's RoPE frequency factors, and Phi-3's LongRoPE ones: tensors
+ * the config reads */
 #define SF_GGUF_ROPE_FREQS "rope_freqs.weight"
+#define SF_GGUF_ROPE_FACTORS_SHORT "rope_factors_short.weight"
+#define SF_GGUF_ROPE_FACTORS_LONG "rope_factors_long.weight"
 
 /* A metadata value's type, as the file numbers them. */
 enum sf_gguf_vtype {

@@ -116,6 +116,19 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 			fnv_feed(h, "%d", c->layer_sliding[l]);
 		fnv_feed(h, "\n");
 	}
+	if (c->arch == SF_ARCH_PHI3) {	/* its own, every other fingerprint stays */
+		fnv_feed(h, "rope_dim=%d\nwindow=%d\n", c->rope_dim, c->sliding_window);
+		for (int l = 0; l < c->n_layers; l++)
+			fnv_feed(h, "%d", c->layer_sliding[l]);
+		fnv_feed(h, "\n");
+	}
+	if (c->rope_longrope) {
+		fnv_feed(h, "rope_longrope=%08" PRIx32 ",%d\n", float_bits(c->rope_attn_factor),
+			 c->rope_orig_max_pos);
+		for (int i = 0; i < c->n_rope_freqs; i++)
+			fnv_feed(h, "rope_freq_long=%08" PRIx32 "\n",
+				 float_bits(c->rope_freqs_long[i]));
+	}
 	if (c->rope_interleaved)	/* a llama GGUF's only */
 		fnv_feed(h, "rope_interleaved=1\n");
 	for (int i = 0; i < c->n_rope_freqs; i++)	/* a GGUF's rope_freqs.weight */
@@ -145,10 +158,14 @@ struct binder {
 /* its shape follows the expert count */
 #define BIND_EXPERTS 8
 
-/* Binds tensor NAME, which must have shape [rows, cols], or [rows] when
- * cols == 0 (a vector, stored with cols = 1). */
-static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_t rows,
-		uint64_t cols, unsigned flags, struct sf_err *e)
+/* Binds rows [r0, r0 + rows) of tensor NAME, which must have shape
+ * [all, cols], or [all] when cols == 0 (a vector, stored with cols = 1),
+ * into the fingerprints as tensor AS of those rows alone: a projection's
+ * slice of Phi-3's fused qkv_proj or gate_up_proj fingerprints as the
+ * tensor an image of it holds. */
+static int bind_part(struct binder *b, struct sf_weight *w, const char *name, uint64_t all,
+		     uint64_t r0, uint64_t rows, uint64_t cols, unsigned flags, const char *as,
+		     struct sf_err *e)
 {
 	const struct sf_safetensors *st = b->st;
 	const struct sf_tensor *t = sf_safetensors_find(st, name);
@@ -159,15 +176,15 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 			return 0;
 		return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': missing", b->source, name);
 	}
-	if (t->ndim != ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+	if (t->ndim != ndim || t->shape[0] != all || (cols && t->shape[1] != cols)) {
 		char got[160], want[64];
 
 		sf_shape_str(got, sizeof(got), t->ndim, t->shape);
 		if (cols)
-			snprintf(want, sizeof(want), "[%llu, %llu]", (unsigned long long)rows,
+			snprintf(want, sizeof(want), "[%llu, %llu]", (unsigned long long)all,
 				 (unsigned long long)cols);
 		else
-			snprintf(want, sizeof(want), "[%llu]", (unsigned long long)rows);
+			snprintf(want, sizeof(want), "[%llu]", (unsigned long long)all);
 		if (flags & BIND_HEAD_DIM)
 			return sf_err_set(e, SF_EMISMATCH, "%s: tensor '%s': shape %s, expected %s "
 					  "(head_dim %d)", st->paths[t->file], name, got, want,
@@ -192,16 +209,29 @@ static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_
 				  "and output head may have a block dtype, with rows a multiple "
 				  "of %d", st->paths[t->file], name, sf_dtype_name(t->dtype),
 				  SF_QBLOCK);
-	w->data = t->data;
+	/* a GGUF's tiles interleave SF_QTILE rows: a slice takes whole ones */
+	if (sf_dtype_untiled(t->dtype) != t->dtype && (r0 % SF_QTILE || rows % SF_QTILE))
+		return sf_err_set(e, SF_EFORMAT, "%s: tensor '%s': rows %llu to %llu of tiles of %d",
+				  st->paths[t->file], name, (unsigned long long)r0,
+				  (unsigned long long)(r0 + rows), SF_QTILE);
 	w->dtype = t->dtype;
 	w->rows = rows;
 	w->cols = cols ? cols : 1;
+	w->data = t->data;
+	if (r0)
+		w->data = (const uint8_t *)t->data + r0 * sf_weight_row_bytes(w);
 	b->used[t - st->tensors] = 1;
 	if (b->sample)
-		sample_tensor(&b->weights, t->data, t->nbytes);
-	fnv_feed(&b->hash, "%s %s %llux%llu\n", name, sf_dtype_name(t->source_dtype),
+		sample_tensor(&b->weights, w->data, rows == all ? t->nbytes : sf_weight_bytes(w));
+	fnv_feed(&b->hash, "%s %s %llux%llu\n", as, sf_dtype_name(t->source_dtype),
 		 (unsigned long long)rows, (unsigned long long)w->cols);
 	return 0;
+}
+
+static int bind(struct binder *b, struct sf_weight *w, const char *name, uint64_t rows,
+		uint64_t cols, unsigned flags, struct sf_err *e)
+{
+	return bind_part(b, w, name, rows, 0, rows, cols, flags, name, e);
 }
 
 static int bind_layer(struct binder *b, int l, struct sf_err *e)
@@ -222,10 +252,29 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		if ((ret = bind(b, &w->field, n, rows, cols, flags, e))) \
 			return ret; \
 	} while (0)
+	char as[SF_TENSOR_NAME_MAX];
+#define R(field, suffix, all, r0, rows, cols, flags, alone) do { \
+		snprintf(n, sizeof(n), "%s%s", p, suffix); \
+		snprintf(as, sizeof(as), "%s%s", p, alone); \
+		if ((ret = bind_part(b, &w->field, n, all, r0, rows, cols, flags, as, e))) \
+			return ret; \
+	} while (0)
 	B(attn_norm, "input_layernorm.weight", dim, 0, 0);
-	B(wq, "self_attn.q_proj.weight", q, dim, BIND_HEAD_DIM);
-	B(wk, "self_attn.k_proj.weight", kv, dim, BIND_HEAD_DIM);
-	B(wv, "self_attn.v_proj.weight", kv, dim, BIND_HEAD_DIM);
+	/* Phi-3's checkpoints fuse q, k and v rows in one tensor, gate and up
+	 * rows in another; an image of one holds them apart */
+	snprintf(n, sizeof(n), "%sself_attn.qkv_proj.weight", p);
+	if (c->arch == SF_ARCH_PHI3 && sf_safetensors_find(b->st, n)) {
+		R(wq, "self_attn.qkv_proj.weight", q + 2 * kv, 0, q, dim, BIND_HEAD_DIM,
+		  "self_attn.q_proj.weight");
+		R(wk, "self_attn.qkv_proj.weight", q + 2 * kv, q, kv, dim, BIND_HEAD_DIM,
+		  "self_attn.k_proj.weight");
+		R(wv, "self_attn.qkv_proj.weight", q + 2 * kv, q + kv, kv, dim, BIND_HEAD_DIM,
+		  "self_attn.v_proj.weight");
+	} else {
+		B(wq, "self_attn.q_proj.weight", q, dim, BIND_HEAD_DIM);
+		B(wk, "self_attn.k_proj.weight", kv, dim, BIND_HEAD_DIM);
+		B(wv, "self_attn.v_proj.weight", kv, dim, BIND_HEAD_DIM);
+	}
 	B(wo, "self_attn.o_proj.weight", dim, q, BIND_HEAD_DIM);
 	if (c->qkv_bias) {
 		B(bq, "self_attn.q_proj.bias", q, 0, BIND_HEAD_DIM);
@@ -244,6 +293,13 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(k_norm, "self_attn.k_norm.weight", kv, 0, BIND_HEAD_DIM);
 	}
 	B(ffn_norm, "post_attention_layernorm.weight", dim, 0, 0);
+	snprintf(n, sizeof(n), "%smlp.gate_up_proj.weight", p);
+	if (c->arch == SF_ARCH_PHI3 && sf_safetensors_find(b->st, n)) {	/* gate's rows, up's */
+		R(w_gate, "mlp.gate_up_proj.weight", 2 * hid, 0, hid, dim, 0, "mlp.gate_proj.weight");
+		R(w_up, "mlp.gate_up_proj.weight", 2 * hid, hid, hid, dim, 0, "mlp.up_proj.weight");
+		B(w_down, "mlp.down_proj.weight", dim, hid, 0);
+		return 0;
+	}
 	if (!c->n_experts) {
 		B(w_gate, "mlp.gate_proj.weight", hid, dim, 0);
 		B(w_up, "mlp.up_proj.weight", hid, dim, 0);
@@ -283,6 +339,7 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(shared.w_down, "mlp.shared_expert.down_proj.weight", dim, sh, 0);
 		B(shared_gate, "mlp.shared_expert_gate.weight", 1, dim, 0);
 	}
+#undef R
 #undef B
 	return 0;
 }

@@ -31,6 +31,7 @@ static const char *const layer_names[][2] = {
 	{ "attn_q.weight", "self_attn.q_proj.weight" },
 	{ "attn_k.weight", "self_attn.k_proj.weight" },
 	{ "attn_v.weight", "self_attn.v_proj.weight" },
+	{ "attn_qkv.weight", "self_attn.qkv_proj.weight" },	/* Phi-3's q, k and v rows */
 	{ "attn_output.weight", "self_attn.o_proj.weight" },
 	{ "attn_q.bias", "self_attn.q_proj.bias" },
 	{ "attn_k.bias", "self_attn.k_proj.bias" },
@@ -77,6 +78,8 @@ static int hf_name(const char *name, const struct sf_config *cfg, int x, char *h
 	n = snprintf(hf, cap, "model.layers.%d.", l);
 	hf += n;
 	cap -= (size_t)n;
+	if (cfg->arch == SF_ARCH_PHI3 && !strcmp(name, "ffn_up.weight"))	/* gate rows, then up */
+		return snprintf(hf, cap, "mlp.gate_up_proj.weight") < (int)cap ? 0 : -1;
 	for (size_t i = 0; x < 0 && i < sizeof(layer_names) / sizeof(layer_names[0]); i++)
 		if (!strcmp(name, layer_names[i][0]))
 			return snprintf(hf, cap, "%s", layer_names[i][1]) < (int)cap ? 0 : -1;
@@ -141,15 +144,32 @@ static enum sf_dtype block_dtype(const struct sf_gguf_tensor *t, int element_onl
 	return t->type == SF_GGML_Q4_0 ? SF_DTYPE_Q4 : SF_DTYPE_Q8;
 }
 
+/* The rows a matrix is bound in stretches of: Phi-3's fused attn_qkv
+ * holds q's, k's and v's rows, its ffn_up gate's and up's (model.c binds
+ * each a slice); every other tensor one stretch. */
+static uint64_t stretch_rows(const struct sf_gguf_tensor *t, const struct sf_config *cfg)
+{
+	size_t n = strlen(t->name);
+	uint64_t kv = (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim;
+
+	if (cfg->arch == SF_ARCH_PHI3 && n > 16 && !strcmp(t->name + n - 16, ".attn_qkv.weight"))
+		return kv;	/* q's rows are n_heads / n_kv_heads times kv */
+	if (cfg->arch == SF_ARCH_PHI3 && n > 14 && !strcmp(t->name + n - 14, ".ffn_up.weight"))
+		return (uint64_t)cfg->hidden_dim;
+	return t->ne[1];
+}
+
 /* What a tensor becomes: float types as they are, a vector of blocks
  * F32 (norms and biases are read by element); for the engine, other
- * matrices Q4 (from Q4_0) or Q8, in tiles when their rows allow, but the
- * embedding, whose rows are looked up one by one. */
-static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, int element_only)
+ * matrices Q4 (from Q4_0) or Q8, in tiles when their rows (each stretch
+ * of them) allow, but the embedding, whose rows are looked up one by one. */
+static enum sf_dtype engine_dtype(const struct sf_gguf_tensor *t, const struct sf_config *cfg,
+				  int element_only)
 {
 	enum sf_dtype dt = block_dtype(t, element_only);
 
-	if (element_only || t->ne[1] % SF_QTILE || !strcmp(t->name, "token_embd.weight"))
+	if (element_only || t->ne[1] % SF_QTILE || stretch_rows(t, cfg) % SF_QTILE ||
+	    !strcmp(t->name, "token_embd.weight"))
 		return dt;
 	return sf_dtype_tiled(dt);
 }
@@ -289,10 +309,12 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	st->nfiles = 1;
 	/* the matrices: a stacked one's experts in turn, each a view of its
 	 * stretch of the bytes (x: its expert; -1 for the rest);
-	 * rope_freqs.weight is the config's (sf_config_from_gguf) */
+	 * the RoPE factors are the config's (sf_config_from_gguf) */
 	for (size_t i = 0; i < g->ntensors; i++) {
 		const struct sf_gguf_tensor *gt = &g->tensors[i];
-		if (!strcmp(gt->name, SF_GGUF_ROPE_FREQS))
+		if (!strcmp(gt->name, SF_GGUF_ROPE_FREQS) ||
+		    !strcmp(gt->name, SF_GGUF_ROPE_FACTORS_SHORT) ||
+		    !strcmp(gt->name, SF_GGUF_ROPE_FACTORS_LONG))
 			continue;
 		int last = gt->n_dims - 1;
 		if (!stacked(gt)) {
@@ -322,7 +344,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 	for (size_t k = 0; k < st->ntensors; k++) {
 		const struct sf_gguf_tensor *gt = src[k];
 		struct sf_tensor *t = &st->tensors[k];
-		enum sf_dtype dt = engine_dtype(gt, element_only);
+		enum sf_dtype dt = engine_dtype(gt, cfg, element_only);
 
 		if (hf_name(gt->name, cfg, xs[k], t->name, sizeof(t->name))) {
 			ret = sf_err_set(e, SF_EUNSUPPORTED, "%s: tensor '%s': not one %s computes",
@@ -355,7 +377,7 @@ int sf_gguf_model_tensors(struct sf_safetensors *st, void **converted, struct sf
 		/* the shape fingerprint names what every open of the file
 		 * agrees on, and an image packed from it holds */
 		t->dtype = dt;
-		t->source_dtype = engine_dtype(gt, 1);
+		t->source_dtype = engine_dtype(gt, cfg, 1);
 		t->file = 0;
 		if (in_place(gt)) {
 			t->data = gt->data;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hf2gguf: a Hugging Face Llama, Qwen2, Qwen3 or mixture-of-experts
+"""hf2gguf: a Hugging Face Llama, Qwen2, Qwen3, Phi-3 or mixture-of-experts
 (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, gpt-oss) checkpoint (config.json,
 model.safetensors or shards with model.safetensors.index.json,
 tokenizer.json when there is one) to a GGUF that llama.cpp loads, through
@@ -14,7 +14,9 @@ what llama.cpp's graphs of the mixtures cannot compute (OLMoE's clip_qkv,
 a router renormalised otherwise than they do) is refused. gpt-oss's
 fused experts are split into gate, up and down as llama.cpp's
 conversion/gpt_oss.py does; its MXFP4 blocks and scales become GGUF's
-MXFP4 blocks, the same codes and scales.
+MXFP4 blocks, the same codes and scales. Phi-3's fused qkv_proj and
+gate_up_proj stay fused (attn_qkv, ffn_up), and its LongRoPE becomes the
+two factor tensors and the attention factor conversion/phi.py writes.
 
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
 import argparse
@@ -325,6 +327,24 @@ def gpt_oss_keys(w, cfg, model_dir):
     w.add_sliding_window(cfg.get("sliding_window", 128))
 
 
+def phi3_keys(w, cfg):
+    """What llama.cpp's phi3 reads beyond the common keys (conversion/phi.py):
+    the pretrained context, the sliding window (0: none), and with LongRoPE
+    the attention factor from max over original positions; returns the
+    long and short factors to write as tensors, or None."""
+    max_pos = cfg.get("max_position_embeddings", 2048)
+    orig = cfg.get("original_max_position_embeddings", max_pos)
+    w.add_rope_scaling_orig_ctx_len(orig)
+    w.add_sliding_window(cfg.get("sliding_window") or 0)
+    scaling = cfg.get("rope_scaling") or {}
+    if not scaling.get("long_factor"):
+        return None
+    scale = max_pos / orig
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig))
+                                    if scale > 1.0 else 1.0)
+    return {f: np.array(scaling[f + "_factor"], dtype=np.float32) for f in ("long", "short")}
+
+
 def yarn_keys(w, scaling, model_dir):
     """YaRN as llama.cpp computes it: its correction range rounded
     outwards, as transformers' truncate; the attention factor its
@@ -361,7 +381,7 @@ def main():
              "qwen3": (gguf.MODEL_ARCH.QWEN3, None), "mixtral": (gguf.MODEL_ARCH.LLAMA, True),
              "qwen2_moe": (gguf.MODEL_ARCH.QWEN2MOE, False),
              "qwen3_moe": (gguf.MODEL_ARCH.QWEN3MOE, True), "olmoe": (gguf.MODEL_ARCH.OLMOE, False),
-             "gpt_oss": (gguf.MODEL_ARCH.GPT_OSS, True)}
+             "gpt_oss": (gguf.MODEL_ARCH.GPT_OSS, True), "phi3": (gguf.MODEL_ARCH.PHI3, None)}
     model_type = cfg.get("model_type")
     if model_type not in archs:
         fail(f"{a.model_dir}: model_type {model_type!r}: only {', '.join(archs)} are converted")
@@ -376,8 +396,10 @@ def main():
         fail(f"{a.model_dir}: dense layers among the experts are not converted")
     scaling = cfg.get("rope_scaling") or {}
     rope_type = scaling.get("rope_type", scaling.get("type")) if scaling else None
-    if rope_type not in (None, "llama3", "yarn"):
-        fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3 and yarn are converted")
+    if rope_type not in (None, "llama3", "yarn") and \
+            not (model_type == "phi3" and rope_type in ("longrope", "su")):
+        fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3, yarn and Phi-3's longrope "
+             f"are converted")
     st = safetensors_index(a.model_dir)
     n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
@@ -398,18 +420,22 @@ def main():
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(n_head)
     w.add_head_count_kv(n_kv)
-    w.add_rope_dimension_count(head_dim)
+    # Phi-3's partial_rotary_factor, as conversion/phi.py counts it
+    w.add_rope_dimension_count(int(cfg.get("partial_rotary_factor", 1.0) * n_embd) // n_head
+                               if model_type == "phi3" else head_dim)
     if head_dim != n_embd // n_head:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     w.add_rope_freq_base(float(cfg.get("rope_theta", 150000.0 if model_type == "gpt_oss" else 10000.0)))
     eps = cfg.get("rms_norm_eps")
     w.add_layer_norm_rms_eps(float(eps if eps is not None else
-                                   1e-5 if model_type in ("mixtral", "olmoe", "gpt_oss") else 1e-6))
+                                   1e-5 if model_type in ("mixtral", "olmoe", "gpt_oss", "phi3") else 1e-6))
     if rope_type == "yarn":
         yarn_keys(w, scaling, a.model_dir)
     if model_type == "gpt_oss":
         gpt_oss_keys(w, cfg, a.model_dir)
+    elif model_type == "phi3":
+        longrope = phi3_keys(w, cfg)
     elif renorm is not None:
         w.add_expert_count(cfg["num_local_experts" if model_type == "mixtral" else "num_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -473,6 +499,10 @@ def main():
 
     if rope_type == "llama3":
         w.add_tensor_info("rope_freqs.weight", (head_dim // 2,), np.dtype(np.float32), head_dim * 2)
+    if model_type == "phi3" and longrope:
+        for f in longrope:
+            w.add_tensor_info(f"rope_factors_{f}.weight", (len(longrope[f]),),
+                              np.dtype(np.float32), 4 * len(longrope[f]))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -491,6 +521,9 @@ def main():
                                                  name.endswith("_exps.weight") else ts[0]))
     if rope_type == "llama3":
         w.write_tensor_data(rope_factors(scaling, float(cfg.get("rope_theta", 10000.0)), head_dim))
+    if model_type == "phi3" and longrope:
+        for f in longrope:
+            w.write_tensor_data(longrope[f])
     w.close()
     print(f"hf2gguf: {a.model_dir}: {len(plan)} tensors, {outtype}, vocab {kind} ({n_vocab}), "
           f"{'tied' if tied else 'untied'} embeddings", file=sys.stderr)
