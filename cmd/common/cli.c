@@ -572,7 +572,8 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 	uint64_t gpt_oss = (c->o_bias ? dim : 0) + (c->attn_sinks ? (uint64_t)c->n_heads : 0) +
 			   (c->moe_bias ? (uint64_t)c->n_experts *
 					  (1 + 2 * (uint64_t)c->hidden_dim + dim) : 0);
-	uint64_t layer = 2 * dim + 2 * dim * q + 2 * dim * kv + ffns + shared +
+	/* the norms: 2 a layer, Gemma 3's sandwich 4 */
+	uint64_t layer = (c->post_norms ? 4 : 2) * dim + 2 * dim * q + 2 * dim * kv + ffns + shared +
 			 (c->qkv_bias ? q + 2 * kv : 0) + qk + gpt_oss;
 	uint64_t params = (uint64_t)c->vocab_size * dim * (c->tie_embeddings ? 1 : 2) + dim +
 			  (uint64_t)c->n_layers * layer;

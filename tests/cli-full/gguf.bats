@@ -84,6 +84,17 @@ h.write(sys.argv[3], "phi3", 7)' "$SF_ROOT/tests/oracle" "$G/p3" "$G/p364"
 	for q in Q8_0 Q4_0; do
 		lc llamacpp_quantize "$G/p364.gguf" "$G/p364-$q.gguf" "$q"
 	done
+	# Gemma 3 (the oracle's checkpoint) with the query_pre_attn_scalar
+	# llama.cpp's graph takes (head_dim's), and 64 wide for the block types
+	"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
+h.SHAPES["gemma3"].update(query_pre_attn_scalar=16); h.write(sys.argv[2], "gemma3", 7)
+h.SHAPES["gemma3"].update(hidden_size=64, intermediate_size=128); h.write(sys.argv[3], "gemma3", 7)' \
+		"$SF_ROOT/tests/oracle" "$G/g3" "$G/g364"
+	lc llamacpp_gguf "$G/g3" "$G/g3.gguf" f32
+	lc llamacpp_gguf "$G/g364" "$G/g364.gguf" f32
+	for q in Q8_0 Q4_0; do
+		lc llamacpp_quantize "$G/g364.gguf" "$G/g364-$q.gguf" "$q"
+	done
 	# o200k's pre-tokenizer (gpt-oss's) on the byte-level vocabulary
 	mkdir -p "$G/b4o" && cp "$G/bl"/* "$G/b4o/"
 	cat >"$G/o200k.txt" <<-'EOF'
@@ -238,27 +249,54 @@ agrees() {
 	done
 }
 
+# quantized_agree M CLASS TOL: llama.cpp's Q8_0 and Q4_0 of M.gguf (its
+# random checkpoint 64 wide) within 0.01 of llama.cpp's nll on the same
+# file, and an image of the Q4_0 file (architecture CLASS) within TOL of
+# the file's: its blocks rounded again as columns.
+quantized_agree() {
+	local m=$1 class=$2 tol=$3 g=$BATS_FILE_TMPDIR a b l q
+	for q in Q8_0 Q4_0; do
+		b=$(sf-run -q --model "$g/$m-$q.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
+		l=$(lc llamacpp_ppl "$g/$m-$q.gguf" 1 "$g/text.txt" 1000 64 | jq .nll)
+		echo "$q: gguf $b, llama.cpp $l"
+		jq -n --argjson b "$b" --argjson l "$l" -e '($b - $l | fabs) < 0.01'
+	done
+	sf-pack -q --model "$g/$m-Q4_0.gguf" -o "$g/$m.sfimg"
+	sf-pack --info "$g/$m.sfimg" | jq -e --arg c "$class" '.model.arch == $c'
+	a=$(sf-run -q "$g/$m.sfimg" --density 1 --ppl "$g/text.txt" --window 64 | jq .nll)
+	echo "image of Q4_0: $a"
+	jq -n --argjson a "$a" --argjson b "$b" --argjson t "$tol" -e '($a - $b | fabs) < $t'
+}
+
 # --window 64 and llama.cpp's context of 64 are past the pretrained 32:
 # LongRoPE's long factors on both sides. The random model's logits are
 # sharp (nll near 9): its quantized files move the nll more than mix4-5m's
 # (0.004 for Q8_0 against llama.cpp here), and an image of the Q4_0 file
-# rounds its blocks again as columns (0.008).
+# 0.008.
 @test "Phi-3 GGUFs (fused projections, partial RoPE, LongRoPE's factor tensors): the safetensors' nll, llama.cpp's within 0.005, its Q8_0 and Q4_0 within 0.01 of llama.cpp's, an image of the Q4_0 file within 0.03" {
-	local g=$BATS_FILE_TMPDIR a b q
+	local g=$BATS_FILE_TMPDIR
 	agrees p3 1e-5 0.005
 	agrees p364 1e-5 0.005
 	[ "$(sf_ids "$g/p3.gguf" "$TEXT")" = "$(lc llamacpp_tokenize "$g/p3.gguf" "$TEXT" | tr -d '[] ')" ]
-	for q in Q8_0 Q4_0; do
-		b=$(sf-run -q --model "$g/p364-$q.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
-		b="$b $(lc llamacpp_ppl "$g/p364-$q.gguf" 1 "$g/text.txt" 1000 64 | jq .nll)"
-		echo "$q: gguf, llama.cpp $b"
-		jq -n --argjson b "${b% *}" --argjson l "${b#* }" -e '($b - $l | fabs) < 0.01'
-	done
-	sf-pack -q --model "$g/p364-Q4_0.gguf" -o "$g/p364.sfimg"
-	sf-pack --info "$g/p364.sfimg" | jq -e '.model.arch == "Phi3ForCausalLM"'
-	a=$(sf-run -q "$g/p364.sfimg" --density 1 --ppl "$g/text.txt" --window 64 | jq .nll)
-	echo "image of Q4_0: $a"
-	jq -n --argjson a "$a" --argjson b "${b% *}" -e '($a - $b | fabs) < 0.03'
+	quantized_agree p364 Phi3ForCausalLM 0.03
+}
+
+# Gemma 3's GGUF gains hold the one its checkpoints leave out (llama.cpp's
+# converter adds it): the same nll from both is the offset applied once,
+# and an image of the F32 file (whose config says so, rms_norm_offset 0)
+# the same again. The random model's nll is near 19: an image of the Q4_0
+# file moves it by 0.09.
+@test "Gemma 3 GGUFs (gains holding the one, sandwich norms, GELU, sliding layers on their own base, linear scaling): the safetensors' nll, llama.cpp's within 0.005, llama.cpp's ids, its Q8_0 and Q4_0 within 0.01 of llama.cpp's, images of the F32 and Q4_0 files" {
+	local g=$BATS_FILE_TMPDIR a b
+	agrees g3 1e-5 0.005
+	agrees g364 1e-5 0.005
+	[ "$(sf_ids "$g/g3.gguf" "$TEXT")" = "$(lc llamacpp_tokenize "$g/g3.gguf" "$TEXT" | tr -d '[] ')" ]
+	quantized_agree g364 Gemma3ForCausalLM 0.15
+	sf-pack -q --model "$g/g364.gguf" --dtype f32 -o "$g/g364f.sfimg"
+	a=$(sf-run -q -ctk f32 -ctv f32 "$g/g364f.sfimg" --density 1 --ppl "$g/text.txt" --window 64 | jq .nll)
+	b=$(sf-run -q -ctk f32 -ctv f32 --model "$g/g364.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
+	echo "image of F32: $a, the file $b"
+	jq -n --argjson a "$a" --argjson b "$b" -e '($a - $b | fabs) < 1e-4'
 }
 
 @test "mixtures as GGUFs (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): the safetensors' nll, llama.cpp's within 0.002" {

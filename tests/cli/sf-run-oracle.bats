@@ -6,7 +6,9 @@
 # the oracle against the path the PyTorch references already vouch for;
 # Qwen3 (q/k norms, head_dim apart from hidden / heads, untied head), dense
 # and from an image at budget 1, Phi-3 (fused projections, partial RoPE,
-# longrope, a sliding window in every layer), and the mixtures of experts Mixtral (4
+# longrope, a sliding window in every layer), Gemma 3 (gains stored less
+# one, sandwich norms, GELU, a scaled embedding, sliding layers on their
+# own RoPE), and the mixtures of experts Mixtral (4
 # experts, top 2), Qwen2-MoE (a gated shared expert, biases, two shards),
 # Qwen3-MoE, OLMoE (q/k norms over the whole projection, clip_qkv) and
 # gpt-oss (sinks, sliding layers, YaRN, biases, clamped SwiGLU, fused or
@@ -29,6 +31,8 @@ setup_file() {
 	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
 	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
 	"$PYTHON" "$ORACLE" write "$D/phi3" phi3 7
+	"$PYTHON" "$ORACLE" write "$D/gemma3" gemma3 7
+	"$PYTHON" "$ORACLE" write "$D/gemma3_mm" gemma3_mm 7
 	"$PYTHON" "$ORACLE" write "$D/mixtral" mixtral 7
 	"$PYTHON" "$ORACLE" write "$D/qwen2_moe" qwen2_moe 7 2
 	"$PYTHON" "$ORACLE" write "$D/qwen3_moe" qwen3_moe 7
@@ -201,7 +205,59 @@ refused() {
 	refuses_config phi3 '.rope_scaling.long_factor = [1, 2]' "config.json: 'rope_scaling.long_factor': expected a list of 3 numbers (rotated dimensions / 2)"
 	refuses_config phi3 '.rope_scaling.short_factor[1] = 0' "config.json: 'rope_scaling.short_factor[1]': expected a finite number above 0"
 	refuses_config phi3 '.partial_rotary_factor = 0.25' "config.json: 'partial_rotary_factor': 0.25 of head_dim 12 turns 3 dimensions, expected an even number of at least 2"
-	refuses_config phi3 '.rope_scaling.type = "dynamic"' "config.json: 'rope_scaling': type 'dynamic' unsupported (only llama3, yarn and longrope)"
+	refuses_config phi3 '.rope_scaling.type = "dynamic"' "config.json: 'rope_scaling': type 'dynamic' unsupported (only llama3, yarn, longrope and linear)"
+}
+
+@test "Gemma 3 (gains stored less one, q/k norms, sandwich norms, GELU, a scaled tied embedding, query_pre_attn_scalar, a sliding layer of window 6 on its own RoPE base, a full one with linear scaling): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
+	check_arch gemma3
+	same_at_any_batch gemma3
+}
+
+@test "a Gemma 3 image at budget 1 gives the dense nll and greedy text" {
+	image_matches_dense gemma3 Gemma3ForCausalLM
+}
+
+# The same weights as the gemma3 checkpoint, as Gemma 3's 4B and larger
+# come: Gemma3ForConditionalGeneration, the text model's config in
+# text_config (its token ids at the top), its tensors under transformers'
+# older prefix (language_model.model.) or, renamed here, its newer one
+# (model.language_model.), beside a vision tower's and projector's that
+# sf-run does not read.
+@test "Gemma 3 as Gemma3ForConditionalGeneration (text_config, its tensors under either prefix, a vision tower beside them): the text model's nll, fingerprint and greedy text, the oracle's nll; an image of it" {
+	local m=$BATS_TEST_TMPDIR/new want got fp
+	need_numpy
+	want=$(exact -m "$D/gemma3" --ppl "$D/text.txt" --window 64 | jq .nll)
+	got=$(exact -m "$D/gemma3_mm" --ppl "$D/text.txt" --window 64 | jq .nll)
+	[ "$got" = "$want" ]
+	nll_matches "$got" "$("$PYTHON" "$ORACLE" nll "$D/gemma3_mm" "$(ids "$D/gemma3_mm")")"
+	fp=$(sf-run -m "$D/gemma3" -p hi -n 1 -v 2>&1 | grep -o 'fingerprint [0-9a-f]*')
+	[ "$(sf-run -m "$D/gemma3_mm" -p hi -n 1 -v 2>&1 | grep -o 'fingerprint [0-9a-f]*')" = "$fp" ]
+	[ "$(exact -m "$D/gemma3_mm" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" = \
+	  "$(exact -m "$D/gemma3" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" ]
+	cp -r "$D/gemma3_mm" "$m"
+	(cd "$SF_ROOT/tests/oracle" && "$PYTHON" - "$m/model.safetensors") <<'EOF'
+import sys, hf_forward as h
+t = h.read_safetensors(sys.argv[1])
+h.write_safetensors(sys.argv[1], {("model.language_model." + k[len("language_model.model."):]
+                                   if k.startswith("language_model.model.") else "model." + k
+                                   if k.startswith(("vision_tower.", "multi_modal_projector."))
+                                   else k): v for k, v in t.items()})
+EOF
+	[ "$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)" = "$want" ]
+	sf-pack -q --model "$D/gemma3_mm" -o "$BATS_TEST_TMPDIR/mm.sfimg"
+	probe_direct "$BATS_TEST_TMPDIR/mm.sfimg"
+	need_direct
+	nll_matches "$(exact "$BATS_TEST_TMPDIR/mm.sfimg" --ppl "$D/text.txt" --window 64 | jq .nll)" \
+		"$want"
+}
+
+@test "Gemma 3: soft-capping, another activation, bidirectional attention, a missing sandwich norm: one line, exit 1" {
+	need_numpy
+	refuses_config gemma3 '.final_logit_softcapping = 30.0' "config.json: 'final_logit_softcapping': unsupported (no soft-capping)"
+	refuses_config gemma3 '.attn_logit_softcapping = 50.0' "config.json: 'attn_logit_softcapping': unsupported (no soft-capping)"
+	refuses_config gemma3 '.hidden_activation = "gelu"' "config.json: 'hidden_activation': unsupported (only gelu_pytorch_tanh)"
+	refuses_config gemma3 '.use_bidirectional_attention = true' "config.json: 'use_bidirectional_attention': true unsupported"
+	refuses_without gemma3 model.layers.1.post_feedforward_layernorm.weight "model.safetensors: tensor 'model.layers.1.post_feedforward_layernorm.weight': missing"
 }
 
 @test "Mixtral (4 experts, top 2): the nll within 2e-4 of the oracle, its greedy tokens, at any -b" {
@@ -341,7 +397,7 @@ ring_matches() {
 	refuses_config gpt_oss '.num_local_experts = 3' "model.safetensors: tensor 'model.layers.0.mlp.experts.gate_up_proj': shape [4, 64, 64], expected [3, 64, 64] (num_local_experts 3)"
 	refuses_config gpt_oss '.num_experts_per_tok = 5' "config.json: 'num_experts_per_tok' 5 is above 'num_local_experts' 4"
 	refuses_config gpt_oss '.layer_types = ["full_attention"]' "config.json: 'layer_types': expected a list of 2 strings (num_hidden_layers)"
-	refuses_config gpt_oss '.rope_scaling.rope_type = "dynamic"' "config.json: 'rope_scaling': type 'dynamic' unsupported (only llama3, yarn and longrope)"
+	refuses_config gpt_oss '.rope_scaling.rope_type = "dynamic"' "config.json: 'rope_scaling': type 'dynamic' unsupported (only llama3, yarn, longrope and linear)"
 	refused "sf-run: $(with_tensor gpt_oss_mxfp4 model.layers.0.mlp.experts.down_proj_scales 3)/model.safetensors: tensor 'model.layers.0.mlp.experts.down_proj_scales': shape [3], expected [4, 64, 1] (num_local_experts 4)" \
 		sf-run -m "$BATS_TEST_TMPDIR/bad" -p hi
 }
@@ -349,7 +405,7 @@ ring_matches() {
 @test "-v counts every parameter of each architecture's checkpoint" {
 	local a want
 	need_numpy
-	for a in llama qwen3 phi3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
+	for a in llama qwen3 phi3 gemma3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
 		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
 print(sum(a.size for a in h.read_checkpoint(sys.argv[1]).values()))' "$D/$a")
 		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v

@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """The oracle of tests/cli/sf-run-oracle.bats: a literal NumPy forward pass
-of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM and
-the mixtures of experts MixtralForCausalLM, Qwen2MoeForCausalLM,
-Qwen3MoeForCausalLM, OlmoeForCausalLM and GptOssForCausalLM, in float64, as
-transformers' modeling_llama.py, modeling_qwen3.py, modeling_phi3.py (with
-modeling_rope_utils.py's longrope), modeling_mixtral.py,
+of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
+Gemma3ForCausalLM and the mixtures of experts MixtralForCausalLM,
+Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and
+GptOssForCausalLM, in float64, as transformers' modeling_llama.py,
+modeling_qwen3.py, modeling_phi3.py (with modeling_rope_utils.py's
+longrope), modeling_gemma3.py, modeling_mixtral.py,
 modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_olmoe.py and
 modeling_gpt_oss.py compute it, and the writer of the tiny random F32
 checkpoints it runs on (gpt_oss_mxfp4: gpt-oss's experts as the released
 checkpoints store them, MXFP4 blocks and scales in U8 tensors, decoded
-here from the format's definition).
+here from the format's definition; gemma3_mm: gemma3's weights as
+Gemma3ForConditionalGeneration holds them, whose text model is read).
 
   hf_forward.py write DIR ARCH SEED [SHARDS]
                                         a checkpoint in Hugging Face layout,
@@ -49,6 +51,17 @@ SHAPES = {
                  original_max_position_embeddings=32, sliding_window=20,
                  rope_scaling=dict(type="longrope", short_factor=[1.0, 1.5, 3.0],
                                    long_factor=[1.2, 4.0, 9.0]), rms_norm_eps=None),
+    # Gemma 3: gains stored less one, q/k norms, head_dim 16 apart from
+    # hidden / heads, scores by query_pre_attn_scalar 24 (not head_dim), a
+    # sliding layer of window 6 on its own RoPE base then a full one with
+    # linear scaling, GELU, sandwich norms, a tied head scaled embedding;
+    # rms_norm_eps and tie_word_embeddings left to Gemma3TextConfig's
+    "gemma3": dict(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", head_dim=16,
+                   query_pre_attn_scalar=24, sliding_window=6, sliding_window_pattern=2,
+                   rope_theta=1e6, rope_local_base_freq=10000.0,
+                   rope_scaling=dict(rope_type="linear", factor=4.0),
+                   hidden_activation="gelu_pytorch_tanh", hidden_act=None, rms_norm_eps=None,
+                   tie_word_embeddings=None),
     # 4 experts, 2 a token: every expert has tokens, and none has all
     "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral",
                     tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2),
@@ -87,9 +100,16 @@ SHAPES = {
 }
 SHAPES["gpt_oss_mxfp4"] = dict(SHAPES["gpt_oss"],
                                quantization_config=dict(quant_method="mxfp4"))
+# Gemma 3 as its 4B and larger checkpoints come: Gemma3ForConditionalGeneration,
+# the text model's config in text_config and its tensors under
+# language_model., beside a vision tower's and projector's
+SHAPES["gemma3_mm"] = SHAPES["gemma3"]
+WRAP = ("language_model.model.", "language_model.")
 
 # rms_norm_eps where the config leaves it out: each config class's default
 EPS = {"mixtral": 1e-5, "olmoe": 1e-5, "gpt_oss": 1e-5, "phi3": 1e-5}
+# Gemma3TextConfig's sliding_window_pattern when absent
+GEMMA3_PATTERN = 6
 
 # MXFP4 (OCP Microscaling): blocks of 32 values, 16 bytes of 4-bit e2m1
 # codes (value 2j in byte j's low nibble, 2j + 1 in its high one: sign,
@@ -227,8 +247,10 @@ def write(d, arch, seed, shards=1):
     def mat(rows, cols):  # unit-variance outputs: the logits are sharp
         return rng.standard_normal((rows, cols)) / np.sqrt(cols)
 
-    def gain(n):  # far from 1, so that a norm left out shows
-        return rng.uniform(0.5, 1.5, n)
+    gemma = c["model_type"] == "gemma3_text"
+
+    def gain(n):  # far from 1, so that a norm left out shows; Gemma's less one
+        return rng.uniform(0.5, 1.5, n) - (1.0 if gemma else 0.0)
 
     # 0.4: a tied head then gives logits about as sharp as the untied one
     t = {"model.embed_tokens.weight": 0.4 * rng.standard_normal((c["vocab_size"], dim))}
@@ -247,13 +269,16 @@ def write(d, arch, seed, shards=1):
         if gpt_oss:
             t[p + "self_attn.o_proj.bias"] = 0.5 * rng.standard_normal(dim)
             t[p + "self_attn.sinks"] = rng.standard_normal(c["num_attention_heads"])
-        if arch in ("qwen3", "qwen3_moe"):
+        if arch in ("qwen3", "qwen3_moe") or gemma:
             t[p + "self_attn.q_norm.weight"] = gain(hd)
             t[p + "self_attn.k_norm.weight"] = gain(hd)
         if arch == "olmoe":
             t[p + "self_attn.q_norm.weight"] = gain(q)
             t[p + "self_attn.k_norm.weight"] = gain(kv)
         t[p + "post_attention_layernorm.weight"] = gain(dim)
+        if gemma:
+            t[p + "pre_feedforward_layernorm.weight"] = gain(dim)
+            t[p + "post_feedforward_layernorm.weight"] = gain(dim)
         if gpt_oss:
             write_gpt_oss_experts(t, p + "mlp.", c, rng, mat, arch.endswith("mxfp4"))
         elif n_experts(c):
@@ -283,12 +308,20 @@ def write(d, arch, seed, shards=1):
             t[p + "mlp.gate_up_proj.weight"] = np.concatenate(
                 [t.pop(p + "mlp.%s_proj.weight" % x) for x in ("gate", "up")])
     t["model.norm.weight"] = gain(dim)
-    if not c["tie_word_embeddings"]:
+    if not c.get("tie_word_embeddings", gemma):
         t["lm_head.weight"] = 3 * mat(c["vocab_size"], dim)
     # the head's rows of all but printable ASCII damped, so that greedy
     # picks those, and its text stands for its ids one to one
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
     head[[i for i in range(c["vocab_size"]) if i not in PRINTABLE]] *= 0.05
+    if arch == "gemma3_mm":  # the token ids at the top, as the released configs have them
+        ids = {k: c.pop(k) for k in ("bos_token_id", "eos_token_id")}
+        c = dict({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                  "text_config": {k: v for k, v in c.items() if k != "architectures"},
+                  "vision_config": {"hidden_size": 8}}, **ids)
+        t = {(WRAP[0] + k[6:] if k.startswith("model.") else WRAP[1] + k): v for k, v in t.items()}
+        t["vision_tower.vision_model.embeddings.patch_embedding.weight"] = mat(8, 12)
+        t["multi_modal_projector.mm_input_projection_weight"] = mat(8, dim)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=1)
@@ -318,8 +351,13 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def mlp(h, w1, w3, w2):
-    return (silu(h @ w1.T) * (h @ w3.T)) @ w2.T
+def gelu_tanh(x):
+    """transformers' gelu_pytorch_tanh"""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def mlp(h, w1, w3, w2, act=silu):
+    return (act(h @ w1.T) * (h @ w3.T)) @ w2.T
 
 
 def sigmoid(x):
@@ -451,31 +489,55 @@ def logits(d, ids):
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
     w = {k: v.astype(np.float64) for k, v in dequantize(read_checkpoint(d)).items()}
+    if "text_config" in c:  # Gemma3ForConditionalGeneration: its text model alone
+        c = c["text_config"]
+        w = {("model." + k[len(WRAP[0]):] if k.startswith(WRAP[0]) else k[len(WRAP[1]):]): v
+             for k, v in w.items() if k.startswith(WRAP[1])}
     w = unfuse(w, c)
     eps, hd = c.get("rms_norm_eps", EPS.get(c["model_type"], 1e-6)), head_dim(c)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     T = len(ids)
-    gpt_oss = c["model_type"] == "gpt_oss"
+    gpt_oss, gemma = c["model_type"] == "gpt_oss", c["model_type"] == "gemma3_text"
+
+    def norm(x, name):  # Gemma3RMSNorm's gain is 1 + the stored one
+        return rmsnorm(x, w[name] + (1.0 if gemma else 0.0), eps)
+
+    def cos_sin(inv_freq, att):
+        freqs = np.outer(np.arange(T), inv_freq)
+        emb = np.concatenate((freqs, freqs), axis=-1)  # (T, rd)
+        return att * np.cos(emb)[None], att * np.sin(emb)[None]
 
     rd = int(hd * c.get("partial_rotary_factor", 1.0))  # the dimensions turned
     inv_freq, att = 1.0 / c["rope_theta"] ** (np.arange(0, rd, 2) / rd), 1.0
+    local = 1.0 / c.get("rope_local_base_freq", 1.0) ** (np.arange(0, rd, 2) / rd)
     rope = c.get("rope_scaling") or {}
     if rope.get("rope_type") == "yarn":
         inv_freq, att = yarn(c, hd)
     if rope.get("rope_type", rope.get("type")) in ("longrope", "su"):
         inv_freq, att = longrope(c, hd, T)
-    freqs = np.outer(np.arange(T), inv_freq)
-    emb = np.concatenate((freqs, freqs), axis=-1)  # (T, rd)
-    cos, sin = att * np.cos(emb)[None], att * np.sin(emb)[None]
+    if rope.get("rope_type", rope.get("type")) == "linear":
+        inv_freq = inv_freq / rope["factor"]
+    rotations = {"full": cos_sin(inv_freq, att), "sliding": cos_sin(local, 1.0)}
     causal = np.triu(np.full((T, T), -np.inf), 1)
     # a sliding layer's token at i sees j when j > i - sliding_window
     window = c.get("sliding_window") or T
     sliding = causal + np.tril(np.full((T, T), -np.inf), -window)
+    types = c.get("layer_types")
+    if gemma and not types:  # Gemma3TextConfig's from its pattern
+        n = c.get("sliding_window_pattern", GEMMA3_PATTERN)
+        types = ["sliding_attention" if (i + 1) % n else "full_attention"
+                 for i in range(c["num_hidden_layers"])]
 
     x = w["model.embed_tokens.weight"][ids]  # (T, dim)
+    if gemma:  # Gemma3TextScaledWordEmbedding
+        x = x * np.float32(c["hidden_size"] ** 0.5)
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
-        h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
+        slides = (types is not None and types[l] == "sliding_attention") or \
+            (c["model_type"] == "phi3" and c.get("sliding_window"))
+        # Gemma 3's sliding layers turn on their own base
+        cos, sin = rotations["sliding" if gemma and slides else "full"]
+        h = norm(x, p + "input_layernorm.weight")
         q = h @ w[p + "self_attn.q_proj.weight"].T
         k = h @ w[p + "self_attn.k_proj.weight"].T
         v = h @ w[p + "self_attn.v_proj.weight"].T
@@ -491,29 +553,33 @@ def logits(d, ids):
         q = q.reshape(T, nh, hd).transpose(1, 0, 2)
         k = k.reshape(T, nkv, hd).transpose(1, 0, 2)
         v = v.reshape(T, nkv, hd).transpose(1, 0, 2)
-        if c["model_type"] in ("qwen3", "qwen3_moe"):  # per head, before RoPE
-            q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
-            k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
+        if c["model_type"] in ("qwen3", "qwen3_moe", "gemma3_text"):  # per head, before RoPE
+            q = norm(q, p + "self_attn.q_norm.weight")
+            k = norm(k, p + "self_attn.k_norm.weight")
         q = np.concatenate((q[..., :rd] * cos + rotate_half(q[..., :rd]) * sin, q[..., rd:]), -1)
         k = np.concatenate((k[..., :rd] * cos + rotate_half(k[..., :rd]) * sin, k[..., rd:]), -1)
         k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
         v = np.repeat(v, nh // nkv, axis=0)
-        s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
+        s = q @ k.transpose(0, 2, 1) * c.get("query_pre_attn_scalar", hd) ** -0.5
         # Phi-3 (Mistral's masks): every layer slides when it has a window
-        if (gpt_oss and c["layer_types"][l] == "sliding_attention") or \
-                (c["model_type"] == "phi3" and c.get("sliding_window")):
-            s = s + sliding
-        else:
-            s = s + causal
+        s = s + (sliding if slides else causal)
         if gpt_oss:  # each head's sink joins the softmax, then is dropped
             s = np.concatenate((s, np.broadcast_to(w[p + "self_attn.sinks"][:, None, None],
                                                    (nh, T, 1))), axis=-1)
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         s = s / s.sum(axis=-1, keepdims=True)
         z = s[..., :T] @ v  # (nh, T, hd)
-        x = x + z.transpose(1, 0, 2).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
+        a = z.transpose(1, 0, 2).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         if p + "self_attn.o_proj.bias" in w:
-            x = x + w[p + "self_attn.o_proj.bias"]
+            a = a + w[p + "self_attn.o_proj.bias"]
+        if gemma:  # Gemma3DecoderLayer's sandwich
+            x = x + norm(a, p + "post_attention_layernorm.weight")
+            h = norm(x, p + "pre_feedforward_layernorm.weight")
+            f = mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                    w[p + "mlp.down_proj.weight"], gelu_tanh)
+            x = x + norm(f, p + "post_feedforward_layernorm.weight")
+            continue
+        x = x + a
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
         if gpt_oss:
             x = x + gpt_oss_mlp(h, w, p + "mlp.", c)
@@ -522,7 +588,7 @@ def logits(d, ids):
         else:
             x = x + mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
                         w[p + "mlp.down_proj.weight"])
-    x = rmsnorm(x, w["model.norm.weight"], eps)
+    x = norm(x, "model.norm.weight")
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return x @ head.T
 

@@ -51,7 +51,7 @@ static void qwen2_file(struct gb *b, enum change ch)
 
 	b->n = 0;
 	gb_header(b, 3, ch == UNTIED || ch == LONG_ONLY, (uint64_t)nkv);
-	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma3" : a);
+	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma2" : a);
 	kv_u32(b, a, "embedding_length", 256);
 	kv_u32(b, a, "feed_forward_length", 768);
 	if (ch != NO_BLOCKS)
@@ -164,6 +164,10 @@ static void test_built(void)
 	      fabsf(c.rope_attn_factor - (float)(0.1 * log(4.0) + 1.0)) < 1e-6f,
 	      "yarn: factor %g, original %d, attention factor %g", (double)c.rope_factor,
 	      c.rope_orig_max_pos, (double)c.rope_attn_factor);
+	/* linear RoPE scaling: every frequency over the factor (1 when absent) */
+	qwen2_file(&b, LINEAR);
+	CHECK(config_of(&b, &c, &e) == 0 && c.rope_linear == 1.0f, "linear: %g (%s)",
+	      (double)c.rope_linear, e.msg);
 	/* RoPE on the first 16 of each head's 32 dimensions (Phi-3's partial
 	 * rotation) */
 	qwen2_file(&b, ROPE_DIMS);
@@ -172,8 +176,8 @@ static void test_built(void)
 	free(b.p);
 
 	REFUSED(ARCH_GEMMA, SF_EUNSUPPORTED,
-		"key 'general.architecture': 'gemma3' unsupported (expected llama, qwen2, qwen3, "
-		"phi3, qwen2moe, qwen3moe, olmoe or gpt-oss)");
+		"key 'general.architecture': 'gemma2' unsupported (expected llama, qwen2, qwen3, "
+		"phi3, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss)");
 	REFUSED(NO_BLOCKS, -ENOENT, "key 'qwen2.block_count': missing");
 	REFUSED(EXPERTS, SF_EUNSUPPORTED, "key 'qwen2.expert_count': 8, experts in architecture "
 		"qwen2 unsupported");
@@ -181,8 +185,7 @@ static void test_built(void)
 		"'qwen2moe.expert_count' 8");
 	REFUSED(MOE_NO_EXPERTS, -ENOENT, "key 'qwen2moe.expert_count': missing");
 	REFUSED(MOE_SCALE, SF_EUNSUPPORTED, "key 'qwen2moe.expert_weights_scale': 2 unsupported");
-	REFUSED(LINEAR, SF_EUNSUPPORTED, "key 'qwen2.rope.scaling.type': 'linear' unsupported "
-		"(only none and yarn)");
+
 	REFUSED(HEADS_7, SF_EFORMAT, "'embedding_length' 256 is not a multiple of 'attention.head_count' 7");
 	REFUSED(ROPE_ODD, SF_EUNSUPPORTED, "'qwen2.rope.dimension_count' 15, expected an even "
 		"number up to the key length 32");

@@ -455,11 +455,13 @@ static void test_fslab(const char *isa)
 // ----------------------------------------------------------------------------
 // the vector kernels: ref run first (selected), then isa
 
+/* Gains w, and 1 + w (Gemma's, offset 1) at every other length. */
 static void test_rmsnorm(enum sf_isa level)
 {
 	const char *isa = sf_isa_name(level);
 	for (int d = 0; d < 3; d++) {
 		for (size_t n = 1; n <= 2048; n += (n < 300 ? 1 : 437)) {
+			float offset = (float)(n % 2);
 			size_t es = esize(dtypes[d]), off = n & 1;
 			char *wb = malloc((n + off) * es);
 			float *wf = malloc(n * sizeof(float)), *x = malloc((n + 1) * sizeof(float));
@@ -473,11 +475,11 @@ static void test_rmsnorm(enum sf_isa level)
 			}
 			double rs = 1.0 / sqrt(ss / (double)n + 1e-5);
 			sf_cpu_use(SF_ISA_REF);
-			sf_rmsnorm(oref, xo, wb + off * es, dtypes[d], n, 1e-5f);
+			sf_rmsnorm(oref, xo, wb + off * es, dtypes[d], n, 1e-5f, offset);
 			sf_cpu_use(level);
-			sf_rmsnorm(o, xo, wb + off * es, dtypes[d], n, 1e-5f);
+			sf_rmsnorm(o, xo, wb + off * es, dtypes[d], n, 1e-5f, offset);
 			for (size_t i = 0; i < n; i++) {
-				double want = wf[i] * xo[i] * rs, mag = fabs(want);
+				double want = (offset + wf[i]) * xo[i] * rs, mag = fabs(want);
 				if (!close_enough(o[i], oref[i], mag) || !close_enough(oref[i], (float)want, mag)) {
 					CHECK(0, "%s rmsnorm %s n %zu i %zu: %.9g, ref %.9g, exact %.9g",
 					      isa, dtnames[d], n, i, o[i], oref[i], want);
@@ -485,7 +487,7 @@ static void test_rmsnorm(enum sf_isa level)
 				}
 			}
 			/* in place */
-			sf_rmsnorm(xo, xo, wb + off * es, dtypes[d], n, 1e-5f);
+			sf_rmsnorm(xo, xo, wb + off * es, dtypes[d], n, 1e-5f, offset);
 			CHECK(memcmp(xo, o, n * sizeof(float)) == 0, "%s rmsnorm in place n %zu", isa, n);
 			free(wb), free(wf), free(x), free(o), free(oref);
 		}
@@ -517,8 +519,8 @@ static void test_unaligned(enum sf_isa level)
 			sf_matvec_rows(yu, U, dtypes[d], COLS, x, 0, ROWS);
 			CHECK(!memcmp(y, yu, sizeof(y)), "%s matvec %s, weights %zu bytes in", isa,
 			      dtnames[d], off);
-			sf_rmsnorm(o, x, A, dtypes[d], COLS, 1e-5f);
-			sf_rmsnorm(ou, x, U, dtypes[d], COLS, 1e-5f);
+			sf_rmsnorm(o, x, A, dtypes[d], COLS, 1e-5f, 0.0f);
+			sf_rmsnorm(ou, x, U, dtypes[d], COLS, 1e-5f, 0.0f);
 			CHECK(!memcmp(o, ou, sizeof(o)), "%s rmsnorm %s, weights %zu bytes in", isa,
 			      dtnames[d], off);
 			for (size_t k = 0; k < 4; k++) {
@@ -592,6 +594,29 @@ static void test_swiglu(enum sf_isa level)
 			}
 		}
 	}
+}
+
+/* GELU's tanh approximation times up, against the formula in double;
+ * tanh's saturation at both ends; a sign flipped or the cube's constant
+ * missing fails it. */
+static void test_geglu(void)
+{
+	float g[64], u[64], a[64];
+	for (size_t i = 0; i < 64; i++) {
+		g[i] = 8.0f * frand();
+		u[i] = frand();
+	}
+	g[0] = -30.0f, g[1] = 30.0f, g[2] = 0.0f;
+	sf_geglu(a, g, u, 64);
+	for (size_t i = 0; i < 64; i++) {
+		double x = g[i];
+		double want = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) *
+			      u[i];
+		CHECK(close_enough(a[i], (float)want, fabs(want)), "geglu g %.9g u %.9g: %.9g, "
+		      "exact %.9g", g[i], u[i], a[i], want);
+	}
+	CHECK(a[0] == 0.0f && a[2] == 0.0f && a[1] == 30.0f * u[1], "geglu ends: %g %g %g",
+	      a[0], a[1], a[2]);
 }
 
 /* The attention rows at this level against the reference, and within the
@@ -796,6 +821,7 @@ int main(void)
 
 	test_bf16();
 	test_f16();
+	test_geglu();
 	test_rope();
 	/* ref against itself keeps the harness honest where no SIMD exists */
 	for (int i = 0; i < SF_NISA; i++)

@@ -202,6 +202,20 @@ static json_t *with(json_t *cfg, const char *key, json_t *v)
 	return cfg;
 }
 
+/* sf_config_json's text of c (an image of a GGUF embeds it) parses back
+ * into c, bit for bit. */
+static void reads_back(const struct sf_config *c, const char *what)
+{
+	char *text = sf_config_json(c);
+	struct sf_config back;
+	struct sf_err e = { 0 };
+
+	CHECK(text && sf_config_parse(&back, "config.json", text, strlen(text), &e) == 0 &&
+	      !memcmp(&back, c, sizeof(*c)), "%s sf_config_json: '%s' reads back otherwise: %s",
+	      what, text ? text : "(null)", e.msg);
+	free(text);
+}
+
 static void test_config(void)
 {
 	struct sf_config c;
@@ -356,14 +370,7 @@ static void test_config(void)
 	      c.rope_attn_factor == (float)sqrt(1 + log(4.0) / log(256.0)) &&
 	      c.sliding_window == 100 && c.layer_sliding[0] && c.layer_sliding[3] &&
 	      c.max_seq_len == 1024, "phi3: %d %s", ret, e.msg);
-	{
-		char *text = sf_config_json(&c);
-		struct sf_config back;
-		CHECK(text && sf_config_parse(&back, "config.json", text, strlen(text), &e) == 0 &&
-		      !memcmp(&back, &c, sizeof(c)), "phi3 sf_config_json: '%s' reads back otherwise: "
-		      "%s", text ? text : "(null)", e.msg);
-		free(text);
-	}
+	reads_back(&c, "phi3");
 	/* without its own original_max_position_embeddings: the context and
 	 * rope_scaling's factor (1 by default: attention factor 1) */
 	ret = VARIANT(with(json_deep_copy(j), "original_max_position_embeddings", NULL));
@@ -374,6 +381,33 @@ static void test_config(void)
 	CHECK_ERR(ret, SF_EFORMAT, &e, path, "'rope_freqs': beside a longrope rope_scaling");
 	ret = VARIANT(with(j, "partial_rotary_factor", json_real(1.5)));
 	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'partial_rotary_factor': 1.5, expected above 0 and at most 1");
+	/* Gemma 3: Gemma3TextConfig's head_dim 256, eps 1e-6, theta 1e6,
+	 * tied head, query_pre_attn_scalar 256, sliding layers of 4096 but
+	 * every sixth, their base 10000, gains stored less one, sqrt(dim)
+	 * on the embeddings; rope_scaling linear; its text reads back */
+	j = with(base_config(), "architectures", json_pack("[s]", "Gemma3ForCausalLM"));
+	j = with(j, "rms_norm_eps", NULL);
+	j = with(j, "rope_theta", NULL);
+	j = with(j, "tie_word_embeddings", NULL);
+	j = with(j, "hidden_act", NULL);
+	j = with(j, "num_hidden_layers", json_integer(7));
+	j = with(j, "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "linear", "factor", 8.0));
+	ret = VARIANT(json_deep_copy(j));
+	CHECK(ret == 0 && c.arch == SF_ARCH_GEMMA3 && c.head_dim == 256 && c.norm_eps == 1e-6f &&
+	      c.rope_theta == 1e6f && c.tie_embeddings && c.attn_scalar == 256.0f &&
+	      c.sliding_window == 4096 && c.layer_sliding[0] && c.layer_sliding[4] &&
+	      !c.layer_sliding[5] && c.layer_sliding[6] && c.rope_theta_local == 10000.0f &&
+	      c.norm_offset == 1.0f && c.embed_scale == (float)sqrt(128.0) && c.act_gelu &&
+	      c.post_norms && c.qk_norm == SF_QK_NORM_HEAD && c.rope_linear == 8.0f,
+	      "gemma3: %d %s", ret, e.msg);
+	reads_back(&c, "gemma3");
+	ret = VARIANT(with(json_deep_copy(j), "sliding_window_pattern", json_integer(2)));
+	CHECK(ret == 0 && c.layer_sliding[0] && !c.layer_sliding[1] && c.layer_sliding[2],
+	      "gemma3 pattern 2: %d %s", ret, e.msg);
+	ret = VARIANT(with(json_deep_copy(j), "final_logit_softcapping", json_real(30.0)));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'final_logit_softcapping': unsupported");
+	ret = VARIANT(with(j, "hidden_activation", json_string("silu")));
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'hidden_activation': unsupported (only gelu_pytorch_tanh)");
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("gemma")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");
@@ -383,11 +417,11 @@ static void test_config(void)
 
 	/* Unsupported features, by name. */
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "type", "dynamic", "factor", 4.0)));
-	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'dynamic' unsupported (only llama3, yarn and longrope)");
+	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling': type 'dynamic' unsupported (only llama3, yarn, longrope and linear)");
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f,s:f}", "type", "yarn", "factor", 4.0, "mscale", 0.7)));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'rope_scaling.mscale': unsupported");
 	ret = VARIANT(with(base_config(), "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "linear", "factor", 2.0)));
-	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'linear'");
+	CHECK(ret == 0 && c.rope_linear == 2.0f, "linear rope_scaling: %d %s", ret, e.msg);
 	ret = VARIANT(with(base_config(), "attention_bias", json_true()));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'attention_bias': true unsupported");
 	ret = VARIANT(with(base_config(), "mlp_bias", json_true()));

@@ -51,7 +51,8 @@ static struct state_sizes state_sizes(const struct sf_config *c, int seq_len, in
 								     : c->hidden_dim);
 	z.att = (uint64_t)c->n_heads * (uint64_t)att_queries(batch) * seq_len;
 	z.vocab = (uint64_t)rows * (uint64_t)c->vocab_size;
-	z.rope = (uint64_t)c->head_dim / 2;
+	/* the RoPE frequencies, and Gemma 3's sliding layers' own */
+	z.rope = (uint64_t)c->head_dim / 2 * (c->rope_theta_local > 0 ? 2 : 1);
 	z.experts = b * (uint64_t)c->n_experts;
 	z.moe_dim = c->n_experts ? z.dim : 0;
 	z.moe_tok = c->n_experts ? b : 0;
@@ -237,6 +238,11 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 		return sf_err_set(e, -ENOMEM, "run state of %llu bytes: %s",
 				  (unsigned long long)bytes, sf_strerror(-ENOMEM));
 	}
+	if (c->rope_theta_local > 0) {	/* plain RoPE on their own base */
+		s->inv_freq_local = s->inv_freq + c->head_dim / 2;
+		sf_rope_inv_freq(s->inv_freq_local, (size_t)c->rope_dim, c->rope_theta_local, 0.0f,
+				 0.0f, 0.0f, 0);
+	}
 	if (c->rope_yarn)
 		sf_rope_yarn_inv_freq(s->inv_freq, (size_t)c->rope_dim, c->rope_theta,
 				      c->rope_factor, c->rope_beta_fast, c->rope_beta_slow,
@@ -250,6 +256,8 @@ int sf_state_init_opts(struct sf_runstate *s, const struct sf_config *c,
 									       : c->rope_freqs;
 	for (int i = 0; i < c->n_rope_freqs; i++)	/* llama.cpp's division */
 		s->inv_freq[i] /= div[i];
+	for (int i = 0; c->rope_linear > 0 && i < c->rope_dim / 2; i++)
+		s->inv_freq[i] /= c->rope_linear;
 	return 0;
 }
 
@@ -284,14 +292,17 @@ static void add_bias(float *y, const struct sf_weight *b)
 /* The RMSNorm of q or k x (heads, hd) before RoPE: Qwen3's of each
  * head over its own hd elements, OLMoE's over the whole projection;
  * nothing when the model has no such norm. */
-static void qk_norm(float *x, const struct sf_weight *norm, enum sf_qk_norm kind, size_t heads,
-		    size_t hd, float eps)
+static void qk_norm(float *x, const struct sf_weight *norm, const struct sf_config *c,
+		    size_t heads)
 {
-	if (kind == SF_QK_NORM_ALL)
-		sf_rmsnorm(x, x, norm->data, norm->dtype, heads * hd, eps);
-	else if (kind == SF_QK_NORM_HEAD)
+	size_t hd = (size_t)c->head_dim;
+
+	if (c->qk_norm == SF_QK_NORM_ALL)
+		sf_rmsnorm(x, x, norm->data, norm->dtype, heads * hd, c->norm_eps, c->norm_offset);
+	else if (c->qk_norm == SF_QK_NORM_HEAD)
 		for (size_t h = 0; h < heads; h++)
-			sf_rmsnorm(x + h * hd, x + h * hd, norm->data, norm->dtype, hd, eps);
+			sf_rmsnorm(x + h * hd, x + h * hd, norm->data, norm->dtype, hd, c->norm_eps,
+				   c->norm_offset);
 }
 
 /* OLMoE's clip_qkv: x (n) clamped to [-clip, clip]; nothing when 0. */
@@ -492,7 +503,10 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 	size_t shared = (size_t)t->pos + k0 + 1;	/* positions token k0 sees */
 	size_t n = shared + nq - 1, lds = s->seq_len;	/* positions the last one sees */
 	size_t lo = first_seen(t, shared - 1);	/* the first the first one sees */
-	float scale = 1.0f / sqrtf((float)hd);
+	/* Gemma 3's query_pre_attn_scalar^-0.5 (in double, as Python) in
+	 * place of head_dim's */
+	float scale = c->attn_scalar > 0 ? (float)pow((double)c->attn_scalar, -0.5)
+					 : 1.0f / sqrtf((float)hd);
 	const uint8_t *keys = s->key_cache + first * s->k_row;
 	const uint8_t *vals = s->value_cache + first * s->v_row;
 
@@ -692,7 +706,7 @@ static void guess_ahead(const struct sf_config *c, struct sf_runstate *s,
 
 	for (int t = 0; t < T; t++)
 		sf_rmsnorm(s->moe_in + t * dim, s->x + t * dim, next->ffn_norm.data,
-			   next->ffn_norm.dtype, dim, c->norm_eps);
+			   next->ffn_norm.dtype, dim, c->norm_eps, c->norm_offset);
 	{
 		float *y[] = { s->router };
 		const struct sf_weight *mw[] = { &next->router };
@@ -795,7 +809,7 @@ static void attn_norm_step(void *ctx, size_t t)
 	const struct sf_config *c = &st->m->cfg;
 	size_t dim = (size_t)c->dim;
 	sf_rmsnorm(st->s->xb + t * dim, st->s->x + t * dim, st->m->layers[st->l].attn_norm.data,
-		   st->m->layers[st->l].attn_norm.dtype, dim, c->norm_eps);
+		   st->m->layers[st->l].attn_norm.dtype, dim, c->norm_eps, c->norm_offset);
 }
 
 /* q, k and v's biases, norms and clipping, RoPE at the token's position,
@@ -815,17 +829,32 @@ static void qkv_step(void *ctx, size_t t)
 	add_bias(q, &w->bq);
 	add_bias(k, &w->bk);
 	add_bias(v, &w->bv);
-	qk_norm(q, &w->q_norm, c->qk_norm, (size_t)c->n_heads, hd, c->norm_eps);
-	qk_norm(k, &w->k_norm, c->qk_norm, (size_t)c->n_kv_heads, hd, c->norm_eps);
+	qk_norm(q, &w->q_norm, c, (size_t)c->n_heads);
+	qk_norm(k, &w->k_norm, c, (size_t)c->n_kv_heads);
 	clip(q, q_dim, c->clip_qkv);
 	clip(k, kv_dim, c->clip_qkv);
 	clip(v, kv_dim, c->clip_qkv);
-	sf_rope(q, (size_t)c->n_heads, hd, (size_t)c->rope_dim, s->inv_freq, c->rope_attn_factor, p,
+	/* Gemma 3's sliding layers turn on their own base */
+	const float *inv = c->layer_sliding[st->l] && s->inv_freq_local ? s->inv_freq_local
+									 : s->inv_freq;
+	sf_rope(q, (size_t)c->n_heads, hd, (size_t)c->rope_dim, inv, c->rope_attn_factor, p,
 		c->rope_interleaved);
-	sf_rope(k, (size_t)c->n_kv_heads, hd, (size_t)c->rope_dim, s->inv_freq, c->rope_attn_factor,
-		p, c->rope_interleaved);
+	sf_rope(k, (size_t)c->n_kv_heads, hd, (size_t)c->rope_dim, inv, c->rope_attn_factor, p,
+		c->rope_interleaved);
 	sf_kv_put(kvs->key_cache + row * kvs->k_row, kvs->kv_k, k, kv_dim);
 	sf_kv_put(kvs->value_cache + row * kvs->v_row, kvs->kv_v, v, kv_dim);
+}
+
+/* A sublayer's output y (dim) into the residual x, Gemma 3's normed
+ * first (post_norms: norm is its post_attention_layernorm or
+ * post_feedforward_layernorm). */
+static void add_residual(const struct sf_config *c, float *x, float *y, const struct sf_weight *norm)
+{
+	size_t dim = (size_t)c->dim;
+
+	if (c->post_norms)
+		sf_rmsnorm(y, y, norm->data, norm->dtype, dim, c->norm_eps, c->norm_offset);
+	sf_axpy_f32(x, 1.0f, y, dim);
 }
 
 /* The attention's output into the residual, then the FFN's normed input. */
@@ -837,23 +866,30 @@ static void attn_out_step(void *ctx, size_t t)
 	size_t dim = (size_t)c->dim;
 	float *x = st->s->x + t * dim;
 	add_bias(st->s->proj + t * dim, &w->bo);
-	sf_axpy_f32(x, 1.0f, st->s->proj + t * dim, dim);
-	sf_rmsnorm(st->s->xb + t * dim, x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps);
+	add_residual(c, x, st->s->proj + t * dim, &w->post_attn_norm);
+	sf_rmsnorm(st->s->xb + t * dim, x, w->ffn_norm.data, w->ffn_norm.dtype, dim, c->norm_eps,
+		   c->norm_offset);
 }
 
-static void swiglu_step(void *ctx, size_t t)
+static void glu_step(void *ctx, size_t t)
 {
 	const struct token_step *st = ctx;
 	size_t hidden = (size_t)st->m->cfg.hidden_dim;
-	sf_swiglu(st->s->act + t * hidden, st->s->gate + t * hidden, st->s->up + t * hidden,
-		  hidden);
+	float *a = st->s->act + t * hidden, *g = st->s->gate + t * hidden, *u = st->s->up + t * hidden;
+
+	if (st->m->cfg.act_gelu)	/* Gemma 3's */
+		sf_geglu(a, g, u, hidden);
+	else
+		sf_swiglu(a, g, u, hidden);
 }
 
 static void ffn_out_step(void *ctx, size_t t)
 {
 	const struct token_step *st = ctx;
-	size_t dim = (size_t)st->m->cfg.dim;
-	sf_axpy_f32(st->s->x + t * dim, 1.0f, st->s->proj + t * dim, dim);
+	const struct sf_config *c = &st->m->cfg;
+	size_t dim = (size_t)c->dim;
+	add_residual(c, st->s->x + t * dim, st->s->proj + t * dim,
+		     &st->m->layers[st->l].post_ffn_norm);
 }
 
 /* Layer l on the residual stream s->x of tokens [0, T) at positions
@@ -916,7 +952,7 @@ static int layer(const struct sf_model *m, struct sf_runstate *s, int l, int T, 
 			const struct sf_weight *mw[] = { &w->w_gate, &w->w_up };
 			apply_group(s, l, SF_GROUP_FFN_IN, s->xb, dim, T, 2, y, mw);
 		}
-		sf_pool_for(s->pool, (size_t)T, swiglu_step, &st);
+		sf_pool_for(s->pool, (size_t)T, glu_step, &st);
 		{
 			float *y[] = { s->proj };
 			const struct sf_weight *mw[] = { &w->w_down };
@@ -945,11 +981,15 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 
 	if (s->err.code || sf_state_check_tokens(s, c, tokens, (size_t)T, pos))
 		return -1;
-	for (int t = 0; t < T; t++)
+	for (int t = 0; t < T; t++) {
 		if (s->exec && s->exec->embed)
 			s->exec->embed(s->exec->ctx, tokens[t], s->x + t * dim);
 		else
 			sf_weight_row(s->x + t * dim, &m->embed, (uint64_t)tokens[t]);
+		if (c->embed_scale > 0)	/* Gemma 3's sqrt(hidden_size) */
+			for (size_t i = 0; i < dim; i++)
+				s->x[t * dim + i] *= c->embed_scale;
+	}
 
 	for (int l = 0; l < nlayers; l++) {
 		if (layer(m, s, l, T, pos, mu))
@@ -964,7 +1004,7 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 	int first = head == HEAD_ALL ? 0 : T - 1;
 	for (int t = first; t < T; t++)
 		sf_rmsnorm(s->x + t * dim, s->x + t * dim, m->final_norm.data, m->final_norm.dtype,
-			   dim, c->norm_eps);
+			   dim, c->norm_eps, c->norm_offset);
 	if (s->exec && s->exec->head) {
 		for (int t = first; t < T; t++)
 			s->exec->head(s->exec->ctx, s->x + (size_t)t * dim,

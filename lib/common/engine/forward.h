@@ -99,6 +99,7 @@ struct sf_runstate {
 	uint8_t *floats;
 	uint64_t floats_map;	/* its bytes */
 	float *inv_freq;	/* (head_dim / 2) RoPE inverse frequencies */
+	float *inv_freq_local;	/* (head_dim / 2) Gemma 3's sliding layers', else NULL */
 	/* a mixture of experts' FFN (cfg.n_experts > 0), else NULL */
 	float *router;		/* (batch, n_experts) router logits, then probabilities */
 	float *route;		/* (batch, n_experts) renormalised weight of a picked

@@ -167,7 +167,7 @@ static inline int strip_all_selected(const uint32_t *sel, size_t ldx, size_t T, 
 }
 
 static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype dt,
-			size_t n, float eps)
+			size_t n, float eps, float offset)
 {
 	/* double: PyTorch's float mean is a pairwise sum, far closer to the
 	 * exact value than a running float sum would be */
@@ -176,7 +176,7 @@ static void rmsnorm_ref(float *out, const float *x, const void *w, enum sf_dtype
 		ss += (double)x[i] * x[i];
 	float r = 1.0f / sqrtf((float)(ss / (double)n) + eps);
 	for (size_t i = 0; i < n; i++)
-		out[i] = ld_w(w, dt, i) * (x[i] * r);
+		out[i] = (offset + ld_w(w, dt, i)) * (x[i] * r);
 }
 
 static void softmax_ref(float *x, size_t n)
@@ -329,7 +329,7 @@ struct kern {
 		      const float *xs, const float *X, const uint32_t *sel, size_t ldx, size_t T,
 		      size_t n);
 	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
-			size_t n, float eps);
+			size_t n, float eps, float offset);
 	void (*softmax)(float *x, size_t n);
 	void (*swiglu)(float *a, const float *g, const float *u, size_t n);
 	/* attention over n rows of d: out[p] = (q . keys[p]) * scale, and
@@ -809,7 +809,7 @@ static T256 void colaccum_avx2(float *y, size_t m, const void *const *cols, size
 }
 
 static T256 void rmsnorm_avx2(float *out, const float *x, const void *w, enum sf_dtype dt,
-			      size_t n, float eps)
+			      size_t n, float eps, float offset)
 {
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0;
 	size_t i = 0;
@@ -826,15 +826,16 @@ static T256 void rmsnorm_avx2(float *out, const float *x, const void *w, enum sf
 	for (; i < n; i++)
 		ss += x[i] * x[i];
 	float r = 1.0f / sqrtf(ss / (float)n + eps);
-	__m256 rv = _mm256_set1_ps(r);
+	__m256 rv = _mm256_set1_ps(r), ov = _mm256_set1_ps(offset);
 	size_t es = dt_size(dt);
 	i = 0;
 	for (; i + 8 <= n; i += 8) {
 		__m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + i), rv);
-		_mm256_storeu_ps(out + i, _mm256_mul_ps(ld8((const char *)w + i * es, dt), t));
+		__m256 g = _mm256_add_ps(ov, ld8((const char *)w + i * es, dt));
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(g, t));
 	}
 	for (; i < n; i++)
-		out[i] = ld_w(w, dt, i) * (x[i] * r);
+		out[i] = (offset + ld_w(w, dt, i)) * (x[i] * r);
 }
 
 /* e^x as 2^n * e^r with |r| <= ln2/2 and Taylor to degree 7 (truncation
@@ -1615,7 +1616,7 @@ static T512 void colaccum_avx512(float *y, size_t m, const void *const *cols, si
 }
 
 static T512 void rmsnorm_avx512(float *out, const float *x, const void *w, enum sf_dtype dt,
-				size_t n, float eps)
+				size_t n, float eps, float offset)
 {
 	__m512 a0 = _mm512_setzero_ps(), a1 = a0;
 	size_t i = 0, es = dt_size(dt);
@@ -1631,12 +1632,12 @@ static T512 void rmsnorm_avx512(float *out, const float *x, const void *w, enum 
 	}
 	float ss = hsum16(_mm512_add_ps(a0, a1));
 	float r = 1.0f / sqrtf(ss / (float)n + eps);
-	__m512 rv = _mm512_set1_ps(r);
+	__m512 rv = _mm512_set1_ps(r), ov = _mm512_set1_ps(offset);
 	for (i = 0; i < n; i += 16) {
 		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
 		__m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), rv);
-		_mm512_mask_storeu_ps(out + i, k,
-			_mm512_mul_ps(ld16m((const char *)w + i * es, dt, k), t));
+		__m512 g = _mm512_add_ps(ov, ld16m((const char *)w + i * es, dt, k));
+		_mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(g, t));
 	}
 }
 
@@ -2186,7 +2187,7 @@ static void strip_neon(float *Y, size_t ldy, size_t m, const float (*W)[SF_STRIP
 }
 
 static void rmsnorm_neon(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n,
-			 float eps)
+			 float eps, float offset)
 {
 	float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
 	size_t i = 0;
@@ -2201,10 +2202,11 @@ static void rmsnorm_neon(float *out, const float *x, const void *w, enum sf_dtyp
 	float r = 1.0f / sqrtf(ss / (float)n + eps);
 	size_t es = dt_size(dt);
 	for (i = 0; i + 4 <= n; i += 4)
-		vst1q_f32(out + i, vmulq_f32(ld4n((const char *)w + i * es, dt),
+		vst1q_f32(out + i, vmulq_f32(vaddq_f32(vdupq_n_f32(offset),
+						       ld4n((const char *)w + i * es, dt)),
 					     vmulq_n_f32(vld1q_f32(x + i), r)));
 	for (; i < n; i++)
-		out[i] = ld_w(w, dt, i) * (x[i] * r);
+		out[i] = (offset + ld_w(w, dt, i)) * (x[i] * r);
 }
 
 /* e^x as exp256 (the AVX2 path) computes it: 2^n * e^r with |r| <=
@@ -2587,10 +2589,11 @@ void sf_fslab_accum_ref(float *Y, size_t ldy, size_t r0, size_t r1, const struct
 	fslab_accum(&kern_ref, Y, ldy, r0, r1, s, pos, k, X, sel, ldx, T);
 }
 
-void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps)
+void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps,
+		float offset)
 {
 	if (n)
-		K()->rmsnorm(out, x, w, dt, n, eps);
+		K()->rmsnorm(out, x, w, dt, n, eps, offset);
 }
 
 void sf_softmax(float *x, size_t n)
@@ -2601,6 +2604,14 @@ void sf_softmax(float *x, size_t n)
 void sf_swiglu(float *a, const float *g, const float *u, size_t n)
 {
 	K()->swiglu(a, g, u, n);
+}
+
+void sf_geglu(float *a, const float *g, const float *u, size_t n)
+{
+	/* transformers' PytorchGELUTanh: torch's gelu(approximate="tanh") */
+	const float k = 0.7978845608028654f;	/* sqrt(2 / pi) */
+	for (size_t i = 0; i < n; i++)
+		a[i] = 0.5f * g[i] * (1.0f + tanhf(k * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
 }
 
 void sf_transpose_columns(float *out, size_t ldo, const uint32_t *pos, const float *in,

@@ -97,9 +97,12 @@ void sf_colaccum_strips(float *Y, size_t ldy, size_t s0, size_t s1, sf_strip_fil
 			const void *ctx, int scaled, const float *X, const uint32_t *sel, size_t ldx,
 			size_t T, size_t n);
 
-/* out = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm
- * (float32 throughout); w in dtype dt. out may alias x. */
-void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps);
+/* out = x / sqrt(mean(x^2) + eps) * (offset + w), as Hugging Face's
+ * LlamaRMSNorm (offset 0) and Gemma3RMSNorm (offset 1, its gains stored
+ * less one) compute it, float32 throughout; w in dtype dt. out may alias
+ * x. */
+void sf_rmsnorm(float *out, const float *x, const void *w, enum sf_dtype dt, size_t n, float eps,
+		float offset);
 
 /* Rotate-half RoPE on n_heads head vectors of head_dim side by side, all
  * at position pos, over the first rope_dim dimensions of each (Phi-3's
@@ -127,6 +130,9 @@ void sf_rope_yarn_inv_freq(float *inv_freq, size_t head_dim, float theta, float 
 void sf_softmax(float *x, size_t n);
 /* a[i] = silu(g[i]) * u[i] */
 void sf_swiglu(float *a, const float *g, const float *u, size_t n);
+/* a[i] = gelu(g[i]) * u[i], GELU's tanh approximation (transformers'
+ * gelu_pytorch_tanh: Gemma's); plain C only, a few floats a weight row */
+void sf_geglu(float *a, const float *g, const float *u, size_t n);
 /* The columns of T rows (T, n) (row t at in + t * ldi) as rows of width
  * floats: column j to out + pos[j] * ldo, its T values then 0 up to width
  * (>= T); a column whose pos is UINT32_MAX is left out. */

@@ -1,4 +1,4 @@
-/* config.json of a Hugging Face Llama, Mistral, Qwen2, Qwen3 or Phi-3 causal LM,
+/* config.json of a Hugging Face Llama, Mistral, Qwen2, Qwen3, Phi-3 or Gemma 3 causal LM,
  * or of the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE or
  * gpt-oss, into a
  * struct sf_config, with Hugging Face's defaults for absent fields and a
@@ -27,6 +27,7 @@
 #define SEQ_MAX (1 << 24)
 
 #define QWEN3_HEAD_DIM 128	/* Qwen3Config's head_dim when absent */
+#define GEMMA3_HEAD_DIM 256	/* Gemma3TextConfig's */
 #define EXPERTS_MAX 1024
 
 /* The config classes' defaults where config.json leaves a value out. */
@@ -47,6 +48,7 @@ static const struct {
 	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5, 10000.0 },
 	{ "GptOssForCausalLM", "gpt_oss", SF_ARCH_GPT_OSS, 1e-5, 150000.0 },
 	{ "Phi3ForCausalLM", "phi3", SF_ARCH_PHI3, 1e-5, 10000.0 },
+	{ "Gemma3ForCausalLM", "gemma3_text", SF_ARCH_GEMMA3, 1e-6, 1e6 },
 };
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
 
@@ -238,7 +240,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
@@ -250,7 +252,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss)",
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, phi3, gemma3_text, gemma3, mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss)",
 				  path, name);
 	}
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
@@ -344,8 +346,8 @@ static int parse_longrope(const char *path, json_t *root, json_t *rs, struct sf_
 	return 0;
 }
 
-/* rope_scaling: null, a "default" type (plain RoPE), llama3, yarn
- * or longrope ("su" its older name).
+/* rope_scaling: null, a "default" type (plain RoPE), llama3, yarn,
+ * longrope ("su" its older name) or linear.
  * GptOssConfig's default when absent is yarn of factor 32 over 4096
  * positions, not truncated. */
 static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *c,
@@ -395,9 +397,12 @@ static int parse_rope_scaling(const char *path, json_t *root, struct sf_config *
 		return parse_yarn(path, rs, c, e);
 	if (!strcmp(type, "longrope") || !strcmp(type, "su"))
 		return parse_longrope(path, root, rs, c, e);
+	if (!strcmp(type, "linear"))	/* every frequency over the factor */
+		return get_num(path, rs, "rope_scaling.", "factor", 1, 0, 0, 0, 1e6, &c->rope_linear,
+			       e);
 	if (strcmp(type, "llama3"))
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'rope_scaling': type '%.60s' unsupported "
-				  "(only llama3, yarn and longrope)", path, type);
+				  "(only llama3, yarn, longrope and linear)", path, type);
 	c->rope_llama3 = 1;
 	if ((ret = get_rs_nums(path, rs, llama3, sizeof(llama3) / sizeof(llama3[0]), e)) ||
 	    (ret = get_int(path, rs, "rope_scaling.", "original_max_position_embeddings", 1, 0, 1,
@@ -528,7 +533,8 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 	json_t *act = json_object_get(root, "hidden_act");
 	int b = 0, ret;
 
-	if (act && !json_is_null(act)) {
+	/* Gemma3TextConfig reads hidden_activation instead (parse_gemma3) */
+	if (act && !json_is_null(act) && c->arch != SF_ARCH_GEMMA3) {
 		const char *s = json_string_value(act);
 
 		if (!s)
@@ -560,21 +566,23 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 	return 0;
 }
 
-/* gpt-oss's layer_types: n_layers of "sliding_attention" and
- * "full_attention" (GptOssConfig's default when absent: sliding in the
- * even layers), the window sliding_window (128 when absent). */
-static int parse_layer_types(const char *path, json_t *root, struct sf_config *c,
-			     struct sf_err *e)
+/* gpt-oss's and Gemma 3's layer_types: n_layers of "sliding_attention"
+ * and "full_attention" (when absent, as their config classes make them:
+ * layer l slides unless l + 1 is a multiple of the pattern, 2 for gpt-oss,
+ * Gemma 3's sliding_window_pattern, 6 by default), the window
+ * sliding_window (window when absent). */
+static int parse_layer_types(const char *path, json_t *root, struct sf_config *c, int window,
+			     int pattern, struct sf_err *e)
 {
 	json_t *v = json_object_get(root, "layer_types");
 	int ret;
 
-	if ((ret = get_int(path, root, "", "sliding_window", 0, 128, 1, SEQ_MAX, &c->sliding_window,
-			   e)))
+	if ((ret = get_int(path, root, "", "sliding_window", 0, window, 1, SEQ_MAX,
+			   &c->sliding_window, e)))
 		return ret;
 	if (!v || json_is_null(v)) {
 		for (int l = 0; l < c->n_layers; l++)
-			c->layer_sliding[l] = l % 2 == 0;
+			c->layer_sliding[l] = (l + 1) % pattern != 0;
 		return 0;
 	}
 	if (!json_is_array(v) || json_array_size(v) != (size_t)c->n_layers)
@@ -598,7 +606,7 @@ static int parse_gpt_oss(const char *path, json_t *root, struct sf_config *c, st
 	int ret;
 
 	if ((ret = get_bool(path, root, "attention_bias", 1, &c->qkv_bias, e)) ||
-	    (ret = parse_layer_types(path, root, c, e)) ||
+	    (ret = parse_layer_types(path, root, c, 128, 2, e)) ||
 	    (ret = get_num(path, root, "", "swiglu_limit", 0, 7.0, 0, 0, 1e30, &c->swiglu_limit, e)) ||
 	    (ret = get_num(path, root, "", "swiglu_alpha", 0, 1.702, 0, 0, 1e30, &c->swiglu_alpha,
 			   e)))
@@ -606,6 +614,57 @@ static int parse_gpt_oss(const char *path, json_t *root, struct sf_config *c, st
 	c->o_bias = c->qkv_bias;
 	c->attn_sinks = 1;
 	c->moe_bias = 1;
+	return 0;
+}
+
+/* Gemma 3 (Gemma3TextConfig): GELU's tanh approximation
+ * (hidden_activation), its gains stored less one, the embeddings times
+ * sqrt(hidden_size), the scores by query_pre_attn_scalar^-0.5 (256), the
+ * sliding layers of sliding_window (4096) on their own RoPE
+ * (rope_local_base_freq, 10000, unscaled), the sandwich norms; what it
+ * may have and we do not compute (soft-capping, bidirectional attention,
+ * biases) refused by name. */
+static int parse_gemma3(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	static const char *const refused[] = { "final_logit_softcapping", "attn_logit_softcapping" };
+	json_t *act = json_object_get(root, "hidden_activation");
+	int pattern, b, ret;
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		json_t *v = json_object_get(root, refused[i]);
+		if (v && !json_is_null(v))
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: '%s': unsupported (no soft-capping)",
+					  path, refused[i]);
+	}
+	if (act && !json_is_null(act) &&
+	    (!json_is_string(act) || strcmp(json_string_value(act), "gelu_pytorch_tanh")))
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'hidden_activation': unsupported (only "
+				  "gelu_pytorch_tanh)", path);
+	if ((ret = get_bool(path, root, "use_bidirectional_attention", 0, &b, e)))
+		return ret;
+	if (b)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'use_bidirectional_attention': true "
+				  "unsupported", path);
+	if ((ret = get_bool(path, root, "attention_bias", 0, &b, e)))
+		return ret;
+	if (b)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'attention_bias': true unsupported (q/k/v/o "
+				  "biases)", path);
+	if ((ret = get_int(path, root, "", "sliding_window_pattern", 0, 6, 1, LAYERS_MAX, &pattern,
+			   e)) ||
+	    (ret = parse_layer_types(path, root, c, 4096, pattern, e)) ||
+	    (ret = get_num(path, root, "", "query_pre_attn_scalar", 0, 256, 0, 0, 1e9,
+			   &c->attn_scalar, e)) ||
+	    (ret = get_num(path, root, "", "rope_local_base_freq", 0, 10000, 0, 0, 1e12,
+			   &c->rope_theta_local, e)) ||
+	    /* sparseflash's own key: 0 in the config an image of a GGUF
+	     * embeds (sf_config_json), whose gains hold the one */
+	    (ret = get_num(path, root, "", "rms_norm_offset", 0, 1.0, 0, 1, 1, &c->norm_offset, e)))
+		return ret;
+	c->embed_scale = (float)sqrt((double)c->dim);
+	c->act_gelu = 1;
+	c->post_norms = 1;
+	c->qk_norm = SF_QK_NORM_HEAD;
 	return 0;
 }
 
@@ -678,10 +737,47 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e)
 	return ret;
 }
 
+/* Gemma 3's checkpoints of 4B and up are Gemma3ForConditionalGeneration
+ * (model_type gemma3): their text model's config is text_config. Else
+ * NULL. */
+static json_t *gemma3_text_config(json_t *top)
+{
+	json_t *a = json_object_get(top, "architectures"), *t = json_object_get(top, "model_type");
+	const char *name = json_is_array(a) ? json_string_value(json_array_get(a, 0)) : NULL;
+
+	if (name ? !strcmp(name, "Gemma3ForConditionalGeneration")
+		 : json_is_string(t) && !strcmp(json_string_value(t), "gemma3"))
+		return json_object_get(top, "text_config");
+	return NULL;
+}
+
+/* The shape fields: required, as Hugging Face's defaults are a 7B model's,
+ * never what a small checkpoint means; but Gemma3TextConfig's, on which
+ * the released Gemma 3 text_configs rely (1B's widths). */
+static int parse_shape(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+{
+	int g = c->arch == SF_ARCH_GEMMA3, ret;
+
+	if ((ret = get_int(path, root, "", "hidden_size", !g, 2304, 1, DIM_MAX, &c->dim, e)) ||
+	    (ret = get_int(path, root, "", "intermediate_size", !g, 9216, 1, HIDDEN_MAX,
+			   &c->hidden_dim, e)) ||
+	    (ret = get_int(path, root, "", "num_hidden_layers", !g, 26, 1, LAYERS_MAX, &c->n_layers,
+			   e)) ||
+	    (ret = get_int(path, root, "", "num_attention_heads", !g, 8, 1, HEADS_MAX, &c->n_heads,
+			   e)) ||
+	    (ret = get_int(path, root, "", "num_key_value_heads", 0, g ? 4 : c->n_heads, 1,
+			   HEADS_MAX, &c->n_kv_heads, e)) ||
+	    (ret = get_int(path, root, "", "vocab_size", !g, 262208, 1, VOCAB_MAX, &c->vocab_size,
+			   e)))
+		return ret;
+	return get_int(path, root, "", "max_position_embeddings", !g, 131072, 1, SEQ_MAX,
+		       &c->max_seq_len, e);
+}
+
 int sf_config_parse(struct sf_config *c, const char *path, const char *text, size_t len,
 		    struct sf_err *e)
 {
-	json_t *root = NULL, *v;
+	json_t *top = NULL, *root, *v;
 	json_error_t jerr;
 	int ret, head_dim_default;
 
@@ -691,41 +787,42 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 				 CONFIG_FILE_MAX);
 		goto out;
 	}
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
+	root = top = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!top) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: not valid JSON: %s at line %d column %d", path,
 				 jerr.text, jerr.line, jerr.column);
 		goto out;
 	}
-	if (!json_is_object(root)) {
+	if (!json_is_object(top)) {
 		ret = sf_err_set(e, SF_EFORMAT, "%s: %s, expected a JSON object", path,
-				 json_type_word(root));
+				 json_type_word(top));
 		goto out;
 	}
-	if ((ret = parse_arch(path, root, c, e)))
+	if ((v = gemma3_text_config(top))) {
+		if (!json_is_object(v)) {
+			ret = sf_err_set(e, SF_EFORMAT, "%s: 'text_config': %s, expected an object",
+					 path, json_type_word(v));
+			goto out;
+		}
+		root = v;
+		c->arch = SF_ARCH_GEMMA3;
+	} else if ((ret = parse_arch(path, root, c, e))) {
 		goto out;
-	/* The shape fields are required: Hugging Face's defaults are a 7B
-	 * model's, never what a small checkpoint means. */
-	if ((ret = get_int(path, root, "", "hidden_size", 1, 0, 1, DIM_MAX, &c->dim, e)) ||
-	    (ret = get_int(path, root, "", "intermediate_size", 1, 0, 1, HIDDEN_MAX, &c->hidden_dim, e)) ||
-	    (ret = get_int(path, root, "", "num_hidden_layers", 1, 0, 1, LAYERS_MAX, &c->n_layers, e)) ||
-	    (ret = get_int(path, root, "", "num_attention_heads", 1, 0, 1, HEADS_MAX, &c->n_heads, e)) ||
-	    (ret = get_int(path, root, "", "num_key_value_heads", 0, c->n_heads, 1, HEADS_MAX,
-			   &c->n_kv_heads, e)) ||
-	    (ret = get_int(path, root, "", "vocab_size", 1, 0, 1, VOCAB_MAX, &c->vocab_size, e)) ||
-	    (ret = get_int(path, root, "", "max_position_embeddings", 1, 0, 1, SEQ_MAX,
-			   &c->max_seq_len, e)))
+	}
+	if ((ret = parse_shape(path, root, c, e)))
 		goto out;
 	v = json_object_get(root, "head_dim");
 	head_dim_default = !v || json_is_null(v);
-	/* Qwen3Config's own default is 128, whatever hidden_size says. */
+	/* Qwen3Config's own default is 128, Gemma3TextConfig's 256, whatever
+	 * hidden_size says. */
 	if ((ret = get_int(path, root, "", "head_dim", 0,
-			   c->arch == SF_ARCH_QWEN3 ? QWEN3_HEAD_DIM : c->dim / c->n_heads, 1,
+			   c->arch == SF_ARCH_QWEN3 ? QWEN3_HEAD_DIM :
+			   c->arch == SF_ARCH_GEMMA3 ? GEMMA3_HEAD_DIM : c->dim / c->n_heads, 1,
 			   HEAD_DIM_MAX, &c->head_dim, e)))
 		goto out;
-	/* Qwen3's head_dim need not divide hidden_size */
-	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3, &json_names,
-			       e)))
+	/* Qwen3's and Gemma 3's head_dim need not divide hidden_size */
+	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3 &&
+				  c->arch != SF_ARCH_GEMMA3, &json_names, e)))
 		goto out;
 	if ((ret = parse_rope_dim(path, root, c, e)))
 		goto out;
@@ -735,12 +832,16 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	    (ret = get_num(path, root, "", "rope_theta", 0, theta, 0, 0, 1e12, &c->rope_theta,
 			   e)) ||
 	    (ret = parse_rope_scaling(path, root, c, e)) ||
-	    (ret = get_bool(path, root, "tie_word_embeddings", 0, &c->tie_embeddings, e)) ||
+	    (ret = get_bool(path, root, "tie_word_embeddings", c->arch == SF_ARCH_GEMMA3,
+			    &c->tie_embeddings, e)) ||
 	    (ret = refuse_unsupported(path, root, c, e)) ||
 	    (ret = parse_sliding_window(path, root, c, e)) ||
 	    (ret = parse_experts(path, root, c, e)) ||
-	    (ret = get_int(path, root, "", "bos_token_id", 0, -1, 0, c->vocab_size - 1, &c->bos_id, e)) ||
-	    (ret = parse_eos(path, root, c, e)) ||
+	    /* a wrapper's token ids at its top (Gemma3TextConfig's BOS 2) */
+	    (ret = get_int(path, json_object_get(top, "bos_token_id") ? top : root, "",
+			   "bos_token_id", 0, c->arch == SF_ARCH_GEMMA3 ? 2 : -1, 0,
+			   c->vocab_size - 1, &c->bos_id, e)) ||
+	    (ret = parse_eos(path, json_object_get(top, "eos_token_id") ? top : root, c, e)) ||
 	    (ret = get_bool(path, root, "rope_interleaved", 0, &c->rope_interleaved, e)) ||
 	    (ret = parse_rope_freqs(path, root, c, e)))
 		goto out;
@@ -757,9 +858,11 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	if (c->arch == SF_ARCH_OLMOE &&
 	    (ret = get_num(path, root, "", "clip_qkv", 0, 0, 0, 0, 1e30, &c->clip_qkv, e)))
 		goto out;
+	if (c->arch == SF_ARCH_GEMMA3 && (ret = parse_gemma3(path, root, c, e)))
+		goto out;
 	ret = 0;
 out:
-	json_decref(root);
+	json_decref(top);
 	if (ret)
 		memset(c, 0, sizeof(*c));
 	return ret;
@@ -827,7 +930,16 @@ char *sf_config_json(const struct sf_config *c)
 		    c->rope_orig_max_pos, "truncate", c->rope_truncate, "attention_factor",
 		    (double)c->rope_attn_factor)))
 		goto done;
-	if (c->arch == SF_ARCH_GPT_OSS) {
+	if (c->rope_linear > 0 &&
+	    json_object_set_new(o, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear",
+							     "factor", (double)c->rope_linear)))
+		goto done;
+	if (c->arch == SF_ARCH_GEMMA3 &&
+	    (json_object_set_new(o, "query_pre_attn_scalar", json_real((double)c->attn_scalar)) ||
+	     json_object_set_new(o, "rope_local_base_freq", json_real((double)c->rope_theta_local)) ||
+	     json_object_set_new(o, "rms_norm_offset", json_real((double)c->norm_offset))))
+		goto done;
+	if (c->arch == SF_ARCH_GPT_OSS || c->arch == SF_ARCH_GEMMA3) {
 		json_t *types = json_array();
 		for (int l = 0; types && l < c->n_layers; l++)
 			if (json_array_append_new(types, json_string(c->layer_sliding[l] ?
@@ -836,12 +948,14 @@ char *sf_config_json(const struct sf_config *c)
 				break;
 		if (json_object_set_new(o, "layer_types", types) ||
 		    json_array_size(types) != (size_t)c->n_layers ||
-		    json_object_set_new(o, "sliding_window", json_integer(c->sliding_window)) ||
-		    json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias)) ||
-		    json_object_set_new(o, "swiglu_limit", json_real((double)c->swiglu_limit)) ||
-		    json_object_set_new(o, "swiglu_alpha", json_real((double)c->swiglu_alpha)))
+		    json_object_set_new(o, "sliding_window", json_integer(c->sliding_window)))
 			goto done;
 	}
+	if (c->arch == SF_ARCH_GPT_OSS &&
+	    (json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias)) ||
+	     json_object_set_new(o, "swiglu_limit", json_real((double)c->swiglu_limit)) ||
+	     json_object_set_new(o, "swiglu_alpha", json_real((double)c->swiglu_alpha))))
+		goto done;
 	if (c->rope_longrope &&
 	    (json_object_set_new(o, "rope_scaling", json_pack(
 		    "{s:s, s:o, s:o, s:f}", "rope_type", "longrope", "short_factor",
@@ -972,7 +1086,8 @@ static int gguf_refuse_unsupported(const struct sf_gguf *g, const char *arch, st
 	return 0;
 }
 
-/* rope.scaling.type: none, or YaRN as llama.cpp computes it from its keys:
+/* rope.scaling.type: none, linear (every frequency over rope.scaling.factor;
+ * gemma3's global layers), or YaRN as llama.cpp computes it from its keys:
  * factor (1), original_context_length (context_length), yarn_beta_fast
  * and yarn_beta_slow (32, 1), the correction range rounded outwards
  * (ggml_rope_yarn_corr_dims: transformers' truncate), and cos and sin
@@ -992,9 +1107,11 @@ static int gguf_rope_scaling(const struct sf_gguf *g, const char *arch, struct s
 		return 0;
 	if (ret)
 		return ret;
+	if (len == 6 && !memcmp(s, "linear", 6))
+		return gguf_num(g, arch, "rope.scaling.factor", 1.0, 0, 1e6, &c->rope_linear, e);
 	if (!(len == 4 && !memcmp(s, "yarn", 4)))
-		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s': '%.*s' unsupported (only none "
-				  "and yarn)", g->path, key, len > 60 ? 60 : (int)len, s);
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s': '%.*s' unsupported (only none, "
+				  "linear and yarn)", g->path, key, len > 60 ? 60 : (int)len, s);
 	c->rope_yarn = 1;
 	c->rope_truncate = 1;
 	if ((ret = gguf_num(g, arch, "rope.scaling.factor", 1.0, 0, 1e6, &c->rope_factor, e)) ||
@@ -1091,6 +1208,40 @@ static int gguf_rope_freqs(const struct sf_gguf *g, const char *arch, struct sf_
 	return gguf_num(g, arch, "rope.scaling.attn_factor", 1.0, 0, 1e6, &c->rope_attn_factor, e);
 }
 
+/* Gemma 3 as llama.cpp's graph computes it: attention.sliding_window (0
+ * or absent: none) in the layers attention.sliding_window_pattern (6)
+ * marks, on rope.freq_base_swa (10000) unscaled; the scores by
+ * 1 / sqrt(head_dim) but the 62-layer 27B's 1 / sqrt(dim / heads) (its
+ * query_pre_attn_scalar); the gains already hold Gemma3RMSNorm's one (the
+ * converter adds it); the embeddings times sqrt(dim); GELU; the sandwich
+ * norms; final_logit_softcapping refused. */
+static int gguf_gemma3(const struct sf_gguf *g, const char *arch, struct sf_config *c,
+		       struct sf_err *e)
+{
+	float cap;
+	int pattern, ret;
+
+	if ((ret = gguf_num(g, arch, "final_logit_softcapping", 0.0, -1, 1e9, &cap, e)))
+		return ret;
+	if (cap > 0)
+		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.final_logit_softcapping': %g "
+				  "unsupported (no soft-capping)", g->path, arch, (double)cap);
+	if ((ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX,
+			    &c->sliding_window, e)) ||
+	    (ret = gguf_int(g, arch, "attention.sliding_window_pattern", 0, 6, 1, LAYERS_MAX,
+			    &pattern, e)) ||
+	    (ret = gguf_num(g, arch, "rope.freq_base_swa", 10000.0, 0, 1e12, &c->rope_theta_local,
+			    e)))
+		return ret;
+	for (int l = 0; l < c->n_layers; l++)
+		c->layer_sliding[l] = c->sliding_window > 0 && (l + 1) % pattern != 0;
+	c->attn_scalar = (float)(c->n_layers == 62 ? c->dim / c->n_heads : c->head_dim);
+	c->embed_scale = (float)sqrt((double)c->dim);
+	c->act_gelu = 1;
+	c->post_norms = 1;
+	return 0;
+}
+
 /* Phi-3's attention.sliding_window (0 or absent: none) in every layer, as
  * transformers computes it; llama.cpp's graph leaves it out for now (full
  * attention), which agrees within the window. */
@@ -1123,6 +1274,7 @@ static const struct {
 	{ "olmoe", SF_ARCH_OLMOE, 1, 0 },
 	{ "gpt-oss", SF_ARCH_GPT_OSS, 1, 1 },	/* a softmax of the top k logits */
 	{ "phi3", SF_ARCH_PHI3, 0, 0 },
+	{ "gemma3", SF_ARCH_GEMMA3, 0, 0 },
 };
 
 /* A mixture's experts from the ARCH.expert_* keys: count, top k, their
@@ -1184,7 +1336,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if (a == sizeof(gguf_archs) / sizeof(gguf_archs[0])) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
 				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama, "
-				 "qwen2, qwen3, phi3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
+				 "qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
 				 g->path, len > 60 ? 60 : (int)len, name);
 		goto out;
 	}
@@ -1246,6 +1398,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	    (ret = gguf_experts(g, arch, (int)a, c, e)) ||
 	    (c->arch == SF_ARCH_GPT_OSS && (ret = gguf_gpt_oss(g, arch, c, e))) ||
 	    (c->arch == SF_ARCH_PHI3 && (ret = gguf_phi3(g, arch, c, e))) ||
+	    (c->arch == SF_ARCH_GEMMA3 && (ret = gguf_gemma3(g, arch, c, e))) ||
 	    (ret = gguf_rope_freqs(g, arch, c, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||
@@ -1259,7 +1412,8 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	/* llama.cpp's converters leave the head out when tied */
 	c->tie_embeddings = !sf_gguf_tensor(g, "output.weight");
 	c->qkv_bias |= c->arch == SF_ARCH_QWEN2 || c->arch == SF_ARCH_QWEN2_MOE;
-	c->qk_norm = c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ? SF_QK_NORM_HEAD :
+	c->qk_norm = c->arch == SF_ARCH_QWEN3 || c->arch == SF_ARCH_QWEN3_MOE ||
+		     c->arch == SF_ARCH_GEMMA3 ? SF_QK_NORM_HEAD :
 		     c->arch == SF_ARCH_OLMOE ? SF_QK_NORM_ALL : SF_QK_NORM_NONE;
 	/* llama.cpp's converters reorder llama's (and Mixtral's) q and k rows
 	 * for its RoPE (sf_gguf_rope_row); the others keep Hugging Face's.

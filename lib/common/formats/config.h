@@ -2,8 +2,8 @@
  * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM
  * and the mixtures
  * of experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
- * OlmoeForCausalLM; or the llama, qwen2, qwen3 and phi3 families from a
- * GGUF's metadata. Anything we do
+ * OlmoeForCausalLM, and Gemma3ForCausalLM; or the llama, qwen2, qwen3, phi3
+ * and gemma3 families from a GGUF's metadata. Anything we do
  * not implement is refused by name. See man/sparseflash.7 for the
  * supported fields. */
 #ifndef SF_CONFIG_H
@@ -15,7 +15,8 @@
 
 enum sf_arch {
 	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL,
-	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE, SF_ARCH_GPT_OSS, SF_ARCH_PHI3
+	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE, SF_ARCH_GPT_OSS, SF_ARCH_PHI3,
+	SF_ARCH_GEMMA3
 };
 
 /* RMSNorm of q and k before RoPE: none; each head over its head_dim
@@ -64,6 +65,19 @@ struct sf_config {
 	 * pairs (i, i + rope_dim / 2); the rest pass unchanged (Phi-3's
 	 * partial_rotary_factor times head_dim; head_dim elsewhere) */
 	int rope_dim;
+	float rope_linear;	/* rope_scaling of type linear: every frequency over
+				 * it (Gemma 3: its global layers'); 0 when none */
+	/* Gemma 3: each RMSNorm's gain norm_offset + w (1 from its checkpoints,
+	 * which store the gains less one; 0 from a GGUF, whose converter adds
+	 * it); the embeddings times embed_scale (0: not scaled); the scores
+	 * times attn_scalar^-0.5 (query_pre_attn_scalar; 0: head_dim's); the sliding layers' RoPE
+	 * on rope_theta_local, unscaled (0: the same as the others'); GELU's
+	 * tanh approximation in the FFN (act_gelu); and post_norms: the
+	 * attention's output and the FFN's each normed (post_attention_layernorm,
+	 * post_feedforward_layernorm) before it joins the residual, the FFN's
+	 * input by pre_feedforward_layernorm */
+	float norm_offset, embed_scale, attn_scalar, rope_theta_local;
+	int act_gelu, post_norms;
 	int tie_embeddings;
 	int qkv_bias;		/* Qwen2; gpt-oss's attention_bias */
 	int o_bias;		/* gpt-oss's attention_bias: o_proj's bias too */
@@ -85,10 +99,10 @@ struct sf_config {
 	int sliding_window;	/* Mistral, Mixtral, or Qwen2/3 with use_sliding_window;
 				 * 0 when none; gpt-oss and Phi-3: the window of the
 				 * layers layer_sliding marks */
-	/* gpt-oss's layer_types: 1 where a layer is "sliding_attention" (its
-	 * tokens see the sliding_window positions up to their own), 0 where
-	 * "full_attention"; Phi-3's every layer when it has a sliding_window;
-	 * all 0 in the other architectures */
+	/* gpt-oss's and Gemma 3's layer_types: 1 where a layer is
+	 * "sliding_attention" (its tokens see the sliding_window positions up
+	 * to their own), 0 where "full_attention"; Phi-3's every layer when it
+	 * has a sliding_window; all 0 in the other architectures */
 	unsigned char layer_sliding[SF_LAYERS_MAX];
 	int n_experts;		/* Mixtral's num_local_experts, the others'
 				 * num_experts; 0: a dense FFN */
@@ -116,7 +130,7 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
 int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
 		    struct sf_err *e);
 /* The same from a GGUF's metadata, llama.cpp's keys: general.architecture
- * llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
+ * llama, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
  * refused by name), ARCH.embedding_length,
  * feed_forward_length, block_count, attention.head_count and
  * context_length required; attention.head_count_kv, attention.key_length
@@ -127,7 +141,8 @@ int sf_config_parse(struct sf_config *c, const char *name, const char *text, siz
  * rope_freqs.weight (F32, head_dim / 2 finite factors above 0) read into
  * rope_freqs; phi3's rope_factors_short/long.weight (its LongRoPE) with
  * rope.scaling.original_context_length and attn_factor, and its
- * attention.sliding_window; a mixture's expert_* keys; rope.scaling.type none or yarn
+ * attention.sliding_window; gemma3's window, pattern and rope.freq_base_swa;
+ * a mixture's expert_* keys; rope.scaling.type none, linear or yarn
  * with its keys, as llama.cpp computes them; gpt-oss's sliding window
  * keys, and what its graph computes without a key (biases, sinks, the
  * clamped SwiGLU). Refused: other RoPE scaling, expert weight scales.

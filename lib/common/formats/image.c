@@ -107,10 +107,10 @@ static int plan_build(struct plan *p, const struct sf_image_pack_opts *o, struct
 	}
 	size_t ng = (size_t)p->nl * SF_NGROUPS;
 	p->g = calloc(ng, sizeof(*p->g));
-	/* per layer: 7 norms and biases, 7 resident matrices, a mixture's
-	 * router and shared expert's 5; gpt-oss's o bias, sinks, router bias
-	 * and 3 biases an expert */
-	p->t = calloc(3 + (size_t)p->nl * (7 + 7 + 5 + 3 + 3 * (size_t)o->model->cfg.n_experts),
+	/* per layer: 9 norms and biases (Gemma 3's sandwich norms among
+	 * them), 7 resident matrices, a mixture's router and shared expert's
+	 * 5; gpt-oss's o bias, sinks, router bias and 3 biases an expert */
+	p->t = calloc(3 + (size_t)p->nl * (9 + 7 + 5 + 3 + 3 * (size_t)o->model->cfg.n_experts),
 		      sizeof(*p->t));
 	p->r = calloc(3 + 2 * ng + (size_t)p->nl, sizeof(*p->r));
 	if (!p->g || !p->t || !p->r)

@@ -53,7 +53,13 @@ void image_plan_tensors(struct plan *p)
 		add_tensor(p, n, &L->field, nd, -1); \
 	} while (0)
 		T(attn_norm, "input_layernorm.weight", 1);
-		T(ffn_norm, "post_attention_layernorm.weight", 1);
+		if (m->cfg.post_norms) {	/* Gemma 3's sandwich */
+			T(post_attn_norm, "post_attention_layernorm.weight", 1);
+			T(ffn_norm, "pre_feedforward_layernorm.weight", 1);
+			T(post_ffn_norm, "post_feedforward_layernorm.weight", 1);
+		} else {
+			T(ffn_norm, "post_attention_layernorm.weight", 1);
+		}
 		if (m->cfg.qkv_bias) {
 			T(bq, "self_attn.q_proj.bias", 1);
 			T(bk, "self_attn.k_proj.bias", 1);

@@ -116,6 +116,18 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 			fnv_feed(h, "%d", c->layer_sliding[l]);
 		fnv_feed(h, "\n");
 	}
+	if (c->rope_linear > 0)
+		fnv_feed(h, "rope_linear=%08" PRIx32 "\n", float_bits(c->rope_linear));
+	if (c->arch == SF_ARCH_GEMMA3) {	/* its own, every other fingerprint stays */
+		fnv_feed(h, "norm_offset=%08" PRIx32 "\nembed_scale=%08" PRIx32 "\nattn_scalar=%08"
+			 PRIx32 "\nrope_local=%08" PRIx32 "\nwindow=%d\nsliding=",
+			 float_bits(c->norm_offset), float_bits(c->embed_scale),
+			 float_bits(c->attn_scalar), float_bits(c->rope_theta_local),
+			 c->sliding_window);
+		for (int l = 0; l < c->n_layers; l++)
+			fnv_feed(h, "%d", c->layer_sliding[l]);
+		fnv_feed(h, "\n");
+	}
 	if (c->arch == SF_ARCH_PHI3) {	/* its own, every other fingerprint stays */
 		fnv_feed(h, "rope_dim=%d\nwindow=%d\n", c->rope_dim, c->sliding_window);
 		for (int l = 0; l < c->n_layers; l++)
@@ -146,6 +158,20 @@ struct binder {
 	uint64_t weights;	/* weights fingerprint, before the shape's digits */
 	int sample;		/* 1: every tensor has its bytes, hash them */
 	int block_rows;		/* 1: any matrix may have a block dtype (a GGUF's) */
+	int wrap;		/* gemma3_wraps' index, or -1 */
+};
+
+/* Gemma3ForConditionalGeneration checkpoints (Gemma 3 4B and up) hold the
+ * text model's tensors under a prefix: transformers' older one for
+ * "model." and for the rest, its newer one; their vision tower and
+ * projector (prefixes in gemma3_unread) are not read. */
+static const char *const gemma3_wraps[][2] = {
+	{ "language_model.model.", "language_model." },
+	{ "model.language_model.", "" },
+};
+static const char *const gemma3_unread[] = {
+	"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+	"model.multi_modal_projector.",
 };
 
 /* bind's flags: the tensor may be absent; its rows may be quantized
@@ -168,8 +194,16 @@ static int bind_part(struct binder *b, struct sf_weight *w, const char *name, ui
 		     struct sf_err *e)
 {
 	const struct sf_safetensors *st = b->st;
-	const struct sf_tensor *t = sf_safetensors_find(st, name);
+	char wrapped[SF_TENSOR_NAME_MAX];
 	int ndim = cols ? 2 : 1;
+
+	if (b->wrap >= 0) {	/* its name in a Gemma 3 wrapper's checkpoint */
+		int model = !strncmp(name, "model.", 6);
+		snprintf(wrapped, sizeof(wrapped), "%s%s", gemma3_wraps[b->wrap][!model],
+			 name + (model ? 6 : 0));
+		name = wrapped;
+	}
+	const struct sf_tensor *t = sf_safetensors_find(st, name);
 
 	if (!t) {
 		if (flags & BIND_OPTIONAL)
@@ -292,7 +326,13 @@ static int bind_layer(struct binder *b, int l, struct sf_err *e)
 		B(q_norm, "self_attn.q_norm.weight", q, 0, BIND_HEAD_DIM);
 		B(k_norm, "self_attn.k_norm.weight", kv, 0, BIND_HEAD_DIM);
 	}
-	B(ffn_norm, "post_attention_layernorm.weight", dim, 0, 0);
+	if (c->post_norms) {	/* Gemma 3's sandwich */
+		B(post_attn_norm, "post_attention_layernorm.weight", dim, 0, 0);
+		B(ffn_norm, "pre_feedforward_layernorm.weight", dim, 0, 0);
+		B(post_ffn_norm, "post_feedforward_layernorm.weight", dim, 0, 0);
+	} else {
+		B(ffn_norm, "post_attention_layernorm.weight", dim, 0, 0);
+	}
 	snprintf(n, sizeof(n), "%smlp.gate_up_proj.weight", p);
 	if (c->arch == SF_ARCH_PHI3 && sf_safetensors_find(b->st, n)) {	/* gate's rows, up's */
 		R(w_gate, "mlp.gate_up_proj.weight", 2 * hid, 0, hid, dim, 0, "mlp.gate_proj.weight");
@@ -354,7 +394,7 @@ uint64_t sf_model_bytes(const struct sf_model *m)
 
 /* Layer l's tensors but its routed experts'; those a model lacks have
  * data NULL. */
-#define LAYER_TENSORS 22
+#define LAYER_TENSORS 24
 static void layer_tensors(const struct sf_model *m, int l, const struct sf_weight **all)
 {
 	const struct sf_layer_weights *w = &m->layers[l];
@@ -362,6 +402,7 @@ static void layer_tensors(const struct sf_model *m, int l, const struct sf_weigh
 						     &w->wo, &w->bq, &w->bk, &w->bv, &w->bo,
 						     &w->sinks, &w->router_bias,
 						     &w->q_norm, &w->k_norm, &w->ffn_norm,
+						     &w->post_attn_norm, &w->post_ffn_norm,
 						     &w->w_gate, &w->w_up, &w->w_down,
 						     &w->router, &w->shared.w_gate,
 						     &w->shared.w_up, &w->shared.w_down,
@@ -462,8 +503,17 @@ static int check_unused(struct binder *b, struct sf_err *e)
 		if (len >= sizeof(inv_freq) - 1 &&
 		    !strcmp(name + len - (sizeof(inv_freq) - 1), inv_freq))
 			continue;	/* recomputed from rope_theta */
-		if (!strcmp(name, "lm_head.weight") && b->m->cfg.tie_embeddings)
+		char head[SF_TENSOR_NAME_MAX];
+		snprintf(head, sizeof(head), "%slm_head.weight",
+			 b->wrap >= 0 ? gemma3_wraps[b->wrap][1] : "");
+		if (!strcmp(name, head) && b->m->cfg.tie_embeddings)
 			continue;	/* tied: Hugging Face uses the embeddings */
+		int unread = 0;
+		for (size_t k = 0; b->wrap >= 0 && k < sizeof(gemma3_unread) / sizeof(*gemma3_unread);
+		     k++)
+			unread |= !strncmp(name, gemma3_unread[k], strlen(gemma3_unread[k]));
+		if (unread)
+			continue;	/* Gemma 3's vision: text only here */
 		return sf_err_set(e, SF_EUNSUPPORTED,
 				  "%s: tensor '%s': not part of a %s with this config.json",
 				  st->paths[st->tensors[i].file], name, sf_arch_name(b->m->cfg.arch));
@@ -539,9 +589,16 @@ static int bind_all(struct sf_model *m, const struct sf_safetensors *st, int sam
 		    int block_rows, struct sf_err *e)
 {
 	struct binder b = { .m = m, .st = st, .hash = SF_FNV64_BASIS, .weights = SF_FNV64_BASIS,
-			    .sample = sample, .block_rows = block_rows };
+			    .sample = sample, .block_rows = block_rows, .wrap = -1 };
 	uint64_t vocab, dim;
 	int ret;
+
+	for (int w = 0; m->cfg.arch == SF_ARCH_GEMMA3 && w < 2; w++) {
+		char n[SF_TENSOR_NAME_MAX];
+		snprintf(n, sizeof(n), "%sembed_tokens.weight", gemma3_wraps[w][0]);
+		if (sf_safetensors_find(st, n))
+			b.wrap = w;
+	}
 
 	b.source = sf_safetensors_source(st);
 	m->source = b.source;

@@ -46,7 +46,12 @@ struct sf_layer_weights {
 	/* cfg.qk_norm's gains, else data NULL: (head_dim) each per head,
 	 * (n_heads * head_dim) and (n_kv_heads * head_dim) over the whole */
 	struct sf_weight q_norm, k_norm;
-	struct sf_weight ffn_norm;	/* (dim) */
+	/* (dim) the FFN's input norm: post_attention_layernorm, Gemma 3's
+	 * pre_feedforward_layernorm */
+	struct sf_weight ffn_norm;
+	/* (dim) Gemma 3's (cfg.post_norms) post_attention_layernorm and
+	 * post_feedforward_layernorm on each sublayer's output, else data NULL */
+	struct sf_weight post_attn_norm, post_ffn_norm;
 	/* the dense FFN; data NULL in a mixture of experts */
 	struct sf_weight w_gate;	/* (hidden_dim, dim) */
 	struct sf_weight w_up;		/* (hidden_dim, dim) */

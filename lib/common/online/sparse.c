@@ -652,8 +652,10 @@ static int open_predict(struct sf_sparse *sp)
 		return -ENOMEM;
 	for (size_t l = 0; l < L; l++) {
 		for (uint32_t j = 0; j < n; j++) {
-			pr->gain[l * 2 * n + j] = sf_weight_at(&sp->m->layers[l].attn_norm, j);
-			pr->gain[(l * 2 + 1) * n + j] = sf_weight_at(&sp->m->layers[l].ffn_norm, j);
+			/* Gemma 3's gains stored less one (sf_config.norm_offset) */
+			float off = sp->m->cfg.norm_offset;
+			pr->gain[l * 2 * n + j] = off + sf_weight_at(&sp->m->layers[l].attn_norm, j);
+			pr->gain[(l * 2 + 1) * n + j] = off + sf_weight_at(&sp->m->layers[l].ffn_norm, j);
 		}
 	}
 	return 0;

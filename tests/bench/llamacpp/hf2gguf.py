@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hf2gguf: a Hugging Face Llama, Qwen2, Qwen3, Phi-3 or mixture-of-experts
+"""hf2gguf: a Hugging Face Llama, Qwen2, Qwen3, Phi-3, Gemma 3 or mixture-of-experts
 (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, gpt-oss) checkpoint (config.json,
 model.safetensors or shards with model.safetensors.index.json,
 tokenizer.json when there is one) to a GGUF that llama.cpp loads, through
@@ -17,6 +17,8 @@ conversion/gpt_oss.py does; its MXFP4 blocks and scales become GGUF's
 MXFP4 blocks, the same codes and scales. Phi-3's fused qkv_proj and
 gate_up_proj stay fused (attn_qkv, ffn_up), and its LongRoPE becomes the
 two factor tensors and the attention factor conversion/phi.py writes.
+Gemma 3's norm gains get the one Gemma3RMSNorm adds, as
+conversion/gemma.py does.
 
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
 import argparse
@@ -345,6 +347,32 @@ def phi3_keys(w, cfg):
     return {f: np.array(scaling[f + "_factor"], dtype=np.float32) for f in ("long", "short")}
 
 
+def gemma3_keys(w, cfg, scaling, model_dir):
+    """What llama.cpp's gemma3 reads beyond the common keys: the window and
+    (which conversion/gemma.py leaves to the loader's 6) the pattern of
+    sliding layers, their RoPE base, the global layers' linear scaling."""
+    if cfg.get("final_logit_softcapping") is not None:
+        fail(f"{model_dir}: final_logit_softcapping: not converted")
+    # llama.cpp's graph scales the scores by head_dim's root, the 27B's
+    # (62 layers) by hidden / heads': query_pre_attn_scalar must agree
+    n_layer, head_dim = cfg["num_hidden_layers"], cfg.get("head_dim", 256)
+    want = cfg["hidden_size"] // cfg["num_attention_heads"] if n_layer == 62 else head_dim
+    if cfg.get("query_pre_attn_scalar", 256) != want:
+        fail(f"{model_dir}: query_pre_attn_scalar {cfg.get('query_pre_attn_scalar', 256)}: "
+             f"llama.cpp's gemma3 takes {want}")
+    n = cfg.get("sliding_window_pattern", 6)
+    types = cfg.get("layer_types")
+    if types and types != ["sliding_attention" if (l + 1) % n else "full_attention"
+                           for l in range(cfg["num_hidden_layers"])]:
+        fail(f"{model_dir}: layer_types: llama.cpp's gemma3 slides by a pattern")
+    w.add_sliding_window(cfg.get("sliding_window", 4096))
+    w.add_uint32(f"{w.arch}.attention.sliding_window_pattern", n)
+    w.add_float32(f"{w.arch}.rope.freq_base_swa", float(cfg.get("rope_local_base_freq", 10000.0)))
+    if scaling.get("rope_type", scaling.get("type")) == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(scaling["factor"]))
+
+
 def yarn_keys(w, scaling, model_dir):
     """YaRN as llama.cpp computes it: its correction range rounded
     outwards, as transformers' truncate; the attention factor its
@@ -381,7 +409,8 @@ def main():
              "qwen3": (gguf.MODEL_ARCH.QWEN3, None), "mixtral": (gguf.MODEL_ARCH.LLAMA, True),
              "qwen2_moe": (gguf.MODEL_ARCH.QWEN2MOE, False),
              "qwen3_moe": (gguf.MODEL_ARCH.QWEN3MOE, True), "olmoe": (gguf.MODEL_ARCH.OLMOE, False),
-             "gpt_oss": (gguf.MODEL_ARCH.GPT_OSS, True), "phi3": (gguf.MODEL_ARCH.PHI3, None)}
+             "gpt_oss": (gguf.MODEL_ARCH.GPT_OSS, True), "phi3": (gguf.MODEL_ARCH.PHI3, None),
+             "gemma3_text": (gguf.MODEL_ARCH.GEMMA3, None)}
     model_type = cfg.get("model_type")
     if model_type not in archs:
         fail(f"{a.model_dir}: model_type {model_type!r}: only {', '.join(archs)} are converted")
@@ -397,16 +426,19 @@ def main():
     scaling = cfg.get("rope_scaling") or {}
     rope_type = scaling.get("rope_type", scaling.get("type")) if scaling else None
     if rope_type not in (None, "llama3", "yarn") and \
-            not (model_type == "phi3" and rope_type in ("longrope", "su")):
+            not (model_type == "phi3" and rope_type in ("longrope", "su")) and \
+            not (model_type == "gemma3_text" and rope_type == "linear"):
         fail(f"{a.model_dir}: rope_scaling {scaling}: only llama3, yarn and Phi-3's longrope "
              f"are converted")
     st = safetensors_index(a.model_dir)
     n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
     n_embd = cfg["hidden_size"]
-    head_dim = cfg.get("head_dim") or n_embd // n_head
+    head_dim = cfg.get("head_dim") or (256 if model_type == "gemma3_text" else n_embd // n_head)
     n_vocab = cfg["vocab_size"]
     tied = "lm_head.weight" not in st
+    if model_type == "gemma3_text" and cfg.get("tie_word_embeddings", True) is False:
+        fail(f"{a.model_dir}: an untied Gemma 3: llama.cpp's gemma3 ties its head")
     src_dtype = st["model.embed_tokens.weight"][1].lower()
     outtype = src_dtype if a.outtype == "auto" else a.outtype
 
@@ -426,7 +458,8 @@ def main():
     if head_dim != n_embd // n_head:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    w.add_rope_freq_base(float(cfg.get("rope_theta", 150000.0 if model_type == "gpt_oss" else 10000.0)))
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 150000.0 if model_type == "gpt_oss" else
+                                       1e6 if model_type == "gemma3_text" else 10000.0)))
     eps = cfg.get("rms_norm_eps")
     w.add_layer_norm_rms_eps(float(eps if eps is not None else
                                    1e-5 if model_type in ("mixtral", "olmoe", "gpt_oss", "phi3") else 1e-6))
@@ -436,6 +469,8 @@ def main():
         gpt_oss_keys(w, cfg, a.model_dir)
     elif model_type == "phi3":
         longrope = phi3_keys(w, cfg)
+    elif model_type == "gemma3_text":
+        gemma3_keys(w, cfg, scaling, a.model_dir)
     elif renorm is not None:
         w.add_expert_count(cfg["num_local_experts" if model_type == "mixtral" else "num_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -516,6 +551,9 @@ def main():
                 t = permute(t, heads)
             if name.endswith("ffn_gate_inp_shexp.weight"):
                 t = np.asarray(t).reshape(-1)
+            if model_type == "gemma3_text" and hf.endswith("norm.weight"):
+                t = to_f32(np.asarray(t), entry[1]) + np.float32(1.0)  # Gemma3RMSNorm's one
+                entry = entry[:1] + ("F32",) + entry[2:]
             ts.append(convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype))
         w.write_tensor_data(np.ascontiguousarray(np.stack(ts) if len(ts) > 1 or
                                                  name.endswith("_exps.weight") else ts[0]))
