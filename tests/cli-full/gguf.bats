@@ -143,6 +143,13 @@ nll_pair() {
 	[ "$status" -eq 0 ]
 }
 
+@test "the tokenizer of llama.cpp's vocabulary files (Llama 2, Phi-3, Llama 3, Qwen2, GPT-2, MPT) gives the ids Hugging Face's does on llama.cpp's tokenizer tests" {
+	[ -n "$SF_GGUF_PY" ]
+	run "$SF_UNIT/test_vocabs"
+	echo "$output"
+	[ "$status" -eq 0 ]
+}
+
 @test "mix4-5m converted by hf2gguf.py: config.json's config, the safetensors' bytes" {
 	need_shared
 	[ -n "$SF_GGUF_PY" ]
