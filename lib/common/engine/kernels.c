@@ -196,10 +196,22 @@ static void softmax_ref(float *x, size_t n)
 		x[i] *= inv;
 }
 
-static void swiglu_ref(float *a, const float *g, const float *u, size_t n)
+/* The gated units: a = g * sigmoid(z) * u, z = g for SwiGLU; for GELU's
+ * tanh approximation, 0.5 g (1 + tanh y) = g * sigmoid(2y), z = 2y =
+ * 2 sqrt(2 / pi) (g + 0.044715 g^3) (transformers' gelu_pytorch_tanh,
+ * Gemma's). Each path computes sigmoid(z) as 1 / (1 + e^-z). */
+#define GELU_K 0.7978845608028654f	/* sqrt(2 / pi) */
+#define GELU_C 0.044715f
+
+static inline float glu_arg(float g, int gelu)
+{
+	return gelu ? 2.0f * GELU_K * (g + GELU_C * g * g * g) : g;
+}
+
+static void glu_ref(float *a, const float *g, const float *u, size_t n, int gelu)
 {
 	for (size_t i = 0; i < n; i++)
-		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		a[i] = g[i] / (1.0f + expf(-glu_arg(g[i], gelu))) * u[i];
 }
 
 static float dot_ref(const float *a, const float *b, size_t n)
@@ -331,7 +343,7 @@ struct kern {
 	void (*rmsnorm)(float *out, const float *x, const void *w, enum sf_dtype dt,
 			size_t n, float eps, float offset);
 	void (*softmax)(float *x, size_t n);
-	void (*swiglu)(float *a, const float *g, const float *u, size_t n);
+	void (*glu)(float *a, const float *g, const float *u, size_t n, int gelu);
 	/* attention over n rows of d: out[p] = (q . keys[p]) * scale, and
 	 * for nq outputs y_q += s_q[p] * X[p] for p = 0, 1, ... in turn; the
 	 * loops live in the kernels, so that a row costs no call and the
@@ -378,7 +390,7 @@ static void tile_ref(float *y, size_t m, const uint8_t *base, size_t stride, con
 
 static const struct kern kern_ref = {
 	sf_matmul_rows_ref, sf_colaccum_ref, widen_ref, strip_ref, rmsnorm_ref, softmax_ref,
-	swiglu_ref, dots_ref, axpys_ref, tile_ref, transpose_ref,
+	glu_ref, dots_ref, axpys_ref, tile_ref, transpose_ref,
 };
 
 /* How far ahead of its column a float slab's tile kernel asks for memory
@@ -903,18 +915,27 @@ static T256 void softmax_avx2(float *x, size_t n)
 		x[i] *= is;
 }
 
-static T256 void swiglu_avx2(float *a, const float *g, const float *u, size_t n)
+/* -z of glu_arg */
+INL T256 __m256 glu_neg_arg256(__m256 g, int gelu)
+{
+	if (!gelu)
+		return _mm256_sub_ps(_mm256_setzero_ps(), g);
+	__m256 c3 = _mm256_mul_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(GELU_C));
+	return _mm256_mul_ps(_mm256_fmadd_ps(c3, g, g), _mm256_set1_ps(-2.0f * GELU_K));
+}
+
+static T256 void glu_avx2(float *a, const float *g, const float *u, size_t n, int gelu)
 {
 	size_t i = 0;
 	const __m256 one = _mm256_set1_ps(1.0f);
 	for (; i + 8 <= n; i += 8) {
 		__m256 gv = _mm256_loadu_ps(g + i);
-		__m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+		__m256 e = exp256(glu_neg_arg256(gv, gelu));
 		__m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
 		_mm256_storeu_ps(a + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
 	}
 	for (; i < n; i++)
-		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		a[i] = g[i] / (1.0f + expf(-glu_arg(g[i], gelu))) * u[i];
 }
 
 INL T256 float dot_avx2(const float *a, const float *b, size_t n)
@@ -1078,7 +1099,7 @@ static T256 void transpose_avx2(float *out, size_t ldo, const uint32_t *pos, con
 
 static const struct kern kern_avx2 = {
 	matmul_avx2, colaccum_avx2, widen_avx2, strip_avx2, rmsnorm_avx2, softmax_avx2,
-	swiglu_avx2, dots_avx2, axpys_avx2, tile_avx2, transpose_avx2,
+	glu_avx2, dots_avx2, axpys_avx2, tile_avx2, transpose_avx2,
 };
 
 // ----------------------------------------------------------------------------
@@ -1686,13 +1707,22 @@ static T512 void softmax_avx512(float *x, size_t n)
 	}
 }
 
-static T512 void swiglu_avx512(float *a, const float *g, const float *u, size_t n)
+/* -z of glu_arg */
+INL T512 __m512 glu_neg_arg512(__m512 g, int gelu)
+{
+	if (!gelu)
+		return _mm512_sub_ps(_mm512_setzero_ps(), g);
+	__m512 c3 = _mm512_mul_ps(_mm512_mul_ps(g, g), _mm512_set1_ps(GELU_C));
+	return _mm512_mul_ps(_mm512_fmadd_ps(c3, g, g), _mm512_set1_ps(-2.0f * GELU_K));
+}
+
+static T512 void glu_avx512(float *a, const float *g, const float *u, size_t n, int gelu)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 	for (size_t i = 0; i < n; i += 16) {
 		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tailmask(n - i);
 		__m512 gv = _mm512_maskz_loadu_ps(k, g + i);
-		__m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+		__m512 e = exp512(glu_neg_arg512(gv, gelu));
 		__m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
 		_mm512_mask_storeu_ps(a + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, u + i)));
 	}
@@ -1911,7 +1941,7 @@ static T512 void transpose_avx512(float *out, size_t ldo, const uint32_t *pos, c
 
 static const struct kern kern_avx512 = {
 	matmul_avx512, colaccum_avx512, widen_avx512, strip_avx512, rmsnorm_avx512, softmax_avx512,
-	swiglu_avx512, dots_avx512, axpys_avx512, tile_avx512, transpose_avx512,
+	glu_avx512, dots_avx512, axpys_avx512, tile_avx512, transpose_avx512,
 };
 
 #endif /* __x86_64__ */
@@ -2268,16 +2298,26 @@ static void softmax_neon(float *x, size_t n)
 		x[i] *= is;
 }
 
-static void swiglu_neon(float *a, const float *g, const float *u, size_t n)
+/* -z of glu_arg */
+INL float32x4_t glu_neg_argn(float32x4_t g, int gelu)
+{
+	if (!gelu)
+		return vnegq_f32(g);
+	float32x4_t c3 = vmulq_n_f32(vmulq_f32(g, g), GELU_C);
+	return vmulq_n_f32(vfmaq_f32(g, c3, g), -2.0f * GELU_K);
+}
+
+static void glu_neon(float *a, const float *g, const float *u, size_t n, int gelu)
 {
 	size_t i = 0;
 	for (; i + 4 <= n; i += 4) {
 		float32x4_t gv = vld1q_f32(g + i);
-		float32x4_t s = vdivq_f32(gv, vaddq_f32(vdupq_n_f32(1.0f), expn(vnegq_f32(gv))));
+		float32x4_t e = expn(glu_neg_argn(gv, gelu));
+		float32x4_t s = vdivq_f32(gv, vaddq_f32(vdupq_n_f32(1.0f), e));
 		vst1q_f32(a + i, vmulq_f32(s, vld1q_f32(u + i)));
 	}
 	for (; i < n; i++)
-		a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		a[i] = g[i] / (1.0f + expf(-glu_arg(g[i], gelu))) * u[i];
 }
 
 INL float dotn(const float *a, const float *b, size_t n)
@@ -2375,7 +2415,7 @@ static void tile_neon(float *y, size_t m, const uint8_t *base, size_t stride, co
 
 static const struct kern kern_neon = {
 	matmul_neon, colaccum_neon, widen_neon, strip_neon, rmsnorm_neon, softmax_neon,
-	swiglu_neon, dots_neon, axpys_neon, tile_neon, transpose_ref,
+	glu_neon, dots_neon, axpys_neon, tile_neon, transpose_ref,
 };
 
 #endif /* __aarch64__ */
@@ -2603,15 +2643,12 @@ void sf_softmax(float *x, size_t n)
 
 void sf_swiglu(float *a, const float *g, const float *u, size_t n)
 {
-	K()->swiglu(a, g, u, n);
+	K()->glu(a, g, u, n, 0);
 }
 
 void sf_geglu(float *a, const float *g, const float *u, size_t n)
 {
-	/* transformers' PytorchGELUTanh: torch's gelu(approximate="tanh") */
-	const float k = 0.7978845608028654f;	/* sqrt(2 / pi) */
-	for (size_t i = 0; i < n; i++)
-		a[i] = 0.5f * g[i] * (1.0f + tanhf(k * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+	K()->glu(a, g, u, n, 1);
 }
 
 void sf_transpose_columns(float *out, size_t ldo, const uint32_t *pos, const float *in,

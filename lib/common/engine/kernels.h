@@ -131,7 +131,8 @@ void sf_softmax(float *x, size_t n);
 /* a[i] = silu(g[i]) * u[i] */
 void sf_swiglu(float *a, const float *g, const float *u, size_t n);
 /* a[i] = gelu(g[i]) * u[i], GELU's tanh approximation (transformers'
- * gelu_pytorch_tanh: Gemma's); plain C only, a few floats a weight row */
+ * gelu_pytorch_tanh: Gemma's), as g * sigmoid(2y) with the same
+ * exponential as sf_swiglu */
 void sf_geglu(float *a, const float *g, const float *u, size_t n);
 /* The columns of T rows (T, n) (row t at in + t * ldi) as rows of width
  * floats: column j to out + pos[j] * ldo, its T values then 0 up to width
