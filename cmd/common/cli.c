@@ -578,10 +578,14 @@ void sf_cli_model_summary(const char *name, const struct sf_model *m, int ctx, i
 	uint64_t params = (uint64_t)c->vocab_size * dim * (c->tie_embeddings ? 1 : 2) + dim +
 			  (uint64_t)c->n_layers * layer;
 
-	fprintf(stderr, "%s: %s: %s, %llu parameters, %s, %d layers, dim %d, context %d of %d, "
+	/* LongRoPE's factors, which the context chooses (sf_state_init) */
+	const char *longrope = !c->rope_longrope ? "" : ctx > c->rope_orig_max_pos ?
+			       " (LongRoPE's long factors)" : " (LongRoPE's short factors)";
+
+	fprintf(stderr, "%s: %s: %s, %llu parameters, %s, %d layers, dim %d, context %d of %d%s, "
 		"fingerprint %s; kernels %s, %d threads\n", sf_progname, name, sf_arch_name(c->arch),
 		(unsigned long long)params, sf_dtype_name(m->embed.dtype), c->n_layers, c->dim, ctx,
-		c->max_seq_len, m->fingerprint.weights, sf_isa_name(sf_cpu_isa()), threads);
+		c->max_seq_len, longrope, m->fingerprint.weights, sf_isa_name(sf_cpu_isa()), threads);
 }
 
 void sf_cli_memory_need(uint64_t bytes, const char *what)

@@ -185,9 +185,12 @@ refused() {
 	nll_matches "$got" "$want"
 	[ "$(exact -m "$m" -p "$TEXT" -n 16 --temp 0 --ignore-eos)" = \
 	  "$("$PYTHON" "$ORACLE" greedy "$m" 16 "$ids")" ]
-	run --separate-stderr sf-run -m "$m" -p "$TEXT" -n 32 --temp 0 --ignore-eos
+	run --separate-stderr sf-run -m "$m" -p "$TEXT" -n 32 --temp 0 --ignore-eos -v
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *"context 64 positions"* ]]
+	[[ "$stderr" == *"context 64 of 256 (LongRoPE's short factors)"* ]]
+	run --separate-stderr sf-run -m "$m" -p "$TEXT" -n 1 -c 65 -v
+	[[ "$stderr" == *"context 65 of 256 (LongRoPE's long factors)"* ]]
 	got=$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)
 	! nll_matches "$got" "$want"
 }
