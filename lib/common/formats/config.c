@@ -566,6 +566,17 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 	return 0;
 }
 
+/* The layers a window of WINDOW positions (0: none) slides in: every
+ * layer (PATTERN 0, Phi-3), or all but each PATTERN-th (gpt-oss's 2,
+ * Gemma 3's 6, as their config classes and llama.cpp's set_swa_pattern
+ * make them). */
+static void set_sliding(struct sf_config *c, int window, int pattern)
+{
+	c->sliding_window = window;
+	for (int l = 0; l < c->n_layers; l++)
+		c->layer_sliding[l] = window > 0 && (pattern == 0 || (l + 1) % pattern != 0);
+}
+
 /* gpt-oss's and Gemma 3's layer_types: n_layers of "sliding_attention"
  * and "full_attention" (when absent, as their config classes make them:
  * layer l slides unless l + 1 is a multiple of the pattern, 2 for gpt-oss,
@@ -577,14 +588,11 @@ static int parse_layer_types(const char *path, json_t *root, struct sf_config *c
 	json_t *v = json_object_get(root, "layer_types");
 	int ret;
 
-	if ((ret = get_int(path, root, "", "sliding_window", 0, window, 1, SEQ_MAX,
-			   &c->sliding_window, e)))
+	if ((ret = get_int(path, root, "", "sliding_window", 0, window, 1, SEQ_MAX, &window, e)))
 		return ret;
-	if (!v || json_is_null(v)) {
-		for (int l = 0; l < c->n_layers; l++)
-			c->layer_sliding[l] = (l + 1) % pattern != 0;
+	set_sliding(c, window, pattern);
+	if (!v || json_is_null(v))
 		return 0;
-	}
 	if (!json_is_array(v) || json_array_size(v) != (size_t)c->n_layers)
 		return sf_err_set(e, SF_EFORMAT, "%s: 'layer_types': expected a list of %d strings "
 				  "(num_hidden_layers)", path, c->n_layers);
@@ -675,7 +683,7 @@ static int parse_gemma3(const char *path, json_t *root, struct sf_config *c, str
 static int parse_sliding_window(const char *path, json_t *root, struct sf_config *c,
 				struct sf_err *e)
 {
-	int use = 0, ret;
+	int use = 0, window, ret;
 
 	if (c->arch == SF_ARCH_MISTRAL || c->arch == SF_ARCH_MIXTRAL || c->arch == SF_ARCH_PHI3)
 		use = 1;	/* their configs apply sliding_window whenever set */
@@ -685,13 +693,13 @@ static int parse_sliding_window(const char *path, json_t *root, struct sf_config
 		return ret;
 	if (!use)
 		return 0;
-	if ((ret = get_int(path, root, "", "sliding_window", 0, 0, 1, SEQ_MAX, &c->sliding_window, e)))
+	if ((ret = get_int(path, root, "", "sliding_window", 0, 0, 1, SEQ_MAX, &window, e)))
 		return ret;
 	if (c->arch == SF_ARCH_PHI3) {
-		for (int l = 0; l < c->n_layers; l++)
-			c->layer_sliding[l] = c->sliding_window > 0;
+		set_sliding(c, window, 0);
 		return 0;
 	}
+	c->sliding_window = window;
 	if (c->sliding_window && c->sliding_window < c->max_seq_len)
 		c->max_seq_len = c->sliding_window;
 	return 0;
@@ -1136,15 +1144,13 @@ static int gguf_rope_scaling(const struct sf_gguf *g, const char *arch, struct s
 static int gguf_gpt_oss(const struct sf_gguf *g, const char *arch, struct sf_config *c,
 			struct sf_err *e)
 {
-	int period, ret;
+	int window, pattern, ret;
 
-	if ((ret = gguf_int(g, arch, "attention.sliding_window", 1, 0, 1, SEQ_MAX,
-			    &c->sliding_window, e)) ||
+	if ((ret = gguf_int(g, arch, "attention.sliding_window", 1, 0, 1, SEQ_MAX, &window, e)) ||
 	    (ret = gguf_int(g, arch, "attention.sliding_window_pattern", 0, 2, 1, LAYERS_MAX,
-			    &period, e)))
+			    &pattern, e)))
 		return ret;
-	for (int l = 0; l < c->n_layers; l++)
-		c->layer_sliding[l] = l % period < period - 1;
+	set_sliding(c, window, pattern);
 	c->qkv_bias = c->o_bias = c->attn_sinks = c->moe_bias = 1;
 	c->swiglu_limit = 7.0f;
 	c->swiglu_alpha = 1.702f;
@@ -1219,22 +1225,20 @@ static int gguf_gemma3(const struct sf_gguf *g, const char *arch, struct sf_conf
 		       struct sf_err *e)
 {
 	float cap;
-	int pattern, ret;
+	int window, pattern, ret;
 
 	if ((ret = gguf_num(g, arch, "final_logit_softcapping", 0.0, -1, 1e9, &cap, e)))
 		return ret;
 	if (cap > 0)
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.final_logit_softcapping': %g "
 				  "unsupported (no soft-capping)", g->path, arch, (double)cap);
-	if ((ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX,
-			    &c->sliding_window, e)) ||
+	if ((ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX, &window, e)) ||
 	    (ret = gguf_int(g, arch, "attention.sliding_window_pattern", 0, 6, 1, LAYERS_MAX,
 			    &pattern, e)) ||
 	    (ret = gguf_num(g, arch, "rope.freq_base_swa", 10000.0, 0, 1e12, &c->rope_theta_local,
 			    e)))
 		return ret;
-	for (int l = 0; l < c->n_layers; l++)
-		c->layer_sliding[l] = c->sliding_window > 0 && (l + 1) % pattern != 0;
+	set_sliding(c, window, pattern);
 	c->attn_scalar = (float)(c->n_layers == 62 ? c->dim / c->n_heads : c->head_dim);
 	c->embed_scale = (float)sqrt((double)c->dim);
 	c->act_gelu = 1;
@@ -1248,11 +1252,10 @@ static int gguf_gemma3(const struct sf_gguf *g, const char *arch, struct sf_conf
 static int gguf_phi3(const struct sf_gguf *g, const char *arch, struct sf_config *c,
 		     struct sf_err *e)
 {
-	int ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX, &c->sliding_window,
-			   e);
+	int window, ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX, &window, e);
 
-	for (int l = 0; !ret && l < c->n_layers; l++)
-		c->layer_sliding[l] = c->sliding_window > 0;
+	if (!ret)
+		set_sliding(c, window, 0);
 	return ret;
 }
 

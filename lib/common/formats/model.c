@@ -76,6 +76,15 @@ static uint32_t float_bits(float f)
 	return u;
 }
 
+/* The window and the layers it slides in (gpt-oss, Gemma 3, Phi-3). */
+static void feed_sliding(uint64_t *h, const struct sf_config *c)
+{
+	fnv_feed(h, "window=%d\nsliding=", c->sliding_window);
+	for (int l = 0; l < c->n_layers; l++)
+		fnv_feed(h, "%d", c->layer_sliding[l]);
+	fnv_feed(h, "\n");
+}
+
 static void hash_config(uint64_t *h, const struct sf_config *c)
 {
 	fnv_feed(h, "sparseflash-fingerprint-1\n");
@@ -109,30 +118,22 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 			 c->rope_orig_max_pos, c->rope_truncate);
 	if (c->arch == SF_ARCH_GPT_OSS) {	/* its own, every other fingerprint stays */
 		fnv_feed(h, "o_bias=%d\nsinks=%d\nmoe_bias=%d\nswiglu=%08" PRIx32 ",%08" PRIx32
-			 "\nwindow=%d\nsliding=", c->o_bias, c->attn_sinks, c->moe_bias,
-			 float_bits(c->swiglu_limit), float_bits(c->swiglu_alpha),
-			 c->sliding_window);
-		for (int l = 0; l < c->n_layers; l++)
-			fnv_feed(h, "%d", c->layer_sliding[l]);
-		fnv_feed(h, "\n");
+			 "\n", c->o_bias, c->attn_sinks, c->moe_bias,
+			 float_bits(c->swiglu_limit), float_bits(c->swiglu_alpha));
+		feed_sliding(h, c);
 	}
 	if (c->rope_linear > 0)
 		fnv_feed(h, "rope_linear=%08" PRIx32 "\n", float_bits(c->rope_linear));
 	if (c->arch == SF_ARCH_GEMMA3) {	/* its own, every other fingerprint stays */
 		fnv_feed(h, "norm_offset=%08" PRIx32 "\nembed_scale=%08" PRIx32 "\nattn_scalar=%08"
-			 PRIx32 "\nrope_local=%08" PRIx32 "\nwindow=%d\nsliding=",
+			 PRIx32 "\nrope_local=%08" PRIx32 "\n",
 			 float_bits(c->norm_offset), float_bits(c->embed_scale),
-			 float_bits(c->attn_scalar), float_bits(c->rope_theta_local),
-			 c->sliding_window);
-		for (int l = 0; l < c->n_layers; l++)
-			fnv_feed(h, "%d", c->layer_sliding[l]);
-		fnv_feed(h, "\n");
+			 float_bits(c->attn_scalar), float_bits(c->rope_theta_local));
+		feed_sliding(h, c);
 	}
 	if (c->arch == SF_ARCH_PHI3) {	/* its own, every other fingerprint stays */
-		fnv_feed(h, "rope_dim=%d\nwindow=%d\n", c->rope_dim, c->sliding_window);
-		for (int l = 0; l < c->n_layers; l++)
-			fnv_feed(h, "%d", c->layer_sliding[l]);
-		fnv_feed(h, "\n");
+		fnv_feed(h, "rope_dim=%d\n", c->rope_dim);
+		feed_sliding(h, c);
 	}
 	if (c->rope_longrope) {
 		fnv_feed(h, "rope_longrope=%08" PRIx32 ",%d\n", float_bits(c->rope_attn_factor),
@@ -493,7 +494,9 @@ static int check_unused(struct binder *b, struct sf_err *e)
 {
 	const struct sf_safetensors *st = b->st;
 	static const char inv_freq[] = ".rotary_emb.inv_freq";
+	char head[SF_TENSOR_NAME_MAX];
 
+	snprintf(head, sizeof(head), "%slm_head.weight", b->wrap >= 0 ? gemma3_wraps[b->wrap][1] : "");
 	for (size_t i = 0; i < st->ntensors; i++) {
 		const char *name = st->tensors[i].name;
 		size_t len = strlen(name);
@@ -503,9 +506,6 @@ static int check_unused(struct binder *b, struct sf_err *e)
 		if (len >= sizeof(inv_freq) - 1 &&
 		    !strcmp(name + len - (sizeof(inv_freq) - 1), inv_freq))
 			continue;	/* recomputed from rope_theta */
-		char head[SF_TENSOR_NAME_MAX];
-		snprintf(head, sizeof(head), "%slm_head.weight",
-			 b->wrap >= 0 ? gemma3_wraps[b->wrap][1] : "");
 		if (!strcmp(name, head) && b->m->cfg.tie_embeddings)
 			continue;	/* tied: Hugging Face uses the embeddings */
 		int unread = 0;
