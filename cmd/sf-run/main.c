@@ -567,13 +567,24 @@ static void session_free(struct session *S)
 }
 
 /* The model and tokenizer of --model MODEL or of IMAGE. */
+/* With --ram the image's resident region is read only when it fits: a
+ * budget it alone exceeds is refused by the decoder's figures, taken
+ * without it, where reading it would meet a memory cgroup of that size
+ * first (the kernel kills the process, no message). */
 static int open_model(struct session *S, const struct options *o, struct sf_err *e)
 {
 	unsigned flags = o->sparse.simulate ? 0 : SF_IMAGE_OPEN_EMBED_ON_FLASH |
 		(o->head_on_flash ? SF_IMAGE_OPEN_HEAD_ON_FLASH : 0);
+	int ret;
 
-	return sf_cli_open_model(o->mo.model_dir, o->mo.image, flags, &S->image, &S->model,
-				 &S->tok, e);
+	if (o->mo.image && o->sparse.ram)
+		flags |= SF_IMAGE_OPEN_DEFER_RESIDENT;
+	if ((ret = sf_cli_open_model(o->mo.model_dir, o->mo.image, flags, &S->image, &S->model,
+				     &S->tok, e)))
+		return ret;
+	if (o->mo.image && S->image.resident_unread <= o->sparse.ram)
+		ret = sf_image_load_resident(&S->image, e);
+	return ret;
 }
 
 /* The pinning order of --pin's score files: a task file and a model file

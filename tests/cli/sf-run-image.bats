@@ -724,3 +724,35 @@ PINNED_07=2156
 	[ "$status" -eq 1 ]
 	[[ "${stderr_lines[0]}" == *"KV cache "*" (1024 positions)"*"give --ram "*" or more" ]]
 }
+
+@test "--ram below the resident region: refused on the same figures before the region is read (a memory cgroup of that size would kill a reader)" {
+	need_plain_build	# the resident set is the figure
+	command -v /usr/bin/time >/dev/null || skip "/usr/bin/time absent (Debian's time)"
+	# an untied 40000-token head: about 20 MB resident
+	"$SF_FIXTURES/mkmodel" -o "$D/head" --hidden 256 --intermediate 256 --layers 2 --no-tie \
+		--vocab 40000 --tokenizer "$MODEL" >/dev/null
+	sf-pack --model "$D/head" -q -o "$D/head.sfimg"
+	run --separate-stderr /usr/bin/time -f "peak %M" sf-run -p "$PROMPT" -n 4 --ram 1M \
+		"$D/head.sfimg"
+	[ "$status" -eq 1 ]
+	[ "${#stderr_lines[@]}" -eq 3 ]	# the refusal, then time's two lines
+	[[ "${stderr_lines[0]}" == "sf-run: $D/head.sfimg: --ram 1048576: "* ]]
+	[[ "${stderr_lines[0]}" =~ resident\ ([0-9]+),.*give\ --ram\ ([0-9]+)\ or\ more$ ]]
+	local resident=${BASH_REMATCH[1]} deferred=${BASH_REMATCH[2]}
+	[ "$resident" -gt 20000000 ]
+	[[ "${stderr_lines[2]}" =~ ^peak\ ([0-9]+)$ ]]
+	[ $((BASH_REMATCH[1] * 1024)) -lt $((resident / 2)) ]	# the region was not read
+	# a budget the region fits: read, then refused on the same figures
+	run --separate-stderr /usr/bin/time -f "peak %M" sf-run -p "$PROMPT" -n 4 \
+		--ram "$resident" "$D/head.sfimg"
+	[ "$status" -eq 1 ]
+	[[ "${stderr_lines[0]}" =~ give\ --ram\ ([0-9]+)\ or\ more$ ]]
+	local read=${BASH_REMATCH[1]}
+	[[ "${stderr_lines[2]}" =~ ^peak\ ([0-9]+)$ ]]
+	[ $((BASH_REMATCH[1] * 1024)) -gt "$resident" ]
+	# the process's own part moves by a few hundred KiB from run to run
+	[ $((read - deferred)) -lt 1048576 ] && [ $((deferred - read)) -lt 1048576 ]
+	# and at the figure it names it runs
+	run sf-run -p "$PROMPT" -n 4 -q --ram "$read" "$D/head.sfimg"
+	[ "$status" -eq 0 ]
+}

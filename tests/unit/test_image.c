@@ -267,6 +267,41 @@ static void check_quant_image(const char *name, const struct sf_image_keep *k,
 	sf_image_close(&img);
 }
 
+/* SF_IMAGE_OPEN_DEFER_RESIDENT: the resident region unread (zeros, its
+ * bytes counted in resident_unread) until sf_image_load_resident, then the
+ * same bytes as a plain open; the model binds either way. */
+static void check_deferred(const char *name)
+{
+	char path[4200];
+	struct sf_image a, d;
+	struct sf_model m;
+	struct sf_err e = { 0 };
+
+	image_path(path, sizeof(path), name);
+	if (sf_image_open(&a, path, &e) ||
+	    sf_image_open_flags(&d, path, SF_IMAGE_OPEN_DEFER_RESIDENT, &e)) {
+		CHECK(0, "%s: %s", name, e.msg);
+		sf_image_close(&a);
+		return;
+	}
+	const struct sf_image_region *R = &a.regions[0];
+	uint64_t len = a.regions[1].offset - R->offset;
+	int zero = 1;
+	for (uint64_t i = 0; i < len; i++)
+		zero &= !((const uint8_t *)d.map)[R->offset + i];
+	CHECK(len > 0 && d.resident_unread == len && !a.resident_unread, "%s: %llu unread of %llu",
+	      name, (unsigned long long)d.resident_unread, (unsigned long long)len);
+	CHECK(zero, "%s: the deferred region read before sf_image_load_resident", name);
+	CHECK(!sf_image_model(&d, &m, &e), "%s: binding on the deferred region: %s", name, e.msg);
+	sf_model_close(&m);
+	CHECK(!sf_image_load_resident(&d, &e) && !sf_image_load_resident(&d, &e), "%s: %s", name,
+	      e.msg);
+	CHECK(!d.resident_unread && d.map_size == a.map_size &&
+	      !memcmp(d.map, a.map, a.map_size), "%s: the loaded region differs", name);
+	sf_image_close(&d);
+	sf_image_close(&a);
+}
+
 /* The model rebuilt from an image: fingerprint, resident weights byte for
  * byte, flash matrices without data; with everything resident the forward
  * pass gives the dense model's logits exactly. */
@@ -937,6 +972,7 @@ int main(void)
 	CHECK(!pack("c.sfimg", &pl, &qt, NULL, res, SF_DTYPE_F16, &e), "%s", e.msg);
 	n += check_image("c.sfimg", &pl, &qt, NULL, res, SF_DTYPE_F16);
 	check_model("c.sfimg", res);
+	check_deferred("c.sfimg");
 	/* attention resident, shuffled, --keep, bf16 */
 	CHECK(!pack("d.sfimg", &pl, NULL, &k, ATTN, SF_DTYPE_BF16, &e), "%s", e.msg);
 	n += check_image("d.sfimg", &pl, NULL, &k, ATTN, SF_DTYPE_BF16);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -489,7 +490,8 @@ void sf_image_close(struct sf_image *img)
 		return;
 	if (img->fd >= 0 && img->path)
 		close(img->fd);
-	free(img->map);
+	if (img->map)
+		munmap(img->map, img->map_size ? img->map_size : 1);
 	json_decref(img->header);
 	free(img->regions);
 	free(img->groups);
@@ -763,9 +765,13 @@ int sf_image_open_flags(struct sf_image *img, const char *path, unsigned open_fl
 	}
 	const struct sf_image_region *last = &img->regions[has_cb ? 2 : 1];
 	/* read, not mapped: a file truncated under a running decoder must give
-	 * an error from the flash reads, not SIGBUS on a resident page */
+	 * an error from the flash reads, not SIGBUS on a resident page; into
+	 * anonymous pages, zero and not the process's until written, so that
+	 * the pages left on flash or deferred cost nothing */
 	img->map_size = (size_t)(last->offset + last->length);
-	if (posix_memalign(&img->map, SF_IMAGE_ALIGN, img->map_size ? img->map_size : 1)) {
+	img->map = mmap(NULL, img->map_size ? img->map_size : 1, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (img->map == MAP_FAILED) {
 		img->map = NULL;
 		ret = sf_err_set(e, -ENOMEM, "%s: %zu bytes of header and resident regions: %s", path,
 				 img->map_size, strerror(ENOMEM));

@@ -149,10 +149,16 @@ struct sf_image {
 	/* sf_image_open_flags: the byte ranges of the embedding and head
 	 * left on flash (pages not read, so not resident), sorted; their sum */
 	uint64_t on_flash[2][2];
+	int n_on_flash;
 	uint64_t left_on_flash;
+	/* the resident region's bytes to read still: all of them (less
+	 * left_on_flash) with SF_IMAGE_OPEN_DEFER_RESIDENT, until
+	 * sf_image_load_resident; else 0 */
+	uint64_t resident_unread;
 	/* private */
 	void *map;			/* [0, end of the last non-flash region): read into
-					 * memory (4 KiB aligned), not mapped */
+					 * anonymous pages (zero until read), not a
+					 * mapping of the file */
 	size_t map_size;
 	uint32_t *u32;			/* decoded permutations, positions, rows */
 	float *cb;
@@ -177,7 +183,17 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e);
  * file's: only a caller that reads them from the file may ask. */
 #define SF_IMAGE_OPEN_EMBED_ON_FLASH 1u
 #define SF_IMAGE_OPEN_HEAD_ON_FLASH 2u
+/* With SF_IMAGE_OPEN_DEFER_RESIDENT the resident region is not read (its
+ * tensors read as zeros, their memory not yet the process's) until
+ * sf_image_load_resident: a caller that sizes its memory from the header
+ * first (sf-run's --ram) refuses a budget too small for the region before
+ * reading it, where the read would meet a memory cgroup's limit first.
+ * The model binds (sf_image_model) either way. */
+#define SF_IMAGE_OPEN_DEFER_RESIDENT 4u
 int sf_image_open_flags(struct sf_image *img, const char *path, unsigned flags, struct sf_err *e);
+/* The resident region's bytes that the open deferred, read: 0, or an
+ * error naming the file. */
+int sf_image_load_resident(struct sf_image *img, struct sf_err *e);
 /* The file offset of p, a pointer into a resident tensor of img. */
 uint64_t sf_image_offset(const struct sf_image *img, const void *p);
 void sf_image_close(struct sf_image *img);	/* accepts a zeroed img */

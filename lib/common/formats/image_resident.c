@@ -245,14 +245,14 @@ int image_open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
 	return 0;
 }
 
-/* The resident region read into the map: whole, or with flags the
- * 4 KiB pages wholly inside the embedding (and output head) left out. */
+/* The resident region's ranges to read: whole, or with flags the 4 KiB
+ * pages wholly inside the embedding (and output head) left on flash;
+ * read now unless flags defer it (sf_image_load_resident). */
 int image_read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
 {
 	const struct sf_image_region *R = &img->regions[0];
 	const char *names[2] = { "model.embed_tokens.weight", "lm_head.weight" };
-	uint64_t at = R->offset, end = img->regions[1].offset;
-	int n = 0, ret;
+	int n = 0;
 
 	for (int i = 0; i < 2 && (flags & SF_IMAGE_OPEN_EMBED_ON_FLASH); i++) {
 		const struct sf_tensor *T = NULL;
@@ -278,16 +278,29 @@ int image_read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
 		img->on_flash[1][0] = t0;
 		img->on_flash[1][1] = t1;
 	}
-	for (int i = 0; i <= n; i++) {
-		uint64_t stop = i < n ? img->on_flash[i][0] : end;
-		if (stop > at && (ret = image_read_at(img->fd, (uint8_t *)img->map + at, (size_t)(stop - at),
-						  (off_t)at, img->path, e)))
+	img->n_on_flash = n;
+	for (int i = 0; i < n; i++)
+		img->left_on_flash += img->on_flash[i][1] - img->on_flash[i][0];
+	img->resident_unread = img->regions[1].offset - R->offset - img->left_on_flash;
+	return flags & SF_IMAGE_OPEN_DEFER_RESIDENT ? 0 : sf_image_load_resident(img, e);
+}
+
+int sf_image_load_resident(struct sf_image *img, struct sf_err *e)
+{
+	uint64_t at = img->regions[0].offset, end = img->regions[1].offset;
+	int ret;
+
+	if (!img->resident_unread)
+		return 0;
+	for (int i = 0; i <= img->n_on_flash; i++) {
+		uint64_t stop = i < img->n_on_flash ? img->on_flash[i][0] : end;
+		if (stop > at && (ret = image_read_at(img->fd, (uint8_t *)img->map + at,
+						  (size_t)(stop - at), (off_t)at, img->path, e)))
 			return ret;
-		if (i < n) {
-			img->left_on_flash += img->on_flash[i][1] - img->on_flash[i][0];
+		if (i < img->n_on_flash)
 			at = img->on_flash[i][1];
-		}
 	}
+	img->resident_unread = 0;
 	return 0;
 }
 

@@ -379,12 +379,13 @@ static uint64_t fixed_memory(struct sf_sparse *sp, const struct flash_needs *fn)
 	const struct sf_sparse_opts *o = &sp->o;
 	uint64_t ng = (uint64_t)img->cfg.n_layers * SF_NGROUPS;
 	/* the resident set already holds the image's header and resident
-	 * regions (read into memory at open), counted as resident below */
+	 * regions (read into memory at open, or all but the deferred resident
+	 * region), counted as resident below */
 	uint64_t rss = rss_bytes();
 
 	sp->mem.resident = img->map_size - img->left_on_flash;
-	sp->mem.process = (rss > sp->mem.resident ? rss - sp->mem.resident : 0) +
-			  SF_SPARSE_LATER_BYTES;
+	uint64_t in_rss = sp->mem.resident - img->resident_unread;
+	sp->mem.process = (rss > in_rss ? rss - in_rss : 0) + SF_SPARSE_LATER_BYTES;
 	sp->mem.state = o->state_bytes;
 	sp->mem.buffers = sparse_reads_bytes(fn->iobuf, o->simulate ? 1 : 1 + o->prefetch,
 					     sp->tiers.words);
@@ -865,6 +866,11 @@ int sf_sparse_open(struct sf_sparse **spp, const struct sf_image *img, const str
 	size_cache(sp, &fn, &co, pinned, fixed + sp->mem.slabs);
 	if ((ret = check_ram(sp, e)))
 		goto out;
+	if (img->resident_unread) {	/* its figures only: no decoding on zeros */
+		ret = sf_err_set(e, -EINVAL, "%s: the resident region is not read "
+				 "(sf_image_load_resident)", img->path);
+		goto out;
+	}
 
 	if ((ret = alloc_scratch(sp))) {
 		ret = sf_err_set(e, ret, "%s: sparse decoder buffers: %s", img->path, strerror(ENOMEM));

@@ -181,7 +181,9 @@ struct sf_sparse;
  * was not calibrated for, listing those it was; a middle tier without
  * codes), sizes the cache, checks the memory budget (SF_ELIMIT with the
  * figures), allocates every buffer, opens the ring (or, with simulate,
- * reads the flash regions). Images packed with --keep run as they are:
+ * reads the flash regions). An image whose resident region is deferred
+ * (SF_IMAGE_OPEN_DEFER_RESIDENT) gets the budget checked, then -EINVAL:
+ * the figures need no weights, decoding does. Images packed with --keep run as they are:
  * the neurons left out are never computed (their ffn_out entries never
  * selected, their ffn_in rows absent, so their activation is 0). *sp
  * NULL on error. */
