@@ -11,6 +11,24 @@ load ../cli/helpers
 # eight times to text.txt)
 TEXT="a big dog ran far away, and my cow ran home"
 
+# oracle_pair ARCH NAME SET [WIDE]: the oracle's checkpoint ARCH with the
+# Python SET applied to its shape s, as NAME, and 64 wide (with WIDE
+# applied too) as NAME64, for the block types; both to F32 GGUFs, NAME64's
+# also to Q8_0 and Q4_0 by llama.cpp's quantizer.
+oracle_pair() {
+	local arch=$1 name=$2 q
+	"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
+s = h.SHAPES[sys.argv[2]]
+exec(sys.argv[5]); h.write(sys.argv[3], sys.argv[2], 7)
+s.update(hidden_size=64, intermediate_size=128); exec(sys.argv[6]); h.write(sys.argv[4], sys.argv[2], 7)' \
+		"$SF_ROOT/tests/oracle" "$arch" "$G/$name" "$G/${name}64" "$3" "${4:-pass}"
+	lc llamacpp_gguf "$G/$name" "$G/$name.gguf" f32
+	lc llamacpp_gguf "$G/${name}64" "$G/${name}64.gguf" f32
+	for q in Q8_0 Q4_0; do
+		lc llamacpp_quantize "$G/${name}64.gguf" "$G/${name}64-$q.gguf" "$q"
+	done
+}
+
 setup_file() {
 	local got
 	got=$(bash -c 'source "$1/tests/bench/llamacpp.bash" && llamacpp_setup "$2" >&2 &&
@@ -74,27 +92,12 @@ h.write(sys.argv[2], sys.argv[3], 7)' "$SF_ROOT/tests/oracle" "$G/$m" "$m"
 	# q's, k's and v's rows make whole tiles) for the block types. Named
 	# p3, not phi3: llama.cpp gives a model whose general.name says phi3
 	# Phi-3's special tokens, which the byte-level vocabulary lacks
-	"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
-h.SHAPES["phi3"].update(sliding_window=None); h.write(sys.argv[2], "phi3", 7)
-h.SHAPES["phi3"].update(hidden_size=64, intermediate_size=128); h.SHAPES["phi3"]["rope_scaling"].update(
-    short_factor=[1.0, 1.5, 2.0, 3.0], long_factor=[1.2, 2.0, 4.0, 9.0])
-h.write(sys.argv[3], "phi3", 7)' "$SF_ROOT/tests/oracle" "$G/p3" "$G/p364"
-	lc llamacpp_gguf "$G/p3" "$G/p3.gguf" f32
-	lc llamacpp_gguf "$G/p364" "$G/p364.gguf" f32
-	for q in Q8_0 Q4_0; do
-		lc llamacpp_quantize "$G/p364.gguf" "$G/p364-$q.gguf" "$q"
-	done
-	# Gemma 3 (the oracle's checkpoint) with the query_pre_attn_scalar
-	# llama.cpp's graph takes (head_dim's), and 64 wide for the block types
-	"$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hf_forward as h
-h.SHAPES["gemma3"].update(query_pre_attn_scalar=16); h.write(sys.argv[2], "gemma3", 7)
-h.SHAPES["gemma3"].update(hidden_size=64, intermediate_size=128); h.write(sys.argv[3], "gemma3", 7)' \
-		"$SF_ROOT/tests/oracle" "$G/g3" "$G/g364"
-	lc llamacpp_gguf "$G/g3" "$G/g3.gguf" f32
-	lc llamacpp_gguf "$G/g364" "$G/g364.gguf" f32
-	for q in Q8_0 Q4_0; do
-		lc llamacpp_quantize "$G/g364.gguf" "$G/g364-$q.gguf" "$q"
-	done
+	oracle_pair phi3 p3 's.update(sliding_window=None)' \
+		's["rope_scaling"].update(short_factor=[1.0, 1.5, 2.0, 3.0], long_factor=[1.2, 2.0, 4.0, 9.0])'
+	# Gemma 3 and Gemma 2 (the oracle's checkpoints, Gemma 2's soft-capped)
+	# with the query_pre_attn_scalar llama.cpp's graph takes (head_dim's)
+	oracle_pair gemma3 g3 's.update(query_pre_attn_scalar=16)'
+	oracle_pair gemma2 g2 's.update(query_pre_attn_scalar=16)'
 	# o200k's pre-tokenizer (gpt-oss's) on the byte-level vocabulary
 	mkdir -p "$G/b4o" && cp "$G/bl"/* "$G/b4o/"
 	cat >"$G/o200k.txt" <<-'EOF'
@@ -304,6 +307,15 @@ quantized_agree() {
 	b=$(sf-run -q -ctk f32 -ctv f32 --model "$g/g364.gguf" --ppl "$g/text.txt" --window 64 | jq .nll)
 	echo "image of F32: $a, the file $b"
 	jq -n --argjson a "$a" --argjson b "$b" -e '($a - $b | fabs) < 1e-4'
+}
+
+# Gemma 2's soft-capping of the scores and logits (1.5 and 4 in the
+# oracle's checkpoint, low enough to bite) as llama.cpp's gemma2 computes it.
+@test "Gemma 2 GGUFs (soft-capped scores and logits, every other layer sliding, gains holding the one): the safetensors' nll, llama.cpp's within 0.005, its Q8_0 and Q4_0 within 0.01 of llama.cpp's, an image of the Q4_0 file" {
+	local g=$BATS_FILE_TMPDIR
+	agrees g2 1e-5 0.005
+	agrees g264 1e-5 0.005
+	quantized_agree g264 Gemma2ForCausalLM 0.15
 }
 
 @test "mixtures as GGUFs (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): the safetensors' nll, llama.cpp's within 0.002" {

@@ -31,6 +31,7 @@ setup_file() {
 	"$PYTHON" "$ORACLE" write "$D/llama" llama 7
 	"$PYTHON" "$ORACLE" write "$D/qwen3" qwen3 7
 	"$PYTHON" "$ORACLE" write "$D/phi3" phi3 7
+	"$PYTHON" "$ORACLE" write "$D/gemma2" gemma2 7
 	"$PYTHON" "$ORACLE" write "$D/gemma3" gemma3 7
 	"$PYTHON" "$ORACLE" write "$D/gemma3_mm" gemma3_mm 7
 	"$PYTHON" "$ORACLE" write "$D/mixtral" mixtral 7
@@ -220,6 +221,36 @@ refused() {
 	image_matches_dense gemma3 Gemma3ForCausalLM
 }
 
+@test "Gemma 2 (Gemma 3's norms, scalar and GELU without its q/k norms or local RoPE base, every other layer sliding from the first, soft-capped scores and logits): the nll within 2e-4 of the oracle, its greedy tokens, at any -b, the sliding layer's KV cache a ring" {
+	check_arch gemma2
+	same_at_any_batch gemma2
+	# the soft-capping bites: without it the nll moves
+	local m kv
+	m=$(with_config gemma2 '.attn_logit_softcapping = null | .final_logit_softcapping = null')
+	[ "$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)" != \
+	  "$(exact -m "$D/gemma2" --ppl "$D/text.txt" --window 64 | jq .nll)" ]
+	nll_matches "$(exact -m "$m" --ppl "$D/text.txt" --window 64 | jq .nll)" \
+		"$("$PYTHON" "$ORACLE" nll "$m" "$(ids "$m")")"
+	rm -rf "$m"
+	run --separate-stderr exact -m "$D/gemma2" -p "$TEXT" -n 16 --temp 0 --ignore-eos -b 1 --bench
+	[ "$status" -eq 0 ]
+	# the sliding layer holds its window of 6, the full one all 59 positions
+	kv=$(jq '.num_key_value_heads * .head_dim * 4 * 2' "$D/gemma2/config.json")
+	[ "$(echo "$output" | jq .kv_cache.bytes_in_use)" -eq $(((59 + 6) * kv)) ]
+}
+
+@test "a Gemma 2 image at budget 1 gives the dense nll and greedy text" {
+	image_matches_dense gemma2 Gemma2ForCausalLM
+}
+
+@test "Gemma 2: a soft-capping bound of 0, another activation, q/k norms it has not: one line, exit 1" {
+	need_numpy
+	refuses_config gemma2 '.attn_logit_softcapping = 0' "config.json: 'attn_logit_softcapping': 0, expected above 0 and at most 1e+09"
+	refuses_config gemma2 '.hidden_activation = "gelu"' "config.json: 'hidden_activation': unsupported (only gelu_pytorch_tanh)"
+	refused "sf-run: $(with_tensor gemma2 model.layers.0.self_attn.q_norm.weight 16)/model.safetensors: tensor 'model.layers.0.self_attn.q_norm.weight': not part of a Gemma2ForCausalLM with this config.json" \
+		sf-run -m "$BATS_TEST_TMPDIR/bad" -p hi
+}
+
 # The same weights as the gemma3 checkpoint, as Gemma 3's 4B and larger
 # come: Gemma3ForConditionalGeneration, the text model's config in
 # text_config (its token ids at the top), its tensors under transformers'
@@ -256,8 +287,8 @@ EOF
 
 @test "Gemma 3: soft-capping, another activation, bidirectional attention, a missing sandwich norm: one line, exit 1" {
 	need_numpy
-	refuses_config gemma3 '.final_logit_softcapping = 30.0' "config.json: 'final_logit_softcapping': unsupported (no soft-capping)"
-	refuses_config gemma3 '.attn_logit_softcapping = 50.0' "config.json: 'attn_logit_softcapping': unsupported (no soft-capping)"
+	refuses_config gemma3 '.final_logit_softcapping = 30.0' "config.json: 'final_logit_softcapping': unsupported in Gemma 3 (no soft-capping)"
+	refuses_config gemma3 '.attn_logit_softcapping = 50.0' "config.json: 'attn_logit_softcapping': unsupported in Gemma 3 (no soft-capping)"
 	refuses_config gemma3 '.hidden_activation = "gelu"' "config.json: 'hidden_activation': unsupported (only gelu_pytorch_tanh)"
 	refuses_config gemma3 '.use_bidirectional_attention = true' "config.json: 'use_bidirectional_attention': true unsupported"
 	refuses_without gemma3 model.layers.1.post_feedforward_layernorm.weight "model.safetensors: tensor 'model.layers.1.post_feedforward_layernorm.weight': missing"
@@ -408,7 +439,7 @@ ring_matches() {
 @test "-v counts every parameter of each architecture's checkpoint" {
 	local a want
 	need_numpy
-	for a in llama qwen3 phi3 gemma3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
+	for a in llama qwen3 phi3 gemma2 gemma3 mixtral qwen2_moe qwen3_moe olmoe gpt_oss; do
 		want=$(cd "$SF_ROOT/tests/oracle" && "$PYTHON" -c 'import sys, hf_forward as h
 print(sum(a.size for a in h.read_checkpoint(sys.argv[1]).values()))' "$D/$a")
 		run --separate-stderr sf-run -m "$D/$a" -p hi -n 1 -v

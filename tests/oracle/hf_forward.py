@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The oracle of tests/cli/sf-run-oracle.bats: a literal NumPy forward pass
 of Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
-Gemma3ForCausalLM and the mixtures of experts MixtralForCausalLM,
+Gemma2ForCausalLM, Gemma3ForCausalLM and the mixtures of experts MixtralForCausalLM,
 Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and
 GptOssForCausalLM, in float64, as transformers' modeling_llama.py,
 modeling_qwen3.py, modeling_phi3.py (with modeling_rope_utils.py's
-longrope), modeling_gemma3.py, modeling_mixtral.py,
+longrope), modeling_gemma2.py, modeling_gemma3.py, modeling_mixtral.py,
 modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_olmoe.py and
 modeling_gpt_oss.py compute it, and the writer of the tiny random F32
 checkpoints it runs on (gpt_oss_mxfp4: gpt-oss's experts as the released
@@ -62,6 +62,14 @@ SHAPES = {
                    rope_scaling=dict(rope_type="linear", factor=4.0),
                    hidden_activation="gelu_pytorch_tanh", hidden_act=None, rms_norm_eps=None,
                    tie_word_embeddings=None),
+    # Gemma 2: Gemma 3's gains, widths, scalar and sandwich, without its
+    # q/k norms or local RoPE base; every other layer sliding from the first
+    # (Gemma2Config's layer_types when absent); soft-capping of the scores
+    # and logits low enough to bite (the released models': 50 and 30)
+    "gemma2": dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", head_dim=16,
+                   query_pre_attn_scalar=24, sliding_window=6, attn_logit_softcapping=1.5,
+                   final_logit_softcapping=4.0, hidden_activation="gelu_pytorch_tanh",
+                   hidden_act=None, rms_norm_eps=None, tie_word_embeddings=None),
     # 4 experts, 2 a token: every expert has tokens, and none has all
     "mixtral": dict(architectures=["MixtralForCausalLM"], model_type="mixtral",
                     tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2),
@@ -247,7 +255,7 @@ def write(d, arch, seed, shards=1):
     def mat(rows, cols):  # unit-variance outputs: the logits are sharp
         return rng.standard_normal((rows, cols)) / np.sqrt(cols)
 
-    gemma = c["model_type"] == "gemma3_text"
+    gemma = c["model_type"] in ("gemma2", "gemma3_text")
 
     def gain(n):  # far from 1, so that a norm left out shows; Gemma's less one
         return rng.uniform(0.5, 1.5, n) - (1.0 if gemma else 0.0)
@@ -269,7 +277,7 @@ def write(d, arch, seed, shards=1):
         if gpt_oss:
             t[p + "self_attn.o_proj.bias"] = 0.5 * rng.standard_normal(dim)
             t[p + "self_attn.sinks"] = rng.standard_normal(c["num_attention_heads"])
-        if arch in ("qwen3", "qwen3_moe") or gemma:
+        if arch in ("qwen3", "qwen3_moe", "gemma3", "gemma3_mm"):
             t[p + "self_attn.q_norm.weight"] = gain(hd)
             t[p + "self_attn.k_norm.weight"] = gain(hd)
         if arch == "olmoe":
@@ -497,9 +505,10 @@ def logits(d, ids):
     eps, hd = c.get("rms_norm_eps", EPS.get(c["model_type"], 1e-6)), head_dim(c)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     T = len(ids)
-    gpt_oss, gemma = c["model_type"] == "gpt_oss", c["model_type"] == "gemma3_text"
+    gpt_oss, gemma3 = c["model_type"] == "gpt_oss", c["model_type"] == "gemma3_text"
+    gemma = gemma3 or c["model_type"] == "gemma2"
 
-    def norm(x, name):  # Gemma3RMSNorm's gain is 1 + the stored one
+    def norm(x, name):  # Gemma's RMSNorm's gain is 1 + the stored one
         return rmsnorm(x, w[name] + (1.0 if gemma else 0.0), eps)
 
     def cos_sin(inv_freq, att):
@@ -523,20 +532,20 @@ def logits(d, ids):
     window = c.get("sliding_window") or T
     sliding = causal + np.tril(np.full((T, T), -np.inf), -window)
     types = c.get("layer_types")
-    if gemma and not types:  # Gemma3TextConfig's from its pattern
-        n = c.get("sliding_window_pattern", GEMMA3_PATTERN)
+    if gemma and not types:  # Gemma3TextConfig's from its pattern, Gemma2Config's 2
+        n = c.get("sliding_window_pattern", GEMMA3_PATTERN) if gemma3 else 2
         types = ["sliding_attention" if (i + 1) % n else "full_attention"
                  for i in range(c["num_hidden_layers"])]
 
     x = w["model.embed_tokens.weight"][ids]  # (T, dim)
-    if gemma:  # Gemma3TextScaledWordEmbedding
+    if gemma:  # the embeddings times sqrt(hidden), in the checkpoint's dtype
         x = x * np.float32(c["hidden_size"] ** 0.5)
     for l in range(c["num_hidden_layers"]):
         p = "model.layers.%d." % l
         slides = (types is not None and types[l] == "sliding_attention") or \
             (c["model_type"] == "phi3" and c.get("sliding_window"))
         # Gemma 3's sliding layers turn on their own base
-        cos, sin = rotations["sliding" if gemma and slides else "full"]
+        cos, sin = rotations["sliding" if gemma3 and slides else "full"]
         h = norm(x, p + "input_layernorm.weight")
         q = h @ w[p + "self_attn.q_proj.weight"].T
         k = h @ w[p + "self_attn.k_proj.weight"].T
@@ -561,6 +570,8 @@ def logits(d, ids):
         k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv
         v = np.repeat(v, nh // nkv, axis=0)
         s = q @ k.transpose(0, 2, 1) * c.get("query_pre_attn_scalar", hd) ** -0.5
+        if c.get("attn_logit_softcapping"):  # Gemma 2's, before the mask
+            s = np.tanh(s / c["attn_logit_softcapping"]) * c["attn_logit_softcapping"]
         # Phi-3 (Mistral's masks): every layer slides when it has a window
         s = s + (sliding if slides else causal)
         if gpt_oss:  # each head's sink joins the softmax, then is dropped
@@ -572,7 +583,7 @@ def logits(d, ids):
         a = z.transpose(1, 0, 2).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         if p + "self_attn.o_proj.bias" in w:
             a = a + w[p + "self_attn.o_proj.bias"]
-        if gemma:  # Gemma3DecoderLayer's sandwich
+        if gemma:  # Gemma2DecoderLayer's and Gemma3DecoderLayer's sandwich
             x = x + norm(a, p + "post_attention_layernorm.weight")
             h = norm(x, p + "pre_feedforward_layernorm.weight")
             f = mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
@@ -590,7 +601,10 @@ def logits(d, ids):
                         w[p + "mlp.down_proj.weight"])
     x = norm(x, "model.norm.weight")
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return x @ head.T
+    z = x @ head.T
+    if c.get("final_logit_softcapping"):  # Gemma 2's
+        z = np.tanh(z / c["final_logit_softcapping"]) * c["final_logit_softcapping"]
+    return z
 
 
 def nll(d, ids):

@@ -51,7 +51,7 @@ static void qwen2_file(struct gb *b, enum change ch)
 
 	b->n = 0;
 	gb_header(b, 3, ch == UNTIED || ch == LONG_ONLY, (uint64_t)nkv);
-	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma2" : a);
+	gb_kv_str(b, "general.architecture", ch == ARCH_GEMMA ? "gemma" : a);
 	kv_u32(b, a, "embedding_length", 256);
 	kv_u32(b, a, "feed_forward_length", 768);
 	if (ch != NO_BLOCKS)
@@ -176,8 +176,8 @@ static void test_built(void)
 	free(b.p);
 
 	REFUSED(ARCH_GEMMA, SF_EUNSUPPORTED,
-		"key 'general.architecture': 'gemma2' unsupported (expected llama, qwen2, qwen3, "
-		"phi3, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss)");
+		"key 'general.architecture': 'gemma' unsupported (expected llama, qwen2, qwen3, "
+		"phi3, gemma2, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss)");
 	REFUSED(NO_BLOCKS, -ENOENT, "key 'qwen2.block_count': missing");
 	REFUSED(EXPERTS, SF_EUNSUPPORTED, "key 'qwen2.expert_count': 8, experts in architecture "
 		"qwen2 unsupported");

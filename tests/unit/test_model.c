@@ -408,6 +408,30 @@ static void test_config(void)
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'final_logit_softcapping': unsupported");
 	ret = VARIANT(with(j, "hidden_activation", json_string("silu")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "'hidden_activation': unsupported (only gelu_pytorch_tanh)");
+	/* Gemma 2: Gemma2Config's head_dim 256, eps 1e-6, theta 10000, tied
+	 * head, query_pre_attn_scalar 256, even layers sliding by 4096 on the
+	 * global base, soft-capping at 50 and 30 (null: none), no q/k norms;
+	 * its text reads back */
+	j = with(base_config(), "architectures", json_pack("[s]", "Gemma2ForCausalLM"));
+	j = with(j, "rms_norm_eps", NULL);
+	j = with(j, "rope_theta", NULL);
+	j = with(j, "tie_word_embeddings", NULL);
+	j = with(j, "hidden_act", NULL);
+	j = with(j, "num_hidden_layers", json_integer(3));
+	ret = VARIANT(json_deep_copy(j));
+	CHECK(ret == 0 && c.arch == SF_ARCH_GEMMA2 && c.head_dim == 256 && c.norm_eps == 1e-6f &&
+	      c.rope_theta == 10000.0f && c.tie_embeddings && c.attn_scalar == 256.0f &&
+	      c.sliding_window == 4096 && c.layer_sliding[0] && !c.layer_sliding[1] &&
+	      c.layer_sliding[2] && c.rope_theta_local == 0.0f && c.attn_softcap == 50.0f &&
+	      c.final_softcap == 30.0f && c.norm_offset == 1.0f && c.act_gelu && c.post_norms &&
+	      c.qk_norm == SF_QK_NORM_NONE, "gemma2: %d %s", ret, e.msg);
+	reads_back(&c, "gemma2");
+	ret = VARIANT(with(json_deep_copy(j), "final_logit_softcapping", json_null()));
+	CHECK(ret == 0 && c.final_softcap == 0.0f && c.attn_softcap == 50.0f,
+	      "gemma2 without final soft-capping: %d %s", ret, e.msg);
+	reads_back(&c, "gemma2 without final soft-capping");
+	ret = VARIANT(with(j, "attn_logit_softcapping", json_real(-1.0)));
+	CHECK_ERR(ret, SF_ELIMIT, &e, path, "'attn_logit_softcapping': -1, expected above 0");
 	j = with(base_config(), "architectures", NULL);
 	ret = VARIANT(with(j, "model_type", json_string("gemma")));
 	CHECK_ERR(ret, SF_EUNSUPPORTED, &e, path, "model_type 'gemma'");

@@ -486,6 +486,13 @@ static const float *kv_rows(const uint8_t *cache, enum sf_kv_type t, size_t row,
 	return buf;
 }
 
+/* Gemma 2's soft-capping of n scores or logits: cap * tanh(x / cap). */
+static void softcap(float *x, size_t n, float cap)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = cap * tanhf(x[i] / cap);
+}
+
 /* Query heads [h0, h1) of the KV head at element off, tokens [k0, k0 +
  * nq) of the pass: each token's scores row, then their outputs together
  * over the positions all of them see and each over the rest it sees,
@@ -530,6 +537,8 @@ static void attend(const struct attn_task *t, size_t off, size_t h0, size_t h1, 
 		for (size_t j = 0; j < nq; j++) {
 			float *aj = s->att + (h * (size_t)att_queries(s->batch) + j) * lds;
 			size_t lj = first_seen(t, shared + j - 1);
+			if (c->attn_softcap > 0)	/* Gemma 2's */
+				softcap(aj + lj, shared + j - lj, c->attn_softcap);
 			if (t->sinks->data)
 				softmax_sink(aj + lj, shared + j - lj, sf_weight_at(t->sinks, h));
 			else
@@ -1014,6 +1023,8 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 		const struct sf_weight *mw[] = { &m->lm_head };
 		sf_group_dense_batch(s->pool, s->x + (size_t)first * dim, dim, T - first, 1, y, mw);
 	}
+	if (c->final_softcap > 0)
+		softcap(logits, (size_t)(T - first) * (size_t)c->vocab_size, c->final_softcap);
 	if ((bad = nonfinite_row(logits, T - first, (size_t)c->vocab_size)) >= 0) {
 		sf_err_set(&s->err, SF_EFORMAT, "output head: non-finite logits at position %d",
 			   pos + first + bad);

@@ -27,7 +27,7 @@
 #define SEQ_MAX (1 << 24)
 
 #define QWEN3_HEAD_DIM 128	/* Qwen3Config's head_dim when absent */
-#define GEMMA3_HEAD_DIM 256	/* Gemma3TextConfig's */
+#define GEMMA_HEAD_DIM 256	/* Gemma2Config's and Gemma3TextConfig's */
 #define EXPERTS_MAX 1024
 
 /* The config classes' defaults where config.json leaves a value out. */
@@ -48,9 +48,15 @@ static const struct {
 	{ "OlmoeForCausalLM", "olmoe", SF_ARCH_OLMOE, 1e-5, 10000.0 },
 	{ "GptOssForCausalLM", "gpt_oss", SF_ARCH_GPT_OSS, 1e-5, 150000.0 },
 	{ "Phi3ForCausalLM", "phi3", SF_ARCH_PHI3, 1e-5, 10000.0 },
+	{ "Gemma2ForCausalLM", "gemma2", SF_ARCH_GEMMA2, 1e-6, 10000.0 },
 	{ "Gemma3ForCausalLM", "gemma3_text", SF_ARCH_GEMMA3, 1e-6, 1e6 },
 };
 #define NARCHS (sizeof(archs) / sizeof(archs[0]))
+
+static int is_gemma(const struct sf_config *c)
+{
+	return c->arch == SF_ARCH_GEMMA2 || c->arch == SF_ARCH_GEMMA3;
+}
 
 const char *sf_arch_name(enum sf_arch a)
 {
@@ -240,7 +246,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
+				  "%s: architectures[0] '%.100s': unsupported architecture (expected LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM)",
 				  path, name);
 	}
 	if (json_is_string(t)) {
@@ -252,7 +258,7 @@ static int parse_arch(const char *path, json_t *root, struct sf_config *c, struc
 				return 0;
 			}
 		return sf_err_set(e, SF_EUNSUPPORTED,
-				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, phi3, gemma3_text, gemma3, mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss)",
+				  "%s: model_type '%.100s': unsupported architecture (expected llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, gemma3, mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss)",
 				  path, name);
 	}
 	return sf_err_set(e, SF_EFORMAT, "%s: 'architectures': missing (and no 'model_type')", path);
@@ -533,8 +539,8 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 	json_t *act = json_object_get(root, "hidden_act");
 	int b = 0, ret;
 
-	/* Gemma3TextConfig reads hidden_activation instead (parse_gemma3) */
-	if (act && !json_is_null(act) && c->arch != SF_ARCH_GEMMA3) {
+	/* Gemma's configs read hidden_activation instead (parse_gemma) */
+	if (act && !json_is_null(act) && !is_gemma(c)) {
 		const char *s = json_string_value(act);
 
 		if (!s)
@@ -625,24 +631,42 @@ static int parse_gpt_oss(const char *path, json_t *root, struct sf_config *c, st
 	return 0;
 }
 
-/* Gemma 3 (Gemma3TextConfig): GELU's tanh approximation
- * (hidden_activation), its gains stored less one, the embeddings times
- * sqrt(hidden_size), the scores by query_pre_attn_scalar^-0.5 (256), the
- * sliding layers of sliding_window (4096) on their own RoPE
- * (rope_local_base_freq, 10000, unscaled), the sandwich norms; what it
- * may have and we do not compute (soft-capping, bidirectional attention,
- * biases) refused by name. */
-static int parse_gemma3(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
+/* A soft-capping bound of Gemma2Config: def when absent, null for none
+ * (0). */
+static int get_softcap(const char *path, json_t *root, const char *key, double def, float *out,
+		       struct sf_err *e)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (v && json_is_null(v)) {
+		*out = 0.0f;
+		return 0;
+	}
+	return get_num(path, root, "", key, 0, def, 0, 0, 1e9, out, e);
+}
+
+/* Gemma 2 (Gemma2Config) and Gemma 3 (Gemma3TextConfig): GELU's tanh
+ * approximation (hidden_activation), its gains stored less one, the
+ * embeddings times sqrt(hidden_size), the scores by
+ * query_pre_attn_scalar^-0.5 (256), the sliding layers of sliding_window
+ * (4096: every other layer from the first in Gemma 2, all but each 6th in
+ * Gemma 3, on their own RoPE base, rope_local_base_freq, 10000,
+ * unscaled), the sandwich norms; Gemma 2's soft-capping of the scores
+ * (attn_logit_softcapping, 50) and the logits (final_logit_softcapping,
+ * 30), Gemma 3's q and k norms; what they may have and we do not compute
+ * (Gemma 3's soft-capping, bidirectional attention, biases) refused by
+ * name. */
+static int parse_gemma(const char *path, json_t *root, struct sf_config *c, struct sf_err *e)
 {
 	static const char *const refused[] = { "final_logit_softcapping", "attn_logit_softcapping" };
 	json_t *act = json_object_get(root, "hidden_activation");
-	int pattern, b, ret;
+	int g3 = c->arch == SF_ARCH_GEMMA3, pattern = 2, b, ret;
 
-	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+	for (size_t i = 0; g3 && i < sizeof(refused) / sizeof(refused[0]); i++) {
 		json_t *v = json_object_get(root, refused[i]);
 		if (v && !json_is_null(v))
-			return sf_err_set(e, SF_EUNSUPPORTED, "%s: '%s': unsupported (no soft-capping)",
-					  path, refused[i]);
+			return sf_err_set(e, SF_EUNSUPPORTED, "%s: '%s': unsupported in Gemma 3 (no "
+					  "soft-capping)", path, refused[i]);
 	}
 	if (act && !json_is_null(act) &&
 	    (!json_is_string(act) || strcmp(json_string_value(act), "gelu_pytorch_tanh")))
@@ -658,13 +682,19 @@ static int parse_gemma3(const char *path, json_t *root, struct sf_config *c, str
 	if (b)
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: 'attention_bias': true unsupported (q/k/v/o "
 				  "biases)", path);
-	if ((ret = get_int(path, root, "", "sliding_window_pattern", 0, 6, 1, LAYERS_MAX, &pattern,
-			   e)) ||
+	if ((g3 && (ret = get_int(path, root, "", "sliding_window_pattern", 0, 6, 1, LAYERS_MAX,
+				  &pattern, e))) ||
 	    (ret = parse_layer_types(path, root, c, 4096, pattern, e)) ||
 	    (ret = get_num(path, root, "", "query_pre_attn_scalar", 0, 256, 0, 0, 1e9,
 			   &c->attn_scalar, e)) ||
-	    (ret = get_num(path, root, "", "rope_local_base_freq", 0, 10000, 0, 0, 1e12,
+	    /* Gemma 2's own key only in an image of a GGUF whose
+	     * rope.freq_base_swa differs (sf_config_json) */
+	    (ret = get_num(path, root, "", "rope_local_base_freq", 0, g3 ? 10000 : 0, 0, 0, 1e12,
 			   &c->rope_theta_local, e)) ||
+	    (!g3 && ((ret = get_softcap(path, root, "attn_logit_softcapping", 50.0,
+					&c->attn_softcap, e)) ||
+		     (ret = get_softcap(path, root, "final_logit_softcapping", 30.0,
+					&c->final_softcap, e)))) ||
 	    /* sparseflash's own key: 0 in the config an image of a GGUF
 	     * embeds (sf_config_json), whose gains hold the one */
 	    (ret = get_num(path, root, "", "rms_norm_offset", 0, 1.0, 0, 1, 1, &c->norm_offset, e)))
@@ -672,7 +702,7 @@ static int parse_gemma3(const char *path, json_t *root, struct sf_config *c, str
 	c->embed_scale = (float)sqrt((double)c->dim);
 	c->act_gelu = 1;
 	c->post_norms = 1;
-	c->qk_norm = SF_QK_NORM_HEAD;
+	c->qk_norm = g3 ? SF_QK_NORM_HEAD : SF_QK_NORM_NONE;
 	return 0;
 }
 
@@ -821,16 +851,16 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 		goto out;
 	v = json_object_get(root, "head_dim");
 	head_dim_default = !v || json_is_null(v);
-	/* Qwen3Config's own default is 128, Gemma3TextConfig's 256, whatever
-	 * hidden_size says. */
+	/* Qwen3Config's own default is 128, Gemma's 256, whatever hidden_size
+	 * says. */
 	if ((ret = get_int(path, root, "", "head_dim", 0,
 			   c->arch == SF_ARCH_QWEN3 ? QWEN3_HEAD_DIM :
-			   c->arch == SF_ARCH_GEMMA3 ? GEMMA3_HEAD_DIM : c->dim / c->n_heads, 1,
+			   is_gemma(c) ? GEMMA_HEAD_DIM : c->dim / c->n_heads, 1,
 			   HEAD_DIM_MAX, &c->head_dim, e)))
 		goto out;
-	/* Qwen3's and Gemma 3's head_dim need not divide hidden_size */
+	/* Qwen3's and Gemma's head_dim need not divide hidden_size */
 	if ((ret = check_heads(path, c, head_dim_default && c->arch != SF_ARCH_QWEN3 &&
-				  c->arch != SF_ARCH_GEMMA3, &json_names, e)))
+				  !is_gemma(c), &json_names, e)))
 		goto out;
 	if ((ret = parse_rope_dim(path, root, c, e)))
 		goto out;
@@ -840,14 +870,14 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	    (ret = get_num(path, root, "", "rope_theta", 0, theta, 0, 0, 1e12, &c->rope_theta,
 			   e)) ||
 	    (ret = parse_rope_scaling(path, root, c, e)) ||
-	    (ret = get_bool(path, root, "tie_word_embeddings", c->arch == SF_ARCH_GEMMA3,
+	    (ret = get_bool(path, root, "tie_word_embeddings", is_gemma(c),
 			    &c->tie_embeddings, e)) ||
 	    (ret = refuse_unsupported(path, root, c, e)) ||
 	    (ret = parse_sliding_window(path, root, c, e)) ||
 	    (ret = parse_experts(path, root, c, e)) ||
-	    /* a wrapper's token ids at its top (Gemma3TextConfig's BOS 2) */
+	    /* a wrapper's token ids at its top (Gemma's BOS 2) */
 	    (ret = get_int(path, json_object_get(top, "bos_token_id") ? top : root, "",
-			   "bos_token_id", 0, c->arch == SF_ARCH_GEMMA3 ? 2 : -1, 0,
+			   "bos_token_id", 0, is_gemma(c) ? 2 : -1, 0,
 			   c->vocab_size - 1, &c->bos_id, e)) ||
 	    (ret = parse_eos(path, json_object_get(top, "eos_token_id") ? top : root, c, e)) ||
 	    (ret = get_bool(path, root, "rope_interleaved", 0, &c->rope_interleaved, e)) ||
@@ -866,7 +896,7 @@ int sf_config_parse(struct sf_config *c, const char *path, const char *text, siz
 	if (c->arch == SF_ARCH_OLMOE &&
 	    (ret = get_num(path, root, "", "clip_qkv", 0, 0, 0, 0, 1e30, &c->clip_qkv, e)))
 		goto out;
-	if (c->arch == SF_ARCH_GEMMA3 && (ret = parse_gemma3(path, root, c, e)))
+	if (is_gemma(c) && (ret = parse_gemma(path, root, c, e)))
 		goto out;
 	ret = 0;
 out:
@@ -942,12 +972,20 @@ char *sf_config_json(const struct sf_config *c)
 	    json_object_set_new(o, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear",
 							     "factor", (double)c->rope_linear)))
 		goto done;
-	if (c->arch == SF_ARCH_GEMMA3 &&
+	if (is_gemma(c) &&
 	    (json_object_set_new(o, "query_pre_attn_scalar", json_real((double)c->attn_scalar)) ||
-	     json_object_set_new(o, "rope_local_base_freq", json_real((double)c->rope_theta_local)) ||
 	     json_object_set_new(o, "rms_norm_offset", json_real((double)c->norm_offset))))
 		goto done;
-	if (c->arch == SF_ARCH_GPT_OSS || c->arch == SF_ARCH_GEMMA3) {
+	if (c->rope_theta_local > 0 &&
+	    json_object_set_new(o, "rope_local_base_freq", json_real((double)c->rope_theta_local)))
+		goto done;
+	if (c->arch == SF_ARCH_GEMMA2 &&
+	    (json_object_set_new(o, "attn_logit_softcapping", c->attn_softcap > 0 ?
+				 json_real((double)c->attn_softcap) : json_null()) ||
+	     json_object_set_new(o, "final_logit_softcapping", c->final_softcap > 0 ?
+				 json_real((double)c->final_softcap) : json_null())))
+		goto done;
+	if (c->arch == SF_ARCH_GPT_OSS || is_gemma(c)) {
 		json_t *types = json_array();
 		for (int l = 0; types && l < c->n_layers; l++)
 			if (json_array_append_new(types, json_string(c->layer_sliding[l] ?
@@ -1214,32 +1252,40 @@ static int gguf_rope_freqs(const struct sf_gguf *g, const char *arch, struct sf_
 	return gguf_num(g, arch, "rope.scaling.attn_factor", 1.0, 0, 1e6, &c->rope_attn_factor, e);
 }
 
-/* Gemma 3 as llama.cpp's graph computes it: attention.sliding_window (0
- * or absent: none) in the layers attention.sliding_window_pattern (6)
- * marks, on rope.freq_base_swa (10000) unscaled; the scores by
- * 1 / sqrt(head_dim) but the 62-layer 27B's 1 / sqrt(dim / heads) (its
- * query_pre_attn_scalar); the gains already hold Gemma3RMSNorm's one (the
- * converter adds it); the embeddings times sqrt(dim); GELU; the sandwich
- * norms; final_logit_softcapping refused. */
-static int gguf_gemma3(const struct sf_gguf *g, const char *arch, struct sf_config *c,
-		       struct sf_err *e)
+/* Gemma 2 and 3 as llama.cpp's graphs compute them: attention.sliding_window
+ * (Gemma 2: 4096 when absent; Gemma 3: none) in the layers
+ * attention.sliding_window_pattern (2; 6) marks, on rope.freq_base_swa
+ * (Gemma 2: the others' when absent; Gemma 3: 10000) unscaled; the scores by 1 / sqrt(head_dim) but
+ * the 27Bs' (46 and 62 layers) 1 / sqrt(dim / heads) (their
+ * query_pre_attn_scalar); the gains already hold the one (the converter
+ * adds it); the embeddings times sqrt(dim); GELU; the sandwich norms;
+ * Gemma 2's soft-capping (attn_logit_softcapping 50,
+ * final_logit_softcapping 30 when absent), Gemma 3's refused. */
+static int gguf_gemma(const struct sf_gguf *g, const char *arch, struct sf_config *c,
+		      struct sf_err *e)
 {
+	int g3 = c->arch == SF_ARCH_GEMMA3, window, pattern, ret;
 	float cap;
-	int window, pattern, ret;
 
-	if ((ret = gguf_num(g, arch, "final_logit_softcapping", 0.0, -1, 1e9, &cap, e)))
+	if ((ret = gguf_num(g, arch, "final_logit_softcapping", g3 ? 0.0 : 30.0, g3 ? -1 : 0, 1e9,
+			    &cap, e)) ||
+	    (!g3 && (ret = gguf_num(g, arch, "attn_logit_softcapping", 50.0, 0, 1e9,
+				    &c->attn_softcap, e))))
 		return ret;
-	if (cap > 0)
+	if (g3 && cap > 0)
 		return sf_err_set(e, SF_EUNSUPPORTED, "%s: key '%s.final_logit_softcapping': %g "
-				  "unsupported (no soft-capping)", g->path, arch, (double)cap);
-	if ((ret = gguf_int(g, arch, "attention.sliding_window", 0, 0, 0, SEQ_MAX, &window, e)) ||
-	    (ret = gguf_int(g, arch, "attention.sliding_window_pattern", 0, 6, 1, LAYERS_MAX,
-			    &pattern, e)) ||
-	    (ret = gguf_num(g, arch, "rope.freq_base_swa", 10000.0, 0, 1e12, &c->rope_theta_local,
-			    e)))
+				  "unsupported in Gemma 3 (no soft-capping)", g->path, arch,
+				  (double)cap);
+	c->final_softcap = g3 ? 0.0f : cap;
+	if ((ret = gguf_int(g, arch, "attention.sliding_window", 0, g3 ? 0 : 4096, 0, SEQ_MAX,
+			    &window, e)) ||
+	    (ret = gguf_int(g, arch, "attention.sliding_window_pattern", 0, g3 ? 6 : 2, 1,
+			    LAYERS_MAX, &pattern, e)) ||
+	    (ret = gguf_num(g, arch, "rope.freq_base_swa", g3 ? 10000.0 : 0.0, 0, 1e12,
+			    &c->rope_theta_local, e)))
 		return ret;
 	set_sliding(c, window, pattern);
-	c->attn_scalar = (float)(c->n_layers == 62 ? c->dim / c->n_heads : c->head_dim);
+	c->attn_scalar = (float)(c->n_layers == (g3 ? 62 : 46) ? c->dim / c->n_heads : c->head_dim);
 	c->embed_scale = (float)sqrt((double)c->dim);
 	c->act_gelu = 1;
 	c->post_norms = 1;
@@ -1277,6 +1323,7 @@ static const struct {
 	{ "olmoe", SF_ARCH_OLMOE, 1, 0 },
 	{ "gpt-oss", SF_ARCH_GPT_OSS, 1, 1 },	/* a softmax of the top k logits */
 	{ "phi3", SF_ARCH_PHI3, 0, 0 },
+	{ "gemma2", SF_ARCH_GEMMA2, 0, 0 },
 	{ "gemma3", SF_ARCH_GEMMA3, 0, 0 },
 };
 
@@ -1339,7 +1386,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	if (a == sizeof(gguf_archs) / sizeof(gguf_archs[0])) {
 		ret = sf_err_set(e, SF_EUNSUPPORTED,
 				 "%s: key 'general.architecture': '%.*s' unsupported (expected llama, "
-				 "qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
+				 "qwen2, qwen3, phi3, gemma2, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss)",
 				 g->path, len > 60 ? 60 : (int)len, name);
 		goto out;
 	}
@@ -1401,7 +1448,7 @@ int sf_config_from_gguf(struct sf_config *c, const struct sf_gguf *g, struct sf_
 	    (ret = gguf_experts(g, arch, (int)a, c, e)) ||
 	    (c->arch == SF_ARCH_GPT_OSS && (ret = gguf_gpt_oss(g, arch, c, e))) ||
 	    (c->arch == SF_ARCH_PHI3 && (ret = gguf_phi3(g, arch, c, e))) ||
-	    (c->arch == SF_ARCH_GEMMA3 && (ret = gguf_gemma3(g, arch, c, e))) ||
+	    (is_gemma(c) && (ret = gguf_gemma(g, arch, c, e))) ||
 	    (ret = gguf_rope_freqs(g, arch, c, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_id, e)) ||
 	    (ret = gguf_token(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &eos, e)) ||

@@ -2,8 +2,8 @@
  * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM
  * and the mixtures
  * of experts MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM,
- * OlmoeForCausalLM, and Gemma3ForCausalLM; or the llama, qwen2, qwen3, phi3
- * and gemma3 families from a GGUF's metadata. Anything we do
+ * OlmoeForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM; or the llama,
+ * qwen2, qwen3, phi3, gemma2 and gemma3 families from a GGUF's metadata. Anything we do
  * not implement is refused by name. See man/sparseflash.7 for the
  * supported fields. */
 #ifndef SF_CONFIG_H
@@ -16,7 +16,7 @@
 enum sf_arch {
 	SF_ARCH_LLAMA, SF_ARCH_MISTRAL, SF_ARCH_QWEN2, SF_ARCH_QWEN3, SF_ARCH_MIXTRAL,
 	SF_ARCH_QWEN2_MOE, SF_ARCH_QWEN3_MOE, SF_ARCH_OLMOE, SF_ARCH_GPT_OSS, SF_ARCH_PHI3,
-	SF_ARCH_GEMMA3
+	SF_ARCH_GEMMA2, SF_ARCH_GEMMA3
 };
 
 /* RMSNorm of q and k before RoPE: none; each head over its head_dim
@@ -78,6 +78,10 @@ struct sf_config {
 	 * input by pre_feedforward_layernorm */
 	float norm_offset, embed_scale, attn_scalar, rope_theta_local;
 	int act_gelu, post_norms;
+	/* Gemma 2's soft-capping: each attention score s (scaled) becomes
+	 * attn_softcap * tanh(s / attn_softcap) before the softmax, each logit
+	 * the same with final_softcap; 0 when none */
+	float attn_softcap, final_softcap;
 	int tie_embeddings;
 	int qkv_bias;		/* Qwen2; gpt-oss's attention_bias */
 	int o_bias;		/* gpt-oss's attention_bias: o_proj's bias too */
@@ -130,7 +134,7 @@ int sf_config_load(struct sf_config *c, const char *path, struct sf_err *e);
 int sf_config_parse(struct sf_config *c, const char *name, const char *text, size_t len,
 		    struct sf_err *e);
 /* The same from a GGUF's metadata, llama.cpp's keys: general.architecture
- * llama, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
+ * llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen2moe, qwen3moe, olmoe or gpt-oss (others
  * refused by name), ARCH.embedding_length,
  * feed_forward_length, block_count, attention.head_count and
  * context_length required; attention.head_count_kv, attention.key_length
@@ -141,7 +145,8 @@ int sf_config_parse(struct sf_config *c, const char *name, const char *text, siz
  * rope_freqs.weight (F32, head_dim / 2 finite factors above 0) read into
  * rope_freqs; phi3's rope_factors_short/long.weight (its LongRoPE) with
  * rope.scaling.original_context_length and attn_factor, and its
- * attention.sliding_window; gemma3's window, pattern and rope.freq_base_swa;
+ * attention.sliding_window; gemma2's and gemma3's window, pattern and
+ * rope.freq_base_swa, gemma2's attn_ and final_logit_softcapping;
  * a mixture's expert_* keys; rope.scaling.type none, linear or yarn
  * with its keys, as llama.cpp computes them; gpt-oss's sliding window
  * keys, and what its graph computes without a key (biases, sinks, the

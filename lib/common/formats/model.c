@@ -124,11 +124,14 @@ static void hash_config(uint64_t *h, const struct sf_config *c)
 	}
 	if (c->rope_linear > 0)
 		fnv_feed(h, "rope_linear=%08" PRIx32 "\n", float_bits(c->rope_linear));
-	if (c->arch == SF_ARCH_GEMMA3) {	/* its own, every other fingerprint stays */
+	if (c->arch == SF_ARCH_GEMMA2 || c->arch == SF_ARCH_GEMMA3) {	/* their own */
 		fnv_feed(h, "norm_offset=%08" PRIx32 "\nembed_scale=%08" PRIx32 "\nattn_scalar=%08"
 			 PRIx32 "\nrope_local=%08" PRIx32 "\n",
 			 float_bits(c->norm_offset), float_bits(c->embed_scale),
 			 float_bits(c->attn_scalar), float_bits(c->rope_theta_local));
+		if (c->arch == SF_ARCH_GEMMA2)
+			fnv_feed(h, "softcap=%08" PRIx32 ",%08" PRIx32 "\n",
+				 float_bits(c->attn_softcap), float_bits(c->final_softcap));
 		feed_sliding(h, c);
 	}
 	if (c->arch == SF_ARCH_PHI3) {	/* its own, every other fingerprint stays */

@@ -80,10 +80,10 @@ static int hf_name(const char *name, const struct sf_config *cfg, int x, char *h
 	cap -= (size_t)n;
 	if (cfg->arch == SF_ARCH_PHI3 && !strcmp(name, "ffn_up.weight"))	/* gate rows, then up */
 		return snprintf(hf, cap, "mlp.gate_up_proj.weight") < (int)cap ? 0 : -1;
-	/* Gemma 3's sandwich: ffn_norm is its pre_feedforward_layernorm */
-	if (cfg->arch == SF_ARCH_GEMMA3 && !strcmp(name, "ffn_norm.weight"))
+	/* Gemma's sandwich: ffn_norm is its pre_feedforward_layernorm */
+	if (cfg->post_norms && !strcmp(name, "ffn_norm.weight"))
 		return snprintf(hf, cap, "pre_feedforward_layernorm.weight") < (int)cap ? 0 : -1;
-	if (cfg->arch == SF_ARCH_GEMMA3 && !strcmp(name, "post_ffw_norm.weight"))
+	if (cfg->post_norms && !strcmp(name, "post_ffw_norm.weight"))
 		return snprintf(hf, cap, "post_feedforward_layernorm.weight") < (int)cap ? 0 : -1;
 	for (size_t i = 0; x < 0 && i < sizeof(layer_names) / sizeof(layer_names[0]); i++)
 		if (!strcmp(name, layer_names[i][0]))

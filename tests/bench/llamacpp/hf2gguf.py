@@ -17,7 +17,7 @@ conversion/gpt_oss.py does; its MXFP4 blocks and scales become GGUF's
 MXFP4 blocks, the same codes and scales. Phi-3's fused qkv_proj and
 gate_up_proj stay fused (attn_qkv, ffn_up), and its LongRoPE becomes the
 two factor tensors and the attention factor conversion/phi.py writes.
-Gemma 3's norm gains get the one Gemma3RMSNorm adds, as
+Gemma 2's and 3's norm gains get the one their RMSNorm adds, as
 conversion/gemma.py does.
 
 Usage: hf2gguf.py MODEL_DIR OUT.gguf [--outtype auto|f32|f16|bf16]"""
@@ -373,6 +373,27 @@ def gemma3_keys(w, cfg, scaling, model_dir):
         w.add_rope_scaling_factor(float(scaling["factor"]))
 
 
+def gemma2_keys(w, cfg, model_dir):
+    """What llama.cpp's gemma2 reads beyond the common keys: the window and
+    the two soft-capping bounds (its graph slides every other layer from the
+    first, and scales the scores by head_dim's root, the 27B's (46 layers)
+    by hidden / heads')."""
+    n_layer, head_dim = cfg["num_hidden_layers"], cfg.get("head_dim", 256)
+    want = cfg["hidden_size"] // cfg["num_attention_heads"] if n_layer == 46 else head_dim
+    if cfg.get("query_pre_attn_scalar", 256) != want:
+        fail(f"{model_dir}: query_pre_attn_scalar {cfg.get('query_pre_attn_scalar', 256)}: "
+             f"llama.cpp's gemma2 takes {want}")
+    types = cfg.get("layer_types")
+    if types and types != ["sliding_attention" if (l + 1) % 2 else "full_attention"
+                           for l in range(n_layer)]:
+        fail(f"{model_dir}: layer_types: llama.cpp's gemma2 slides every other layer")
+    for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+        if key in cfg and cfg[key] is None:
+            fail(f"{model_dir}: {key} null: llama.cpp's gemma2 always soft-caps")
+        getattr(w, "add_" + key)(float(cfg.get(key, default)))
+    w.add_sliding_window(cfg.get("sliding_window", 4096))
+
+
 def yarn_keys(w, scaling, model_dir):
     """YaRN as llama.cpp computes it: its correction range rounded
     outwards, as transformers' truncate; the attention factor its
@@ -410,6 +431,7 @@ def main():
              "qwen2_moe": (gguf.MODEL_ARCH.QWEN2MOE, False),
              "qwen3_moe": (gguf.MODEL_ARCH.QWEN3MOE, True), "olmoe": (gguf.MODEL_ARCH.OLMOE, False),
              "gpt_oss": (gguf.MODEL_ARCH.GPT_OSS, True), "phi3": (gguf.MODEL_ARCH.PHI3, None),
+             "gemma2": (gguf.MODEL_ARCH.GEMMA2, None),
              "gemma3_text": (gguf.MODEL_ARCH.GEMMA3, None)}
     model_type = cfg.get("model_type")
     if model_type not in archs:
@@ -434,11 +456,12 @@ def main():
     n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
     n_embd = cfg["hidden_size"]
-    head_dim = cfg.get("head_dim") or (256 if model_type == "gemma3_text" else n_embd // n_head)
+    gemma = model_type in ("gemma2", "gemma3_text")
+    head_dim = cfg.get("head_dim") or (256 if gemma else n_embd // n_head)
     n_vocab = cfg["vocab_size"]
     tied = "lm_head.weight" not in st
-    if model_type == "gemma3_text" and cfg.get("tie_word_embeddings", True) is False:
-        fail(f"{a.model_dir}: an untied Gemma 3: llama.cpp's gemma3 ties its head")
+    if gemma and cfg.get("tie_word_embeddings", True) is False:
+        fail(f"{a.model_dir}: an untied Gemma: llama.cpp's {model_type} ties its head")
     src_dtype = st["model.embed_tokens.weight"][1].lower()
     outtype = src_dtype if a.outtype == "auto" else a.outtype
 
@@ -469,6 +492,8 @@ def main():
         gpt_oss_keys(w, cfg, a.model_dir)
     elif model_type == "phi3":
         longrope = phi3_keys(w, cfg)
+    elif model_type == "gemma2":
+        gemma2_keys(w, cfg, a.model_dir)
     elif model_type == "gemma3_text":
         gemma3_keys(w, cfg, scaling, a.model_dir)
     elif renorm is not None:
@@ -551,8 +576,8 @@ def main():
                 t = permute(t, heads)
             if name.endswith("ffn_gate_inp_shexp.weight"):
                 t = np.asarray(t).reshape(-1)
-            if model_type == "gemma3_text" and hf.endswith("norm.weight"):
-                t = to_f32(np.asarray(t), entry[1]) + np.float32(1.0)  # Gemma3RMSNorm's one
+            if gemma and hf.endswith("norm.weight"):
+                t = to_f32(np.asarray(t), entry[1]) + np.float32(1.0)  # Gemma's RMSNorm's one
                 entry = entry[:1] + ("F32",) + entry[2:]
             ts.append(convert(np.asarray(t), entry[1], "f32" if t.ndim == 1 else outtype))
         w.write_tensor_data(np.ascontiguousarray(np.stack(ts) if len(ts) > 1 or
