@@ -84,7 +84,7 @@ void sf_cli_interrupt_clear(void)
 
 void sf_cli_start(const char *progname)
 {
-	const char *ref = getenv("SF_REF"), *level = getenv("SF_ISA");
+	const char *ref = getenv("SF_REF"), *level = getenv("SF_ISA"), *amx = getenv("SF_AMX");
 	enum sf_isa isa;
 
 	sf_progname = progname;
@@ -97,6 +97,8 @@ void sf_cli_start(const char *progname)
 	}
 	if (ref && *ref && strcmp(ref, "0") != 0)
 		sf_cpu_use(SF_ISA_REF);
+	if (amx && !strcmp(amx, "0"))
+		sf_cpu_use_amx(0);
 }
 
 static int errors_printed;	/* by sf_error: sf_close_stdout says no more */
