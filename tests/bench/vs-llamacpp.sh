@@ -37,6 +37,10 @@
 # in six; tests/fixtures/mkmodel --arch gemma3, BF16, 2.0 GB), its Q4_0 by
 # llama.cpp's quantizer and sf-pack's q4 image; ram as the mixture's; the
 # default cgroup is 25% of the q4 image.
+# SHAPE=gemma2: Gemma 2 2B's shape (hidden 2304, intermediate 9216, 26
+# layers, 8/4 heads of 256, vocab 256000 tied, every other layer sliding
+# by 4096, soft-capped scores and logits; mkmodel --arch gemma2, BF16,
+# 5.2 GB), as gemma3.
 # Every shape also runs sf-run --model on llama.cpp's 4-bit file in RAM.
 # Writes runs.csv (config,where,round,pp,tg,busy: sf-run's decode_busy
 # averaged over its threads; expert_hit, ahead_precision, ahead_recall: a
@@ -44,7 +48,7 @@
 # experts read ahead that were picked, and of the picks not held that were
 # read ahead) and summary.json (medians and the
 # issue's ratios) under SF_BENCH_OUT; prints the table.
-#   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral|gpt-oss|gemma3] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
+#   tests/bench/vs-llamacpp.sh [SHAPE=tinyllama|mixtral|gpt-oss|gemma3|gemma2] [PARTS="ram cgroup"] [REPEATS=3] [THREADS=2]
 #       [PROMPT=512] [NGEN=64] [CGROUPS="660000000 330000000"]
 #       [SCRATCH=/var/tmp/sf-vs-llamacpp] [LLAMACPP_DIR=/var/tmp/sf-llamacpp] [QUICK=1]
 #       [CGROUP_REPACK=0: no repacked llama.cpp in the cgroups]
@@ -94,7 +98,13 @@ gemma3)
 	arch=(--arch gemma3 --head-dim 256) tie=(--tie)
 	shape=(--hidden 1152 --intermediate 6912 --layers 26 --heads 4 --kv-heads 1 --vocab 262144)
 	ggufs=(Q4_0) dtypes=(q4) quant=() g4=Q4_0 i4=q4 ;;
-*) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama, mixtral, gpt-oss or gemma3" >&2; exit 2 ;;
+gemma2)
+	scratch=${SCRATCH:-/var/tmp/sf-vs-llamacpp-gemma2}
+	out=${SF_BENCH_OUT:-$root/build/bench/vs-llamacpp-gemma2}
+	arch=(--arch gemma2 --head-dim 256) tie=(--tie)
+	shape=(--hidden 2304 --intermediate 9216 --layers 26 --heads 8 --kv-heads 4 --vocab 256000)
+	ggufs=(Q4_0) dtypes=(q4) quant=() g4=Q4_0 i4=q4 ;;
+*) echo "vs-llamacpp: SHAPE=$SHAPE: tinyllama, mixtral, gpt-oss, gemma3 or gemma2" >&2; exit 2 ;;
 esac
 if [ -n "${QUICK:-}" ] && [ "$SHAPE" = gpt-oss ]; then
 	shape=(hidden_size=512 intermediate_size=512 num_hidden_layers=2 num_attention_heads=8
@@ -128,7 +138,7 @@ h.write(sys.argv[2], "gpt_oss_mxfp4", 7)' "$root/tests/oracle" "$m.tmp" "${shape
 	mv "$m.tmp" "$m"
 elif ! [ -f "$m/config.json" ]; then
 	log "making the model: ${arch[*]} ${shape[*]}"
-	# untied as TinyLlama and Mixtral; Gemma 3 ties its head
+	# untied as TinyLlama and Mixtral; Gemma ties its head
 	"$root/build/opt/fixtures/mkmodel" -o "$m.tmp" "${arch[@]}" "${shape[@]}" --max-pos 2048 \
 		"${tie[@]}" --tokenizer "$root/models/mix4-1m" >/dev/null
 	mv "$m.tmp" "$m"
@@ -196,7 +206,7 @@ for p in $PARTS; do
 	ram) if [ "$SHAPE" = gpt-oss ]; then
 		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-int8"
 			  "ram sf-q4-gguf")
-	     elif [ "$SHAPE" = mixtral ] || [ "$SHAPE" = gemma3 ]; then
+	     elif [ "$SHAPE" = mixtral ] || [ "$SHAPE" = gemma3 ] || [ "$SHAPE" = gemma2 ]; then
 		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram sf-q4" "ram sf-q4-gguf" "ram sf-dense")
 	     else
 		configs+=("ram lc-q4-repack" "ram lc-q4-plain" "ram lc-q8" "ram lc-bf16" "ram sf-q4"
