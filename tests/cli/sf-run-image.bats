@@ -755,4 +755,7 @@ PINNED_07=2156
 	# and at the figure it names it runs
 	run sf-run -p "$PROMPT" -n 4 -q --ram "$read" "$D/head.sfimg"
 	[ "$status" -eq 0 ]
+	# on the region read after the model was bound: a run without --ram's nll
+	[ "$(sf-run --ppl "$CORPUS" --max-tokens 64 -q --ram 1G "$D/head.sfimg" | jq .nll)" = \
+	  "$(sf-run --ppl "$CORPUS" --max-tokens 64 -q "$D/head.sfimg" | jq .nll)" ]
 }
