@@ -566,11 +566,11 @@ static void session_free(struct session *S)
 	json_decref(S->ppl);
 }
 
-/* The model and tokenizer of --model MODEL or of IMAGE. */
-/* With --ram the image's resident region is read only when it fits: a
- * budget it alone exceeds is refused by the decoder's figures, taken
- * without it, where reading it would meet a memory cgroup of that size
- * first (the kernel kills the process, no message). */
+/* The model and tokenizer of --model MODEL or of IMAGE. With --ram the
+ * image's resident region is read only when it fits: a budget it alone
+ * exceeds is refused on the decoder's figures, taken without it, where
+ * reading it would meet a memory cgroup of that size first (the kernel
+ * kills the process, no message). */
 static int open_model(struct session *S, const struct options *o, struct sf_err *e)
 {
 	unsigned flags = o->sparse.simulate ? 0 : SF_IMAGE_OPEN_EMBED_ON_FLASH |

@@ -573,9 +573,9 @@ static int refuse_unsupported(const char *path, json_t *root, const struct sf_co
 }
 
 /* The layers a window of WINDOW positions (0: none) slides in: every
- * layer (PATTERN 0, Phi-3), or all but each PATTERN-th (gpt-oss's 2,
- * Gemma 3's 6, as their config classes and llama.cpp's set_swa_pattern
- * make them). */
+ * layer (PATTERN 0, Phi-3), or all but each PATTERN-th (gpt-oss's and
+ * Gemma 2's 2, Gemma 3's 6, as their config classes and llama.cpp's
+ * set_swa_pattern make them). */
 static void set_sliding(struct sf_config *c, int window, int pattern)
 {
 	c->sliding_window = window;
@@ -583,10 +583,10 @@ static void set_sliding(struct sf_config *c, int window, int pattern)
 		c->layer_sliding[l] = window > 0 && (pattern == 0 || (l + 1) % pattern != 0);
 }
 
-/* gpt-oss's and Gemma 3's layer_types: n_layers of "sliding_attention"
+/* gpt-oss's and Gemma's layer_types: n_layers of "sliding_attention"
  * and "full_attention" (when absent, as their config classes make them:
- * layer l slides unless l + 1 is a multiple of the pattern, 2 for gpt-oss,
- * Gemma 3's sliding_window_pattern, 6 by default), the window
+ * layer l slides unless l + 1 is a multiple of the pattern, 2 for gpt-oss
+ * and Gemma 2, Gemma 3's sliding_window_pattern, 6 by default), the window
  * sliding_window (window when absent). */
 static int parse_layer_types(const char *path, json_t *root, struct sf_config *c, int window,
 			     int pattern, struct sf_err *e)
@@ -646,11 +646,11 @@ static int get_softcap(const char *path, json_t *root, const char *key, double d
 }
 
 /* Gemma 2 (Gemma2Config) and Gemma 3 (Gemma3TextConfig): GELU's tanh
- * approximation (hidden_activation), its gains stored less one, the
+ * approximation (hidden_activation), the gains stored less one, the
  * embeddings times sqrt(hidden_size), the scores by
  * query_pre_attn_scalar^-0.5 (256), the sliding layers of sliding_window
- * (4096: every other layer from the first in Gemma 2, all but each 6th in
- * Gemma 3, on their own RoPE base, rope_local_base_freq, 10000,
+ * (4096: Gemma 2's every other layer from the first; Gemma 3's all but
+ * each 6th, on their own RoPE base, rope_local_base_freq, 10000,
  * unscaled), the sandwich norms; Gemma 2's soft-capping of the scores
  * (attn_logit_softcapping, 50) and the logits (final_logit_softcapping,
  * 30), Gemma 3's q and k norms; what they may have and we do not compute
@@ -1252,15 +1252,16 @@ static int gguf_rope_freqs(const struct sf_gguf *g, const char *arch, struct sf_
 	return gguf_num(g, arch, "rope.scaling.attn_factor", 1.0, 0, 1e6, &c->rope_attn_factor, e);
 }
 
-/* Gemma 2 and 3 as llama.cpp's graphs compute them: attention.sliding_window
- * (Gemma 2: 4096 when absent; Gemma 3: none) in the layers
- * attention.sliding_window_pattern (2; 6) marks, on rope.freq_base_swa
- * (Gemma 2: the others' when absent; Gemma 3: 10000) unscaled; the scores by 1 / sqrt(head_dim) but
- * the 27Bs' (46 and 62 layers) 1 / sqrt(dim / heads) (their
- * query_pre_attn_scalar); the gains already hold the one (the converter
- * adds it); the embeddings times sqrt(dim); GELU; the sandwich norms;
- * Gemma 2's soft-capping (attn_logit_softcapping 50,
- * final_logit_softcapping 30 when absent), Gemma 3's refused. */
+/* Gemma 2 and 3 as llama.cpp's graphs compute them:
+ * attention.sliding_window (Gemma 2: 4096 when absent; Gemma 3: none) in
+ * the layers attention.sliding_window_pattern (2; 6) marks, on
+ * rope.freq_base_swa (Gemma 2: the others' base when absent; Gemma 3:
+ * 10000) unscaled; the scores by 1 / sqrt(head_dim) but the 27Bs' (46
+ * and 62 layers) by 1 / sqrt(dim / heads) (their query_pre_attn_scalar);
+ * the gains already hold the one (the converter adds it); the embeddings
+ * times sqrt(dim); GELU; the sandwich norms; Gemma 2's soft-capping
+ * (attn_logit_softcapping 50, final_logit_softcapping 30 when absent),
+ * Gemma 3's refused. */
 static int gguf_gemma(const struct sf_gguf *g, const char *arch, struct sf_config *c,
 		      struct sf_err *e)
 {

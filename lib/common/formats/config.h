@@ -67,11 +67,12 @@ struct sf_config {
 	int rope_dim;
 	float rope_linear;	/* rope_scaling of type linear: every frequency over
 				 * it (Gemma 3: its global layers'); 0 when none */
-	/* Gemma 3: each RMSNorm's gain norm_offset + w (1 from its checkpoints,
-	 * which store the gains less one; 0 from a GGUF, whose converter adds
-	 * it); the embeddings times embed_scale (0: not scaled); the scores
-	 * times attn_scalar^-0.5 (query_pre_attn_scalar; 0: head_dim's); the sliding layers' RoPE
-	 * on rope_theta_local, unscaled (0: the same as the others'); GELU's
+	/* Gemma 2 and 3: each RMSNorm's gain norm_offset + w (1 from their
+	 * checkpoints, which store the gains less one; 0 from a GGUF, whose
+	 * converter adds it); the embeddings times embed_scale (0: not
+	 * scaled); the scores times attn_scalar^-0.5 (query_pre_attn_scalar;
+	 * 0: head_dim's); the sliding layers' RoPE on rope_theta_local,
+	 * unscaled (0: the same as the others', Gemma 2's); GELU's
 	 * tanh approximation in the FFN (act_gelu); and post_norms: the
 	 * attention's output and the FFN's each normed (post_attention_layernorm,
 	 * post_feedforward_layernorm) before it joins the residual, the FFN's

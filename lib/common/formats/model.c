@@ -76,7 +76,7 @@ static uint32_t float_bits(float f)
 	return u;
 }
 
-/* The window and the layers it slides in (gpt-oss, Gemma 3, Phi-3). */
+/* The window and the layers it slides in (gpt-oss, Gemma, Phi-3). */
 static void feed_sliding(uint64_t *h, const struct sf_config *c)
 {
 	fnv_feed(h, "window=%d\nsliding=", c->sliding_window);
