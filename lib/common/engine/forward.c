@@ -493,6 +493,23 @@ static void softcap(float *x, size_t n, float cap)
 		x[i] = cap * tanhf(x[i] / cap);
 }
 
+/* The logits' soft-capping over the pool, SOFTCAP_CHUNK at a time: one
+ * thread took 1.6 ms for Gemma 2's 256,000 a token (each its own
+ * element: the same floats in any split). */
+#define SOFTCAP_CHUNK 16384
+struct softcap_task {
+	float *x;
+	size_t n;
+	float cap;
+};
+
+static void softcap_step(void *ctx, size_t i)
+{
+	const struct softcap_task *t = ctx;
+	size_t at = i * SOFTCAP_CHUNK;
+	softcap(t->x + at, t->n - at < SOFTCAP_CHUNK ? t->n - at : SOFTCAP_CHUNK, t->cap);
+}
+
 /* Query heads [h0, h1) of the KV head at element off, tokens [k0, k0 +
  * nq) of the pass: each token's scores row, then their outputs together
  * over the positions all of them see and each over the rest it sees,
@@ -1023,8 +1040,11 @@ static int forward(const struct sf_model *m, struct sf_runstate *s, const int32_
 		const struct sf_weight *mw[] = { &m->lm_head };
 		sf_group_dense_batch(s->pool, s->x + (size_t)first * dim, dim, T - first, 1, y, mw);
 	}
-	if (c->final_softcap > 0)
-		softcap(logits, (size_t)(T - first) * (size_t)c->vocab_size, c->final_softcap);
+	if (c->final_softcap > 0) {
+		struct softcap_task sc = { logits, (size_t)(T - first) * (size_t)c->vocab_size,
+					   c->final_softcap };
+		sf_pool_for(s->pool, (sc.n + SOFTCAP_CHUNK - 1) / SOFTCAP_CHUNK, softcap_step, &sc);
+	}
 	if ((bad = nonfinite_row(logits, T - first, (size_t)c->vocab_size)) >= 0) {
 		sf_err_set(&s->err, SF_EFORMAT, "output head: non-finite logits at position %d",
 			   pos + first + bad);
