@@ -56,8 +56,8 @@ int sf_cli_ram_least(const char *path, int threads, struct sf_sparse_memory *mem
 	if ((ret = sf_sparse_open(&sp, &img, &m, pool, &so, e)))
 		goto out;
 	sf_sparse_memory(sp, mem);
-	mem->process += SF_CLI_RAM_SLACK;
-	mem->total += SF_CLI_RAM_SLACK;
+	mem->process += SF_SPARSE_RUN_TO_RUN_BYTES;
+	mem->total += SF_SPARSE_RUN_TO_RUN_BYTES;
 out:
 	sf_sparse_close(sp);
 	sf_sampler_free(&smp);

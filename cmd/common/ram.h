@@ -21,17 +21,13 @@
 void sf_cli_kv_opts(struct sf_sparse_opts *so, const struct sf_runstate *st,
 		    const struct sf_config *cfg, int least);
 
-/* Added to the figure: the resident set of one process stands for
- * another's, and sf-run's own varies by up to about 250 KiB from run to
- * run (the pages its allocator and loader happen to touch). */
-#define SF_CLI_RAM_SLACK (512u << 10)
-
 /* Opens the image at path as sf-run does without options (embedding rows
  * on flash, the tokenizer, the model's whole context with room in the KV
  * cache for SF_RUN_KV_LEAST positions, -b
  * SF_RUN_DEFAULT_BATCH, the sparse defaults, threads threads), sets up the
  * decoder without a cache and fills mem with its figures: mem->total is
- * the least --ram, this process's resident set standing for sf-run's.
+ * the least --ram, this process's resident set standing for sf-run's
+ * (with SF_SPARSE_RUN_TO_RUN_BYTES, as sf-run's refusal names it).
  * Only the image's header and resident regions are read, so a skeleton
  * image (sf_image_pack_opts.skeleton) gives the packed image's figures. */
 int sf_cli_ram_least(const char *path, int threads, struct sf_sparse_memory *mem,

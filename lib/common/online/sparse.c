@@ -535,10 +535,10 @@ static int check_ram(const struct sf_sparse *sp, struct sf_err *e)
 	}
 	/* the total is with the cache already shrunk to its least (or as
 	 * --cache-ratio fixes it): the least budget these options run in, the
-	 * process's own part as measured now */
+	 * process's own part as measured now, which the next run's may pass */
 	char least[64];
 	snprintf(least, sizeof(least), "; give --ram %llu or more",
-		 (unsigned long long)sp->mem.total);
+		 (unsigned long long)sp->mem.total + SF_SPARSE_RUN_TO_RUN_BYTES);
 	strncat(e->msg, least, sizeof(e->msg) - strlen(e->msg) - 1);
 	return ret;
 }

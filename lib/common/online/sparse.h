@@ -174,6 +174,13 @@ struct sf_sparse_memory {
  * --ppl; reserved twofold, so the peak resident set stays under --ram. */
 #define SF_SPARSE_LATER_BYTES (1024u << 10)
 
+/* The resident set at set-up moves from run to run by some hundreds of
+ * KiB (the pages the allocator, the loader and the threads happen to
+ * touch), and one process's stands for another's: the least --ram a
+ * refusal names (and sf-pack --info's) adds this much, so that the figure
+ * named runs. */
+#define SF_SPARSE_RUN_TO_RUN_BYTES (1024u << 10)
+
 struct sf_sparse;
 
 /* Sets up decoding of img (m: its sf_image_model) on the pool (NULL: the
