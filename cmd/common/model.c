@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/chat.h"
+#include "engine/kernels_qrows.h"
 
 void sf_model_opts_default(struct sf_model_opts *o)
 {
@@ -82,6 +83,11 @@ void sf_cli_llama_names(int argc, char **argv, const struct sf_cmd *cmd)
 	}
 }
 
+unsigned sf_cli_image_flags(unsigned flags)
+{
+	return flags | (sf_qmatmul_rows_q6_tiles() ? SF_IMAGE_OPEN_TILE_HEAD : 0);
+}
+
 int sf_cli_open_model(const char *dir, const char *image, unsigned image_flags,
 		      struct sf_image *img, struct sf_model *m, struct sf_tokenizer **tok,
 		      struct sf_err *e)
@@ -91,7 +97,7 @@ int sf_cli_open_model(const char *dir, const char *image, unsigned image_flags,
 	if (dir)
 		return (ret = sf_model_open(m, dir, e)) ? ret
 			: sf_tokenizer_open_model(tok, dir, m->cfg.vocab_size, e);
-	if ((ret = sf_image_open_flags(img, image, image_flags, e)) ||
+	if ((ret = sf_image_open_flags(img, image, sf_cli_image_flags(image_flags), e)) ||
 	    (ret = sf_image_model(img, m, e)))
 		return ret;
 	return sf_tokenizer_open_image(tok, img, e);

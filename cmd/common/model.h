@@ -61,8 +61,13 @@ void sf_model_opts_operands(struct sf_model_opts *o, int argc, char **argv);
  * "-c nv", "-c tk" (skipping the values of cmd's options that take one). */
 void sf_cli_llama_names(int argc, char **argv, const struct sf_cmd *cmd);
 
+/* flags for sf_image_open_flags, with SF_IMAGE_OPEN_TILE_HEAD where the
+ * kernels read a tiled Q6 head faster (sf_qmatmul_rows_q6_tiles). */
+unsigned sf_cli_image_flags(unsigned flags);
+
 /* The model and tokenizer of --model MODEL (dir) or of the image at path
- * (image_flags: sf_image_open_flags'), into *img, *m and *tok. */
+ * (image_flags: sf_image_open_flags', through sf_cli_image_flags), into
+ * *img, *m and *tok. */
 int sf_cli_open_model(const char *dir, const char *image, unsigned image_flags,
 		      struct sf_image *img, struct sf_model *m, struct sf_tokenizer **tok,
 		      struct sf_err *e);

@@ -800,8 +800,8 @@ static int open_draft(struct session *S, const struct options *o, int ctx, struc
 		if ((ret = sf_model_open(&D->model, o->draft, e)) ||
 		    (ret = sf_tokenizer_open_model(&D->tok, o->draft, D->model.cfg.vocab_size, e)))
 			return ret;
-	} else if ((ret = sf_image_open_flags(&D->image, o->draft, o->sparse.simulate ? 0 :
-					      SF_IMAGE_OPEN_EMBED_ON_FLASH, e)) ||
+	} else if ((ret = sf_image_open_flags(&D->image, o->draft, sf_cli_image_flags(
+					      o->sparse.simulate ? 0 : SF_IMAGE_OPEN_EMBED_ON_FLASH), e)) ||
 		   (ret = sf_image_model(&D->image, &D->model, e)) ||
 		   (ret = sf_tokenizer_open_image(&D->tok, &D->image, e))) {
 		return ret;

@@ -4,10 +4,12 @@
  * against the float path (sf_qcolaccum), one and several threads
  * splitting the rows as the sparse decoder does; and the same weights
  * as quantized rows (sf_qmatmul_rows: an image's head) and those rows in
- * tiles of 16 (a GGUF file's Q8_0 or Q4_0, an image's experts). The matrix is copied to fill --size so every pass streams it
- * from memory, as decoding from RAM does.
+ * tiles of 16 (a GGUF file's Q8_0 or Q4_0, an image's experts). The
+ * matrix is copied to fill --size so every pass streams it from memory,
+ * as decoding from RAM does. --dtype q6 times the rows and tiles alone
+ * (a q4 image's output head as it lies, and tiled where it is held).
  *
- *   qint [--rows R] [--cols C] [--dtype q4|q8] [--threads N]
+ *   qint [--rows R] [--cols C] [--dtype q4|q8|q6] [--threads N]
  *        [--size BYTES] [--passes N] [--tokens T] [--ldy N]
  *       one JSON line per path: {"path":"slab" (or "int", "f32", "rows", "tiles"),"kernel":"avx512vnni",
  *       "rows":..,"cols":..,"tokens":..,"threads":..,"gbps":..,"gmacs":..,
@@ -94,7 +96,8 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'r': rows = strtoull(optarg, NULL, 10); break;
 		case 'c': cols = strtoull(optarg, NULL, 10); break;
-		case 'd': dt = strcmp(optarg, "q8") ? SF_DTYPE_Q4 : SF_DTYPE_Q8; break;
+		case 'd': dt = !strcmp(optarg, "q8") ? SF_DTYPE_Q8
+			     : !strcmp(optarg, "q6") ? SF_DTYPE_Q6 : SF_DTYPE_Q4; break;
 		case 't': threads = atoi(optarg); break;
 		case 's': size = strtoull(optarg, NULL, 10); break;
 		case 'p': passes = strtoull(optarg, NULL, 10); break;
@@ -145,7 +148,7 @@ int main(int argc, char **argv)
 	if (posix_memalign((void **)&S, 2u << 20, copies * sb))
 		return 1;
 	madvise(S, copies * sb, MADV_HUGEPAGE);
-	for (size_t c = 0; c < copies; c++) {
+	for (size_t c = 0; c < copies && dt != SF_DTYPE_Q6; c++) {	/* no Q6 top tier */
 		sf_slab_init(&slab[c], S + c * sb, dt, rows, cols);
 		for (size_t k = 0; k < cols; k++)
 			sf_qslab_put(&slab[c], k, W + k * cb);
@@ -176,7 +179,7 @@ int main(int argc, char **argv)
 	if (sf_pool_create(&pool, threads))
 		return 1;
 	static const char *const names[] = { "f32", "int", "slab", "rows", "tiles" };
-	for (int path = 4; path >= (T == 1 ? 0 : 1); path--) {
+	for (int path = 4; path >= (dt == SF_DTYPE_Q6 ? 3 : T == 1 ? 0 : 1); path--) {
 		double best = 1e30;
 		for (size_t p = 0; p < passes; p++) {
 			double t0 = now_s();

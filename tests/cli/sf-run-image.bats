@@ -269,6 +269,35 @@ gen() { sf-run -p "$PROMPT" -n 24 --temp 0 -q "$@"; }
 	rm -f "$D/q8.sfimg" "$D/q4.sfimg" "$D/q4c.sfimg"
 }
 
+@test "a q4 image's Q6 head held in RAM is tiled where AVX-512 runs (-v: Q6x16): the floats of its rows, read from flash or by AVX2's kernels" {
+	need_direct
+	local m
+	sf-pack --model "$MODEL" --dtype q4 -o "$D/q4h.sfimg"
+	[ "$(sf-pack --info "$D/q4h.sfimg" | jq -r .token_embedding.dtype)" = Q6 ]
+	m=$(sf-run -p x -n 1 -v "$D/q4h.sfimg" 2>&1 >/dev/null | grep "; kernels ")
+	if [[ "$m" == *"kernels avx512"* ]]; then
+		[[ "$m" == *", Q6x16, "* ]]
+		# tiled after the deferred read of --ram too
+		sf-run -p x -n 1 -v --ram 1G "$D/q4h.sfimg" 2>&1 >/dev/null | grep -q ", Q6x16, "
+		sf-run -p x -n 1 -v "$D/q4h.sfimg" --head-on-flash 2>&1 >/dev/null | grep -q ", Q6, "
+		SF_ISA=avx2 sf-run -p x -n 1 -v "$D/q4h.sfimg" 2>&1 >/dev/null | grep -q ", Q6, "
+	else
+		echo "# no AVX-512 here: the head stays in rows" >&3
+		[[ "$m" == *", Q6, "* ]]
+	fi
+	# a pass of tokens, a token at a time, and the deferred read
+	local want
+	want=$(sf-run --ppl "$CORPUS" --max-tokens 100 -q --head-on-flash "$D/q4h.sfimg" | jq .nll)
+	[ "$(sf-run --ppl "$CORPUS" --max-tokens 100 -q "$D/q4h.sfimg" | jq .nll)" = "$want" ]
+	[ "$(sf-run --ppl "$CORPUS" --max-tokens 100 -q -b 1 "$D/q4h.sfimg" | jq .nll)" = "$want" ]
+	[ "$(sf-run --ppl "$CORPUS" --max-tokens 100 -q --ram 1G "$D/q4h.sfimg" | jq .nll)" = "$want" ]
+	want=$(gen --head-on-flash "$D/q4h.sfimg")
+	[ -n "$want" ]
+	[ "$(gen "$D/q4h.sfimg")" = "$want" ]
+	[ "$(gen --simulate "$D/q4h.sfimg")" = "$want" ]
+	rm -f "$D/q4h.sfimg"
+}
+
 @test "below budget 1 the perplexity equals --simulate" {
 	need_direct
 	local a b

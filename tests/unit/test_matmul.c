@@ -30,6 +30,7 @@ static void fill(void *w, enum sf_dtype dt, size_t n, uint64_t *seed)
 		case SF_DTYPE_U8:
 		case SF_DTYPE_Q8X16:
 		case SF_DTYPE_Q4X16:
+		case SF_DTYPE_Q6X16:
 		case SF_DTYPE_MXFP4: break;	/* block dtypes: test_quant, mx_case */
 		}
 	}

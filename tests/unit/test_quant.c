@@ -31,7 +31,8 @@ static float gauss(void)
 	return (float)(sqrt(-2.0 * log(uniform())) * cos(2.0 * M_PI * uniform()));
 }
 
-static const enum sf_dtype qdt[3] = { SF_DTYPE_Q8, SF_DTYPE_Q4, SF_DTYPE_Q6 };	/* Q6: rows only */
+/* Q6: rows, and its tiles (an image's head held in RAM) */
+static const enum sf_dtype qdt[3] = { SF_DTYPE_Q8, SF_DTYPE_Q4, SF_DTYPE_Q6 };
 
 // --- round trips
 
@@ -344,7 +345,8 @@ static void check_slab_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
  * over [r0, r1) as over all rows, with T tokens as one at a time, and lies
  * within its rounding of the float product of the dequantized rows: per
  * block, each input within d_b / 2 of its source. A tile's rows dequantize
- * to the rows packed in it. */
+ * to the rows packed in it, and unpack to their bytes; Q6's tiles give
+ * its rows' floats. */
 static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, size_t cols,
 			      size_t r0, size_t r1, size_t T, int tiled)
 {
@@ -378,6 +380,11 @@ static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 				sf_dequant_column(g, W + (i * SF_QTILE + r) * rb, dt, cols);
 				CHECK(!memcmp(f, g, cols * sizeof(float)), "%s tile %zu row %zu: "
 				      "dequantizes to another row", sf_dtype_name(dt), i, r);
+				uint8_t *u = malloc(rb);
+				sf_qtile_unpack_row(u, P + i * SF_QTILE * rb, dt, cols, r);
+				CHECK(!memcmp(u, W + (i * SF_QTILE + r) * rb, rb), "%s tile %zu row "
+				      "%zu: unpacks to other bytes", sf_dtype_name(dt), i, r);
+				free(u);
 			}
 		}
 		dt = sf_dtype_tiled(dt);
@@ -389,6 +396,11 @@ static void check_rows_kernel(const char *isa, enum sf_dtype dt, size_t rows, si
 	sf_qmatmul_rows_ref(Yr, rows, P, dt, cols, X, cols, T, 0, rows);
 	CHECK(!memcmp(Y, Yr, T * rows * sizeof(float)), "%s %s rows: %zu x %zu, %zu tokens: "
 	      "differs from ref", isa, dn, rows, cols, T);
+	if (dt == SF_DTYPE_Q6X16) {	/* an image's head, tiled where it is held */
+		sf_qmatmul_rows_ref(Yr, rows, W, SF_DTYPE_Q6, cols, X, cols, T, 0, rows);
+		CHECK(!memcmp(Y, Yr, T * rows * sizeof(float)), "%s %s rows: %zu x %zu, %zu "
+		      "tokens: differs from its rows untiled", isa, dn, rows, cols, T);
+	}
 	for (size_t t = 0; t < T; t++) {
 		sf_qmatmul_rows(Y1, 0, P, dt, cols, X + t * cols, cols, 1, r0, r1);
 		CHECK(!memcmp(Y1, Y + t * rows + r0, (r1 - r0) * sizeof(float)),
@@ -513,7 +525,7 @@ static void test_kernels(enum sf_isa level)
 		{ 16, 32, 0, 16 }, { 48, 96, 0, 48 }, { 64, 2080, 5, 59 }, { 32, 512, 16, 20 },
 		{ 160, 160, 7, 160 }, { 16, 20000, 3, 16 },
 	};
-	for (int d = 0; d < 2; d++)
+	for (int d = 0; d < 3; d++)
 		for (size_t i = 0; i < sizeof(tile_sizes) / sizeof(tile_sizes[0]); i++)
 			for (size_t t = 0; t < sizeof(row_tokens) / sizeof(row_tokens[0]); t++)
 				check_rows_kernel(isa, qdt[d], tile_sizes[i][0], tile_sizes[i][1],

@@ -171,28 +171,70 @@ void sf_dequant_column(float *w, const uint8_t *src, enum sf_dtype dt, size_t ro
 		w[r] = sf_q_weight(src, dt, rows, r);
 }
 
-void sf_qtile_pack(uint8_t *tiles, const uint8_t *rows, size_t n, enum sf_dtype dt, size_t cols)
+/* Q6's high bits, row r's part of a tile's two chunks from the row's
+ * eight bytes of them (byte j: columns j, j + 8, j + 16, j + 24 at bits
+ * 0, 2, 4, 6), four columns a word: each byte's two bits at a time. */
+static void q6_tile_high(uint8_t *codes, const uint8_t *high, size_t r)
+{
+	uint32_t a, b;	/* the row's bytes 0..3 and 4..7 */
+
+	memcpy(&a, high, 4);
+	memcpy(&b, high + 4, 4);
+	for (size_t k = 0; k < 2; k++, a >>= 4, b >>= 4) {
+		uint32_t v = (a & 0x03030303u) | (b & 0x03030303u) << 2 |
+			     (a & 0x0c0c0c0cu) << 2 | (b & 0x0c0c0c0cu) << 4;
+		memcpy(codes + 256 + 64 * k + 4 * r, &v, 4);
+	}
+}
+
+static void q6_untile_high(uint8_t *high, const uint8_t *codes, size_t r)
+{
+	uint32_t a = 0, b = 0, v;
+
+	for (size_t k = 0; k < 2; k++) {
+		memcpy(&v, codes + 256 + 64 * k + 4 * r, 4);
+		a |= ((v & 0x03030303u) | (v >> 2 & 0x0c0c0c0cu)) << 4 * k;
+		b |= ((v >> 2 & 0x03030303u) | (v >> 4 & 0x0c0c0c0cu)) << 4 * k;
+	}
+	memcpy(high, &a, 4);
+	memcpy(high + 4, &b, 4);
+}
+
+/* Row r's bytes of a tile and its row's, block by block, moved one way
+ * or the other (to_tile); quant.h's layout. */
+static void qtile_move(uint8_t *tile, uint8_t *row, enum sf_dtype dt, size_t cols, size_t r,
+		       int to_tile)
 {
 	size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(dt);
+	size_t chunks = (dt == SF_DTYPE_Q8 ? SF_QBLOCK : SF_QBLOCK / 2) / 4;
+
+	for (size_t b = 0; b < nb; b++) {
+		uint8_t *p = tile + b * bb, *codes = p + 2 * SF_QTILE;
+		uint8_t *c = (uint8_t *)sf_q_codes_at(row, dt, cols, b);
+		uint8_t *s = row + 2 * b;
+		memcpy(to_tile ? p + 2 * r : s, to_tile ? s : p + 2 * r, 2);
+		for (size_t h = 0; h < chunks; h++)
+			memcpy(to_tile ? codes + 64 * h + 4 * r : c + 4 * h,
+			       to_tile ? c + 4 * h : codes + 64 * h + 4 * r, 4);
+		if (dt == SF_DTYPE_Q6 && to_tile)
+			q6_tile_high(codes, c + SF_QBLOCK / 2, r);
+		else if (dt == SF_DTYPE_Q6)
+			q6_untile_high(c + SF_QBLOCK / 2, codes, r);
+	}
+}
+
+void sf_qtile_pack(uint8_t *tiles, const uint8_t *rows, size_t n, enum sf_dtype dt, size_t cols)
+{
 	size_t rb = (size_t)sf_dtype_col_bytes(dt, cols);
 
-	memset(tiles, 0, n * rb);
-	for (size_t r = 0; r < n; r++) {	/* row r % SF_QTILE of tile r / SF_QTILE */
-		const uint8_t *row = rows + r * rb;
-		uint8_t *tile = tiles + r / SF_QTILE * SF_QTILE * rb;
-		size_t tr = r % SF_QTILE;
-		for (size_t b = 0; b < nb; b++) {
-			uint8_t *p = tile + b * bb, *codes = p + 2 * SF_QTILE;
-			const uint8_t *c = sf_q_codes_at(row, dt, cols, b);
-			memcpy(p + 2 * tr, sf_q_scale_at(row, b), 2);
-			for (size_t i = 0; i < SF_QBLOCK; i++) {
-				int shift;
-				unsigned v = (unsigned)(sf_q_code(c, dt, i) + sf_q_bias(dt));
-				size_t at = sf_qtile_byte(dt, tr, i, &shift);	/* shift first */
-				codes[at] |= (uint8_t)(v << shift);
-			}
-		}
-	}
+	for (size_t r = 0; r < n; r++)	/* row r % SF_QTILE of tile r / SF_QTILE */
+		qtile_move(tiles + r / SF_QTILE * SF_QTILE * rb, (uint8_t *)rows + r * rb, dt, cols,
+			   r % SF_QTILE, 1);
+}
+
+void sf_qtile_unpack_row(uint8_t *row, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r)
+{
+	qtile_move((uint8_t *)tile, row, dt, cols, r, 0);
 }
 
 void sf_qtile_dequant_row(float *w, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r)

@@ -202,17 +202,21 @@ static inline float sf_q_weight(const uint8_t *col, enum sf_dtype dt, size_t row
 	return (float)sf_q_code(c, dt, r % SF_QBLOCK) * sf_quant_scale(col, r / SF_QBLOCK);
 }
 
-/* Tiles (vocab.h's Q8X16 and Q4X16): SF_QTILE rows of a Q8 or Q4 row
- * matrix, each row cols elements (a multiple of SF_QBLOCK) stored as a
- * column is (its blocks' f16 scales, then their codes), interleaved in
- * the same bytes so that one load of codes holds all the rows: block by
- * block, block b's SF_QTILE scales in row order, then its codes in
- * groups of four columns, each group 64 bytes row by row (byte 4r + c:
- * row r's code of column 4g + c). Q8: eight groups of the stored bytes
- * (code as int8). Q4: four chunks of 64 bytes, byte 4r + c of chunk h
- * holding column 4h + c + 8 in its low nibble and column 16 + 4h + c + 8
- * in its high one (groups h and h + 4). A block of a tile takes
- * SF_QTILE * (2 + code bytes) bytes, its rows' bytes exactly. */
+/* Tiles (vocab.h's Q8X16, Q4X16 and Q6X16): SF_QTILE rows of a Q8, Q4
+ * or Q6 row matrix, each row cols elements (a multiple of SF_QBLOCK)
+ * stored as a column is (its blocks' f16 scales, then their codes),
+ * interleaved in the same bytes so that one load of codes holds all the
+ * rows: block by block, block b's SF_QTILE scales in row order, then its
+ * codes in groups of four columns, each group 64 bytes row by row (byte
+ * 4r + c: row r's code of column 4g + c). Q8: eight groups of the stored
+ * bytes (code as int8). Q4: four chunks of 64 bytes, byte 4r + c of chunk
+ * h holding column 4h + c + 8 in its low nibble and column 16 + 4h + c + 8
+ * in its high one (groups h and h + 4). Q6: the low four bits of code +
+ * 32 as Q4's four chunks, then two chunks of their high two bits, byte 4r
+ * + c of chunk k holding those of group 4k + j's column at bits 2j (j =
+ * 0..3). So a tile's chunk h is bytes 4h..4h+3 of each row's codes as
+ * they lie, but for Q6's high bits. A block of a tile takes SF_QTILE *
+ * (2 + code bytes) bytes, its rows' bytes exactly. */
 #define SF_QTILE 16
 static inline size_t sf_qtile_block_bytes(enum sf_dtype dt)
 {
@@ -224,7 +228,7 @@ static inline size_t sf_qtile_byte(enum sf_dtype dt, size_t r, size_t c, int *sh
 {
 	size_t g = c / 4, at = 4 * r + c % 4;
 
-	*shift = dt == SF_DTYPE_Q4 && g >= 4 ? 4 : 0;
+	*shift = dt != SF_DTYPE_Q8 && g >= 4 ? 4 : 0;
 	return 64 * (dt == SF_DTYPE_Q8 ? g : g % 4) + at;
 }
 static inline int sf_qtile_code(const uint8_t *codes, enum sf_dtype dt, size_t r, size_t c)
@@ -232,13 +236,20 @@ static inline int sf_qtile_code(const uint8_t *codes, enum sf_dtype dt, size_t r
 	int shift;
 	uint8_t byte = codes[sf_qtile_byte(dt, r, c, &shift)];
 
-	return dt == SF_DTYPE_Q8 ? (int8_t)byte : ((byte >> shift) & 15) - 8;
+	if (dt == SF_DTYPE_Q8)
+		return (int8_t)byte;
+	if (dt == SF_DTYPE_Q4)
+		return ((byte >> shift) & 15) - 8;
+	uint8_t high = codes[256 + 64 * (c / 16) + 4 * r + c % 4];
+	return (((byte >> shift) & 15) | ((high >> (c / 4 % 4 * 2)) & 3) << 4) - 32;
 }
-/* n rows of dt (Q8 or Q4) one after another, n a multiple of SF_QTILE,
- * as the n / SF_QTILE tiles they make, in the same bytes elsewhere. */
+/* n rows of dt (Q8, Q4 or Q6) one after another, n a multiple of
+ * SF_QTILE, as the n / SF_QTILE tiles they make, in the same bytes
+ * elsewhere; and back, row r (< SF_QTILE) of a tile as its row's bytes. */
 void sf_qtile_pack(uint8_t *tiles, const uint8_t *rows, size_t n, enum sf_dtype dt, size_t cols);
-/* Row r (< SF_QTILE) of a tile of dt (Q8 or Q4) as floats, code * scale
- * as sf_dequant_column gives them. */
+void sf_qtile_unpack_row(uint8_t *row, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r);
+/* Row r (< SF_QTILE) of a tile of dt (Q8, Q4 or Q6) as floats, code *
+ * scale as sf_dequant_column gives them. */
 void sf_qtile_dequant_row(float *w, const uint8_t *tile, enum sf_dtype dt, size_t cols, size_t r);
 
 #endif

@@ -20,6 +20,7 @@ size_t sf_dtype_size(enum sf_dtype dt)
 	case SF_DTYPE_Q6:
 	case SF_DTYPE_Q8X16:
 	case SF_DTYPE_Q4X16:
+	case SF_DTYPE_Q6X16:
 	case SF_DTYPE_MXFP4: break;
 	}
 	return 0;
@@ -37,6 +38,7 @@ const char *sf_dtype_name(enum sf_dtype dt)
 	case SF_DTYPE_U8: return "U8";
 	case SF_DTYPE_Q8X16: return "Q8x16";
 	case SF_DTYPE_Q4X16: return "Q4x16";
+	case SF_DTYPE_Q6X16: return "Q6x16";
 	case SF_DTYPE_MXFP4: return "MXFP4";
 	}
 	return "?";
@@ -69,17 +71,20 @@ int sf_dtype_parse(const char *name, enum sf_dtype *dt)
 int sf_dtype_is_block(enum sf_dtype dt)
 {
 	return dt == SF_DTYPE_Q8 || dt == SF_DTYPE_Q4 || dt == SF_DTYPE_Q6 ||
-	       dt == SF_DTYPE_Q8X16 || dt == SF_DTYPE_Q4X16 || dt == SF_DTYPE_MXFP4;
+	       dt == SF_DTYPE_Q8X16 || dt == SF_DTYPE_Q4X16 || dt == SF_DTYPE_Q6X16 ||
+	       dt == SF_DTYPE_MXFP4;
 }
 
 enum sf_dtype sf_dtype_untiled(enum sf_dtype dt)
 {
-	return dt == SF_DTYPE_Q8X16 ? SF_DTYPE_Q8 : dt == SF_DTYPE_Q4X16 ? SF_DTYPE_Q4 : dt;
+	return dt == SF_DTYPE_Q8X16 ? SF_DTYPE_Q8 : dt == SF_DTYPE_Q4X16 ? SF_DTYPE_Q4
+	     : dt == SF_DTYPE_Q6X16 ? SF_DTYPE_Q6 : dt;
 }
 
 enum sf_dtype sf_dtype_tiled(enum sf_dtype dt)
 {
-	return dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16 : dt == SF_DTYPE_Q4 ? SF_DTYPE_Q4X16 : dt;
+	return dt == SF_DTYPE_Q8 ? SF_DTYPE_Q8X16 : dt == SF_DTYPE_Q4 ? SF_DTYPE_Q4X16
+	     : dt == SF_DTYPE_Q6 ? SF_DTYPE_Q6X16 : dt;
 }
 
 int sf_dtype_is_top(enum sf_dtype dt)

@@ -20,13 +20,14 @@
  * never a weight's dtype. MXFP4: rows of gpt-oss's experts as the OCP
  * Microscaling format's blocks of 32 e2m1 values and a power-of-two
  * scale, in the block layout of Q4 (base/quant.h); the float kernels
- * widen them. Q8X16 and
- * Q4X16 exist in memory only: the rows of a Q8 or Q4 matrix interleaved
- * in tiles of 16 (engine/kernels_qrows.h), as sf-run's engine holds a
- * GGUF's matrices and an image's experts; no file names them and no name
- * parses to them. */
+ * widen them. Q8X16,
+ * Q4X16 and Q6X16 exist in memory only: the rows of a Q8, Q4 or Q6
+ * matrix interleaved in tiles of 16 (engine/kernels_qrows.h), as sf-run's
+ * engine holds a GGUF's matrices, an image's experts and its Q6 output
+ * head in RAM; no file names them and no name parses to them. */
 enum sf_dtype { SF_DTYPE_F32, SF_DTYPE_F16, SF_DTYPE_BF16, SF_DTYPE_Q8, SF_DTYPE_Q4,
-		SF_DTYPE_Q6, SF_DTYPE_U8, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16, SF_DTYPE_MXFP4 };
+		SF_DTYPE_Q6, SF_DTYPE_U8, SF_DTYPE_Q8X16, SF_DTYPE_Q4X16, SF_DTYPE_MXFP4,
+		SF_DTYPE_Q6X16 };
 
 /* Bytes of one element; 0 for a block dtype. Names as safetensors spells
  * them ("BF16"), and "Q8", "Q6", "Q4", "MXFP4". */
@@ -40,7 +41,7 @@ int sf_dtype_parse_any(const char *name, enum sf_dtype *dt);
 /* 1 for Q8, Q6, Q4, their tiles and MXFP4. */
 int sf_dtype_is_block(enum sf_dtype dt);
 /* The block dtype a tiled one interleaves (Q8X16: Q8), dt itself for the
- * rest; and back, the tiles of Q8 or Q4 (dt itself for the rest). */
+ * rest; and back, the tiles of Q8, Q4 or Q6 (dt itself for the rest). */
 enum sf_dtype sf_dtype_untiled(enum sf_dtype dt);
 enum sf_dtype sf_dtype_tiled(enum sf_dtype dt);
 /* 1 for the dtypes a top tier's columns may have: all but Q6, MXFP4 and

@@ -184,6 +184,29 @@ static void qt_tile_ref(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype
 		}
 }
 
+/* Q6's tiles keep its rows' floats (kernels_qrows.h): a level without a
+ * kernel of its own for them unpacks each row of the tile and takes its
+ * rows kernel, fn. */
+static void q6t_rows(qr_rows_fn *fn, float *y, size_t ldy, const uint8_t *tile, size_t cols,
+		     const struct qr_input *in)
+{
+	uint8_t row[QR_CODES / SF_QBLOCK * SF_Q6_BLOCK_BYTES];	/* cols <= QR_CODES */
+
+	for (size_t r = 0; r < SF_QTILE; r++) {
+		sf_qtile_unpack_row(row, tile, SF_DTYPE_Q6, cols, r);
+		fn(y + r, ldy, row, SF_DTYPE_Q6, cols, in, 0, 1);
+	}
+}
+
+#define Q6T_BY_ROWS(name, rows_fn)                                                              \
+	static void name(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,             \
+			 size_t cols, const struct qr_input *in)                                  \
+	{                                                                                         \
+		(void)dt;                                                                         \
+		q6t_rows(rows_fn, y, ldy, tile, cols, in);                                        \
+	}
+Q6T_BY_ROWS(q6t_tile_ref, qr_rows_ref)
+
 /* Where a driver rounds its tokens: room for codes bytes of codes (the
  * tokens times cols), their block scales and sums. */
 struct qt_room {
@@ -246,7 +269,9 @@ static void qt_drive_store(qt_tile_fn *fn, float *y, size_t ldy, const void *W, 
 void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 			 const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
-	if (sf_dtype_untiled(dt) != dt)
+	if (dt == SF_DTYPE_Q6X16)
+		qt_drive_store(q6t_tile_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+	else if (sf_dtype_untiled(dt) != dt)
 		qt_drive_store(qt_tile_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 	else
 		qr_drive(qr_rows_ref, y, ldy, W, dt, cols, x, ldx, T, r0, r1);
@@ -434,6 +459,9 @@ static T256 void qt_tiles_avx2(float *y, size_t ldy, const uint8_t *tile, enum s
 	else
 		qt_tile256(y, ldy, tile, SF_DTYPE_Q4, cols, in, in->nt);
 }
+
+/* Q6's tiles: sixteen sums a row do not fit AVX2's sixteen registers */
+Q6T_BY_ROWS(q6t_tile_avx2, qr_rows_avx2)
 
 // ----------------------------------------------------------------------------
 // AVX-512 with VNNI and VBMI: two blocks' 64 codes a vector, unpacked with
@@ -722,6 +750,76 @@ static T512I void qt_tiles_avx512(float *y, size_t ldy, const uint8_t *tile, enu
 		qt_tiles512(y, ldy, tile, SF_DTYPE_Q4, cols, in);
 }
 
+/* Q6's tiles, a lane a row, in its rows' float order: block b's run g of
+ * four columns into sum (b % 2) * 8 + g of each row, the sixteen sums of
+ * the tile's rows in sixteen vectors. A run's integer sum is one vpdpbusd
+ * of its 64 codes (code + 32: the low nibbles of Q4's chunks, the high
+ * bits moved to bits 4 and 5) and the token's four inputs broadcast,
+ * started at -32 times their sum; the float steps qr_row512's. */
+INL T512I void q6t_block512(__m512 *acc, const uint8_t *p, const int8_t *q, float d,
+			    size_t ahead)
+{
+	const uint8_t *lo = p + 2 * SF_QTILE, *hi = lo + 4 * 64;
+	const __m512i nib = _mm512_set1_epi8(15), top = _mm512_set1_epi8(0x30);
+	int32_t quad[8], off[8];
+
+	/* the tiles stream: ask for a block's bytes ahead */
+	for (size_t at = 0; at < SF_QTILE * SF_Q6_BLOCK_BYTES; at += 64)
+		_mm_prefetch((const char *)p + ahead + at, _MM_HINT_T0);
+	__m512 sd = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)),
+				  _mm512_set1_ps(d));
+	__m256i qv = _mm256_loadu_si256((const __m256i *)q);
+	memcpy(quad, q, sizeof(quad));
+	_mm256_storeu_si256((__m256i *)off, _mm256_sub_epi32(_mm256_setzero_si256(),
+		_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(32), qv)));
+	__m512i h[2] = { _mm512_loadu_si512(hi), _mm512_loadu_si512(hi + 64) };
+#pragma GCC unroll 8
+	for (int g = 0; g < 8; g++) {
+		__m512i v = _mm512_loadu_si512(lo + 64 * (g % 4));
+		v = g < 4 ? v : _mm512_srli_epi16(v, 4);
+		/* group g's high bits at bits 2 (g % 4) of chunk g / 4, to 4 and 5 */
+		__m512i x = h[g / 4];
+		x = g % 4 < 2 ? _mm512_slli_epi16(x, 4 - 2 * (g % 4))
+		  : g % 4 == 3 ? _mm512_srli_epi16(x, 2) : x;
+		/* (v & 15) | (x & 0x30) */
+		__m512i w = _mm512_ternarylogic_epi32(v, nib, _mm512_and_si512(x, top), 0xea);
+		__m512i isum = _mm512_dpbusd_epi32(_mm512_set1_epi32(off[g]), w,
+						   _mm512_set1_epi32(quad[g]));
+		acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sd, acc[g]);
+	}
+}
+
+static T512I void q6t_tiles_avx512(float *y, size_t ldy, const uint8_t *tile, enum sf_dtype dt,
+				   size_t cols, const struct qr_input *in)
+{
+	const size_t nb = cols / SF_QBLOCK, bb = sf_qtile_block_bytes(SF_DTYPE_Q6);
+
+	(void)dt;
+	for (size_t t = 0; t < in->nt; t++) {
+		const int8_t *q = in->q + t * cols;
+		const float *d = in->d + t * nb;
+		__m512 acc[QR_SUMS];
+		size_t b = 0;
+#pragma GCC unroll 16
+		for (int i = 0; i < QR_SUMS; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (; b + 1 < nb; b += 2) {
+			q6t_block512(acc, tile + b * bb, q + b * SF_QBLOCK, d[b], in->ahead);
+			q6t_block512(acc + 8, tile + (b + 1) * bb, q + (b + 1) * SF_QBLOCK, d[b + 1],
+				     in->ahead);
+		}
+		if (b < nb)
+			q6t_block512(acc, tile + b * bb, q + b * SF_QBLOCK, d[b], in->ahead);
+		/* qr_reduce_ref's adds, lane by lane */
+#pragma GCC unroll 8
+		for (int w = QR_SUMS / 2; w; w /= 2)
+#pragma GCC unroll 8
+			for (int i = 0; i < w; i++)
+				acc[i] = _mm512_add_ps(acc[i], acc[i + w]);
+		_mm512_storeu_ps(y + t * ldy, acc[0]);
+	}
+}
+
 // ----------------------------------------------------------------------------
 // AMX (inside the AVX-512 level, where the CPU has it): a pass's tiles 16
 // tokens at a time, each block's int8 products of the 16 tokens by the
@@ -996,6 +1094,9 @@ static TDOT void qt_tiles_dotprod(float *y, size_t ldy, const uint8_t *tile, enu
 	qt_tile_n(y, ldy, tile, dt, cols, in, 1);
 }
 
+Q6T_BY_ROWS(q6t_tile_neon, qr_rows_neon)
+Q6T_BY_ROWS(q6t_tile_dotprod, qr_rows_dotprod)
+
 #endif /* __aarch64__ */
 
 // ----------------------------------------------------------------------------
@@ -1045,6 +1146,31 @@ static qt_tile_fn *const qt_table[SF_NISA] = {
 #endif
 };
 
+static qt_tile_fn *const q6t_table[SF_NISA] = {
+	[SF_ISA_REF] = q6t_tile_ref,
+#if defined(__x86_64__)
+	[SF_ISA_AVX2] = q6t_tile_avx2,
+	[SF_ISA_AVX512] = q6t_tiles_avx512,
+#else
+	[SF_ISA_AVX2] = q6t_tile_ref,
+	[SF_ISA_AVX512] = q6t_tile_ref,
+#endif
+#if defined(__aarch64__)
+	[SF_ISA_NEON] = q6t_tile_neon,
+	[SF_ISA_DOTPROD] = q6t_tile_dotprod,
+	[SF_ISA_I8MM] = q6t_tile_dotprod,
+#else
+	[SF_ISA_NEON] = q6t_tile_ref,
+	[SF_ISA_DOTPROD] = q6t_tile_ref,
+	[SF_ISA_I8MM] = q6t_tile_ref,
+#endif
+};
+
+int sf_qmatmul_rows_q6_tiles(void)
+{
+	return sf_qint_isa() == SF_ISA_AVX512;
+}
+
 void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size_t cols,
 		     const float *x, size_t ldx, size_t T, size_t r0, size_t r1)
 {
@@ -1052,6 +1178,10 @@ void sf_qmatmul_rows(float *y, size_t ldy, const void *W, enum sf_dtype dt, size
 		return;
 	if (sf_dtype_untiled(dt) == dt) {
 		qr_drive(qr_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
+		return;
+	}
+	if (dt == SF_DTYPE_Q6X16) {
+		qt_drive_store(q6t_table[sf_qint_isa()], y, ldy, W, dt, cols, x, ldx, T, r0, r1);
 		return;
 	}
 	size_t done = 0;

@@ -40,6 +40,13 @@ void sf_qmatmul_rows_ref(float *y, size_t ldy, const void *W, enum sf_dtype dt, 
  * pass's tiles 16 tokens at a time, each block's integer sums of the 16
  * tokens by a tile's 16 rows in one TDPBSSD: the same integers, the same
  * float steps, so the same floats. */
+/* For Q6X16 (an image's Q6 output head tiled where it is held) the
+ * floats are its rows', bit for bit: per row sixteen sums as above. The
+ * AVX-512 level has a kernel of its own for them (a lane a row, one load
+ * of codes for the tile's sixteen rows); the others unpack each row and
+ * take their rows kernel, so sf_qmatmul_rows_q6_tiles says where tiling
+ * the head pays: 1 at the AVX-512 level. */
+int sf_qmatmul_rows_q6_tiles(void);
 /* The path sf_qmatmul_rows takes here: "avx512vnni", "avx2", "dotprod",
  * "neon" or "ref". */
 const char *sf_qmatmul_rows_kernel(void);

@@ -155,6 +155,12 @@ struct sf_image {
 	 * left_on_flash) with SF_IMAGE_OPEN_DEFER_RESIDENT, until
 	 * sf_image_load_resident; else 0 */
 	uint64_t resident_unread;
+	/* SF_IMAGE_OPEN_TILE_HEAD: the head's rows, bound as Q6X16, that
+	 * sf_image_load_resident tiles once it has read them (rows 0: none) */
+	struct {
+		void *data;
+		uint64_t rows, cols;
+	} tile_head;
 	/* private */
 	void *map;			/* [0, end of the last non-flash region): read into
 					 * anonymous pages (zero until read), not a
@@ -190,9 +196,16 @@ int sf_image_open(struct sf_image *img, const char *path, struct sf_err *e);
  * reading it, where the read would meet a memory cgroup's limit first.
  * The model binds (sf_image_model) either way. */
 #define SF_IMAGE_OPEN_DEFER_RESIDENT 4u
+/* With SF_IMAGE_OPEN_TILE_HEAD an output head of Q6 rows held in memory
+ * (the embedding too when tied), their count a multiple of SF_QTILE, is
+ * bound as Q6X16 and its rows tiled in place once read (base/quant.h):
+ * the products' floats are the rows' (engine/kernels_qrows.h), and the
+ * AVX-512 kernels read tiles faster, so the caller asks where those run
+ * (sf_qmatmul_rows_q6_tiles). */
+#define SF_IMAGE_OPEN_TILE_HEAD 8u
 int sf_image_open_flags(struct sf_image *img, const char *path, unsigned flags, struct sf_err *e);
-/* The resident region's bytes that the open deferred, read: 0, or an
- * error naming the file. */
+/* The resident region's bytes that the open deferred, read (and the head
+ * tiled): 0, or an error naming the file. */
 int sf_image_load_resident(struct sf_image *img, struct sf_err *e);
 /* The file offset of p, a pointer into a resident tensor of img. */
 uint64_t sf_image_offset(const struct sf_image *img, const void *p);

@@ -245,6 +245,55 @@ int image_open_tensors(struct sf_image *img, size_t nflash, struct sf_err *e)
 	return 0;
 }
 
+/* The resident tensor named name (the table is not sorted yet), or NULL. */
+static struct sf_tensor *resident_tensor(struct sf_image *img, const char *name)
+{
+	for (size_t k = 0; k < img->tensors.ntensors; k++)
+		if (!strcmp(img->tensors.tensors[k].name, name))
+			return &img->tensors.tensors[k];
+	return NULL;
+}
+
+/* SF_IMAGE_OPEN_TILE_HEAD: the head bound as Q6X16 from here on, its rows
+ * to tile once read, where they are Q6 in multiples of SF_QTILE and no
+ * byte of them is left on flash. */
+static void head_to_tile(struct sf_image *img)
+{
+	struct sf_tensor *T = resident_tensor(img, img->cfg.tie_embeddings ?
+					      "model.embed_tokens.weight" : "lm_head.weight");
+	uint64_t a = T ? sf_image_offset(img, T->data) : 0, b = T ? a + T->nbytes : 0;
+
+	if (!T || T->dtype != SF_DTYPE_Q6 || T->ndim != 2 || T->shape[0] % SF_QTILE)
+		return;
+	for (int i = 0; i < img->n_on_flash; i++)
+		if (img->on_flash[i][0] < b && img->on_flash[i][1] > a)
+			return;
+	T->dtype = SF_DTYPE_Q6X16;
+	img->tile_head.data = (void *)T->data;
+	img->tile_head.rows = T->shape[0];
+	img->tile_head.cols = T->shape[1];
+}
+
+/* The head's rows, read, as the tiles they make, a tile at a time
+ * through a copy of its rows. */
+static int tile_head(struct sf_image *img, struct sf_err *e)
+{
+	size_t cols = (size_t)img->tile_head.cols;
+	size_t rb = (size_t)sf_dtype_col_bytes(SF_DTYPE_Q6, cols);
+	uint8_t *rows = malloc(SF_QTILE * rb), *p = img->tile_head.data;
+
+	if (!rows)
+		return sf_err_set(e, -ENOMEM, "%s: the output head's tiles: %s", img->path,
+				  sf_strerror(-ENOMEM));
+	for (uint64_t r = 0; r < img->tile_head.rows; r += SF_QTILE) {
+		memcpy(rows, p + r * rb, SF_QTILE * rb);
+		sf_qtile_pack(p + r * rb, rows, SF_QTILE, SF_DTYPE_Q6, cols);
+	}
+	free(rows);
+	img->tile_head.rows = 0;
+	return 0;
+}
+
 /* The resident region's ranges to read: whole, or with flags the 4 KiB
  * pages wholly inside the embedding (and output head) left on flash;
  * read now unless flags defer it (sf_image_load_resident). */
@@ -255,10 +304,7 @@ int image_read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
 	int n = 0;
 
 	for (int i = 0; i < 2 && (flags & SF_IMAGE_OPEN_EMBED_ON_FLASH); i++) {
-		const struct sf_tensor *T = NULL;
-		for (size_t k = 0; k < img->tensors.ntensors; k++)
-			if (!strcmp(img->tensors.tensors[k].name, names[i]))
-				T = &img->tensors.tensors[k];
+		const struct sf_tensor *T = resident_tensor(img, names[i]);
 		if (!T || (i == 1 && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH)))
 			continue;
 		if (i == 0 && img->cfg.tie_embeddings && !(flags & SF_IMAGE_OPEN_HEAD_ON_FLASH))
@@ -281,6 +327,8 @@ int image_read_resident(struct sf_image *img, unsigned flags, struct sf_err *e)
 	img->n_on_flash = n;
 	for (int i = 0; i < n; i++)
 		img->left_on_flash += img->on_flash[i][1] - img->on_flash[i][0];
+	if (flags & SF_IMAGE_OPEN_TILE_HEAD)
+		head_to_tile(img);
 	img->resident_unread = img->regions[1].offset - R->offset - img->left_on_flash;
 	return flags & SF_IMAGE_OPEN_DEFER_RESIDENT ? 0 : sf_image_load_resident(img, e);
 }
@@ -301,7 +349,7 @@ int sf_image_load_resident(struct sf_image *img, struct sf_err *e)
 			at = img->on_flash[i][1];
 	}
 	img->resident_unread = 0;
-	return 0;
+	return img->tile_head.rows ? tile_head(img, e) : 0;
 }
 
 uint64_t sf_image_offset(const struct sf_image *img, const void *p)

@@ -547,6 +547,7 @@ float sf_weight_at(const struct sf_weight *w, uint64_t i)
 	case SF_DTYPE_Q6:
 	case SF_DTYPE_Q8X16:
 	case SF_DTYPE_Q4X16:
+	case SF_DTYPE_Q6X16:
 	case SF_DTYPE_MXFP4:
 		break;	/* vectors only (sf_weight_row) */
 	case SF_DTYPE_U8:
