@@ -65,8 +65,11 @@ void sf_qcolaccum_int_ref(float *Y, size_t ldy, size_t r0, size_t r1, size_t row
  * and r + 16); q8 128 bytes, byte 64h + 4r + c position c's code of row
  * 16h + r. So a thread's rows are one stretch of memory read in order, and
  * a quad's block is one load. The same bytes as the columns, rounded up to
- * whole runs. */
-#define SF_QSLAB_BLOCKS 32
+ * whole runs. Tiles of 16 blocks (512 rows), one AVX-512 pass of block
+ * activations: with 32, two threads splitting a tile of a 1,152-row
+ * matrix (Gemma 3 1B's) each read half of every run, and the pair
+ * streamed it at 16 GB/s against 19-20 (qint, 1,152 x 6,912). */
+#define SF_QSLAB_BLOCKS 16
 /* Bytes of a slab: the columns' bytes of n rounded up to whole runs. */
 size_t sf_qslab_bytes(enum sf_dtype dt, size_t rows, size_t n);
 void sf_qslab_put(const struct sf_slab *s, size_t p, const uint8_t *col);
