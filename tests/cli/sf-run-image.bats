@@ -748,8 +748,10 @@ PINNED_07=2156
 	[ "$n" -ge 128 ] && [ "$n" -lt 1000 ]
 	jq -e --argjson n "$n" '.memory.kv_positions == $n and .decode_tokens >= 64 and
 		.memory.peak_rss <= .memory.ram and .memory.least <= .memory.ram' "$D/least.json"
-	# -c asks for its positions: refused when they do not fit
-	run --separate-stderr sf-run -p "$PROMPT" -n 4 -c 1024 --ram "$least" "$D/id.sfimg"
+	# -c asks for its positions: refused when they do not fit (f32: 2 MiB
+	# for 1024, past the least's 128 f16 ones and its 1 MiB of room)
+	run --separate-stderr sf-run -p "$PROMPT" -n 4 -c 1024 -ctk f32 -ctv f32 --ram "$least" \
+		"$D/id.sfimg"
 	[ "$status" -eq 1 ]
 	[[ "${stderr_lines[0]}" == *"KV cache "*" (1024 positions)"*"give --ram "*" or more" ]]
 }
